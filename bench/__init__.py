@@ -1,0 +1,1 @@
+"""Benchmarks: ``python -m bench.<name> [--quick]`` prints figures beside a same-run baseline."""

@@ -1,0 +1,1 @@
+"""The ``kafkaesque`` command."""

@@ -1,0 +1,40 @@
+"""Entry point of the ``kafkaesque`` command: parses arguments and runs one subcommand.
+
+Errors are printed as one clear line on stderr with a non-zero exit status; a traceback means a
+bug in Kafkaesque, not in the user's input.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from . import demo
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="kafkaesque",
+        description="A Raft-replicated, partitioned log broker.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    demo.add_parser(commands)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    try:
+        result: int = args.run(args)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+    except demo.DemoError as exc:
+        print(f"kafkaesque {args.command}: {exc}", file=sys.stderr)
+        return 1
+    return result
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,1 @@
+"""Fault injection on a real cluster, a recorded history, and a checker for it."""

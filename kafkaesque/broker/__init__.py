@@ -1,0 +1,1 @@
+"""The broker: sessions, routing, metadata and consumer groups over the partition Raft groups."""

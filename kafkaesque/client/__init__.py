@@ -1,0 +1,1 @@
+"""The client library (sync and trio): batching producer, consumer, admin."""

@@ -1,0 +1,1 @@
+"""Sans-I/O codecs: the telnet-friendly line protocol and MQTT 3.1.1 / 5.0."""

@@ -1,0 +1,65 @@
+"""The partition log on disk: record batches in segment files with a sparse offset index.
+
+See docs/storage-format.md for the byte layout and the durability promises.
+"""
+
+from ._batch import (
+    HEADER_SIZE,
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchHeader,
+    BatchType,
+    Record,
+    build_batch,
+    decode_header,
+    decode_records,
+    iter_batches,
+    stamp,
+    stamped_prefix,
+)
+from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
+from ._partition_log import (
+    AppendResult,
+    CompactionResult,
+    FlushTicket,
+    FsyncPolicy,
+    LogConfig,
+    PartitionLog,
+    ReadResult,
+    wall_clock_ms,
+)
+from ._segment import RecoveryReport
+from ._statefile import fsync_directory, read_state_file, write_state_file
+
+__all__ = [
+    "HEADER_SIZE",
+    "NO_PRODUCER_EPOCH",
+    "NO_PRODUCER_ID",
+    "NO_SEQUENCE",
+    "AppendResult",
+    "BatchHeader",
+    "BatchType",
+    "CompactionResult",
+    "CorruptLogError",
+    "FlushTicket",
+    "FsyncPolicy",
+    "InvalidBatchError",
+    "LogConfig",
+    "OffsetOutOfRangeError",
+    "PartitionLog",
+    "ReadResult",
+    "Record",
+    "RecoveryReport",
+    "StorageError",
+    "build_batch",
+    "decode_header",
+    "decode_records",
+    "fsync_directory",
+    "iter_batches",
+    "read_state_file",
+    "stamp",
+    "stamped_prefix",
+    "wall_clock_ms",
+    "write_state_file",
+]

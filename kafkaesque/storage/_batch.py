@@ -1,0 +1,299 @@
+"""The record batch: the unit of the partition log, of Raft replication and of the wire.
+
+The layout (format version 1, all integers big-endian) is written down in docs/storage-format.md;
+this module is its only implementation. A batch is pure bytes in, values out: no files here.
+
+Two checksums protect a batch (the idea is Redpanda's header CRC beside Kafka's body CRC):
+
+* ``crc`` covers the body (batch type through the last record). The producer computes it, so a
+  consumer can verify end to end what the producer sent; the broker never rewrites the body.
+* ``header_crc`` covers the fields a leader stamps when it appends (base offset, length, term,
+  magic) and the body CRC, so stamping an offset costs a CRC over 25 bytes, not over the batch.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from enum import IntEnum
+
+import msgpack
+from crc32c import crc32c
+
+from ._errors import InvalidBatchError
+
+MAGIC = 1
+
+# Field layout. Offsets are positions in the batch; see docs/storage-format.md.
+_PREFIX = struct.Struct(">qiqbI")  # base_offset, batch_length, term, magic, header_crc
+_BODY_CRC = struct.Struct(">I")
+# batch type, attributes, last offset delta, first and max timestamp, producer id and epoch,
+# base sequence, record count
+_BODY = struct.Struct(">BHiqqqhii")
+_HEADER = struct.Struct(">qiqbII" + _BODY.format[1:])  # the whole fixed header at once
+_BASE_OFFSET = struct.Struct(">q")
+_TERM = struct.Struct(">q")
+
+HEADER_SIZE = _PREFIX.size + _BODY_CRC.size + _BODY.size  # 70
+LENGTH_FIELD_END = 12  # batch_length counts the bytes after this position
+_HEADER_CRC_POS = 21
+_BODY_CRC_POS = 25
+_BODY_POS = 29
+
+NO_PRODUCER_ID = -1
+NO_PRODUCER_EPOCH = -1
+NO_SEQUENCE = -1
+
+
+class BatchType(IntEnum):
+    """What a batch carries. Consumers see only DATA; the others are Raft's control batches."""
+
+    DATA = 0
+    NOOP = 1  # the no-op a new Raft leader appends at the start of its term
+    CONFIG = 2  # a Raft membership change
+
+
+_BATCH_TYPES = tuple(BatchType)  # indexable by the wire value (values are 0, 1, 2...)
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """One record. ``offset`` and ``timestamp`` are absolute once read from a batch."""
+
+    value: bytes | None
+    key: bytes | None = None
+    headers: tuple[tuple[str, bytes], ...] = ()
+    timestamp: int = 0  # milliseconds since the epoch
+    offset: int = -1
+
+
+@dataclass(frozen=True, slots=True)
+class BatchHeader:
+    """The decoded fixed header of a batch. ``size`` is the whole batch in bytes."""
+
+    base_offset: int
+    size: int
+    term: int
+    batch_type: BatchType
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+
+def build_batch(
+    records: Sequence[Record],
+    *,
+    base_offset: int = 0,
+    term: int = 0,
+    batch_type: BatchType = BatchType.DATA,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+    offset_deltas: Sequence[int] | None = None,
+    last_offset_delta: int | None = None,
+    max_timestamp: int = 0,
+) -> bytes:
+    """Encode ``records`` as one batch.
+
+    Record offsets are ``base_offset + i`` unless ``offset_deltas`` is given (compaction keeps the
+    original offsets of the records it retains, so deltas may have gaps); ``last_offset_delta``
+    defaults to the last delta and may be larger (a compacted batch still spans its original
+    offsets). ``max_timestamp`` is a floor for the batch's max timestamp (compaction keeps the
+    original so time retention does not change). Raises ``ValueError`` for an empty batch of
+    data, or deltas that do not increase.
+    """
+    if offset_deltas is None:
+        offset_deltas = range(len(records))
+    if len(offset_deltas) != len(records):
+        raise ValueError("offset_deltas must have one entry per record")
+    if any(b <= a for a, b in itertools.pairwise(offset_deltas)):
+        raise ValueError("offset deltas must increase")
+    if last_offset_delta is None:
+        if not records:
+            raise ValueError("a batch needs at least one record or an explicit last_offset_delta")
+        last_offset_delta = offset_deltas[-1]
+    elif records and last_offset_delta < offset_deltas[-1]:
+        raise ValueError("last_offset_delta is below the last record's delta")
+    first_ts = min((r.timestamp for r in records), default=0)
+    max_ts = max(max((r.timestamp for r in records), default=0), max_timestamp)
+    pack = msgpack.Packer(use_bin_type=True).pack
+    body_records = b"".join(
+        pack((delta, r.timestamp - first_ts, r.key, r.value, [list(h) for h in r.headers]))
+        for delta, r in zip(offset_deltas, records, strict=True)
+    )
+    body = (
+        _BODY.pack(
+            batch_type,
+            0,
+            last_offset_delta,
+            first_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+        + body_records
+    )
+    body_crc = _BODY_CRC.pack(crc32c(body))
+    length = HEADER_SIZE + len(body_records) - LENGTH_FIELD_END
+    prefix = bytearray(_PREFIX.pack(base_offset, length, term, MAGIC, 0))
+    _stamp_header_crc(prefix, body_crc)
+    return bytes(prefix) + body_crc + body
+
+
+def _stamp_header_crc(prefix: bytearray, body_crc: bytes) -> None:
+    header_crc = crc32c(body_crc, crc32c(prefix[:_HEADER_CRC_POS]))
+    struct.pack_into(">I", prefix, _HEADER_CRC_POS, header_crc)
+
+
+def stamped_prefix(batch: bytes | memoryview, *, base_offset: int, term: int) -> bytes:
+    """The first 25 bytes of ``batch`` with base offset and term replaced, header CRC redone.
+
+    ``stamped_prefix(b, ...) + b[25:]`` is the stamped batch: the body (and its CRC) is never
+    touched, so a leader assigns offsets without re-encoding or copying the records.
+    """
+    prefix = bytearray(batch[:_BODY_CRC_POS])
+    _BASE_OFFSET.pack_into(prefix, 0, base_offset)
+    _TERM.pack_into(prefix, 12, term)
+    _stamp_header_crc(prefix, bytes(batch[_BODY_CRC_POS:_BODY_POS]))
+    return bytes(prefix)
+
+
+def stamp(batch: bytes | memoryview, *, base_offset: int, term: int) -> bytes:
+    """Return ``batch`` with its base offset and term replaced (see ``stamped_prefix``)."""
+    return stamped_prefix(batch, base_offset=base_offset, term=term) + bytes(batch[_BODY_CRC_POS:])
+
+
+def peek_size(buf: bytes | memoryview, pos: int = 0) -> int | None:
+    """The size of the batch starting at ``pos``, or None if fewer than 12 bytes remain."""
+    if len(buf) - pos < LENGTH_FIELD_END:
+        return None
+    length: int = struct.unpack_from(">i", buf, pos + 8)[0]
+    return LENGTH_FIELD_END + length
+
+
+def decode_header(
+    buf: bytes | memoryview, pos: int = 0, *, verify: bool = True, header_crc: bool = True
+) -> BatchHeader:
+    """Decode and check the batch at ``buf[pos:]``.
+
+    With ``verify`` (the default) both CRCs are checked and the batch must lie wholly inside
+    ``buf``; ``header_crc=False`` skips the header CRC, for a leader that overwrites the stamped
+    fields anyway (their length and magic are still checked, and the body CRC).
+    Raises ``InvalidBatchError`` naming what is wrong: a short buffer, a length that lies,
+    an unknown magic or batch type, a CRC mismatch, or counts that contradict each other.
+    """
+    avail = len(buf) - pos
+    if avail < HEADER_SIZE:
+        raise InvalidBatchError(f"truncated batch header: {avail} of {HEADER_SIZE} bytes")
+    (
+        base_offset,
+        length,
+        term,
+        magic,
+        stored_header_crc,
+        body_crc,
+        btype,
+        attrs,
+        last_delta,
+        first_ts,
+        max_ts,
+        pid,
+        epoch,
+        seq,
+        count,
+    ) = _HEADER.unpack_from(buf, pos)
+    size = LENGTH_FIELD_END + length
+    if magic != MAGIC:
+        raise InvalidBatchError(f"unknown batch format version (magic) {magic}")
+    if size < HEADER_SIZE:
+        raise InvalidBatchError(f"batch length {length} is shorter than the header")
+    if verify:
+        if not isinstance(buf, memoryview):
+            buf = memoryview(buf)  # slicing bytes would copy the whole body for the CRC
+        if size > avail:
+            raise InvalidBatchError(f"batch length says {size} bytes but only {avail} are there")
+        if header_crc:
+            body_crc_bytes = buf[pos + _BODY_CRC_POS : pos + _BODY_POS]
+            want = crc32c(body_crc_bytes, crc32c(buf[pos : pos + _HEADER_CRC_POS]))
+            if want != stored_header_crc:
+                raise InvalidBatchError(f"header CRC mismatch at offset {base_offset}")
+        if crc32c(buf[pos + _BODY_POS : pos + size]) != body_crc:
+            raise InvalidBatchError(f"body CRC mismatch in batch at offset {base_offset}")
+    if btype >= len(_BATCH_TYPES):
+        raise InvalidBatchError(f"unknown batch type {btype}")
+    batch_type = _BATCH_TYPES[btype]
+    if count < 0 or last_delta < 0 or (count > 0 and last_delta < count - 1):
+        raise InvalidBatchError(f"record count {count} contradicts offset span {last_delta + 1}")
+    if base_offset < 0 or term < 0:
+        raise InvalidBatchError(f"negative base offset {base_offset} or term {term}")
+    return BatchHeader(
+        base_offset,
+        size,
+        term,
+        batch_type,
+        attrs,
+        last_delta,
+        first_ts,
+        max_ts,
+        pid,
+        epoch,
+        seq,
+        count,
+    )
+
+
+def iter_batches(buf: bytes | memoryview, *, verify: bool = True) -> Iterator[BatchHeader]:
+    """Walk consecutive whole batches in ``buf``; raise ``InvalidBatchError`` at a bad one."""
+    pos = 0
+    while pos < len(buf):
+        header = decode_header(buf, pos, verify=verify)
+        yield header
+        pos += header.size
+
+
+def decode_records(batch: bytes | memoryview, header: BatchHeader | None = None) -> list[Record]:
+    """Unpack the records of one batch (the consumer side; the broker never does this)."""
+    if header is None:
+        header = decode_header(batch)
+    unpacker = msgpack.Unpacker(use_list=False, raw=False, max_buffer_size=max(len(batch), 1024))
+    unpacker.feed(batch[HEADER_SIZE : header.size])
+    records: list[Record] = []
+    try:
+        for item in unpacker:
+            delta, ts_delta, key, value, headers = item
+            records.append(
+                Record(
+                    value=value,
+                    key=key,
+                    headers=tuple((str(k), bytes(v)) for k, v in headers),
+                    timestamp=header.first_timestamp + ts_delta,
+                    offset=header.base_offset + delta,
+                )
+            )
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        raise InvalidBatchError(
+            f"malformed records in batch at {header.base_offset}: {exc}"
+        ) from exc
+    if len(records) != header.record_count:
+        raise InvalidBatchError(
+            f"batch at {header.base_offset} says {header.record_count} records, "
+            f"holds {len(records)}"
+        )
+    return records

@@ -1,0 +1,684 @@
+"""``PartitionLog``: one partition's log on disk, a directory of segments (the Raft log).
+
+The directory holds ``<base>.log`` / ``<base>.index`` / ``<base>.timeindex`` per segment, the
+term table (``term-starts``) and a ``.lock``. Offsets only increase and may have gaps (a
+truncation to an offset inside a gap, compacted records); every offset belongs to at most one
+batch, and batches are contiguous in the order they were appended.
+
+Durability contract (docs/storage-format.md, "Durability"):
+
+* ``append`` writes to the file (the page cache) and never fsyncs.
+* ``flush`` (or a ``FlushTicket`` run on a worker thread) fsyncs the active segment; one flush
+  after many appends is the group commit. ``durable_end_offset`` is the end of what may be
+  acknowledged under the configured ``FsyncPolicy``:
+
+  - ``ALWAYS`` (default): only flushed data. An acknowledged batch survives power loss.
+  - ``INTERVAL``: everything written; flushed every ``fsync_interval_ms`` by ``maybe_flush``.
+    Survives a crash of the process (kill -9); power loss may lose the last interval.
+  - ``NEVER``: everything written; flushed only on roll and close. Survives kill -9 only.
+
+* Rolling a segment always fsyncs it, so sealed segments are durable and trusted on open.
+* Recovery validates only the active segment, so reopening costs the same for 200 MB or 2 GB.
+
+Not thread-safe: one owner (task) calls everything, except ``FlushTicket.run``.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import itertools
+import logging
+import os
+import time
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+
+from ._batch import (
+    BatchHeader,
+    BatchType,
+    build_batch,
+    decode_header,
+    decode_records,
+    iter_batches,
+    stamped_prefix,
+)
+from ._errors import InvalidBatchError, OffsetOutOfRangeError, StorageError
+from ._segment import RecoveryReport, Segment, segment_name
+from ._statefile import fsync_directory
+from ._term_table import TermTable
+
+log = logging.getLogger("kafkaesque.storage")
+
+_STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and term
+
+
+class FsyncPolicy(StrEnum):
+    """When appended data reaches the disk; see the module docstring for what each promises."""
+
+    ALWAYS = "always"
+    INTERVAL = "interval"
+    NEVER = "never"
+
+
+@dataclass(frozen=True, slots=True)
+class LogConfig:
+    """Per-partition settings. ``None`` disables a limit."""
+
+    segment_bytes: int = 64 * 1024 * 1024
+    segment_ms: int | None = 7 * 24 * 3600 * 1000
+    index_interval_bytes: int = 4096
+    retention_bytes: int | None = None
+    retention_ms: int | None = 7 * 24 * 3600 * 1000
+    fsync: FsyncPolicy = FsyncPolicy.ALWAYS
+    fsync_interval_ms: int = 1000
+    max_batch_bytes: int = 8 * 1024 * 1024
+    verify_reads: bool = True
+
+    def __post_init__(self) -> None:
+        if self.segment_bytes < 1024:
+            raise ValueError("segment_bytes must be at least 1024")
+        if self.index_interval_bytes < 1:
+            raise ValueError("index_interval_bytes must be positive")
+        if self.max_batch_bytes > 2**31 - 1:
+            raise ValueError("max_batch_bytes must fit in the 32-bit batch length field")
+
+
+@dataclass(frozen=True, slots=True)
+class AppendResult:
+    base_offset: int
+    last_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Whole batches, and the offset to read from next (after the last batch returned).
+
+    The first batch may begin before the offset asked for (it holds that offset); readers skip
+    the records below it. ``data`` is empty when nothing at or after the offset is readable.
+    """
+
+    data: bytes | memoryview
+    next_offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class CompactionResult:
+    segments_rewritten: int
+    records_removed: int
+    bytes_before: int
+    bytes_after: int
+
+
+@dataclass(slots=True)
+class FlushTicket:
+    """An fsync to run off the owner's thread: ``run()`` in a worker, then ``log.flushed(t)``."""
+
+    fd: int
+    end_offset: int
+    generation: int
+    done: bool = False
+
+    def run(self) -> None:
+        try:
+            os.fsync(self.fd)
+        finally:
+            os.close(self.fd)
+        self.done = True
+
+
+def wall_clock_ms() -> float:
+    return time.time() * 1000.0
+
+
+class PartitionLog:
+    """A partition's log: append, read, truncate, roll, retention, compaction, recovery."""
+
+    def __init__(
+        self,
+        directory: str,
+        config: LogConfig,
+        clock: Callable[[], float],
+        segments: list[Segment],
+        terms: TermTable,
+        lock_fd: int,
+        recovery: RecoveryReport | None,
+    ) -> None:
+        self.directory = directory
+        self.config = config
+        self._clock = clock
+        # Invariant: base offsets strictly increase; only the last segment is unsealed.
+        self._segments = segments
+        self._bases = [s.base_offset for s in segments]
+        self._terms = terms
+        self._lock_fd = lock_fd
+        #: What recovery cut from the active segment when the log was opened (None: nothing).
+        self.recovery = recovery
+        self._generation = 0  # bumped by truncate/reset: outstanding flush tickets go stale
+        self._flushed_end = self.log_end_offset  # recovery fsynced what it kept
+        self._last_flush_ms = clock()
+        self._closed = False
+
+    # -- opening and closing -----------------------------------------------------------------
+
+    @classmethod
+    def open(
+        cls,
+        directory: str,
+        config: LogConfig | None = None,
+        *,
+        clock: Callable[[], float] = wall_clock_ms,
+    ) -> PartitionLog:
+        """Open (creating if needed) the log in ``directory`` and recover its active segment.
+
+        Raises ``StorageError`` if another process holds the directory's lock, and
+        ``CorruptLogError`` if the term table fails its checksum.
+        """
+        config = config or LogConfig()
+        os.makedirs(directory, exist_ok=True)
+        lock_fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(lock_fd)
+            raise StorageError(f"{directory} is locked by another process") from None
+        try:
+            return cls._recover(directory, config, clock, lock_fd)
+        except BaseException:
+            os.close(lock_fd)
+            raise
+
+    @classmethod
+    def _recover(
+        cls, directory: str, config: LogConfig, clock: Callable[[], float], lock_fd: int
+    ) -> PartitionLog:
+        bases = []
+        for name in os.listdir(directory):
+            if name.endswith((".tmp", ".cleaned")):
+                # Leftovers of an interrupted state-file write or compaction: never adopted.
+                os.unlink(os.path.join(directory, name))
+            elif name.endswith(".log") and name[:-4].isdigit():
+                bases.append(int(name[:-4]))
+        bases.sort()
+        interval = config.index_interval_bytes
+        segments = [
+            Segment.open_sealed(directory, base, nxt, interval)
+            for base, nxt in itertools.pairwise(bases)
+        ]
+        active, report, seen_terms = Segment.recover_active(
+            directory, bases[-1] if bases else 0, interval
+        )
+        segments.append(active)
+        if not bases:
+            fsync_directory(directory)
+        terms = TermTable.load(directory)
+        end = active.next_offset
+        terms.truncate_from_end(end)
+        for term, start in seen_terms:
+            # A batch of a term the table lacks (the table is written first, so only possible if
+            # the table was lost): relearn it rather than misreport terms to Raft.
+            if term > terms.last_term:
+                terms.assign(term, start)
+        return cls(directory, config, clock, segments, terms, lock_fd, report)
+
+    def close(self) -> None:
+        """Flush and close. The log object must not be used afterwards."""
+        if self._closed:
+            return
+        self._active.flush_index()
+        self._active.sync()
+        for seg in self._segments:
+            seg.close()
+        os.close(self._lock_fd)
+        self._closed = True
+
+    def abandon(self) -> None:
+        """Drop the log as a killed process would: close descriptors, flush and fsync nothing.
+
+        For crash tests: what was written stays in the page cache, the index files miss their
+        last entries, and the next ``open`` must recover.
+        """
+        for seg in self._segments:
+            seg.abandon()
+        os.close(self._lock_fd)
+        self._closed = True
+
+    def __enter__(self) -> PartitionLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- facts ------------------------------------------------------------------------------
+
+    @property
+    def _active(self) -> Segment:
+        return self._segments[-1]
+
+    @property
+    def log_start_offset(self) -> int:
+        """The lowest offset the log can hold (retention and resets move it forward)."""
+        return self._segments[0].base_offset
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended batch gets (one past the last offset)."""
+        return self._active.next_offset
+
+    @property
+    def active_base_offset(self) -> int:
+        return self._active.base_offset
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    @property
+    def segment_count(self) -> int:
+        return len(self._segments)
+
+    @property
+    def flushed_end_offset(self) -> int:
+        """Everything below this offset has been fsynced."""
+        return self._flushed_end
+
+    @property
+    def durable_end_offset(self) -> int:
+        """The end of what may be acknowledged under the fsync policy (see module docstring)."""
+        if self.config.fsync is FsyncPolicy.ALWAYS:
+            return self._flushed_end
+        return self.log_end_offset
+
+    @property
+    def last_term(self) -> int:
+        return self._terms.last_term
+
+    def term_at(self, offset: int) -> int | None:
+        """The term of the batch holding ``offset``; valid from ``log_start - 1`` to the end.
+
+        Offset -1 of a log that starts at 0 has term 0 (Raft's sentinel). None outside that range.
+        """
+        if offset == -1 and self.log_start_offset == 0:
+            return 0
+        if offset < self.log_start_offset - 1 or offset >= self.log_end_offset:
+            return None
+        return self._terms.term_at(offset)
+
+    def term_starts(self) -> list[tuple[int, int]]:
+        """The term → start-offset table, oldest first."""
+        return self._terms.entries()
+
+    def term_end(self, term: int) -> tuple[int, int]:
+        """The largest term <= ``term`` in the log and the offset where it ends (see TermTable)."""
+        return self._terms.end_of(term, self.log_end_offset)
+
+    # -- appending ----------------------------------------------------------------------------
+
+    def _check_batch(
+        self, batch: bytes | memoryview, pos: int = 0, *, header_crc: bool = True
+    ) -> BatchHeader:
+        header = decode_header(batch, pos, verify=True, header_crc=header_crc)
+        if header.size > self.config.max_batch_bytes:
+            raise InvalidBatchError(
+                f"batch of {header.size} bytes exceeds the limit of {self.config.max_batch_bytes}"
+            )
+        return header
+
+    def append(self, batch: bytes, *, term: int) -> AppendResult:
+        """Append one batch as the leader: assign it the next offsets and stamp ``term``.
+
+        Raises ``InvalidBatchError`` (nothing written) if the bytes are not exactly one valid
+        batch with at least one record and contiguous offsets, or exceed ``max_batch_bytes``;
+        ``ValueError`` if ``term`` is below the log's last term.
+        """
+        # The header CRC only guards the fields stamped below, so it is not worth checking.
+        header = self._check_batch(batch, header_crc=False)
+        if header.size != len(batch):
+            raise InvalidBatchError(
+                f"batch length says {header.size} bytes but {len(batch)} were given"
+            )
+        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+            raise InvalidBatchError(
+                f"a new batch needs contiguous offsets: {header.record_count} records "
+                f"spanning {header.last_offset_delta + 1} offsets"
+            )
+        if term < self._terms.last_term:
+            raise ValueError(f"term {term} is below the log's last term {self._terms.last_term}")
+        base = self.log_end_offset
+        last = base + header.last_offset_delta
+        self._write(
+            [stamped_prefix(batch, base_offset=base, term=term), memoryview(batch)[_STAMP_END:]],
+            base,
+            last,
+            term,
+            header,
+        )
+        return AppendResult(base, last)
+
+    def append_replicated(self, data: bytes) -> AppendResult:
+        """Append whole batches that a leader already stamped (the follower's path).
+
+        The first batch must start at ``log_end_offset`` and each next batch right after the
+        previous one; terms must not decrease. Everything is checked before anything is
+        written: on ``InvalidBatchError`` or ``ValueError`` the log is unchanged.
+        """
+        view = memoryview(data)
+        headers: list[tuple[int, BatchHeader]] = []
+        expected, last_term, pos = self.log_end_offset, self._terms.last_term, 0
+        while pos < len(view):
+            header = self._check_batch(view, pos)
+            if header.base_offset != expected:
+                raise ValueError(
+                    f"batch at offset {header.base_offset} does not continue the log at {expected}"
+                )
+            if header.term < last_term:
+                raise ValueError(f"batch term {header.term} is below the log's term {last_term}")
+            headers.append((pos, header))
+            expected, last_term, pos = header.next_offset, header.term, pos + header.size
+        if not headers:
+            raise InvalidBatchError("no batch to append")
+        for pos, header in headers:
+            parts: list[bytes | memoryview] = [view[pos : pos + header.size]]
+            self._write(parts, header.base_offset, header.last_offset, header.term, header)
+        return AppendResult(headers[0][1].base_offset, headers[-1][1].last_offset)
+
+    def _write(
+        self,
+        parts: list[bytes | memoryview],
+        base: int,
+        last: int,
+        term: int,
+        header: BatchHeader,
+    ) -> None:
+        """Write a batch stamped with ``base`` and ``term`` (``header`` gives size and time)."""
+        now = self._clock()
+        self._maybe_roll(header.size, now)
+        if term != self._terms.last_term:
+            # The term table is made durable before the batch: after a crash it may name a
+            # term whose batch never landed (recovery trims that), never miss one that did.
+            self._terms.assign(term, base)
+        self._active.append(parts, base, last, header.size, header.max_timestamp, now)
+
+    def _maybe_roll(self, incoming: int, now: float) -> None:
+        active = self._active
+        if active.size == 0:
+            return
+        too_big = active.size + incoming > self.config.segment_bytes
+        too_old = (
+            self.config.segment_ms is not None
+            and active.first_append_ms is not None
+            and now - active.first_append_ms >= self.config.segment_ms
+        )
+        if too_big or too_old:
+            self.roll()
+
+    def roll(self) -> None:
+        """Seal the active segment (fsync) and start a new one at the log end."""
+        if self._active.size == 0:
+            return
+        self._active.seal()
+        self._segments.append(
+            Segment.create(self.directory, self.log_end_offset, self.config.index_interval_bytes)
+        )
+        self._bases.append(self.log_end_offset)
+        fsync_directory(self.directory)
+
+    # -- durability ---------------------------------------------------------------------------
+
+    def flush(self) -> None:
+        """fsync the active segment now: everything appended so far becomes durable."""
+        end = self.log_end_offset
+        self._active.sync()
+        self._flushed_end = max(self._flushed_end, end)
+        self._last_flush_ms = self._clock()
+
+    def flush_ticket(self) -> FlushTicket:
+        """An fsync of the active segment to run on a worker thread (see ``FlushTicket``)."""
+        return FlushTicket(self._active.dup_fd(), self.log_end_offset, self._generation)
+
+    def flushed(self, ticket: FlushTicket) -> None:
+        """Record a completed ticket; stale tickets (from before a truncation) are ignored."""
+        if not ticket.done:
+            raise ValueError("flush ticket has not run")
+        if ticket.generation == self._generation:
+            self._flushed_end = max(self._flushed_end, min(ticket.end_offset, self.log_end_offset))
+            self._last_flush_ms = self._clock()
+
+    def maybe_flush(self) -> bool:
+        """Flush if the policy wants it now (dirty and ALWAYS, or the interval passed)."""
+        if self._flushed_end >= self.log_end_offset:
+            return False
+        policy = self.config.fsync
+        if policy is FsyncPolicy.NEVER:
+            return False
+        if (
+            policy is FsyncPolicy.INTERVAL
+            and self._clock() - self._last_flush_ms < self.config.fsync_interval_ms
+        ):
+            return False
+        self.flush()
+        return True
+
+    # -- reading ------------------------------------------------------------------------------
+
+    def read(
+        self, offset: int, max_bytes: int = 1 << 20, *, max_offset: int | None = None
+    ) -> ReadResult:
+        """Whole batches from the one holding ``offset`` on, up to ``max_bytes``.
+
+        At least one batch is returned if any is readable, even one larger than ``max_bytes``,
+        so readers always progress. Only batches wholly below ``max_offset`` are returned
+        (the commit bound: consumers see committed data only). Raises
+        ``OffsetOutOfRangeError`` below the log start or past the log end, and
+        ``CorruptLogError`` if a batch fails its checksums.
+        """
+        start, end = self.log_start_offset, self.log_end_offset
+        if offset < start or offset > end:
+            raise OffsetOutOfRangeError(offset, start, end)
+        i = bisect_right(self._bases, offset) - 1
+        for seg in self._segments[i:]:
+            if max_offset is not None and seg.base_offset >= max_offset:
+                break
+            pos = seg.locate(offset)
+            if pos is None:
+                continue
+            data, next_offset = seg.read(
+                pos, max_bytes, max_offset, verify=self.config.verify_reads
+            )
+            return ReadResult(data, next_offset if next_offset is not None else offset)
+        return ReadResult(b"", offset)
+
+    # -- truncation and reset -------------------------------------------------------------------
+
+    def truncate(self, offset: int) -> None:
+        """Remove every batch at or after ``offset`` (Raft: a follower's log diverged there).
+
+        ``offset`` must not fall inside a batch (``ValueError``) nor below the log start
+        (``OffsetOutOfRangeError``). Afterwards ``log_end_offset == offset`` (if it was above).
+        The cut is made durable before returning.
+        """
+        if offset >= self.log_end_offset:
+            return
+        if offset < self.log_start_offset:
+            raise OffsetOutOfRangeError(offset, self.log_start_offset, self.log_end_offset)
+        keep = bisect_right(self._bases, offset) - 1
+        target = self._segments[keep]
+        if target.base_offset < offset:
+            # Validate the boundary before anything is deleted.
+            pos = target.locate(offset)
+            if pos is not None:
+                first = decode_header(target.read(pos, 0, None, verify=False)[0], verify=False)
+                if first.base_offset < offset:
+                    raise ValueError(f"offset {offset} is inside the batch at {first.base_offset}")
+        elif keep > 0 and target.base_offset == offset:
+            keep -= 1  # the segment starting at ``offset`` goes whole
+            target = self._segments[keep]
+        self._generation += 1
+        # Newest first, so a crash midway leaves a prefix of the log: a valid shorter log.
+        while len(self._segments) > keep + 1:
+            self._segments.pop().delete()
+            self._bases.pop()
+        fsync_directory(self.directory)
+        if target.sealed:
+            target.unseal()
+        target.truncate_to(offset)
+        target.sync()
+        self._terms.truncate_from_end(self.log_end_offset)
+        self._flushed_end = min(self._flushed_end, self.log_end_offset)
+
+    def reset(self, start_offset: int, term_before_start: int) -> None:
+        """Discard everything and restart empty at ``start_offset``.
+
+        Raft uses this when a follower's log ends below the leader's log start (retention
+        removed what it is missing): its log restarts where the leader's does, and
+        ``term_at(start_offset - 1)`` answers ``term_before_start``.
+        """
+        if start_offset < 0:
+            raise ValueError("start_offset must not be negative")
+        self._generation += 1
+        while self._segments:
+            self._segments.pop().delete()
+        self._bases.clear()
+        fsync_directory(self.directory)
+        self._terms.reset(term_before_start, start_offset - 1)
+        self._segments.append(
+            Segment.create(self.directory, start_offset, self.config.index_interval_bytes)
+        )
+        self._bases.append(start_offset)
+        fsync_directory(self.directory)
+        self._flushed_end = start_offset
+
+    # -- retention and compaction ---------------------------------------------------------------
+
+    def enforce_retention(self, *, max_offset: int | None = None) -> list[int]:
+        """Delete the oldest sealed segments beyond the size or age limits; return their bases.
+
+        Only segments wholly below ``max_offset`` go (Raft passes its commit bound, so nothing
+        uncommitted is removed). The active segment is never deleted.
+        """
+        now = self._clock()
+        limit_bytes, limit_ms = self.config.retention_bytes, self.config.retention_ms
+        total = self.size_bytes
+        doomed: list[Segment] = []
+        for seg in self._segments[:-1]:
+            if max_offset is not None and seg.next_offset > max_offset:
+                break
+            by_size = limit_bytes is not None and total - seg.size >= limit_bytes
+            by_time = limit_ms is not None and now - seg.sealed_max_timestamp() > limit_ms
+            if not (by_size or by_time):
+                break
+            doomed.append(seg)
+            total -= seg.size
+        if not doomed:
+            return []
+        # Oldest first, so a crash midway leaves a suffix: the log start just moved less far.
+        for seg in doomed:
+            seg.delete()
+        fsync_directory(self.directory)
+        del self._segments[: len(doomed)]
+        del self._bases[: len(doomed)]
+        self._terms.truncate_from_start(self.log_start_offset)
+        log.info(
+            "%s: retention deleted %d segment(s); log starts at %d",
+            self.directory,
+            len(doomed),
+            self.log_start_offset,
+        )
+        return [s.base_offset for s in doomed]
+
+    def compact(self, *, max_offset: int | None = None) -> CompactionResult:
+        """Keep only the latest record of each key in the sealed segments.
+
+        The latest record is looked for in the whole log below ``max_offset`` (the active
+        segment included, which is itself never rewritten). Records without a key, and control
+        batches, are kept. Tombstones (a key with a None value) are kept as the key's latest
+        record. A batch keeps its offsets and span even when records go (an emptied batch stays
+        as a header), so offsets, terms and Raft's view of the log do not change.
+        """
+        candidates = [
+            s for s in self._segments[:-1] if max_offset is None or s.next_offset <= max_offset
+        ]
+        if not candidates:
+            return CompactionResult(0, 0, 0, 0)
+        latest: dict[bytes, int] = {}
+        for seg in self._segments:
+            for _, header, batch in self._segment_batches(seg):
+                if header.batch_type is not BatchType.DATA:
+                    continue
+                for record in decode_records(batch, header):
+                    if record.key is not None and (
+                        max_offset is None or record.offset < max_offset
+                    ):
+                        latest[record.key] = record.offset
+        rewritten = removed = before = after = 0
+        for seg in candidates:
+            parts: list[bytes] = []
+            changed = 0
+            for _, header, batch in self._segment_batches(seg):
+                if header.batch_type is not BatchType.DATA:
+                    parts.append(bytes(batch))
+                    continue
+                records = decode_records(batch, header)
+                kept = [r for r in records if r.key is None or latest.get(r.key) == r.offset]
+                if len(kept) == len(records):
+                    parts.append(bytes(batch))
+                    continue
+                changed += len(records) - len(kept)
+                parts.append(
+                    build_batch(
+                        kept,
+                        base_offset=header.base_offset,
+                        term=header.term,
+                        batch_type=header.batch_type,
+                        producer_id=header.producer_id,
+                        producer_epoch=header.producer_epoch,
+                        base_sequence=header.base_sequence,
+                        offset_deltas=[r.offset - header.base_offset for r in kept],
+                        last_offset_delta=header.last_offset_delta,
+                        max_timestamp=header.max_timestamp,
+                    )
+                )
+            if not changed:
+                continue
+            before += seg.size
+            cleaned = os.path.join(self.directory, segment_name(seg.base_offset) + ".log.cleaned")
+            fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+            try:
+                data = b"".join(parts)
+                os.write(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            seg.replace_contents(cleaned)
+            fsync_directory(self.directory)
+            after += seg.size
+            rewritten += 1
+            removed += changed
+        return CompactionResult(rewritten, removed, before, after)
+
+    def _segment_batches(self, seg: Segment) -> list[tuple[int, BatchHeader, memoryview]]:
+        if seg.size == 0:
+            return []
+        data, _ = seg.read(0, seg.size, None, verify=self.config.verify_reads)
+        view = memoryview(data)
+        out = []
+        pos = 0
+        for header in iter_batches(view, verify=False):
+            out.append((pos, header, view[pos : pos + header.size]))
+            pos += header.size
+        return out
+
+    # -- inspection (tests, tools) ---------------------------------------------------------------
+
+    def segments(self) -> list[tuple[int, int, bool]]:
+        """``(base_offset, size_bytes, sealed)`` of every segment, oldest first."""
+        return [(s.base_offset, s.size, s.sealed) for s in self._segments]
+
+    def verify(self) -> None:
+        """Scrub: check every batch of every segment again; ``CorruptLogError`` at the first bad.
+
+        Reads check each byte once per process; this checks everything, whatever was checked.
+        """
+        for seg in self._segments:
+            seg.scrub()

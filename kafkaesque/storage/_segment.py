@@ -1,0 +1,438 @@
+"""One segment of a partition log: ``<base>.log`` (batches), ``<base>.index`` (sparse index).
+
+Files are named by their base offset zero-padded to 20 digits, so ``ls`` sorts them. A segment is
+either *active* (the last one; appended to, scanned and validated on recovery) or *sealed*
+(fsynced when it was rolled, trusted on open, its index loaded only when first read).
+
+Every byte is CRC-checked once per process before it is served: appends are validated before
+they are written, recovery validates the active segment, and a read verifies what no earlier
+read (or append) verified. A bit flip in a sealed segment therefore surfaces as
+``CorruptLogError`` naming the file and position, never as garbage handed to a consumer; a
+flip that strikes the disk after this process verified those bytes is found by
+``PartitionLog.verify`` (a scrub) or the next process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import struct
+from dataclasses import dataclass
+
+from ._batch import HEADER_SIZE, LENGTH_FIELD_END, decode_header, peek_size
+from ._errors import CorruptLogError, InvalidBatchError
+from ._index import OffsetIndex
+
+log = logging.getLogger("kafkaesque.storage")
+
+# The header fields a forward scan needs: base offset, length, and the last offset delta.
+_SCAN = struct.Struct(">qi")
+_SCAN_LAST_DELTA = struct.Struct(">i")
+_LAST_DELTA_POS = 32
+_SCAN_BYTES = _LAST_DELTA_POS + 4
+_TIMESTAMPS = struct.Struct(">qq")  # first, max
+_TIMESTAMPS_POS = 36
+
+
+def segment_name(base_offset: int) -> str:
+    return f"{base_offset:020d}"
+
+
+@dataclass(frozen=True, slots=True)
+class RecoveryReport:
+    """What recovery of the active segment cut off, if anything."""
+
+    path: str
+    valid_bytes: int
+    truncated_bytes: int
+    first_lost_offset: int  # the offset the cut batch would have started at
+    reason: str
+    torn: bool  # True: an incomplete last write; False: a bad batch with data after it
+
+
+@dataclass(frozen=True, slots=True)
+class _Scan:
+    """Batches found by a scan of a segment's file."""
+
+    valid_bytes: int
+    next_offset: int | None
+    max_timestamp: int
+    terms: list[tuple[int, int]]  # (term, first offset) in file order
+    error: str | None
+
+
+class Segment:
+    """A segment's files and the in-memory facts about them. Not thread-safe."""
+
+    def __init__(
+        self,
+        directory: str,
+        base_offset: int,
+        *,
+        index_interval_bytes: int,
+        size: int,
+        next_offset: int,
+        sealed: bool,
+    ) -> None:
+        self.base_offset = base_offset
+        self.log_path = os.path.join(directory, segment_name(base_offset) + ".log")
+        self.index_path = os.path.join(directory, segment_name(base_offset) + ".index")
+        self._interval = index_interval_bytes
+        # Invariant: size is the file's length; every byte below it is whole, valid batches.
+        self.size = size
+        # The offset after this segment's last batch (for a sealed segment: the next base).
+        self.next_offset = next_offset
+        self.sealed = sealed
+        self.max_timestamp: int | None = None
+        self.first_append_ms: float | None = None
+        self._index: OffsetIndex | None = None
+        self._fd: int | None = None
+        # Invariant: every batch below this position passed both CRCs in this process.
+        self._verified = 0
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, index_interval_bytes: int) -> Segment:
+        seg = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            size=0,
+            next_offset=base_offset,
+            sealed=False,
+        )
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
+        seg._index.rewrite()
+        seg.max_timestamp = 0
+        return seg
+
+    @classmethod
+    def open_sealed(
+        cls, directory: str, base_offset: int, next_offset: int, index_interval_bytes: int
+    ) -> Segment:
+        """Open a sealed segment without reading it (its contents are trusted)."""
+        path = os.path.join(directory, segment_name(base_offset) + ".log")
+        return cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            size=os.stat(path).st_size,
+            next_offset=next_offset,
+            sealed=True,
+        )
+
+    @classmethod
+    def recover_active(
+        cls, directory: str, base_offset: int, index_interval_bytes: int
+    ) -> tuple[Segment, RecoveryReport | None, list[tuple[int, int]]]:
+        """Open the active segment, validating every batch and cutting a bad tail.
+
+        Returns the segment, a report if bytes were cut, and the (term, first offset) pairs of
+        the batches that remain (to reconcile the term table).
+        """
+        seg = cls(
+            directory,
+            base_offset,
+            index_interval_bytes=index_interval_bytes,
+            size=0,
+            next_offset=base_offset,
+            sealed=False,
+        )
+        seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT, 0o644)
+        file_size = os.fstat(seg._fd).st_size
+        data = os.pread(seg._fd, file_size, 0) if file_size else b""
+        index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
+        scan = _scan(memoryview(data), base_offset, index)
+        report = None
+        if scan.valid_bytes < file_size:
+            rest = file_size - scan.valid_bytes
+            torn = _looks_torn(data, scan.valid_bytes)
+            report = RecoveryReport(
+                path=seg.log_path,
+                valid_bytes=scan.valid_bytes,
+                truncated_bytes=rest,
+                first_lost_offset=scan.next_offset if scan.next_offset is not None else base_offset,
+                reason=scan.error or "trailing bytes",
+                torn=torn,
+            )
+            log.warning(
+                "%s: cut %d bytes at byte %d (offset %d): %s (%s)",
+                seg.log_path,
+                rest,
+                scan.valid_bytes,
+                report.first_lost_offset,
+                report.reason,
+                "torn write" if torn else "CORRUPTION: valid-looking data followed the bad batch",
+            )
+            os.ftruncate(seg._fd, scan.valid_bytes)
+            os.fsync(seg._fd)
+        seg.size = seg._verified = scan.valid_bytes
+        seg.next_offset = scan.next_offset if scan.next_offset is not None else base_offset
+        seg.max_timestamp = scan.max_timestamp
+        index.rewrite()
+        seg._index = index
+        return seg, report, scan.terms
+
+    # -- the index ----------------------------------------------------------------------------
+
+    def _loaded_index(self) -> OffsetIndex:
+        if self._index is None:
+            index = OffsetIndex.load(self.index_path, self.base_offset, self._interval, self.size)
+            last = index.last_entry()
+            if (last is None and self.size > 0) or (last is not None and last[1] >= self.size):
+                # Missing or stale (derived data): rebuild it from the log, headers only.
+                index = OffsetIndex(self.index_path, self.base_offset, self._interval)
+                self._scan_headers(index)
+                index.rewrite()
+            self._index = index
+        return self._index
+
+    def _scan_headers(self, index: OffsetIndex) -> int:
+        """Walk the headers of a trusted segment, filling ``index``; return the max timestamp."""
+        fd = self._read_fd()
+        pos, max_ts = 0, 0
+        while pos < self.size:
+            head = os.pread(fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                raise CorruptLogError(self.log_path, pos, "segment ends inside a batch header")
+            base, length = _SCAN.unpack_from(head)
+            size = LENGTH_FIELD_END + length
+            if size < HEADER_SIZE or pos + size > self.size:
+                raise CorruptLogError(self.log_path, pos, f"batch length {length} does not fit")
+            index.maybe_add(base, pos, size)
+            max_ts = max(max_ts, _TIMESTAMPS.unpack_from(head, _TIMESTAMPS_POS)[1])
+            pos += size
+        return max_ts
+
+    def sealed_max_timestamp(self) -> int:
+        """The largest batch timestamp in the segment (read once, then cached)."""
+        if self.max_timestamp is None:
+            index = OffsetIndex(self.index_path, self.base_offset, self._interval)
+            self.max_timestamp = self._scan_headers(index)
+        return self.max_timestamp
+
+    # -- I/O ----------------------------------------------------------------------------------
+
+    def _read_fd(self) -> int:
+        if self._fd is None:
+            self._fd = os.open(self.log_path, os.O_RDONLY)
+        return self._fd
+
+    def append(
+        self,
+        parts: list[bytes | memoryview],
+        base_offset: int,
+        last_offset: int,
+        size: int,
+        max_timestamp: int,
+        now_ms: float,
+    ) -> None:
+        """Write one batch (given as consecutive byte parts) at the end of the segment."""
+        if self.sealed or self._fd is None:
+            raise AssertionError(f"append to sealed segment {self.log_path}")
+        written = os.pwritev(self._fd, parts, self.size)
+        if written != size:
+            # A short write (disk full): cut it off so the file holds only whole batches.
+            os.ftruncate(self._fd, self.size)
+            raise OSError(f"short write to {self.log_path}: {written} of {size} bytes")
+        index = self._index if self._index is not None else self._loaded_index()
+        index.maybe_add(base_offset, self.size, size)
+        if self._verified == self.size:  # the caller validated the batch before writing it
+            self._verified += size
+        self.size += size
+        self.next_offset = last_offset + 1
+        if self.max_timestamp is None or max_timestamp > self.max_timestamp:
+            self.max_timestamp = max_timestamp
+        if self.first_append_ms is None:
+            self.first_append_ms = now_ms
+
+    def locate(self, offset: int) -> int | None:
+        """Position of the first batch whose last offset is >= ``offset``; None past the end."""
+        fd = self._read_fd()
+        pos = self._loaded_index().lookup(offset)
+        while pos < self.size:
+            head = os.pread(fd, _SCAN_BYTES, pos)
+            if len(head) < _SCAN_BYTES:
+                raise CorruptLogError(self.log_path, pos, "segment ends inside a batch header")
+            base, length = _SCAN.unpack_from(head)
+            (last_delta,) = _SCAN_LAST_DELTA.unpack_from(head, _LAST_DELTA_POS)
+            if base + last_delta >= offset:
+                return pos
+            size = LENGTH_FIELD_END + length
+            if size < HEADER_SIZE:
+                raise CorruptLogError(self.log_path, pos, f"batch length {length} is too short")
+            pos += size
+        return None
+
+    def read(
+        self, position: int, max_bytes: int, max_offset: int | None, *, verify: bool
+    ) -> tuple[bytes | memoryview, int | None]:
+        """Whole batches from ``position``: at most ``max_bytes`` unless the first batch is larger.
+
+        Only batches whose last offset is below ``max_offset`` (if given) are returned. Returns
+        the bytes and the offset after the last batch returned (None if nothing was returned).
+        """
+        fd = self._read_fd()
+        want = min(max(max_bytes, HEADER_SIZE), self.size - position)
+        data = os.pread(fd, want, position)
+        first_size = peek_size(data)
+        if first_size is None or first_size > self.size - position:
+            raise CorruptLogError(self.log_path, position, "batch runs past the segment end")
+        if first_size > len(data):
+            # The first batch is larger than max_bytes: return it whole so readers progress.
+            data = os.pread(fd, first_size, position)
+        view = memoryview(data)
+        end, next_offset = 0, None
+        while len(view) - end >= HEADER_SIZE:
+            size = peek_size(view, end)
+            if size is not None and size > len(view) - end:
+                break  # the budget ends inside this batch
+            try:
+                check = verify and position + end >= self._verified
+                header = decode_header(view, end, verify=check)
+            except InvalidBatchError as exc:
+                raise CorruptLogError(self.log_path, position + end, str(exc)) from exc
+            if max_offset is not None and header.last_offset >= max_offset:
+                break
+            end += header.size
+            next_offset = header.next_offset
+        if verify and position <= self._verified < position + end:
+            self._verified = position + end
+        # A view, not a slice: copying a megabyte to drop a partial last batch costs as much
+        # as reading it.
+        return (data if end == len(data) else view[:end]), next_offset
+
+    def scrub(self) -> None:
+        """Re-verify every batch of the segment; ``CorruptLogError`` at the first bad one."""
+        self._verified = 0
+        if self.size:
+            self.read(0, self.size, None, verify=True)
+
+    def truncate_to(self, offset: int) -> None:
+        """Cut the segment so that it ends just before ``offset`` (a batch boundary or the end)."""
+        if offset >= self.next_offset:
+            return
+        pos = self.locate(offset)
+        if pos is None:
+            return
+        head = os.pread(self._read_fd(), _SCAN_BYTES, pos)
+        base, _ = _SCAN.unpack_from(head)
+        if base < offset:
+            raise ValueError(f"offset {offset} is inside the batch that starts at {base}")
+        if self.sealed or self._fd is None:
+            raise AssertionError("truncate a sealed segment: unseal it first")
+        os.ftruncate(self._fd, pos)
+        self.size = pos
+        self._verified = min(self._verified, pos)
+        self.next_offset = max(offset, self.base_offset)
+        index = self._loaded_index()
+        index.truncate_to_position(pos)
+        scratch = OffsetIndex(self.index_path, self.base_offset, self._interval)
+        self.max_timestamp = self._scan_headers(scratch)
+
+    def unseal(self) -> None:
+        """Make a sealed segment active again (truncation removed everything after it)."""
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.log_path, os.O_RDWR)
+        self._loaded_index()
+        if self.max_timestamp is None:
+            self.sealed_max_timestamp()
+        self.sealed = False
+
+    def seal(self) -> None:
+        """Flush the index and make the segment durable; it is read-only from now on."""
+        if self.sealed:
+            return
+        index = self._loaded_index()
+        index.flush()
+        if self._fd is not None:
+            os.fsync(self._fd)
+        fd = os.open(self.index_path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        self.sealed = True
+
+    def sync(self) -> None:
+        """fsync the log file (the index is derived and rebuilt on recovery)."""
+        if self._fd is not None:
+            os.fsync(self._fd)
+
+    def dup_fd(self) -> int:
+        """A duplicate of the write descriptor, so a worker thread can fsync it safely."""
+        if self._fd is None:
+            raise AssertionError("segment has no open descriptor")
+        return os.dup(self._fd)
+
+    def flush_index(self) -> None:
+        if self._index is not None:
+            self._index.flush()
+
+    def close(self) -> None:
+        self.flush_index()
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def abandon(self) -> None:
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+    def delete(self) -> None:
+        self.close()
+        for path in (self.index_path, self.log_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
+
+    def replace_contents(self, cleaned_path: str) -> None:
+        """Swap in a rewritten (compacted) log file for this sealed segment."""
+        self.close()
+        self._index = None
+        # The index goes first: a crash between the two steps leaves a log with no index,
+        # which is rebuilt on first read, never a stale index over a new log.
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(self.index_path)
+        os.replace(cleaned_path, self.log_path)
+        self.size = os.stat(self.log_path).st_size
+        self._verified = 0
+        self.max_timestamp = None
+        index = self._loaded_index()
+        index.rewrite()
+
+
+def _scan(data: memoryview, base_offset: int, index: OffsetIndex) -> _Scan:
+    """Validate consecutive batches from the start of ``data``; stop at the first bad one."""
+    pos, next_offset, max_ts = 0, None, 0
+    terms: list[tuple[int, int]] = []
+    expected = base_offset
+    error = None
+    while pos < len(data):
+        try:
+            header = decode_header(data, pos, verify=True)
+        except InvalidBatchError as exc:
+            error = str(exc)
+            break
+        if header.base_offset < expected:
+            error = f"batch base offset {header.base_offset} is below the expected {expected}"
+            break
+        index.maybe_add(header.base_offset, pos, header.size)
+        if not terms or header.term != terms[-1][0]:
+            terms.append((header.term, header.base_offset))
+        pos += header.size
+        next_offset = expected = header.next_offset
+        max_ts = max(max_ts, header.max_timestamp)
+    return _Scan(pos, next_offset, max_ts, terms, error)
+
+
+def _looks_torn(data: bytes, pos: int) -> bool:
+    """True if the bad batch at ``pos`` claims to run past the end of the file (a torn write)."""
+    if len(data) - pos < LENGTH_FIELD_END:
+        return True
+    length: int = struct.unpack_from(">i", data, pos + 8)[0]
+    return pos + LENGTH_FIELD_END + length > len(data)

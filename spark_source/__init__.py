@@ -1,0 +1,1 @@
+"""PySpark Python Data Source ``kafkaesque``: read topics by offset, batch and streaming."""

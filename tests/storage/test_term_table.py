@@ -1,0 +1,55 @@
+"""The term → start-offset table (Kafka's leader-epoch cache)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafkaesque.storage import LogConfig, PartitionLog, Record, build_batch
+from kafkaesque.storage._term_table import TermTable
+
+
+def test_lookups_and_term_ends(tmp_path: Path) -> None:
+    table = TermTable(str(tmp_path))
+    for term, start in [(1, 0), (3, 10), (4, 25)]:
+        table.assign(term, start)
+    assert [table.term_at(o) for o in (0, 9, 10, 24, 25, 1000)] == [1, 1, 3, 3, 4, 4]
+    assert table.term_at(-1) is None
+    assert table.end_of(2, 40) == (1, 10)  # term 2 never led here: term 1 ends at 10
+    assert table.end_of(4, 40) == (4, 40)
+    assert table.end_of(0, 40) == (0, 0)
+    assert TermTable.load(str(tmp_path)).entries() == table.entries()
+
+
+def test_terms_must_increase(tmp_path: Path) -> None:
+    table = TermTable(str(tmp_path))
+    table.assign(2, 5)
+    table.assign(2, 9)  # same term again: nothing to record
+    with pytest.raises(ValueError):
+        table.assign(1, 10)
+    with pytest.raises(ValueError):
+        table.assign(3, 5)
+
+
+def test_truncation_from_both_ends(tmp_path: Path) -> None:
+    table = TermTable(str(tmp_path))
+    for term, start in [(1, 0), (2, 10), (3, 20), (4, 30)]:
+        table.assign(term, start)
+    table.truncate_from_end(20)
+    assert table.entries() == [(1, 0), (2, 10)]
+    table.truncate_from_start(15)  # offset 14 (term 2) must still answer
+    assert table.entries() == [(2, 10)]
+    assert table.term_at(14) == 2
+
+
+def test_the_log_answers_the_term_before_its_start_after_a_reset(tmp_path: Path) -> None:
+    with PartitionLog.open(str(tmp_path), LogConfig()) as log:
+        log.append(build_batch([Record(value=b"a")]), term=1)
+        log.reset(100, term_before_start=6)
+        assert (log.log_start_offset, log.log_end_offset) == (100, 100)
+        assert log.term_at(99) == 6 and log.term_at(100) is None
+        log.append(build_batch([Record(value=b"b")]), term=7)
+    with PartitionLog.open(str(tmp_path), LogConfig()) as log:
+        assert (log.log_start_offset, log.log_end_offset, log.term_at(100)) == (100, 101, 7)
+        assert log.term_at(99) == 6
