@@ -1,0 +1,1 @@
+"""Tests of kafkaesque.jepsen_like: the history format and its checker."""
