@@ -1,0 +1,707 @@
+"""The vocabulary of the line protocol: commands, replies, error codes, names and limits.
+
+Everything here is plain data: frozen dataclasses for the events a peer sends, enums for the closed
+sets of words, and pure functions for the rules a name must follow. The byte-level grammar lives in
+``_line.py``; the reference for users is ``docs/protocol.md``.
+
+Contract shared by every event class: an event that ``LineDecoder`` or ``ReplyDecoder`` returns is
+valid (names follow their rules, integers are in range). Constructing one by hand does not validate
+it, because the decoder builds tens of thousands a second; ``encode_command`` and ``encode_reply``
+validate instead and raise ``LocalProtocolError`` for an event that could not be decoded back.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from enum import Enum, StrEnum
+from typing import Final, TypeAlias
+
+# ---------------------------------------------------------------------------------------------
+# Errors of the codec itself (not of the broker): who broke the protocol.
+
+
+class ProtocolError(Exception):
+    """Base of the codec's exceptions."""
+
+
+class LocalProtocolError(ProtocolError):
+    """Our own side misused the codec: an event that cannot be encoded, a wrong argument type.
+
+    A bug in the caller, never caused by what the peer sent; fix the caller.
+    """
+
+
+class RemoteProtocolError(ProtocolError):
+    """The peer sent bytes that break the protocol and the stream cannot be trusted any more.
+
+    Raised only by ``ReplyDecoder`` (a client reading a server): replies are matched to requests by
+    their order, so after a malformed reply the client cannot know which reply belongs to which
+    request and must close the connection. ``LineDecoder`` never raises it: a malformed command is
+    answered with an error and the next line is parsed (see ``BadCommand.framing_error`` for the
+    one case where the server should close anyway).
+    """
+
+
+# ---------------------------------------------------------------------------------------------
+# Error codes.
+
+
+class ErrorCode(Enum):
+    """The code of a ``-ERR CODE message`` reply; the wire spelling is the member's name.
+
+    Each member carries ``retriable`` (the same request may succeed if sent again, after the
+    backoff the guidance names), ``outcome_unknown`` (for a write: it may or may not have been
+    applied, so only an idempotent retry is safe; "failed" and "maybe" are never conflated) and
+    ``guidance`` (what a client must do, also the member's ``__doc__``).
+
+    A write that fails with a code whose ``outcome_unknown`` is False was definitely not applied.
+    Look a wire code up by name: ``ErrorCode["TIMEOUT"]`` (the values are the triples).
+    """
+
+    UNKNOWN_COMMAND = (False, False, "The first word is no command. Fix the line (see HELP).")
+    BAD_ARGS = (
+        False,
+        False,
+        "The command's arguments do not follow its syntax (the message gives the usage). Fix them.",
+    )
+    UNKNOWN_TOPIC = (
+        True,
+        False,
+        "The topic does not exist on this broker. Create it, or, if it was just created, retry "
+        "after a short backoff: topic metadata reaches every broker a moment later (as Kafka's "
+        "retriable UNKNOWN_TOPIC_OR_PARTITION).",
+    )
+    UNKNOWN_PARTITION = (
+        False,
+        False,
+        "The topic has no such partition. Use a partition in [0, partitions) (see DESCRIBE).",
+    )
+    INVALID_TOPIC = (
+        False,
+        False,
+        "The topic name breaks the naming rules, or names an internal topic (prefix '__') in a "
+        "command that writes or administers it. Pick a valid name.",
+    )
+    TOPIC_EXISTS = (False, False, "CREATE named a topic that already exists. Nothing was changed.")
+    INVALID_CONFIG = (
+        False,
+        False,
+        "CREATE asked for a configuration the cluster cannot honour (for example more replicas "
+        "than brokers). Change the configuration.",
+    )
+    TOO_LARGE = (
+        False,
+        False,
+        "A line, payload or message exceeds a limit of the broker. Nothing was applied; send "
+        "smaller pieces (split the batch).",
+    )
+    INVALID_BATCH = (
+        False,
+        False,
+        "The PUBB payload is not a valid record batch (length, CRC, magic or counts). Nothing was "
+        "written; fix the encoder that built it.",
+    )
+    NOT_LEADER = (
+        True,
+        False,
+        "The broker refused the write before appending it (leadership moved or is unknown). "
+        "Nothing was written; refresh METADATA and retry.",
+    )
+    TIMEOUT = (
+        True,
+        True,
+        "The request did not complete in time. A write may or may not have been applied: retry "
+        "only idempotently (PUB with pid/epoch/seq, or a batch with a producer id) or accept "
+        "possible duplicates.",
+    )
+    NO_QUORUM = (
+        True,
+        False,
+        "The partition's leader cannot reach a quorum of replicas and refused the write before "
+        "appending it. Nothing was written; retry after a backoff.",
+    )
+    BUSY = (
+        True,
+        False,
+        "The broker shed load before doing anything (too many requests in flight). Retry after a "
+        "backoff.",
+    )
+    OFFSET_OUT_OF_RANGE = (
+        False,
+        False,
+        "The offset is below the log start or above the log end. Reset to a valid offset (DESCRIBE "
+        "gives start and end).",
+    )
+    FENCED = (
+        False,
+        False,
+        "Another producer with the same producer id has a newer epoch. This producer is fenced: "
+        "stop producing with this id/epoch; nothing of this request was written.",
+    )
+    OUT_OF_ORDER_SEQUENCE = (
+        False,
+        False,
+        "The sequence number is not the next one the broker expects for this producer and "
+        "partition: an earlier write was lost or reordered. Nothing of this request was written; "
+        "bump the epoch (or get a new producer id) and resend the unacknowledged writes in order.",
+    )
+    UNKNOWN_SUBSCRIPTION = (
+        False,
+        False,
+        "The subscription id is unknown or expired. Subscribe again (SUBS) and use the new id.",
+    )
+    INTERNAL = (
+        False,
+        True,
+        "The broker failed unexpectedly (a bug; it is logged). A write may or may not have been "
+        "applied. Report it; an idempotent producer may retry.",
+    )
+
+    def __init__(self, retriable: bool, outcome_unknown: bool, guidance: str) -> None:
+        self.retriable = retriable
+        self.outcome_unknown = outcome_unknown
+        self.guidance = guidance
+        self.__doc__ = guidance
+
+    @property
+    def code(self) -> str:
+        """The wire spelling (``ErrorCode.TIMEOUT.code == "TIMEOUT"``)."""
+        return self.name
+
+    def __repr__(self) -> str:
+        # The value is the (retriable, outcome_unknown, guidance) triple: too long for a repr.
+        return f"<ErrorCode.{self.name}>"
+
+
+class Acks(StrEnum):
+    """When the broker acknowledges a publish."""
+
+    QUORUM = "quorum"
+    """After a quorum of replicas persisted it (committed): survives a minority of failures."""
+    LEADER = "leader"
+    """After the leader appended it: faster, lost if the leader dies before replicating it."""
+
+
+class FetchFormat(StrEnum):
+    """The shape of a FETCH reply."""
+
+    BATCH = "batch"
+    """``+DATA next_offset nbytes`` then the raw record batches (for client libraries)."""
+    TEXT = "text"
+    """One ``+MSG`` line per record then ``+END`` (for people in telnet)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Names.
+
+MAX_TOPIC_NAME_LENGTH: Final = 249
+INTERNAL_TOPIC_PREFIX: Final = "__"
+MAX_NAME_LENGTH: Final = 249
+"""Longest consumer group name, subscription id or broker host name."""
+
+_TOPIC_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
+_NAME_RE: Final = re.compile(r"[\x21-\x7e]{1,249}\Z")
+
+
+class InvalidTopicNameError(ValueError):
+    """A topic name breaks the rules of ``validate_topic_name``."""
+
+
+def topic_name_error(name: str, *, allow_internal: bool = False) -> str | None:
+    """Why ``name`` is not a valid topic name, or None if it is.
+
+    The rules are Kafka's: 1 to 249 characters from ``[A-Za-z0-9._-]``, and not ``.`` or ``..``
+    (they would name directories). Names starting with ``__`` are reserved for internal topics
+    (``__consumer_offsets``); they are accepted only with ``allow_internal=True``, which the codec
+    passes for commands that read or describe a topic and not for those that write, create or
+    delete one. Kafka also warns that ``.`` and ``_`` collide in metric names; we do not refuse
+    such pairs.
+    """
+    if not _TOPIC_RE.match(name):
+        if not name:
+            return "a topic name cannot be empty"
+        if len(name) > MAX_TOPIC_NAME_LENGTH:
+            return f"a topic name has at most {MAX_TOPIC_NAME_LENGTH} characters"
+        return "a topic name uses only the characters A-Z a-z 0-9 . _ -"
+    if name in (".", ".."):
+        return "a topic name cannot be '.' or '..'"
+    if not allow_internal and name.startswith(INTERNAL_TOPIC_PREFIX):
+        return (
+            f"topic names starting with {INTERNAL_TOPIC_PREFIX!r} are reserved for internal topics"
+        )
+    return None
+
+
+def validate_topic_name(name: str, *, allow_internal: bool = False) -> str:
+    """Return ``name`` if it is a valid topic name, else raise ``InvalidTopicNameError``.
+
+    See ``topic_name_error`` for the rules.
+    """
+    reason = topic_name_error(name, allow_internal=allow_internal)
+    if reason is not None:
+        raise InvalidTopicNameError(f"invalid topic name {name!r}: {reason}")
+    return name
+
+
+def is_internal_topic(name: str) -> bool:
+    """Whether ``name`` is in the namespace reserved for internal topics."""
+    return name.startswith(INTERNAL_TOPIC_PREFIX)
+
+
+def name_error(name: str) -> str | None:
+    """Why ``name`` is not a valid group name, subscription id or host, or None if it is.
+
+    Such names are one token of 1 to 249 printable ASCII characters without spaces (0x21-0x7E):
+    any string a person can type as one word.
+    """
+    if _NAME_RE.match(name):
+        return None
+    return f"a name is 1 to {MAX_NAME_LENGTH} printable ASCII characters without spaces"
+
+
+# ---------------------------------------------------------------------------------------------
+# Limits.
+
+
+@dataclass(frozen=True, slots=True)
+class LineLimits:
+    """Bounds a decoder enforces on what a peer sends, so a peer cannot make it buffer without end.
+
+    ``max_line_length`` bounds a line without its terminator; ``max_payload`` bounds a binary
+    payload (PUBB, ``PUB ... bytes=N``, ``+DATA``). ``LineDecoder`` answers a violation with a
+    ``TOO_LARGE`` error and goes on; ``ReplyDecoder`` raises ``RemoteProtocolError``.
+    """
+
+    max_line_length: int = 64 * 1024
+    max_payload: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        # A limit below the longest fixed-form command would reject well-formed commands.
+        if self.max_line_length < 64 or self.max_payload < 0:
+            raise ValueError(f"unusable limits {self!r}: max_line_length >= 64, max_payload >= 0")
+
+
+DEFAULT_LIMITS: Final = LineLimits()
+DEFAULT_REPLY_LIMITS: Final = LineLimits(
+    max_line_length=32 * 1024 * 1024, max_payload=64 * 1024 * 1024
+)
+"""A client trusts its server more: a ``+MSG`` line carries a whole (escaped) record value."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Commands (client -> broker). Field order is the order of the arguments on the line.
+
+
+@dataclass(frozen=True, slots=True)
+class Pubs:
+    """``PUBS topic message``: the seed's publish. ``message`` is the rest of the line, as bytes.
+
+    The broker interprets the message with ``parse_seed_message`` (the seed's JSON envelope or
+    plain text). Contract: ``message`` is non-empty, contains no LF, does not start with ASCII
+    whitespace and does not end with CR (otherwise send ``PublishRecord``).
+    """
+
+    topic: str
+    message: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Subs:
+    """``SUBS topic group [partitions]``: join a consumer group; the reply is ``+OK <sub_id>``.
+
+    ``partitions`` is the seed's "number of partitions to subscribe to" (None: the broker decides).
+    """
+
+    topic: str
+    group: str
+    partitions: int | None = None
+
+
+ConsOffsets: TypeAlias = int | tuple[tuple[int, int], ...]
+"""One offset for every partition of a subscription, or explicit ``(partition, offset)`` pairs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Cons:
+    """``CONS topic sub_id offset [max=N] [wait_ms=W]``: read through a subscription.
+
+    ``offsets`` is the seed's single offset (for every partition the subscription holds) or the
+    pairs ``P:O,P:O`` a previous ``+END`` line printed. The reply is ``+MSG`` rows then ``+END``.
+    """
+
+    topic: str
+    subscription_id: str
+    offsets: ConsOffsets
+    max_messages: int | None = None
+    wait_ms: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """``CREATE topic partitions replication_factor [retention_ms=] [retention_bytes=] [compact=]``.
+
+    A retention of None takes the broker's default; -1 means unlimited (Kafka's convention).
+    """
+
+    topic: str
+    partitions: int
+    replication_factor: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    compact: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class ListTopics:
+    """``LIST``: one ``+TOPIC`` row per topic, then ``+END``."""
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeTopic:
+    """``DESCRIBE topic``: a ``+TOPIC`` row, one ``+PARTITION`` row per partition, ``+END``."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteTopic:
+    """``DELETE topic``: ``+OK`` once deleted."""
+
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Idempotence:
+    """The producer identity that lets a broker drop a retried duplicate (Kafka's idempotence).
+
+    ``sequence`` counts this producer's records on one partition; the broker accepts only the next
+    one and answers a duplicate with the original offset.
+    """
+
+    producer_id: int
+    epoch: int
+    sequence: int
+
+
+@dataclass(frozen=True, slots=True)
+class PublishRecord:
+    """``PUB topic [key=K] [partition=P] [acks=A] [pid= epoch= seq=] message``: one record.
+
+    ``key`` None means no key (round-robin unless ``partition`` is given). ``idempotence``
+    requires ``partition`` (sequences are per partition). The reply is ``+OK partition offset``.
+    """
+
+    topic: str
+    value: bytes
+    key: bytes | None = None
+    partition: int | None = None
+    acks: Acks = Acks.QUORUM
+    idempotence: Idempotence | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PublishBatch:
+    """``PUBB topic partition nbytes [acks=A]`` then ``nbytes`` bytes of one record batch.
+
+    The batch is opaque to the codec (the storage layer validates it). The reply is
+    ``+OK partition base_offset``.
+    """
+
+    topic: str
+    partition: int
+    batch: bytes
+    acks: Acks = Acks.QUORUM
+
+
+@dataclass(frozen=True, slots=True)
+class Fetch:
+    """``FETCH topic partition offset [max_bytes=N] [wait_ms=W] [format=batch|text]``.
+
+    Reads committed data from ``offset``; waits up to ``wait_ms`` for some to arrive (None: the
+    broker's default, no wait).
+    """
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int | None = None
+    wait_ms: int | None = None
+    format: FetchFormat = FetchFormat.BATCH
+
+
+@dataclass(frozen=True, slots=True)
+class Commit:
+    """``COMMIT group topic partition offset``: ``offset`` is the next one the group will read."""
+
+    group: str
+    topic: str
+    partition: int
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class FetchOffsets:
+    """``OFFSETS group topic``: one ``+OFFSET`` row per partition, then ``+END``."""
+
+    group: str
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Metadata:
+    """``METADATA [topic ...]``: ``+BROKER`` rows, ``+PARTITION`` rows, ``+END``.
+
+    No topics means every topic.
+    """
+
+    topics: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Help:
+    """``HELP [command]``: ``+INFO`` rows then ``+END`` (see ``help_replies``)."""
+
+    command: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Ping:
+    """``PING``: ``+OK PONG``."""
+
+
+@dataclass(frozen=True, slots=True)
+class Quit:
+    """``QUIT``: ``+OK bye``, then the broker closes the connection."""
+
+
+Command: TypeAlias = (
+    Pubs
+    | Subs
+    | Cons
+    | CreateTopic
+    | ListTopics
+    | DescribeTopic
+    | DeleteTopic
+    | PublishRecord
+    | PublishBatch
+    | Fetch
+    | Commit
+    | FetchOffsets
+    | Metadata
+    | Help
+    | Ping
+    | Quit
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BadCommand:
+    """What ``LineDecoder`` returns for input it could not turn into a command.
+
+    The broker answers it like any command, with ``reply()``, in its place in the pipeline; the
+    decoder has already moved on to the next line. ``framing_error`` is the remote-protocol-error
+    hint: True when the peer broke the byte framing (a payload not followed by CRLF, or a payload
+    length that cannot be read), so the decoder had to guess where the next command starts and
+    replies may no longer match requests by order. The broker should send the reply and close.
+    """
+
+    code: ErrorCode
+    message: str
+    framing_error: bool = False
+
+    def reply(self) -> ErrorReply:
+        """The ``-ERR`` reply that answers this line."""
+        return ErrorReply(self.code, self.message)
+
+
+LineEvent: TypeAlias = Command | BadCommand
+"""What ``LineDecoder.next_event`` returns besides ``NEED_DATA``."""
+
+
+# ---------------------------------------------------------------------------------------------
+# Replies (broker -> client). A reply to one command is exactly one of: ``OkReply``,
+# ``ErrorReply``, ``DataReply``, or a list: zero or more rows followed by one ``EndReply``.
+
+
+@dataclass(frozen=True, slots=True)
+class OkReply:
+    """``+OK[ text]``. ``text`` is one line of UTF-8 (no CR or LF); its meaning is the command's."""
+
+    text: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ErrorReply:
+    """``-ERR CODE[ message]``. ``message`` is one line for people; programs read ``code``."""
+
+    code: ErrorCode
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DataReply:
+    """``+DATA next_offset nbytes[ hw=N]`` CRLF, ``nbytes`` bytes of record batches, CRLF.
+
+    ``next_offset`` is where the next FETCH starts (past the last batch, control batches
+    included). ``high_watermark`` is the partition's commit index when the broker knows it.
+    """
+
+    next_offset: int
+    payload: bytes
+    high_watermark: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MessageRow:
+    """``+MSG partition offset key value``: one record, for people (CONS, FETCH format=text).
+
+    ``key`` None is printed ``-``; ``value`` None (a tombstone) ends the line after the key.
+    Headers and timestamps are not shown; FETCH format=batch carries them.
+    """
+
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass(frozen=True, slots=True)
+class TopicRow:
+    """``+TOPIC name partitions replication_factor [retention_ms=N] [retention_bytes=N] [...]``.
+
+    The options appear when set; the last is ``compact=yes``, only when True.
+    """
+
+    topic: str
+    partitions: int
+    replication_factor: int
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    compact: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class PartitionRow:
+    """``+PARTITION topic partition leader=ID|- replicas=ID,ID [start=N] [end=N]``.
+
+    ``leader`` None: no leader known right now (an election is running). ``start_offset`` and
+    ``end_offset`` are the log start and the high watermark, when the broker reports them.
+    """
+
+    topic: str
+    partition: int
+    leader: int | None
+    replicas: tuple[int, ...]
+    start_offset: int | None = None
+    end_offset: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerRow:
+    """``+BROKER id host port``: where a broker listens for the line protocol."""
+
+    broker_id: int
+    host: str
+    port: int
+
+
+@dataclass(frozen=True, slots=True)
+class OffsetRow:
+    """``+OFFSET topic partition offset|-``: a group's committed offset (None: none committed)."""
+
+    topic: str
+    partition: int
+    offset: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class InfoRow:
+    """``+INFO text``: one line of help for people."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class EndReply:
+    """``+END[ P:O,P:O...]``: ends a list; after ``+MSG`` rows, each partition's next offset.
+
+    The pairs are printed so that a telnet user can paste them into the next CONS.
+    """
+
+    next_offsets: tuple[tuple[int, int], ...] = ()
+
+
+Row: TypeAlias = MessageRow | TopicRow | PartitionRow | BrokerRow | OffsetRow | InfoRow
+Reply: TypeAlias = OkReply | ErrorReply | DataReply | Row | EndReply
+
+
+def published_reply(partition: int, offset: int) -> OkReply:
+    """The reply to PUBS, PUB and PUBB: ``+OK partition offset`` (PUBB: the batch's base offset)."""
+    return OkReply(f"{partition} {offset}")
+
+
+def parse_published_reply(reply: OkReply) -> tuple[int, int]:
+    """``(partition, offset)`` from a ``published_reply``; ``RemoteProtocolError`` if malformed."""
+    fields = reply.text.split(" ")
+    if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
+        return int(fields[0]), int(fields[1])
+    raise RemoteProtocolError(f"expected '+OK partition offset', got '+OK {reply.text}'")
+
+
+# ---------------------------------------------------------------------------------------------
+# The seed's JSON message envelope.
+
+
+@dataclass(frozen=True, slots=True)
+class SeedMessage:
+    """A PUBS message split into the record it stands for."""
+
+    value: bytes
+    key: bytes | None = None
+    header: bytes | None = None
+
+
+_SEED_FIELDS: Final = frozenset({"header", "key", "body"})
+
+
+def parse_seed_message(message: bytes) -> SeedMessage:
+    """Interpret a PUBS message as the seed did: its JSON envelope, or else plain text.
+
+    The envelope is a JSON object ``{"Header": "...", "Key": "124", "Body": "Hello World!"}``
+    whose ``Body`` is a string and whose optional ``Key`` (a string or an integer) and ``Header``
+    (a string) may be null. Field names match case-insensitively, as Go's ``encoding/json`` (the
+    seed's language) matches them. Anything else, including an object with other fields or a
+    non-string body, is plain text: the whole message is the value and there is no key. Values
+    come back UTF-8 encoded. Pure and total: never raises.
+    """
+    # Cheap test first: plain text (the common case) must not pay for a JSON parse.
+    if message.lstrip()[:1] != b"{":
+        return SeedMessage(message)
+    try:
+        obj = json.loads(message)
+    except ValueError:  # JSONDecodeError and UnicodeDecodeError are both ValueErrors
+        return SeedMessage(message)
+    except RecursionError:  # deeply nested brackets: plainly not the envelope
+        return SeedMessage(message)
+    if not isinstance(obj, dict):
+        return SeedMessage(message)
+    fields: dict[str, object] = {}
+    for name, field_value in obj.items():
+        folded = name.lower()
+        if folded not in _SEED_FIELDS or folded in fields:
+            return SeedMessage(message)
+        fields[folded] = field_value
+    body, key, header = fields.get("body"), fields.get("key"), fields.get("header")
+    if not isinstance(body, str):
+        return SeedMessage(message)
+    if isinstance(key, int) and not isinstance(key, bool):
+        key = str(key)
+    if not (key is None or isinstance(key, str)) or not (header is None or isinstance(header, str)):
+        return SeedMessage(message)
+    return SeedMessage(
+        value=body.encode("utf-8", "surrogatepass"),
+        key=None if key is None else key.encode("utf-8", "surrogatepass"),
+        header=None if header is None else header.encode("utf-8", "surrogatepass"),
+    )

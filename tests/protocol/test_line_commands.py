@@ -1,0 +1,142 @@
+"""The line protocol's vocabulary: topic name rules, the seed's JSON envelope, error codes."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkaesque.protocol import (
+    INTERNAL_TOPIC_PREFIX,
+    MAX_TOPIC_NAME_LENGTH,
+    BadCommand,
+    ErrorCode,
+    ErrorReply,
+    InvalidTopicNameError,
+    SeedMessage,
+    is_internal_topic,
+    parse_seed_message,
+    topic_name_error,
+    validate_topic_name,
+)
+
+# --- Topic names --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "name", ["orders", "a", "A-b_c.9", "t" * MAX_TOPIC_NAME_LENGTH, "...", ".hidden", "_x"]
+)
+def test_valid_topic_names(name: str) -> None:
+    assert topic_name_error(name) is None
+    assert validate_topic_name(name) == name
+
+
+@pytest.mark.parametrize(
+    ("name", "reason"),
+    [
+        ("", "cannot be empty"),
+        ("t" * (MAX_TOPIC_NAME_LENGTH + 1), "at most 249"),
+        (".", "cannot be '.' or '..'"),
+        ("..", "cannot be '.' or '..'"),
+        ("a/b", "uses only"),
+        ("a b", "uses only"),
+        ("café", "uses only"),
+        ("orders\n", "uses only"),
+        ("__consumer_offsets", "reserved for internal topics"),
+    ],
+)
+def test_invalid_topic_names(name: str, reason: str) -> None:
+    found = topic_name_error(name)
+    assert found is not None and reason in found
+    with pytest.raises(InvalidTopicNameError, match=reason):
+        validate_topic_name(name)
+
+
+def test_internal_topics_are_valid_only_where_allowed() -> None:
+    name = INTERNAL_TOPIC_PREFIX + "consumer_offsets"
+    assert is_internal_topic(name)
+    assert not is_internal_topic("_single")
+    assert validate_topic_name(name, allow_internal=True) == name
+    assert topic_name_error("__bad/name", allow_internal=True) is not None
+
+
+# --- The seed's JSON envelope -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (
+            b'{"Header": "header", "Key": "124", "Body": "Hello World!"}',
+            SeedMessage(b"Hello World!", b"124", b"header"),
+        ),
+        (b'{"Body": "only a body"}', SeedMessage(b"only a body")),
+        (b'{"Key": "k", "Body": ""}', SeedMessage(b"", b"k")),
+        (
+            b'{"key": 124, "body": "lower case, integer key"}',
+            SeedMessage(b"lower case, integer key", b"124"),
+        ),
+        (b'{"KEY": null, "Header": null, "BODY": "nulls"}', SeedMessage(b"nulls")),
+        (b'  {"Body": "caf\\u00e9 \xe2\x82\xac"}  ', SeedMessage("café €".encode())),
+    ],
+)
+def test_seed_envelope_is_understood(message: bytes, expected: SeedMessage) -> None:
+    assert parse_seed_message(message) == expected
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        b"Hello World!",
+        b"",
+        b"{not json",
+        b'{"Key": "k"}',  # no Body
+        b'{"Body": 42}',  # not a string body
+        b'{"Body": "b", "Key": true}',
+        b'{"Body": "b", "Key": 1.5}',
+        b'{"Body": "b", "Header": ["h"]}',
+        b'{"Body": "b", "Extra": "x"}',  # an object that is something else
+        b'{"Body": "b", "body": "c"}',  # ambiguous
+        b'["Body", "b"]',
+        b'{"Body": "\xff\xfe"}',  # not UTF-8
+        b'{"Body": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",  # exhausts json's recursion
+    ],
+)
+def test_anything_else_is_plain_text_with_no_key(message: bytes) -> None:
+    assert parse_seed_message(message) == SeedMessage(message, None, None)
+
+
+# --- Error codes --------------------------------------------------------------------------------
+
+RETRIABLE = {
+    ErrorCode.UNKNOWN_TOPIC,
+    ErrorCode.NOT_LEADER,
+    ErrorCode.TIMEOUT,
+    ErrorCode.NO_QUORUM,
+    ErrorCode.BUSY,
+}
+OUTCOME_UNKNOWN = {ErrorCode.TIMEOUT, ErrorCode.INTERNAL}
+
+
+def test_error_codes_are_distinct_and_documented() -> None:
+    # Members are tuples: two equal tuples would silently become aliases of one member.
+    names = [
+        "UNKNOWN_COMMAND", "BAD_ARGS", "UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "INVALID_TOPIC",
+        "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
+        "NO_QUORUM", "BUSY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
+        "UNKNOWN_SUBSCRIPTION", "INTERNAL",
+    ]  # fmt: skip
+    assert [code.name for code in ErrorCode] == names
+    for code in ErrorCode:
+        assert code.code == code.name
+        assert code.__doc__ == code.guidance
+        assert len(code.guidance) > 30
+        assert repr(code) == f"<ErrorCode.{code.name}>"
+
+
+def test_retriable_and_unknown_outcome_codes() -> None:
+    assert {code for code in ErrorCode if code.retriable} == RETRIABLE
+    assert {code for code in ErrorCode if code.outcome_unknown} == OUTCOME_UNKNOWN
+
+
+def test_bad_command_reply() -> None:
+    event = BadCommand(ErrorCode.BAD_ARGS, "usage: PING", framing_error=True)
+    assert event.reply() == ErrorReply(ErrorCode.BAD_ARGS, "usage: PING")
