@@ -297,13 +297,15 @@ class PartitionLog:
     def term_at(self, offset: int) -> int | None:
         """The term of the batch holding ``offset``; valid from ``log_start - 1`` to the end.
 
-        Offset -1 of a log that starts at 0 has term 0 (Raft's sentinel). None outside that range.
+        Offset -1 of a log that starts at 0 has term 0 (Raft's sentinel) unless a reset said
+        otherwise. None outside that range.
         """
-        if offset == -1 and self.log_start_offset == 0:
-            return 0
         if offset < self.log_start_offset - 1 or offset >= self.log_end_offset:
             return None
-        return self._terms.term_at(offset)
+        term = self._terms.term_at(offset)
+        if term is None and offset == -1:
+            return 0
+        return term
 
     def term_starts(self) -> list[tuple[int, int]]:
         """The term → start-offset table, oldest first."""

@@ -53,3 +53,12 @@ def test_the_log_answers_the_term_before_its_start_after_a_reset(tmp_path: Path)
     with PartitionLog.open(str(tmp_path), LogConfig()) as log:
         assert (log.log_start_offset, log.log_end_offset, log.term_at(100)) == (100, 101, 7)
         assert log.term_at(99) == 6
+
+
+def test_a_reset_to_offset_zero_keeps_the_term_it_was_given(tmp_path: Path) -> None:
+    """Regression (found by the Raft storage differential test): the sentinel term 0 at offset
+    -1 applies only when nothing else is known."""
+    with PartitionLog.open(str(tmp_path), LogConfig()) as log:
+        assert log.term_at(-1) == 0
+        log.reset(0, term_before_start=1)
+        assert log.term_at(-1) == 1
