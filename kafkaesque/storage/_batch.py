@@ -18,6 +18,7 @@ import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from enum import IntEnum
+from typing import NamedTuple
 
 import msgpack
 from crc32c import crc32c
@@ -69,9 +70,12 @@ class Record:
     offset: int = -1
 
 
-@dataclass(frozen=True, slots=True)
-class BatchHeader:
-    """The decoded fixed header of a batch. ``size`` is the whole batch in bytes."""
+class BatchHeader(NamedTuple):
+    """The decoded fixed header of a batch. ``size`` is the whole batch in bytes.
+
+    A NamedTuple rather than a dataclass: it is built for every batch on the append and read
+    paths, and a tuple is built in a third of the time.
+    """
 
     base_offset: int
     size: int

@@ -34,6 +34,7 @@ from bisect import bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
+from typing import NamedTuple
 
 from ._batch import (
     BatchHeader,
@@ -77,22 +78,21 @@ class LogConfig:
     verify_reads: bool = True
 
     def __post_init__(self) -> None:
-        if self.segment_bytes < 1024:
-            raise ValueError("segment_bytes must be at least 1024")
+        if not 1024 <= self.segment_bytes <= 2**32 - 1:
+            # The sparse index stores 32-bit positions.
+            raise ValueError("segment_bytes must be between 1024 and 4 GiB - 1")
         if self.index_interval_bytes < 1:
             raise ValueError("index_interval_bytes must be positive")
         if self.max_batch_bytes > 2**31 - 1:
             raise ValueError("max_batch_bytes must fit in the 32-bit batch length field")
 
 
-@dataclass(frozen=True, slots=True)
-class AppendResult:
+class AppendResult(NamedTuple):
     base_offset: int
     last_offset: int
 
 
-@dataclass(frozen=True, slots=True)
-class ReadResult:
+class ReadResult(NamedTuple):
     """Whole batches, and the offset to read from next (after the last batch returned).
 
     The first batch may begin before the offset asked for (it holds that offset); readers skip
@@ -213,13 +213,10 @@ class PartitionLog:
         if not bases:
             fsync_directory(directory)
         terms = TermTable.load(directory)
-        end = active.next_offset
-        terms.truncate_from_end(end)
-        for term, start in seen_terms:
-            # A batch of a term the table lacks (the table is written first, so only possible if
-            # the table was lost): relearn it rather than misreport terms to Raft.
-            if term > terms.last_term:
-                terms.assign(term, start)
+        # The active segment's batches are the truth about its terms: the table is saved only
+        # when a segment is sealed (and on close), so its tail may be stale or missing.
+        terms.rebuild_from(active.base_offset, seen_terms, active.next_offset)
+        terms.save()
         return cls(directory, config, clock, segments, terms, lock_fd, report)
 
     def close(self) -> None:
@@ -228,6 +225,7 @@ class PartitionLog:
             return
         self._active.flush_index()
         self._active.sync()
+        self._terms.save()
         for seg in self._segments:
             seg.close()
         os.close(self._lock_fd)
@@ -397,9 +395,7 @@ class PartitionLog:
         now = self._clock()
         self._maybe_roll(header.size, now)
         if term != self._terms.last_term:
-            # The term table is made durable before the batch: after a crash it may name a
-            # term whose batch never landed (recovery trims that), never miss one that did.
-            self._terms.assign(term, base)
+            self._terms.assign(term, base)  # durable at the next roll; recovery rebuilds it
         self._active.append(parts, base, last, header.size, header.max_timestamp, now)
 
     def _maybe_roll(self, incoming: int, now: float) -> None:
@@ -420,6 +416,7 @@ class PartitionLog:
         if self._active.size == 0:
             return
         self._active.seal()
+        self._terms.save()  # every term begun in the sealed segment is now durable
         self._segments.append(
             Segment.create(self.directory, self.log_end_offset, self.config.index_interval_bytes)
         )

@@ -5,10 +5,12 @@ Terms and starts both strictly increase. Raft uses the table to answer "what is 
 entry at offset X" without reading the log, and "where does term T end" for fast divergence
 backtracking.
 
-The file is written whole (temp file, fsync, rename, fsync of the directory) whenever the table
-changes, which happens once per leader term, on truncation and on retention: rare events.
-A new term is recorded *before* its first batch is written, so after a crash the table may hold
-entries past the log end; ``PartitionLog`` recovery trims them.
+The file is written whole (temp file, fsync, rename, fsync of the directory) by ``save``, which
+``PartitionLog`` calls when it seals a segment, resets the log, and closes; in between, changes
+stay in memory. That is safe because recovery validates the active segment batch by batch and
+rebuilds the table's entries from there on (``rebuild_from``), while every term that began in a
+sealed segment was saved when that segment was sealed. Not fsyncing on every new term matters:
+an election in 1,000 groups would otherwise cost 2,000 fsyncs on the broker's event loop.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ class TermTable:
         # Invariant: both lists strictly increase and have the same length.
         self._terms: list[int] = []
         self._starts: list[int] = []
+        self._dirty = False
 
     @classmethod
     def load(cls, directory: str) -> TermTable:
@@ -47,7 +50,25 @@ class TermTable:
 
     def _persist(self) -> None:
         self._check()
-        write_state_file(self._directory, FILE_NAME, {"entries": self.entries()})
+        self._dirty = True
+
+    def save(self) -> None:
+        """Make the table durable (if it changed since the last save)."""
+        if self._dirty:
+            write_state_file(self._directory, FILE_NAME, {"entries": self.entries()})
+            self._dirty = False
+
+    def rebuild_from(self, offset: int, seen: list[tuple[int, int]], end_offset: int) -> None:
+        """Recovery: replace what the table says from ``offset`` on by ``seen``.
+
+        ``seen`` lists the ``(term, first offset)`` of the batches actually found from ``offset``
+        to ``end_offset`` (the validated active segment), which are the truth there.
+        """
+        self.truncate_from_end(offset)
+        for term, start in seen:
+            if term != self.last_term:
+                self.assign(term, start)
+        self.truncate_from_end(end_offset)
 
     def entries(self) -> list[tuple[int, int]]:
         return list(zip(self._terms, self._starts, strict=True))
@@ -112,7 +133,8 @@ class TermTable:
             self._persist()
 
     def reset(self, term: int, start: int) -> None:
-        """Replace the table by the single entry ``(term, start)`` (a log reset)."""
+        """Replace the table by the single entry ``(term, start)`` (a log reset); saved at once."""
         self._terms = [term] if term > 0 else []
         self._starts = [start] if term > 0 else []
         self._persist()
+        self.save()

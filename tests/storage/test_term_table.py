@@ -19,6 +19,8 @@ def test_lookups_and_term_ends(tmp_path: Path) -> None:
     assert table.end_of(2, 40) == (1, 10)  # term 2 never led here: term 1 ends at 10
     assert table.end_of(4, 40) == (4, 40)
     assert table.end_of(0, 40) == (0, 0)
+    assert TermTable.load(str(tmp_path)).entries() == []  # changes stay in memory until saved
+    table.save()
     assert TermTable.load(str(tmp_path)).entries() == table.entries()
 
 
@@ -62,3 +64,18 @@ def test_a_reset_to_offset_zero_keeps_the_term_it_was_given(tmp_path: Path) -> N
         assert log.term_at(-1) == 0
         log.reset(0, term_before_start=1)
         assert log.term_at(-1) == 1
+
+
+def test_terms_learnt_since_the_last_save_survive_a_kill(tmp_path: Path) -> None:
+    """The table is saved when segments seal; recovery relearns newer terms from the batches."""
+    config = LogConfig(segment_bytes=1024)
+    log = PartitionLog.open(str(tmp_path), config)
+    for term in (1, 1, 2, 3, 3, 5):
+        for _ in range(4):
+            log.append(build_batch([Record(value=b"x" * 40)]), term=term)
+    want = log.term_starts()
+    assert log.segment_count > 1
+    log.abandon()  # no close: the table file lags behind the log
+    with PartitionLog.open(str(tmp_path), config) as log:
+        assert log.term_starts() == want
+        assert [log.term_at(o) for o in range(24)] == [1] * 8 + [2] * 4 + [3] * 8 + [5] * 4
