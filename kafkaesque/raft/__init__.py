@@ -1,1 +1,98 @@
-"""Raft, one group per partition: a pure core, a trio driver and a msgpack transport."""
+"""Raft, one group per partition: a pure core, a trio driver and a msgpack transport.
+
+The public API of the core (the trio driver and the simulator use only these names):
+
+* ``RaftNode(config, storage, rng, *, applied=None)``: ``tick()``, ``step(msg)``,
+  ``propose(data, count=1) -> offset``, ``add_learner/promote/remove(node) -> offset``,
+  ``transfer_leadership(to)``, ``read_index(ctx)``, ``campaign()``, ``has_ready()``,
+  ``ready() -> Ready``, ``advance(ready)``, ``status() -> Status``.
+* ``RaftConfig``, ``Configuration``: settings and membership.
+* ``RaftStorage`` (the Protocol storage implements), ``InitialState``, ``MemoryStorage``.
+* Values: ``Entry``, ``EntryKind``, ``HardState``, ``Role``, ``Ready``, ``SoftState``,
+  ``ReadState``, ``LogReset``.
+* Messages and their wire form: ``Message`` and its types, ``to_wire``, ``from_wire``.
+* Errors: ``RaftError``, ``NotLeader``, ``ProposalDropped``, ``InvalidConfigChange``,
+  ``RaftUsageError``, ``MalformedMessage``, ``RaftInvariantError``.
+"""
+
+from ._config import (
+    BUG_COMMIT_OLD_TERM,
+    BUG_FORGET_VOTE,
+    BUG_VOTE_WITHOUT_LOG_CHECK,
+    KNOWN_BUGS,
+    RaftConfig,
+)
+from ._core import ProgressInfo, RaftNode, Status
+from ._errors import (
+    InvalidConfigChange,
+    MalformedMessage,
+    NotLeader,
+    ProposalDropped,
+    RaftError,
+    RaftInvariantError,
+    RaftUsageError,
+)
+from ._log import RaftLog
+from ._membership import Configuration
+from ._messages import (
+    AppendEntries,
+    AppendEntriesResponse,
+    Heartbeat,
+    HeartbeatResponse,
+    InstallLogStart,
+    Message,
+    RequestVote,
+    RequestVoteResponse,
+    TimeoutNow,
+    describe,
+    from_wire,
+    to_wire,
+)
+from ._progress import ProgressState
+from ._ready import LogReset, ReadState, Ready, SoftState
+from ._storage import InitialState, MemoryStorage, RaftStorage
+from ._types import Entry, EntryKind, HardState, Role
+
+__all__ = [
+    "BUG_COMMIT_OLD_TERM",
+    "BUG_FORGET_VOTE",
+    "BUG_VOTE_WITHOUT_LOG_CHECK",
+    "KNOWN_BUGS",
+    "AppendEntries",
+    "AppendEntriesResponse",
+    "Configuration",
+    "Entry",
+    "EntryKind",
+    "HardState",
+    "Heartbeat",
+    "HeartbeatResponse",
+    "InitialState",
+    "InstallLogStart",
+    "InvalidConfigChange",
+    "LogReset",
+    "MalformedMessage",
+    "MemoryStorage",
+    "Message",
+    "NotLeader",
+    "ProgressInfo",
+    "ProgressState",
+    "ProposalDropped",
+    "RaftConfig",
+    "RaftError",
+    "RaftInvariantError",
+    "RaftLog",
+    "RaftNode",
+    "RaftStorage",
+    "RaftUsageError",
+    "ReadState",
+    "Ready",
+    "RequestVote",
+    "RequestVoteResponse",
+    "Role",
+    "SoftState",
+    "Status",
+    "TimeoutNow",
+    "describe",
+    "from_wire",
+    "to_wire",
+]

@@ -1,0 +1,183 @@
+"""One Raft node as its own process, driven over a JSON-lines control port (tests, benchmarks).
+
+    python -m bench._raft_node --id 0 --peers 0=127.0.0.1:7000,1=...,2=... --control 7100 \\
+        --data DIR --groups 12
+
+It hosts ``--groups`` groups named ``g0``, ``g1``… on a ``MultiRaft`` with a ``PeerTransport``,
+and answers one JSON object per line on ``127.0.0.1:--control``:
+
+* ``{"op": "status"}`` → ``{"role": {group: role}, "leader": {group: id}, "commit": {group: n},
+  "ticks": n, "fsyncs": n}``
+* ``{"op": "propose", "group": g, "value": text}`` → ``{"ok": true, "offset": n}`` once committed,
+  or ``{"ok": false, "error": kind, "leader": id}``
+* ``{"op": "load", "seconds": s, "records": n, "size": b, "window": w[, "only": g]}`` → for
+  every group this node leads (or only ``g``), keep ``w`` batches of ``n`` records of ``b``
+  random bytes in flight for ``s`` seconds;
+  ``{"batches": committed, "bytes": record bytes committed, "groups": led}``
+* ``{"op": "read", "group": g}`` → ``{"values": [...]}`` (committed data records, as text)
+* ``{"op": "profile", "seconds": s}`` → ``{"stats": text}`` (cProfile of this process)
+
+Not a product: the broker (``kafkaesque broker``) is the real home of ``MultiRaft``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+from typing import Any
+
+import trio
+
+from kafkaesque.raft import NotLeader, ProposalDropped, Role
+from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost
+from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.storage import Record, build_batch
+
+
+def _parse_peers(text: str) -> dict[int, tuple[str, int]]:
+    peers = {}
+    for part in text.split(","):
+        node, _, addr = part.partition("=")
+        host, _, port = addr.rpartition(":")
+        peers[int(node)] = (host, int(port))
+    return peers
+
+
+class Node:
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.peers = _parse_peers(args.peers)
+        self.id = args.id
+        self.raft = MultiRaft(self.id, self._send, state_dir=args.data, peers=self.peers)
+        self.transport = PeerTransport(
+            self.id,
+            self.peers,
+            cluster="bench",
+            secret=args.secret.encode(),
+            on_items=self.raft.handle_items,
+            on_peer_change=self.raft.peer_changed,
+        )
+        for i in range(args.groups):
+            self.raft.add_group(f"g{i}", os.path.join(args.data, f"g{i}"), self.peers)
+        self.control_port = args.control
+
+    def _send(self, peer: int, item: Any) -> bool:
+        return self.transport.send(peer, item)
+
+    async def run(self) -> None:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(self.transport.run, "127.0.0.1", self.peers[self.id][1])
+            await nursery.start(self.raft.run)
+            await trio.serve_tcp(self._control, self.control_port, host="127.0.0.1")
+
+    async def _control(self, stream: trio.SocketStream) -> None:
+        buf = b""
+        try:
+            while True:
+                data = await stream.receive_some(65536)
+                if not data:
+                    return
+                buf += data
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    reply = await self._handle(json.loads(line))
+                    await stream.send_all(json.dumps(reply).encode() + b"\n")
+        except trio.BrokenResourceError:
+            return
+
+    async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
+        op = req["op"]
+        if op == "status":
+            groups = self.raft.groups
+            return {
+                "role": {g: grp.role.value for g, grp in groups.items()},
+                "leader": {g: grp.leader for g, grp in groups.items()},
+                "commit": {g: grp.commit_index for g, grp in groups.items()},
+                "term": {g: grp.node.term for g, grp in groups.items()},
+                "quiesced": sum(grp.quiesced for grp in groups.values()),
+                "ticks": self.raft.ticks,
+                "fsyncs": self.raft.fsyncs,
+            }
+        if op == "propose":
+            batch = build_batch([Record(value=str(req["value"]).encode())])
+            try:
+                _, last = await self.raft.propose(req["group"], batch, 1, timeout=3)
+            except NotLeader as exc:
+                return {"ok": False, "error": "not_leader", "leader": exc.leader}
+            except (ProposalDropped, ProposalLost) as exc:
+                return {"ok": False, "error": type(exc).__name__}
+            except CommitTimeout:
+                return {"ok": False, "error": "timeout"}
+            return {"ok": True, "offset": last}
+        if op == "load":
+            return await self._load(req)
+        if op == "read":
+            return {"values": self._read(req["group"])}
+        if op == "profile":
+            return {"stats": await self._profile(float(req["seconds"]))}
+        return {"error": f"unknown op {op}"}
+
+    async def _load(self, req: dict[str, Any]) -> dict[str, Any]:
+        records, size, window = int(req["records"]), int(req["size"]), int(req["window"])
+        batch = build_batch([Record(value=os.urandom(size)) for _ in range(records)])
+        led = [g for g, grp in self.raft.groups.items() if grp.role is Role.LEADER]
+        if "only" in req:
+            led = [g for g in led if g == req["only"]]
+        done = {"batches": 0}
+        deadline = trio.current_time() + float(req["seconds"])
+
+        async def one_stream(group: str) -> None:
+            while trio.current_time() < deadline:
+                try:
+                    await self.raft.propose(group, batch, records, timeout=3)
+                except (NotLeader, ProposalDropped, ProposalLost, CommitTimeout):
+                    await trio.sleep(0.01)
+                    continue
+                done["batches"] += 1
+
+        async with trio.open_nursery() as nursery:
+            for group in led:
+                for _ in range(window):
+                    nursery.start_soon(one_stream, group)
+        return {
+            "batches": done["batches"],
+            "bytes": done["batches"] * records * size,
+            "groups": len(led),
+        }
+
+    async def _profile(self, seconds: float) -> str:
+        """cProfile this process for ``seconds``; the top functions by own time, as text."""
+        import cProfile
+        import io
+        import pstats
+
+        profiler = cProfile.Profile()
+        profiler.enable()
+        await trio.sleep(seconds)
+        profiler.disable()
+        out = io.StringIO()
+        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+        return out.getvalue()
+
+    def _read(self, group_id: str) -> list[str]:
+        records = self.raft.groups[group_id].committed_records()
+        return [(r.value or b"").decode() for r in records]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._raft_node")
+    parser.add_argument("--id", type=int, required=True)
+    parser.add_argument("--peers", required=True, help="id=host:port,...")
+    parser.add_argument("--control", type=int, required=True)
+    parser.add_argument("--data", required=True)
+    parser.add_argument("--groups", type=int, default=1)
+    parser.add_argument("--secret", default="bench-secret")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    trio.run(Node(args).run)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,451 @@
+"""The multi-raft driver: many Raft groups of one broker, over one transport, in one trio task.
+
+Each tick (``tick_interval``, 50 ms by default) the driver ticks every active group and pings
+every peer. Its loop follows each core's ``Ready`` contract for all groups at once:
+
+1. take the Ready of every group that has one, and write it to that group's ``PartitionStorage``;
+2. fsync every log those Readys touched, and save the broker's ``HardStateStore`` (the term and
+   vote of every group, one file) if a term or vote changed, on worker threads: group commit
+   across groups, a handful of fsyncs in parallel;
+3. only then send the Readys' messages (a vote or an acknowledgement is never sent before it is
+   durable), expose the newly committed offsets and wake whoever waits for them;
+4. advance every core.
+
+Quiescence (CockroachDB's idea): a leader whose followers hold its whole log and know its commit
+index, and that saw no traffic for a few ticks, stops ticking and tells its followers to stop
+too. An idle partition then costs nothing but its share of one ping per peer per tick. Any message
+for a group wakes it; a follower also wakes when the leader's broker stops answering pings, so a
+dead leader is still replaced in about one election timeout.
+"""
+
+from __future__ import annotations
+
+import heapq
+import logging
+import math
+import os
+import random
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from kafkaesque.storage import (
+    BatchType,
+    FlushTicket,
+    FsyncPolicy,
+    LogConfig,
+    PartitionLog,
+    Record,
+    decode_records,
+    iter_batches,
+)
+
+from ._config import RaftConfig
+from ._core import RaftNode
+from ._errors import MalformedMessage, NotLeader, ProposalDropped
+from ._hard_state_store import HardStateStore
+from ._membership import Configuration
+from ._messages import Heartbeat, HeartbeatResponse, from_wire, to_wire
+from ._partition_storage import PartitionStorage
+from ._ready import Ready
+from ._types import Role
+
+log = logging.getLogger("kafkaesque.raft.driver")
+
+# Transport items: [kind, ...]
+_MSG = 0  # [0, group, wire message]
+_QUIESCE = 1  # [1, group, term, commit]
+_PING = 2  # [2]
+
+_QUIESCE_AFTER_TICKS = 3
+_FSYNC_THREADS = 4
+
+
+class CommitTimeout(Exception):
+    """The proposal was appended but not known committed in time: its outcome is unknown."""
+
+
+class ProposalLost(Exception):
+    """The proposal was removed from the log before it committed: it definitely failed."""
+
+
+@dataclass(eq=False)
+class RaftGroup:
+    """One Raft group hosted here: its core, its storage, and who waits for its commits."""
+
+    id: str
+    node: RaftNode
+    storage: PartitionStorage
+    commit_index: int = -1
+    quiesced: bool = False
+    idle_ticks: int = 0
+    # (offset, term, event): proposals waiting for their offset to commit in their term.
+    _waiters: list[tuple[int, int, int, trio.Event]] = field(default_factory=list)
+    _seq: int = 0
+    # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    @property
+    def log(self) -> PartitionLog:
+        return self.storage.log
+
+    @property
+    def role(self) -> Role:
+        return self.node.role
+
+    @property
+    def leader(self) -> int | None:
+        return self.node.leader
+
+    def committed_records(self, start: int | None = None) -> list[Record]:
+        """The data records committed from ``start`` (default: the log start) on.
+
+        Only committed data is returned (what consumers may see); control batches are skipped.
+        """
+        out: list[Record] = []
+        offset = self.log.log_start_offset if start is None else start
+        while offset <= self.commit_index:
+            result = self.log.read(offset, 1 << 20, max_offset=self.commit_index + 1)
+            if not result.data:
+                break
+            pos = 0
+            for header in iter_batches(result.data, verify=False):  # the log verified them
+                batch = result.data[pos : pos + header.size]
+                pos += header.size
+                if header.batch_type is BatchType.DATA:
+                    out.extend(r for r in decode_records(batch, header) if r.offset >= offset)
+            offset = result.next_offset
+        return out
+
+    def _notify(self) -> None:
+        self.changed.set()
+        self.changed = trio.Event()
+        while self._waiters and self._waiters[0][0] <= self.commit_index:
+            heapq.heappop(self._waiters)[3].set()
+
+    def _fail_waiters_above(self, offset: int) -> None:
+        for item in self._waiters:
+            if item[0] >= offset:
+                item[3].set()  # they wake, see their entry gone, and raise ProposalLost
+
+
+class MultiRaft:
+    """All Raft groups of one broker. Use from one trio thread; ``run`` owns its tasks.
+
+    ``send(peer, item)`` queues a transport item (``PeerTransport.send``); the transport calls
+    ``handle_items`` with what arrives.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        send: Callable[[int, Any], bool],
+        *,
+        state_dir: str,
+        peers: Iterable[int] = (),
+        tick_interval: float = 0.05,
+        raft_config: Callable[[int], RaftConfig] | None = None,
+        rng: random.Random | None = None,
+    ) -> None:
+        self.node_id = node_id
+        self._send = send
+        os.makedirs(state_dir, exist_ok=True)
+        self.hard_states = HardStateStore(state_dir)
+        self._peers = set(peers) - {node_id}
+        self.tick_interval = tick_interval
+        self._raft_config = raft_config or (lambda i: RaftConfig(id=i))
+        self._rng = rng or random.Random()
+        self.groups: dict[str, RaftGroup] = {}
+        self._dirty: set[RaftGroup] = set()
+        # Invariant: exactly the groups that are not quiesced (only these are ticked).
+        self._active: set[RaftGroup] = set()
+        self._silent: set[int] = set()  # peers not heard from lately
+        self._wake = trio.Event()
+        self._ticks = 0
+        self._last_heard: dict[int, int] = {}
+        self._election_tick = self._raft_config(node_id).election_tick
+        self.fsyncs = 0
+        self.readies = 0
+
+    # -- groups -------------------------------------------------------------------------------
+
+    def add_group(
+        self,
+        group_id: str,
+        directory: str,
+        voters: Iterable[int],
+        log_config: LogConfig | None = None,
+    ) -> RaftGroup:
+        """Open (or reopen) the group's log in ``directory`` and start its core."""
+        if group_id in self.groups:
+            return self.groups[group_id]
+        storage = PartitionStorage(
+            PartitionLog.open(directory, log_config),
+            Configuration(voters=frozenset(voters)),
+            hard_states=self.hard_states,
+            key=group_id,
+        )
+        node = RaftNode(self._raft_config(self.node_id), storage, self._rng)
+        group = RaftGroup(group_id, node, storage)
+        self.groups[group_id] = group
+        self._active.add(group)
+        self._peers |= set(node.configuration.members) - {self.node_id}
+        if node.term == 0 and preferred_leader(group_id, node.configuration.voters) == self.node_id:
+            # A new group: its preferred replica stands at once instead of every replica
+            # waiting out a random timeout (1,000 new groups would otherwise split votes for
+            # a minute). A stable hash spreads the leaders over the brokers.
+            node.campaign()
+        self._mark(group)
+        return group
+
+    def close(self) -> None:
+        for group in self.groups.values():
+            group.storage.close()
+        self.groups.clear()
+        self.hard_states.save()
+
+    # -- requests ---------------------------------------------------------------------------
+
+    async def propose(
+        self, group_id: str, batch: bytes, count: int, *, timeout: float = 5.0
+    ) -> tuple[int, int]:
+        """Append ``batch`` (``count`` offsets) as the leader and wait until it is committed.
+
+        Returns its ``(first, last)`` offsets. Raises ``NotLeader`` (with the leader's id when
+        known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if the
+        entry was truncated away (definitely failed, retry) or ``CommitTimeout`` (unknown).
+        """
+        group = self.groups[group_id]
+        last = group.node.propose(batch, count)
+        term = group.node.term
+        self._wake_group(group)
+        done = trio.Event()
+        group._seq += 1
+        heapq.heappush(group._waiters, (last, group._seq, term, done))
+        with trio.move_on_after(timeout):
+            await done.wait()
+        if group.commit_index >= last and group.storage.log.term_at(last) == term:
+            return last - count + 1, last
+        if group.storage.last_index() < last or group.storage.log.term_at(last) != term:
+            raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
+        raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
+
+    @property
+    def ticks(self) -> int:
+        """Ticks since this driver started (its clock, in Raft time)."""
+        return self._ticks
+
+    def leader_of(self, group_id: str) -> int | None:
+        return self.groups[group_id].leader
+
+    # -- the transport side -----------------------------------------------------------------
+
+    def handle_items(self, peer: int, items: list[Any]) -> None:
+        """Take a frame's items from ``peer`` (the transport's ``on_items`` callback)."""
+        self._last_heard[peer] = self._ticks
+        for item in items:
+            try:
+                kind = item[0]
+                if kind == _MSG:
+                    group = self.groups.get(item[1])
+                    if group is None:
+                        continue  # a group not (yet) created here: the sender retries
+                    msg = from_wire(item[2])
+                    self._activate(group)  # anything from a peer means the group is active
+                    if not isinstance(msg, Heartbeat | HeartbeatResponse):
+                        group.idle_ticks = 0  # heartbeats are how an idle group stays alive
+                    group.node.step(msg)
+                    self._mark(group)
+                elif kind == _QUIESCE:
+                    self._maybe_quiesce_follower(peer, item[1], item[2], item[3])
+            except (MalformedMessage, IndexError, TypeError, KeyError) as exc:
+                log.warning(
+                    "node %d: dropped a malformed item from node %d: %s", self.node_id, peer, exc
+                )
+
+    def peer_changed(self, peer: int, connected: bool) -> None:
+        """The transport's news: a lost connection makes ``peer`` silent at once."""
+        if not connected:
+            self._last_heard[peer] = -(10**9)
+
+    def _maybe_quiesce_follower(self, peer: int, group_id: str, term: int, commit: int) -> None:
+        group = self.groups.get(group_id)
+        if group is None:
+            return
+        node = group.node
+        if (
+            node.role is Role.FOLLOWER
+            and node.term == term
+            and node.leader == peer
+            and node.commit == commit == group.storage.last_index()
+            and not node.has_ready()
+        ):
+            self._quiesce(group)
+
+    # -- the loop -----------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Tick and process Readys until cancelled."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._tick_loop)
+            task_status.started()
+            while True:
+                await self._wake.wait()
+                self._wake = trio.Event()
+                await self._process()
+
+    async def _tick_loop(self) -> None:
+        next_at = trio.current_time()
+        while True:
+            next_at += self.tick_interval
+            await trio.sleep_until(next_at)
+            if trio.current_time() - next_at > 10 * self.tick_interval:
+                next_at = trio.current_time()  # we fell far behind (a pause): do not burst
+            self.tick()
+
+    def tick(self) -> None:
+        """One tick: ping peers, tick active groups, quiesce idle leaders, wake orphaned ones."""
+        self._ticks += 1
+        live_after = self._ticks - max(2, math.ceil(self._election_tick / 3))
+        for peer in self._peers:
+            self._send(peer, [_PING])
+            if self._last_heard.get(peer, -1) >= live_after:
+                self._silent.discard(peer)
+            elif peer not in self._silent:
+                self._silent.add(peer)
+                self._wake_orphans(peer)
+        for group in list(self._active):
+            node = group.node
+            # Checked before ticking: a tick makes a leader queue its heartbeat.
+            if (
+                node.role is Role.LEADER
+                and group.idle_ticks >= _QUIESCE_AFTER_TICKS
+                and self._maybe_quiesce_leader(group)
+            ):
+                continue
+            node.tick()
+            group.idle_ticks += 1
+            self._mark(group)
+
+    def _wake_orphans(self, peer: int) -> None:
+        """``peer`` went silent: the quiesced groups it leads must elect. (A rare sweep.)"""
+        for group in self.groups.values():
+            node = group.node
+            if group.quiesced and node.role is not Role.LEADER and node.leader == peer:
+                self._activate(group)
+                log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
+
+    def _quiesce(self, group: RaftGroup) -> None:
+        group.quiesced = True
+        self._active.discard(group)
+
+    def _activate(self, group: RaftGroup) -> None:
+        group.quiesced = False
+        self._active.add(group)
+
+    def _maybe_quiesce_leader(self, group: RaftGroup) -> bool:
+        """Quiesce ``group`` if its followers hold the whole log and know the commit index."""
+        node = group.node
+        status = node.status()
+        last = status.last_index
+        if status.commit != last or node.has_ready() or status.lead_transferee is not None:
+            return False
+        followers = [p for p in status.progress if p != self.node_id]
+        if any(status.progress[p].match != last for p in followers):
+            return False
+        self._quiesce(group)
+        for peer in followers:
+            self._send(peer, [_QUIESCE, group.id, status.term, status.commit])
+        return True
+
+    def _mark(self, group: RaftGroup) -> None:
+        self._dirty.add(group)
+        self._wake.set()
+
+    def _wake_group(self, group: RaftGroup) -> None:
+        self._activate(group)
+        group.idle_ticks = 0
+        self._mark(group)
+
+    async def _process(self) -> None:
+        dirty, self._dirty = self._dirty, set()
+        readies: list[tuple[RaftGroup, Ready]] = []
+        for group in dirty:
+            if group.node.has_ready():
+                rd = group.node.ready()
+                group.storage.persist(rd)
+                readies.append((group, rd))
+        if not readies:
+            return
+        self.readies += len(readies)
+        tickets: list[FlushTicket] = []
+        owners: list[PartitionLog] = []
+        for group, rd in readies:
+            glog = group.storage.log
+            if rd.entries or rd.truncate_from is not None or rd.log_reset is not None:
+                if glog.config.fsync is FsyncPolicy.ALWAYS:
+                    tickets.append(glog.flush_ticket())
+                    owners.append(glog)
+                else:
+                    glog.maybe_flush()
+        snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
+        if tickets or snapshot is not None:
+            async with trio.open_nursery() as nursery:
+                if snapshot is not None:
+                    nursery.start_soon(trio.to_thread.run_sync, self.hard_states.write, snapshot)
+                for chunk in _chunks(tickets, _FSYNC_THREADS):
+                    nursery.start_soon(trio.to_thread.run_sync, _run_tickets, chunk)
+            self.fsyncs += len(tickets) + (snapshot is not None)
+            for glog, ticket in zip(owners, tickets, strict=True):
+                glog.flushed(ticket)
+        for group, rd in readies:
+            self._after_persist(group, rd)
+
+    def _after_persist(self, group: RaftGroup, rd: Ready) -> None:
+        for msg in rd.messages:
+            self._send(msg.dst, [_MSG, group.id, to_wire(msg)])
+        if rd.entries:
+            group.idle_ticks = 0
+        if rd.truncate_from is not None:
+            group._fail_waiters_above(rd.truncate_from)
+        if rd.log_reset is not None:
+            group._fail_waiters_above(rd.log_reset.start)
+        if rd.committed is not None:
+            group.commit_index = max(group.commit_index, rd.committed[1])
+        if rd.committed is not None or rd.truncate_from is not None or rd.log_reset is not None:
+            group._notify()
+        group.node.advance(rd)
+        if group.node.has_ready():
+            self._mark(group)
+
+
+def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
+    """The replica that should lead ``group_id``: a stable hash over the sorted voters."""
+    ordered = sorted(voters)
+    return ordered[zlib.crc32(group_id.encode()) % len(ordered)] if ordered else None
+
+
+def _run_tickets(tickets: list[FlushTicket]) -> None:
+    for ticket in tickets:
+        ticket.run()
+
+
+def _chunks(items: list[FlushTicket], n: int) -> list[list[FlushTicket]]:
+    """Split into at most ``n`` near-equal runs (fsyncs of different files overlap on disk)."""
+    if not items:
+        return []
+    size = -(-len(items) // n)
+    return [items[i : i + size] for i in range(0, len(items), size)]
+
+
+__all__ = [
+    "CommitTimeout",
+    "MultiRaft",
+    "NotLeader",
+    "ProposalDropped",
+    "ProposalLost",
+    "RaftGroup",
+]

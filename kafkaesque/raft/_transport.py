@@ -1,0 +1,270 @@
+"""Peer transport: one authenticated TCP connection per broker pair, frames of msgpack.
+
+The broker with the lower id dials; the higher one accepts; both directions share the
+connection (so N brokers hold N(N-1)/2 connections, whatever the number of Raft groups).
+``send`` never blocks: items are queued per peer, and that peer's writer task sends everything
+queued as one frame, which is how the messages of many groups, heartbeats above all, travel
+together. Items for a peer that is not connected are dropped and counted: Raft retransmits.
+
+Lifetime: everything runs inside ``PeerTransport.run`` (listener, dialers, one nursery per
+connection); cancelling it closes every connection.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from ._wire import (
+    DEFAULT_MAX_FRAME,
+    FrameDecoder,
+    Hello,
+    PeerProtocolError,
+    challenge_frame,
+    check_challenge,
+    check_proof,
+    encode_frame,
+    hello_frame,
+    new_nonce,
+    parse_hello,
+    proof_frame,
+)
+
+log = logging.getLogger("kafkaesque.raft.transport")
+
+HANDSHAKE_TIMEOUT_S = 5.0
+_RECEIVE_BYTES = 256 * 1024
+
+
+@dataclass(slots=True)
+class _Link:
+    """What this node knows about its connection to one peer."""
+
+    address: tuple[str, int]
+    outbox: list[Any] = field(default_factory=list)
+    wake: trio.Event = field(default_factory=trio.Event)
+    connected: bool = False
+    scope: trio.CancelScope | None = None  # of the live connection, to replace it
+
+
+class PeerTransport:
+    """This broker's connections to its peers. Not thread-safe: use it from its trio thread.
+
+    ``on_items(peer_id, items)`` is called (synchronously, in order) for every frame received;
+    it must not block. ``on_peer_change(peer_id, connected)`` is told when a connection comes or
+    goes (a killed peer's connection closes at once: faster news than missing pings).
+    Peers are identified by node id; ``peers`` maps each to its address.
+    """
+
+    def __init__(
+        self,
+        node_id: int,
+        peers: Mapping[int, tuple[str, int]],
+        *,
+        cluster: str,
+        secret: bytes,
+        on_items: Callable[[int, list[Any]], None],
+        max_frame: int = DEFAULT_MAX_FRAME,
+        max_queued_items: int = 100_000,
+        on_peer_change: Callable[[int, bool], None] | None = None,
+    ) -> None:
+        if not secret:
+            raise ValueError("a cluster secret is required")
+        self.node_id = node_id
+        self._cluster = cluster
+        self._secret = secret
+        self._on_items = on_items
+        self._on_peer_change = on_peer_change
+        self._max_frame = max_frame
+        self._max_queued = max_queued_items
+        self._links = {p: _Link(a) for p, a in peers.items() if p != node_id}
+        self._nursery: trio.Nursery | None = None
+        #: Items dropped because their peer was disconnected or its queue full.
+        self.dropped = 0
+        #: Connections closed because the peer broke the protocol or failed authentication.
+        self.rejected = 0
+        self.frames_sent = 0
+        self.frames_received = 0
+
+    # -- public -------------------------------------------------------------------------------
+
+    def send(self, peer: int, item: Any) -> bool:
+        """Queue ``item`` for ``peer``; False (and counted in ``dropped``) if it cannot go now."""
+        link = self._links.get(peer)
+        if link is None or not link.connected or len(link.outbox) >= self._max_queued:
+            self.dropped += 1
+            return False
+        link.outbox.append(item)
+        link.wake.set()
+        return True
+
+    def connected_peers(self) -> set[int]:
+        return {p for p, link in self._links.items() if link.connected}
+
+    def add_peer(self, peer: int, address: tuple[str, int]) -> None:
+        """Learn a new peer (membership change); dial it if this node is the dialer."""
+        if peer == self.node_id or peer in self._links:
+            return
+        self._links[peer] = _Link(address)
+        if self._nursery is not None and self.node_id < peer:
+            self._nursery.start_soon(self._dial_forever, peer)
+
+    async def run(
+        self,
+        host: str,
+        port: int,
+        *,
+        task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Listen on ``host:port`` (0: any free port), dial the lower-id side's peers, forever.
+
+        ``task_status.started`` gets the bound port.
+        """
+        listeners = await trio.open_tcp_listeners(port, host=host)
+        bound = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            nursery.start_soon(trio.serve_listeners, self._accept, listeners)
+            for peer in self._links:
+                if self.node_id < peer:
+                    nursery.start_soon(self._dial_forever, peer)
+            task_status.started(bound)
+
+    # -- connections --------------------------------------------------------------------------
+
+    async def _dial_forever(self, peer: int) -> None:
+        backoff = 0.05
+        while True:
+            link = self._links[peer]
+            try:
+                stream = await trio.open_tcp_stream(*link.address)
+            except OSError:
+                await trio.sleep(backoff)
+                backoff = min(backoff * 2, 1.0)
+                continue
+            backoff = 0.05
+            decoder = FrameDecoder(self._max_frame)
+            early: list[Any] = []
+            try:
+                with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    hello = Hello(self._cluster, self.node_id, peer, new_nonce())
+                    await stream.send_all(hello_frame(hello))
+                    acceptor_nonce = check_challenge(
+                        await self._next_frame(stream, decoder, early), self._secret, hello
+                    )
+                    await stream.send_all(proof_frame(self._secret, hello, acceptor_nonce))
+            except (PeerProtocolError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+                self._refuse(peer, link.address, exc)
+                await trio.aclose_forcefully(stream)
+                await trio.sleep(backoff)
+                continue
+            await self._run_connection(peer, stream, decoder, early)
+            await trio.sleep(backoff)
+
+    async def _accept(self, stream: trio.SocketStream) -> None:
+        decoder = FrameDecoder(self._max_frame)
+        where = _peer_name(stream)
+        early: list[Any] = []
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                hello = parse_hello(
+                    await self._next_frame(stream, decoder, early), self._cluster, self.node_id
+                )
+                if hello.dialer not in self._links or hello.dialer > self.node_id:
+                    raise PeerProtocolError(f"node {hello.dialer} is not a peer that dials here")
+                nonce = new_nonce()
+                await stream.send_all(challenge_frame(self._secret, hello, nonce))
+                proof = await self._next_frame(stream, decoder, early)
+                check_proof(proof, self._secret, hello, nonce)
+        except (PeerProtocolError, trio.TooSlowError, trio.BrokenResourceError, OSError) as exc:
+            self._refuse(None, where, exc)
+            await trio.aclose_forcefully(stream)
+            return
+        old = self._links[hello.dialer].scope
+        if old is not None:
+            old.cancel()  # the peer restarted: its new connection replaces the old one
+        await self._run_connection(hello.dialer, stream, decoder, early)
+
+    async def _next_frame(
+        self, stream: trio.SocketStream, decoder: FrameDecoder, early: list[Any]
+    ) -> Any:
+        """The next frame; frames that arrived with it wait in ``early`` (the peer may send its
+        first items right behind its last handshake frame)."""
+        while not early:
+            data = await stream.receive_some(_RECEIVE_BYTES)
+            if not data:
+                raise PeerProtocolError("connection closed during the handshake")
+            early.extend(decoder.feed(data))
+        return early.pop(0)
+
+    async def _run_connection(
+        self, peer: int, stream: trio.SocketStream, decoder: FrameDecoder, early: list[Any]
+    ) -> None:
+        link = self._links[peer]
+        with trio.CancelScope() as scope:
+            link.scope = scope
+            link.connected = True
+            log.info("node %d: connected to node %d", self.node_id, peer)
+            if self._on_peer_change is not None:
+                self._on_peer_change(peer, True)
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._write_loop, link, stream)
+                    self._deliver(peer, early)
+                    await self._read_loop(peer, stream, decoder)
+                    nursery.cancel_scope.cancel()
+            except* PeerProtocolError as group:
+                for exc in group.exceptions:
+                    self._refuse(peer, link.address, exc)
+            except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+                pass  # the peer went away; the dialer reconnects
+            finally:
+                link.connected = False
+                if link.scope is scope:
+                    link.scope = None
+                    self.dropped += len(link.outbox)
+                    link.outbox.clear()
+                log.info("node %d: disconnected from node %d", self.node_id, peer)
+                if self._on_peer_change is not None and link.scope is None:
+                    self._on_peer_change(peer, False)
+        await trio.aclose_forcefully(stream)
+
+    async def _read_loop(self, peer: int, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
+        while True:
+            data = await stream.receive_some(_RECEIVE_BYTES)
+            if not data:
+                return
+            self._deliver(peer, decoder.feed(data))
+
+    def _deliver(self, peer: int, frames: list[Any]) -> None:
+        for frame in frames:
+            if not isinstance(frame, list):
+                raise PeerProtocolError(f"expected a list of items, got {type(frame).__name__}")
+            self.frames_received += 1
+            self._on_items(peer, frame)
+
+    async def _write_loop(self, link: _Link, stream: trio.SocketStream) -> None:
+        while True:
+            await link.wake.wait()
+            link.wake = trio.Event()
+            items, link.outbox = link.outbox, []
+            if items:
+                await stream.send_all(encode_frame(items))
+                self.frames_sent += 1
+
+    def _refuse(self, peer: int | None, where: object, exc: BaseException) -> None:
+        self.rejected += isinstance(exc, PeerProtocolError)
+        who = f"node {peer}" if peer is not None else "a connection"
+        log.warning("node %d: closed %s from %s: %s", self.node_id, who, where, exc)
+
+
+def _peer_name(stream: trio.SocketStream) -> str:
+    try:
+        host, port = stream.socket.getpeername()[:2]
+    except OSError:
+        return "?"
+    return f"{host}:{port}"

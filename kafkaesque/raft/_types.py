@@ -1,0 +1,75 @@
+"""Value types shared by the Raft core, its storage and its messages.
+
+The partition log IS the Raft log: one offset space. An entry is a record batch spanning the
+offsets ``[first, last]``; its Raft index is ``last``. Entries are contiguous (the next entry's
+``first`` is this one's ``last + 1``) and offsets start at 0, so an empty log has
+``last_index == start_offset - 1 == -1`` and the sentinel term at index -1 is 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum, IntEnum
+
+
+class EntryKind(IntEnum):
+    """What an entry carries. The values match ``kafkaesque.storage``'s ``BatchType``."""
+
+    DATA = 0
+    NOOP = 1  # the no-op a new leader appends at the start of its term (Raft §8)
+    CONFIG = 2  # a membership configuration (data = ``Configuration.encode()``)
+
+
+@dataclass(frozen=True, slots=True)
+class Entry:
+    """One log entry: an opaque record batch covering offsets ``[first, last]``.
+
+    The core never parses ``data``; the driver stamps ``first`` and ``term`` into the batch header
+    when it writes the batch. Control entries (``NOOP``, ``CONFIG``) take one offset.
+    """
+
+    term: int  # Invariant: term >= 1 (term 0 exists only as the sentinel before offset 0).
+    first: int  # Invariant: 0 <= first <= last.
+    last: int
+    kind: EntryKind
+    data: bytes = b""
+
+    def __post_init__(self) -> None:
+        if self.term < 1:
+            raise ValueError(f"entry term must be >= 1, got {self.term}")
+        if self.first < 0 or self.last < self.first:
+            raise ValueError(f"bad entry offsets [{self.first}, {self.last}]")
+        if self.kind is not EntryKind.DATA and self.first != self.last:
+            raise ValueError(f"a {self.kind.name} entry takes exactly one offset")
+
+    @property
+    def count(self) -> int:
+        """How many offsets the entry takes."""
+        return self.last - self.first + 1
+
+    @property
+    def size(self) -> int:
+        """The bytes counted against message budgets (the payload)."""
+        return len(self.data)
+
+
+@dataclass(frozen=True, slots=True)
+class HardState:
+    """What must be durable before any message reflecting it is sent (Raft Figure 2).
+
+    ``commit`` is persisted so a restarted node knows what it may expose at once; losing a recent
+    commit value is harmless (it is learned again), losing ``term`` or ``vote`` is not.
+    """
+
+    term: int = 0
+    vote: int | None = None  # Invariant: the node voted for in ``term``, or None.
+    commit: int = -1
+
+
+class Role(Enum):
+    """The role of a node (Raft §5.1, plus the pre-candidate of the thesis §9.6)."""
+
+    FOLLOWER = "follower"
+    PRE_CANDIDATE = "pre-candidate"
+    CANDIDATE = "candidate"
+    LEADER = "leader"
