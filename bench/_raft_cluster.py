@@ -29,7 +29,10 @@ def free_ports(n: int) -> list[int]:
 
 
 class RaftCluster:
-    def __init__(self, root: Path, nodes: int = 3, groups: int = 1) -> None:
+    def __init__(
+        self, root: Path, nodes: int = 3, groups: int = 1, extra_args: list[str] | None = None
+    ) -> None:
+        self.extra_args = extra_args or []
         self.root = root
         self.n = nodes
         self.groups = groups
@@ -74,6 +77,7 @@ class RaftCluster:
             str(self.root / f"node{i}"),
             "--groups",
             str(self.groups),
+            *self.extra_args,
         ]
         repo = Path(__file__).resolve().parent.parent
         self.procs[i] = subprocess.Popen(cmd, cwd=repo, stdin=subprocess.DEVNULL)

@@ -30,7 +30,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque.raft import NotLeader, ProposalDropped, Role
+from kafkaesque.raft import NotLeader, ProposalDropped, RaftConfig, Role
 from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import Record, build_batch
@@ -49,7 +49,15 @@ class Node:
     def __init__(self, args: argparse.Namespace) -> None:
         self.peers = _parse_peers(args.peers)
         self.id = args.id
-        self.raft = MultiRaft(self.id, self._send, state_dir=args.data, peers=self.peers)
+        self.raft = MultiRaft(
+            self.id,
+            self._send,
+            state_dir=args.data,
+            peers=self.peers,
+            raft_config=lambda i: RaftConfig(
+                id=i, max_inflight=args.max_inflight, max_msg_bytes=args.max_msg_bytes
+            ),
+        )
         self.transport = PeerTransport(
             self.id,
             self.peers,
@@ -173,6 +181,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--data", required=True)
     parser.add_argument("--groups", type=int, default=1)
     parser.add_argument("--secret", default="bench-secret")
+    parser.add_argument("--max-inflight", type=int, default=RaftConfig(id=0).max_inflight)
+    parser.add_argument("--max-msg-bytes", type=int, default=RaftConfig(id=0).max_msg_bytes)
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.WARNING)
     trio.run(Node(args).run)
