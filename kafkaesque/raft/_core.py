@@ -327,6 +327,18 @@ class RaftNode(LeaderMixin):
         """Start an election now (with pre-vote), as if the election timeout had fired."""
         self._hup(transfer=False)
 
+    def forget_leader(self) -> None:
+        """Forget the current leader (etcd's ForgetLeader): it is known to be gone.
+
+        Only a follower acts on it. Without a leader there is no stickiness, so this node
+        grants (pre-)votes at once instead of waiting out its election timeout; whether to
+        vote still depends on the candidate's log, so safety is untouched. The driver calls it
+        when the leader's broker is known to be down (its connection closed, or it stopped
+        answering pings); a node that still hears the leader keeps refusing campaigns.
+        """
+        if self._role is Role.FOLLOWER:
+            self._leader = None
+
     def _hup(self, transfer: bool) -> None:
         if self._role is Role.LEADER or not self._promotable():
             return

@@ -233,6 +233,19 @@ class MultiRaft:
             raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
         raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
 
+    def propose_nowait(self, group_id: str, batch: bytes, count: int) -> tuple[int, int]:
+        """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
+
+        The entry is committed once ``group.commit_index >= last`` while the log still holds it
+        in ``term`` (``group.changed`` fires on every move of the commit index); this is the
+        pipelining path (a broker's ingress), ``propose`` the one-at-a-time one. Raises
+        ``NotLeader`` or ``ProposalDropped``.
+        """
+        group = self.groups[group_id]
+        last = group.node.propose(batch, count)
+        self._wake_group(group)
+        return last, group.node.term
+
     @property
     def ticks(self) -> int:
         """Ticks since this driver started (its clock, in Raft time)."""
@@ -270,6 +283,8 @@ class MultiRaft:
         """The transport's news: a lost connection makes ``peer`` silent at once."""
         if not connected:
             self._last_heard[peer] = -(10**9)
+            self._silent.add(peer)
+            self._wake_orphans(peer, gone=True)
 
     def _maybe_quiesce_follower(self, peer: int, group_id: str, term: int, commit: int) -> None:
         group = self.groups.get(group_id)
@@ -316,7 +331,7 @@ class MultiRaft:
                 self._silent.discard(peer)
             elif peer not in self._silent:
                 self._silent.add(peer)
-                self._wake_orphans(peer)
+                self._wake_orphans(peer, gone=False)
         for group in list(self._active):
             node = group.node
             # Checked before ticking: a tick makes a leader queue its heartbeat.
@@ -330,13 +345,30 @@ class MultiRaft:
             group.idle_ticks += 1
             self._mark(group)
 
-    def _wake_orphans(self, peer: int) -> None:
-        """``peer`` went silent: the quiesced groups it leads must elect. (A rare sweep.)"""
+    def _wake_orphans(self, peer: int, *, gone: bool) -> None:
+        """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep.
+
+        Silence wakes the quiesced groups it leads here, which then elect after their timeout.
+        A closed connection is stronger news (a killed broker's kernel closes it at once), so
+        followers also forget that leader (no stickiness for a leader known gone) and one
+        survivor, the lowest-id other voter, campaigns at once: one candidate, so no split vote
+        and no random wait. Pre-vote still guards a mistaken verdict (a one-way cut): a voter
+        that still hears the leader refuses.
+        """
         for group in self.groups.values():
             node = group.node
-            if group.quiesced and node.role is not Role.LEADER and node.leader == peer:
-                self._activate(group)
-                log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
+            if node.role is Role.LEADER or node.leader != peer:
+                continue
+            if not (gone or group.quiesced):
+                continue
+            self._activate(group)
+            if gone:
+                node.forget_leader()
+                voters = [v for v in node.configuration.voters if v != peer]
+                if voters and min(voters) == self.node_id:
+                    node.campaign()
+            self._mark(group)
+            log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
 
     def _quiesce(self, group: RaftGroup) -> None:
         group.quiesced = True

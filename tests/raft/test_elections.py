@@ -181,3 +181,22 @@ def test_votes_are_counted_in_the_candidates_configuration() -> None:
     n.step(RequestVoteResponse(7, 1, 1, True, True))
     n.step(RequestVoteResponse(8, 1, 1, True, True))
     assert n.role is Role.PRE_CANDIDATE
+
+
+def test_a_follower_that_forgets_a_dead_leader_answers_campaigns_at_once() -> None:
+    """etcd's ForgetLeader: when the driver knows the leader's broker is gone (its connection
+    closed), stickiness must not delay the election by a whole timeout; the vote itself still
+    needs an up-to-date log."""
+    net = Net()
+    net.elect(1)
+    n2 = net.nodes[2]
+    n2.forget_leader()
+    assert n2.leader is None
+    n2.step(RequestVote(3, 2, 5, 100, 100))  # no ticks needed: no lease without a leader
+    assert n2.term == 5
+    (resp,) = of_type(drain(n2, net.disks[2]), RequestVoteResponse)
+    assert resp.granted
+    # The leader itself ignores the call: only a follower forgets its leader.
+    n1 = net.nodes[1]
+    n1.forget_leader()
+    assert n1.role is Role.LEADER and n1.leader == 1
