@@ -961,6 +961,28 @@ def _acks_option(acks: object) -> list[bytes]:
     return [] if acks is Acks.QUORUM else [b"acks=" + acks.value.encode()]
 
 
+def _topic_settings_line(
+    word: bytes, spec: CreateTopic | TopicRow, *, allow_internal: bool
+) -> bytes:
+    """``word topic partitions rf [retention_ms=] [retention_bytes=] [compact=yes]`` CRLF.
+
+    One encoder for what a CREATE asks and what a ``+TOPIC`` row reports, so they cannot drift.
+    """
+    words = [
+        word,
+        _topic_bytes(spec.topic, allow_internal),
+        _int_bytes(spec.partitions, "partitions", 1, INT32_MAX),
+        _int_bytes(spec.replication_factor, "replication_factor", 1, INT16_MAX),
+    ]
+    words += _optional_int(b"retention_ms", spec.retention_ms, -1, INT64_MAX)
+    words += _optional_int(b"retention_bytes", spec.retention_bytes, -1, INT64_MAX)
+    if type(spec.compact) is not bool:
+        raise _bad("compact", spec.compact, "a bool")
+    if spec.compact:
+        words.append(b"compact=yes")
+    return b" ".join(words) + _CRLF
+
+
 def encode_command(command: Command) -> bytes:
     """The bytes that send ``command``: a CRLF-ended line, then its payload and CRLF if it has one.
 
@@ -1055,20 +1077,8 @@ def encode_command(command: Command) -> bytes:
             return b" ".join(words) + _CRLF
         case FetchOffsets(group=group, topic=topic):
             return b"OFFSETS %s %s\r\n" % (_name_bytes(group, "group"), _topic_bytes(topic, True))
-        case CreateTopic(topic=topic, partitions=partitions, replication_factor=rf):
-            words = [
-                b"CREATE",
-                _topic_bytes(topic, False),
-                _int_bytes(partitions, "partitions", 1, INT32_MAX),
-                _int_bytes(rf, "replication_factor", 1, INT16_MAX),
-            ]
-            words += _optional_int(b"retention_ms", command.retention_ms, -1, INT64_MAX)
-            words += _optional_int(b"retention_bytes", command.retention_bytes, -1, INT64_MAX)
-            if type(command.compact) is not bool:
-                raise _bad("compact", command.compact, "a bool")
-            if command.compact:
-                words.append(b"compact=yes")
-            return b" ".join(words) + _CRLF
+        case CreateTopic():
+            return _topic_settings_line(b"CREATE", command, allow_internal=False)
         case ListTopics():
             return b"LIST\r\n"
         case DescribeTopic(topic=topic):
@@ -1147,20 +1157,8 @@ def encode_reply(reply: Reply) -> bytes:
             return _text_line(b"-ERR " + code.name.encode(), _text_bytes(message, "message"))
         case EndReply(next_offsets=pairs):
             return _text_line(b"+END", _pairs_bytes(pairs, "next_offsets", allow_empty=True))
-        case TopicRow(topic=topic, partitions=partitions, replication_factor=rf):
-            words = [
-                b"+TOPIC",
-                _topic_bytes(topic, True),
-                _int_bytes(partitions, "partitions", 1, INT32_MAX),
-                _int_bytes(rf, "replication_factor", 1, INT16_MAX),
-            ]
-            words += _optional_int(b"retention_ms", reply.retention_ms, -1, INT64_MAX)
-            words += _optional_int(b"retention_bytes", reply.retention_bytes, -1, INT64_MAX)
-            if type(reply.compact) is not bool:
-                raise _bad("compact", reply.compact, "a bool")
-            if reply.compact:
-                words.append(b"compact=yes")
-            return b" ".join(words) + _CRLF
+        case TopicRow():
+            return _topic_settings_line(b"+TOPIC", reply, allow_internal=True)
         case PartitionRow(topic=topic, partition=partition, leader=leader, replicas=replicas):
             if type(replicas) is not tuple or not replicas:
                 raise _bad("replicas", replicas, "a non-empty tuple of broker ids")
