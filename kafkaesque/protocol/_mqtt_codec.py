@@ -1235,6 +1235,14 @@ def _encode_properties(properties: MqttProperties, kind: int) -> bytes:
     return _vbi(len(body)) + body
 
 
+def _v5_properties(properties: MqttProperties, kind: MqttPacketType, v5: bool) -> bytes:
+    """The property block under v5; under 3.1.1 nothing, and properties are refused."""
+    if v5:
+        return _encode_properties(properties, kind)
+    _no_v5_fields(properties, kind.name)
+    return b""
+
+
 def _no_v5_fields(properties: MqttProperties, what: str) -> None:
     if properties is not NO_PROPERTIES and not properties.is_empty():
         raise _local(f"{what} properties need MQTT 5")
@@ -1436,10 +1444,7 @@ def _encode_subscribe(packet: Subscribe, version: MqttVersion) -> bytes:
     if not packet.subscriptions:
         raise _local("a SUBSCRIBE needs at least one subscription (MQTT-3.8.3-3)")
     parts = [_packet_id_bytes(packet.packet_id, "SUBSCRIBE")]
-    if v5:
-        parts.append(_encode_properties(packet.properties, MqttPacketType.SUBSCRIBE))
-    else:
-        _no_v5_fields(packet.properties, "SUBSCRIBE")
+    parts.append(_v5_properties(packet.properties, MqttPacketType.SUBSCRIBE, v5))
     for sub in packet.subscriptions:
         try:
             validate_mqtt_topic_filter(sub.topic_filter)
@@ -1472,10 +1477,7 @@ def _encode_suback(packet: Suback, version: MqttVersion) -> bytes:
         if code not in allowed:
             raise _local(f"0x{code:02X} is not a SUBACK code (MQTT-3.9.3-2)")
     head = _packet_id_bytes(packet.packet_id, "SUBACK")
-    if v5:
-        head += _encode_properties(packet.properties, MqttPacketType.SUBACK)
-    else:
-        _no_v5_fields(packet.properties, "SUBACK")
+    head += _v5_properties(packet.properties, MqttPacketType.SUBACK, v5)
     return _frame(0x90, head + bytes(codes))
 
 
@@ -1484,10 +1486,7 @@ def _encode_unsubscribe(packet: Unsubscribe, version: MqttVersion) -> bytes:
     if not packet.topic_filters:
         raise _local("an UNSUBSCRIBE needs at least one topic filter (MQTT-3.10.3-2)")
     parts = [_packet_id_bytes(packet.packet_id, "UNSUBSCRIBE")]
-    if v5:
-        parts.append(_encode_properties(packet.properties, MqttPacketType.UNSUBSCRIBE))
-    else:
-        _no_v5_fields(packet.properties, "UNSUBSCRIBE")
+    parts.append(_v5_properties(packet.properties, MqttPacketType.UNSUBSCRIBE, v5))
     for topic_filter in packet.topic_filters:
         try:
             validate_mqtt_topic_filter(topic_filter)
