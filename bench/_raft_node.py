@@ -15,7 +15,8 @@ and answers one JSON object per line on ``127.0.0.1:--control``:
   random bytes in flight for ``s`` seconds;
   ``{"batches": committed, "bytes": record bytes committed, "groups": led}``
 * ``{"op": "read", "group": g}`` → ``{"values": [...]}`` (committed data records, as text)
-* ``{"op": "profile", "seconds": s}`` → ``{"stats": text}`` (cProfile of this process)
+* ``{"op": "profile", "seconds": s[, "sort": key, "limit": n]}`` → ``{"stats": text}`` (cProfile
+  of this process: the top ``n`` functions, 18 by default, by ``pstats`` key, own time by default)
 
 Not a product: the broker (``kafkaesque broker``) is the real home of ``MultiRaft``.
 """
@@ -124,7 +125,8 @@ class Node:
         if op == "read":
             return {"values": self._read(req["group"])}
         if op == "profile":
-            return {"stats": await self._profile(float(req["seconds"]))}
+            sort, limit = str(req.get("sort", "tottime")), int(req.get("limit", 18))
+            return {"stats": await self._profile(float(req["seconds"]), sort, limit)}
         return {"error": f"unknown op {op}"}
 
     async def _load(self, req: dict[str, Any]) -> dict[str, Any]:
@@ -165,8 +167,9 @@ class Node:
             "groups": len(led),
         }
 
-    async def _profile(self, seconds: float) -> str:
-        """cProfile this process for ``seconds``; the top functions by own time, as text."""
+    async def _profile(self, seconds: float, sort: str = "tottime", limit: int = 18) -> str:
+        """cProfile this process for ``seconds``; the top ``limit`` functions by ``sort`` (a
+        ``pstats`` key: own time by default), as text."""
         import cProfile
         import io
         import pstats
@@ -176,7 +179,7 @@ class Node:
         await trio.sleep(seconds)
         profiler.disable()
         out = io.StringIO()
-        pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(18)
+        pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(limit)
         return out.getvalue()
 
     def _read(self, group_id: str) -> list[str]:

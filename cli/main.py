@@ -9,7 +9,9 @@ from __future__ import annotations
 import argparse
 import sys
 
-from . import demo
+from kafkaesque.client import KafkaesqueError
+
+from . import broker, client_commands, cluster, demo
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -18,7 +20,10 @@ def build_parser() -> argparse.ArgumentParser:
         description="A Raft-replicated, partitioned log broker.",
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    broker.add_parser(commands)
+    cluster.add_parser(commands)
     demo.add_parser(commands)
+    client_commands.add_parsers(commands)
     return parser
 
 
@@ -30,7 +35,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except demo.DemoError as exc:
+    except (
+        demo.DemoError,
+        broker.BrokerCommandError,
+        cluster.ClusterError,
+        client_commands.ClientCommandError,
+        KafkaesqueError,
+    ) as exc:
         print(f"kafkaesque {args.command}: {exc}", file=sys.stderr)
         return 1
     return result

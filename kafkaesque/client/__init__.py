@@ -1,1 +1,104 @@
-"""The client library (sync and trio): batching producer, consumer, admin."""
+"""The Kafkaesque client: blocking and trio flavours of one library.
+
+Blocking::
+
+    with Client("127.0.0.1:9092") as client:
+        client.create_topic("orders", partitions=3, replication_factor=3)
+        with Producer(client) as producer:
+            future = producer.send("orders", b"hello", key=b"customer-7")
+        print(future.get())                      # RecordMetadata(partition, offset, ...)
+        with Consumer(client) as consumer:
+            consumer.assign_topic("orders")
+            for record in consumer.records(follow=False):
+                print(record.partition, record.offset, record.value)
+
+Trio::
+
+    async with AsyncClient(bootstrap) as client, open_producer(client) as producer:
+        future = await producer.send("orders", b"hello")
+        metadata = await future.get()
+
+Errors are ``KafkaesqueError`` (``code``, ``retriable``, ``outcome_unknown``); connection failures
+are its subclass ``KafkaesqueConnectionError``. Delivery is at least once: see ``ProducerCore``.
+The sans-I/O cores (``ProducerCore``, ``ConsumerCore``, ``ConnectionCore``, ``_steps``) hold every
+decision; the drivers only move bytes and time.
+"""
+
+from ._calls import Call, ConsBatch, Pinned
+from ._consumer_core import (
+    ConsumerCore,
+    ConsumerRecord,
+    FetchResult,
+    OffsetReset,
+    TopicPartition,
+    decode_fetch,
+)
+from ._errors import KafkaesqueConnectionError, KafkaesqueError
+from ._metadata import ClusterMetadata, TopicDescription, parse_bootstrap
+from ._partitioner import StickyPartitioner
+from ._producer_core import (
+    DeliveryHandle,
+    ProducerConfig,
+    ProducerCore,
+    RecordMetadata,
+    SendRequest,
+)
+from ._retry import RetryDecision, RetryPolicy, retry_decision
+from ._steps import ClientConfig, ClusterState
+from ._sync import DEFAULT_BOOTSTRAP, Client, Consumer, GroupConsumer, Producer, RecordFuture
+from ._sync_connection import SyncConnection
+from ._trio import (
+    AsyncClient,
+    AsyncConsumer,
+    AsyncGroupConsumer,
+    AsyncProducer,
+    AsyncRecordFuture,
+    open_producer,
+)
+from ._trio_connection import TrioConnection
+from ._wire import ConnectionCore, ListResponse, Response
+
+__all__ = [
+    "DEFAULT_BOOTSTRAP",
+    "AsyncClient",
+    "AsyncConsumer",
+    "AsyncGroupConsumer",
+    "AsyncProducer",
+    "AsyncRecordFuture",
+    "Call",
+    "Client",
+    "ClientConfig",
+    "ClusterMetadata",
+    "ClusterState",
+    "ConnectionCore",
+    "ConsBatch",
+    "Consumer",
+    "ConsumerCore",
+    "ConsumerRecord",
+    "DeliveryHandle",
+    "FetchResult",
+    "GroupConsumer",
+    "KafkaesqueConnectionError",
+    "KafkaesqueError",
+    "ListResponse",
+    "OffsetReset",
+    "Pinned",
+    "Producer",
+    "ProducerConfig",
+    "ProducerCore",
+    "RecordFuture",
+    "RecordMetadata",
+    "Response",
+    "RetryDecision",
+    "RetryPolicy",
+    "SendRequest",
+    "StickyPartitioner",
+    "SyncConnection",
+    "TopicDescription",
+    "TopicPartition",
+    "TrioConnection",
+    "decode_fetch",
+    "open_producer",
+    "parse_bootstrap",
+    "retry_decision",
+]

@@ -112,4 +112,6 @@ from ._mqtt_topics import mqtt_topic_matches as mqtt_topic_matches
 from ._mqtt_topics import parse_shared_subscription as parse_shared_subscription
 from ._mqtt_topics import validate_mqtt_topic_filter as validate_mqtt_topic_filter
 from ._mqtt_topics import validate_mqtt_topic_name as validate_mqtt_topic_name
-# --- end MQTT
+
+# --- Partitioning: which partition a key goes to (the broker and every client share the rule).
+from ._partitioning import partition_for_key as partition_for_key

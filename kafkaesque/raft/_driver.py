@@ -48,12 +48,13 @@ from ._core import RaftNode
 from ._errors import MalformedMessage, NotLeader, ProposalDropped
 from ._hard_state_store import HardStateStore
 from ._membership import Configuration
-from ._messages import Heartbeat, HeartbeatResponse, from_wire, to_wire
+from ._messages import AppendEntries, Heartbeat, HeartbeatResponse, from_wire, to_wire
 from ._partition_storage import PartitionStorage
 from ._ready import Ready
-from ._types import Role
+from ._types import HardState, Role
 
 log = logging.getLogger("kafkaesque.raft.driver")
+_TRACE = open(os.environ["KQ_TRACE"] + f".{os.getpid()}", "w", buffering=1) if os.environ.get("KQ_TRACE") else None
 
 # Transport items: [kind, ...]
 _MSG = 0  # [0, group, wire message]
@@ -178,8 +179,14 @@ class MultiRaft:
         directory: str,
         voters: Iterable[int],
         log_config: LogConfig | None = None,
+        *,
+        preferred: int | None = None,
     ) -> RaftGroup:
-        """Open (or reopen) the group's log in ``directory`` and start its core."""
+        """Open (or reopen) the group's log in ``directory`` and start its core.
+
+        ``preferred`` is the replica that should lead a new group (default: a stable hash of
+        the group id over the voters); it stands for election at once.
+        """
         if group_id in self.groups:
             return self.groups[group_id]
         storage = PartitionStorage(
@@ -193,13 +200,33 @@ class MultiRaft:
         self.groups[group_id] = group
         self._active.add(group)
         self._peers |= set(node.configuration.members) - {self.node_id}
-        if node.term == 0 and preferred_leader(group_id, node.configuration.voters) == self.node_id:
+        if preferred is None:
+            preferred = preferred_leader(group_id, node.configuration.voters)
+        if node.term == 0 and preferred == self.node_id:
             # A new group: its preferred replica stands at once instead of every replica
             # waiting out a random timeout (1,000 new groups would otherwise split votes for
             # a minute). A stable hash spreads the leaders over the brokers.
             node.campaign()
         self._mark(group)
         return group
+
+    def remove_group(self, group_id: str) -> str | None:
+        """Stop hosting ``group_id`` (its topic was deleted) and close its log.
+
+        Returns the log's directory for the caller to delete (None if not hosted). Proposals
+        still waiting for a commit wake up and fail; the group's hard state is forgotten.
+        """
+        group = self.groups.pop(group_id, None)
+        if group is None:
+            return None
+        self._active.discard(group)
+        self._dirty.discard(group)
+        group._fail_waiters_above(0)
+        group._notify()
+        self.hard_states.forget(group_id)
+        directory = group.log.directory
+        group.storage.close()
+        return directory
 
     def close(self) -> None:
         for group in self.groups.values():
@@ -394,6 +421,8 @@ class MultiRaft:
         return True
 
     def _mark(self, group: RaftGroup) -> None:
+        if self.groups.get(group.id) is not group:
+            return  # removed while a step was in flight: its log is closed
         self._dirty.add(group)
         self._wake.set()
 
@@ -403,19 +432,28 @@ class MultiRaft:
         self._mark(group)
 
     async def _process(self) -> None:
+        import time as _t
+        _t0 = _t.perf_counter()
         dirty, self._dirty = self._dirty, set()
-        readies: list[tuple[RaftGroup, Ready]] = []
+        readies: list[tuple[RaftGroup, Ready, bool]] = []
         for group in dirty:
             if group.node.has_ready():
                 rd = group.node.ready()
+                early = _replicates_only(rd, group.storage.hard_state)
+                if early:
+                    # A leader replicates while it writes to its own disk (thesis §10.2.1, as
+                    # etcd does): it counts itself only for what is durable (``advance``), and
+                    # these messages acknowledge nothing and announce no vote.
+                    self._send_messages(group, rd)
                 group.storage.persist(rd)
-                readies.append((group, rd))
+                readies.append((group, rd, early))
         if not readies:
             return
         self.readies += len(readies)
+        _t1 = _t.perf_counter()
         tickets: list[FlushTicket] = []
         owners: list[PartitionLog] = []
-        for group, rd in readies:
+        for group, rd, _ in readies:
             glog = group.storage.log
             if rd.entries or rd.truncate_from is not None or rd.log_reset is not None:
                 if glog.config.fsync is FsyncPolicy.ALWAYS:
@@ -433,12 +471,22 @@ class MultiRaft:
             self.fsyncs += len(tickets) + (snapshot is not None)
             for glog, ticket in zip(owners, tickets, strict=True):
                 glog.flushed(ticket)
-        for group, rd in readies:
-            self._after_persist(group, rd)
+        _t2 = _t.perf_counter()
+        for group, rd, sent in readies:
+            self._after_persist(group, rd, sent)
+        _t3 = _t.perf_counter()
+        if _TRACE is not None:
+            ne = sum(len(rd.entries) for _, rd, _ in readies)
+            nm = sum(len(rd.messages) for _, rd, _ in readies)
+            _TRACE.write(f"{_t0:.6f} persist={(_t1-_t0)*1e3:.2f} fsync={(_t2-_t1)*1e3:.2f} after={(_t3-_t2)*1e3:.2f} ents={ne} msgs={nm} tickets={len(tickets)}\n")
 
-    def _after_persist(self, group: RaftGroup, rd: Ready) -> None:
+    def _send_messages(self, group: RaftGroup, rd: Ready) -> None:
         for msg in rd.messages:
             self._send(msg.dst, [_MSG, group.id, to_wire(msg)])
+
+    def _after_persist(self, group: RaftGroup, rd: Ready, sent: bool) -> None:
+        if not sent:
+            self._send_messages(group, rd)
         if rd.entries:
             group.idle_ticks = 0
         if rd.truncate_from is not None:
@@ -452,6 +500,20 @@ class MultiRaft:
         group.node.advance(rd)
         if group.node.has_ready():
             self._mark(group)
+
+
+def _replicates_only(rd: Ready, persisted: HardState) -> bool:
+    """Whether ``rd``'s messages may be sent before ``rd`` is durable: they are all a leader's
+    AppendEntries and heartbeats, and the Ready changes neither term nor vote."""
+    if not rd.messages:
+        return False
+    hard = rd.hard_state
+    if hard is not None and (hard.term, hard.vote) != (persisted.term, persisted.vote):
+        return False
+    return all(type(m) in _REPLICATION for m in rd.messages)
+
+
+_REPLICATION = (AppendEntries, Heartbeat)
 
 
 def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:

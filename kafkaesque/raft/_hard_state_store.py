@@ -46,6 +46,10 @@ class HardStateStore:
         self._states[group] = hard_state
         self._dirty |= urgent
 
+    def forget(self, group: str) -> None:
+        """Drop ``group`` (no longer hosted); saved with the next change of term or vote."""
+        self._states.pop(group, None)
+
     @property
     def dirty(self) -> bool:
         """True when a term or vote changed since the last snapshot: save before sending."""

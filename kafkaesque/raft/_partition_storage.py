@@ -156,8 +156,9 @@ class PartitionStorage:
         if rd.truncate_from is not None:
             self.log.truncate(rd.truncate_from)
             save |= self._trim_configs_to(rd.truncate_from)
+        if rd.entries:
+            self._append(rd.entries)
         for entry in rd.entries:
-            self._append(entry)
             if entry.kind is EntryKind.CONFIG:
                 self._configs.append((entry.last, entry.data))
                 save = True
@@ -171,17 +172,23 @@ class PartitionStorage:
         if save:
             self._save()
 
-    def _append(self, entry: Entry) -> None:
-        if entry.kind is EntryKind.DATA:
-            result = self.log.append(entry.data, term=entry.term)
-        else:
-            batch = build_batch([Record(value=entry.data)], batch_type=BatchType(entry.kind))
-            result = self.log.append(batch, term=entry.term)
-        if (result.base_offset, result.last_offset) != (entry.first, entry.last):
-            raise AssertionError(
-                f"entry {entry.first}-{entry.last} landed at "
-                f"{result.base_offset}-{result.last_offset}: the log and Raft disagree"
+    def _append(self, entries: Sequence[Entry]) -> None:
+        """Write entries as batches stamped with their offsets and terms: one group write."""
+        batches = [
+            (
+                entry.data
+                if entry.kind is EntryKind.DATA
+                else build_batch([Record(value=entry.data)], batch_type=BatchType(entry.kind)),
+                entry.term,
             )
+            for entry in entries
+        ]
+        for entry, result in zip(entries, self.log.append_many(batches), strict=True):
+            if (result.base_offset, result.last_offset) != (entry.first, entry.last):
+                raise AssertionError(
+                    f"entry {entry.first}-{entry.last} landed at "
+                    f"{result.base_offset}-{result.last_offset}: the log and Raft disagree"
+                )
 
     def _trim_configs_to(self, end: int) -> bool:
         kept = [c for c in self._configs if c[0] < end]

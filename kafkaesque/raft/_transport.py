@@ -22,12 +22,12 @@ import trio
 from ._wire import (
     DEFAULT_MAX_FRAME,
     FrameDecoder,
+    FrameEncoder,
     Hello,
     PeerProtocolError,
     challenge_frame,
     check_challenge,
     check_proof,
-    encode_frame,
     hello_frame,
     new_nonce,
     parse_hello,
@@ -248,13 +248,18 @@ class PeerTransport:
             self._on_items(peer, frame)
 
     async def _write_loop(self, link: _Link, stream: trio.SocketStream) -> None:
-        while True:
-            await link.wake.wait()
-            link.wake = trio.Event()
-            items, link.outbox = link.outbox, []
-            if items:
-                await stream.send_all(encode_frame(items))
-                self.frames_sent += 1
+        encoder = FrameEncoder()
+        try:
+            while True:
+                await link.wake.wait()
+                link.wake = trio.Event()
+                items, link.outbox = link.outbox, []
+                if items:
+                    for buffer in encoder.encode(items):
+                        await stream.send_all(buffer)
+                    self.frames_sent += 1
+        finally:
+            encoder.release()
 
     def _refuse(self, peer: int | None, where: object, exc: BaseException) -> None:
         self.rejected += isinstance(exc, PeerProtocolError)

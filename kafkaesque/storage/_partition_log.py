@@ -31,7 +31,7 @@ import logging
 import os
 import time
 from bisect import bisect_right
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
@@ -46,13 +46,18 @@ from ._batch import (
     stamped_prefix,
 )
 from ._errors import InvalidBatchError, OffsetOutOfRangeError, StorageError
-from ._segment import RecoveryReport, Segment, segment_name
+from ._segment import IOV_MAX, BatchWrite, RecoveryReport, Segment, segment_name
 from ._statefile import fsync_directory
 from ._term_table import TermTable
 
 log = logging.getLogger("kafkaesque.storage")
 
 _STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and term
+
+
+def _tail(batch: bytes | memoryview) -> memoryview:
+    """The part of a batch that stamping leaves alone (a view: never copied)."""
+    return memoryview(batch)[_STAMP_END:]
 
 
 class FsyncPolicy(StrEnum):
@@ -325,36 +330,49 @@ class PartitionLog:
             )
         return header
 
-    def append(self, batch: bytes, *, term: int) -> AppendResult:
+    def append(self, batch: bytes | memoryview, *, term: int) -> AppendResult:
         """Append one batch as the leader: assign it the next offsets and stamp ``term``.
 
         Raises ``InvalidBatchError`` (nothing written) if the bytes are not exactly one valid
         batch with at least one record and contiguous offsets, or exceed ``max_batch_bytes``;
         ``ValueError`` if ``term`` is below the log's last term.
         """
-        # The header CRC only guards the fields stamped below, so it is not worth checking.
-        header = self._check_batch(batch, header_crc=False)
-        if header.size != len(batch):
-            raise InvalidBatchError(
-                f"batch length says {header.size} bytes but {len(batch)} were given"
-            )
-        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
-            raise InvalidBatchError(
-                f"a new batch needs contiguous offsets: {header.record_count} records "
-                f"spanning {header.last_offset_delta + 1} offsets"
-            )
-        if term < self._terms.last_term:
-            raise ValueError(f"term {term} is below the log's last term {self._terms.last_term}")
-        base = self.log_end_offset
-        last = base + header.last_offset_delta
-        self._write(
-            [stamped_prefix(batch, base_offset=base, term=term), memoryview(batch)[_STAMP_END:]],
-            base,
-            last,
-            term,
-            header,
-        )
-        return AppendResult(base, last)
+        return self.append_many([(batch, term)])[0]
+
+    def append_many(
+        self, batches: Iterable[tuple[bytes | memoryview, int]]
+    ) -> list[AppendResult]:
+        """Append ``(batch, term)`` pairs as ``append`` does each, in order; return their offsets.
+
+        Every batch is checked before any is written: on ``InvalidBatchError`` or ``ValueError``
+        the log is unchanged. The batches reach the file in one ``pwritev`` per run that fits
+        the active segment: a group write, where a system call and the bookkeeping of each
+        batch cost more than its bytes.
+        """
+        base, last_term = self.log_end_offset, self._terms.last_term
+        writes: list[BatchWrite] = []
+        results: list[AppendResult] = []
+        for batch, term in batches:
+            # The header CRC only guards the fields stamped below, so it is not worth checking.
+            header = self._check_batch(batch, header_crc=False)
+            if header.size != len(batch):
+                raise InvalidBatchError(
+                    f"batch length says {header.size} bytes but {len(batch)} were given"
+                )
+            if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+                raise InvalidBatchError(
+                    f"a new batch needs contiguous offsets: {header.record_count} records "
+                    f"spanning {header.last_offset_delta + 1} offsets"
+                )
+            if term < last_term:
+                raise ValueError(f"term {term} is below the log's last term {last_term}")
+            last = base + header.last_offset_delta
+            parts = (stamped_prefix(batch, base_offset=base, term=term), _tail(batch))
+            writes.append(BatchWrite(parts, base, last, term, header.size, header.max_timestamp))
+            results.append(AppendResult(base, last))
+            base, last_term = last + 1, term
+        self._write(writes)
+        return results
 
     def append_replicated(self, data: bytes) -> AppendResult:
         """Append whole batches that a leader already stamped (the follower's path).
@@ -364,7 +382,7 @@ class PartitionLog:
         written: on ``InvalidBatchError`` or ``ValueError`` the log is unchanged.
         """
         view = memoryview(data)
-        headers: list[tuple[int, BatchHeader]] = []
+        writes: list[BatchWrite] = []
         expected, last_term, pos = self.log_end_offset, self._terms.last_term, 0
         while pos < len(view):
             header = self._check_batch(view, pos)
@@ -374,29 +392,49 @@ class PartitionLog:
                 )
             if header.term < last_term:
                 raise ValueError(f"batch term {header.term} is below the log's term {last_term}")
-            headers.append((pos, header))
+            writes.append(
+                BatchWrite(
+                    (view[pos : pos + header.size],),
+                    header.base_offset,
+                    header.last_offset,
+                    header.term,
+                    header.size,
+                    header.max_timestamp,
+                )
+            )
             expected, last_term, pos = header.next_offset, header.term, pos + header.size
-        if not headers:
+        if not writes:
             raise InvalidBatchError("no batch to append")
-        for pos, header in headers:
-            parts: list[bytes | memoryview] = [view[pos : pos + header.size]]
-            self._write(parts, header.base_offset, header.last_offset, header.term, header)
-        return AppendResult(headers[0][1].base_offset, headers[-1][1].last_offset)
+        self._write(writes)
+        return AppendResult(writes[0].base, writes[-1].last)
 
-    def _write(
-        self,
-        parts: list[bytes | memoryview],
-        base: int,
-        last: int,
-        term: int,
-        header: BatchHeader,
-    ) -> None:
-        """Write a batch stamped with ``base`` and ``term`` (``header`` gives size and time)."""
+    def _write(self, writes: list[BatchWrite]) -> None:
+        """Write checked, stamped batches at the log end, rolling segments where they fill up.
+
+        Each run that fits the active segment (and ``IOV_MAX``) is one ``pwritev``; the roll
+        decisions are those that appending the batches one by one would make.
+        """
         now = self._clock()
-        self._maybe_roll(header.size, now)
-        if term != self._terms.last_term:
-            self._terms.assign(term, base)  # durable at the next roll; recovery rebuilds it
-        self._active.append(parts, base, last, header.size, header.max_timestamp, now)
+        segment_ms, limit = self.config.segment_ms, self.config.segment_bytes
+        i = 0
+        while i < len(writes):
+            self._maybe_roll(writes[i].size, now)
+            active = self._active
+            first_ms = active.first_append_ms if active.first_append_ms is not None else now
+            # A segment old enough to roll takes its (first) batch alone.
+            aged = segment_ms is not None and now - first_ms >= segment_ms
+            room, total, buffers, j = limit - active.size, 0, 0, i
+            while j < len(writes):
+                w = writes[j]
+                if j > i and (aged or total + w.size > room or buffers + len(w.parts) > IOV_MAX):
+                    break
+                total += w.size
+                buffers += len(w.parts)
+                if w.term != self._terms.last_term:
+                    self._terms.assign(w.term, w.base)  # durable at the next roll (or recovery)
+                j += 1
+            active.append(writes[i:j], now)
+            i = j
 
     def _maybe_roll(self, incoming: int, now: float) -> None:
         active = self._active

@@ -22,6 +22,7 @@ from hypothesis.stateful import (
 )
 
 from kafkaesque.storage import (
+    AppendResult,
     BatchType,
     LogConfig,
     OffsetOutOfRangeError,
@@ -94,19 +95,46 @@ class PartitionLogMachine(RuleBasedStateMachine):
     def append(self, keys: list[bytes | None], new_term: bool, tombstone: bool) -> None:
         if new_term:
             self.term += 1
+        records = self._new_records(keys, tombstone)
+        self._appended(self.log.append(build_batch(records), term=self.term), records, self.term)
+
+    @rule(
+        batches=st.lists(
+            st.tuples(
+                st.lists(st.sampled_from(KEYS), min_size=1, max_size=12),
+                st.booleans(),
+                st.booleans(),
+            ),
+            min_size=1,
+            max_size=8,
+        )
+    )
+    def append_many(self, batches: list[tuple[list[bytes | None], bool, bool]]) -> None:
+        # A group write: the same log as appending one by one (rolls included).
+        pending = []
+        for keys, new_term, tombstone in batches:
+            self.term += new_term
+            pending.append((self._new_records(keys, tombstone), self.term))
+        results = self.log.append_many([(build_batch(r), term) for r, term in pending])
+        for result, (records, term) in zip(results, pending, strict=True):
+            self._appended(result, records, term)
+
+    def _new_records(self, keys: list[bytes | None], tombstone: bool) -> list[Record]:
         records = []
         for i, key in enumerate(keys):
             self.next_value += 1
             value = None if tombstone and i == 0 and key is not None else b"v%d" % self.next_value
             records.append(Record(value=value, key=key, timestamp=int(self.clock.now)))
-        result = self.log.append(build_batch(records), term=self.term)
+        return records
+
+    def _appended(self, result: AppendResult, records: list[Record], term: int) -> None:
         assert result.base_offset == (self.batches[-1].last + 1 if self.batches else 0) or (
             not self.batches
         )
         for i, r in enumerate(records):
             self.records.append(ModelRecord(result.base_offset + i, r.key, r.value))
         self.batches.append(
-            ModelBatch(result.base_offset, result.last_offset, self.term, int(self.clock.now))
+            ModelBatch(result.base_offset, result.last_offset, term, int(self.clock.now))
         )
         self.clock.now += 10
 

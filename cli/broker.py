@@ -1,0 +1,113 @@
+"""``kafkaesque broker``: run one broker in the foreground until Ctrl-C or SIGTERM.
+
+Settings come from a TOML file (``--config``, keys named as ``BrokerConfig``'s fields) and/or
+flags, flags winning. Addresses of the cluster's brokers use Kafka's ``id@host:port`` lists::
+
+    kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 \\
+        --peers 0@127.0.0.1:9093,1@127.0.0.1:9103,2@127.0.0.1:9113 \\
+        --controllers 0@127.0.0.1:9094,1@127.0.0.1:9104,2@127.0.0.1:9114 \\
+        --admin 127.0.0.1:9095
+
+Once every listener is bound it prints one line, ``broker <id> client=<host:port> ...``, then
+``ready``; the cluster command and the tests wait for that line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import signal
+import sys
+from typing import Any
+
+import trio
+
+from kafkaesque.broker import Broker, BrokerConfig, ConfigError, config_from_mapping, load_config
+
+_FLAGS = {
+    "id": "id",
+    "data_dir": "data_dir",
+    "client": "client",
+    "peers": "peers",
+    "controllers": "controllers",
+    "admin": "admin",
+    "mqtt": "mqtt",
+    "advertised_host": "advertised_host",
+    "join": "join",
+    "write_timeout": "write_timeout_s",
+    "max_line_length": "max_line_length",
+    "max_payload": "max_payload",
+}
+
+
+class BrokerCommandError(Exception):
+    """The broker could not start; the message says why."""
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "broker",
+        help="run one broker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--config", help="a TOML file of settings")
+    parser.add_argument("--id", type=int, help="this broker's id")
+    parser.add_argument("--data-dir", help="data directory (partitions in <dir>/<id>/...)")
+    parser.add_argument("--client", help="host:port for clients (line protocol)")
+    parser.add_argument("--peers", help="Raft transport of every broker: id@host:port,...")
+    parser.add_argument("--controllers", help="controller quorum of every broker: id@host:port,...")
+    parser.add_argument("--admin", help="host:port for /metrics")
+    parser.add_argument("--mqtt", help="host:port for MQTT devices")
+    parser.add_argument("--advertised-host", help="the host name clients are told")
+    parser.add_argument("--join", action="store_true", default=None, help="join a running cluster")
+    parser.add_argument("--write-timeout", type=float, help="seconds a write may wait (10)")
+    parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
+    parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")
+    parser.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")
+    parser.set_defaults(run=run)
+
+
+def config_of(args: argparse.Namespace) -> BrokerConfig:
+    values = {field: getattr(args, flag) for flag, field in _FLAGS.items()}
+    values = {k: v for k, v in values.items() if v is not None}
+    secret = os.environ.get("KAFKAESQUE_CLUSTER_SECRET")
+    if secret:
+        values["cluster_secret"] = secret
+    try:
+        if args.config:
+            return load_config(args.config, values)
+        return config_from_mapping(values)
+    except ConfigError as exc:
+        raise BrokerCommandError(str(exc)) from exc
+
+
+def run(args: argparse.Namespace) -> int:
+    logging.basicConfig(
+        level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    config = config_of(args)
+    try:
+        trio.run(_serve, config)
+    except OSError as exc:
+        raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
+    return 0
+
+
+async def _serve(config: BrokerConfig) -> None:
+    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+        async with trio.open_nursery() as nursery:
+            broker: Broker = await nursery.start(Broker(config).run)
+            parts = [f"broker {config.id}", f"client={config.client.host}:{broker.client_port}"]
+            parts.append(f"peer={config.peers[config.id]}")
+            parts.append(f"controller={config.controllers[config.id]}")
+            if broker.admin_port is not None and config.admin is not None:
+                parts.append(f"admin={config.admin.host}:{broker.admin_port}")
+            print(" ".join(parts), flush=True)
+            print("ready", flush=True)
+            async for _ in signals:
+                nursery.cancel_scope.cancel()
+                break
+    print(f"broker {config.id} stopped", file=sys.stderr, flush=True)

@@ -1,0 +1,461 @@
+"""The client-side commands: ``topic``, ``produce``, ``consume`` and ``status``.
+
+They talk to a running cluster through ``kafkaesque.client``, as any program would. The cluster
+is found through ``--bootstrap host:port,...`` (default ``$KAFKAESQUE_BOOTSTRAP``, else
+``127.0.0.1:9092``). A failure is one line on stderr (``kafkaesque <command>: CODE: message``)
+and a non-zero exit: ``main`` maps ``ClientCommandError`` and ``KafkaesqueError`` so.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator, Sequence
+from typing import IO, Any, BinaryIO
+
+from kafkaesque.client import (
+    Client,
+    Consumer,
+    ConsumerRecord,
+    DeliveryHandle,
+    GroupConsumer,
+    KafkaesqueError,
+    OffsetReset,
+    Producer,
+    ProducerConfig,
+    TopicPartition,
+)
+from kafkaesque.protocol import Acks, topic_name_error
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
+PROGRESS_MIN_BYTES = 1024 * 1024
+"""Inputs at least this large (a file) get a progress bar on stderr, when stderr is a terminal."""
+
+
+class ClientCommandError(Exception):
+    """A client command was used wrongly or could not finish; the message says why."""
+
+
+def add_parsers(commands: Any) -> None:
+    """Register ``topic``, ``produce``, ``consume`` and ``status`` on ``commands``."""
+    _add_topic(commands)
+    _add_produce(commands)
+    _add_consume(commands)
+    status = commands.add_parser(
+        "status", help="brokers, then every partition's leader, replicas and offsets"
+    )
+    _bootstrap_option(status)
+    status.set_defaults(run=run_status)
+
+
+def _bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
+        metavar="HOST:PORT,...",
+        help=f"brokers to start from (${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
+    )
+
+
+def _client(args: argparse.Namespace) -> Client:
+    try:
+        return Client(args.bootstrap)
+    except ValueError as exc:
+        raise ClientCommandError(f"--bootstrap: {exc}") from exc
+
+
+def _check_topic(name: str, *, writes: bool) -> str:
+    """``name`` if it is a valid topic name for the command (internal names only for reading)."""
+    reason = topic_name_error(name, allow_internal=not writes)
+    if reason is not None:
+        raise ClientCommandError(f"invalid topic name {name!r}: {reason}")
+    return name
+
+
+def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
+    """Left-aligned columns, two spaces apart, header first."""
+    cells = [list(header), *([str(c) for c in row] for row in rows)]
+    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
+    return [
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
+    ]
+
+
+def _offset(value: int | None) -> str:
+    return "-" if value is None else str(value)
+
+
+# -- topic ---------------------------------------------------------------------------------------
+
+
+def _add_topic(commands: Any) -> None:
+    topic = commands.add_parser("topic", help="create, list, describe or delete topics")
+    actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
+    create = actions.add_parser("create", help="create a topic")
+    create.add_argument("name")
+    create.add_argument("--partitions", type=int, required=True, help="number of partitions")
+    create.add_argument(
+        "--replication-factor", type=int, required=True, help="replicas of each partition"
+    )
+    create.add_argument("--retention-ms", type=int, help="keep records this long (-1: forever)")
+    create.add_argument("--retention-bytes", type=int, help="keep this much per partition (-1)")
+    create.add_argument("--compact", action="store_true", help="keep the latest record per key")
+    create.set_defaults(run=run_topic_create)
+    listing = actions.add_parser("list", help="list topics")
+    listing.set_defaults(run=run_topic_list)
+    describe = actions.add_parser("describe", help="a topic's settings and partitions")
+    describe.add_argument("name")
+    describe.set_defaults(run=run_topic_describe)
+    delete = actions.add_parser("delete", help="delete a topic and its data")
+    delete.add_argument("name")
+    delete.set_defaults(run=run_topic_delete)
+    for parser in (create, listing, describe, delete):
+        _bootstrap_option(parser)
+
+
+def run_topic_create(args: argparse.Namespace) -> int:
+    _check_topic(args.name, writes=True)
+    with _client(args) as client:
+        client.create_topic(
+            args.name,
+            args.partitions,
+            args.replication_factor,
+            retention_ms=args.retention_ms,
+            retention_bytes=args.retention_bytes,
+            compact=args.compact,
+        )
+    print(
+        f"created topic {args.name}: {args.partitions} partitions, "
+        f"replication factor {args.replication_factor}"
+    )
+    return 0
+
+
+def run_topic_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        topics = client.list_topics()
+    rows = [
+        (
+            t.topic,
+            t.partitions,
+            t.replication_factor,
+            _offset(t.retention_ms),
+            _offset(t.retention_bytes),
+            "yes" if t.compact else "no",
+        )
+        for t in topics
+    ]
+    header = ("TOPIC", "PARTITIONS", "REPLICATION", "RETENTION_MS", "RETENTION_BYTES", "COMPACT")
+    for line in _table(header, rows):
+        print(line)
+    return 0
+
+
+def run_topic_describe(args: argparse.Namespace) -> int:
+    _check_topic(args.name, writes=False)
+    with _client(args) as client:
+        description = client.describe_topic(args.name)
+    t = description.topic
+    settings = [f"partitions={t.partitions}", f"replication_factor={t.replication_factor}"]
+    settings += [f"retention_ms={_offset(t.retention_ms)}"]
+    settings += [f"retention_bytes={_offset(t.retention_bytes)}", f"compact={t.compact}"]
+    print(f"topic {t.topic}: {' '.join(settings)}")
+    _print_partitions(description.partitions, with_topic=False)
+    return 0
+
+
+def run_topic_delete(args: argparse.Namespace) -> int:
+    _check_topic(args.name, writes=True)
+    with _client(args) as client:
+        client.delete_topic(args.name)
+    print(f"deleted topic {args.name}")
+    return 0
+
+
+def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
+    header = ("TOPIC",) * with_topic + ("PARTITION", "LEADER", "REPLICAS", "START", "END")
+    lines = [
+        (row.topic,) * with_topic
+        + (
+            row.partition,
+            _offset(row.leader),
+            ",".join(map(str, row.replicas)),
+            _offset(row.start_offset),
+            _offset(row.end_offset),
+        )
+        for row in rows
+    ]
+    for line in _table(header, lines):
+        print(line)
+
+
+# -- status --------------------------------------------------------------------------------------
+
+
+def run_status(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        metadata = client.refresh_metadata()
+        rows = [row for topic in sorted(metadata.partitions) for row in metadata.partitions[topic]]
+        if any(r.start_offset is None or r.end_offset is None for r in rows):
+            rows = [
+                row
+                for topic in sorted(metadata.partitions)
+                for row in client.describe_topic(topic).partitions
+            ]
+    brokers = [(b.broker_id, b.host, b.port) for _, b in sorted(metadata.brokers.items())]
+    print(f"brokers ({len(brokers)})")
+    for line in _table(("ID", "HOST", "PORT"), brokers):
+        print(line)
+    print()
+    print(f"partitions ({len(rows)})")
+    _print_partitions(rows, with_topic=True)
+    return 0
+
+
+# -- produce -------------------------------------------------------------------------------------
+
+
+def _add_produce(commands: Any) -> None:
+    produce = commands.add_parser(
+        "produce", help="publish stdin (or a file), one record per line, with a batching producer"
+    )
+    produce.add_argument("topic")
+    produce.add_argument("--key", help="the key of every record (picks their partition)")
+    produce.add_argument("--partition", type=int, help="publish to this partition")
+    produce.add_argument("--file", help="read this file instead of stdin")
+    produce.add_argument(
+        "--acks", choices=[a.value for a in Acks], default=Acks.QUORUM.value, help="(quorum)"
+    )
+    produce.add_argument("--linger-ms", type=float, default=5.0, help="batch wait (5)")
+    produce.add_argument("--batch-size", type=int, default=64 * 1024, help="batch bytes (65536)")
+    _bootstrap_option(produce)
+    produce.set_defaults(run=run_produce)
+
+
+class Progress:
+    """A one-line progress bar on a terminal: redrawn at most ten times a second."""
+
+    WIDTH = 30
+
+    def __init__(self, stream: IO[str], total_bytes: int | None) -> None:
+        self._stream = stream
+        self._total = total_bytes
+        self._started = time.monotonic()
+        self._drawn = 0.0
+
+    def update(self, records: int, done_bytes: int, *, final: bool = False) -> None:
+        now = time.monotonic()
+        if not final and now - self._drawn < 0.1:
+            return
+        self._drawn = now
+        rate = records / max(now - self._started, 1e-9)
+        text = f"{records:,} records, {rate:,.0f}/s"
+        if self._total:
+            share = min(done_bytes / self._total, 1.0)
+            filled = int(share * self.WIDTH)
+            text = f"[{'#' * filled}{'.' * (self.WIDTH - filled)}] {share:4.0%} {text}"
+        self._stream.write(f"\r{text}")
+        if final:
+            self._stream.write("\n")
+        self._stream.flush()
+
+
+def _lines(stream: BinaryIO) -> Iterator[bytes]:
+    for line in stream:
+        if line.endswith(b"\n"):
+            line = line[:-2] if line.endswith(b"\r\n") else line[:-1]
+        yield line
+
+
+def run_produce(args: argparse.Namespace) -> int:
+    _check_topic(args.topic, writes=True)
+    key = None if args.key is None else os.fsencode(args.key)
+    config = ProducerConfig(
+        linger_ms=args.linger_ms, batch_size=args.batch_size, acks=Acks(args.acks)
+    )
+    try:
+        source: BinaryIO = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
+    except OSError as exc:
+        raise ClientCommandError(f"cannot read {args.file}: {exc.strerror}") from exc
+    total = os.fstat(source.fileno()).st_size if args.file else None
+    progress = None
+    if sys.stderr.isatty() and total is not None and total >= PROGRESS_MIN_BYTES:
+        progress = Progress(sys.stderr, total)
+    delivered: Counter[int] = Counter()
+    failures: list[KafkaesqueError] = []
+
+    def settled(handle: DeliveryHandle) -> None:
+        error = handle.exception()
+        if error is None:
+            delivered[handle.result().partition] += 1
+        else:
+            failures.append(error)
+
+    started = time.monotonic()
+    records = read_bytes = 0
+    with _client(args) as client, source, Producer(client, config) as producer:
+        for line in _lines(source):
+            producer.send(args.topic, line, key, partition=args.partition).handle.add_done_callback(
+                settled
+            )
+            records += 1
+            read_bytes += len(line) + 1
+            if progress is not None:
+                progress.update(records, read_bytes)
+        producer.flush()
+    if progress is not None:
+        progress.update(records, read_bytes, final=True)
+    elapsed = time.monotonic() - started
+    spread = ", ".join(f"{p}:{n}" for p, n in sorted(delivered.items())) or "-"
+    print(
+        f"produced {sum(delivered.values()):,} of {records:,} records to {args.topic} "
+        f"in {elapsed:.2f} s ({records / max(elapsed, 1e-9):,.0f} records/s); "
+        f"partition:records {spread}"
+    )
+    if failures:
+        raise ClientCommandError(f"{len(failures):,} records failed; the first: {failures[0]}")
+    return 0
+
+
+# -- consume -------------------------------------------------------------------------------------
+
+_FIELD = re.compile(r"\{(topic|partition|offset|key|value|timestamp)\}")
+
+
+def _add_consume(commands: Any) -> None:
+    consume = commands.add_parser(
+        "consume", help="print a topic's records, one value per line (or --format)"
+    )
+    consume.add_argument("topic")
+    start = consume.add_mutually_exclusive_group()
+    start.add_argument(
+        "--from-beginning", action="store_true", help="start at the oldest record (else: the end)"
+    )
+    start.add_argument("--offset", type=int, help="start at this offset")
+    consume.add_argument("--partition", type=int, help="only this partition (else: all)")
+    consume.add_argument("--group", help="read through this consumer group and commit offsets")
+    consume.add_argument(
+        "--follow", action="store_true", help="keep waiting for new records (until Ctrl-C)"
+    )
+    consume.add_argument("--max", type=int, help="stop after this many records")
+    consume.add_argument(
+        "--format",
+        default="{value}",
+        help="how to print a record: {topic} {partition} {offset} {key} {value} {timestamp} "
+        "(default: {value}); a missing key prints as -",
+    )
+    _bootstrap_option(consume)
+    consume.set_defaults(run=run_consume)
+
+
+def record_formatter(template: str) -> Callable[[ConsumerRecord], bytes]:
+    """The bytes ``template`` makes of a record (its fields substituted, values as raw bytes)."""
+    parts = _FIELD.split(template)
+
+    def render(record: ConsumerRecord) -> bytes:
+        out = bytearray()
+        for i, part in enumerate(parts):
+            if i % 2 == 0:
+                out += part.encode()
+            elif part in ("key", "value"):
+                raw = record.key if part == "key" else record.value
+                out += b"-" if raw is None and part == "key" else raw or b""
+            else:
+                out += str(getattr(record, part)).encode()
+        return bytes(out)
+
+    return render
+
+
+def run_consume(args: argparse.Namespace) -> int:
+    _check_topic(args.topic, writes=False)
+    if args.max is not None and args.max < 1:
+        raise ClientCommandError("--max must be at least 1")
+    if args.group and args.partition is not None:
+        raise ClientCommandError("--partition cannot be used with --group (the group assigns)")
+    printer = _Printer(record_formatter(args.format), args.max, flush=args.follow)
+    try:
+        with _client(args) as client:
+            if args.group:
+                _consume_group(client, args, printer)
+            else:
+                _consume_partitions(client, args, printer)
+            sys.stdout.buffer.flush()
+    except BrokenPipeError:
+        # The reader (e.g. ``head``) went away: stop quietly, as ``cat`` does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    print(f"consumed {printer.count:,} records", file=sys.stderr)
+    return 0
+
+
+class _Printer:
+    """Writes records to stdout; ``emit`` says whether more are wanted (``--max``)."""
+
+    def __init__(
+        self, render: Callable[[ConsumerRecord], bytes], limit: int | None, *, flush: bool
+    ) -> None:
+        self.render = render
+        self.limit = limit
+        self.flush = flush
+        self.count = 0
+
+    def remaining(self) -> int | None:
+        return None if self.limit is None else self.limit - self.count
+
+    def emit(self, record: ConsumerRecord) -> bool:
+        out = sys.stdout.buffer
+        out.write(self.render(record) + b"\n")
+        if self.flush:
+            out.flush()
+        self.count += 1
+        return self.limit is None or self.count < self.limit
+
+
+def _reset(args: argparse.Namespace) -> OffsetReset:
+    return OffsetReset.EARLIEST if args.from_beginning else OffsetReset.LATEST
+
+
+def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) -> None:
+    group = GroupConsumer(
+        client, args.topic, args.group, start=args.offset, auto_offset_reset=_reset(args)
+    )
+    more = True
+    while more:
+        records = group.poll(1.0, max_records=printer.remaining())
+        printed = 0
+        try:
+            for record in records:
+                more = printer.emit(record)
+                printed += 1
+                if not more:
+                    break
+        finally:
+            # Commit what was printed, not more (at-least-once), even after an error.
+            group.cursor.unprocessed(records[printed:])
+            group.commit()
+        if not records and not args.follow:
+            return
+
+
+def _consume_partitions(client: Client, args: argparse.Namespace, printer: _Printer) -> None:
+    consumer = Consumer(client, auto_offset_reset=_reset(args))
+    if args.partition is None:
+        consumer.assign_topic(args.topic)
+    else:
+        count = client.partitions_for(args.topic)
+        if not 0 <= args.partition < count:
+            raise ClientCommandError(
+                f"{args.topic} has partitions 0 to {count - 1}, not {args.partition}"
+            )
+        consumer.assign([TopicPartition(args.topic, args.partition)])
+    if args.offset is not None:
+        for tp in consumer.assignment():
+            consumer.seek(tp, args.offset)
+    for record in consumer.records(follow=args.follow):
+        if not printer.emit(record):
+            return

@@ -1,0 +1,383 @@
+"""One broker: the tree of tasks that turns storage, Raft and metadata into a service.
+
+``Broker.run`` owns everything it starts, in one nursery: the peer transport (Raft messages and
+forwarded requests share one TCP connection per broker pair), the multi-raft driver, the
+controller quorum's replica (pysyncobj, bridged into trio), the client listener (line protocol),
+the admin HTTP listener (``/metrics``), and the loops that keep the local Raft groups in step
+with the metadata and tell peers which partitions this broker leads. Cancelling ``run`` stops
+all of it and closes every log.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from typing import Any
+
+import trio
+
+from kafkaesque.protocol import (
+    NEED_DATA,
+    Acks,
+    BadCommand,
+    Command,
+    ErrorCode,
+    ErrorReply,
+    LineDecoder,
+    LineLimits,
+    encode_command,
+    encode_reply,
+)
+from kafkaesque.raft import RaftConfig, Role
+from kafkaesque.raft._driver import MultiRaft, RaftGroup
+from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.storage import LogConfig
+
+from ._admin import metrics_route, serve_admin_connection
+from ._appender import PartitionAppender
+from ._commands import CommandHandler, group_name
+from ._config import BrokerConfig
+from ._errors import RequestError
+from ._forwarding import APPEND, BROKER_KINDS, COMMAND, LEADERS, REPLY, Forwarder, ForwardError
+from ._leaders import LeaderTable
+from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
+from ._metrics import BrokerMetrics
+from ._offsets import OffsetStore
+from ._session import serve_session
+from ._writes import WritePath
+
+log = logging.getLogger("kafkaesque.broker")
+
+_LEADER_SCAN_S = 0.05
+_LEADER_REPORT_EVERY_S = 1.0
+_LEADER_WAIT_POLL_S = 0.02
+_REGISTER_RETRY_S = 0.5
+_FORWARD_SLACK_S = 5.0
+# Forwarded commands carry whole batches: the decoder on that side must accept what a client may.
+_FORWARD_LIMITS = LineLimits(max_line_length=1 << 20, max_payload=64 << 20)
+
+
+class Broker:
+    """A broker process's state and services. Create, then ``await nursery.start(b.run)``."""
+
+    def __init__(self, config: BrokerConfig) -> None:
+        self.config = config.validate()
+        broker_dir = config.broker_dir
+        os.makedirs(broker_dir, exist_ok=True)
+        peers = {i: (a.host, a.port) for i, a in config.peers.items()}
+        self.transport = PeerTransport(
+            config.id,
+            peers,
+            cluster="kafkaesque",
+            secret=config.cluster_secret.encode(),
+            on_items=self._on_items,
+            on_peer_change=self._on_peer_change,
+        )
+        self.raft = MultiRaft(
+            config.id,
+            self.transport.send,
+            state_dir=os.path.join(broker_dir, "__raft"),
+            peers=peers,
+            tick_interval=config.tick_interval_s,
+            raft_config=lambda i: RaftConfig(id=i),
+        )
+        self.metadata = ClusterMetadata(
+            config.id,
+            {i: (a.host, a.port) for i, a in config.controllers.items()},
+            os.path.join(broker_dir, "__controller"),
+            config.cluster_secret.encode(),
+            join=config.join,
+        )
+        self.leaders = LeaderTable()
+        self.forwarder = Forwarder(self.transport.send)
+        self.writes = WritePath(
+            config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
+        )
+        self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
+        self.commands = CommandHandler(self)
+        self.offsets = OffsetStore(self)
+        self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
+        self._nursery: trio.Nursery | None = None
+        self._connections = 0
+        self.client_port = config.client.port
+        self.admin_port: int | None = None
+
+    # -- lifetime -------------------------------------------------------------------------------
+
+    async def run(self, *, task_status: trio.TaskStatus[Broker] = trio.TASK_STATUS_IGNORED) -> None:
+        """Serve until cancelled; ``started`` once every listener is bound."""
+        config = self.config
+        try:
+            async with trio.open_nursery() as nursery:
+                self._nursery = nursery
+                await nursery.start(
+                    self.transport.run, config.peers[config.id].host, config.peers[config.id].port
+                )
+                await nursery.start(self.raft.run)
+                await nursery.start(self.metadata.run)
+                listeners = await trio.open_tcp_listeners(
+                    config.client.port, host=config.client.host
+                )
+                self.client_port = listeners[0].socket.getsockname()[1]
+                nursery.start_soon(trio.serve_listeners, self._serve_client, listeners)
+                if config.admin is not None:
+                    admin = await trio.open_tcp_listeners(config.admin.port, host=config.admin.host)
+                    self.admin_port = admin[0].socket.getsockname()[1]
+                    nursery.start_soon(trio.serve_listeners, self._serve_admin, admin)
+                nursery.start_soon(self._register)
+                nursery.start_soon(self._reconcile_loop)
+                nursery.start_soon(self._leader_loop)
+                log.info(
+                    "broker %d serving clients on %s:%d",
+                    config.id,
+                    config.client.host,
+                    self.client_port,
+                )
+                task_status.started(self)
+        finally:
+            self._nursery = None
+            self.raft.close()
+
+    async def _serve_client(self, stream: trio.SocketStream) -> None:
+        self.metrics.connections.inc()
+        if self._connections >= self.config.max_connections:
+            reply = ErrorReply(ErrorCode.BUSY, "too many connections; retry later")
+            with contextlib.suppress(trio.BrokenResourceError):  # it left first: fine
+                await stream.send_all(encode_reply(reply))
+            await stream.aclose()
+            return
+        self._connections += 1
+        try:
+            await serve_session(
+                stream,
+                self.commands.dispatch,
+                self.config.limits,
+                self.config.max_inflight_per_connection,
+            )
+        except Exception:  # a bug in serving one client must not take the broker down
+            log.exception("broker %d: a client session failed", self.config.id)
+        finally:
+            self._connections -= 1
+
+    async def _serve_admin(self, stream: trio.SocketStream) -> None:
+        await serve_admin_connection(
+            stream,
+            {
+                "/metrics": metrics_route(self.metrics.expose),
+                "/healthz": lambda: ("text/plain", b"ok\n"),
+            },
+        )
+
+    async def _register(self) -> None:
+        """Put this broker in the registry (retrying while the controller quorum forms)."""
+        c = self.config
+        info = BrokerInfo(
+            id=c.id,
+            host=c.client_host,
+            client_port=self.client_port,
+            peer_port=c.peers[c.id].port,
+            controller_port=c.controllers[c.id].port,
+            admin_port=self.admin_port,
+            mqtt_port=None if c.mqtt is None else c.mqtt.port,
+        )
+        while True:
+            try:
+                await self.metadata.wait_ready()
+                await self.metadata.register_broker(info)
+                return
+            except MetadataError as exc:
+                log.info("broker %d: registering failed (%s); retrying", c.id, exc)
+                await trio.sleep(_REGISTER_RETRY_S)
+
+    # -- partitions -------------------------------------------------------------------------------
+
+    async def _reconcile_loop(self) -> None:
+        """Host exactly the partitions the metadata assigns to this broker."""
+        version = -1
+        while True:
+            view = await self.metadata.wait_changed(version)
+            version = view.version
+            for info in view.topics.values():
+                for partition, replicas in enumerate(info.replicas):
+                    if self.config.id in replicas:
+                        self._host(info, partition, replicas)
+            gone = [g for g in self.raft.groups if g.rpartition("/")[0] not in view.topics]
+            for group_id in gone:
+                await self._drop(group_id)
+
+    def _host(self, info: TopicInfo, partition: int, replicas: tuple[int, ...]) -> None:
+        group_id = group_name(info.name, partition)
+        if group_id in self.raft.groups:
+            return
+        c = info.config
+        log_config = LogConfig(
+            segment_bytes=self.config.segment_bytes,
+            retention_ms=c.retention_ms,
+            retention_bytes=c.retention_bytes,
+        )
+        directory = os.path.join(self.config.broker_dir, info.name, str(partition))
+        # The assignment spreads first replicas over the brokers: they are the preferred leaders.
+        self.raft.add_group(group_id, directory, replicas, log_config, preferred=replicas[0])
+
+    async def _drop(self, group_id: str) -> None:
+        """The topic was deleted: stop the group, fail its pending writes, delete its files."""
+        topic, _, partition = group_id.rpartition("/")
+        for acks in Acks:
+            appender = self._appenders.pop((topic, int(partition), acks), None)
+            if appender is not None:
+                appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
+        directory = self.raft.remove_group(group_id)
+        if directory is not None:
+            await trio.to_thread.run_sync(_remove_tree, directory)
+            topic_dir = os.path.dirname(directory)
+            await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
+
+    def local_group(self, topic: str, partition: int) -> RaftGroup | None:
+        return self.raft.groups.get(group_name(topic, partition))
+
+    def log_start(self, topic: str, partition: int) -> int | None:
+        group = self.local_group(topic, partition)
+        return None if group is None else group.log.log_start_offset
+
+    def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
+        key = (topic, partition, acks)
+        appender = self._appenders.get(key)
+        if appender is None:
+            if self._nursery is None:
+                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
+            appender = PartitionAppender(group_name(topic, partition), partition, acks, self.writes)
+            self._appenders[key] = appender
+            self._nursery.start_soon(appender.run, self._nursery)
+        return appender
+
+    async def wait_for_leaders(self, info: TopicInfo) -> None:
+        """Wait (up to the write timeout) until every partition of ``info`` has a leader."""
+        with trio.move_on_after(self.config.write_timeout_s):
+            while any(
+                self.writes.leader_of(group_name(info.name, p)) is None
+                for p in range(info.config.partitions)
+            ):
+                await trio.sleep(_LEADER_WAIT_POLL_S)
+
+    # -- leadership reports -----------------------------------------------------------------------
+
+    async def _leader_loop(self) -> None:
+        """Tell every peer which groups this broker leads: on change, and every second."""
+        reported: dict[str, int] = {}
+        last_report = -1e9
+        while True:
+            await trio.sleep(_LEADER_SCAN_S)
+            led = {g.id: g.node.term for g in self.raft.groups.values() if g.role is Role.LEADER}
+            for group_id, term in led.items():
+                if reported.get(group_id) != term:
+                    self.metrics.elections.inc()
+            now = trio.current_time()
+            if led != reported or now - last_report >= _LEADER_REPORT_EVERY_S:
+                for peer in self.config.peers:
+                    if peer != self.config.id:
+                        self.transport.send(peer, [LEADERS, led])
+                reported, last_report = led, now
+
+    # -- forwarding -------------------------------------------------------------------------------
+
+    async def forward_to(self, broker: int, command: Command, wait_s: float = 0.0) -> bytes:
+        """Run ``command`` on ``broker``; its encoded reply. ``RequestError`` if unreachable."""
+        deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
+        try:
+            reply: bytes = await self.forwarder.call(
+                broker, COMMAND, encode_command(command), deadline=deadline
+            )
+        except ForwardError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
+        return reply
+
+    async def forward_to_replica(self, info: TopicInfo, partition: int, command: Command) -> bytes:
+        """Run a read on a broker holding a replica: the leader first, then the others."""
+        leader = self.writes.leader_of(group_name(info.name, partition))
+        candidates = [leader] if leader is not None else []
+        candidates += [r for r in info.replicas[partition] if r != leader]
+        wait_s = getattr(command, "wait_ms", None) or 0
+        last_error = "no replica is reachable"
+        for broker in candidates:
+            if broker == self.config.id or broker not in self.transport.connected_peers():
+                continue
+            try:
+                return await self.forward_to(broker, command, wait_s / 1000)
+            except RequestError as exc:
+                last_error = exc.message
+        raise RequestError(ErrorCode.NO_QUORUM, f"{info.name}/{partition}: {last_error}; retry")
+
+    def _on_items(self, peer: int, items: list[Any]) -> None:
+        raft_items = []
+        for item in items:
+            if isinstance(item, list) and item and item[0] in BROKER_KINDS:
+                self._on_broker_item(peer, item)
+            else:
+                raft_items.append(item)
+        if raft_items:
+            self.raft.handle_items(peer, raft_items)
+
+    def _on_broker_item(self, peer: int, item: list[Any]) -> None:
+        try:
+            kind = item[0]
+            if kind == REPLY:
+                self.forwarder.answered(int(item[1]), item[2])
+            elif kind == LEADERS:
+                self.leaders.report(peer, {str(g): int(t) for g, t in item[1].items()})
+            elif self._nursery is None:
+                return
+            elif kind == APPEND:
+                _, req, group_id, batch, count, acks, seconds = item
+                self._nursery.start_soon(
+                    self._serve_append, peer, req, group_id, batch, count, Acks(acks), seconds
+                )
+            elif kind == COMMAND:
+                self._nursery.start_soon(self._serve_command, peer, int(item[1]), item[2])
+        except (ValueError, TypeError, IndexError, AttributeError) as exc:
+            log.warning(
+                "broker %d: dropped a malformed request of broker %d: %s", self.config.id, peer, exc
+            )
+
+    async def _serve_append(
+        self,
+        peer: int,
+        req: int,
+        group_id: str,
+        batch: bytes,
+        count: int,
+        acks: Acks,
+        seconds: float,
+    ) -> None:
+        payload = await self.writes.serve_forwarded(group_id, batch, count, acks, seconds)
+        self.forwarder.reply(peer, req, payload)
+
+    async def _serve_command(self, peer: int, req: int, data: bytes) -> None:
+        decoder = LineDecoder(_FORWARD_LIMITS)
+        decoder.feed(data)
+        event = decoder.next_event()
+        assert self._nursery is not None
+        if event is NEED_DATA or isinstance(event, BadCommand):
+            reply = ErrorReply(ErrorCode.BAD_ARGS, "malformed forwarded command")
+            self.forwarder.reply(peer, req, encode_reply(reply))
+            return
+        slot = self.commands.dispatch(event, self._nursery, forwarded=True)
+        await slot.wait()
+        self.forwarder.reply(peer, req, slot.encode())
+
+    def _on_peer_change(self, peer: int, connected: bool) -> None:
+        self.raft.peer_changed(peer, connected)
+        if not connected:
+            self.forwarder.peer_gone(peer)
+            self.leaders.forget(peer)
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_empty_dir(path: str) -> None:
+    # Fails while other partitions of the topic are still there (or when it is gone already).
+    with contextlib.suppress(OSError):
+        os.rmdir(path)

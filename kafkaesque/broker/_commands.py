@@ -1,0 +1,511 @@
+"""What the broker does for each line-protocol command.
+
+``CommandHandler.dispatch`` turns a decoded command into a ``Slot`` (its reply's place in the
+session's pipeline) without awaiting: publishes join their partition's open batch at once, in
+the order they were sent; everything that must wait (a fetch, a metadata change) runs as a task
+of the session. Every failure becomes a ``-ERR CODE message`` reply; an unexpected exception is
+logged with its traceback and answered ``INTERNAL`` (a bug), and the session goes on.
+
+Commands this broker cannot serve itself are forwarded (see ``_forwarding``): writes to the
+partition's leader (inside ``WritePath``), reads to a broker holding a replica. A forwarded
+command is never forwarded again, so two brokers with stale views cannot bounce it forever.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from typing import TYPE_CHECKING, TypeVar
+
+import trio
+
+from kafkaesque.protocol import (
+    NEED_DATA,
+    Acks,
+    BrokerRow,
+    Command,
+    Commit,
+    Cons,
+    CreateTopic,
+    DataReply,
+    DeleteTopic,
+    DescribeTopic,
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    Fetch,
+    FetchFormat,
+    FetchOffsets,
+    Help,
+    ListTopics,
+    Metadata,
+    OkReply,
+    PartitionRow,
+    Ping,
+    PublishBatch,
+    PublishRecord,
+    Pubs,
+    Quit,
+    RemoteProtocolError,
+    Reply,
+    ReplyDecoder,
+    Subs,
+    TopicRow,
+    encode_reply,
+    help_replies,
+    parse_seed_message,
+    partition_for_key,
+    published_reply,
+)
+from kafkaesque.raft import Role
+from kafkaesque.storage import BatchType, InvalidBatchError, Record, decode_header
+
+from ._appender import Flight
+from ._errors import RequestError
+from ._metadata import (
+    InvalidConfigError,
+    MetadataError,
+    MetadataUnavailable,
+    TopicConfig,
+    TopicExistsError,
+    TopicInfo,
+    UnknownTopicError,
+)
+from ._reads import (
+    DEFAULT_FETCH_BYTES,
+    Fetched,
+    beyond_follower,
+    fetch_committed,
+    message_rows,
+)
+from ._session import ReadySlot, Slot, TaskSlot
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+log = logging.getLogger("kafkaesque.broker.commands")
+
+_T = TypeVar("_T")
+
+DEFAULT_CONS_MESSAGES = 1000
+MAX_PARTITIONS = 10_000
+
+
+def encode_replies(replies: Sequence[Reply]) -> bytes:
+    return b"".join(encode_reply(r) for r in replies)
+
+
+class PublishSlot:
+    """The reply to one record of a coalesced batch: its offset once the batch is written."""
+
+    __slots__ = ("_flight", "_index", "_on_error")
+
+    def __init__(self, flight: Flight, index: int, on_error: Callable[[ErrorCode], None]) -> None:
+        self._flight = flight
+        self._index = index
+        self._on_error = on_error
+
+    def ready(self) -> bool:
+        return self._flight.done.is_set()
+
+    async def wait(self) -> None:
+        await self._flight.done.wait()
+
+    def encode(self) -> bytes:
+        flight = self._flight
+        if flight.error is not None:
+            self._on_error(flight.error.code)
+            return encode_reply(flight.error.reply())
+        return encode_reply(published_reply(flight.partition, flight.base + self._index))
+
+
+class CommandHandler:
+    """Executes commands against one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker) -> None:
+        self._broker = broker
+        self._round_robin: dict[str, itertools.count[int]] = {}
+
+    # -- dispatch -------------------------------------------------------------------------------
+
+    def dispatch(self, command: Command, nursery: trio.Nursery, *, forwarded: bool = False) -> Slot:
+        name = type(command).__name__
+        self._broker.metrics.request(name)
+        try:
+            return self._dispatch(command, nursery, forwarded)
+        except RequestError as exc:
+            self._broker.metrics.error(name, exc.code)
+            return ReadySlot(encode_reply(exc.reply()))
+
+    def _dispatch(self, command: Command, nursery: trio.Nursery, forwarded: bool) -> Slot:
+        match command:
+            case Pubs(topic=topic, message=message):
+                seed = parse_seed_message(message)
+                headers = () if seed.header is None else (("Header", seed.header),)
+                return self._publish(topic, seed.value, seed.key, headers, None, Acks.QUORUM)
+            case PublishRecord(idempotence=idempotence) if idempotence is not None:
+                raise RequestError(
+                    ErrorCode.BAD_ARGS,
+                    "idempotent PUB (pid/epoch/seq) is not served by this broker version yet",
+                )
+            case PublishRecord(topic=t, value=v, key=k, partition=p, acks=acks):
+                return self._publish(t, v, k, (), p, acks)
+            case PublishBatch():
+                return self._publish_batch(command, nursery)
+            case Ping():
+                return _ready(OkReply("PONG"))
+            case Quit():
+                return _ready(OkReply("bye"))
+            case Help(command=word):
+                return _ready(*help_replies(word))
+            case ListTopics():
+                topics = self._broker.metadata.view.topics
+                return _ready(*(_topic_row(topics[n]) for n in sorted(topics)), EndReply())
+            case DescribeTopic(topic=topic):
+                info = self._topic(topic)
+                return _ready(_topic_row(info), *self._partition_rows(info), EndReply())
+            case Metadata(topics=names):
+                return _ready(*self._metadata(names))
+        return self._spawn(command, nursery, forwarded)
+
+    def _spawn(self, command: Command, nursery: trio.Nursery, forwarded: bool) -> Slot:
+        slot = TaskSlot()
+        nursery.start_soon(self._run, command, slot, forwarded)
+        return slot
+
+    async def _run(self, command: Command, slot: TaskSlot, forwarded: bool) -> None:
+        name = type(command).__name__
+        try:
+            slot.set(await self._execute(command, forwarded))
+        except RequestError as exc:
+            self._broker.metrics.error(name, exc.code)
+            slot.set(encode_reply(exc.reply()))
+        except Exception:  # a bug: answer it, log it, keep serving everyone else
+            log.exception("command %s failed", name)
+            self._broker.metrics.error(name, ErrorCode.INTERNAL)
+            slot.set(encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)")))
+
+    async def _execute(self, command: Command, forwarded: bool) -> bytes:
+        match command:
+            case Fetch():
+                return await self._fetch(command, forwarded)
+            case Cons():
+                return await self._cons(command)
+            case Subs(topic=topic, group=group, partitions=count):
+                sub = await self._metadata_call(
+                    self._broker.metadata.subscribe(topic, group, count)
+                )
+                return encode_reply(OkReply(sub.id))
+            case CreateTopic():
+                return await self._create(command)
+            case DeleteTopic(topic=topic):
+                await self._metadata_call(self._broker.metadata.delete_topic(topic))
+                return encode_reply(OkReply())
+            case Commit() | FetchOffsets():
+                return await self._broker.offsets.execute(command, forwarded)
+        raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
+
+    # -- publishing -----------------------------------------------------------------------------
+
+    def _publish(
+        self,
+        topic: str,
+        value: bytes,
+        key: bytes | None,
+        headers: tuple[tuple[str, bytes], ...],
+        partition: int | None,
+        acks: Acks,
+    ) -> Slot:
+        info = self._topic(topic)
+        count = info.config.partitions
+        if partition is None:
+            if key is not None:
+                partition = partition_for_key(key, count)
+            else:
+                counter = self._round_robin.setdefault(topic, itertools.count())
+                partition = next(counter) % count
+        elif partition >= count:
+            raise _unknown_partition(topic, partition, count)
+        record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
+        flight, index = self._broker.appender(topic, partition, acks).add(record)
+        return PublishSlot(flight, index, lambda code: self._broker.metrics.error("publish", code))
+
+    def _publish_batch(self, command: PublishBatch, nursery: trio.Nursery) -> Slot:
+        info = self._topic(command.topic)
+        if command.partition >= info.config.partitions:
+            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
+        batch = command.batch
+        try:
+            header = decode_header(batch, header_crc=False)
+        except InvalidBatchError as exc:
+            raise RequestError(ErrorCode.INVALID_BATCH, str(exc)) from exc
+        if header.size != len(batch):
+            raise RequestError(
+                ErrorCode.INVALID_BATCH, f"the payload holds {len(batch)} bytes, not one batch"
+            )
+        if header.batch_type is not BatchType.DATA or header.record_count < 1:
+            raise RequestError(ErrorCode.INVALID_BATCH, "a batch of data records is required")
+        if header.last_offset_delta != header.record_count - 1:
+            raise RequestError(ErrorCode.INVALID_BATCH, "record offsets must be contiguous")
+        group_id = group_name(command.topic, command.partition)
+        writes = self._broker.writes
+        deadline = trio.current_time() + writes.timeout
+        count = header.record_count
+        attempt = writes.start(group_id, batch, count, command.acks, deadline)
+        slot = TaskSlot()
+
+        async def complete() -> None:
+            try:
+                first, _ = await writes.write(
+                    group_id, batch, count, command.acks, first=attempt, deadline=deadline
+                )
+            except RequestError as exc:
+                self._broker.metrics.error("PublishBatch", exc.code)
+                slot.set(encode_reply(exc.reply()))
+                return
+            slot.set(encode_reply(published_reply(command.partition, first)))
+
+        nursery.start_soon(complete)
+        return slot
+
+    # -- reading --------------------------------------------------------------------------------
+
+    async def _fetch(self, command: Fetch, forwarded: bool) -> bytes:
+        info = self._topic(command.topic)
+        if command.partition >= info.config.partitions:
+            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
+        max_bytes = command.max_bytes or DEFAULT_FETCH_BYTES
+        wait_s = (command.wait_ms or 0) / 1000
+        if forwarded:  # a peer chose this replica: answer from it, never forward again
+            group = self._broker.local_group(command.topic, command.partition)
+            if group is None:
+                raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
+            fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
+        else:
+            fetched = await self.fetch_batches(
+                command.topic, command.partition, command.offset, max_bytes, wait_s
+            )
+        if command.format is FetchFormat.TEXT:
+            rows, next_offset = message_rows(
+                command.partition, fetched, command.offset, DEFAULT_CONS_MESSAGES
+            )
+            return encode_replies([*rows, EndReply(((command.partition, next_offset),))])
+        return encode_reply(
+            DataReply(fetched.next_offset, bytes(fetched.data), fetched.high_watermark)
+        )
+
+    async def fetch_batches(
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
+    ) -> Fetched:
+        """Committed batches, from the leader when it can be reached, else from any replica.
+
+        The leader learns of a commit first: reading there, a consumer sees a record as soon as
+        it is acknowledged, and a client reads its own acknowledged writes. A follower is a
+        heartbeat behind, so it serves reads only while the leader is out of reach.
+        """
+        group = self._broker.local_group(topic, partition)
+        if group is not None and group.role is Role.LEADER:
+            return await fetch_committed(group, offset, max_bytes, wait_s)
+        info = self._topic(topic)
+        fetch = Fetch(topic, partition, offset, max_bytes, int(wait_s * 1000))
+        try:
+            replies = decode_replies(await self._broker.forward_to_replica(info, partition, fetch))
+        except RequestError:
+            if group is None or beyond_follower(group, offset):
+                raise
+            return await fetch_committed(group, offset, max_bytes, wait_s)
+        match replies:
+            case [DataReply(next_offset=n, payload=data, high_watermark=hw)]:
+                return Fetched(data, n, hw if hw is not None else n)
+            case [ErrorReply(code=code, message=message)]:
+                raise RequestError(code, message)
+        raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {replies}")
+
+    async def _cons(self, command: Cons) -> bytes:
+        view = self._broker.metadata.view
+        sub = view.subscriptions.get(command.subscription_id)
+        if sub is None or sub.topic != command.topic:
+            raise RequestError(
+                ErrorCode.UNKNOWN_SUBSCRIPTION,
+                f"no subscription {command.subscription_id} to {command.topic}: SUBS again",
+            )
+        if isinstance(command.offsets, int):
+            wanted = {p: command.offsets for p in sub.partitions}
+        else:
+            wanted = dict(command.offsets)
+            foreign = set(wanted) - set(sub.partitions)
+            if foreign:
+                raise RequestError(
+                    ErrorCode.BAD_ARGS,
+                    f"partitions {sorted(foreign)} are not assigned to this subscription "
+                    f"(it holds {list(sub.partitions)})",
+                )
+        limit = command.max_messages or DEFAULT_CONS_MESSAGES
+        deadline = trio.current_time() + (command.wait_ms or 0) / 1000
+        while True:
+            rows, next_offsets = await self._cons_pass(command.topic, wanted, limit)
+            if rows or trio.current_time() >= deadline:
+                return encode_replies([*rows, EndReply(tuple(sorted(next_offsets.items())))])
+            await self._wait_for_any(command.topic, next_offsets, deadline)
+
+    async def _wait_for_any(self, topic: str, offsets: dict[int, int], deadline: float) -> None:
+        """Long-poll every partition at once; return when one has data, or at ``deadline``."""
+        async with trio.open_nursery() as nursery:
+
+            async def poll(partition: int, offset: int) -> None:
+                try:
+                    fetched = await self.fetch_batches(
+                        topic, partition, offset, 1, deadline - trio.current_time()
+                    )
+                except RequestError:
+                    await trio.sleep_until(deadline)  # the next pass reports the error
+                    fetched = Fetched(b"", offset, offset)
+                if fetched.data or trio.current_time() >= deadline:
+                    nursery.cancel_scope.cancel()
+
+            for partition, offset in offsets.items():
+                nursery.start_soon(poll, partition, offset)
+
+    async def _cons_pass(
+        self, topic: str, wanted: dict[int, int], limit: int
+    ) -> tuple[list[Reply], dict[int, int]]:
+        rows: list[Reply] = []
+        next_offsets = dict(wanted)
+        for partition, offset in sorted(wanted.items()):
+            if len(rows) >= limit:
+                break
+            try:
+                fetched = await self.fetch_batches(topic, partition, offset, DEFAULT_FETCH_BYTES, 0)
+            except RequestError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+                fetched, offset = await self._from_log_start(topic, partition, offset)
+            got, next_offsets[partition] = message_rows(
+                partition, fetched, offset, limit - len(rows)
+            )
+            rows.extend(got)
+        return rows, next_offsets
+
+    async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
+        """The seed's CONS takes any offset: below the log start it reads from the start."""
+        start = self._broker.log_start(topic, partition)
+        if start is None or offset >= start:
+            return Fetched(b"", offset, offset), offset
+        return await self.fetch_batches(topic, partition, start, DEFAULT_FETCH_BYTES, 0), start
+
+    # -- administration -------------------------------------------------------------------------
+
+    async def _create(self, command: CreateTopic) -> bytes:
+        config = self._broker.config
+        if not 1 <= command.partitions <= MAX_PARTITIONS:
+            raise RequestError(
+                ErrorCode.INVALID_CONFIG, f"partitions must be between 1 and {MAX_PARTITIONS}"
+            )
+        topic_config = TopicConfig(
+            partitions=command.partitions,
+            replication_factor=command.replication_factor,
+            retention_ms=_retention(command.retention_ms, config.default_retention_ms),
+            retention_bytes=_retention(command.retention_bytes, config.default_retention_bytes),
+            compact=command.compact,
+        )
+        existed = command.topic in self._broker.metadata.view.topics
+        info = await self._metadata_call(
+            self._broker.metadata.create_topic(command.topic, topic_config)
+        )
+        await self._broker.wait_for_leaders(info)
+        return encode_reply(OkReply("exists" if existed else "created"))
+
+    async def _metadata_call(self, call: Awaitable[_T]) -> _T:
+        try:
+            return await call
+        except UnknownTopicError as exc:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, str(exc)) from exc
+        except TopicExistsError as exc:
+            raise RequestError(ErrorCode.TOPIC_EXISTS, str(exc)) from exc
+        except InvalidConfigError as exc:
+            raise RequestError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
+        except MetadataUnavailable as exc:
+            raise RequestError(
+                ErrorCode.TIMEOUT, f"the controller quorum did not answer in time: {exc}"
+            ) from exc
+        except MetadataError as exc:
+            raise RequestError(ErrorCode.INTERNAL, str(exc)) from exc
+
+    def _metadata(self, names: tuple[str, ...]) -> list[Reply]:
+        view = self._broker.metadata.view
+        rows: list[Reply] = [
+            BrokerRow(b.id, b.host, b.client_port) for _, b in sorted(view.brokers.items())
+        ]
+        for name in names or tuple(sorted(view.topics)):
+            rows.extend(self._partition_rows(self._topic(name)))
+        rows.append(EndReply())
+        return rows
+
+    def _partition_rows(self, info: TopicInfo) -> list[PartitionRow]:
+        rows = []
+        for partition, replicas in enumerate(info.replicas):
+            group = self._broker.local_group(info.name, partition)
+            start = end = None
+            if group is not None:
+                start, end = group.log.log_start_offset, group.commit_index + 1
+            rows.append(
+                PartitionRow(
+                    info.name,
+                    partition,
+                    self._broker.writes.leader_of(group_name(info.name, partition)),
+                    tuple(replicas),
+                    start,
+                    end,
+                )
+            )
+        return rows
+
+    def _topic(self, topic: str) -> TopicInfo:
+        info = self._broker.metadata.view.topics.get(topic)
+        if info is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
+        return info
+
+
+def group_name(topic: str, partition: int) -> str:
+    """The Raft group id of a partition: ``topic/partition`` (a topic name has no ``/``)."""
+    return f"{topic}/{partition}"
+
+
+def decode_replies(data: bytes) -> list[Reply]:
+    """The replies in ``data`` (a forwarded command's answer)."""
+    decoder = ReplyDecoder()
+    decoder.feed(data)
+    out: list[Reply] = []
+    try:
+        while (event := decoder.next_event()) is not NEED_DATA:
+            out.append(event)
+    except RemoteProtocolError as exc:
+        raise RequestError(ErrorCode.INTERNAL, f"a peer broker answered garbage: {exc}") from exc
+    return out
+
+
+def _ready(*replies: Reply) -> ReadySlot:
+    return ReadySlot(encode_replies(replies))
+
+
+def _topic_row(info: TopicInfo) -> TopicRow:
+    c = info.config
+    return TopicRow(
+        info.name, c.partitions, c.replication_factor, c.retention_ms, c.retention_bytes, c.compact
+    )
+
+
+def _unknown_partition(topic: str, partition: int, count: int) -> RequestError:
+    return RequestError(
+        ErrorCode.UNKNOWN_PARTITION,
+        f"{topic} has partitions 0..{count - 1}, not {partition}",
+    )
+
+
+def _retention(asked: int | None, default: int | None) -> int | None:
+    if asked is None:
+        return default
+    return None if asked < 0 else asked

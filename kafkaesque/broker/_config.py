@@ -1,0 +1,153 @@
+"""A broker's settings: who it is, where it listens, who its peers are, and its limits.
+
+Addresses follow Kafka's ``controller.quorum.voters`` spelling, ``id@host:port``, so an operator
+who knows Kafka reads them at once. A broker needs the Raft peer address and the controller
+(pysyncobj) address of every broker of the cluster, itself included; clients' addresses are
+learnt from the broker registry in the metadata.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
+
+from kafkaesque.protocol import LineLimits
+
+
+class ConfigError(ValueError):
+    """A setting is missing or malformed; the message names it."""
+
+
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}"
+
+    @classmethod
+    def parse(cls, text: str, what: str) -> Address:
+        host, sep, port = text.strip().rpartition(":")
+        if not sep or not host or not port.isdigit() or not 0 <= int(port) <= 65535:
+            raise ConfigError(f"{what}: expected host:port, got {text!r}")
+        return cls(host, int(port))
+
+
+def parse_voters(text: str, what: str) -> dict[int, Address]:
+    """``0@127.0.0.1:9093,1@127.0.0.1:9193`` → ``{0: Address, 1: Address}``."""
+    voters: dict[int, Address] = {}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        node, sep, addr = part.partition("@")
+        if not sep or not node.isdigit():
+            raise ConfigError(f"{what}: expected id@host:port, got {part!r}")
+        if int(node) in voters:
+            raise ConfigError(f"{what}: broker {node} is listed twice")
+        voters[int(node)] = Address.parse(addr, what)
+    if not voters:
+        raise ConfigError(f"{what}: no brokers listed")
+    return voters
+
+
+def format_voters(voters: Mapping[int, Address]) -> str:
+    return ",".join(f"{i}@{a}" for i, a in sorted(voters.items()))
+
+
+@dataclass(frozen=True)
+class BrokerConfig:
+    """Everything one broker process needs. ``validate()`` checks the whole."""
+
+    id: int
+    data_dir: str
+    client: Address
+    peers: Mapping[int, Address]  # Raft transport address of every broker, this one included
+    controllers: Mapping[int, Address]  # pysyncobj address of every broker, this one included
+    admin: Address | None = None  # /metrics
+    mqtt: Address | None = None
+    advertised_host: str | None = None  # the host clients are told (default: client.host)
+    cluster_secret: str = "kafkaesque-dev-secret"
+    join: bool = False  # a broker added to a running cluster
+    # Partition defaults and limits.
+    default_retention_ms: int | None = 7 * 24 * 3600 * 1000
+    default_retention_bytes: int | None = None
+    segment_bytes: int = 64 * 1024 * 1024
+    limits: LineLimits = field(default_factory=LineLimits)
+    # How long a write may wait for a leader with a quorum before NO_QUORUM / TIMEOUT.
+    write_timeout_s: float = 10.0
+    max_connections: int = 15_000
+    max_inflight_per_connection: int = 4096
+    tick_interval_s: float = 0.05
+
+    def validate(self) -> BrokerConfig:
+        if self.id not in self.peers:
+            raise ConfigError(f"peers: broker {self.id} itself is not listed")
+        if self.id not in self.controllers:
+            raise ConfigError(f"controllers: broker {self.id} itself is not listed")
+        if set(self.peers) != set(self.controllers) and not self.join:
+            raise ConfigError("peers and controllers must list the same brokers")
+        if not self.cluster_secret:
+            raise ConfigError("cluster_secret must not be empty")
+        if self.write_timeout_s <= 0:
+            raise ConfigError("write_timeout_s must be positive")
+        return self
+
+    @property
+    def broker_dir(self) -> str:
+        """``<data_dir>/<id>``: this broker's partitions live in ``<broker_dir>/<topic>/<p>``."""
+        return os.path.join(self.data_dir, str(self.id))
+
+    @property
+    def client_host(self) -> str:
+        return self.advertised_host or self.client.host
+
+
+_ADDRESS_FIELDS = {"client", "admin", "mqtt"}
+_VOTER_FIELDS = {"peers", "controllers"}
+
+
+def load_config(path: str, overrides: Mapping[str, Any] | None = None) -> BrokerConfig:
+    """Read a TOML file whose keys are ``BrokerConfig``'s fields; ``overrides`` win."""
+    try:
+        with open(path, "rb") as f:
+            raw: dict[str, Any] = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"cannot read {path}: {exc}") from exc
+    raw.update({k: v for k, v in (overrides or {}).items() if v is not None})
+    return config_from_mapping(raw)
+
+
+def config_from_mapping(raw: Mapping[str, Any]) -> BrokerConfig:
+    """Build a ``BrokerConfig`` from plain values (strings for addresses, as in the TOML)."""
+    known = {f.name for f in fields(BrokerConfig)}
+    unknown = set(raw) - known - {"max_line_length", "max_payload"}
+    if unknown:
+        raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    for name, value in raw.items():
+        if name in _ADDRESS_FIELDS and value is not None:
+            values[name] = value if isinstance(value, Address) else Address.parse(value, name)
+        elif name in _VOTER_FIELDS and isinstance(value, str):
+            values[name] = parse_voters(value, name)
+        elif name in known:
+            values[name] = value
+    for required in ("id", "data_dir", "client", "peers", "controllers"):
+        if required not in values:
+            raise ConfigError(f"missing setting: {required}")
+    limits = LineLimits()
+    if "max_line_length" in raw or "max_payload" in raw:
+        try:
+            limits = replace(
+                limits,
+                **{k: int(raw[k]) for k in ("max_line_length", "max_payload") if k in raw},
+            )
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from exc
+        values["limits"] = limits
+    try:
+        config = BrokerConfig(**values)
+    except TypeError as exc:
+        raise ConfigError(str(exc)) from exc
+    return config.validate()

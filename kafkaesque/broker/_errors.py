@@ -1,0 +1,22 @@
+"""The broker's one error value: a protocol ``ErrorCode`` and a message for people.
+
+Everything a command can fail with becomes a ``RequestError`` at the edge and is answered
+``-ERR CODE message``; the code says whether to retry and whether a write may have happened
+(``ErrorCode.retriable`` / ``outcome_unknown``).
+"""
+
+from __future__ import annotations
+
+from kafkaesque.protocol import ErrorCode, ErrorReply
+
+
+class RequestError(Exception):
+    """A request failed in a way its client must hear about, as ``-ERR code message``."""
+
+    def __init__(self, code: ErrorCode, message: str) -> None:
+        super().__init__(f"{code.name} {message}")
+        self.code = code
+        self.message = message
+
+    def reply(self) -> ErrorReply:
+        return ErrorReply(self.code, self.message)

@@ -1,0 +1,120 @@
+"""Requests between brokers, riding the Raft transport's connection to each peer.
+
+A broker forwards what it cannot do itself: a write to the partition's leader, a read to a
+broker that holds a replica, a command of the group-offsets partition to its leader. Items share
+each peer's one TCP connection with Raft's messages (``PeerTransport``); their kinds start at 10
+so the Raft driver's own kinds (0-2) stay apart:
+
+* ``[APPEND, req, group, batch, count, acks]``: append this batch as the leader of ``group``;
+* ``[COMMAND, req, command_bytes]``: run this line-protocol command (encoded with
+  ``encode_command``) here and send back the encoded reply;
+* ``[REPLY, req, payload]``: the answer to request ``req``;
+* ``[LEADERS, {group: term}]``: every group the sender leads now (see ``LeaderTable``).
+
+Outcomes are kept apart as the error taxonomy demands: ``PeerUnavailable`` means the request was
+never sent (nothing happened there: retry freely); ``ForwardTimeout`` and ``PeerLost`` mean it
+may or may not have been carried out.
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+log = logging.getLogger("kafkaesque.broker.forwarding")
+
+APPEND = 10
+COMMAND = 11
+REPLY = 12
+LEADERS = 13
+
+BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS})
+
+
+class ForwardError(Exception):
+    """A forwarded request did not get an answer."""
+
+
+class PeerUnavailable(ForwardError):
+    """Not sent: no connection to that broker. Definitely not carried out."""
+
+
+class ForwardTimeout(ForwardError):
+    """Sent, but no answer in time: it may or may not have been carried out."""
+
+
+class PeerLost(ForwardError):
+    """Sent, then the connection closed before the answer: outcome unknown."""
+
+
+@dataclass(eq=False)
+class _Call:
+    peer: int
+    done: trio.Event = field(default_factory=trio.Event)
+    payload: Any = None
+    lost: bool = False
+
+
+class Forwarder:
+    """Outgoing calls and their answers. Use from the broker's trio thread only.
+
+    ``send(peer, item) -> bool`` is the transport's (False: not connected, dropped).
+    """
+
+    def __init__(self, send: Callable[[int, Any], bool]) -> None:
+        self._send = send
+        self._ids = itertools.count(1)
+        self._calls: dict[int, _Call] = {}
+
+    def start(self, peer: int, kind: int, *args: Any) -> tuple[int, _Call]:
+        """Send a request now (so requests to one peer keep their order); await ``finish``.
+
+        Raises ``PeerUnavailable`` if it could not be sent.
+        """
+        req = next(self._ids)
+        if not self._send(peer, [kind, req, *args]):
+            raise PeerUnavailable(f"broker {peer} is not connected")
+        call = _Call(peer)
+        self._calls[req] = call
+        return req, call
+
+    async def finish(self, req: int, call: _Call, deadline: float) -> Any:
+        """The answer's payload; ``ForwardTimeout`` or ``PeerLost`` when there is none."""
+        try:
+            with trio.move_on_at(deadline):
+                await call.done.wait()
+        finally:
+            self._calls.pop(req, None)
+        if call.lost:
+            raise PeerLost(f"the connection to broker {call.peer} closed before it answered")
+        if not call.done.is_set():
+            raise ForwardTimeout(f"broker {call.peer} did not answer in time")
+        return call.payload
+
+    async def call(self, peer: int, kind: int, *args: Any, deadline: float) -> Any:
+        req, call = self.start(peer, kind, *args)
+        return await self.finish(req, call, deadline)
+
+    def answered(self, req: int, payload: Any) -> None:
+        """A ``REPLY`` arrived (late answers to abandoned calls are ignored)."""
+        call = self._calls.get(req)
+        if call is not None:
+            call.payload = payload
+            call.done.set()
+
+    def peer_gone(self, peer: int) -> None:
+        """The connection to ``peer`` closed: its unanswered calls will never be answered."""
+        for call in self._calls.values():
+            if call.peer == peer and not call.done.is_set():
+                call.lost = True
+                call.done.set()
+
+    def reply(self, peer: int, req: int, payload: Any) -> None:
+        """Answer request ``req`` of ``peer`` (dropped, and logged, if the peer is gone)."""
+        if not self._send(peer, [REPLY, req, payload]):
+            log.info("could not answer request %d of broker %d: not connected", req, peer)

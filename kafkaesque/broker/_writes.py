@@ -1,0 +1,227 @@
+"""The write path: get one batch into a partition's log through its current leader.
+
+``WritePath.start`` makes one attempt at once, synchronously: it proposes the batch to the local
+Raft group when this broker leads the partition, or forwards it to the leader's broker. Doing
+that step without awaiting is what keeps the order of the batches a session pipelines: the n-th
+batch is proposed, or queued on the leader's connection, before the (n+1)-th. ``finish`` then
+waits for the outcome, and ``write`` retries what failed before it was applied (no leader yet,
+a leader that moved, a broker not connected) until the write deadline: a client sees a failover
+as latency, never as an error, unless the partition stays without a quorum for the whole
+timeout (``NO_QUORUM``: definitely not written) or the outcome stays unknown (``TIMEOUT``).
+
+An attempt whose outcome was unknown (the leader's connection closed after the batch was sent)
+is retried too, so a batch may be appended twice across a failover: at-least-once, the
+acknowledged offset being the one of the attempt that succeeded. Idempotent producers (their
+sequence numbers in the batch header) remove the duplicate; that is the exactly-once issue.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from kafkaesque.protocol import Acks, ErrorCode
+from kafkaesque.raft import NotLeader, ProposalDropped, Role
+from kafkaesque.raft._driver import MultiRaft, RaftGroup
+
+from ._errors import RequestError
+from ._forwarding import APPEND, Forwarder, ForwardError, PeerUnavailable, _Call
+from ._leaders import LeaderTable
+
+log = logging.getLogger("kafkaesque.broker.writes")
+
+_LEADER_ACK_POLL_S = 0.001
+_MAX_BACKOFF_S = 0.1
+
+
+class _Retry(Exception):
+    """This attempt failed; ``unknown`` if it may nevertheless have been applied."""
+
+    def __init__(self, reason: str, *, unknown: bool = False) -> None:
+        super().__init__(reason)
+        self.unknown = unknown
+
+
+@dataclass(slots=True)
+class _Local:
+    group: RaftGroup
+    last: int
+    term: int
+    count: int
+
+
+@dataclass(slots=True)
+class _Remote:
+    req: int
+    call: _Call
+
+
+@dataclass(slots=True)
+class _Failed:
+    reason: str
+
+
+Attempt = _Local | _Remote | _Failed
+
+
+class WritePath:
+    """Appends batches through partition leaders, local or remote. Trio thread only."""
+
+    def __init__(
+        self,
+        node_id: int,
+        raft: MultiRaft,
+        leaders: LeaderTable,
+        forwarder: Forwarder,
+        *,
+        timeout: float,
+    ) -> None:
+        self.node_id = node_id
+        self._raft = raft
+        self._leaders = leaders
+        self._forwarder = forwarder
+        self.timeout = timeout
+
+    def leader_of(self, group_id: str) -> int | None:
+        """The partition's leader as known here: the local replica's view first."""
+        group = self._raft.groups.get(group_id)
+        if group is not None and group.leader is not None:
+            return group.leader
+        return self._leaders.leader(group_id)
+
+    # -- one attempt ----------------------------------------------------------------------------
+
+    def start(
+        self, group_id: str, batch: bytes, count: int, acks: Acks, deadline: float
+    ) -> Attempt:
+        """Propose or forward now, without awaiting; never raises."""
+        group = self._raft.groups.get(group_id)
+        if group is not None and group.role is Role.LEADER:
+            try:
+                last, term = self._raft.propose_nowait(group_id, batch, count)
+            except (NotLeader, ProposalDropped) as exc:
+                return _Failed(f"the local replica refused: {exc}")
+            return _Local(group, last, term, count)
+        leader = self.leader_of(group_id)
+        if leader is None or leader == self.node_id:
+            return _Failed("the partition has no leader yet")
+        remaining = max(0.0, deadline - trio.current_time())
+        try:
+            req, call = self._forwarder.start(
+                leader, APPEND, group_id, batch, count, acks.value, remaining
+            )
+        except PeerUnavailable as exc:
+            return _Failed(str(exc))
+        return _Remote(req, call)
+
+    async def finish(self, attempt: Attempt, acks: Acks, deadline: float) -> tuple[int, int]:
+        """``(first, last)`` offsets once written; ``_Retry`` or ``RequestError`` otherwise."""
+        if isinstance(attempt, _Failed):
+            raise _Retry(attempt.reason)
+        if isinstance(attempt, _Local):
+            return await self._finish_local(attempt, acks, deadline)
+        try:
+            payload = await self._forwarder.finish(attempt.req, attempt.call, deadline)
+        except ForwardError as exc:
+            raise _Retry(str(exc), unknown=True) from exc
+        return _outcome_of(payload)
+
+    async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
+        group, last, term = a.group, a.last, a.term
+        log_ = group.log
+        seen = False  # whether our entry was ever in the log (then vanishing means lost)
+        while True:
+            in_log = log_.log_end_offset > last and log_.term_at(last) == term
+            if group.commit_index >= last or (acks is Acks.LEADER and in_log):
+                if in_log:
+                    return last - a.count + 1, last
+                raise _Retry(f"offset {last} of term {term} was replaced before it committed")
+            if seen and not in_log:
+                raise _Retry(f"offset {last} of term {term} was truncated before it committed")
+            seen |= in_log
+            if trio.current_time() >= deadline:
+                raise _Retry(f"offset {last} not committed in time", unknown=True)
+            with trio.move_on_at(deadline):
+                if acks is Acks.LEADER:
+                    await trio.sleep(_LEADER_ACK_POLL_S)
+                else:
+                    await group.changed.wait()
+
+    # -- with retries ---------------------------------------------------------------------------
+
+    async def write(
+        self,
+        group_id: str,
+        batch: bytes,
+        count: int,
+        acks: Acks,
+        *,
+        first: Attempt | None = None,
+        deadline: float | None = None,
+    ) -> tuple[int, int]:
+        """Write ``batch`` (``count`` offsets); return its ``(first, last)`` offsets.
+
+        ``first`` is an attempt already started (to keep pipelined order). Raises
+        ``RequestError``: ``NO_QUORUM`` if no attempt may have been applied, ``TIMEOUT`` if one
+        may have been, or the leader's own refusal (e.g. ``INVALID_BATCH``).
+        """
+        if deadline is None:
+            deadline = trio.current_time() + self.timeout
+        attempt = first or self.start(group_id, batch, count, acks, deadline)
+        unknown = False
+        backoff = 0.005
+        while True:
+            try:
+                return await self.finish(attempt, acks, deadline)
+            except _Retry as retry:
+                unknown |= retry.unknown
+                reason = str(retry)
+            now = trio.current_time()
+            if now >= deadline:
+                if unknown:
+                    raise RequestError(
+                        ErrorCode.TIMEOUT, f"{group_id}: not acknowledged in time ({reason})"
+                    )
+                raise RequestError(
+                    ErrorCode.NO_QUORUM, f"{group_id}: no leader with a quorum ({reason})"
+                )
+            await trio.sleep(min(backoff, deadline - now))
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+            attempt = self.start(group_id, batch, count, acks, deadline)
+
+    # -- the leader's side of a forwarded append -------------------------------------------
+
+    async def serve_forwarded(
+        self, group_id: str, batch: bytes, count: int, acks: Acks, seconds: float
+    ) -> list[Any]:
+        """One attempt as the leader, for a peer; the payload to answer it with."""
+        group = self._raft.groups.get(group_id)
+        if group is None or group.role is not Role.LEADER:
+            return ["retry", "not the leader here"]
+        deadline = trio.current_time() + seconds
+        attempt = self.start(group_id, batch, count, acks, deadline)
+        try:
+            first, last = await self.finish(attempt, acks, deadline)
+        except _Retry as retry:
+            return ["unknown" if retry.unknown else "retry", str(retry)]
+        except RequestError as exc:
+            return ["error", exc.code.name, exc.message]
+        return ["ok", first, last]
+
+
+def _outcome_of(payload: Any) -> tuple[int, int]:
+    """Read a leader's answer to a forwarded append (see ``serve_forwarded``)."""
+    try:
+        status = payload[0]
+        if status == "ok":
+            return int(payload[1]), int(payload[2])
+        if status in ("retry", "unknown"):
+            raise _Retry(f"leader: {payload[1]}", unknown=status == "unknown")
+        if status == "error":
+            raise RequestError(ErrorCode[payload[1]], str(payload[2]))
+    except (IndexError, KeyError, TypeError, ValueError) as exc:
+        raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True) from exc
+    raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True)

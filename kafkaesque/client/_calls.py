@@ -1,0 +1,195 @@
+"""One request and how to read its answer, for every command a client sends outside the producer.
+
+A ``Call`` is data: the command, where it goes (``route``: a partition's leader, or any broker),
+whether sending it twice is harmless (``idempotent``), and the pure function that turns the
+response into a result or raises ``KafkaesqueError``. The sync and trio clients run calls with the
+same retry loop (``_steps.run_call``); nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Generic, TypeVar
+
+from kafkaesque.protocol import (
+    Acks,
+    Commit,
+    Cons,
+    ConsOffsets,
+    CreateTopic,
+    DeleteTopic,
+    DescribeTopic,
+    EndReply,
+    FetchOffsets,
+    ListTopics,
+    Metadata,
+    Ping,
+    PublishRecord,
+    RemoteProtocolError,
+    Subs,
+    TopicRow,
+    parse_published_reply,
+)
+from kafkaesque.protocol import Command as WireCommand
+
+from ._consumer_core import ConsumerRecord, TopicPartition, decode_messages
+from ._metadata import (
+    Address,
+    ClusterMetadata,
+    TopicDescription,
+    offsets_from_response,
+    topics_from_response,
+)
+from ._wire import Response, expect_list, expect_ok
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True, slots=True)
+class Pinned:
+    """A route to one broker's address, whatever the metadata says."""
+
+    address: Address
+
+
+Route = TopicPartition | Pinned | None
+
+
+@dataclass(frozen=True, slots=True)
+class Call(Generic[T]):
+    """A command, its route and the reading of its response.
+
+    ``route`` None: any broker (every broker accepts every command); a ``TopicPartition``: that
+    partition's leader when the metadata knows it (the fast path), else any broker; a ``Pinned``
+    address: that broker only (a subscription lives on the broker that made it).
+    ``extra_timeout_s`` adds to the client's request timeout (a long poll's wait).
+    """
+
+    command: WireCommand
+    parse: Callable[[Response], T]
+    route: Route = None
+    idempotent: bool = True
+    extra_timeout_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class ConsBatch:
+    """The answer to ``CONS``: the records, and each partition's next offset (from ``+END``)."""
+
+    records: tuple[ConsumerRecord, ...]
+    next_offsets: tuple[tuple[int, int], ...]
+
+
+def _ok(response: Response) -> None:
+    expect_ok(response)
+
+
+def _pong(response: Response) -> str:
+    return expect_ok(response).text
+
+
+def ping() -> Call[str]:
+    """``PING``; the result is the reply's text (``PONG``)."""
+    return Call(Ping(), _pong)
+
+
+def metadata(topics: tuple[str, ...] = ()) -> Call[ClusterMetadata]:
+    """``METADATA [topics]``: brokers, and partitions with leader and replicas."""
+    return Call(
+        Metadata(topics), lambda response: ClusterMetadata.from_response(expect_list(response))
+    )
+
+
+def create_topic(spec: CreateTopic) -> Call[None]:
+    """``CREATE``. Not idempotent: a retry after an outcome-unknown error could meet
+    ``TOPIC_EXISTS`` for the topic the first attempt created, so it is not retried then."""
+    return Call(spec, _ok, idempotent=False)
+
+
+def list_topics() -> Call[list[TopicRow]]:
+    """``LIST``: every topic's settings, sorted by name."""
+    return Call(ListTopics(), lambda response: topics_from_response(expect_list(response)))
+
+
+def describe_topic(topic: str) -> Call[TopicDescription]:
+    """``DESCRIBE``: the topic's settings and its partitions (leader, replicas, start, end)."""
+    return Call(
+        DescribeTopic(topic),
+        lambda response: TopicDescription.from_response(expect_list(response)),
+    )
+
+
+def delete_topic(topic: str) -> Call[None]:
+    """``DELETE``. Not idempotent (a retry would meet ``UNKNOWN_TOPIC``)."""
+    return Call(DeleteTopic(topic), _ok, idempotent=False)
+
+
+def commit(group: str, topic: str, partition: int, offset: int) -> Call[None]:
+    """``COMMIT``: ``offset`` is the next one ``group`` reads (idempotent: it sets a value)."""
+    return Call(Commit(group, topic, partition, offset), _ok)
+
+
+def committed_offsets(group: str, topic: str) -> Call[dict[int, int | None]]:
+    """``OFFSETS``: partition → committed offset, None where the group has none."""
+    return Call(
+        FetchOffsets(group, topic),
+        lambda response: offsets_from_response(expect_list(response)),
+    )
+
+
+def subscribe(
+    topic: str, group: str, partitions: int | None = None, *, route: Route = None
+) -> Call[str]:
+    """``SUBS``: join ``group``; the result is the subscription id. Not idempotent (a retry could
+    join twice)."""
+    return Call(Subs(topic, group, partitions), _subscription_id, route, idempotent=False)
+
+
+def _subscription_id(response: Response) -> str:
+    text = expect_ok(response).text
+    if not text or " " in text:
+        raise RemoteProtocolError(f"SUBS answered '+OK {text}'")
+    return text
+
+
+def consume(
+    topic: str,
+    subscription_id: str,
+    offsets: ConsOffsets,
+    *,
+    max_messages: int | None = None,
+    wait_ms: int | None = None,
+    route: Route = None,
+) -> Call[ConsBatch]:
+    """``CONS``: records through a subscription, and where each partition continues."""
+
+    def parse(response: Response) -> ConsBatch:
+        rows = expect_list(response)
+        end: EndReply = rows.end
+        return ConsBatch(tuple(decode_messages(topic, rows)), end.next_offsets)
+
+    return Call(
+        Cons(topic, subscription_id, offsets, max_messages, wait_ms),
+        parse,
+        route,
+        extra_timeout_s=(wait_ms or 0) / 1000.0,
+    )
+
+
+def publish(
+    topic: str,
+    value: bytes,
+    *,
+    key: bytes | None = None,
+    partition: int | None = None,
+    acks: Acks = Acks.QUORUM,
+) -> Call[tuple[int, int]]:
+    """``PUB``: one record, unbatched; the result is ``(partition, offset)``. The broker picks the
+    partition when none is given. Not retried after an outcome-unknown error (no duplicates)."""
+
+    def parse(response: Response) -> tuple[int, int]:
+        return parse_published_reply(expect_ok(response))
+
+    route = None if partition is None else TopicPartition(topic, partition)
+    return Call(PublishRecord(topic, value, key, partition, acks), parse, route, idempotent=False)

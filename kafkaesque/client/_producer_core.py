@@ -1,0 +1,492 @@
+"""The producer's decisions, without I/O: accumulate, partition, batch, pick leaders, retry.
+
+``ProducerCore`` is driven by the sync ``Producer`` and the trio ``AsyncProducer``; both only move
+bytes and time. The driver's loop is::
+
+    handle = core.append(topic, value, key=..., now_ms=now)      # the user's send()
+    for send in core.ready(now):                                  # whenever woken
+        write send.command to the connection of send.broker_id   # None: any broker
+    core.on_response(send.batch_id, response, now)                # or core.on_error(...)
+    if core.metadata_wanted: refresh METADATA, core.update_metadata(snapshot)
+    sleep until core.next_wakeup_ms(now), a reply, or a new record
+
+Delivery semantics (at least once). A batch that fails with a retriable error is sent again after
+a backoff, to the leader the refreshed metadata names. Errors whose outcome is unknown (``TIMEOUT``,
+a connection lost with the batch in flight) are retried too unless ``retry_unknown_outcome`` is
+False: the first attempt may have been applied, so the records may then be stored twice. Without
+idempotence that is the price of not losing them; exactly-once producing will send a producer id,
+epoch and base sequence in the batch header (``build_batch`` already has the fields) so the broker
+can drop the duplicate. Records of one partition are kept in order because, by default
+(``ordered``), a partition has at most one batch in flight: a retried batch is never overtaken.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from kafkaesque.protocol import (
+    Acks,
+    ErrorCode,
+    ErrorReply,
+    OkReply,
+    PublishBatch,
+    RemoteProtocolError,
+    parse_published_reply,
+    partition_for_key,
+)
+from kafkaesque.storage import HEADER_SIZE, Record, build_batch
+
+from ._errors import KafkaesqueConnectionError, KafkaesqueError
+from ._metadata import ClusterMetadata, unknown_topic
+from ._partitioner import StickyPartitioner
+from ._retry import PRODUCER_RETRY, RetryPolicy, retry_decision
+from ._wire import Response
+
+RECORD_OVERHEAD = 16
+"""Bytes a record costs beyond its key, value and headers (msgpack framing, deltas): an estimate
+used for ``batch_size``; the real batch is measured when it is built."""
+
+
+@dataclass(frozen=True, slots=True)
+class ProducerConfig:
+    """How a producer batches, acknowledges and retries. Times are milliseconds.
+
+    - ``linger_ms``: how long a batch that is not full waits for more records before it is sent.
+    - ``batch_size``: a batch is sent once its records (key, value, headers) reach this many bytes.
+    - ``acks``: ``QUORUM`` (committed by a majority) or ``LEADER`` (appended by the leader).
+    - ``max_in_flight``: batches sent to one broker and not yet answered (pipelining bound).
+    - ``ordered``: at most one batch in flight per partition, so a retry cannot reorder records.
+    - ``retry``: backoff and attempt budget; ``delivery_timeout_ms`` bounds the time from
+      ``send`` to the outcome, retries included; ``request_timeout_ms`` bounds one attempt.
+    - ``retry_unknown_outcome``: retry after an outcome-unknown error (may store duplicates).
+    - ``max_buffered_bytes``: ``send`` waits while the records not yet delivered exceed this.
+    - ``max_request_bytes``: a larger record is refused (``TOO_LARGE``); the broker's default
+      payload limit is 8 MiB.
+    """
+
+    linger_ms: float = 5.0
+    batch_size: int = 64 * 1024
+    acks: Acks = Acks.QUORUM
+    max_in_flight: int = 5
+    ordered: bool = True
+    retry: RetryPolicy = PRODUCER_RETRY
+    retry_unknown_outcome: bool = True
+    request_timeout_ms: float = 10_000.0
+    delivery_timeout_ms: float = 30_000.0
+    max_buffered_bytes: int = 32 * 1024 * 1024
+    max_request_bytes: int = 8 * 1024 * 1024
+
+    def __post_init__(self) -> None:
+        if self.linger_ms < 0 or self.batch_size < 1 or self.max_in_flight < 1:
+            raise ValueError("need linger_ms >= 0, batch_size >= 1 and max_in_flight >= 1")
+        if self.request_timeout_ms <= 0 or self.delivery_timeout_ms <= 0:
+            raise ValueError("timeouts must be positive")
+        if self.max_request_bytes <= HEADER_SIZE or self.max_buffered_bytes < 1:
+            raise ValueError("max_request_bytes and max_buffered_bytes are too small")
+
+
+@dataclass(frozen=True, slots=True)
+class RecordMetadata:
+    """Where a record was stored: its partition and offset, and the timestamp it carries."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+
+
+class DeliveryHandle:
+    """The outcome of one record: pending, then delivered or failed, once and for good.
+
+    ``result()`` returns the ``RecordMetadata`` or raises the ``KafkaesqueError`` the record failed
+    with; while pending it raises ``RuntimeError``. Callbacks run (in the driver's thread or task)
+    when the outcome is set, or at once if it is already set; they must not raise.
+    """
+
+    __slots__ = ("_callbacks", "_error", "_result", "topic")
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._result: RecordMetadata | None = None
+        self._error: KafkaesqueError | None = None
+        self._callbacks: list[Callable[[DeliveryHandle], None]] = []
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._result is not None or self._error is not None
+
+    def result(self) -> RecordMetadata:
+        """Where the record was stored; raises its ``KafkaesqueError`` if it failed."""
+        if self._error is not None:
+            raise self._error
+        if self._result is None:
+            raise RuntimeError("the record is not delivered yet (flush the producer first)")
+        return self._result
+
+    def exception(self) -> KafkaesqueError | None:
+        """The error the record failed with, or None (delivered or pending)."""
+        return self._error
+
+    def add_done_callback(self, callback: Callable[[DeliveryHandle], None]) -> None:
+        """Call ``callback(self)`` once the outcome is known."""
+        if self.done():
+            callback(self)
+        else:
+            self._callbacks.append(callback)
+
+    def _settle(self, result: RecordMetadata | None, error: KafkaesqueError | None) -> None:
+        if self.done():  # an outcome, once set, never changes
+            return
+        self._result, self._error = result, error
+        callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback(self)
+
+
+@dataclass(eq=False)
+class ProducerBatch:
+    """Records bound for one partition, sent together as one ``PUBB``.
+
+    Open (``payload`` None) while it accepts records; closed once built. Invariant: a closed
+    batch's payload never changes, so a retry resends exactly the same bytes.
+    """
+
+    batch_id: int
+    topic: str
+    partition: int
+    created_ms: float
+    records: list[Record] = field(default_factory=list)
+    handles: list[DeliveryHandle] = field(default_factory=list)
+    size: int = 0
+    payload: bytes | None = None
+    attempts: int = 0
+    retry_at_ms: float = 0.0
+    maybe_applied: bool = False  # an earlier attempt ended with an outcome-unknown error
+
+    def close(self) -> None:
+        """Build the batch's bytes (once)."""
+        if self.payload is None:
+            self.payload = build_batch(self.records)
+
+
+@dataclass(frozen=True, slots=True)
+class SendRequest:
+    """Send ``command`` (one ``PUBB``) to broker ``broker_id`` (None: any broker, which forwards
+    it), then report the answer with ``on_response(batch_id, ...)`` or ``on_error``."""
+
+    batch_id: int
+    broker_id: int | None
+    command: PublishBatch
+
+
+def record_size(record: Record) -> int:
+    """The bytes a record adds to a batch, as ``batch_size`` counts them (an estimate)."""
+    size = RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"")
+    return size + sum(len(name) + len(value) + 2 for name, value in record.headers)
+
+
+class ProducerCore:
+    """Per-partition accumulators, the partitioner, in-flight bookkeeping and retry decisions.
+
+    Pure: time comes in as ``now_ms`` (any monotonic clock in milliseconds), metadata through
+    ``update_metadata``, replies through ``on_response``/``on_error``. Nothing here blocks, sleeps
+    or raises for a broker's error: a failed record's error is a value in its ``DeliveryHandle``.
+    """
+
+    def __init__(self, config: ProducerConfig | None = None) -> None:
+        self.config = config or ProducerConfig()
+        self._metadata = ClusterMetadata()
+        self._metadata_wanted = False
+        self._sticky = StickyPartitioner()
+        self._next_id = 0
+        # Invariant: every batch not settled is in exactly one place: _open (at most one per
+        # partition, still accepting records), a _queued deque (closed, waiting to be sent or
+        # retried, oldest first) or _in_flight (sent, not answered).
+        self._open: dict[tuple[str, int], ProducerBatch] = {}
+        self._queued: dict[tuple[str, int], deque[ProducerBatch]] = {}
+        self._in_flight: dict[int, tuple[ProducerBatch, int | None]] = {}
+        self._in_flight_per_broker: dict[int | None, int] = {}
+        self._busy_partitions: set[tuple[str, int]] = set()
+        self._buffered_bytes = 0
+        self._pending_records = 0
+
+    # -- metadata ------------------------------------------------------------------------------
+
+    @property
+    def metadata(self) -> ClusterMetadata:
+        """The snapshot leaders and partition counts are read from."""
+        return self._metadata
+
+    @property
+    def metadata_wanted(self) -> bool:
+        """True when a reply said the metadata is stale (leader moved, broker gone)."""
+        return self._metadata_wanted
+
+    def update_metadata(self, metadata: ClusterMetadata) -> None:
+        """Take a fresh snapshot; clears ``metadata_wanted``."""
+        self._metadata = metadata
+        self._metadata_wanted = False
+
+    def want_metadata(self) -> None:
+        """Ask the driver for a refresh (as a stale-leader error would)."""
+        self._metadata_wanted = True
+
+    # -- accumulating --------------------------------------------------------------------------
+
+    @property
+    def buffered_bytes(self) -> int:
+        """Bytes of records accepted and not settled yet (``max_buffered_bytes`` bounds it)."""
+        return self._buffered_bytes
+
+    @property
+    def pending(self) -> int:
+        """Records accepted and not settled yet (delivered or failed)."""
+        return self._pending_records
+
+    def has_room(self) -> bool:
+        """Whether ``append`` may take another record without exceeding the buffer bound."""
+        return self._buffered_bytes < self.config.max_buffered_bytes
+
+    def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
+        """The partition a record goes to: ``partition`` if given, else by key hash, else sticky.
+
+        Raises ``KafkaesqueError``: ``UNKNOWN_TOPIC`` (retriable) if the metadata does not know the
+        topic, ``UNKNOWN_PARTITION`` for a partition out of range.
+        """
+        count = self._metadata.partition_count(topic)
+        if count is None:
+            raise unknown_topic(topic)
+        if partition is not None:
+            if not 0 <= partition < count:
+                raise KafkaesqueError(
+                    ErrorCode.UNKNOWN_PARTITION,
+                    f"topic {topic!r} has partitions 0 to {count - 1}, not {partition}",
+                )
+            return partition
+        if key is not None:
+            return partition_for_key(key, count)
+        return self._sticky.partition(topic, count)
+
+    def append(
+        self,
+        topic: str,
+        record: Record,
+        *,
+        partition: int | None = None,
+        now_ms: float,
+    ) -> DeliveryHandle:
+        """Accept ``record`` for ``topic``; return the handle that will report its outcome.
+
+        The partition is chosen by ``choose_partition`` (same errors). Raises ``KafkaesqueError``
+        ``TOO_LARGE`` for a record that cannot fit in one request. Does not check the buffer
+        bound: the driver waits for ``has_room`` first.
+        """
+        size = record_size(record)
+        if size + HEADER_SIZE > self.config.max_request_bytes:
+            raise KafkaesqueError(
+                ErrorCode.TOO_LARGE,
+                f"a record of {size} bytes exceeds max_request_bytes "
+                f"({self.config.max_request_bytes})",
+            )
+        chosen = self.choose_partition(topic, record.key, partition)
+        tp = (topic, chosen)
+        batch = self._open.get(tp)
+        if batch is not None and (
+            batch.size + size > self.config.batch_size
+            or batch.size + size + HEADER_SIZE > self.config.max_request_bytes
+        ):
+            self._close(batch)
+            batch = None
+            if partition is None and record.key is None:  # the sticky partition moved on
+                chosen = self.choose_partition(topic, None, None)
+                tp = (topic, chosen)
+                batch = self._open.get(tp)
+        if batch is None:
+            batch = ProducerBatch(self._new_id(), topic, chosen, now_ms)
+            self._open[tp] = batch
+        handle = DeliveryHandle(topic)
+        batch.records.append(record)
+        batch.handles.append(handle)
+        batch.size += size
+        self._buffered_bytes += size
+        self._pending_records += 1
+        if batch.size >= self.config.batch_size:
+            self._close(batch)
+        return handle
+
+    def flush(self) -> None:
+        """Close every open batch now (linger no longer applies to them)."""
+        for batch in list(self._open.values()):
+            self._close(batch)
+
+    def _new_id(self) -> int:
+        self._next_id += 1
+        return self._next_id
+
+    def _close(self, batch: ProducerBatch) -> None:
+        tp = (batch.topic, batch.partition)
+        del self._open[tp]
+        batch.close()
+        self._queued.setdefault(tp, deque()).append(batch)
+        count = self._metadata.partition_count(batch.topic)
+        if count is not None:
+            self._sticky.batch_closed(batch.topic, batch.partition, count)
+
+    # -- sending -------------------------------------------------------------------------------
+
+    def ready(self, now_ms: float) -> list[SendRequest]:
+        """The batches to send now, marked in flight.
+
+        Closes open batches older than ``linger_ms``; fails batches whose delivery timeout passed
+        while they waited; then, per partition in order, takes the oldest closed batch whose
+        backoff is over, if its partition has nothing in flight (``ordered``) and its broker has
+        fewer than ``max_in_flight`` batches in flight. A partition with no known leader goes to
+        any broker and asks for a metadata refresh.
+        """
+        for batch in list(self._open.values()):
+            if now_ms - batch.created_ms >= self.config.linger_ms:
+                self._close(batch)
+        self._expire(now_ms)
+        sends: list[SendRequest] = []
+        for tp, queue in self._queued.items():
+            if not queue or (self.config.ordered and tp in self._busy_partitions):
+                continue
+            batch = queue[0]
+            if batch.retry_at_ms > now_ms:
+                continue
+            leader = self._metadata.leader(*tp)
+            broker_id = None if leader is None else leader.broker_id
+            if leader is None:
+                self._metadata_wanted = True
+            if self._in_flight_per_broker.get(broker_id, 0) >= self.config.max_in_flight:
+                continue
+            queue.popleft()
+            batch.attempts += 1
+            self._in_flight[batch.batch_id] = (batch, broker_id)
+            self._in_flight_per_broker[broker_id] = self._in_flight_per_broker.get(broker_id, 0) + 1
+            self._busy_partitions.add(tp)
+            assert batch.payload is not None  # closed batches are built
+            command = PublishBatch(batch.topic, batch.partition, batch.payload, self.config.acks)
+            sends.append(SendRequest(batch.batch_id, broker_id, command))
+        for tp in [tp for tp, queue in self._queued.items() if not queue]:
+            del self._queued[tp]
+        return sends
+
+    def next_wakeup_ms(self, now_ms: float) -> float | None:
+        """When ``ready`` may have something new to do without any reply coming: the earliest
+        linger expiry, end of a backoff or delivery deadline of a waiting batch (None: nothing)."""
+        times = [b.created_ms + self.config.linger_ms for b in self._open.values()]
+        for tp, queue in self._queued.items():
+            if queue and not (self.config.ordered and tp in self._busy_partitions):
+                times.append(queue[0].retry_at_ms)
+            times.extend(b.created_ms + self.config.delivery_timeout_ms for b in queue)
+        return max(min(times), now_ms) if times else None
+
+    # -- outcomes ------------------------------------------------------------------------------
+
+    def on_response(self, batch_id: int, response: Response, now_ms: float) -> None:
+        """Settle or retry the batch ``batch_id`` given its reply (``+OK partition offset`` or
+        ``-ERR``). A reply of the wrong shape fails the batch as a protocol violation."""
+        if isinstance(response, ErrorReply):
+            self.on_error(batch_id, KafkaesqueError.from_reply(response), now_ms)
+            return
+        try:
+            if not isinstance(response, OkReply):
+                raise RemoteProtocolError(f"PUBB answered {response!r}")
+            partition, base_offset = parse_published_reply(response)
+        except RemoteProtocolError as exc:
+            violation = KafkaesqueConnectionError(str(exc), sent=True, retriable=False)
+            self.on_error(batch_id, violation, now_ms)
+            return
+        batch = self._take_in_flight(batch_id)
+        if batch is None:
+            return
+        for i, (record, handle) in enumerate(zip(batch.records, batch.handles, strict=True)):
+            handle._settle(
+                RecordMetadata(batch.topic, partition, base_offset + i, record.timestamp), None
+            )
+        self._settled(batch)
+
+    def on_error(self, batch_id: int, error: KafkaesqueError, now_ms: float) -> None:
+        """The attempt of batch ``batch_id`` failed with ``error``: queue it again at the head of
+        its partition after a backoff, or fail its records (see ``retry_decision``)."""
+        batch = self._take_in_flight(batch_id)
+        if batch is None:
+            return
+        batch.maybe_applied = batch.maybe_applied or error.outcome_unknown
+        decision = retry_decision(
+            self.config.retry,
+            error,
+            batch.attempts,
+            idempotent=self.config.retry_unknown_outcome,
+        )
+        deadline = batch.created_ms + self.config.delivery_timeout_ms
+        if decision is None or now_ms + decision.delay_s * 1000 >= deadline:
+            self._fail(batch, error)
+            return
+        if decision.refresh_metadata:
+            self._metadata_wanted = True
+        batch.retry_at_ms = now_ms + decision.delay_s * 1000
+        self._queued.setdefault((batch.topic, batch.partition), deque()).appendleft(batch)
+
+    def fail_all(self, error: KafkaesqueError) -> None:
+        """Fail every record not settled yet (a producer closed before they were delivered).
+        Batches in flight are forgotten: their replies, if any come, are ignored."""
+        self.flush()
+        for queue in self._queued.values():
+            for batch in queue:
+                self._fail(batch, error)
+        self._queued.clear()
+        for batch_id in list(self._in_flight):
+            sent = self._take_in_flight(batch_id)
+            if sent is not None:
+                sent.maybe_applied = True  # it was sent: it may land anyway
+                self._fail(sent, error)
+
+    def in_flight_ids(self) -> Sequence[int]:
+        """The ids of the batches sent and not answered."""
+        return list(self._in_flight)
+
+    def _take_in_flight(self, batch_id: int) -> ProducerBatch | None:
+        # None: the batch was failed meanwhile (fail_all); its late reply is ignored.
+        entry = self._in_flight.pop(batch_id, None)
+        if entry is None:
+            return None
+        batch, broker_id = entry
+        self._in_flight_per_broker[broker_id] -= 1
+        self._busy_partitions.discard((batch.topic, batch.partition))
+        return batch
+
+    def _expire(self, now_ms: float) -> None:
+        for queue in self._queued.values():
+            while queue and now_ms - queue[0].created_ms >= self.config.delivery_timeout_ms:
+                batch = queue.popleft()
+                self._fail(
+                    batch,
+                    KafkaesqueError(
+                        ErrorCode.TIMEOUT,
+                        f"not delivered within delivery_timeout_ms "
+                        f"({self.config.delivery_timeout_ms:g}) after {batch.attempts} attempts",
+                        outcome_unknown=batch.maybe_applied,
+                    ),
+                )
+
+    def _fail(self, batch: ProducerBatch, error: KafkaesqueError) -> None:
+        if batch.maybe_applied and not error.outcome_unknown:
+            # An earlier attempt ended in doubt: the last error's "not applied" is not the whole
+            # story, and "failed" must not be reported where "maybe" is the truth.
+            error = KafkaesqueError(
+                error.code,
+                f"{error.message} (an earlier attempt may have been applied)",
+                retriable=error.retriable,
+                outcome_unknown=True,
+            )
+        for handle in batch.handles:
+            handle._settle(None, error)
+        self._settled(batch)
+
+    def _settled(self, batch: ProducerBatch) -> None:
+        self._buffered_bytes -= batch.size
+        self._pending_records -= len(batch.records)

@@ -1,0 +1,578 @@
+"""The blocking client: ``Client`` (admin and single calls), ``Producer``, ``Consumer``,
+``GroupConsumer``. Thin drivers of the sans-I/O cores; not thread-safe (one per thread).
+
+Every method that talks to the cluster has a bounded duration: each attempt is bounded by the
+request timeout, and attempts by the retry policy. Use them as context managers so sockets close.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import selectors
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from typing import Any, TypeVar
+
+from kafkaesque.protocol import CreateTopic, Fetch, PartitionRow, TopicRow
+from kafkaesque.storage import Record, wall_clock_ms
+
+from . import _calls as calls
+from . import _steps as steps
+from ._consumer_core import (
+    ConsumerCore,
+    ConsumerPositions,
+    ConsumerRecord,
+    FetchResult,
+    OffsetReset,
+    TopicPartition,
+    decode_fetch,
+)
+from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
+from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
+from ._producer_core import DeliveryHandle, ProducerConfig, ProducerCore, RecordMetadata
+from ._sync_connection import SyncConnection
+from ._wire import Response, expect_data
+
+T = TypeVar("T")
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _now_ms() -> float:
+    return time.monotonic() * 1000.0
+
+
+class Client:
+    """A blocking client of a Kafkaesque cluster: connections, metadata, admin and single calls.
+
+    ``bootstrap`` is ``"host:port,host:port"`` (or a list): any reachable broker will do, the
+    others are found through ``METADATA``. Connections open lazily, one per broker, and stay
+    open until ``close``. Errors are ``KafkaesqueError``; retriable ones are retried (see
+    ``RetryPolicy``) before they reach the caller.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        config: steps.ClientConfig | None = None,
+    ) -> None:
+        self.config = config or steps.ClientConfig()
+        self.state = steps.ClusterState(parse_bootstrap(bootstrap))
+        self._connections: dict[Address, SyncConnection] = {}
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection. Idempotent."""
+        for connection in self._connections.values():
+            connection.close()
+        self._connections.clear()
+
+    # -- running calls and steps ---------------------------------------------------------------
+
+    def call(self, call: calls.Call[T]) -> T:
+        """Run one ``Call`` with retries (see ``_calls`` for the calls there are)."""
+        return self.run(steps.run_call(self.state, self.config, call))
+
+    def run(self, operation: steps.Steps[T]) -> T:
+        """Drive a sans-I/O operation to its end with blocking I/O."""
+        outcome: Any = None
+        failure: KafkaesqueError | None = None
+        while True:
+            try:
+                step = operation.send(outcome) if failure is None else operation.throw(failure)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            outcome, failure = None, None
+            if isinstance(step, steps.Sleep):
+                time.sleep(step.seconds)
+            elif isinstance(step, steps.Request):
+                outcome = self._pipeline((step,))[0]
+                if isinstance(outcome, KafkaesqueError):
+                    outcome, failure = None, outcome
+            else:
+                outcome = self._pipeline(step.requests)
+
+    def connection(self, address: Address) -> SyncConnection:
+        """The open connection to ``address``, connecting if needed (``KafkaesqueConnectionError``
+        if it cannot; the address is then tried last by later requests)."""
+        connection = self._connections.get(address)
+        if connection is not None and not connection.closed:
+            return connection
+        try:
+            connection = SyncConnection(address, connect_timeout_s=self.config.connect_timeout_s)
+        except KafkaesqueConnectionError:
+            self.state.connection_failed(address)
+            raise
+        self._connections[address] = connection
+        return connection
+
+    def existing_connection(self, address: Address) -> SyncConnection | None:
+        """The connection to ``address`` if one was opened (it may have failed since)."""
+        return self._connections.get(address)
+
+    def _pipeline(self, requests: Sequence[steps.Request]) -> list[Response | KafkaesqueError]:
+        sent: list[tuple[SyncConnection, int, float] | KafkaesqueError] = []
+        for request in requests:
+            try:
+                connection = self.connection(request.address)
+                deadline = time.monotonic() + request.timeout_s
+                sent.append((connection, connection.send(request.command), deadline))
+            except KafkaesqueError as exc:
+                sent.append(exc)
+        results: list[Response | KafkaesqueError] = []
+        for request, item in zip(requests, sent, strict=True):
+            if isinstance(item, KafkaesqueError):
+                results.append(item)
+                continue
+            connection, ticket, deadline = item
+            try:
+                results.append(connection.wait(ticket, deadline))
+                self.state.connection_ok(request.address)
+            except KafkaesqueError as exc:
+                self.state.connection_failed(request.address)
+                results.append(exc)
+        return results
+
+    # -- cluster and admin ---------------------------------------------------------------------
+
+    def refresh_metadata(self, topics: Iterable[str] = ()) -> ClusterMetadata:
+        """Re-read ``METADATA`` (for ``topics``; none: all) and return the merged snapshot."""
+        wanted = tuple(topics)
+        snapshot = self.call(calls.metadata(wanted))
+        self.state.update_metadata(snapshot, wanted)
+        return self.state.metadata
+
+    def ping(self) -> str:
+        """``PING`` any broker; returns ``PONG``."""
+        return self.call(calls.ping())
+
+    def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        compact: bool = False,
+    ) -> None:
+        """Create a topic (``TOPIC_EXISTS`` if it exists, ``INVALID_CONFIG`` if the cluster
+        cannot honour it). Retention None takes the broker's default; -1 is unlimited."""
+        spec = CreateTopic(
+            topic, partitions, replication_factor, retention_ms, retention_bytes, compact
+        )
+        self.call(calls.create_topic(spec))
+
+    def list_topics(self) -> list[TopicRow]:
+        """Every topic's settings, sorted by name."""
+        return self.call(calls.list_topics())
+
+    def describe_topic(self, topic: str) -> TopicDescription:
+        """A topic's settings and partitions (leader, replicas, start and end offsets)."""
+        return self.call(calls.describe_topic(topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its data."""
+        self.call(calls.delete_topic(topic))
+
+    def publish(
+        self, topic: str, value: bytes, *, key: bytes | None = None, partition: int | None = None
+    ) -> tuple[int, int]:
+        """Publish one record unbatched (``PUB``); returns ``(partition, offset)``. For many
+        records use a ``Producer``."""
+        return self.call(calls.publish(topic, value, key=key, partition=partition))
+
+    def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> FetchResult:
+        """One ``FETCH`` from the partition's leader: records at or after ``offset``."""
+        fetch = Fetch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+        tp = TopicPartition(topic, partition)
+
+        def parse(response: Response) -> FetchResult:
+            return decode_fetch(topic, partition, offset, expect_data(response))
+
+        return self.call(calls.Call(fetch, parse, tp, extra_timeout_s=(wait_ms or 0) / 1000))
+
+    def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Store ``offset`` as the next offset ``group`` reads from the partition."""
+        self.call(calls.commit(group, topic, partition, offset))
+
+    def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
+        """The group's committed offsets: partition → offset (None: none committed)."""
+        return self.call(calls.committed_offsets(group, topic))
+
+    def partitions_for(self, topic: str) -> int:
+        """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""
+        return self.run(steps.partition_count(self.state, self.config, topic))
+
+
+def _own_client(client: Client | str | Sequence[str]) -> tuple[Client, bool]:
+    if isinstance(client, Client):
+        return client, False
+    return Client(client), True
+
+
+class RecordFuture:
+    """The outcome of one record sent by a ``Producer``: ``get(timeout)`` waits for it."""
+
+    __slots__ = ("_handle", "_producer")
+
+    def __init__(self, handle: DeliveryHandle, producer: Producer) -> None:
+        self._handle = handle
+        self._producer = producer
+
+    @property
+    def handle(self) -> DeliveryHandle:
+        """The pure outcome holder (``done``, ``result``, ``exception``, callbacks)."""
+        return self._handle
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._handle.done()
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Where the record was stored; raises its ``KafkaesqueError``. Drives the producer's
+        I/O while waiting (linger included); ``timeout`` seconds (None: the delivery timeout)."""
+        self._producer._wait_until(self._handle.done, timeout)
+        return self._handle.result()
+
+
+class Producer:
+    """A batching producer (blocking flavour). See ``ProducerCore`` for batching, partitioning,
+    ordering and the at-least-once retry contract (retries may duplicate records).
+
+    No background thread: I/O happens inside ``send``, ``poll``, ``flush``, ``RecordFuture.get``
+    and ``close``. A batch waiting for ``linger_ms`` is sent by the next of those calls, so a
+    program that stops sending calls ``flush`` (``close`` and the context manager do).
+    """
+
+    def __init__(
+        self,
+        client: Client | str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        config: ProducerConfig | None = None,
+    ) -> None:
+        self._client, self._owns_client = _own_client(client)
+        self._core = ProducerCore(config)
+        self._core.update_metadata(self._client.state.metadata)
+        self._in_flight: dict[tuple[Address, int], int] = {}  # (address, ticket) -> batch id
+        self._deadlines: dict[tuple[Address, int], float] = {}
+        self._metadata_backoff_until = 0.0
+        self._closed = False
+
+    def __enter__(self) -> Producer:
+        return self
+
+    def __exit__(self, exc_type: object, *rest: object) -> None:
+        self.close(timeout=None if exc_type is None else 0.0)
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The producer's configuration."""
+        return self._core.config
+
+    @property
+    def pending(self) -> int:
+        """Records sent and not yet delivered or failed."""
+        return self._core.pending
+
+    def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        timestamp_ms: int | None = None,
+    ) -> RecordFuture:
+        """Queue one record; returns its future at once (the record is sent in a batch).
+
+        Blocks while the buffer is full (``max_buffered_bytes``), at most ``delivery_timeout_ms``.
+        Raises ``KafkaesqueError`` now for what cannot succeed: an unknown topic (after a metadata
+        refresh), a partition out of range, a record larger than ``max_request_bytes``.
+        """
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        if self._core.metadata.partition_count(topic) is None:
+            self._client.partitions_for(topic)
+            self._core.update_metadata(self._client.state.metadata)
+        if not self._core.has_room():
+            self._wait_until(self._core.has_room, None)
+        record = Record(
+            value,
+            key,
+            tuple(headers),
+            int(wall_clock_ms()) if timestamp_ms is None else timestamp_ms,
+        )
+        handle = self._core.append(topic, record, partition=partition, now_ms=_now_ms())
+        self.poll(0.0)
+        return RecordFuture(handle, self)
+
+    def poll(self, timeout: float = 0.0) -> None:
+        """Send what is ready and read the replies that arrive within ``timeout`` seconds."""
+        self._pump(timeout)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Send everything now and wait until every record is delivered or failed.
+
+        ``timeout`` seconds (None: the delivery timeout plus the request timeout); raises
+        ``KafkaesqueConnectionError`` if records are still pending then."""
+        self._core.flush()
+        self._wait_until(lambda: self._core.pending == 0, timeout)
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush (``timeout`` as ``flush``), fail whatever is left, close the connections."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        except KafkaesqueError:
+            pass  # the records left are failed just below, each with the reason
+        finally:
+            self._closed = True
+            self._core.fail_all(
+                KafkaesqueConnectionError("the producer was closed before delivery", sent=True)
+            )
+            if self._owns_client:
+                self._client.close()
+
+    def _wait_until(self, condition: Any, timeout: float | None) -> None:
+        if timeout is None:
+            timeout = (self.config.delivery_timeout_ms + self.config.request_timeout_ms) / 1000
+        deadline = time.monotonic() + timeout
+        while not condition():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise client_timeout(f"{self._core.pending} records still pending", sent=True)
+            self._pump(remaining)
+
+    def _pump(self, timeout: float) -> None:
+        """One round: refresh metadata if asked, send ready batches, wait (up to ``timeout``,
+        the next linger/backoff deadline, or a request deadline) for replies and read them."""
+        core, client = self._core, self._client
+        if core.metadata_wanted and time.monotonic() >= self._metadata_backoff_until:
+            self._metadata_backoff_until = time.monotonic() + core.config.retry.backoff_s(1)
+            client.run(steps.refresh_metadata(client.state, client.config))
+            core.update_metadata(client.state.metadata)
+        now = _now_ms()
+        for send in core.ready(now):
+            broker = (
+                core.metadata.brokers.get(send.broker_id) if send.broker_id is not None else None
+            )
+            address = (broker.host, broker.port) if broker else client.state.address_for(None)
+            try:
+                connection = client.connection(address)
+                ticket = connection.send(
+                    send.command, timeout_s=core.config.request_timeout_ms / 1000
+                )
+            except KafkaesqueError as exc:
+                core.on_error(send.batch_id, exc, _now_ms())
+                continue
+            self._in_flight[(address, ticket)] = send.batch_id
+            self._deadlines[(address, ticket)] = now + core.config.request_timeout_ms
+        wake = core.next_wakeup_ms(now)
+        limits = [now + timeout * 1000, *self._deadlines.values()]
+        if wake is not None:
+            limits.append(wake)
+        wait_s = max(min(limits) - now, 0.0) / 1000
+        self._read_replies(wait_s)
+
+    def _read_replies(self, wait_s: float) -> None:
+        core, client = self._core, self._client
+        addresses = {address for address, _ in self._in_flight}
+        connections = [client.connection(a) for a in addresses if not self._gone(a)]
+        if connections:
+            with selectors.DefaultSelector() as selector:
+                for connection in connections:
+                    selector.register(connection, selectors.EVENT_READ)
+                ready = [key.fileobj for key, _ in selector.select(wait_s)]
+            for connection in connections:
+                if connection in ready:
+                    with contextlib.suppress(KafkaesqueError):  # its tickets fail below
+                        connection.read_some(0.0)
+        elif wait_s > 0 and core.pending:
+            time.sleep(wait_s)
+        now = _now_ms()
+        done: dict[Address, dict[int, Response]] = {}
+        for key in list(self._in_flight):
+            address, ticket = key
+            maybe = client.existing_connection(address)
+            if address not in done:
+                done[address] = {} if maybe is None else maybe.take_done()
+            response = done[address].pop(ticket, None)
+            if response is not None:
+                core.on_response(self._in_flight.pop(key), response, now)
+            elif maybe is None or maybe.failure is not None:
+                error = maybe.failure if maybe is not None else None
+                client.state.connection_failed(address)
+                core.on_error(
+                    self._in_flight.pop(key),
+                    error or KafkaesqueConnectionError("connection lost", sent=True),
+                    now,
+                )
+            elif self._deadlines[key] <= now:
+                maybe.close()  # the broker is stuck: its other requests fail too
+                core.on_error(self._in_flight.pop(key), client_timeout("PUBB", sent=True), now)
+            else:
+                continue
+            del self._deadlines[key]
+
+    def _gone(self, address: Address) -> bool:
+        connection = self._client.existing_connection(address)
+        return connection is None or connection.closed
+
+
+class Consumer(ConsumerPositions):
+    """Reads partitions by offset (``FETCH``), from their leaders, blocking.
+
+    ``assign`` explicit partitions or ``assign_topic`` for all of a topic's partitions; ``seek``,
+    ``position``; ``poll(timeout)`` returns the records available (long-polling up to
+    ``timeout`` seconds); iterating (``for record in consumer``) polls forever (follow mode) or,
+    with ``follow=False``, until every partition is read up to its high watermark.
+    """
+
+    def __init__(
+        self,
+        client: Client | str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        auto_offset_reset: OffsetReset | str = OffsetReset.EARLIEST,
+        max_bytes: int = 1024 * 1024,
+    ) -> None:
+        self._client, self._owns_client = _own_client(client)
+        self._core = ConsumerCore(reset=OffsetReset(auto_offset_reset), max_bytes=max_bytes)
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections (when this consumer opened them)."""
+        if self._owns_client:
+            self._client.close()
+
+    def assign_topic(self, topic: str) -> list[TopicPartition]:
+        """Read every partition of ``topic``; returns them."""
+        partitions = [TopicPartition(topic, p) for p in range(self._client.partitions_for(topic))]
+        self.assign(partitions)
+        return partitions
+
+    def seek_to_beginning(self) -> None:
+        """Every assigned partition from its log start."""
+        self._seek_rows(self._rows(), end=False)
+
+    def seek_to_end(self) -> None:
+        """Every assigned partition from its high watermark (only new records)."""
+        self._seek_rows(self._rows(), end=True)
+
+    def end_offsets(self) -> dict[TopicPartition, int]:
+        """Each assigned partition's high watermark, as the cluster reports it now."""
+        return {tp: row.end_offset or 0 for tp, row in self._rows().items()}
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """The records available now, or the first that arrive within ``timeout`` seconds."""
+        return self._client.run(
+            steps.poll(
+                self._client.state,
+                self._client.config,
+                self._core,
+                timeout_s=timeout,
+                max_records=max_records,
+                clock=time.monotonic,
+            )
+        )
+
+    def records(
+        self, *, follow: bool = True, poll_timeout: float = 1.0
+    ) -> Iterator[ConsumerRecord]:
+        """Every record from the current positions on. With ``follow`` it never ends (stop by
+        breaking out); without, it ends once each partition is read to the high watermark it
+        had when the iteration started."""
+        ends = None if follow else self.end_offsets()
+        while True:
+            if ends is not None and self._reached(ends):
+                return
+            yield from self.poll(poll_timeout)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self.records(follow=True)
+
+    def _rows(self) -> dict[TopicPartition, PartitionRow]:
+        client = self._client
+        return client.run(steps.partition_rows(client.state, client.config, self.assignment()))
+
+
+class GroupConsumer:
+    """Reads a topic through a consumer group subscription (``SUBS``/``CONS``/``COMMIT``).
+
+    Starts from ``start`` if given, else from the group's committed offsets, else (per
+    partition) from ``auto_offset_reset``. ``poll`` long-polls; ``commit`` stores the offsets
+    reached so far (call it after processing: at-least-once).
+    """
+
+    def __init__(
+        self,
+        client: Client | str | Sequence[str],
+        topic: str,
+        group: str,
+        *,
+        partitions: int | None = None,
+        start: int | None = None,
+        auto_offset_reset: OffsetReset | str = OffsetReset.LATEST,
+    ) -> None:
+        self._client, self._owns_client = _own_client(client)
+        self.cursor = steps.GroupCursor(
+            topic,
+            group,
+            partitions=partitions,
+            start=start,
+            reset=OffsetReset(auto_offset_reset),
+        )
+
+    def __enter__(self) -> GroupConsumer:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close the connections (when this consumer opened them)."""
+        if self._owns_client:
+            self._client.close()
+
+    def poll(self, timeout: float = 1.0, max_records: int | None = None) -> list[ConsumerRecord]:
+        """The next records through the subscription, waiting up to ``timeout`` seconds."""
+        return self._client.run(
+            steps.group_poll(
+                self._client.state,
+                self._client.config,
+                self.cursor,
+                wait_ms=int(timeout * 1000),
+                max_records=max_records,
+            )
+        )
+
+    def commit(self) -> int:
+        """Commit the offsets reached; returns how many partitions moved."""
+        return self._client.run(
+            steps.group_commit(self._client.state, self._client.config, self.cursor)
+        )
+
+    def committed(self) -> dict[int, int | None]:
+        """The group's committed offsets, as the cluster has them."""
+        return self._client.committed_offsets(self.cursor.group, self.cursor.topic)

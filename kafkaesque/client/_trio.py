@@ -1,0 +1,514 @@
+"""The trio client: ``AsyncClient``, ``open_producer``/``AsyncProducer``, ``AsyncConsumer``,
+``AsyncGroupConsumer``. Thin drivers of the same sans-I/O cores as the blocking client.
+
+Structured concurrency: the producer's sender runs in a nursery that ``open_producer`` owns, so
+nothing outlives the ``async with``; every wait is bounded by a deadline.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from contextlib import asynccontextmanager
+from typing import Any, TypeVar
+
+import trio
+
+from kafkaesque.protocol import CreateTopic, Fetch, PartitionRow, TopicRow
+from kafkaesque.storage import Record, wall_clock_ms
+
+from . import _calls as calls
+from . import _steps as steps
+from ._consumer_core import (
+    ConsumerCore,
+    ConsumerPositions,
+    ConsumerRecord,
+    FetchResult,
+    OffsetReset,
+    TopicPartition,
+    decode_fetch,
+)
+from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
+from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
+from ._producer_core import (
+    DeliveryHandle,
+    ProducerConfig,
+    ProducerCore,
+    RecordMetadata,
+    SendRequest,
+)
+from ._trio_connection import TrioConnection
+from ._wire import Response, expect_data
+
+T = TypeVar("T")
+
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+
+
+def _now_ms() -> float:
+    return trio.current_time() * 1000.0
+
+
+class AsyncClient:
+    """A trio client of a Kafkaesque cluster; the async twin of ``Client`` (same methods, same
+    errors, same retries). Safe to share between tasks: requests to one broker are pipelined on
+    one connection. Use ``async with AsyncClient(bootstrap) as client``.
+    """
+
+    def __init__(
+        self,
+        bootstrap: str | Sequence[str] = DEFAULT_BOOTSTRAP,
+        *,
+        config: steps.ClientConfig | None = None,
+    ) -> None:
+        self.config = config or steps.ClientConfig()
+        self.state = steps.ClusterState(parse_bootstrap(bootstrap))
+        self._connections: dict[Address, TrioConnection] = {}
+        self._connecting: dict[Address, trio.Lock] = {}
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close every connection. Idempotent."""
+        connections, self._connections = list(self._connections.values()), {}
+        for connection in connections:
+            await connection.aclose()
+
+    async def call(self, call: calls.Call[T]) -> T:
+        """Run one ``Call`` with retries."""
+        return await self.run(steps.run_call(self.state, self.config, call))
+
+    async def run(self, operation: steps.Steps[T]) -> T:
+        """Drive a sans-I/O operation to its end with trio I/O."""
+        outcome: Any = None
+        failure: KafkaesqueError | None = None
+        while True:
+            try:
+                step = operation.send(outcome) if failure is None else operation.throw(failure)
+            except StopIteration as stop:
+                result: T = stop.value
+                return result
+            outcome, failure = None, None
+            if isinstance(step, steps.Sleep):
+                await trio.sleep(step.seconds)
+            elif isinstance(step, steps.Request):
+                outcome = (await self._pipeline((step,)))[0]
+                if isinstance(outcome, KafkaesqueError):
+                    outcome, failure = None, outcome
+            else:
+                outcome = await self._pipeline(step.requests)
+
+    async def connection(self, address: Address) -> TrioConnection:
+        """The open connection to ``address``, connecting if needed (``KafkaesqueConnectionError``
+        if it cannot; the address is then tried last by later requests)."""
+        lock = self._connecting.setdefault(address, trio.Lock())
+        async with lock:  # one connect per broker, however many tasks want it
+            connection = self._connections.pop(address, None)
+            if connection is not None:
+                if not connection.closed:
+                    self._connections[address] = connection
+                    return connection
+                await connection.aclose()  # failed: release its socket
+            try:
+                connection = await TrioConnection.connect(
+                    address, timeout_s=self.config.connect_timeout_s
+                )
+            except KafkaesqueConnectionError:
+                self.state.connection_failed(address)
+                raise
+            self._connections[address] = connection
+            return connection
+
+    async def request(self, address: Address, command: Any, timeout_s: float) -> Response:
+        """One attempt of ``command`` on ``address``, no retry; marks the address's health."""
+        try:
+            connection = await self.connection(address)
+            response = await connection.request(command, timeout_s)
+        except KafkaesqueConnectionError:
+            self.state.connection_failed(address)
+            raise
+        self.state.connection_ok(address)
+        return response
+
+    async def _pipeline(
+        self, requests: Sequence[steps.Request]
+    ) -> list[Response | KafkaesqueError]:
+        sent: list[tuple[TrioConnection, int, float] | KafkaesqueError] = []
+        for request in requests:
+            try:
+                connection = await self.connection(request.address)
+                deadline = trio.current_time() + request.timeout_s
+                sent.append((connection, await connection.send(request.command), deadline))
+            except KafkaesqueError as exc:
+                sent.append(exc)
+        results: list[Response | KafkaesqueError] = []
+        for request, item in zip(requests, sent, strict=True):
+            if isinstance(item, KafkaesqueError):
+                results.append(item)
+                continue
+            connection, ticket, deadline = item
+            try:
+                results.append(await connection.wait(ticket, deadline))
+                self.state.connection_ok(request.address)
+            except KafkaesqueError as exc:
+                self.state.connection_failed(request.address)
+                results.append(exc)
+        return results
+
+    # -- cluster and admin (see ``Client`` for the contracts) ----------------------------------
+
+    async def refresh_metadata(self, topics: Iterable[str] = ()) -> ClusterMetadata:
+        """Re-read ``METADATA`` (for ``topics``; none: all) and return the merged snapshot."""
+        wanted = tuple(topics)
+        self.state.update_metadata(await self.call(calls.metadata(wanted)), wanted)
+        return self.state.metadata
+
+    async def ping(self) -> str:
+        """``PING`` any broker; returns ``PONG``."""
+        return await self.call(calls.ping())
+
+    async def create_topic(
+        self,
+        topic: str,
+        partitions: int,
+        replication_factor: int,
+        *,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        compact: bool = False,
+    ) -> None:
+        """Create a topic (see ``Client.create_topic``)."""
+        await self.call(
+            calls.create_topic(
+                CreateTopic(
+                    topic, partitions, replication_factor, retention_ms, retention_bytes, compact
+                )
+            )
+        )
+
+    async def list_topics(self) -> list[TopicRow]:
+        """Every topic's settings, sorted by name."""
+        return await self.call(calls.list_topics())
+
+    async def describe_topic(self, topic: str) -> TopicDescription:
+        """A topic's settings and partitions."""
+        return await self.call(calls.describe_topic(topic))
+
+    async def delete_topic(self, topic: str) -> None:
+        """Delete a topic and its data."""
+        await self.call(calls.delete_topic(topic))
+
+    async def publish(
+        self, topic: str, value: bytes, *, key: bytes | None = None, partition: int | None = None
+    ) -> tuple[int, int]:
+        """Publish one record unbatched (``PUB``); returns ``(partition, offset)``."""
+        return await self.call(calls.publish(topic, value, key=key, partition=partition))
+
+    async def fetch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> FetchResult:
+        """One ``FETCH`` from the partition's leader: records at or after ``offset``."""
+        fetch = Fetch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+
+        def parse(response: Response) -> FetchResult:
+            return decode_fetch(topic, partition, offset, expect_data(response))
+
+        route = TopicPartition(topic, partition)
+        return await self.call(
+            calls.Call(fetch, parse, route, extra_timeout_s=(wait_ms or 0) / 1000)
+        )
+
+    async def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
+        """Store ``offset`` as the next offset ``group`` reads from the partition."""
+        await self.call(calls.commit(group, topic, partition, offset))
+
+    async def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
+        """The group's committed offsets: partition → offset (None: none committed)."""
+        return await self.call(calls.committed_offsets(group, topic))
+
+    async def partitions_for(self, topic: str) -> int:
+        """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""
+        return await self.run(steps.partition_count(self.state, self.config, topic))
+
+
+@asynccontextmanager
+async def _client_for(client: AsyncClient | str | Sequence[str]) -> AsyncIterator[AsyncClient]:
+    if isinstance(client, AsyncClient):
+        yield client
+    else:
+        async with AsyncClient(client) as own:
+            yield own
+
+
+class AsyncRecordFuture:
+    """The outcome of one record sent by an ``AsyncProducer``: ``await future.get()``."""
+
+    __slots__ = ("_handle", "_producer")
+
+    def __init__(self, handle: DeliveryHandle, producer: AsyncProducer) -> None:
+        self._handle = handle
+        self._producer = producer
+
+    @property
+    def handle(self) -> DeliveryHandle:
+        """The pure outcome holder (``done``, ``result``, ``exception``, callbacks)."""
+        return self._handle
+
+    def done(self) -> bool:
+        """Whether the outcome is known."""
+        return self._handle.done()
+
+    async def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Where the record was stored; raises its ``KafkaesqueError``."""
+        await self._producer._wait_until(self._handle.done, timeout)
+        return self._handle.result()
+
+
+@asynccontextmanager
+async def open_producer(
+    client: AsyncClient | str | Sequence[str] = DEFAULT_BOOTSTRAP,
+    config: ProducerConfig | None = None,
+) -> AsyncIterator[AsyncProducer]:
+    """A batching producer whose sender runs until the ``async with`` ends.
+
+    On a normal exit every record is flushed first (within the delivery timeout); on an
+    exception, or if the flush times out, what is left fails with ``KafkaesqueConnectionError``.
+    """
+    async with _client_for(client) as own, trio.open_nursery() as nursery:
+        producer = AsyncProducer(own, config, nursery)
+        nursery.start_soon(producer._sender)
+        try:
+            yield producer
+            await producer.flush()
+        finally:
+            producer._close()
+            nursery.cancel_scope.cancel()
+
+
+class AsyncProducer:
+    """A batching producer (trio flavour); open it with ``open_producer``. See ``ProducerCore``
+    for batching, partitioning, ordering and the at-least-once retry contract."""
+
+    def __init__(
+        self, client: AsyncClient, config: ProducerConfig | None, nursery: trio.Nursery
+    ) -> None:
+        self._client = client
+        self._core = ProducerCore(config)
+        self._core.update_metadata(client.state.metadata)
+        self._nursery = nursery
+        self._wakeup = trio.Event()  # the sender has something new to look at
+        self._progress = trio.Event()  # some record was settled; replaced after each set
+        self._metadata_backoff_until = 0.0
+        self._closed = False
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The producer's configuration."""
+        return self._core.config
+
+    @property
+    def pending(self) -> int:
+        """Records sent and not yet delivered or failed."""
+        return self._core.pending
+
+    async def send(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None = None,
+        *,
+        partition: int | None = None,
+        headers: Sequence[tuple[str, bytes]] = (),
+        timestamp_ms: int | None = None,
+    ) -> AsyncRecordFuture:
+        """Queue one record (see ``Producer.send``); waits only while the buffer is full."""
+        if self._closed:
+            raise RuntimeError("the producer is closed")
+        if self._core.metadata.partition_count(topic) is None:
+            await self._client.partitions_for(topic)
+            self._core.update_metadata(self._client.state.metadata)
+        if not self._core.has_room():
+            await self._wait_until(self._core.has_room, None)
+        record = Record(
+            value,
+            key,
+            tuple(headers),
+            int(wall_clock_ms()) if timestamp_ms is None else timestamp_ms,
+        )
+        handle = self._core.append(topic, record, partition=partition, now_ms=_now_ms())
+        self._wakeup.set()
+        return AsyncRecordFuture(handle, self)
+
+    async def flush(self, timeout: float | None = None) -> None:
+        """Send everything now and wait until every record is settled (see ``Producer.flush``)."""
+        self._core.flush()
+        self._wakeup.set()
+        await self._wait_until(lambda: self._core.pending == 0, timeout)
+
+    async def _wait_until(self, condition: Callable[[], bool], timeout: float | None) -> None:
+        if timeout is None:
+            timeout = (self.config.delivery_timeout_ms + self.config.request_timeout_ms) / 1000
+        with trio.move_on_after(timeout):
+            while not condition():
+                progress = self._progress
+                await progress.wait()
+            return
+        raise client_timeout(f"{self._core.pending} records still pending", sent=True)
+
+    def _notify(self) -> None:
+        self._wakeup.set()
+        self._progress.set()
+        self._progress = trio.Event()
+
+    def _close(self) -> None:
+        self._closed = True
+        self._core.fail_all(
+            KafkaesqueConnectionError("the producer was closed before delivery", sent=True)
+        )
+        self._notify()
+
+    async def _sender(self) -> None:
+        core = self._core
+        while True:
+            if core.metadata_wanted and trio.current_time() >= self._metadata_backoff_until:
+                self._metadata_backoff_until = trio.current_time() + core.config.retry.backoff_s(1)
+                client = self._client
+                await client.run(steps.refresh_metadata(client.state, client.config))
+                core.update_metadata(client.state.metadata)
+            now = _now_ms()
+            for send in core.ready(now):
+                self._nursery.start_soon(self._send_one, send)
+            wake = core.next_wakeup_ms(now)
+            wake_s = math.inf if wake is None else wake / 1000
+            if core.metadata_wanted:
+                wake_s = min(wake_s, self._metadata_backoff_until)
+            self._wakeup = trio.Event()
+            with trio.move_on_at(wake_s):
+                await self._wakeup.wait()
+
+    async def _send_one(self, send: SendRequest) -> None:
+        broker = None if send.broker_id is None else self._core.metadata.brokers.get(send.broker_id)
+        address = (broker.host, broker.port) if broker else self._client.state.address_for(None)
+        try:
+            response = await self._client.request(
+                address, send.command, self.config.request_timeout_ms / 1000
+            )
+        except KafkaesqueError as exc:
+            self._core.on_error(send.batch_id, exc, _now_ms())
+        else:
+            self._core.on_response(send.batch_id, response, _now_ms())
+        self._notify()
+
+
+class AsyncConsumer(ConsumerPositions):
+    """Reads partitions by offset (``FETCH``), trio flavour of ``Consumer``: ``await poll()``,
+    ``async for record in consumer.records(follow=...)``."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        auto_offset_reset: OffsetReset | str = OffsetReset.EARLIEST,
+        max_bytes: int = 1024 * 1024,
+    ) -> None:
+        self._client = client
+        self._core = ConsumerCore(reset=OffsetReset(auto_offset_reset), max_bytes=max_bytes)
+
+    async def assign_topic(self, topic: str) -> list[TopicPartition]:
+        """Read every partition of ``topic``; returns them."""
+        count = await self._client.partitions_for(topic)
+        partitions = [TopicPartition(topic, p) for p in range(count)]
+        self.assign(partitions)
+        return partitions
+
+    async def seek_to_beginning(self) -> None:
+        """Every assigned partition from its log start."""
+        self._seek_rows(await self._rows(), end=False)
+
+    async def seek_to_end(self) -> None:
+        """Every assigned partition from its high watermark (only new records)."""
+        self._seek_rows(await self._rows(), end=True)
+
+    async def end_offsets(self) -> dict[TopicPartition, int]:
+        """Each assigned partition's high watermark, as the cluster reports it now."""
+        return {tp: row.end_offset or 0 for tp, row in (await self._rows()).items()}
+
+    async def poll(
+        self, timeout: float = 1.0, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """The records available now, or the first that arrive within ``timeout`` seconds."""
+        client = self._client
+        return await client.run(
+            steps.poll(
+                client.state,
+                client.config,
+                self._core,
+                timeout_s=timeout,
+                max_records=max_records,
+                clock=trio.current_time,
+            )
+        )
+
+    async def records(
+        self, *, follow: bool = True, poll_timeout: float = 1.0
+    ) -> AsyncIterator[ConsumerRecord]:
+        """Every record from the current positions on (see ``Consumer.records``)."""
+        ends = None if follow else await self.end_offsets()
+        while ends is None or not self._reached(ends):
+            for record in await self.poll(poll_timeout):
+                yield record
+
+    async def _rows(self) -> dict[TopicPartition, PartitionRow]:
+        client = self._client
+        return await client.run(
+            steps.partition_rows(client.state, client.config, self.assignment())
+        )
+
+
+class AsyncGroupConsumer:
+    """Reads a topic through a consumer group subscription, trio flavour of ``GroupConsumer``."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        topic: str,
+        group: str,
+        *,
+        partitions: int | None = None,
+        start: int | None = None,
+        auto_offset_reset: OffsetReset | str = OffsetReset.LATEST,
+    ) -> None:
+        self._client = client
+        self.cursor = steps.GroupCursor(
+            topic, group, partitions=partitions, start=start, reset=OffsetReset(auto_offset_reset)
+        )
+
+    async def poll(
+        self, timeout: float = 1.0, max_records: int | None = None
+    ) -> list[ConsumerRecord]:
+        """The next records through the subscription, waiting up to ``timeout`` seconds."""
+        client = self._client
+        return await client.run(
+            steps.group_poll(
+                client.state,
+                client.config,
+                self.cursor,
+                wait_ms=int(timeout * 1000),
+                max_records=max_records,
+            )
+        )
+
+    async def commit(self) -> int:
+        """Commit the offsets reached; returns how many partitions moved."""
+        client = self._client
+        return await client.run(steps.group_commit(client.state, client.config, self.cursor))

@@ -1,0 +1,179 @@
+"""The line protocol against a real 3-broker cluster: the seed's commands and what logs need.
+
+Each test uses its own topic on the module's cluster (``broker_cluster``), over real TCP.
+"""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+
+import pytest
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.protocol import (
+    DataReply,
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    MessageRow,
+    OffsetRow,
+    PartitionRow,
+    Reply,
+    partition_for_key,
+)
+from kafkaesque.storage import BatchType, Record, build_batch, decode_records, iter_batches
+
+from .line_client import LineClient
+
+
+def messages(rows: list[Reply]) -> list[MessageRow]:
+    return [r for r in rows if isinstance(r, MessageRow)]
+
+
+def test_the_seeds_telnet_session(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(1)) as c:
+        assert c.ok("CREATE seed 3 3") == "created"
+        published = [c.ok("PUBS seed hello world") for _ in range(3)]
+        envelope = json.dumps({"Header": "h", "Key": "124", "Body": "Hello World!"})
+        keyed = c.ok(f"PUBS seed {envelope}")
+        sub = c.ok("SUBS seed billing")
+        rows = c.rows(f"CONS seed {sub} 0")
+    # Round-robin without a key: three records, three partitions.
+    assert sorted(int(p.split()[0]) for p in published) == [0, 1, 2]
+    partition = int(keyed.split()[0])
+    assert partition == partition_for_key(b"124", 3)
+    got = messages(rows)
+    assert sorted(m.value or b"" for m in got) == [b"Hello World!"] + [b"hello world"] * 3
+    assert next(m for m in got if m.key == b"124").partition == partition
+    end = rows[-1]
+    assert isinstance(end, EndReply) and dict(end.next_offsets).keys() == {0, 1, 2}
+
+
+def test_keyed_publishes_land_in_one_partition_in_order(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE keyed 4 3")
+        acks = [c.ok(f"PUB keyed key=device-7 reading-{i}") for i in range(50)]
+        partitions = {a.split()[0] for a in acks}
+        assert partitions == {str(partition_for_key(b"device-7", 4))}
+        offsets = [int(a.split()[1]) for a in acks]
+        assert offsets == sorted(offsets) and len(set(offsets)) == 50
+        rows = c.rows(f"FETCH keyed {partitions.pop()} 0 format=text")
+    assert [m.value for m in messages(rows)] == [f"reading-{i}".encode() for i in range(50)]
+    assert [m.offset for m in messages(rows)] == offsets
+
+
+def test_two_groups_read_the_same_topic_independently(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(2)) as c:
+        c.ok("CREATE shared 2 3")
+        for i in range(10):
+            c.ok(f"PUBS shared m{i}")
+        a, b = c.ok("SUBS shared group-a"), c.ok("SUBS shared group-b")
+        got_a = messages(c.rows(f"CONS shared {a} 0"))
+        got_b = messages(c.rows(f"CONS shared {b} 0"))
+        one = c.ok("SUBS shared group-c 1")
+        got_one = messages(c.rows(f"CONS shared {one} 0"))
+    assert sorted(m.value or b"" for m in got_a) == sorted(f"m{i}".encode() for i in range(10))
+    assert got_a == got_b
+    assert len({m.partition for m in got_one}) == 1  # the count caps the partitions
+
+
+def test_any_broker_accepts_writes_and_reads(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE anywhere 1 3")
+    acked = []
+    for broker in range(3):
+        with LineClient(broker_cluster.client_address(broker)) as c:
+            acked += [c.ok(f"PUB anywhere partition=0 via-{broker}-{i}") for i in range(5)]
+    for broker in range(3):
+        with LineClient(broker_cluster.client_address(broker)) as c:
+            rows = c.rows("FETCH anywhere 0 0 format=text")
+            assert [m.offset for m in messages(rows)] == [int(a.split()[1]) for a in acked]
+
+
+def test_batch_publish_and_binary_fetch(broker_cluster: LocalCluster) -> None:
+    batch = build_batch([Record(value=bytes([i]) * 100, key=b"k%d" % i) for i in range(100)])
+    with LineClient(broker_cluster.client_address(1)) as c:
+        c.ok("CREATE binary 1 3")
+        c.send(b"PUBB binary 0 %d\r\n" % len(batch) + batch + b"\r\n")
+        first = c.answer()
+        fetched = c.call("FETCH binary 0 0 max_bytes=1000000")
+        bad = build_batch([Record(value=b"x")])
+        c.send(b"PUBB binary 0 %d\r\n" % len(bad) + bad[:-1] + b"y" + b"\r\n")
+        corrupt = c.answer()
+    assert first is not None and not isinstance(first, list | ErrorReply)
+    assert isinstance(fetched, DataReply)
+    records = []
+    pos = 0
+    for header in iter_batches(fetched.payload):
+        if header.batch_type is BatchType.DATA:  # consumers skip Raft's control batches
+            records += decode_records(fetched.payload[pos : pos + header.size], header)
+        pos += header.size
+    assert [r.value for r in records] == [bytes([i]) * 100 for i in range(100)]
+    assert isinstance(corrupt, ErrorReply) and corrupt.code is ErrorCode.INVALID_BATCH
+
+
+def test_commit_and_read_committed_offsets(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE committed 2 3")
+        c.ok("COMMIT readers committed 1 42")
+    with LineClient(broker_cluster.client_address(2)) as c:
+        rows = c.rows("OFFSETS readers committed")
+    assert [r for r in rows if isinstance(r, OffsetRow)] == [
+        OffsetRow("committed", 0, None),
+        OffsetRow("committed", 1, 42),
+    ]
+
+
+def test_delete_then_recreate_starts_empty(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE doomed 1 3")
+        c.ok("PUBS doomed old")
+        c.ok("DELETE doomed")
+        assert _code(c.call("PUBS doomed x")) is ErrorCode.UNKNOWN_TOPIC
+        c.ok("CREATE doomed 1 3")
+        c.ok("PUBS doomed new")
+        rows = c.rows("FETCH doomed 0 0 format=text")
+    assert [m.value for m in messages(rows)] == [b"new"]
+
+
+def test_metadata_names_leaders_and_metrics_show_them(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE watched 3 3")
+        c.ok("PUBS watched x")
+        rows = c.rows("METADATA watched")
+    leaders = {r.leader for r in rows if isinstance(r, PartitionRow)}
+    assert leaders == {0, 1, 2}  # leaders spread over the brokers
+    url = f"http://127.0.0.1:{broker_cluster.ports[0].admin}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as response:
+        text = response.read().decode()
+    assert 'kafkaesque_partition_commit_index{broker="0",partition="0",topic="watched"}' in text
+    assert "kafkaesque_requests_total" in text
+    assert "kafkaesque_commit_latency_seconds_bucket" in text
+
+
+@pytest.mark.parametrize(
+    ("line", "code"),
+    [
+        ("FROB x", ErrorCode.UNKNOWN_COMMAND),
+        ("PUBS", ErrorCode.BAD_ARGS),
+        ("PUBS no-such-topic hello", ErrorCode.UNKNOWN_TOPIC),
+        ("PUBS bad/name hello", ErrorCode.INVALID_TOPIC),
+        ("CREATE __mine 1 1", ErrorCode.INVALID_TOPIC),
+        ("CREATE toomany 1 4", ErrorCode.INVALID_CONFIG),
+        ("PUB errors partition=9 x", ErrorCode.UNKNOWN_PARTITION),
+        ("FETCH errors 0 999", ErrorCode.OFFSET_OUT_OF_RANGE),
+        ("CONS errors nope 0", ErrorCode.UNKNOWN_SUBSCRIPTION),
+    ],
+)
+def test_bad_commands_get_clear_errors(
+    broker_cluster: LocalCluster, line: str, code: ErrorCode
+) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.call("CREATE errors 1 3")
+        assert _code(c.call(line)) is code
+        assert c.ok("PING") == "PONG"  # the session goes on
+
+
+def _code(reply: Reply | list[Reply]) -> ErrorCode | None:
+    return reply.code if isinstance(reply, ErrorReply) else None

@@ -1,0 +1,118 @@
+"""``kafkaesque topic|produce|consume|status`` as a user runs them, against real brokers."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from kafkaesque.cli.cluster import LocalCluster
+
+
+def _kafkaesque() -> list[str]:
+    exe = shutil.which("kafkaesque", path=str(Path(sys.executable).parent))
+    return [exe] if exe else [sys.executable, "-m", "kafkaesque.cli"]
+
+
+def run(
+    cluster: LocalCluster, *args: str, stdin: bytes = b""
+) -> subprocess.CompletedProcess[bytes]:
+    return subprocess.run(
+        [*_kafkaesque(), *args, "--bootstrap", cluster.bootstrap],
+        input=stdin,
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+
+
+def ok(cluster: LocalCluster, *args: str, stdin: bytes = b"") -> str:
+    result = run(cluster, *args, stdin=stdin)
+    assert result.returncode == 0, result.stderr.decode()
+    return result.stdout.decode()
+
+
+def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -> None:
+    out = ok(
+        broker_cluster, "topic", "create", "cli-t", "--partitions", "2", "--replication-factor", "3"
+    )
+    assert out.startswith("created topic cli-t")
+    assert "cli-t" in ok(broker_cluster, "topic", "list")
+    described = ok(broker_cluster, "topic", "describe", "cli-t").splitlines()
+    assert described[0].startswith("topic cli-t: partitions=2 replication_factor=3")
+    assert described[1].split() == ["PARTITION", "LEADER", "REPLICAS", "START", "END"]
+    assert len(described) == 4
+
+    lines = b"".join(b"line %d\n" % i for i in range(500)) + b"no newline at the end"
+    summary = ok(broker_cluster, "produce", "cli-t", "--key", "k1", stdin=lines)
+    assert summary.startswith("produced 501 of 501 records to cli-t")
+    ok(broker_cluster, "produce", "cli-t", "--partition", "0", stdin=b"p0 only\n")
+
+    everything = ok(broker_cluster, "consume", "cli-t", "--from-beginning")
+    values = everything.splitlines()
+    assert sorted(values) == sorted(
+        [f"line {i}" for i in range(500)] + ["no newline at the end", "p0 only"]
+    )
+    keyed = [v for v in values if v != "p0 only"]
+    assert keyed[:2] == ["line 0", "line 1"] and keyed[-1] == "no newline at the end"
+
+    formatted = ok(
+        broker_cluster,
+        "consume",
+        "cli-t",
+        "--partition",
+        "0",
+        "--offset",
+        "0",
+        "--max",
+        "1",
+        "--format",
+        "{partition}/{offset} {key}={value}",
+    )
+    assert formatted.endswith("p0 only\n") or "=line" in formatted
+    assert formatted.count("\n") == 1 and formatted.startswith("0/")
+
+    status = ok(broker_cluster, "status").splitlines()
+    assert status[0] == "brokers (3)" and status[1].split() == ["ID", "HOST", "PORT"]
+    rows = [line.split() for line in status if line.startswith("cli-t ")]
+    assert len(rows) == 2 and all(len(r) == 6 for r in rows)
+    assert sum(int(r[5]) for r in rows) >= 502  # end offsets count every record (and no-ops)
+
+    assert ok(broker_cluster, "topic", "delete", "cli-t") == "deleted topic cli-t\n"
+
+
+def test_group_consume_commits_and_resumes(broker_cluster: LocalCluster) -> None:
+    ok(broker_cluster, "topic", "create", "cli-g", "--partitions", "1", "--replication-factor", "3")
+    ok(broker_cluster, "produce", "cli-g", stdin=b"a\nb\nc\n")
+    first = ok(
+        broker_cluster, "consume", "cli-g", "--group", "gg", "--from-beginning", "--max", "2"
+    )
+    assert first == "a\nb\n"
+    rest = ok(broker_cluster, "consume", "cli-g", "--group", "gg")
+    assert rest == "c\n"
+
+
+def test_errors_are_one_line_and_a_non_zero_exit(broker_cluster: LocalCluster) -> None:
+    for args in (
+        ("topic", "describe", "no-such-topic"),
+        ("consume", "no-such-topic"),
+        ("topic", "create", "bad name!", "--partitions", "1", "--replication-factor", "1"),
+    ):
+        result = run(broker_cluster, *args)
+        err = result.stderr.decode()
+        assert result.returncode != 0, args
+        assert "Traceback" not in err and len(err.strip().splitlines()) == 1, err
+        assert err.startswith(f"kafkaesque {args[0]}: "), err
+
+
+def test_an_unreachable_cluster_is_one_clear_error() -> None:
+    result = subprocess.run(
+        [*_kafkaesque(), "topic", "list", "--bootstrap", "127.0.0.1:1"],
+        capture_output=True,
+        timeout=60,
+        check=False,
+    )
+    err = result.stderr.decode()
+    assert result.returncode == 1 and "cannot connect to 127.0.0.1:1" in err
+    assert len(err.strip().splitlines()) == 1

@@ -1,0 +1,256 @@
+"""``ProducerCore``: accumulators, partitioner, in-flight bounds, reply mapping, retries."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkaesque.client import (
+    ClusterMetadata,
+    DeliveryHandle,
+    KafkaesqueConnectionError,
+    KafkaesqueError,
+    ListResponse,
+    ProducerConfig,
+    ProducerCore,
+    RecordMetadata,
+    RetryPolicy,
+    SendRequest,
+)
+from kafkaesque.protocol import (
+    BrokerRow,
+    DataReply,
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    OkReply,
+    PartitionRow,
+    partition_for_key,
+)
+from kafkaesque.storage import BatchType, Record, decode_header, decode_records
+
+BROKERS = (BrokerRow(0, "h0", 1), BrokerRow(1, "h1", 2))
+
+
+def cluster(partitions: int = 3, leaders: tuple[int | None, ...] = ()) -> ClusterMetadata:
+    rows = [
+        PartitionRow("t", p, leaders[p] if p < len(leaders) else p % 2, (0, 1))
+        for p in range(partitions)
+    ]
+    return ClusterMetadata.from_response(ListResponse((*BROKERS, *rows), EndReply()))
+
+
+def core(**settings: object) -> ProducerCore:
+    defaults: dict[str, object] = {"linger_ms": 10.0, "batch_size": 1000}
+    defaults.update(settings)
+    producer = ProducerCore(ProducerConfig(**defaults))  # type: ignore[arg-type]
+    producer.update_metadata(cluster())
+    return producer
+
+
+def rec(value: bytes = b"v" * 10, key: bytes | None = None) -> Record:
+    return Record(value, key, timestamp=1000)
+
+
+def test_a_batch_waits_for_linger_then_goes_to_its_leader() -> None:
+    p = core()
+    handles = [p.append("t", rec(), partition=1, now_ms=0) for _ in range(3)]
+    assert p.ready(now_ms=9.9) == []
+    assert p.next_wakeup_ms(now_ms=5) == 10.0
+    (send,) = p.ready(now_ms=10)
+    assert send.broker_id == 1 and send.command.partition == 1
+    header = decode_header(send.command.batch)
+    assert header.batch_type is BatchType.DATA and header.record_count == 3
+    assert [r.value for r in decode_records(send.command.batch)] == [b"v" * 10] * 3
+    assert not any(h.done() for h in handles)
+
+
+def test_a_full_batch_goes_without_waiting() -> None:
+    p = core(batch_size=104)  # each record counts 10 + 16 bytes
+    for _ in range(4):
+        p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=0)
+    assert decode_header(send.command.batch).record_count == 4
+    p.append("t", rec(), partition=0, now_ms=0)
+    assert p.ready(now_ms=0) == []  # the next batch lingers (and partition 0 is busy)
+
+
+def test_keys_pick_partitions_by_the_shared_hash_stably() -> None:
+    p = core()
+    keys = [b"k%d" % i for i in range(50)]
+    first = [p.choose_partition("t", k, None) for k in keys]
+    assert first == [partition_for_key(k, 3) for k in keys]
+    assert first == [p.choose_partition("t", k, None) for k in keys]
+    assert len(set(first)) == 3
+
+
+def test_unkeyed_records_stick_to_a_partition_until_its_batch_closes() -> None:
+    p = core(batch_size=60)  # two records fill a batch
+    chosen = []
+    for _ in range(6):
+        p.append("t", rec(), now_ms=0)
+        chosen.append(p.choose_partition("t", None, None))
+    assert chosen == [0, 0, 1, 1, 2, 2]
+    assert [s.command.partition for s in p.ready(now_ms=0)] == [0, 1]  # 2 is still open
+    assert [s.command.partition for s in p.ready(now_ms=10)] == [2]
+
+
+def test_bad_partitions_and_topics_fail_at_once() -> None:
+    p = core()
+    with pytest.raises(KafkaesqueError) as info:
+        p.append("t", rec(), partition=3, now_ms=0)
+    assert info.value.code is ErrorCode.UNKNOWN_PARTITION
+    with pytest.raises(KafkaesqueError) as info:
+        p.append("nope", rec(), now_ms=0)
+    assert info.value.code is ErrorCode.UNKNOWN_TOPIC and info.value.retriable
+    with pytest.raises(KafkaesqueError) as info:
+        core(max_request_bytes=200).append("t", rec(b"x" * 200), now_ms=0)
+    assert info.value.code is ErrorCode.TOO_LARGE
+
+
+def test_the_reply_gives_each_record_its_offset() -> None:
+    p = core()
+    handles = [p.append("t", rec(), partition=2, now_ms=0) for _ in range(3)]
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, OkReply("2 40"), now_ms=11)
+    assert [h.result() for h in handles] == [RecordMetadata("t", 2, 40 + i, 1000) for i in range(3)]
+    assert p.pending == 0 and p.buffered_bytes == 0
+
+
+def test_callbacks_run_once_the_outcome_is_known() -> None:
+    p = core()
+    seen: list[DeliveryHandle] = []
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    handle.add_done_callback(seen.append)
+    with pytest.raises(RuntimeError):
+        handle.result()
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, OkReply("0 5"), now_ms=10)
+    handle.add_done_callback(seen.append)
+    assert seen == [handle, handle]
+
+
+def send_all(p: ProducerCore, now: float) -> list[SendRequest]:
+    return p.ready(now_ms=now)
+
+
+def test_one_batch_in_flight_per_partition_and_max_in_flight_per_broker() -> None:
+    p = core(batch_size=1, max_in_flight=2)  # every record is its own batch
+    for partition in (0, 0, 2, 2):  # partitions 0 and 2 both lead on broker 0
+        p.append("t", rec(), partition=partition, now_ms=0)
+    first = send_all(p, 0)
+    assert [s.command.partition for s in first] == [0, 2]
+    assert send_all(p, 0) == []  # partitions busy, broker 0 full
+    p.on_response(first[0].batch_id, OkReply("0 0"), now_ms=1)
+    (second,) = send_all(p, 1)
+    assert second.command.partition == 0
+
+
+def test_not_leader_is_retried_after_a_backoff_with_fresh_metadata_and_same_bytes() -> None:
+    p = core(retry=RetryPolicy(backoff_ms=100, backoff_max_ms=100))
+    handle = p.append("t", rec(), partition=1, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.NOT_LEADER, "moved"), now_ms=20)
+    assert p.metadata_wanted and not handle.done()
+    p.update_metadata(cluster(leaders=(0, 0, 0)))
+    assert p.ready(now_ms=119) == [] and p.next_wakeup_ms(now_ms=20) == 120
+    (retry,) = p.ready(now_ms=120)
+    assert retry.broker_id == 0 and retry.command.batch == send.command.batch
+    p.on_response(retry.batch_id, OkReply("1 7"), now_ms=130)
+    assert handle.result().offset == 7
+
+
+def test_a_retry_is_not_overtaken_by_a_later_batch_of_its_partition() -> None:
+    p = core(batch_size=1, retry=RetryPolicy(backoff_ms=5, backoff_max_ms=5))
+    a = p.append("t", rec(b"a"), partition=0, now_ms=0)
+    (first,) = p.ready(now_ms=0)
+    b = p.append("t", rec(b"b"), partition=0, now_ms=0)
+    p.on_error(first.batch_id, KafkaesqueConnectionError("refused", sent=False), now_ms=1)
+    (again,) = p.ready(now_ms=6)
+    assert again.command.batch == first.command.batch
+    p.on_response(again.batch_id, OkReply("0 0"), now_ms=7)
+    (then,) = p.ready(now_ms=7)
+    p.on_response(then.batch_id, OkReply("0 1"), now_ms=8)
+    assert (a.result().offset, b.result().offset) == (0, 1)
+
+
+def test_non_retriable_errors_fail_every_record_of_the_batch() -> None:
+    p = core()
+    handles = [p.append("t", rec(), partition=0, now_ms=0) for _ in range(2)]
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.INVALID_BATCH, "crc"), now_ms=11)
+    for handle in handles:
+        error = handle.exception()
+        assert error is not None and error.code is ErrorCode.INVALID_BATCH
+        assert not error.outcome_unknown
+        with pytest.raises(KafkaesqueError):
+            handle.result()
+    assert p.pending == 0
+
+
+def test_a_failure_after_an_unknown_outcome_says_maybe_not_failed() -> None:
+    p = core(retry=RetryPolicy(max_attempts=2, backoff_ms=1, backoff_max_ms=1))
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.TIMEOUT, "slow"), now_ms=11)
+    (retry,) = p.ready(now_ms=12)  # retried: duplicates are possible without idempotence
+    p.on_response(retry.batch_id, ErrorReply(ErrorCode.NO_QUORUM, "no"), now_ms=13)
+    error = handle.exception()
+    assert error is not None and error.code is ErrorCode.NO_QUORUM and error.outcome_unknown
+
+
+def test_unknown_outcomes_are_not_retried_when_duplicates_are_refused() -> None:
+    p = core(retry_unknown_outcome=False)
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_error(send.batch_id, KafkaesqueConnectionError("lost", sent=True), now_ms=11)
+    error = handle.exception()
+    assert error is not None and error.outcome_unknown
+
+
+def test_the_delivery_timeout_bounds_retries() -> None:
+    p = core(delivery_timeout_ms=100, retry=RetryPolicy(backoff_ms=30, backoff_max_ms=30))
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.BUSY, ""), now_ms=80)  # 80 + 30 > 100
+    error = handle.exception()
+    assert error is not None and error.code is ErrorCode.BUSY
+
+
+def test_a_batch_waiting_too_long_expires() -> None:
+    p = core(delivery_timeout_ms=50, linger_ms=0, max_in_flight=1, batch_size=1)
+    blocked = [p.append("t", rec(), partition=0, now_ms=0) for _ in range(2)]
+    (first,) = p.ready(now_ms=0)
+    p.ready(now_ms=60)  # the second batch waited 60 ms behind the first
+    error = blocked[1].exception()
+    assert error is not None and error.code is ErrorCode.TIMEOUT and not error.outcome_unknown
+    p.on_response(first.batch_id, OkReply("0 0"), now_ms=61)
+    assert blocked[0].result().offset == 0 and p.pending == 0
+
+
+def test_a_reply_of_the_wrong_shape_fails_the_batch_as_a_violation() -> None:
+    p = core()
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, DataReply(0, b""), now_ms=11)
+    error = handle.exception()
+    assert isinstance(error, KafkaesqueConnectionError) and not error.retriable
+
+
+def test_fail_all_settles_everything_and_ignores_late_replies() -> None:
+    p = core()
+    sent = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    waiting = p.append("t", rec(), partition=0, now_ms=10)
+    p.fail_all(KafkaesqueConnectionError("closed", sent=True))
+    assert sent.exception() is not None and waiting.exception() is not None
+    assert sent.exception().outcome_unknown  # type: ignore[union-attr]
+    p.on_response(send.batch_id, OkReply("0 0"), now_ms=11)  # ignored
+    assert p.pending == 0 and p.buffered_bytes == 0
+
+
+def test_a_partition_without_leader_goes_to_any_broker_and_asks_for_metadata() -> None:
+    p = core()
+    p.update_metadata(cluster(leaders=(None, 1, 1)))
+    p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    assert send.broker_id is None and p.metadata_wanted
