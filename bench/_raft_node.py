@@ -33,9 +33,26 @@ from typing import Any
 import trio
 
 from kafkaesque.raft import NotLeader, ProposalDropped, RaftConfig, Role
-from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost
+from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost, RaftGroup
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import Record, build_batch
+
+
+def _count_committed(group: RaftGroup, pending: collections.deque[tuple[int, int]]) -> int:
+    """Pop the proposals ``(last offset, term)`` the commit index passed; count those committed
+    in their term (the others were overwritten). Terms never decrease along a log, so a run of
+    proposals of one term whose first and last offsets hold that term all do."""
+    committed = 0
+    while pending and pending[0][0] <= group.commit_index:
+        term = pending[0][1]
+        run = []
+        while pending and pending[0][0] <= group.commit_index and pending[0][1] == term:
+            run.append(pending.popleft()[0])
+        if group.log.term_at(run[0]) == term == group.log.term_at(run[-1]):
+            committed += len(run)
+        else:
+            committed += sum(group.log.term_at(last) == term for last in run)
+    return committed
 
 
 def _parse_peers(text: str) -> dict[int, tuple[str, int]]:
@@ -153,10 +170,7 @@ class Node:
                     continue
                 with trio.move_on_at(deadline):
                     await group.changed.wait()
-                while pending and pending[0][0] <= group.commit_index:
-                    last, term = pending.popleft()
-                    if group.log.term_at(last) == term:
-                        done["batches"] += 1
+                done["batches"] += _count_committed(group, pending)
 
         async with trio.open_nursery() as nursery:
             for group in led:

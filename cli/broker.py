@@ -36,6 +36,8 @@ _FLAGS = {
     "advertised_host": "advertised_host",
     "join": "join",
     "write_timeout": "write_timeout_s",
+    "segment_bytes": "segment_bytes",
+    "retention_check_interval": "retention_check_interval_s",
     "max_line_length": "max_line_length",
     "max_payload": "max_payload",
 }
@@ -63,6 +65,10 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--advertised-host", help="the host name clients are told")
     parser.add_argument("--join", action="store_true", default=None, help="join a running cluster")
     parser.add_argument("--write-timeout", type=float, help="seconds a write may wait (10)")
+    parser.add_argument("--segment-bytes", type=int, help="roll segments at this size (64 MiB)")
+    parser.add_argument(
+        "--retention-check-interval", type=float, help="seconds between retention passes (30)"
+    )
     parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
     parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")
     parser.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")

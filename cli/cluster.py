@@ -66,19 +66,22 @@ class LocalCluster:
         log_level: str = "WARNING",
         extra_args: list[str] | None = None,
         log_dir: str | None = None,
+        spare: int = 0,
     ) -> None:
+        """``spare`` reserves ports for brokers added later with ``add_broker``."""
         if n < 1:
             raise ClusterError("a cluster needs at least one broker")
         self.data_dir = os.path.abspath(data_dir)
         self.n = n
+        total = n + spare
         if base_port:
             self.ports = [
                 BrokerPorts(*(base_port + _PORTS_PER_BROKER * i + k for k in range(5)))
-                for i in range(n)
+                for i in range(total)
             ]
         else:
-            flat = free_ports(5 * n)
-            self.ports = [BrokerPorts(*flat[5 * i : 5 * i + 5]) for i in range(n)]
+            flat = free_ports(5 * total)
+            self.ports = [BrokerPorts(*flat[5 * i : 5 * i + 5]) for i in range(total)]
         self.log_level = log_level
         self.extra_args = extra_args or []
         self.log_dir = log_dir or os.path.join(self.data_dir, "logs")
@@ -87,16 +90,18 @@ class LocalCluster:
 
     @property
     def bootstrap(self) -> str:
-        """``host:port,...`` of every broker's client listener."""
-        return ",".join(f"127.0.0.1:{p.client}" for p in self.ports)
+        """``host:port,...`` of every member's client listener."""
+        return ",".join(f"127.0.0.1:{p.client}" for p in self.ports[: self.n])
 
     def client_address(self, broker: int) -> tuple[str, int]:
         return "127.0.0.1", self.ports[broker].client
 
     def command(self, broker: int) -> list[str]:
         p = self.ports[broker]
-        peers = ",".join(f"{i}@127.0.0.1:{q.peer}" for i, q in enumerate(self.ports))
-        controllers = ",".join(f"{i}@127.0.0.1:{q.controller}" for i, q in enumerate(self.ports))
+        members = list(enumerate(self.ports[: max(self.n, broker + 1)]))
+        peers = ",".join(f"{i}@127.0.0.1:{q.peer}" for i, q in members)
+        controllers = ",".join(f"{i}@127.0.0.1:{q.controller}" for i, q in members)
+        join = ["--join"] if broker >= self.n else []
         return [
             sys.executable, "-m", "kafkaesque.cli", "broker",
             "--id", str(broker),
@@ -106,8 +111,30 @@ class LocalCluster:
             "--controllers", controllers,
             "--admin", f"127.0.0.1:{p.admin}",
             "--log-level", self.log_level,
+            *join,
             *self.extra_args,
         ]  # fmt: skip
+
+    def add_broker(self, timeout: float = 60.0) -> int:
+        """Start the next spare broker with ``--join``, admit it (``ADDBROKER``), wait for it.
+
+        Returns its id; from then on it is a member like the others.
+        """
+        broker = self.n
+        if broker >= len(self.ports):
+            raise ClusterError("no spare ports: create the cluster with spare=")
+        self.start(broker)
+        p = self.ports[broker]
+        reply = _ask(
+            self.client_address(0),
+            f"ADDBROKER {broker} 127.0.0.1:{p.peer} 127.0.0.1:{p.controller}",
+            timeout,
+        )
+        if not reply.startswith(b"+OK"):
+            raise ClusterError(f"ADDBROKER {broker} answered {reply!r}")
+        self.n += 1
+        self.wait_ready(timeout)
+        return broker
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -207,15 +234,26 @@ class LocalCluster:
 
     def _registered(self, broker: int) -> int:
         """How many brokers ``broker``'s METADATA lists."""
-        with socket.create_connection(self.client_address(broker), timeout=2) as sock:
-            sock.sendall(b"METADATA\r\n")
-            data = b""
-            while not data.endswith(b"+END\r\n") and b"-ERR" not in data:
-                chunk = sock.recv(65536)
-                if not chunk:
-                    break
-                data += chunk
+        data = _ask(self.client_address(broker), "METADATA", 2)
         return sum(1 for line in data.split(b"\r\n") if line.startswith(b"+BROKER "))
+
+
+def _ask(address: tuple[str, int], line: str, timeout: float) -> bytes:
+    """One command's whole answer, raw (up to ``+END`` for a list)."""
+    with socket.create_connection(address, timeout=timeout) as sock:
+        sock.sendall(line.encode() + b"\r\n")
+        data = b""
+        while True:
+            chunk = sock.recv(65536)
+            if not chunk:
+                return data
+            data += chunk
+            first = data.split(b"\r\n", 1)[0]
+            if data.endswith(b"\r\n") and (
+                data.endswith(b"+END\r\n")
+                or (b"\r\n" in data and first.startswith((b"+OK", b"-ERR")))
+            ):
+                return data
 
 
 # -- the command ----------------------------------------------------------------------------------
@@ -284,6 +322,8 @@ def _all_ports(cluster: LocalCluster) -> list[int]:
 
 def _port_free(port: int) -> bool:
     with socket.socket() as s:
+        # As the brokers' listeners do: a port whose old connections linger in TIME_WAIT is free.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("127.0.0.1", port))
         except OSError:

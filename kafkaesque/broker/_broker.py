@@ -30,7 +30,14 @@ from kafkaesque.protocol import (
     encode_command,
     encode_reply,
 )
-from kafkaesque.raft import RaftConfig, Role
+from kafkaesque.raft import (
+    InvalidConfigChange,
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftUsageError,
+    Role,
+)
 from kafkaesque.raft._driver import MultiRaft, RaftGroup
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import LogConfig
@@ -41,7 +48,8 @@ from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
 from ._errors import RequestError
 from ._forwarding import APPEND, BROKER_KINDS, COMMAND, LEADERS, REPLY, Forwarder, ForwardError
-from ._leaders import LeaderTable
+from ._leaders import Claim, LeaderTable, decode_claims, encode_claims
+from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics
 from ._offsets import OffsetStore
@@ -53,6 +61,8 @@ log = logging.getLogger("kafkaesque.broker")
 _LEADER_SCAN_S = 0.05
 _LEADER_REPORT_EVERY_S = 1.0
 _LEADER_WAIT_POLL_S = 0.02
+_RECONCILE_EVERY_S = 1.0
+_MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _FORWARD_SLACK_S = 5.0
 # Forwarded commands carry whole batches: the decoder on that side must accept what a client may.
@@ -96,11 +106,14 @@ class Broker:
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
         )
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
+        self.raft.on_group_commit = self.metrics.fsync_latency.observe
+        self.writes.on_written = self.metrics.commit_latency.observe
         self.commands = CommandHandler(self)
         self.offsets = OffsetStore(self)
         self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
         self._nursery: trio.Nursery | None = None
         self._connections = 0
+        self._known_peers = set(config.peers) - {config.id}
         self.client_port = config.client.port
         self.admin_port: int | None = None
 
@@ -129,6 +142,8 @@ class Broker:
                 nursery.start_soon(self._register)
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._leader_loop)
+                nursery.start_soon(self._membership_loop)
+                nursery.start_soon(self._retention_loop)
                 log.info(
                     "broker %d serving clients on %s:%d",
                     config.id,
@@ -194,18 +209,101 @@ class Broker:
     # -- partitions -------------------------------------------------------------------------------
 
     async def _reconcile_loop(self) -> None:
-        """Host exactly the partitions the metadata assigns to this broker."""
+        """Host the partitions the metadata assigns here; know every registered broker.
+
+        Runs on every metadata change and every ``_RECONCILE_EVERY_S`` (a replica that was
+        moved away is dropped only once the group's leader has committed its removal, which
+        the metadata does not announce).
+        """
         version = -1
         while True:
-            view = await self.metadata.wait_changed(version)
+            with trio.move_on_after(_RECONCILE_EVERY_S):
+                await self.metadata.wait_changed(version)
+            view = self.metadata.view
             version = view.version
+            for broker in view.brokers.values():
+                self.admit_peer(broker.id, broker.host, broker.peer_port)
             for info in view.topics.values():
                 for partition, replicas in enumerate(info.replicas):
                     if self.config.id in replicas:
                         self._host(info, partition, replicas)
-            gone = [g for g in self.raft.groups if g.rpartition("/")[0] not in view.topics]
-            for group_id in gone:
-                await self._drop(group_id)
+            for group_id in list(self.raft.groups):
+                topic, _, number = group_id.rpartition("/")
+                hosted = view.topics.get(topic)
+                if hosted is None:
+                    await self._drop(group_id, deleted=True)
+                elif self.config.id not in hosted.replicas[int(number)] and self._moved_away(
+                    group_id
+                ):
+                    log.info("broker %d: %s moved away; dropping it", self.config.id, group_id)
+                    await self._drop(group_id)
+
+    def admit_peer(self, broker: int, host: str, peer_port: int) -> None:
+        """Know ``broker`` (a new member): connect to it and include it in Raft pings."""
+        if broker not in self._known_peers and broker != self.config.id:
+            self._known_peers.add(broker)
+            self.transport.add_peer(broker, (host, peer_port))
+            self.raft.add_peer(broker)
+
+    def _moved_away(self, group_id: str) -> bool:
+        """Whether a committed membership of the group no longer holds this broker."""
+        claim = self.membership(group_id)
+        return (
+            claim is not None
+            and claim.committed
+            and self.config.id not in claim.voters | claim.learners
+        )
+
+    def membership(self, group_id: str) -> Claim | None:
+        """The group's members as its leader sees them (this broker's, if it leads)."""
+        group = self.raft.groups.get(group_id)
+        if group is not None and group.role is Role.LEADER:
+            return _claim_of(group)
+        return self.leaders.claim(group_id)
+
+    async def _retention_loop(self) -> None:
+        """Delete each hosted log's oldest segments past its topic's size or age limit.
+
+        Every replica does it on its own, and only below its commit index; a follower that
+        falls behind the leader's new log start is caught up from there (Raft's log-start
+        catch-up). Deleting is a few unlinks and one directory fsync, quick enough to stay on
+        the event loop.
+        """
+        while True:
+            await trio.sleep(self.config.retention_check_interval_s)
+            for group in list(self.raft.groups.values()):
+                if self.raft.groups.get(group.id) is group:  # not dropped meanwhile
+                    group.log.enforce_retention(max_offset=group.commit_index + 1)
+                await trio.lowlevel.checkpoint()
+
+    async def _membership_loop(self) -> None:
+        """Steer every group led here toward its assigned replicas (see ``_membership``)."""
+        while True:
+            await trio.sleep(_MEMBERSHIP_EVERY_S)
+            topics = self.metadata.view.topics
+            for group in list(self.raft.groups.values()):
+                topic, _, partition = group.id.rpartition("/")
+                info = topics.get(topic)
+                if info is None or group.role is not Role.LEADER:
+                    continue
+                target = frozenset(info.replicas[int(partition)])
+                change = next_change(group.node.configuration, target, self.config.id)
+                if change is not None:
+                    self._apply(group.id, change)
+
+    def _apply(self, group_id: str, change: Change) -> None:
+        steps = {
+            "add_learner": self.raft.add_learner,
+            "promote": self.raft.promote,
+            "remove": self.raft.remove_member,
+            "transfer": self.raft.transfer_leadership,
+        }
+        try:
+            steps[change.action](group_id, change.node)
+        except (NotLeader, ProposalDropped, InvalidConfigChange, RaftUsageError) as exc:
+            log.debug("broker %d: %s %s later: %s", self.config.id, change, group_id, exc)
+            return
+        log.info("broker %d: %s: %s %d", self.config.id, group_id, change.action, change.node)
 
     def _host(self, info: TopicInfo, partition: int, replicas: tuple[int, ...]) -> None:
         group_id = group_name(info.name, partition)
@@ -218,13 +316,19 @@ class Broker:
             retention_bytes=c.retention_bytes,
         )
         directory = os.path.join(self.config.broker_dir, info.name, str(partition))
-        # The assignment spreads first replicas over the brokers: they are the preferred leaders.
-        self.raft.add_group(group_id, directory, replicas, log_config, preferred=replicas[0])
+        # The assignment spreads first replicas over the brokers: they are the preferred leaders
+        # of a new partition. A replica added to a running group waits to be caught up instead
+        # (it could not win an election with its empty log anyway: pre-vote refuses it).
+        new = self.writes.leader_of(group_id) is None
+        self.raft.add_group(
+            group_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
+        )
 
-    async def _drop(self, group_id: str) -> None:
-        """The topic was deleted: stop the group, fail its pending writes, delete its files."""
+    async def _drop(self, group_id: str, *, deleted: bool = False) -> None:
+        """Stop hosting the group and delete its files; ``deleted``: the whole topic went,
+        so writes queued for it here fail too."""
         topic, _, partition = group_id.rpartition("/")
-        for acks in Acks:
+        for acks in Acks if deleted else ():
             appender = self._appenders.pop((topic, int(partition), acks), None)
             if appender is not None:
                 appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
@@ -265,19 +369,20 @@ class Broker:
 
     async def _leader_loop(self) -> None:
         """Tell every peer which groups this broker leads: on change, and every second."""
-        reported: dict[str, int] = {}
+        reported: dict[str, Claim] = {}
         last_report = -1e9
         while True:
             await trio.sleep(_LEADER_SCAN_S)
-            led = {g.id: g.node.term for g in self.raft.groups.values() if g.role is Role.LEADER}
-            for group_id, term in led.items():
-                if reported.get(group_id) != term:
+            led = {g.id: _claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
+            for group_id, claim in led.items():
+                old = reported.get(group_id)
+                if old is None or old.term != claim.term:
                     self.metrics.elections.inc()
             now = trio.current_time()
             if led != reported or now - last_report >= _LEADER_REPORT_EVERY_S:
-                for peer in self.config.peers:
-                    if peer != self.config.id:
-                        self.transport.send(peer, [LEADERS, led])
+                wire = encode_claims(led)
+                for peer in self._known_peers:
+                    self.transport.send(peer, [LEADERS, wire])
                 reported, last_report = led, now
 
     # -- forwarding -------------------------------------------------------------------------------
@@ -325,7 +430,7 @@ class Broker:
             if kind == REPLY:
                 self.forwarder.answered(int(item[1]), item[2])
             elif kind == LEADERS:
-                self.leaders.report(peer, {str(g): int(t) for g, t in item[1].items()})
+                self.leaders.report(peer, decode_claims(item[1]))
             elif self._nursery is None:
                 return
             elif kind == APPEND:
@@ -381,3 +486,9 @@ def _remove_empty_dir(path: str) -> None:
     # Fails while other partitions of the topic are still there (or when it is gone already).
     with contextlib.suppress(OSError):
         os.rmdir(path)
+
+
+def _claim_of(group: RaftGroup) -> Claim:
+    node = group.node
+    conf = node.configuration
+    return Claim(node.term, conf.voters, conf.learners, node.configuration_committed)

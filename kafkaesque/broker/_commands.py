@@ -24,6 +24,7 @@ import trio
 from kafkaesque.protocol import (
     NEED_DATA,
     Acks,
+    AddBroker,
     BrokerRow,
     Command,
     Commit,
@@ -48,6 +49,7 @@ from kafkaesque.protocol import (
     PublishRecord,
     Pubs,
     Quit,
+    Reassign,
     RemoteProtocolError,
     Reply,
     ReplyDecoder,
@@ -91,6 +93,8 @@ _T = TypeVar("_T")
 
 DEFAULT_CONS_MESSAGES = 1000
 MAX_PARTITIONS = 10_000
+REASSIGN_TIMEOUT_S = 120.0
+_REASSIGN_POLL_S = 0.05
 
 
 def encode_replies(replies: Sequence[Reply]) -> bytes:
@@ -205,6 +209,16 @@ class CommandHandler:
                 return encode_reply(OkReply())
             case Commit() | FetchOffsets():
                 return await self._broker.offsets.execute(command, forwarded)
+            case Reassign():
+                return await self._reassign(command)
+            case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
+                host, _, port = controller.rpartition(":")
+                await self._metadata_call(
+                    self._broker.metadata.add_controller(broker_id, (host, int(port)))
+                )
+                peer_host, _, peer_port = peer.rpartition(":")
+                self._broker.admit_peer(broker_id, peer_host, int(peer_port))
+                return encode_reply(OkReply())
         raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
 
     # -- publishing -----------------------------------------------------------------------------
@@ -249,6 +263,7 @@ class CommandHandler:
             raise RequestError(ErrorCode.INVALID_BATCH, "a batch of data records is required")
         if header.last_offset_delta != header.record_count - 1:
             raise RequestError(ErrorCode.INVALID_BATCH, "record offsets must be contiguous")
+        # Everything else about the batch (CRCs, size limit) is checked as it is proposed.
         group_id = group_name(command.topic, command.partition)
         writes = self._broker.writes
         deadline = trio.current_time() + writes.timeout
@@ -416,6 +431,33 @@ class CommandHandler:
         )
         await self._broker.wait_for_leaders(info)
         return encode_reply(OkReply("exists" if existed else "created"))
+
+    async def _reassign(self, command: Reassign) -> bytes:
+        info = self._topic(command.topic)
+        if command.partition >= info.config.partitions:
+            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
+        unknown = set(command.replicas) - set(self._broker.metadata.view.brokers)
+        if unknown:
+            raise RequestError(
+                ErrorCode.INVALID_CONFIG, f"brokers {sorted(unknown)} are not in the cluster"
+            )
+        await self._metadata_call(
+            self._broker.metadata.set_replicas(command.topic, command.partition, command.replicas)
+        )
+        group_id = group_name(command.topic, command.partition)
+        target = frozenset(command.replicas)
+        with trio.move_on_after(REASSIGN_TIMEOUT_S):
+            while True:
+                claim = self._broker.membership(group_id)
+                done = claim is not None and claim.committed and not claim.learners
+                if done and claim is not None and claim.voters == target:
+                    return encode_reply(OkReply())
+                await trio.sleep(_REASSIGN_POLL_S)
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{group_id} is still moving to {sorted(target)} after {REASSIGN_TIMEOUT_S:.0f} s "
+            "(it goes on; DESCRIBE follows it)",
+        )
 
     async def _metadata_call(self, call: Awaitable[_T]) -> _T:
         try:

@@ -1,33 +1,45 @@
-"""Who leads each partition, as one broker knows it.
+"""Who leads each partition, and with which members, as one broker knows it.
 
 Leadership is not stored in the metadata quorum (it changes with every election): each
 partition's Raft group knows its own leader, and every broker reports the groups it leads to
-every peer, periodically and whenever that changes. A broker believes, for each group, the claim
-with the highest term; a claim by a broker whose connection just closed is dropped at once.
-A broker that hosts a replica trusts its own Raft group first: it hears of elections directly.
+every peer, periodically and whenever that changes, with the group's members as that leader
+sees them (how a broker knows that a reassignment finished, or that it was removed from a
+group). A broker believes, for each group, the claim with the highest term; a claim by a broker
+whose connection just closed is dropped at once. A broker that hosts a replica trusts its own Raft
+group first: it hears of elections directly.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+
+class Claim(NamedTuple):
+    """A leader's report of one group: its term, its members, and whether they are committed."""
+
+    term: int
+    voters: frozenset[int]
+    learners: frozenset[int]
+    committed: bool  # False while a membership change is in flight
 
 
 class LeaderTable:
-    """Peers' leadership claims: ``group id -> (term, broker)``; pure, no I/O."""
+    """Peers' leadership claims; pure, no I/O."""
 
     def __init__(self) -> None:
-        # Invariant: _best[g] is the claim of highest term among _claims[*][g].
-        self._claims: dict[int, dict[str, int]] = {}
-        self._best: dict[str, tuple[int, int]] = {}
+        # Invariant: _best[g] is the claim of highest term among _claims[*][g], with its broker.
+        self._claims: dict[int, dict[str, Claim]] = {}
+        self._best: dict[str, tuple[Claim, int]] = {}
 
-    def report(self, broker: int, led: Mapping[str, int]) -> None:
-        """``broker`` says it leads exactly the groups ``led`` (group id -> term) now."""
+    def report(self, broker: int, led: Mapping[str, Claim]) -> None:
+        """``broker`` says it leads exactly the groups ``led`` now."""
         old = self._claims.get(broker, {})
         self._claims[broker] = dict(led)
-        for group, term in led.items():
+        for group, claim in led.items():
             best = self._best.get(group)
-            if best is None or term > best[0] or (term == best[0] and best[1] == broker):
-                self._best[group] = (term, broker)
+            if best is None or claim.term > best[0].term or best[1] == broker:
+                self._best[group] = (claim, broker)
         for group in old.keys() - led.keys():
             self._recompute(group)
 
@@ -40,9 +52,32 @@ class LeaderTable:
         best = self._best.get(group)
         return None if best is None else best[1]
 
+    def claim(self, group: str) -> Claim | None:
+        """The believed leader's report of ``group`` (None when no leader is known)."""
+        best = self._best.get(group)
+        return None if best is None else best[0]
+
     def _recompute(self, group: str) -> None:
         claims = [(led[group], b) for b, led in self._claims.items() if group in led]
         if claims:
-            self._best[group] = max(claims)
+            self._best[group] = max(claims, key=lambda c: (c[0].term, c[1]))
         else:
             self._best.pop(group, None)
+
+
+def encode_claims(led: Mapping[str, Claim]) -> dict[str, list[object]]:
+    """The wire form of a report (msgpack has no sets)."""
+    return {g: [c.term, sorted(c.voters), sorted(c.learners), c.committed] for g, c in led.items()}
+
+
+def decode_claims(raw: Mapping[Any, Any]) -> dict[str, Claim]:
+    """Read a peer's report; ``TypeError``/``ValueError`` if malformed."""
+    out: dict[str, Claim] = {}
+    for group, value in raw.items():
+        if not isinstance(group, str) or not isinstance(value, list) or len(value) != 4:
+            raise ValueError(f"malformed leadership claim {group!r}: {value!r}")
+        term, voters, learners, committed = value
+        out[group] = Claim(
+            int(term), frozenset(map(int, voters)), frozenset(map(int, learners)), bool(committed)
+        )
+    return out

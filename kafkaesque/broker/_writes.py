@@ -18,6 +18,7 @@ sequence numbers in the batch header) remove the duplicate; that is the exactly-
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +27,7 @@ import trio
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
 from kafkaesque.raft._driver import MultiRaft, RaftGroup
+from kafkaesque.storage import InvalidBatchError
 
 from ._errors import RequestError
 from ._forwarding import APPEND, Forwarder, ForwardError, PeerUnavailable, _Call
@@ -62,6 +64,7 @@ class _Remote:
 @dataclass(slots=True)
 class _Failed:
     reason: str
+    refusal: RequestError | None = None  # set when retrying cannot help (a bad batch)
 
 
 Attempt = _Local | _Remote | _Failed
@@ -84,6 +87,8 @@ class WritePath:
         self._leaders = leaders
         self._forwarder = forwarder
         self.timeout = timeout
+        # Told each acknowledged write's latency, from its first attempt (for metrics).
+        self.on_written: Callable[[float], None] | None = None
 
     def leader_of(self, group_id: str) -> int | None:
         """The partition's leader as known here: the local replica's view first."""
@@ -104,6 +109,9 @@ class WritePath:
                 last, term = self._raft.propose_nowait(group_id, batch, count)
             except (NotLeader, ProposalDropped) as exc:
                 return _Failed(f"the local replica refused: {exc}")
+            except InvalidBatchError as exc:
+                refusal = RequestError(ErrorCode.INVALID_BATCH, str(exc))
+                return _Failed(str(exc), refusal)
             return _Local(group, last, term, count)
         leader = self.leader_of(group_id)
         if leader is None or leader == self.node_id:
@@ -120,6 +128,8 @@ class WritePath:
     async def finish(self, attempt: Attempt, acks: Acks, deadline: float) -> tuple[int, int]:
         """``(first, last)`` offsets once written; ``_Retry`` or ``RequestError`` otherwise."""
         if isinstance(attempt, _Failed):
+            if attempt.refusal is not None:
+                raise attempt.refusal
             raise _Retry(attempt.reason)
         if isinstance(attempt, _Local):
             return await self._finish_local(attempt, acks, deadline)
@@ -170,15 +180,20 @@ class WritePath:
         """
         if deadline is None:
             deadline = trio.current_time() + self.timeout
+        started = deadline - self.timeout
         attempt = first or self.start(group_id, batch, count, acks, deadline)
         unknown = False
         backoff = 0.005
         while True:
             try:
-                return await self.finish(attempt, acks, deadline)
+                written = await self.finish(attempt, acks, deadline)
             except _Retry as retry:
                 unknown |= retry.unknown
                 reason = str(retry)
+            else:
+                if self.on_written is not None:
+                    self.on_written(trio.current_time() - started)
+                return written
             now = trio.current_time()
             if now >= deadline:
                 if unknown:

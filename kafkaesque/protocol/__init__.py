@@ -15,6 +15,7 @@ from ._line import unescape as unescape
 from ._line_commands import INTERNAL_TOPIC_PREFIX as INTERNAL_TOPIC_PREFIX
 from ._line_commands import MAX_TOPIC_NAME_LENGTH as MAX_TOPIC_NAME_LENGTH
 from ._line_commands import Acks as Acks
+from ._line_commands import AddBroker as AddBroker
 from ._line_commands import BadCommand as BadCommand
 from ._line_commands import BrokerRow as BrokerRow
 from ._line_commands import Command as Command
@@ -50,6 +51,7 @@ from ._line_commands import PublishBatch as PublishBatch
 from ._line_commands import PublishRecord as PublishRecord
 from ._line_commands import Pubs as Pubs
 from ._line_commands import Quit as Quit
+from ._line_commands import Reassign as Reassign
 from ._line_commands import RemoteProtocolError as RemoteProtocolError
 from ._line_commands import Reply as Reply
 from ._line_commands import Row as Row

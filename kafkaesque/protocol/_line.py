@@ -35,6 +35,7 @@ from ._line_commands import (
     DEFAULT_LIMITS,
     DEFAULT_REPLY_LIMITS,
     Acks,
+    AddBroker,
     BadCommand,
     BrokerRow,
     Command,
@@ -68,6 +69,7 @@ from ._line_commands import (
     PublishRecord,
     Pubs,
     Quit,
+    Reassign,
     RemoteProtocolError,
     Reply,
     Subs,
@@ -149,6 +151,14 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
     "METADATA": (
         "METADATA [<topic> ...]",
         "Brokers and partition leaders: +BROKER rows, +PARTITION rows, then +END.",
+    ),
+    "REASSIGN": (
+        "REASSIGN <topic> <partition> <broker>,<broker>...",
+        "Move a partition's replicas, one broker at a time. Replies +OK once they are these.",
+    ),
+    "ADDBROKER": (
+        "ADDBROKER <id> <peer_host:port> <controller_host:port>",
+        "Admit a broker started with --join to the cluster. Replies +OK.",
     ),
     "HELP": ("HELP [<command>]", "This help."),
     "PING": ("PING", "Replies +OK PONG."),
@@ -319,6 +329,13 @@ def _arg_bool(raw: bytes, what: str) -> bool:
     if folded in _FALSE:
         return False
     raise _Reject(ErrorCode.BAD_ARGS, f"{what} must be yes or no, not {_show(raw)}")
+
+
+def _arg_address(raw: bytes, what: str) -> str:
+    host, sep, port = _arg_name(raw, what).rpartition(":")
+    if not sep or not host or _parse_int(port.encode(), 0, 65535) is None:
+        raise _Reject(ErrorCode.BAD_ARGS, f"{what} must be host:port, not {_show(raw)}")
+    return f"{host}:{port}"
 
 
 def _arg_options(tokens: list[bytes], allowed: frozenset[str], word: str) -> dict[str, bytes]:
@@ -826,6 +843,23 @@ class LineDecoder:
         tokens = _arg_tokens(line, "OFFSETS", 2)
         return FetchOffsets(_arg_name(tokens[0], "group"), self._topic(tokens[1], True))
 
+    def _parse_reassign(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "REASSIGN", 3)
+        replicas = tuple(_arg_int(r, "broker", 0, INT32_MAX) for r in tokens[2].split(b","))
+        if len(set(replicas)) != len(replicas):
+            raise _Reject(ErrorCode.BAD_ARGS, "a broker is listed twice in the replicas")
+        return Reassign(
+            self._topic(tokens[0], True), _arg_int(tokens[1], "partition", 0, INT32_MAX), replicas
+        )
+
+    def _parse_addbroker(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "ADDBROKER", 3)
+        return AddBroker(
+            _arg_int(tokens[0], "id", 0, INT32_MAX),
+            _arg_address(tokens[1], "peer"),
+            _arg_address(tokens[2], "controller"),
+        )
+
     def _parse_metadata(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = line.split()[1:]
         return Metadata(tuple(self._topic(token, True) for token in tokens))
@@ -865,6 +899,8 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"COMMIT": LineDecoder._parse_commit,
     b"OFFSETS": LineDecoder._parse_offsets,
     b"METADATA": LineDecoder._parse_metadata,
+    b"REASSIGN": LineDecoder._parse_reassign,
+    b"ADDBROKER": LineDecoder._parse_addbroker,
     b"HELP": LineDecoder._parse_help,
     b"PING": LineDecoder._parse_ping,
     b"QUIT": LineDecoder._parse_quit,
@@ -1089,6 +1125,20 @@ def encode_command(command: Command) -> bytes:
             if type(topics) is not tuple:
                 raise _bad("topics", topics, "a tuple of topic names")
             return b" ".join([b"METADATA", *(_topic_bytes(t, True) for t in topics)]) + _CRLF
+        case Reassign(topic=topic, partition=partition, replicas=replicas):
+            if type(replicas) is not tuple or not replicas:
+                raise _bad("replicas", replicas, "a non-empty tuple of broker ids")
+            return b"REASSIGN %s %s %s\r\n" % (
+                _topic_bytes(topic, True),
+                _int_bytes(partition, "partition", 0, INT32_MAX),
+                b",".join(_int_bytes(r, "broker", 0, INT32_MAX) for r in replicas),
+            )
+        case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
+            return b"ADDBROKER %s %s %s\r\n" % (
+                _int_bytes(broker_id, "id", 0, INT32_MAX),
+                _name_bytes(peer, "peer"),
+                _name_bytes(controller, "controller"),
+            )
         case Help(command=word):
             if word is None:
                 return b"HELP\r\n"

@@ -460,6 +460,32 @@ class Metadata:
 
 
 @dataclass(frozen=True, slots=True)
+class Reassign:
+    """``REASSIGN topic partition broker,broker,...``: move a partition's replicas.
+
+    The replicas are changed one server at a time (add a learner, catch it up, promote it;
+    remove). The reply ``+OK`` comes once the partition's Raft group has exactly these voters.
+    """
+
+    topic: str
+    partition: int
+    replicas: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class AddBroker:
+    """``ADDBROKER id peer_host:port controller_host:port``: admit a new broker to the cluster.
+
+    The new broker runs already (``kafkaesque broker --join``); this adds it to the controller
+    quorum and tells every broker where its Raft transport listens.
+    """
+
+    broker_id: int
+    peer: str
+    controller: str
+
+
+@dataclass(frozen=True, slots=True)
 class Help:
     """``HELP [command]``: ``+INFO`` rows then ``+END`` (see ``help_replies``)."""
 
@@ -490,6 +516,8 @@ Command: TypeAlias = (
     | Commit
     | FetchOffsets
     | Metadata
+    | Reassign
+    | AddBroker
     | Help
     | Ping
     | Quit

@@ -177,6 +177,11 @@ class RaftNode(LeaderMixin):
         return self._conf
 
     @property
+    def configuration_committed(self) -> bool:
+        """Whether the configuration in force is committed (no membership change in flight)."""
+        return not self._configs or self._configs[-1][0] <= self._log.commit
+
+    @property
     def log(self) -> RaftLog:
         """The log view (storage + unstable tail). Read it; never write through it."""
         return self._log

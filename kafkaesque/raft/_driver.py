@@ -3,13 +3,19 @@
 Each tick (``tick_interval``, 50 ms by default) the driver ticks every active group and pings
 every peer. Its loop follows each core's ``Ready`` contract for all groups at once:
 
-1. take the Ready of every group that has one, and write it to that group's ``PartitionStorage``;
+1. take the Ready of every group that has one, and write it to that group's ``PartitionStorage``
+   (all its entries in one group write); a leader's Ready that only replicates (AppendEntries and
+   heartbeats, no new term or vote) has its messages sent first, so the followers write while
+   the leader does (thesis §10.2.1, as etcd does: the leader counts itself only once durable);
 2. fsync every log those Readys touched, and save the broker's ``HardStateStore`` (the term and
    vote of every group, one file) if a term or vote changed, on worker threads: group commit
    across groups, a handful of fsyncs in parallel;
-3. only then send the Readys' messages (a vote or an acknowledgement is never sent before it is
-   durable), expose the newly committed offsets and wake whoever waits for them;
+3. only then send the other Readys' messages (a vote or an acknowledgement is never sent before
+   it is durable), expose the newly committed offsets and wake whoever waits for them;
 4. advance every core.
+
+Proposals are checked (one valid batch of data spanning the count given) before they join the
+log: a bad batch is refused to its proposer, never found when the log is written.
 
 Quiescence (CockroachDB's idea): a leader whose followers hold its whole log and know its commit
 index, and that saw no traffic for a few ticks, stops ticking and tells its followers to stop
@@ -54,7 +60,6 @@ from ._ready import Ready
 from ._types import HardState, Role
 
 log = logging.getLogger("kafkaesque.raft.driver")
-_TRACE = open(os.environ["KQ_TRACE"] + f".{os.getpid()}", "w", buffering=1) if os.environ.get("KQ_TRACE") else None
 
 # Transport items: [kind, ...]
 _MSG = 0  # [0, group, wire message]
@@ -169,6 +174,8 @@ class MultiRaft:
         self._last_heard: dict[int, int] = {}
         self._election_tick = self._raft_config(node_id).election_tick
         self.fsyncs = 0
+        # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
+        self.on_group_commit: Callable[[float], None] | None = None
         self.readies = 0
 
     # -- groups -------------------------------------------------------------------------------
@@ -210,6 +217,36 @@ class MultiRaft:
         self._mark(group)
         return group
 
+    def add_peer(self, node: int) -> None:
+        """``node`` joined the cluster: ping it every tick like the other peers."""
+        if node != self.node_id:
+            self._peers.add(node)
+
+    # -- membership changes (the caller leads the group; one change at a time) --------------
+
+    def add_learner(self, group_id: str, node: int) -> int:
+        """Propose adding ``node`` to ``group_id`` as a learner (see ``RaftNode.add_learner``)."""
+        self.add_peer(node)
+        return self._change(group_id, lambda n: n.add_learner(node))
+
+    def promote(self, group_id: str, node: int) -> int:
+        """Propose making caught-up learner ``node`` a voter (see ``RaftNode.promote``)."""
+        return self._change(group_id, lambda n: n.promote(node))
+
+    def remove_member(self, group_id: str, node: int) -> int:
+        """Propose removing ``node`` from ``group_id`` (see ``RaftNode.remove``)."""
+        return self._change(group_id, lambda n: n.remove(node))
+
+    def transfer_leadership(self, group_id: str, to: int) -> None:
+        """Hand the leadership of ``group_id`` to voter ``to`` (see ``RaftNode``)."""
+        self._change(group_id, lambda n: n.transfer_leadership(to))
+
+    def _change(self, group_id: str, change: Callable[[RaftNode], int | None]) -> int:
+        group = self.groups[group_id]
+        result = change(group.node)
+        self._wake_group(group)
+        return -1 if result is None else result
+
     def remove_group(self, group_id: str) -> str | None:
         """Stop hosting ``group_id`` (its topic was deleted) and close its log.
 
@@ -241,14 +278,14 @@ class MultiRaft:
     ) -> tuple[int, int]:
         """Append ``batch`` (``count`` offsets) as the leader and wait until it is committed.
 
-        Returns its ``(first, last)`` offsets. Raises ``NotLeader`` (with the leader's id when
+        Returns its ``(first, last)`` offsets. Raises ``InvalidBatchError`` (a ``ValueError``:
+        not one valid batch of ``count`` offsets), ``NotLeader`` (with the leader's id when
         known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if the
         entry was truncated away (definitely failed, retry) or ``CommitTimeout`` (unknown).
         """
         group = self.groups[group_id]
-        last = group.node.propose(batch, count)
+        last = self._propose(group, batch, count)
         term = group.node.term
-        self._wake_group(group)
         done = trio.Event()
         group._seq += 1
         heapq.heappush(group._waiters, (last, group._seq, term, done))
@@ -266,12 +303,22 @@ class MultiRaft:
         The entry is committed once ``group.commit_index >= last`` while the log still holds it
         in ``term`` (``group.changed`` fires on every move of the commit index); this is the
         pipelining path (a broker's ingress), ``propose`` the one-at-a-time one. Raises
-        ``NotLeader`` or ``ProposalDropped``.
+        ``InvalidBatchError``, ``NotLeader`` or ``ProposalDropped`` (nothing appended).
         """
         group = self.groups[group_id]
-        last = group.node.propose(batch, count)
+        return self._propose(group, batch, count), group.node.term
+
+    def _propose(self, group: RaftGroup, batch: bytes, count: int) -> int:
+        # Checked before it joins the Raft log: a bad batch, or a count that disagrees with it,
+        # is refused here (it would otherwise stop the driver when the log is written).
+        group.storage.check_proposal(batch, count)
+        try:
+            last = group.node.propose(batch, count)
+        except BaseException:
+            group.storage.log.forget_checked(batch)
+            raise
         self._wake_group(group)
-        return last, group.node.term
+        return last
 
     @property
     def ticks(self) -> int:
@@ -427,13 +474,14 @@ class MultiRaft:
         self._wake.set()
 
     def _wake_group(self, group: RaftGroup) -> None:
+        if group in self._dirty and not group.quiesced:
+            group.idle_ticks = 0  # already active, marked and the loop woken: a proposal burst
+            return
         self._activate(group)
         group.idle_ticks = 0
         self._mark(group)
 
     async def _process(self) -> None:
-        import time as _t
-        _t0 = _t.perf_counter()
         dirty, self._dirty = self._dirty, set()
         readies: list[tuple[RaftGroup, Ready, bool]] = []
         for group in dirty:
@@ -450,7 +498,6 @@ class MultiRaft:
         if not readies:
             return
         self.readies += len(readies)
-        _t1 = _t.perf_counter()
         tickets: list[FlushTicket] = []
         owners: list[PartitionLog] = []
         for group, rd, _ in readies:
@@ -463,22 +510,19 @@ class MultiRaft:
                     glog.maybe_flush()
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         if tickets or snapshot is not None:
+            started = trio.current_time()
             async with trio.open_nursery() as nursery:
                 if snapshot is not None:
                     nursery.start_soon(trio.to_thread.run_sync, self.hard_states.write, snapshot)
                 for chunk in _chunks(tickets, _FSYNC_THREADS):
                     nursery.start_soon(trio.to_thread.run_sync, _run_tickets, chunk)
             self.fsyncs += len(tickets) + (snapshot is not None)
+            if self.on_group_commit is not None:
+                self.on_group_commit(trio.current_time() - started)
             for glog, ticket in zip(owners, tickets, strict=True):
                 glog.flushed(ticket)
-        _t2 = _t.perf_counter()
         for group, rd, sent in readies:
             self._after_persist(group, rd, sent)
-        _t3 = _t.perf_counter()
-        if _TRACE is not None:
-            ne = sum(len(rd.entries) for _, rd, _ in readies)
-            nm = sum(len(rd.messages) for _, rd, _ in readies)
-            _TRACE.write(f"{_t0:.6f} persist={(_t1-_t0)*1e3:.2f} fsync={(_t2-_t1)*1e3:.2f} after={(_t3-_t2)*1e3:.2f} ents={ne} msgs={nm} tickets={len(tickets)}\n")
 
     def _send_messages(self, group: RaftGroup, rd: Ready) -> None:
         for msg in rd.messages:

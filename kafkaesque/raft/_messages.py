@@ -170,7 +170,11 @@ def _bool(x: object) -> bool:
     return x
 
 
+_KINDS: Final = tuple(EntryKind)  # by wire value (0, 1, 2...)
+
+
 def _entries(x: object) -> tuple[Entry, ...]:
+    # Once per replicated batch on a follower: the checks are inlined.
     if not isinstance(x, list | tuple):
         raise MalformedMessage(f"expected a list of entries, got {type(x).__name__}")
     out = []
@@ -178,10 +182,14 @@ def _entries(x: object) -> tuple[Entry, ...]:
         if not isinstance(item, list | tuple) or len(item) != 5:
             raise MalformedMessage(f"bad entry {item!r}")
         term, first, last, kind, data = item
+        if not (type(term) is type(first) is type(last) is type(kind) is int):
+            raise MalformedMessage(f"bad entry {item!r}")
         if not isinstance(data, bytes):
             raise MalformedMessage("entry data must be bytes")
+        if not 0 <= kind < len(_KINDS):
+            raise MalformedMessage(f"unknown entry kind {kind}")
         try:
-            out.append(Entry(_int(term), _int(first), _int(last), EntryKind(_int(kind)), data))
+            out.append(Entry(term, first, last, _KINDS[kind], data))
         except ValueError as exc:
             raise MalformedMessage(f"bad entry: {exc}") from exc
     return tuple(out)

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from kafkaesque.storage import (
     BatchType,
+    InvalidBatchError,
     PartitionLog,
     Record,
     build_batch,
@@ -137,6 +138,20 @@ class PartitionStorage:
         return self.last_index() + 1
 
     # -- the driver's writes ---------------------------------------------------------------
+
+    def check_proposal(self, batch: bytes, count: int) -> None:
+        """Refuse what cannot be proposed as a DATA entry of ``count`` offsets.
+
+        It must be one valid batch of data records (``PartitionLog.check_batch``): a control
+        batch proposed as data would be read back as a control entry, and a configuration one
+        would change the group's membership. Raises ``InvalidBatchError``.
+        """
+        header = self.log.check_batch(batch, span=count)
+        if header.batch_type is not BatchType.DATA:
+            self.log.forget_checked(batch)
+            raise InvalidBatchError(
+                f"a proposal must be a batch of data, not of {header.batch_type.name}"
+            )
 
     @property
     def hard_state(self) -> HardState:

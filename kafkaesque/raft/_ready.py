@@ -7,7 +7,11 @@ The driver's loop, in this order (etcd's contract, adapted to a log that is the 
    ``>= rd.truncate_from``, then append ``rd.entries``, then ``rd.hard_state``. One fsync after all
    of them is enough; what matters is that all are durable before step 3.
 3. Send ``rd.messages``: they may acknowledge entries or announce votes of this very Ready, so
-   sending them earlier could lose an acknowledged write or double-vote after a crash.
+   sending them earlier could lose an acknowledged write or double-vote after a crash. One
+   exception (thesis §10.2.1, etcd's too): when every message is a leader's AppendEntries or
+   heartbeat and the Ready changes neither term nor vote, they may go before step 2, so followers
+   write while the leader does; the leader counts itself only for what ``advance`` says is
+   durable.
 4. Expose ``rd.committed`` (consumers may now read up to its last offset), answer
    ``rd.read_states`` once the applied offset reaches their index, fail ``rd.dropped_reads``.
 5. ``node.advance(rd)``.

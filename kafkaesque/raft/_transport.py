@@ -254,8 +254,8 @@ class PeerTransport:
                 await link.wake.wait()
                 link.wake = trio.Event()
                 items, link.outbox = link.outbox, []
-                if items:
-                    for buffer in encoder.encode(items):
+                for frame in encoder.frames(items):
+                    for buffer in frame:
                         await stream.send_all(buffer)
                     self.frames_sent += 1
         finally:

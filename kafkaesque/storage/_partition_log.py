@@ -55,6 +55,10 @@ log = logging.getLogger("kafkaesque.storage")
 _STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and term
 
 
+# What ``check_batch`` may remember at most (payload bytes of the remembered batches).
+_CHECKED_MAX_BYTES = 64 * 1024 * 1024
+
+
 def _tail(batch: bytes | memoryview) -> memoryview:
     """The part of a batch that stamping leaves alone (a view: never copied)."""
     return memoryview(batch)[_STAMP_END:]
@@ -164,6 +168,9 @@ class PartitionLog:
         self._flushed_end = self.log_end_offset  # recovery fsynced what it kept
         self._last_flush_ms = clock()
         self._closed = False
+        # Batches passed by ``check_batch`` and not yet appended: id -> (batch, header, uses).
+        self._checked: dict[int, tuple[bytes, BatchHeader, int]] = {}
+        self._checked_bytes = 0
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -330,6 +337,66 @@ class PartitionLog:
             )
         return header
 
+    def _check_new_batch(self, batch: bytes | memoryview) -> BatchHeader:
+        # The header CRC only guards the fields stamping rewrites, so it is not worth checking.
+        header = self._check_batch(batch, header_crc=False)
+        if header.size != len(batch):
+            raise InvalidBatchError(
+                f"batch length says {header.size} bytes but {len(batch)} were given"
+            )
+        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+            raise InvalidBatchError(
+                f"a new batch needs contiguous offsets: {header.record_count} records "
+                f"spanning {header.last_offset_delta + 1} offsets"
+            )
+        return header
+
+    def check_batch(self, batch: bytes | memoryview, *, span: int | None = None) -> BatchHeader:
+        """Check ``batch`` as ``append`` would, and that it spans ``span`` offsets if given.
+
+        A leader checks a producer's batch when it accepts it: an invalid batch must be refused
+        to its producer then, not found once it is in the Raft log. A ``bytes`` batch that
+        passes is remembered until it is appended, so its append does not check it again (the
+        object cannot change); what is remembered is bounded, and an append that finds nothing
+        remembered checks. ``forget_checked`` undoes one check whose batch will not be appended.
+
+        Raises ``InvalidBatchError``.
+        """
+        header = self._check_new_batch(batch)
+        if span is not None and header.last_offset_delta + 1 != span:
+            raise InvalidBatchError(
+                f"the batch spans {header.last_offset_delta + 1} offsets, not {span}"
+            )
+        if type(batch) is bytes:
+            key = id(batch)
+            hit = self._checked.get(key)
+            if hit is None:
+                if self._checked_bytes + len(batch) > _CHECKED_MAX_BYTES:
+                    self._checked.clear()  # only costs the appends a check of their own
+                    self._checked_bytes = 0
+                self._checked_bytes += len(batch)
+                self._checked[key] = (batch, header, 1)
+            else:
+                self._checked[key] = (batch, header, hit[2] + 1)
+        return header
+
+    def forget_checked(self, batch: bytes | memoryview) -> None:
+        """Undo one ``check_batch`` of ``batch`` (it will not be appended after all)."""
+        self._take_checked(batch)
+
+    def _take_checked(self, batch: bytes | memoryview) -> BatchHeader | None:
+        """The header remembered for this very object, if any; one remembered check is used."""
+        hit = self._checked.get(id(batch))
+        if hit is None or hit[0] is not batch:
+            return None
+        obj, header, uses = hit
+        if uses > 1:
+            self._checked[id(batch)] = (obj, header, uses - 1)
+        else:
+            del self._checked[id(batch)]
+            self._checked_bytes -= len(obj)
+        return header
+
     def append(self, batch: bytes | memoryview, *, term: int) -> AppendResult:
         """Append one batch as the leader: assign it the next offsets and stamp ``term``.
 
@@ -339,9 +406,7 @@ class PartitionLog:
         """
         return self.append_many([(batch, term)])[0]
 
-    def append_many(
-        self, batches: Iterable[tuple[bytes | memoryview, int]]
-    ) -> list[AppendResult]:
+    def append_many(self, batches: Iterable[tuple[bytes | memoryview, int]]) -> list[AppendResult]:
         """Append ``(batch, term)`` pairs as ``append`` does each, in order; return their offsets.
 
         Every batch is checked before any is written: on ``InvalidBatchError`` or ``ValueError``
@@ -353,17 +418,7 @@ class PartitionLog:
         writes: list[BatchWrite] = []
         results: list[AppendResult] = []
         for batch, term in batches:
-            # The header CRC only guards the fields stamped below, so it is not worth checking.
-            header = self._check_batch(batch, header_crc=False)
-            if header.size != len(batch):
-                raise InvalidBatchError(
-                    f"batch length says {header.size} bytes but {len(batch)} were given"
-                )
-            if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
-                raise InvalidBatchError(
-                    f"a new batch needs contiguous offsets: {header.record_count} records "
-                    f"spanning {header.last_offset_delta + 1} offsets"
-                )
+            header = (self._checked and self._take_checked(batch)) or self._check_new_batch(batch)
             if term < last_term:
                 raise ValueError(f"term {term} is below the log's last term {last_term}")
             last = base + header.last_offset_delta
@@ -415,6 +470,13 @@ class PartitionLog:
         decisions are those that appending the batches one by one would make.
         """
         now = self._clock()
+        if len(writes) == 1:  # a single ``append``: nothing to group
+            w = writes[0]
+            self._maybe_roll(w.size, now)
+            if w.term != self._terms.last_term:
+                self._terms.assign(w.term, w.base)  # durable at the next roll (or recovery)
+            self._active.append(writes, now)
+            return
         segment_ms, limit = self.config.segment_ms, self.config.segment_bytes
         i = 0
         while i < len(writes):

@@ -244,8 +244,11 @@ class Segment:
         """
         if self.sealed or self._fd is None:
             raise AssertionError(f"append to sealed segment {self.log_path}")
-        parts = [part for batch in batches for part in batch.parts]
-        size = sum(batch.size for batch in batches)
+        parts: list[bytes | memoryview] = []
+        size = 0
+        for batch in batches:
+            parts.extend(batch.parts)
+            size += batch.size
         try:
             _write_fully(self._fd, parts, self.size, size)
         except OSError:

@@ -149,7 +149,13 @@ def test_metadata_names_leaders_and_metrics_show_them(broker_cluster: LocalClust
         text = response.read().decode()
     assert 'kafkaesque_partition_commit_index{broker="0",partition="0",topic="watched"}' in text
     assert "kafkaesque_requests_total" in text
-    assert "kafkaesque_commit_latency_seconds_bucket" in text
+    counts = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith(("kafkaesque_commit_latency_seconds_count", "kafkaesque_fsync"))
+    }
+    assert counts["kafkaesque_commit_latency_seconds_count"] >= 1
+    assert counts["kafkaesque_fsync_latency_seconds_count"] >= 1
 
 
 @pytest.mark.parametrize(

@@ -42,16 +42,28 @@ def test_frames_round_trip_whatever_the_split(frames: list[object], data: st.Dat
     assert got == frames
 
 
-@given(frames=st.lists(values | st.just(b"\x07" * 70_000), max_size=6))
-def test_the_reusing_encoder_writes_what_encode_frame_writes(frames: list[object]) -> None:
-    # Small frames come as one buffer, large ones as header + a view of the reused buffer; the
-    # bytes are the same, and each frame's buffers survive until the next encode.
-    encoder = FrameEncoder()
+@given(
+    batches=st.lists(st.lists(values | st.just(b"\x07" * 70_000), max_size=6), max_size=4),
+    target=st.sampled_from([1, 100, 1 << 20]),
+)
+def test_the_reusing_encoder_frames_any_items(batches: list[list[object]], target: int) -> None:
+    # Small frames come as one buffer, large ones as header + a view of the reused buffer; a
+    # list of items comes out as frames of about ``target`` bytes, each a list of items, in
+    # order; each frame's buffers are read before the next is taken.
+    encoder = FrameEncoder(target)
     decoder = FrameDecoder()
-    for value in frames:
-        parts = encoder.encode([value])
-        assert b"".join(bytes(p) for p in parts) == encode_frame([value])
-        assert decoder.feed(b"".join(bytes(p) for p in parts)) == [[value]]
+    for items in batches:
+        frames = []
+        for frame in encoder.frames(items):
+            data = b"".join(bytes(p) for p in frame)
+            frames.extend(decoder.feed(data))
+        assert [item for frame in frames for item in frame] == items
+        assert all(frames)
+        if target == 1:
+            assert len(frames) == len(items)
+        if target == 1 << 20 and items:
+            assert frames == [items]
+            assert data == encode_frame(items)
     encoder.release()
     encoder.release()  # idempotent
 

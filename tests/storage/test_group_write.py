@@ -12,13 +12,16 @@ from kafkaesque.storage import (
     LogConfig,
     PartitionLog,
     Record,
+    _segment,
     build_batch,
+    decode_header,
     decode_records,
     iter_batches,
 )
-from kafkaesque.storage import _segment
 
-BATCHES = [build_batch([Record(value=b"r%d-%d" % (i, j)) for j in range(i % 3 + 1)]) for i in range(40)]
+BATCHES = [
+    build_batch([Record(value=b"r%d-%d" % (i, j)) for j in range(i % 3 + 1)]) for i in range(40)
+]
 TERMS = [1 + i // 15 for i in range(40)]
 
 
@@ -63,7 +66,7 @@ def test_a_group_of_more_batches_than_iov_max_is_split(
         calls.append(len(buffers))
         return real(fd, buffers, offset)
 
-    monkeypatch.setattr(_segment.os, "pwritev", counting)
+    monkeypatch.setattr(os, "pwritev", counting)
     tiny = build_batch([Record(value=b"t")])
     n = _segment.IOV_MAX  # two buffers a batch: at least two writes
     with PartitionLog.open(str(tmp_path)) as log:
@@ -83,7 +86,7 @@ def test_a_short_write_is_finished_and_a_stuck_one_cut_back(
         data = b"".join(bytes(b) for b in buffers)[:100]
         return real(fd, [data], offset)
 
-    monkeypatch.setattr(_segment.os, "pwritev", halting)
+    monkeypatch.setattr(os, "pwritev", halting)
     with PartitionLog.open(str(tmp_path / "short")) as log:
         log.append_many(zip(BATCHES[:5], TERMS, strict=False))
         log.flush()
@@ -95,9 +98,45 @@ def test_a_short_write_is_finished_and_a_stuck_one_cut_back(
     def stuck(fd: int, buffers: list[bytes], offset: int) -> int:
         return real(fd, [bytes(buffers[0])[:10]], offset) if offset == 0 else 0
 
-    monkeypatch.setattr(_segment.os, "pwritev", stuck)
+    monkeypatch.setattr(os, "pwritev", stuck)
     with PartitionLog.open(str(tmp_path / "stuck")) as log:
         with pytest.raises(OSError, match="no progress"):
             log.append_many(zip(BATCHES[:5], TERMS, strict=False))
         assert log.log_end_offset == 0
     assert os.path.getsize(tmp_path / "stuck" / "00000000000000000000.log") == 0
+
+
+def test_a_checked_batch_is_not_checked_again_when_that_object_is_appended(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from kafkaesque.storage import _partition_log
+
+    decoded: list[int] = []
+    real = decode_header
+
+    def counting(*args: object, **kwargs: bool) -> object:
+        decoded.append(1)
+        return real(*args, **kwargs)  # type: ignore[arg-type]
+
+    batch = BATCHES[2]
+    with PartitionLog.open(str(tmp_path)) as log:
+        assert log.check_batch(batch, span=3).record_count == 3
+        log.check_batch(batch)
+        with pytest.raises(InvalidBatchError, match="spans 3 offsets, not 2"):
+            log.check_batch(batch, span=2)  # refused, and not remembered
+        monkeypatch.setattr(_partition_log, "decode_header", counting)
+        log.append_many([(batch, 1), (batch, 1)])
+        assert decoded == []  # both remembered checks used
+        log.append(batch, term=1)
+        assert decoded == [1]  # nothing left remembered: checked
+        # Only immutable bytes are remembered, and only the very object that was checked.
+        mutable = memoryview(bytearray(batch))
+        log.check_batch(mutable)
+        log.check_batch(batch)
+        decoded.clear()
+        log.append_many([(mutable, 1), (bytes(mutable), 1)])
+        assert len(decoded) == 2
+        log.forget_checked(batch)
+        log.append(batch, term=1)
+        assert len(decoded) == 3
+        assert log.log_end_offset == 6 * 3

@@ -1,0 +1,53 @@
+"""Broker settings from flags and TOML files: Kafka's ``id@host:port`` lists, clear errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from kafkaesque.broker import Address, ConfigError, config_from_mapping, load_config
+
+BASE = {
+    "id": 1,
+    "data_dir": "data",
+    "client": "127.0.0.1:9102",
+    "peers": "0@127.0.0.1:9093,1@127.0.0.1:9103",
+    "controllers": "0@127.0.0.1:9094,1@127.0.0.1:9104",
+}
+
+
+def test_flags_become_a_config() -> None:
+    config = config_from_mapping({**BASE, "admin": "0.0.0.0:9105", "max_payload": 1024})
+    assert config.client == Address("127.0.0.1", 9102)
+    assert config.peers[0] == Address("127.0.0.1", 9093)
+    assert config.admin == Address("0.0.0.0", 9105)
+    assert config.limits.max_payload == 1024
+    assert config.broker_dir.endswith("data/1")
+
+
+def test_a_toml_file_with_overrides(tmp_path: Path) -> None:
+    path = tmp_path / "broker.toml"
+    path.write_text(
+        "\n".join(f'{k} = "{v}"' if isinstance(v, str) else f"{k} = {v}" for k, v in BASE.items())
+    )
+    config = load_config(str(path), {"client": "127.0.0.1:1"})
+    assert config.client.port == 1 and config.id == 1
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"peers": "0@127.0.0.1:9093"}, "itself is not listed"),
+        ({"peers": "0@127.0.0.1:9093,0@127.0.0.1:9193"}, "listed twice"),
+        ({"client": "nowhere"}, "host:port"),
+        ({"controllers": "1=127.0.0.1:9104"}, "id@host:port"),
+        ({"colour": "blue"}, "unknown settings: colour"),
+        ({"id": None}, "missing setting: id"),
+    ],
+)
+def test_bad_settings_are_named(change: dict[str, object], message: str) -> None:
+    raw = {**BASE, **change}
+    raw = {k: v for k, v in raw.items() if v is not None}
+    with pytest.raises(ConfigError, match=message):
+        config_from_mapping(raw)

@@ -1,0 +1,174 @@
+"""The driver's proposal path and its ordering duties, on in-process brokers (no sockets).
+
+Three ``MultiRaft`` instances pass their transport items to each other by hand, so every send
+can be checked against what the sender has made durable at that moment.
+"""
+
+from __future__ import annotations
+
+import struct
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from kafkaesque.raft import (
+    AppendEntries,
+    AppendEntriesResponse,
+    Configuration,
+    HardState,
+    Heartbeat,
+    Ready,
+    RequestVote,
+    RequestVoteResponse,
+    Role,
+)
+from kafkaesque.raft._driver import MultiRaft, _replicates_only
+from kafkaesque.storage import (
+    BatchType,
+    InvalidBatchError,
+    LogConfig,
+    Record,
+    build_batch,
+    stamp,
+)
+
+GROUP = "g"
+
+
+class Cluster:
+    """Brokers whose sends go to a queue; ``settle`` delivers and processes until quiet.
+
+    Every acknowledgement is checked as it is sent: the follower must already hold the
+    acknowledged entries on disk (fsynced), the durability half of Raft's contract.
+    """
+
+    def __init__(self, root: Path, n: int, log_config: LogConfig | None = None) -> None:
+        self.queue: list[tuple[int, int, Any]] = []
+        self.early_appends = 0  # AppendEntries sent before the leader's own fsync covered them
+        self.brokers = [
+            MultiRaft(i, self._sender(i), state_dir=str(root / f"s{i}"), peers=range(n))
+            for i in range(n)
+        ]
+        for b in self.brokers:
+            b.add_group(GROUP, str(root / f"b{b.node_id}"), range(n), log_config)
+
+    def _sender(self, src: int) -> Any:
+        def send(dst: int, item: Any) -> bool:
+            if item[0] == 0:  # a Raft message
+                self._check(src, item[2])
+            self.queue.append((src, dst, item))
+            return True
+
+        return send
+
+    def _check(self, src: int, wire: list[Any]) -> None:
+        log = self.brokers[src].groups[GROUP].log
+        if wire[0] == 4 and wire[4]:  # a successful AppendEntriesResponse: [4, s, d, t, ok, i..]
+            assert log.flushed_end_offset > wire[5], "acknowledged before it was durable"
+        if wire[0] == 3 and wire[7]:  # AppendEntries with entries: [3, s, d, t, p, pt, c, ents]
+            self.early_appends += log.flushed_end_offset <= wire[7][-1][2]
+
+    async def settle(self, rounds: int = 50) -> None:
+        for _ in range(rounds):
+            for b in self.brokers:
+                await b._process()
+            if not self.queue and not any(b._dirty for b in self.brokers):
+                return
+            queue, self.queue = self.queue, []
+            for src, dst, item in queue:
+                self.brokers[dst].handle_items(src, [item])
+
+    def leader(self) -> MultiRaft:
+        (leader,) = [b for b in self.brokers if b.groups[GROUP].role is Role.LEADER]
+        return leader
+
+
+def _batch(n: int = 3) -> bytes:
+    return build_batch([Record(value=b"v%d" % i) for i in range(n)])
+
+
+async def test_followers_acknowledge_only_durable_entries_and_the_leader_does_not_wait(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    for _ in range(5):
+        leader.propose_nowait(GROUP, _batch(), 3)
+        await cluster.settle()
+    assert leader.groups[GROUP].commit_index == 15  # the no-op at 0, then 5 batches of 3
+    # The leader replicated its entries before its own fsync of them (thesis §10.2.1).
+    assert cluster.early_appends > 0
+    for b in cluster.brokers:
+        records = b.groups[GROUP].committed_records()
+        assert [r.value for r in records] == [b"v0", b"v1", b"v2"] * 5
+
+
+def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None:
+    def ready(messages: tuple[Any, ...], hard: HardState | None = None) -> Ready:
+        return Ready(None, hard, None, None, (), messages, None, (), ())
+
+    persisted = HardState(term=3, vote=1, commit=5)
+    append = AppendEntries(1, 2, 3, 5, 3, 5)
+    heartbeat = Heartbeat(1, 2, 3, 5)
+    assert _replicates_only(ready((append, heartbeat)), persisted)
+    assert _replicates_only(ready((append,), HardState(3, 1, 9)), persisted)  # commit only
+    assert not _replicates_only(ready(()), persisted)
+    # Acknowledgements and votes wait for the disk; so does anything beside a new term or vote.
+    assert not _replicates_only(ready((AppendEntriesResponse(2, 1, 3, True, 5),)), persisted)
+    assert not _replicates_only(ready((RequestVoteResponse(2, 1, 3, True),)), persisted)
+    assert not _replicates_only(ready((append, RequestVote(1, 3, 3, 5, 3))), persisted)
+    assert not _replicates_only(ready((append,), HardState(4, None, 5)), persisted)
+    assert not _replicates_only(ready((append,), HardState(3, 2, 5)), persisted)
+
+
+async def test_an_invalid_proposal_is_refused_and_the_group_goes_on(tmp_path: Path) -> None:
+    # Found while moving batch checks out of the write path: an invalid batch (or a count that
+    # disagrees with it) was accepted into the Raft log and then stopped the driver when the
+    # log was written, for every group of the broker.
+    cluster = Cluster(tmp_path, 1, LogConfig(max_batch_bytes=2048))
+    await cluster.settle()
+    raft = cluster.leader()
+    good = _batch()
+    corrupt = bytearray(good)
+    corrupt[-1] ^= 0xFF
+    config = build_batch(
+        [Record(value=Configuration.of([0, 7]).encode())], batch_type=BatchType.CONFIG
+    )
+    cases: list[tuple[bytes, int]] = [
+        (bytes(corrupt), 3),
+        (good, 2),  # the batch spans 3 offsets
+        (good + good, 3),
+        (_batch(300), 300),  # over max_batch_bytes
+        (config, 1),  # a control batch would be read back as a membership change
+        (stamp(good, base_offset=0, term=0)[:-1], 3),
+    ]
+    for batch, count in cases:
+        with pytest.raises(InvalidBatchError):
+            raft.propose_nowait(GROUP, batch, count)
+        with pytest.raises(InvalidBatchError):
+            await raft.propose(GROUP, batch, count)
+    assert raft.propose_nowait(GROUP, good, 3)[0] == 3
+    await cluster.settle()
+    assert raft.groups[GROUP].commit_index == 3
+    assert raft.groups[GROUP].node.configuration.voters == {0}
+    # Nothing refused is remembered as checked.
+    assert raft.groups[GROUP].log._checked == {}
+
+
+async def test_a_batch_proposed_many_times_is_checked_once_each_time(tmp_path: Path) -> None:
+    cluster = Cluster(tmp_path, 1)
+    await cluster.settle()
+    raft = cluster.leader()
+    batch = _batch()
+    for _ in range(4):
+        raft.propose_nowait(GROUP, batch, 3)
+    glog = raft.groups[GROUP].log
+    assert [uses for _, _, uses in glog._checked.values()] == [4]
+    await cluster.settle()
+    assert glog._checked == {} and raft.groups[GROUP].commit_index == 12
+    # What the log wrote is the batch stamped at each offset, whatever was remembered.
+    data = glog.read(1).data
+    assert struct.unpack_from(">q", data, 0)[0] == 1
+    assert [r.offset for r in raft.groups[GROUP].committed_records()] == list(range(1, 13))
