@@ -38,6 +38,7 @@ _FLAGS = {
     "write_timeout": "write_timeout_s",
     "segment_bytes": "segment_bytes",
     "retention_check_interval": "retention_check_interval_s",
+    "session_timeout": "group_session_timeout_s",
     "max_line_length": "max_line_length",
     "max_payload": "max_payload",
 }
@@ -68,6 +69,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--segment-bytes", type=int, help="roll segments at this size (64 MiB)")
     parser.add_argument(
         "--retention-check-interval", type=float, help="seconds between retention passes (30)"
+    )
+    parser.add_argument(
+        "--session-timeout", type=float, help="seconds before a silent group member leaves (10)"
     )
     parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
     parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")

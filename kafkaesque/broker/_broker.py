@@ -48,11 +48,11 @@ from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
 from ._errors import RequestError
 from ._forwarding import APPEND, BROKER_KINDS, COMMAND, LEADERS, REPLY, Forwarder, ForwardError
+from ._groups import GroupCoordinator
 from ._leaders import Claim, LeaderTable, decode_claims, encode_claims
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics
-from ._offsets import OffsetStore
 from ._session import serve_session
 from ._writes import WritePath
 
@@ -109,7 +109,7 @@ class Broker:
         self.raft.on_group_commit = self.metrics.fsync_latency.observe
         self.writes.on_written = self.metrics.commit_latency.observe
         self.commands = CommandHandler(self)
-        self.offsets = OffsetStore(self)
+        self.groups = GroupCoordinator(self, config.group_session_timeout_s)
         self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
         self._nursery: trio.Nursery | None = None
         self._connections = 0
@@ -144,6 +144,7 @@ class Broker:
                 nursery.start_soon(self._leader_loop)
                 nursery.start_soon(self._membership_loop)
                 nursery.start_soon(self._retention_loop)
+                nursery.start_soon(self.groups.run_expiry)
                 log.info(
                     "broker %d serving clients on %s:%d",
                     config.id,
@@ -170,6 +171,7 @@ class Broker:
                 self.commands.dispatch,
                 self.config.limits,
                 self.config.max_inflight_per_connection,
+                lambda session: self.groups.connection_closed(session.members),
             )
         except Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a client session failed", self.config.id)
@@ -338,6 +340,11 @@ class Broker:
             topic_dir = os.path.dirname(directory)
             await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
 
+    @property
+    def nursery(self) -> trio.Nursery | None:
+        """The broker's own nursery while it runs (for work that outlives a request)."""
+        return self._nursery
+
     def local_group(self, topic: str, partition: int) -> RaftGroup | None:
         return self.raft.groups.get(group_name(topic, partition))
 
@@ -467,7 +474,7 @@ class Broker:
             reply = ErrorReply(ErrorCode.BAD_ARGS, "malformed forwarded command")
             self.forwarder.reply(peer, req, encode_reply(reply))
             return
-        slot = self.commands.dispatch(event, self._nursery, forwarded=True)
+        slot = self.commands.dispatch(event, self._nursery, None, forwarded=True)
         await slot.wait()
         self.forwarder.reply(peer, req, slot.encode())
 

@@ -32,6 +32,7 @@ from kafkaesque.protocol import (
     CreateTopic,
     DataReply,
     DeleteTopic,
+    DescribeGroup,
     DescribeTopic,
     EndReply,
     ErrorCode,
@@ -40,6 +41,8 @@ from kafkaesque.protocol import (
     FetchFormat,
     FetchOffsets,
     Help,
+    Idempotence,
+    Leave,
     ListTopics,
     Metadata,
     OkReply,
@@ -62,7 +65,7 @@ from kafkaesque.protocol import (
     published_reply,
 )
 from kafkaesque.raft import Role
-from kafkaesque.storage import BatchType, InvalidBatchError, Record, decode_header
+from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
 from ._appender import Flight
 from ._errors import RequestError
@@ -82,7 +85,7 @@ from ._reads import (
     fetch_committed,
     message_rows,
 )
-from ._session import ReadySlot, Slot, TaskSlot
+from ._session import ReadySlot, Session, Slot, TaskSlot
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -134,26 +137,41 @@ class CommandHandler:
 
     # -- dispatch -------------------------------------------------------------------------------
 
-    def dispatch(self, command: Command, nursery: trio.Nursery, *, forwarded: bool = False) -> Slot:
+    def dispatch(
+        self,
+        command: Command,
+        nursery: trio.Nursery,
+        session: Session | None = None,
+        *,
+        forwarded: bool = False,
+    ) -> Slot:
+        """The reply's slot for ``command``; ``session`` is the client connection's, if any."""
         name = type(command).__name__
         self._broker.metrics.request(name)
         try:
-            return self._dispatch(command, nursery, forwarded)
+            return self._dispatch(command, nursery, forwarded, session)
         except RequestError as exc:
             self._broker.metrics.error(name, exc.code)
             return ReadySlot(encode_reply(exc.reply()))
 
-    def _dispatch(self, command: Command, nursery: trio.Nursery, forwarded: bool) -> Slot:
+    def _dispatch(
+        self, command: Command, nursery: trio.Nursery, forwarded: bool, session: Session | None
+    ) -> Slot:
         match command:
             case Pubs(topic=topic, message=message):
                 seed = parse_seed_message(message)
                 headers = () if seed.header is None else (("Header", seed.header),)
                 return self._publish(topic, seed.value, seed.key, headers, None, Acks.QUORUM)
-            case PublishRecord(idempotence=idempotence) if idempotence is not None:
-                raise RequestError(
-                    ErrorCode.BAD_ARGS,
-                    "idempotent PUB (pid/epoch/seq) is not served by this broker version yet",
+            case PublishRecord(idempotence=Idempotence() as ids, partition=int(p)):
+                # Its own batch, stamped with the producer's identity: never coalesced.
+                record = Record(command.value, command.key, timestamp=int(time.time() * 1000))
+                batch = build_batch(
+                    [record],
+                    producer_id=ids.producer_id,
+                    producer_epoch=ids.epoch,
+                    base_sequence=ids.sequence,
                 )
+                return self._write_batch(command.topic, p, batch, 1, command.acks, nursery)
             case PublishRecord(topic=t, value=v, key=k, partition=p, acks=acks):
                 return self._publish(t, v, k, (), p, acks)
             case PublishBatch():
@@ -172,17 +190,19 @@ class CommandHandler:
                 return _ready(_topic_row(info), *self._partition_rows(info), EndReply())
             case Metadata(topics=names):
                 return _ready(*self._metadata(names))
-        return self._spawn(command, nursery, forwarded)
-
-    def _spawn(self, command: Command, nursery: trio.Nursery, forwarded: bool) -> Slot:
         slot = TaskSlot()
-        nursery.start_soon(self._run, command, slot, forwarded)
+        nursery.start_soon(self._run, command, slot, forwarded, session)
         return slot
 
-    async def _run(self, command: Command, slot: TaskSlot, forwarded: bool) -> None:
+    async def _run(
+        self, command: Command, slot: TaskSlot, forwarded: bool, session: Session | None
+    ) -> None:
         name = type(command).__name__
         try:
-            slot.set(await self._execute(command, forwarded))
+            data = await self._execute(command, forwarded)
+            if session is not None:
+                _remember_members(session, command, data)
+            slot.set(data)
         except RequestError as exc:
             self._broker.metrics.error(name, exc.code)
             slot.set(encode_reply(exc.reply()))
@@ -195,20 +215,13 @@ class CommandHandler:
         match command:
             case Fetch():
                 return await self._fetch(command, forwarded)
-            case Cons():
-                return await self._cons(command)
-            case Subs(topic=topic, group=group, partitions=count):
-                sub = await self._metadata_call(
-                    self._broker.metadata.subscribe(topic, group, count)
-                )
-                return encode_reply(OkReply(sub.id))
+            case Subs() | Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
+                return await self._broker.groups.execute(command, forwarded)
             case CreateTopic():
                 return await self._create(command)
             case DeleteTopic(topic=topic):
                 await self._metadata_call(self._broker.metadata.delete_topic(topic))
                 return encode_reply(OkReply())
-            case Commit() | FetchOffsets():
-                return await self._broker.offsets.execute(command, forwarded)
             case Reassign():
                 return await self._reassign(command)
             case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
@@ -247,9 +260,6 @@ class CommandHandler:
         return PublishSlot(flight, index, lambda code: self._broker.metrics.error("publish", code))
 
     def _publish_batch(self, command: PublishBatch, nursery: trio.Nursery) -> Slot:
-        info = self._topic(command.topic)
-        if command.partition >= info.config.partitions:
-            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
         batch = command.batch
         try:
             header = decode_header(batch, header_crc=False)
@@ -264,23 +274,39 @@ class CommandHandler:
         if header.last_offset_delta != header.record_count - 1:
             raise RequestError(ErrorCode.INVALID_BATCH, "record offsets must be contiguous")
         # Everything else about the batch (CRCs, size limit) is checked as it is proposed.
-        group_id = group_name(command.topic, command.partition)
+        return self._write_batch(
+            command.topic, command.partition, batch, header.record_count, command.acks, nursery
+        )
+
+    def _write_batch(
+        self,
+        topic: str,
+        partition: int,
+        batch: bytes,
+        count: int,
+        acks: Acks,
+        nursery: trio.Nursery,
+    ) -> Slot:
+        """Start writing ``batch`` now (keeping the session's order); its reply when written."""
+        info = self._topic(topic)
+        if partition >= info.config.partitions:
+            raise _unknown_partition(topic, partition, info.config.partitions)
+        group_id = group_name(topic, partition)
         writes = self._broker.writes
         deadline = trio.current_time() + writes.timeout
-        count = header.record_count
-        attempt = writes.start(group_id, batch, count, command.acks, deadline)
+        attempt = writes.start(group_id, batch, count, acks, deadline)
         slot = TaskSlot()
 
         async def complete() -> None:
             try:
                 first, _ = await writes.write(
-                    group_id, batch, count, command.acks, first=attempt, deadline=deadline
+                    group_id, batch, count, acks, first=attempt, deadline=deadline
                 )
             except RequestError as exc:
-                self._broker.metrics.error("PublishBatch", exc.code)
+                self._broker.metrics.error("publish", exc.code)
                 slot.set(encode_reply(exc.reply()))
                 return
-            slot.set(encode_reply(published_reply(command.partition, first)))
+            slot.set(encode_reply(published_reply(partition, first)))
 
         nursery.start_soon(complete)
         return slot
@@ -338,34 +364,7 @@ class CommandHandler:
                 raise RequestError(code, message)
         raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {replies}")
 
-    async def _cons(self, command: Cons) -> bytes:
-        view = self._broker.metadata.view
-        sub = view.subscriptions.get(command.subscription_id)
-        if sub is None or sub.topic != command.topic:
-            raise RequestError(
-                ErrorCode.UNKNOWN_SUBSCRIPTION,
-                f"no subscription {command.subscription_id} to {command.topic}: SUBS again",
-            )
-        if isinstance(command.offsets, int):
-            wanted = {p: command.offsets for p in sub.partitions}
-        else:
-            wanted = dict(command.offsets)
-            foreign = set(wanted) - set(sub.partitions)
-            if foreign:
-                raise RequestError(
-                    ErrorCode.BAD_ARGS,
-                    f"partitions {sorted(foreign)} are not assigned to this subscription "
-                    f"(it holds {list(sub.partitions)})",
-                )
-        limit = command.max_messages or DEFAULT_CONS_MESSAGES
-        deadline = trio.current_time() + (command.wait_ms or 0) / 1000
-        while True:
-            rows, next_offsets = await self._cons_pass(command.topic, wanted, limit)
-            if rows or trio.current_time() >= deadline:
-                return encode_replies([*rows, EndReply(tuple(sorted(next_offsets.items())))])
-            await self._wait_for_any(command.topic, next_offsets, deadline)
-
-    async def _wait_for_any(self, topic: str, offsets: dict[int, int], deadline: float) -> None:
+    async def wait_for_any(self, topic: str, offsets: dict[int, int], deadline: float) -> None:
         """Long-poll every partition at once; return when one has data, or at ``deadline``."""
         async with trio.open_nursery() as nursery:
 
@@ -383,7 +382,7 @@ class CommandHandler:
             for partition, offset in offsets.items():
                 nursery.start_soon(poll, partition, offset)
 
-    async def _cons_pass(
+    async def cons_pass(
         self, topic: str, wanted: dict[int, int], limit: int
     ) -> tuple[list[Reply], dict[int, int]]:
         rows: list[Reply] = []
@@ -509,6 +508,14 @@ class CommandHandler:
         if info is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
         return info
+
+
+def _remember_members(session: Session, command: Command, reply: bytes) -> None:
+    """Track the group members a connection joined, so that its closing makes them leave."""
+    if isinstance(command, Subs) and reply.startswith(b"+OK "):
+        session.members.add(reply[4:].strip().decode("ascii"))
+    elif isinstance(command, Leave):
+        session.members.discard(command.subscription_id)
 
 
 def group_name(topic: str, partition: int) -> str:

@@ -78,6 +78,8 @@ class BrokerConfig:
     # How long a write may wait for a leader with a quorum before NO_QUORUM / TIMEOUT.
     write_timeout_s: float = 10.0
     retention_check_interval_s: float = 30.0
+    # A group member not heard from (SUBS, CONS, COMMIT) for this long leaves its group.
+    group_session_timeout_s: float = 10.0
     max_connections: int = 15_000
     max_inflight_per_connection: int = 4096
     tick_interval_s: float = 0.05

@@ -92,13 +92,44 @@ class TaskSlot:
         return self.data
 
 
-Dispatch = Callable[[Command, trio.Nursery], Slot]
+class Session:
+    """What the broker remembers of one connection: the group members it joined."""
+
+    __slots__ = ("members",)
+
+    def __init__(self) -> None:
+        self.members: set[str] = set()
+
+
+Dispatch = Callable[[Command, trio.Nursery, Session], Slot]
 
 
 async def serve_session(
-    stream: trio.SocketStream, dispatch: Dispatch, limits: LineLimits, max_inflight: int
+    stream: trio.SocketStream,
+    dispatch: Dispatch,
+    limits: LineLimits,
+    max_inflight: int,
+    on_close: Callable[[Session], None],
 ) -> None:
-    """Serve one connection until the peer closes it, sends QUIT, or breaks the framing."""
+    """Serve one connection until the peer closes it, sends QUIT, or breaks the framing.
+
+    ``on_close`` hears of the end, however it came (a consumer's connection closing is how its
+    group learns that it left).
+    """
+    session = Session()
+    try:
+        await _serve(stream, dispatch, limits, max_inflight, session)
+    finally:
+        on_close(session)
+
+
+async def _serve(
+    stream: trio.SocketStream,
+    dispatch: Dispatch,
+    limits: LineLimits,
+    max_inflight: int,
+    session: Session,
+) -> None:
     decoder = LineDecoder(limits)
     queue: deque[Slot] = deque()
     state = _Pipeline(max_inflight)
@@ -125,7 +156,7 @@ async def serve_session(
                     else:
                         state.wake_writer()
                         await _settled(queue)
-                    slot = dispatch(event, nursery)
+                    slot = dispatch(event, nursery, session)
                     queue.append(slot)
                     if not isinstance(event, _PUBLISHES):
                         barrier = slot

@@ -27,11 +27,12 @@ import trio
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
 from kafkaesque.raft._driver import MultiRaft, RaftGroup
-from kafkaesque.storage import InvalidBatchError
+from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError
 from ._forwarding import APPEND, Forwarder, ForwardError, PeerUnavailable, _Call
 from ._leaders import LeaderTable
+from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 
 log = logging.getLogger("kafkaesque.broker.writes")
 
@@ -89,6 +90,7 @@ class WritePath:
         self.timeout = timeout
         # Told each acknowledged write's latency, from its first attempt (for metrics).
         self.on_written: Callable[[float], None] | None = None
+        self._producers: dict[str, ProducerStates] = {}  # by group, for the term we lead it
 
     def leader_of(self, group_id: str) -> int | None:
         """The partition's leader as known here: the local replica's view first."""
@@ -105,14 +107,7 @@ class WritePath:
         """Propose or forward now, without awaiting; never raises."""
         group = self._raft.groups.get(group_id)
         if group is not None and group.role is Role.LEADER:
-            try:
-                last, term = self._raft.propose_nowait(group_id, batch, count)
-            except (NotLeader, ProposalDropped) as exc:
-                return _Failed(f"the local replica refused: {exc}")
-            except InvalidBatchError as exc:
-                refusal = RequestError(ErrorCode.INVALID_BATCH, str(exc))
-                return _Failed(str(exc), refusal)
-            return _Local(group, last, term, count)
+            return self._start_local(group, batch, count)
         leader = self.leader_of(group_id)
         if leader is None or leader == self.node_id:
             return _Failed("the partition has no leader yet")
@@ -124,6 +119,46 @@ class WritePath:
         except PeerUnavailable as exc:
             return _Failed(str(exc))
         return _Remote(req, call)
+
+    def _start_local(self, group: RaftGroup, batch: bytes, count: int) -> Attempt:
+        """Propose as the leader; an idempotent producer's retry is not appended twice."""
+        try:
+            header = decode_header(batch, verify=False)  # the full check comes with propose
+        except InvalidBatchError as exc:
+            return _Failed(str(exc), RequestError(ErrorCode.INVALID_BATCH, str(exc)))
+        states = None
+        if header.producer_id != NO_PRODUCER_ID:
+            states = self._producer_states(group)
+            if states is None:
+                return _Failed("the new leader is still loading producer state")
+            decision = states.decide(header)
+            if isinstance(decision, Refuse):
+                return _Failed(decision.message, RequestError(decision.code, decision.message))
+            if isinstance(decision, Duplicate):
+                first, last = decision
+                term = group.node.log.term_at(last)
+                return _Local(group, last, term, last - first + 1)
+        try:
+            last, term = self._raft.propose_nowait(group.id, batch, count)
+        except (NotLeader, ProposalDropped) as exc:
+            return _Failed(f"the local replica refused: {exc}")
+        except InvalidBatchError as exc:
+            return _Failed(str(exc), RequestError(ErrorCode.INVALID_BATCH, str(exc)))
+        if states is not None:
+            states.record(header, last - count + 1, last)
+        return _Local(group, last, term, count)
+
+    def _producer_states(self, group: RaftGroup) -> ProducerStates | None:
+        """The producer windows of ``group`` for this leader's term (None: not yet readable)."""
+        node = group.node
+        states = self._producers.get(group.id)
+        if states is not None and states.term == node.term:
+            return states
+        raft_log = node.log
+        if raft_log.stable_last() < raft_log.term_start_offset(node.term) - 1:
+            return None  # entries of earlier terms are not all on disk yet: a moment
+        states = self._producers[group.id] = rebuild(group.log, node.term)
+        return states
 
     async def finish(self, attempt: Attempt, acks: Acks, deadline: float) -> tuple[int, int]:
         """``(first, last)`` offsets once written; ``_Retry`` or ``RequestError`` otherwise."""

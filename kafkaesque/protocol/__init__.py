@@ -25,6 +25,7 @@ from ._line_commands import ConsOffsets as ConsOffsets
 from ._line_commands import CreateTopic as CreateTopic
 from ._line_commands import DataReply as DataReply
 from ._line_commands import DeleteTopic as DeleteTopic
+from ._line_commands import DescribeGroup as DescribeGroup
 from ._line_commands import DescribeTopic as DescribeTopic
 from ._line_commands import EndReply as EndReply
 from ._line_commands import ErrorCode as ErrorCode
@@ -32,10 +33,12 @@ from ._line_commands import ErrorReply as ErrorReply
 from ._line_commands import Fetch as Fetch
 from ._line_commands import FetchFormat as FetchFormat
 from ._line_commands import FetchOffsets as FetchOffsets
+from ._line_commands import GroupRow as GroupRow
 from ._line_commands import Help as Help
 from ._line_commands import Idempotence as Idempotence
 from ._line_commands import InfoRow as InfoRow
 from ._line_commands import InvalidTopicNameError as InvalidTopicNameError
+from ._line_commands import Leave as Leave
 from ._line_commands import LineEvent as LineEvent
 from ._line_commands import LineLimits as LineLimits
 from ._line_commands import ListTopics as ListTopics

@@ -45,6 +45,7 @@ from ._line_commands import (
     CreateTopic,
     DataReply,
     DeleteTopic,
+    DescribeGroup,
     DescribeTopic,
     EndReply,
     ErrorCode,
@@ -52,9 +53,11 @@ from ._line_commands import (
     Fetch,
     FetchFormat,
     FetchOffsets,
+    GroupRow,
     Help,
     Idempotence,
     InfoRow,
+    Leave,
     LineEvent,
     LineLimits,
     ListTopics,
@@ -147,6 +150,15 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
     "OFFSETS": (
         "OFFSETS <group> <topic>",
         "Read a group's committed offsets: +OFFSET rows, then +END.",
+    ),
+    "LEAVE": (
+        "LEAVE <subscription_id>",
+        "Leave the subscription's group now (closing the connection does it too). Replies +OK.",
+    ),
+    "GROUPS": (
+        "GROUPS <group> <topic>",
+        "A group's partitions: +GROUP <group> <topic> <partition> <owner> <committed> <end> rows "
+        "(- for none; lag = end - committed), then +END.",
     ),
     "METADATA": (
         "METADATA [<topic> ...]",
@@ -831,13 +843,24 @@ class LineDecoder:
         )
 
     def _parse_commit(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "COMMIT", 4)
+        tokens = _arg_tokens(line, "COMMIT", 4, 1)
+        options = _arg_options(tokens[4:], frozenset({"member"}), "COMMIT")
+        member = options.get("member")
         return Commit(
             _arg_name(tokens[0], "group"),
             self._topic(tokens[1], True),
             _arg_int(tokens[2], "partition", 0, INT32_MAX),
             _arg_int(tokens[3], "offset", 0, INT64_MAX),
+            None if member is None else _arg_name(member, "member"),
         )
+
+    def _parse_leave(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "LEAVE", 1)
+        return Leave(_arg_name(tokens[0], "subscription_id"))
+
+    def _parse_groups(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "GROUPS", 2)
+        return DescribeGroup(_arg_name(tokens[0], "group"), self._topic(tokens[1], True))
 
     def _parse_offsets(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = _arg_tokens(line, "OFFSETS", 2)
@@ -898,6 +921,8 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"DELETE": LineDecoder._parse_delete,
     b"COMMIT": LineDecoder._parse_commit,
     b"OFFSETS": LineDecoder._parse_offsets,
+    b"GROUPS": LineDecoder._parse_groups,
+    b"LEAVE": LineDecoder._parse_leave,
     b"METADATA": LineDecoder._parse_metadata,
     b"REASSIGN": LineDecoder._parse_reassign,
     b"ADDBROKER": LineDecoder._parse_addbroker,
@@ -1110,9 +1135,15 @@ def encode_command(command: Command) -> bytes:
                 _int_bytes(partition, "partition", 0, INT32_MAX),
                 _int_bytes(offset, "offset", 0, INT64_MAX),
             ]
+            if command.member is not None:
+                words.append(b"member=" + _name_bytes(command.member, "member"))
             return b" ".join(words) + _CRLF
         case FetchOffsets(group=group, topic=topic):
             return b"OFFSETS %s %s\r\n" % (_name_bytes(group, "group"), _topic_bytes(topic, True))
+        case Leave(subscription_id=sub):
+            return b"LEAVE %s\r\n" % _name_bytes(sub, "subscription_id")
+        case DescribeGroup(group=group, topic=topic):
+            return b"GROUPS %s %s\r\n" % (_name_bytes(group, "group"), _topic_bytes(topic, True))
         case CreateTopic():
             return _topic_settings_line(b"CREATE", command, allow_internal=False)
         case ListTopics():
@@ -1154,6 +1185,10 @@ def encode_command(command: Command) -> bytes:
 
 # ---------------------------------------------------------------------------------------------
 # The server side: encode_reply.
+
+
+def _optional_offset(value: int | None, what: str) -> bytes:
+    return b"-" if value is None else _int_bytes(value, what, 0, INT64_MAX)
 
 
 def _key_token(key: bytes | None) -> bytes:
@@ -1227,6 +1262,17 @@ def encode_reply(reply: Reply) -> bytes:
                 _int_bytes(broker_id, "broker_id", 0, INT32_MAX),
                 _name_bytes(host, "host"),
                 _int_bytes(port, "port", 0, 65535),
+            )
+        case GroupRow():
+            return b"+GROUP %s %s %s %s %s %s\r\n" % (
+                _name_bytes(reply.group, "group"),
+                _topic_bytes(reply.topic, True),
+                _int_bytes(reply.partition, "partition", 0, INT32_MAX),
+                b"-" if reply.owner is None else _name_bytes(reply.owner, "owner"),
+                b"-"
+                if reply.committed is None
+                else _int_bytes(reply.committed, "offset", 0, INT64_MAX),
+                b"-" if reply.end is None else _int_bytes(reply.end, "end", 0, INT64_MAX),
             )
         case OffsetRow(topic=topic, partition=partition, offset=offset):
             return b"+OFFSET %s %s %s\r\n" % (
@@ -1394,6 +1440,23 @@ def _parse_offset_row(rest: bytes, line: bytes) -> Reply:
     )
 
 
+def _parse_group_row(rest: bytes, line: bytes) -> Reply:
+    fields = rest.split(b" ")
+    if len(fields) != 6:
+        raise _broken("+GROUP needs group, topic, partition, owner, committed and end", line)
+    group, topic, partition, owner, committed, end = fields
+    if name_error(group.decode("ascii", "replace")) is not None or not owner:
+        raise _broken("+GROUP group or owner", line)
+    return GroupRow(
+        group.decode(),
+        _reply_topic(topic, line),
+        _reply_int(partition, line, "partition", 0, INT32_MAX),
+        None if owner == b"-" else owner.decode("ascii", "replace"),
+        None if committed == b"-" else _reply_int(committed, line, "committed", 0, INT64_MAX),
+        None if end == b"-" else _reply_int(end, line, "end", 0, INT64_MAX),
+    )
+
+
 def _parse_info_row(rest: bytes, line: bytes) -> Reply:
     return InfoRow(_reply_text(rest))
 
@@ -1410,6 +1473,7 @@ _REPLY_PARSERS: Final[dict[bytes, Callable[[bytes, bytes], Reply]]] = {
     b"+PARTITION": _parse_partition_row,
     b"+BROKER": _parse_broker_row,
     b"+OFFSET": _parse_offset_row,
+    b"+GROUP": _parse_group_row,
     b"+INFO": _parse_info_row,
     b"+END": _parse_end,
 }

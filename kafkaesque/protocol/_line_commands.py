@@ -152,6 +152,13 @@ class ErrorCode(Enum):
         False,
         "The subscription id is unknown or expired. Subscribe again (SUBS) and use the new id.",
     )
+    NOT_ASSIGNED = (
+        False,
+        False,
+        "The partition is not, or no longer, assigned to this member of the group: a rebalance "
+        "gave it to another member. Nothing was read or committed; read on with a single offset "
+        "or the partitions of your last +END (which lists what you own now).",
+    )
     INTERNAL = (
         False,
         True,
@@ -433,17 +440,35 @@ class Fetch:
 
 @dataclass(frozen=True, slots=True)
 class Commit:
-    """``COMMIT group topic partition offset``: ``offset`` is the next one the group will read."""
+    """``COMMIT group topic partition offset [member=ID]``: ``offset`` is the next one the group
+    will read. With ``member`` (a subscription id) the commit is refused unless that member owns
+    the partition (a member that lost it in a rebalance is fenced)."""
 
     group: str
     topic: str
     partition: int
     offset: int
+    member: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
 class FetchOffsets:
     """``OFFSETS group topic``: one ``+OFFSET`` row per partition, then ``+END``."""
+
+    group: str
+    topic: str
+
+
+@dataclass(frozen=True, slots=True)
+class Leave:
+    """``LEAVE subscription_id``: leave the consumer group now (its partitions move at once)."""
+
+    subscription_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class DescribeGroup:
+    """``GROUPS group topic``: a ``+GROUP`` row per partition (owner, committed, end), ``+END``."""
 
     group: str
     topic: str
@@ -515,6 +540,8 @@ Command: TypeAlias = (
     | Fetch
     | Commit
     | FetchOffsets
+    | Leave
+    | DescribeGroup
     | Metadata
     | Reassign
     | AddBroker
@@ -661,7 +688,23 @@ class EndReply:
     next_offsets: tuple[tuple[int, int], ...] = ()
 
 
-Row: TypeAlias = MessageRow | TopicRow | PartitionRow | BrokerRow | OffsetRow | InfoRow
+@dataclass(frozen=True, slots=True)
+class GroupRow:
+    """``+GROUP group topic partition owner|- committed|- end|-``: one partition of a group.
+
+    ``owner`` is the member (subscription id) that owns it, ``committed`` the group's committed
+    offset and ``end`` the partition's high watermark; the lag is ``end - committed``.
+    """
+
+    group: str
+    topic: str
+    partition: int
+    owner: str | None
+    committed: int | None
+    end: int | None
+
+
+Row: TypeAlias = MessageRow | TopicRow | PartitionRow | BrokerRow | OffsetRow | GroupRow | InfoRow
 Reply: TypeAlias = OkReply | ErrorReply | DataReply | Row | EndReply
 
 

@@ -79,3 +79,20 @@ def test_kill_leader_during_acknowledged_publishes(tmp_path: Path) -> None:
     assert not lost, f"{len(lost)} acknowledged writes lost, e.g. {list(lost.items())[:3]}"
     # A client saw the failover only as latency: errors, if any, are retriable timeouts.
     assert all(e.startswith(("TIMEOUT", "NO_QUORUM")) for e in errors), errors[:3]
+
+
+def test_a_partition_without_quorum_answers_a_clear_retriable_error(tmp_path: Path) -> None:
+    with LocalCluster(str(tmp_path), 3, extra_args=["--write-timeout", "2"]) as cluster:
+        with LineClient(cluster.client_address(0)) as c:
+            c.ok("CREATE lonely 1 3")
+            c.ok("PUBS lonely before")
+        cluster.kill(1)
+        cluster.kill(2)
+        with LineClient(cluster.client_address(0)) as c:
+            started = time.monotonic()
+            reply = c.call("PUBS lonely after")
+            waited = time.monotonic() - started
+            assert c.ok("PING") == "PONG"
+    assert isinstance(reply, ErrorReply), reply
+    assert reply.code.name in ("NO_QUORUM", "TIMEOUT") and reply.code.retriable
+    assert 1.5 < waited < 10, waited  # it waited for a leader, then gave up at its timeout

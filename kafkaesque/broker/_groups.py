@@ -1,0 +1,447 @@
+"""Consumer groups: membership, server-side assignment and committed offsets, by a coordinator.
+
+Everything about a group lives in one partition of the internal compacted topic
+``__consumer_offsets`` (``partition_for_key(group)``), replicated by our own Raft as Kafka and
+Redpanda keep it, and the leader of that partition is the group's **coordinator**. Its records,
+keyed by msgpack lists so the latest record of a key wins (and compaction may drop the rest):
+
+* ``["m", group, topic, member]`` → ``cap`` (-1: none): a member joined; no value: it left;
+* ``["a", group, topic]`` → ``{member: [partitions]}``: the assignment in force;
+* ``["o", group, topic, partition]`` → ``offset``: the committed offset (next to read).
+
+Any broker takes any group command (SUBS, CONS, COMMIT, OFFSETS, LEAVE, GROUPS) and forwards it
+to the coordinator, which answers from a table it builds by reading its partition's committed log
+(from where it stopped). A join or leave writes one batch (the member record and the new
+assignment, atomically) and is answered once it is committed; the assignment comes from
+``_assignor.assign`` (balanced, sticky). A subscription id is ``<offsets partition>.<random>``,
+so any broker knows where its coordinator is.
+
+Liveness: a member is gone when its connection closes (the broker that served its SUBS sends a
+LEAVE) or when the coordinator has not heard from it (SUBS, CONS, COMMIT) for the session timeout.
+A new coordinator (a failover) rebuilds the table from the log and gives every member a fresh
+session timeout, so a failover causes no rebalance.
+
+Fencing: the assignment is checked when CONS or COMMIT names a partition, and again when CONS's
+answer is built (after its reads, with no await in between), so a partition is never served to
+two members at once; a member that lost a partition gets ``NOT_ASSIGNED``. Only the coordinator
+answers; it must have committed an entry of its own term first, so it knows every commit.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import msgpack
+import trio
+
+from kafkaesque.protocol import (
+    INTERNAL_TOPIC_PREFIX,
+    Acks,
+    Commit,
+    Cons,
+    DescribeGroup,
+    EndReply,
+    ErrorCode,
+    FetchOffsets,
+    GroupRow,
+    Leave,
+    MessageRow,
+    OffsetRow,
+    OkReply,
+    Reply,
+    Subs,
+    encode_reply,
+    partition_for_key,
+)
+from kafkaesque.raft import Role
+from kafkaesque.storage import BatchType, Record, build_batch, decode_records, iter_batches
+
+from ._assignor import MemberSpec, assign
+from ._errors import RequestError
+from ._metadata import TopicConfig, TopicExistsError, TopicInfo
+from ._reads import read_committed
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+log = logging.getLogger("kafkaesque.broker.groups")
+
+OFFSETS_TOPIC = INTERNAL_TOPIC_PREFIX + "consumer_offsets"
+OFFSETS_PARTITIONS = 8
+DEFAULT_CONS_MESSAGES = 1000
+_READ_BYTES = 1 << 20
+_LEADER_READY_POLL_S = 0.01
+_EXPIRY_EVERY_S = 0.25
+
+GroupCommand = Subs | Cons | Commit | FetchOffsets | Leave | DescribeGroup
+
+
+@dataclass
+class _Group:
+    members: dict[str, MemberSpec] = field(default_factory=dict)  # in join order
+    assignment: dict[str, frozenset[int]] = field(default_factory=dict)
+
+
+@dataclass
+class _Table:
+    """One offsets partition's groups and offsets, read from its log up to ``next_offset``."""
+
+    term: int
+    next_offset: int = 0
+    offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
+    groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
+    member_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+
+
+class GroupCoordinator:
+    """The group commands of one broker (see the module docstring)."""
+
+    def __init__(self, broker: Broker, session_timeout_s: float) -> None:
+        self._broker = broker
+        self.session_timeout_s = session_timeout_s
+        self._tables: dict[int, _Table] = {}
+        self._locks: dict[int, trio.Lock] = {}
+        self._seen: dict[str, float] = {}  # member -> when the coordinator last heard of it
+
+    # -- entry point ----------------------------------------------------------------------------
+
+    async def execute(self, command: GroupCommand, forwarded: bool) -> bytes:
+        """Run ``command`` here if this broker coordinates its group, else forward it there."""
+        partition = await self._coordinator_partition(command)
+        leader = self._broker.writes.leader_of(_group_id(partition))
+        if leader != self._broker.config.id:
+            if forwarded or leader is None:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER, f"{OFFSETS_TOPIC}/{partition} has no leader here; retry"
+                )
+            return await self._broker.forward_to(leader, command, _wait_s(command))
+        match command:
+            case Subs():
+                return await self._join(partition, command)
+            case Cons():
+                return await self._cons(partition, command)
+            case Commit():
+                return await self._commit(partition, command)
+            case FetchOffsets():
+                return await self._offsets(partition, command)
+            case Leave():
+                await self.leave(partition, command.subscription_id)
+                return encode_reply(OkReply())
+            case DescribeGroup():
+                return await self._describe(partition, command)
+
+    async def _coordinator_partition(self, command: GroupCommand) -> int:
+        if isinstance(command, Cons | Leave):
+            return _partition_of_member(command.subscription_id)
+        internal = await self._internal_topic()
+        return partition_for_key(command.group.encode(), internal.config.partitions)
+
+    # -- commands -------------------------------------------------------------------------------
+
+    async def _join(self, partition: int, command: Subs) -> bytes:
+        self._topic(command.topic)
+        member = f"{partition}.{secrets.token_hex(8)}"
+        self._seen[member] = trio.current_time()
+        await self._change(partition, command.group, command.topic, member, command.partitions)
+        return encode_reply(OkReply(member))
+
+    async def leave(self, partition: int, member: str) -> None:
+        table = await self._table(partition)
+        where = table.member_of.get(member)
+        self._seen.pop(member, None)
+        if where is not None:
+            await self._change(partition, where[0], where[1], member, None, leaving=True)
+
+    async def _cons(self, partition: int, command: Cons) -> bytes:
+        handler = self._broker.commands
+        table = await self._table(partition)
+        group, owned = self._owned(table, command.subscription_id, command.topic)
+        wanted = self._positions(table, group, command, owned)
+        limit = command.max_messages or DEFAULT_CONS_MESSAGES
+        deadline = trio.current_time() + (command.wait_ms or 0) / 1000
+        while True:
+            rows, next_offsets = await handler.cons_pass(command.topic, wanted, limit)
+            if rows or trio.current_time() >= deadline:
+                break
+            await handler.wait_for_any(command.topic, next_offsets, deadline)
+        # No await from here on: the answer holds only what the member owns now.
+        table = self._tables[partition]
+        _, now_owned = self._owned(table, command.subscription_id, command.topic)
+        rows = [r for r in rows if isinstance(r, MessageRow) and r.partition in now_owned]
+        ends = {p: o for p, o in next_offsets.items() if p in now_owned}
+        for p in now_owned - ends.keys():  # gained during the read: start where committed
+            ends[p] = table.offsets.get((group, command.topic, p), 0)
+        return b"".join(encode_reply(r) for r in [*rows, EndReply(tuple(sorted(ends.items())))])
+
+    async def _commit(self, partition: int, command: Commit) -> bytes:
+        info = self._topic(command.topic)
+        if command.partition >= info.config.partitions:
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{command.topic} has partitions 0..{info.config.partitions - 1}",
+            )
+        table = await self._table(partition)
+        if command.member is not None:
+            _, owned = self._owned(table, command.member, command.topic)
+            if command.partition not in owned:
+                raise _not_assigned(command.topic, {command.partition})
+        key = (command.group, command.topic, command.partition)
+        current = table.offsets.get(key)
+        if current is not None and command.offset < current:
+            raise RequestError(
+                ErrorCode.OFFSET_OUT_OF_RANGE,
+                f"committed offsets never go backwards: {command.group} has {current} for "
+                f"{command.topic}/{command.partition}",
+            )
+        record = Record(key=msgpack.packb(["o", *key]), value=msgpack.packb(command.offset))
+        await self._write(partition, [record])
+        return encode_reply(OkReply())
+
+    async def _offsets(self, partition: int, command: FetchOffsets) -> bytes:
+        info = self._topic(command.topic)
+        table = await self._table(partition)
+        rows: list[Reply] = [
+            OffsetRow(command.topic, p, table.offsets.get((command.group, command.topic, p)))
+            for p in range(info.config.partitions)
+        ]
+        return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+
+    async def _describe(self, partition: int, command: DescribeGroup) -> bytes:
+        info = self._topic(command.topic)
+        table = await self._table(partition)
+        group = table.groups.get((command.group, command.topic), _Group())
+        owners = {p: m for m, ps in group.assignment.items() for p in ps}
+        rows: list[Reply] = []
+        for p in range(info.config.partitions):
+            try:
+                end: int | None = (
+                    await self._broker.commands.fetch_batches(command.topic, p, 0, 1, 0)
+                ).high_watermark
+            except RequestError:
+                end = None  # unreachable now: shown as unknown
+            committed = table.offsets.get((command.group, command.topic, p))
+            rows.append(GroupRow(command.group, command.topic, p, owners.get(p), committed, end))
+        return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+
+    # -- membership -----------------------------------------------------------------------------
+
+    async def _change(
+        self,
+        partition: int,
+        group: str,
+        topic: str,
+        member: str,
+        cap: int | None,
+        *,
+        leaving: bool = False,
+    ) -> None:
+        """Add (or, ``leaving``, remove) ``member`` and write the new assignment, atomically."""
+        info = self._topic(topic)
+        async with self._locks.setdefault(partition, trio.Lock()):
+            table = await self._table(partition)
+            current = table.groups.get((group, topic), _Group())
+            members = dict(current.members)
+            if leaving:
+                if members.pop(member, None) is None:
+                    return
+            else:
+                members[member] = MemberSpec(member, cap)
+            assignment = assign(
+                range(info.config.partitions), list(members.values()), current.assignment
+            )
+            records = [
+                Record(
+                    key=msgpack.packb(["m", group, topic, member]),
+                    value=None if leaving else msgpack.packb(-1 if cap is None else cap),
+                ),
+                Record(
+                    key=msgpack.packb(["a", group, topic]),
+                    value=msgpack.packb({m: sorted(ps) for m, ps in assignment.items()}),
+                ),
+            ]
+            await self._write(partition, records)
+            log.info("group %s/%s: %s %s; now %s", group, topic,
+                     "left" if leaving else "joined", member,
+                     {m: sorted(ps) for m, ps in assignment.items()})  # fmt: skip
+
+    def connection_closed(self, members: set[str]) -> None:
+        """The connection that joined ``members`` closed: they leave (wherever coordinated)."""
+        nursery = self._broker.nursery
+        if nursery is None:
+            return
+        for member in members:
+            nursery.start_soon(self._leave_quietly, member)
+
+    async def _leave_quietly(self, member: str) -> None:
+        try:
+            await self.execute(Leave(member), forwarded=False)
+        except RequestError as exc:  # the session timeout will do it instead
+            log.info("leave of %s failed (%s); it will time out", member, exc.message)
+
+    async def run_expiry(self) -> None:
+        """Evict members not heard from for the session timeout, on the groups coordinated here."""
+        granted: dict[int, int] = {}  # offsets partition -> term in which we gave grace
+        while True:
+            await trio.sleep(_EXPIRY_EVERY_S)
+            now = trio.current_time()
+            for partition in range(OFFSETS_PARTITIONS):
+                group = self._broker.local_group(OFFSETS_TOPIC, partition)
+                if group is None or group.role is not Role.LEADER:
+                    continue
+                table = self._tables.get(partition)
+                if table is None or table.term != group.node.term:
+                    continue  # not read yet in this term: nothing to evict
+                if granted.get(partition) != table.term:
+                    granted[partition] = table.term  # a new coordinator: everyone gets a session
+                    for member in table.member_of:
+                        self._seen[member] = now
+                expired = [
+                    m
+                    for m in table.member_of
+                    if now - self._seen.setdefault(m, now) > self.session_timeout_s
+                ]
+                for member in expired:
+                    log.info("member %s timed out", member)
+                    try:
+                        await self.leave(partition, member)
+                    except RequestError as exc:
+                        log.info("evicting %s failed (%s); retrying", member, exc.message)
+
+    # -- the table ------------------------------------------------------------------------------
+
+    def _owned(self, table: _Table, member: str, topic: str) -> tuple[str, frozenset[int]]:
+        where = table.member_of.get(member)
+        if where is None or where[1] != topic:
+            raise RequestError(
+                ErrorCode.UNKNOWN_SUBSCRIPTION,
+                f"no subscription {member} to {topic} (it left or timed out): SUBS again",
+            )
+        self._seen[member] = trio.current_time()
+        return where[0], table.groups[where].assignment.get(member, frozenset())
+
+    def _positions(
+        self, table: _Table, group: str, command: Cons, owned: frozenset[int]
+    ) -> dict[int, int]:
+        """Where CONS reads each owned partition from (see docs/protocol.md)."""
+        if isinstance(command.offsets, int):  # the seed's one offset: for every partition
+            return dict.fromkeys(owned, command.offsets)
+        pairs = dict(command.offsets)
+        foreign = set(pairs) - owned
+        if foreign:
+            raise _not_assigned(command.topic, foreign)
+        committed = {p: table.offsets.get((group, command.topic, p), 0) for p in owned}
+        return {**committed, **pairs}
+
+    async def _table(self, partition: int) -> _Table:
+        """The partition's table, caught up with everything committed (this broker leads it)."""
+        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        if group is None or group.role is not Role.LEADER:
+            raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
+        deadline = trio.current_time() + self._broker.config.write_timeout_s
+        # A new leader knows everything committed only once an entry of its term commits.
+        while group.log.term_at(group.commit_index) != group.node.term:
+            if group.role is not Role.LEADER or trio.current_time() > deadline:
+                raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
+            await trio.sleep(_LEADER_READY_POLL_S)
+        table = self._tables.get(partition)
+        if table is None or table.term != group.node.term:
+            table = self._tables[partition] = _Table(group.node.term, group.log.log_start_offset)
+        while table.next_offset <= group.commit_index:
+            fetched = read_committed(group, table.next_offset, _READ_BYTES)
+            if not fetched.data:
+                break
+            _apply(table, fetched.data)
+            table.next_offset = fetched.next_offset
+        return table
+
+    async def _write(self, partition: int, records: list[Record]) -> None:
+        """Append ``records`` as one batch to the offsets partition; return once committed."""
+        batch = build_batch(records)
+        await self._broker.writes.write(_group_id(partition), batch, len(records), Acks.QUORUM)
+        await self._table(partition)
+
+    async def _internal_topic(self) -> TopicInfo:
+        view = self._broker.metadata.view
+        info = view.topics.get(OFFSETS_TOPIC)
+        if info is not None:
+            return info
+        config = TopicConfig(
+            partitions=OFFSETS_PARTITIONS,
+            replication_factor=min(3, max(1, len(view.brokers))),
+            retention_ms=None,
+            compact=True,
+        )
+        try:
+            info = await self._broker.metadata.create_topic(OFFSETS_TOPIC, config)
+        except TopicExistsError:  # another broker created it with its own view of the brokers
+            info = self._broker.metadata.view.topics[OFFSETS_TOPIC]
+        await self._broker.wait_for_leaders(info)
+        return info
+
+    def _topic(self, topic: str) -> TopicInfo:
+        info = self._broker.metadata.view.topics.get(topic)
+        if info is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
+        return info
+
+
+def _apply(table: _Table, data: bytes | memoryview) -> None:
+    pos = 0
+    for header in iter_batches(data, verify=False):
+        batch = data[pos : pos + header.size]
+        pos += header.size
+        if header.batch_type is not BatchType.DATA:
+            continue
+        for record in decode_records(batch, header):
+            if record.offset < table.next_offset or record.key is None:
+                continue
+            _apply_record(table, msgpack.unpackb(record.key), record.value)
+
+
+def _apply_record(table: _Table, key: list[Any], value: bytes | None) -> None:
+    kind = key[0]
+    if kind == "o":
+        _, group, topic, partition = key
+        table.offsets[(group, topic, partition)] = msgpack.unpackb(value)
+    elif kind == "m":
+        _, group, topic, member = key
+        g = table.groups.setdefault((group, topic), _Group())
+        if value is None:
+            g.members.pop(member, None)
+            table.member_of.pop(member, None)
+        else:
+            cap = msgpack.unpackb(value)
+            g.members[member] = MemberSpec(member, None if cap < 0 else cap)
+            table.member_of[member] = (group, topic)
+    elif kind == "a":
+        _, group, topic = key
+        g = table.groups.setdefault((group, topic), _Group())
+        raw: Mapping[str, list[int]] = msgpack.unpackb(value)
+        g.assignment = {m: frozenset(ps) for m, ps in raw.items()}
+
+
+def _partition_of_member(member: str) -> int:
+    head, sep, _ = member.partition(".")
+    if not sep or not head.isdigit() or int(head) >= OFFSETS_PARTITIONS:
+        raise RequestError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"no subscription {member}: SUBS again")
+    return int(head)
+
+
+def _not_assigned(topic: str, partitions: set[int]) -> RequestError:
+    return RequestError(
+        ErrorCode.NOT_ASSIGNED,
+        f"{topic} partitions {sorted(partitions)} are not assigned to this member (a rebalance "
+        "moved them): read on with the partitions of your last +END",
+    )
+
+
+def _group_id(partition: int) -> str:
+    return f"{OFFSETS_TOPIC}/{partition}"
+
+
+def _wait_s(command: GroupCommand) -> float:
+    return (command.wait_ms or 0) / 1000 if isinstance(command, Cons) else 0.0

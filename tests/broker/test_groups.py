@@ -1,0 +1,182 @@
+"""Consumer groups: server-side assignment, fencing, durable offsets, failures of members and
+of the coordinator's broker."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import threading
+import time
+from collections import defaultdict
+from pathlib import Path
+
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.protocol import (
+    ErrorCode,
+    ErrorReply,
+    GroupRow,
+    MessageRow,
+    OffsetRow,
+    OkReply,
+    PartitionRow,
+    partition_for_key,
+)
+
+from .line_client import LineClient
+
+
+def owners(c: LineClient, group: str, topic: str) -> dict[int, str | None]:
+    return {
+        r.partition: r.owner for r in c.rows(f"GROUPS {group} {topic}") if isinstance(r, GroupRow)
+    }
+
+
+def owned_by(table: dict[int, str | None], member: str) -> set[int]:
+    return {p for p, m in table.items() if m == member}
+
+
+def test_members_share_partitions_and_a_moved_partition_is_fenced(
+    broker_cluster: LocalCluster,
+) -> None:
+    with LineClient(broker_cluster.client_address(0)) as admin:
+        admin.ok("CREATE shared6 6 3")
+        for i in range(30):
+            admin.ok(f"PUBS shared6 m{i}")
+        a = LineClient(broker_cluster.client_address(1))
+        b = LineClient(broker_cluster.client_address(2))
+        ida, idb = a.ok("SUBS shared6 crew"), b.ok("SUBS shared6 crew")
+        table = owners(admin, "crew", "shared6")
+        assert len(owned_by(table, ida)) == 3 and len(owned_by(table, idb)) == 3
+        got_a = [r for r in a.rows(f"CONS shared6 {ida} 0") if isinstance(r, MessageRow)]
+        assert {m.partition for m in got_a} == owned_by(table, ida)
+
+        c = LineClient(broker_cluster.client_address(0))
+        idc = c.ok("SUBS shared6 crew")
+        after = owners(admin, "crew", "shared6")
+        assert sorted(len(owned_by(after, m)) for m in (ida, idb, idc)) == [2, 2, 2]
+        assert owned_by(after, ida) <= owned_by(table, ida)  # sticky: a only gave some up
+        moved = owned_by(table, ida) - owned_by(after, ida)
+        assert moved and moved <= owned_by(after, idc)
+        p = moved.pop()
+        fenced = a.call(f"CONS shared6 {ida} {p}:0")
+        assert isinstance(fenced, ErrorReply) and fenced.code is ErrorCode.NOT_ASSIGNED
+        stale = a.call(f"COMMIT crew shared6 {p} 5 member={ida}")
+        assert isinstance(stale, ErrorReply) and stale.code is ErrorCode.NOT_ASSIGNED
+        kept = sorted(owned_by(after, ida))
+        assert a.ok(f"COMMIT crew shared6 {kept[0]} 3 member={ida}") == ""
+        backwards = a.call(f"COMMIT crew shared6 {kept[0]} 2 member={ida}")
+        assert isinstance(backwards, ErrorReply)
+        assert backwards.code is ErrorCode.OFFSET_OUT_OF_RANGE
+
+        c.close()  # its connection closing is its leaving
+        deadline = time.monotonic() + 10
+        while idc in owners(admin, "crew", "shared6").values() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        final = owners(admin, "crew", "shared6")
+        assert idc not in final.values() and set(final.values()) == {ida, idb}
+        a.ok(f"LEAVE {ida}")
+        assert set(owners(admin, "crew", "shared6").values()) == {idb}
+        gone = a.call(f"CONS shared6 {ida} 0")
+        assert isinstance(gone, ErrorReply) and gone.code is ErrorCode.UNKNOWN_SUBSCRIPTION
+        a.close()
+        b.close()
+
+
+SECONDS = 16.0
+
+
+def test_kill_a_consumer_then_the_coordinators_broker(tmp_path: Path) -> None:
+    """3 consumer processes share 6 partitions; kill -9 one, then the coordinator's broker."""
+    args = ["--session-timeout", "3"]
+    with LocalCluster(str(tmp_path), 3, extra_args=args) as cluster:
+        with LineClient(cluster.client_address(0)) as admin:
+            admin.ok("CREATE work 6 3")
+            admin.rows("OFFSETS team work")  # creates the offsets topic
+        coordinator_partition = partition_for_key(b"team", 8)
+        produced: dict[tuple[int, int], str] = {}
+        stop_producing = time.monotonic() + SECONDS - 6
+
+        def produce() -> None:
+            i, via = 0, 0
+            c = LineClient(cluster.client_address(via), timeout=15)
+            while time.monotonic() < stop_producing:
+                try:
+                    reply = c.call(f"PUBS work v{i}")
+                except OSError:
+                    c.close()
+                    via += 1
+                    c = LineClient(cluster.client_address(via % 3), timeout=15)
+                    continue
+                if isinstance(reply, OkReply):
+                    p, o = map(int, reply.text.split())
+                    produced[(p, o)] = f"v{i}"
+                i += 1
+                time.sleep(0.002)
+            c.close()
+
+        producer = threading.Thread(target=produce)
+        producer.start()
+        brokers = cluster.bootstrap
+        histories = [tmp_path / f"consumer-{i}.jsonl" for i in range(3)]
+        peers = brokers.split(",")
+        consumers = [
+            subprocess.Popen(
+                [
+                    *(sys.executable, "-m", "tests.broker.group_consumer", "--topic", "work"),
+                    *("--group", "team", "--history", str(histories[i])),
+                    *("--seconds", str(SECONDS), "--brokers", ",".join(peers[i:] + peers[:i])),
+                ],
+                cwd=Path(__file__).parents[2],
+            )
+            for i in range(3)
+        ]
+        try:
+            time.sleep(4)
+            consumers[0].kill()  # kill -9 a consumer mid-stream
+            time.sleep(3)
+            with LineClient(cluster.client_address(0)) as c:
+                rows = c.rows("METADATA __consumer_offsets")
+            coordinator = next(
+                r.leader
+                for r in rows
+                if isinstance(r, PartitionRow) and r.partition == coordinator_partition
+            )
+            assert coordinator is not None
+            cluster.kill(coordinator)  # then the coordinator's broker
+            survivor = next(b for b in range(3) if b != coordinator)
+            for proc in consumers[1:]:
+                proc.wait(SECONDS + 30)
+        finally:
+            for proc in consumers:
+                proc.kill()
+                proc.wait()
+        producer.join(30)
+        with LineClient(cluster.client_address(survivor)) as c:
+            committed_rows = c.rows("OFFSETS team work")
+    committed = {r.partition: r.offset for r in committed_rows if isinstance(r, OffsetRow)}
+
+    processed: dict[tuple[int, int], str] = {}
+    deliveries: dict[int, list[tuple[float, str]]] = defaultdict(list)
+    for path in histories:
+        if path.exists():
+            for line in path.read_text().splitlines():
+                h = json.loads(line)
+                processed[(h["partition"], h["offset"])] = h["value"]
+                deliveries[h["partition"]].append((h["t"], h["member"]))
+    assert len(produced) > 200
+    # Every committed message was processed, with its value: none skipped.
+    for (p, o), value in produced.items():
+        if committed.get(p) is not None and o < committed[p]:  # type: ignore[operator]
+            assert processed.get((p, o)) == value, f"committed {p}:{o} never processed"
+    assert any(committed.values()), "nothing was committed"
+    # No partition ever had two owners. The coordinator serializes ownership (it checks it when
+    # each answer is built); from the history, a partition changes hands only when the group
+    # changes (a join, or a leave/kill), never back and forth while members read at once.
+    members = {m for events in deliveries.values() for _, m in events}
+    changes = 2 * len(members)  # each member joined once and left at most once
+    for p, events in deliveries.items():
+        events.sort()
+        runs = [m for i, (_, m) in enumerate(events) if i == 0 or m != events[i - 1][1]]
+        assert len(runs) <= changes + 1, f"partition {p} changed hands too often: {runs}"
