@@ -36,8 +36,9 @@ from kafkaesque.protocol import (
     parse_published_reply,
     partition_for_key,
 )
-from kafkaesque.storage import HEADER_SIZE, Record, build_batch
+from kafkaesque.storage import HEADER_SIZE, Record
 
+from ._encoding import Headers, Row, encode_batch
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._metadata import ClusterMetadata, unknown_topic
 from ._partitioner import StickyPartitioner
@@ -103,46 +104,47 @@ class DeliveryHandle:
     ``result()`` returns the ``RecordMetadata`` or raises the ``KafkaesqueError`` the record failed
     with; while pending it raises ``RuntimeError``. Callbacks run (in the driver's thread or task)
     when the outcome is set, or at once if it is already set; they must not raise.
+
+    A handle is a view of its record's place in a batch: the outcome is set once for the whole
+    batch (no per-record work when a batch is answered), and ``RecordMetadata`` is built when
+    asked for.
     """
 
-    __slots__ = ("_callbacks", "_error", "_result", "topic")
+    __slots__ = ("_batch", "_index")
 
-    def __init__(self, topic: str) -> None:
-        self.topic = topic
-        self._result: RecordMetadata | None = None
-        self._error: KafkaesqueError | None = None
-        self._callbacks: list[Callable[[DeliveryHandle], None]] = []
+    def __init__(self, batch: ProducerBatch, index: int) -> None:
+        self._batch = batch
+        self._index = index
+
+    @property
+    def topic(self) -> str:
+        """The topic the record was sent to."""
+        return self._batch.topic
 
     def done(self) -> bool:
         """Whether the outcome is known."""
-        return self._result is not None or self._error is not None
+        return self._batch.settled
 
     def result(self) -> RecordMetadata:
         """Where the record was stored; raises its ``KafkaesqueError`` if it failed."""
-        if self._error is not None:
-            raise self._error
-        if self._result is None:
+        batch = self._batch
+        if batch.error is not None:
+            raise batch.error
+        if not batch.settled:
             raise RuntimeError("the record is not delivered yet (flush the producer first)")
-        return self._result
+        i = self._index
+        return RecordMetadata(batch.topic, batch.partition, batch.base_offset + i, batch.ts[i])
 
     def exception(self) -> KafkaesqueError | None:
         """The error the record failed with, or None (delivered or pending)."""
-        return self._error
+        return self._batch.error
 
     def add_done_callback(self, callback: Callable[[DeliveryHandle], None]) -> None:
         """Call ``callback(self)`` once the outcome is known."""
-        if self.done():
+        if self._batch.settled:
             callback(self)
         else:
-            self._callbacks.append(callback)
-
-    def _settle(self, result: RecordMetadata | None, error: KafkaesqueError | None) -> None:
-        if self.done():  # an outcome, once set, never changes
-            return
-        self._result, self._error = result, error
-        callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback(self)
+            self._batch.callbacks.append((self, callback))
 
 
 @dataclass(eq=False)
@@ -150,25 +152,62 @@ class ProducerBatch:
     """Records bound for one partition, sent together as one ``PUBB``.
 
     Open (``payload`` None) while it accepts records; closed once built. Invariant: a closed
-    batch's payload never changes, so a retry resends exactly the same bytes.
+    batch's payload never changes, so a retry resends exactly the same bytes. Once settled,
+    ``error`` (failed) or ``base_offset`` (delivered) is final and the records' bytes are
+    released; ``ts`` stays, for ``RecordMetadata``.
     """
 
     batch_id: int
     topic: str
     partition: int
     created_ms: float
-    records: list[Record] = field(default_factory=list)
-    handles: list[DeliveryHandle] = field(default_factory=list)
+    base_ts: int = 0  # the first record's timestamp: rows count their timestamp deltas from it
+    rows: list[Row] = field(default_factory=list)
+    ts: list[int] = field(default_factory=list)  # each record's timestamp
     size: int = 0
     payload: bytes | None = None
     attempts: int = 0
     retry_at_ms: float = 0.0
     maybe_applied: bool = False  # an earlier attempt ended with an outcome-unknown error
+    settled: bool = False
+    base_offset: int = -1
+    error: KafkaesqueError | None = None
+    callbacks: list[tuple[DeliveryHandle, Callable[[DeliveryHandle], None]]] = field(
+        default_factory=list
+    )
+
+    @property
+    def count(self) -> int:
+        """How many records the batch holds."""
+        return len(self.ts)
+
+    def append(
+        self, key: bytes | None, value: bytes | None, headers: Headers, timestamp: int, size: int
+    ) -> int:
+        """Add a record (``size`` as ``batch_size`` counts it); return its index in the batch."""
+        ts = self.ts
+        index = len(ts)
+        if not index:
+            self.base_ts = timestamp
+        self.rows.append((index, timestamp - self.base_ts, key, value, headers))  # a ``Row``
+        ts.append(timestamp)
+        self.size += size
+        return index
 
     def close(self) -> None:
         """Build the batch's bytes (once)."""
         if self.payload is None:
-            self.payload = build_batch(self.records)
+            self.payload = encode_batch(self.rows, self.base_ts, self.ts)
+
+    def settle(self, base_offset: int, error: KafkaesqueError | None) -> None:
+        """Set the outcome of every record (once), run the callbacks, release the bytes."""
+        if self.settled:
+            return
+        self.settled, self.base_offset, self.error = True, base_offset, error
+        self.rows, self.payload = [], None
+        callbacks, self.callbacks = self.callbacks, []
+        for handle, callback in callbacks:
+            callback(handle)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,8 +222,18 @@ class SendRequest:
 
 def record_size(record: Record) -> int:
     """The bytes a record adds to a batch, as ``batch_size`` counts them (an estimate)."""
-    size = RECORD_OVERHEAD + len(record.key or b"") + len(record.value or b"")
-    return size + sum(len(name) + len(value) + 2 for name, value in record.headers)
+    return _size(record.key, record.value, record.headers)
+
+
+def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
+    size = RECORD_OVERHEAD
+    if key is not None:
+        size += len(key)
+    if value is not None:
+        size += len(value)
+    if headers:
+        size += sum(len(name) + len(value) + 2 for name, value in headers)
+    return size
 
 
 class ProducerCore:
@@ -211,6 +260,13 @@ class ProducerCore:
         self._busy_partitions: set[tuple[str, int]] = set()
         self._buffered_bytes = 0
         self._pending_records = 0
+        # The open batch of each topic's sticky partition, for ``add``'s fast path.
+        self._sticky_open: dict[str, ProducerBatch] = {}
+        # A batch takes a record only while its size stays within this bound.
+        self._batch_limit = min(self.config.batch_size, self.config.max_request_bytes - HEADER_SIZE)
+        self.changes = 0  # counts batches opened and closed: a driver's cue that ready() may act
+        self.delivered = 0  # records acknowledged since the start
+        self.failed = 0  # records failed since the start
 
     # -- metadata ------------------------------------------------------------------------------
 
@@ -228,6 +284,7 @@ class ProducerCore:
         """Take a fresh snapshot; clears ``metadata_wanted``."""
         self._metadata = metadata
         self._metadata_wanted = False
+        self._sticky_open.clear()  # partition counts may have changed
 
     def want_metadata(self) -> None:
         """Ask the driver for a refresh (as a stale-leader error would)."""
@@ -283,38 +340,68 @@ class ProducerCore:
         ``TOO_LARGE`` for a record that cannot fit in one request. Does not check the buffer
         bound: the driver waits for ``has_room`` first.
         """
-        size = record_size(record)
-        if size + HEADER_SIZE > self.config.max_request_bytes:
+        return self.add(
+            topic,
+            record.value,
+            record.key,
+            record.headers,
+            record.timestamp,
+            partition=partition,
+            now_ms=now_ms,
+        )
+
+    def add(
+        self,
+        topic: str,
+        value: bytes | None,
+        key: bytes | None,
+        headers: Headers,
+        timestamp: int,
+        *,
+        partition: int | None = None,
+        now_ms: float,
+    ) -> DeliveryHandle:
+        """``append`` of a record given by its fields (the drivers' path: no ``Record`` built)."""
+        size = _size(key, value, headers)
+        # The fast path, for most records: unkeyed, into the open batch of the sticky partition.
+        batch = self._sticky_open.get(topic) if key is None and partition is None else None
+        if batch is None or batch.size + size > self._batch_limit:
+            batch = self._batch_for(topic, key, partition, size, now_ms)
+        index = batch.append(key, value, headers, timestamp, size)
+        self._buffered_bytes += size
+        self._pending_records += 1
+        if batch.size >= self.config.batch_size:
+            self._close(batch)
+        return DeliveryHandle(batch, index)
+
+    def _batch_for(
+        self, topic: str, key: bytes | None, partition: int | None, size: int, now_ms: float
+    ) -> ProducerBatch:
+        """The open batch a record of ``size`` bytes joins (opened, or the full one closed)."""
+        config = self.config
+        if size + HEADER_SIZE > config.max_request_bytes:
             raise KafkaesqueError(
                 ErrorCode.TOO_LARGE,
-                f"a record of {size} bytes exceeds max_request_bytes "
-                f"({self.config.max_request_bytes})",
+                f"a record of {size} bytes exceeds max_request_bytes ({config.max_request_bytes})",
             )
-        chosen = self.choose_partition(topic, record.key, partition)
+        sticky = partition is None and key is None
+        chosen = self.choose_partition(topic, key, partition)
         tp = (topic, chosen)
         batch = self._open.get(tp)
-        if batch is not None and (
-            batch.size + size > self.config.batch_size
-            or batch.size + size + HEADER_SIZE > self.config.max_request_bytes
-        ):
+        if batch is not None and batch.size + size > self._batch_limit:
             self._close(batch)
             batch = None
-            if partition is None and record.key is None:  # the sticky partition moved on
+            if sticky:  # the sticky partition moved on
                 chosen = self.choose_partition(topic, None, None)
                 tp = (topic, chosen)
                 batch = self._open.get(tp)
         if batch is None:
             batch = ProducerBatch(self._new_id(), topic, chosen, now_ms)
             self._open[tp] = batch
-        handle = DeliveryHandle(topic)
-        batch.records.append(record)
-        batch.handles.append(handle)
-        batch.size += size
-        self._buffered_bytes += size
-        self._pending_records += 1
-        if batch.size >= self.config.batch_size:
-            self._close(batch)
-        return handle
+            self.changes += 1
+        if sticky:
+            self._sticky_open[topic] = batch
+        return batch
 
     def flush(self) -> None:
         """Close every open batch now (linger no longer applies to them)."""
@@ -329,10 +416,30 @@ class ProducerCore:
         tp = (batch.topic, batch.partition)
         del self._open[tp]
         batch.close()
+        self.changes += 1
         self._queued.setdefault(tp, deque()).append(batch)
+        self._move_sticky(batch)
+
+    def _move_sticky(self, batch: ProducerBatch) -> None:
+        if self._sticky_open.get(batch.topic) is batch:
+            del self._sticky_open[batch.topic]
         count = self._metadata.partition_count(batch.topic)
         if count is not None:
             self._sticky.batch_closed(batch.topic, batch.partition, count)
+
+    def _leader_id(self, tp: tuple[str, int]) -> int | None:
+        leader = self._metadata.leader(*tp)
+        return None if leader is None else leader.broker_id
+
+    def _may_send(self, tp: tuple[str, int], broker_id: int | None) -> bool:
+        """Whether the bounds let a batch of ``tp`` go to ``broker_id`` now."""
+        if self.config.ordered and tp in self._busy_partitions:
+            return False
+        return self._in_flight_per_broker.get(broker_id, 0) < self.config.max_in_flight
+
+    def _blocked(self, tp: tuple[str, int]) -> bool:
+        """Whether a batch closed now for ``tp`` would wait (``ordered``: one in flight)."""
+        return self.config.ordered and (tp in self._busy_partitions or bool(self._queued.get(tp)))
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -340,36 +447,39 @@ class ProducerCore:
         """The batches to send now, marked in flight.
 
         Closes open batches older than ``linger_ms``; fails batches whose delivery timeout passed
-        while they waited; then, per partition in order, takes the oldest closed batch whose
-        backoff is over, if its partition has nothing in flight (``ordered``) and its broker has
-        fewer than ``max_in_flight`` batches in flight. A partition with no known leader goes to
-        any broker and asks for a metadata refresh.
+        while they waited; then, per partition in order, takes the oldest closed batches whose
+        backoff is over, while their partition has nothing in flight (``ordered``) and their
+        broker has fewer than ``max_in_flight`` batches in flight. A partition with no known
+        leader goes to any broker and asks for a metadata refresh.
+
+        With ``ordered``, a lingering batch whose partition could not take it anyway (a batch
+        in flight or waiting there) stays open and keeps taking records until the partition is
+        free or the batch full, as Kafka's accumulator does: under load, batches grow instead of
+        queueing one small batch per linger, and unkeyed records move on to the next partition
+        meanwhile (the sticky partitioner is told the batch is done).
         """
         for batch in list(self._open.values()):
             if now_ms - batch.created_ms >= self.config.linger_ms:
-                self._close(batch)
+                if self._blocked((batch.topic, batch.partition)):
+                    self._move_sticky(batch)
+                else:
+                    self._close(batch)
         self._expire(now_ms)
         sends: list[SendRequest] = []
         for tp, queue in self._queued.items():
-            if not queue or (self.config.ordered and tp in self._busy_partitions):
-                continue
-            batch = queue[0]
-            if batch.retry_at_ms > now_ms:
-                continue
-            leader = self._metadata.leader(*tp)
-            broker_id = None if leader is None else leader.broker_id
-            if leader is None:
+            broker_id = self._leader_id(tp)
+            if broker_id is None:
                 self._metadata_wanted = True
-            if self._in_flight_per_broker.get(broker_id, 0) >= self.config.max_in_flight:
-                continue
-            queue.popleft()
-            batch.attempts += 1
-            self._in_flight[batch.batch_id] = (batch, broker_id)
-            self._in_flight_per_broker[broker_id] = self._in_flight_per_broker.get(broker_id, 0) + 1
-            self._busy_partitions.add(tp)
-            assert batch.payload is not None  # closed batches are built
-            command = PublishBatch(batch.topic, batch.partition, batch.payload, self.config.acks)
-            sends.append(SendRequest(batch.batch_id, broker_id, command))
+            while queue and queue[0].retry_at_ms <= now_ms and self._may_send(tp, broker_id):
+                batch = queue.popleft()
+                batch.attempts += 1
+                self._in_flight[batch.batch_id] = (batch, broker_id)
+                in_flight = self._in_flight_per_broker.get(broker_id, 0) + 1
+                self._in_flight_per_broker[broker_id] = in_flight
+                self._busy_partitions.add(tp)
+                assert batch.payload is not None  # closed batches are built
+                command = PublishBatch(tp[0], tp[1], batch.payload, self.config.acks)
+                sends.append(SendRequest(batch.batch_id, broker_id, command))
         for tp in [tp for tp, queue in self._queued.items() if not queue]:
             del self._queued[tp]
         return sends
@@ -377,11 +487,18 @@ class ProducerCore:
     def next_wakeup_ms(self, now_ms: float) -> float | None:
         """When ``ready`` may have something new to do without any reply coming: the earliest
         linger expiry, end of a backoff or delivery deadline of a waiting batch (None: nothing)."""
-        times = [b.created_ms + self.config.linger_ms for b in self._open.values()]
+        times = [
+            b.created_ms + self.config.linger_ms
+            for tp, b in self._open.items()
+            if not self._blocked(tp)  # a reply unblocks it, and the driver acts on replies
+        ]
         for tp, queue in self._queued.items():
-            if queue and not (self.config.ordered and tp in self._busy_partitions):
+            if not queue:
+                continue
+            if self._may_send(tp, self._leader_id(tp)):  # else only a reply can let it go
                 times.append(queue[0].retry_at_ms)
-            times.extend(b.created_ms + self.config.delivery_timeout_ms for b in queue)
+            # The head is the oldest (a retried batch goes back to the head): it expires first.
+            times.append(queue[0].created_ms + self.config.delivery_timeout_ms)
         return max(min(times), now_ms) if times else None
 
     # -- outcomes ------------------------------------------------------------------------------
@@ -403,11 +520,17 @@ class ProducerCore:
         batch = self._take_in_flight(batch_id)
         if batch is None:
             return
-        for i, (record, handle) in enumerate(zip(batch.records, batch.handles, strict=True)):
-            handle._settle(
-                RecordMetadata(batch.topic, partition, base_offset + i, record.timestamp), None
+        if partition != batch.partition:
+            violation = KafkaesqueConnectionError(
+                f"PUBB to partition {batch.partition} answered for partition {partition}",
+                sent=True,
+                retriable=False,
             )
+            self._fail(batch, violation)
+            return
         self._settled(batch)
+        self.delivered += batch.count
+        batch.settle(base_offset, None)
 
     def on_error(self, batch_id: int, error: KafkaesqueError, now_ms: float) -> None:
         """The attempt of batch ``batch_id`` failed with ``error``: queue it again at the head of
@@ -483,10 +606,36 @@ class ProducerCore:
                 retriable=error.retriable,
                 outcome_unknown=True,
             )
-        for handle in batch.handles:
-            handle._settle(None, error)
         self._settled(batch)
+        self.failed += batch.count
+        batch.settle(-1, error)
 
     def _settled(self, batch: ProducerBatch) -> None:
         self._buffered_bytes -= batch.size
-        self._pending_records -= len(batch.records)
+        self._pending_records -= batch.count
+
+
+class ProducerCounters:
+    """The I/O-free half of a producer (sync and trio): its configuration and record counts."""
+
+    _core: ProducerCore
+
+    @property
+    def config(self) -> ProducerConfig:
+        """The producer's configuration."""
+        return self._core.config
+
+    @property
+    def pending(self) -> int:
+        """Records sent and not yet delivered or failed."""
+        return self._core.pending
+
+    @property
+    def delivered(self) -> int:
+        """Records acknowledged so far (by a quorum, with the default ``acks``)."""
+        return self._core.delivered
+
+    @property
+    def failed(self) -> int:
+        """Records failed so far (their futures hold the errors)."""
+        return self._core.failed

@@ -8,13 +8,13 @@ request timeout, and attempts by the retry policy. Use them as context managers 
 from __future__ import annotations
 
 import contextlib
+import math
 import selectors
 import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from kafkaesque.protocol import CreateTopic, Fetch, PartitionRow, TopicRow
-from kafkaesque.storage import Record, wall_clock_ms
+from kafkaesque.protocol import CreateTopic, ErrorCode, Fetch, PartitionRow, TopicRow
 
 from . import _calls as calls
 from . import _steps as steps
@@ -29,13 +29,22 @@ from ._consumer_core import (
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
-from ._producer_core import DeliveryHandle, ProducerConfig, ProducerCore, RecordMetadata
+from ._producer_core import (
+    DeliveryHandle,
+    ProducerConfig,
+    ProducerCore,
+    ProducerCounters,
+    RecordMetadata,
+)
 from ._sync_connection import SyncConnection
 from ._wire import Response, expect_data
 
 T = TypeVar("T")
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
+REPLY_POLL_MS = 1.0
+"""While batches are in flight, ``Producer.send`` looks for their replies this often (a look is
+a system call: doing it for every record would cost more than the record)."""
 
 
 def _now_ms() -> float:
@@ -251,13 +260,15 @@ class RecordFuture:
         return self._handle.result()
 
 
-class Producer:
+class Producer(ProducerCounters):
     """A batching producer (blocking flavour). See ``ProducerCore`` for batching, partitioning,
     ordering and the at-least-once retry contract (retries may duplicate records).
 
     No background thread: I/O happens inside ``send``, ``poll``, ``flush``, ``RecordFuture.get``
     and ``close``. A batch waiting for ``linger_ms`` is sent by the next of those calls, so a
-    program that stops sending calls ``flush`` (``close`` and the context manager do).
+    program that stops sending calls ``flush`` (``close`` and the context manager do). ``send``
+    itself does I/O only when a batch opened or closed, a linger or backoff ended, or
+    ``REPLY_POLL_MS`` passed with batches in flight: most records cost no system call.
     """
 
     def __init__(
@@ -272,22 +283,15 @@ class Producer:
         self._deadlines: dict[tuple[Address, int], float] = {}
         self._metadata_backoff_until = 0.0
         self._closed = False
+        self._selector = selectors.DefaultSelector()  # the connections with batches in flight
+        self._seen_changes = -1  # the core's ``changes`` at the last pump
+        self._pump_due_ms = 0.0  # when ``send`` must pump again at the latest
 
     def __enter__(self) -> Producer:
         return self
 
     def __exit__(self, exc_type: object, *rest: object) -> None:
         self.close(timeout=None if exc_type is None else 0.0)
-
-    @property
-    def config(self) -> ProducerConfig:
-        """The producer's configuration."""
-        return self._core.config
-
-    @property
-    def pending(self) -> int:
-        """Records sent and not yet delivered or failed."""
-        return self._core.pending
 
     def send(
         self,
@@ -307,19 +311,28 @@ class Producer:
         """
         if self._closed:
             raise RuntimeError("the producer is closed")
-        if self._core.metadata.partition_count(topic) is None:
-            self._client.partitions_for(topic)
-            self._core.update_metadata(self._client.state.metadata)
-        if not self._core.has_room():
-            self._wait_until(self._core.has_room, None)
-        record = Record(
-            value,
-            key,
-            tuple(headers),
-            int(wall_clock_ms()) if timestamp_ms is None else timestamp_ms,
-        )
-        handle = self._core.append(topic, record, partition=partition, now_ms=_now_ms())
-        self.poll(0.0)
+        core = self._core
+        if not core.has_room():
+            self._wait_until(core.has_room, None)
+        now = time.monotonic() * 1000.0  # _now_ms(), inline: this runs for every record
+        if timestamp_ms is None:
+            timestamp_ms = time.time_ns() // 1_000_000
+        if type(headers) is not tuple:
+            headers = tuple(headers)
+        try:
+            handle = core.add(
+                topic, value, key, headers, timestamp_ms, partition=partition, now_ms=now
+            )
+        except KafkaesqueError as exc:
+            if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                raise
+            self._client.partitions_for(topic)  # UNKNOWN_TOPIC again if the cluster has none
+            core.update_metadata(self._client.state.metadata)
+            handle = core.add(
+                topic, value, key, headers, timestamp_ms, partition=partition, now_ms=now
+            )
+        if core.changes != self._seen_changes or now >= self._pump_due_ms:
+            self._pump(0.0)
         return RecordFuture(handle, self)
 
     def poll(self, timeout: float = 0.0) -> None:
@@ -347,6 +360,7 @@ class Producer:
             self._core.fail_all(
                 KafkaesqueConnectionError("the producer was closed before delivery", sent=True)
             )
+            self._selector.close()
             if self._owns_client:
                 self._client.close()
 
@@ -362,7 +376,27 @@ class Producer:
 
     def _pump(self, timeout: float) -> None:
         """One round: refresh metadata if asked, send ready batches, wait (up to ``timeout``,
-        the next linger/backoff deadline, or a request deadline) for replies and read them."""
+        the next linger/backoff deadline, or a request deadline) for replies and read them, and
+        send what those replies let go (the next batch of a partition that was busy)."""
+        core = self._core
+        self._send_ready()
+        now = _now_ms()
+        wake = core.next_wakeup_ms(now)
+        limits = [now + timeout * 1000, *self._deadlines.values()]
+        if wake is not None:
+            limits.append(wake)
+        wait_s = max(min(limits) - now, 0.0) / 1000
+        if self._read_replies(wait_s):
+            self._send_ready()
+        now = _now_ms()
+        wake = core.next_wakeup_ms(now)
+        due = math.inf if wake is None else wake
+        if self._in_flight:
+            due = min(due, now + REPLY_POLL_MS)
+        self._pump_due_ms = due
+        self._seen_changes = core.changes
+
+    def _send_ready(self) -> None:
         core, client = self._core, self._client
         if core.metadata_wanted and time.monotonic() >= self._metadata_backoff_until:
             self._metadata_backoff_until = time.monotonic() + core.config.retry.backoff_s(1)
@@ -384,28 +418,34 @@ class Producer:
                 continue
             self._in_flight[(address, ticket)] = send.batch_id
             self._deadlines[(address, ticket)] = now + core.config.request_timeout_ms
-        wake = core.next_wakeup_ms(now)
-        limits = [now + timeout * 1000, *self._deadlines.values()]
-        if wake is not None:
-            limits.append(wake)
-        wait_s = max(min(limits) - now, 0.0) / 1000
-        self._read_replies(wait_s)
 
-    def _read_replies(self, wait_s: float) -> None:
+    def _readable(self, connections: list[SyncConnection], wait_s: float) -> list[object]:
+        """Which of ``connections`` have bytes to read, waiting up to ``wait_s``."""
+        selector = self._selector
+        wanted = set(connections)
+        for key in list(selector.get_map().values()):
+            if key.fileobj not in wanted:  # answered, or closed (then its fd may be reused)
+                selector.unregister(key.fileobj)
+        registered = {key.fileobj for key in selector.get_map().values()}
+        for connection in connections:
+            if connection not in registered:
+                selector.register(connection, selectors.EVENT_READ)
+        return [key.fileobj for key, _ in selector.select(wait_s)]
+
+    def _read_replies(self, wait_s: float) -> bool:
+        """Wait up to ``wait_s`` for replies and settle what they answer; False if none came."""
         core, client = self._core, self._client
         addresses = {address for address, _ in self._in_flight}
         connections = [client.connection(a) for a in addresses if not self._gone(a)]
         if connections:
-            with selectors.DefaultSelector() as selector:
-                for connection in connections:
-                    selector.register(connection, selectors.EVENT_READ)
-                ready = [key.fileobj for key, _ in selector.select(wait_s)]
+            ready = self._readable(connections, wait_s)
             for connection in connections:
                 if connection in ready:
                     with contextlib.suppress(KafkaesqueError):  # its tickets fail below
                         connection.read_some(0.0)
         elif wait_s > 0 and core.pending:
             time.sleep(wait_s)
+        in_flight = len(self._in_flight)
         now = _now_ms()
         done: dict[Address, dict[int, Response]] = {}
         for key in list(self._in_flight):
@@ -430,6 +470,7 @@ class Producer:
             else:
                 continue
             del self._deadlines[key]
+        return len(self._in_flight) < in_flight
 
     def _gone(self, address: Address) -> bool:
         connection = self._client.existing_connection(address)

@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 import trio
 
 from kafkaesque.protocol import CreateTopic, Fetch, PartitionRow, TopicRow
-from kafkaesque.storage import Record, wall_clock_ms
+from kafkaesque.storage import wall_clock_ms
 
 from . import _calls as calls
 from . import _steps as steps
@@ -34,6 +34,7 @@ from ._producer_core import (
     DeliveryHandle,
     ProducerConfig,
     ProducerCore,
+    ProducerCounters,
     RecordMetadata,
     SendRequest,
 )
@@ -295,7 +296,7 @@ async def open_producer(
             nursery.cancel_scope.cancel()
 
 
-class AsyncProducer:
+class AsyncProducer(ProducerCounters):
     """A batching producer (trio flavour); open it with ``open_producer``. See ``ProducerCore``
     for batching, partitioning, ordering and the at-least-once retry contract."""
 
@@ -310,16 +311,7 @@ class AsyncProducer:
         self._progress = trio.Event()  # some record was settled; replaced after each set
         self._metadata_backoff_until = 0.0
         self._closed = False
-
-    @property
-    def config(self) -> ProducerConfig:
-        """The producer's configuration."""
-        return self._core.config
-
-    @property
-    def pending(self) -> int:
-        """Records sent and not yet delivered or failed."""
-        return self._core.pending
+        self._seen_changes = -1  # the core's ``changes`` when the sender last looked
 
     async def send(
         self,
@@ -334,19 +326,23 @@ class AsyncProducer:
         """Queue one record (see ``Producer.send``); waits only while the buffer is full."""
         if self._closed:
             raise RuntimeError("the producer is closed")
-        if self._core.metadata.partition_count(topic) is None:
+        core = self._core
+        if core.metadata.partition_count(topic) is None:
             await self._client.partitions_for(topic)
-            self._core.update_metadata(self._client.state.metadata)
-        if not self._core.has_room():
-            await self._wait_until(self._core.has_room, None)
-        record = Record(
+            core.update_metadata(self._client.state.metadata)
+        if not core.has_room():
+            await self._wait_until(core.has_room, None)
+        handle = core.add(
+            topic,
             value,
             key,
             tuple(headers),
             int(wall_clock_ms()) if timestamp_ms is None else timestamp_ms,
+            partition=partition,
+            now_ms=_now_ms(),
         )
-        handle = self._core.append(topic, record, partition=partition, now_ms=_now_ms())
-        self._wakeup.set()
+        if core.changes != self._seen_changes:  # a batch opened or closed: the sender acts
+            self._wakeup.set()
         return AsyncRecordFuture(handle, self)
 
     async def flush(self, timeout: float | None = None) -> None:
@@ -388,6 +384,7 @@ class AsyncProducer:
             now = _now_ms()
             for send in core.ready(now):
                 self._nursery.start_soon(self._send_one, send)
+            self._seen_changes = core.changes
             wake = core.next_wakeup_ms(now)
             wake_s = math.inf if wake is None else wake / 1000
             if core.metadata_wanted:

@@ -254,3 +254,72 @@ def test_a_partition_without_leader_goes_to_any_broker_and_asks_for_metadata() -
     p.append("t", rec(), partition=0, now_ms=0)
     (send,) = p.ready(now_ms=10)
     assert send.broker_id is None and p.metadata_wanted
+
+
+def test_a_lingering_batch_of_a_busy_partition_keeps_filling_until_it_can_go() -> None:
+    p = core(linger_ms=1.0)
+    p.append("t", rec(), partition=0, now_ms=0)
+    (first,) = p.ready(now_ms=1)
+    waiting = [p.append("t", rec(), partition=0, now_ms=2 + i) for i in range(3)]
+    assert p.ready(now_ms=10) == []  # lingered, but partition 0 is busy: the batch stays open
+    assert p.next_wakeup_ms(now_ms=10) is None  # only the reply can move it: no busy wake-ups
+    waiting.append(p.append("t", rec(), partition=0, now_ms=11))  # it still takes records
+    p.on_response(first.batch_id, OkReply("0 0"), now_ms=12)
+    (second,) = p.ready(now_ms=12)  # freed: the grown batch goes at once, as one batch
+    assert decode_header(second.command.batch).record_count == 4
+    p.on_response(second.batch_id, OkReply("0 1"), now_ms=13)
+    assert [h.result().offset for h in waiting] == [1, 2, 3, 4]
+
+
+def test_unkeyed_records_leave_a_partition_whose_lingering_batch_must_wait() -> None:
+    p = core(linger_ms=1.0)
+    p.append("t", rec(), now_ms=0)
+    (first,) = p.ready(now_ms=1)  # partition 0 in flight; the sticky partition moved to 1
+    assert first.command.partition == 0
+    p.append("t", rec(), now_ms=1)
+    (second,) = p.ready(now_ms=2)
+    assert second.command.partition == 1
+
+
+def test_the_counters_follow_delivered_and_failed_records() -> None:
+    p = core()
+    for partition in (0, 1, 1):
+        p.append("t", rec(), partition=partition, now_ms=0)
+    sends = {s.command.partition: s for s in p.ready(now_ms=10)}
+    p.on_response(sends[1].batch_id, OkReply("1 0"), now_ms=11)
+    p.on_response(sends[0].batch_id, ErrorReply(ErrorCode.INVALID_BATCH, "crc"), now_ms=11)
+    assert (p.delivered, p.failed, p.pending) == (2, 1, 0)
+
+
+def test_a_reply_naming_another_partition_fails_the_batch_as_a_violation() -> None:
+    p = core()
+    handle = p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, OkReply("1 5"), now_ms=11)
+    error = handle.exception()
+    assert isinstance(error, KafkaesqueConnectionError) and not error.retriable
+
+
+def test_records_keep_their_own_timestamps_in_the_metadata() -> None:
+    p = core()
+    handles = [
+        p.append("t", Record(b"v", timestamp=ts), partition=0, now_ms=0) for ts in (50, 20, 70)
+    ]
+    (send,) = p.ready(now_ms=10)
+    assert [r.timestamp for r in decode_records(send.command.batch)] == [50, 20, 70]
+    p.on_response(send.batch_id, OkReply("0 9"), now_ms=11)
+    assert [h.result() for h in handles] == [
+        RecordMetadata("t", 0, 9 + i, ts) for i, ts in enumerate((50, 20, 70))
+    ]
+
+
+def test_unordered_batches_of_a_partition_go_together_up_to_the_broker_bound() -> None:
+    p = core(batch_size=1, max_in_flight=3, ordered=False)
+    for _ in range(5):
+        p.append("t", rec(), partition=0, now_ms=0)
+    sends = p.ready(now_ms=0)
+    assert [s.command.partition for s in sends] == [0, 0, 0]
+    # Broker 0 is full: only a reply frees it, so the next wake-up is the delivery deadline.
+    assert p.next_wakeup_ms(now_ms=1) == 30_000.0
+    p.on_response(sends[0].batch_id, OkReply("0 0"), now_ms=2)
+    assert len(p.ready(now_ms=2)) == 1

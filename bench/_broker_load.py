@@ -1,0 +1,420 @@
+"""The load generators of ``bench.broker``, each run as its own process.
+
+    python -m bench._broker_load KIND [options]
+
+Kinds: ``producer`` (the client library's batching ``Producer``, as fast as it goes), ``pubs``
+(pipelined ``PUBS`` lines on raw sockets), ``publish`` (the ``Producer`` at a fixed rate, each
+message stamped with the time it was due), ``consume`` (a ``GroupConsumer`` measuring each
+message's latency at delivery) and ``loopback`` (a TCP sink and echo server, the baseline).
+
+A process prints JSON lines on stdout: ``{"event": "ready"}`` once it can be measured (the
+consumer: subscribed), ``{"event": "measuring"}`` when its measured window opens (after the
+warm-up), and last ``{"event": "result", ...}``. Every loop is bounded in time and count.
+Timestamps are ``time.monotonic_ns()``, one clock for every process of the machine (Linux's
+CLOCK_MONOTONIC).
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import functools
+import json
+import select
+import selectors
+import socket
+import sys
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kafkaesque.client import Client, DeliveryHandle, GroupConsumer, Producer, ProducerConfig
+
+MESSAGE_BYTES = 100
+_STAMP = b"%020d %010d "  # due time (monotonic ns) and sequence number, then padding
+_STAMP_BYTES = 32
+_MAX_WINDOW = 4000  # PUBS lines in flight per connection: below the broker's 4,096 per session
+
+
+def emit(event: str, **fields: Any) -> None:
+    """One JSON line for the orchestrator."""
+    print(json.dumps({"event": event, **fields}), flush=True)
+
+
+def stamped(due_ns: int, seq: int) -> bytes:
+    """A message of ``MESSAGE_BYTES`` carrying when it was due and its number."""
+    head = _STAMP % (due_ns, seq)
+    return head + b"x" * (MESSAGE_BYTES - len(head))
+
+
+def read_stamp(value: bytes) -> tuple[int, int]:
+    """``(due_ns, seq)`` of a ``stamped`` message."""
+    return int(value[:20]), int(value[21:31])
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The nearest-rank ``q`` quantile (0..1) of ``values`` (sorted or not); nan if empty."""
+    if not values:
+        return float("nan")
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(q * len(ordered)) - 1))]
+
+
+# -- (a) the batching producer, flat out ------------------------------------------------------
+
+
+def run_producer(args: argparse.Namespace) -> None:
+    config = ProducerConfig(
+        linger_ms=args.linger_ms,
+        batch_size=args.batch_size,
+        max_buffered_bytes=args.buffer_bytes,
+    )
+    value = bytes(i % 251 for i in range(MESSAGE_BYTES))
+    max_records = int(2_000_000 * (args.warmup + args.seconds))  # far above any real rate
+    with Client(args.bootstrap) as client, Producer(client, config) as producer:
+        client.partitions_for(args.topic)
+        emit("ready")
+        send, topic = producer.send, args.topic
+        start = time.monotonic()
+        measure_at, end_at = start + args.warmup, start + args.warmup + args.seconds
+        first: tuple[float, int] | None = None
+        sent = 0
+        while sent < max_records:
+            for _ in range(1000):
+                send(topic, value)
+            sent += 1000
+            now = time.monotonic()
+            if first is None and now >= measure_at:
+                first = (now, producer.delivered)
+                emit("measuring")
+            if now >= end_at:
+                break
+        last = (time.monotonic(), producer.delivered)
+        producer.flush(timeout=60)
+        if first is None:
+            first = (start, 0)
+        emit(
+            "result",
+            msgs_per_s=(last[1] - first[1]) / (last[0] - first[0]),
+            window_s=last[0] - first[0],
+            sent=sent,
+            delivered=producer.delivered,
+            failed=producer.failed,
+        )
+
+
+# -- (b) pipelined PUBS lines --------------------------------------------------------------------
+
+
+class _PubsConnection:
+    """One connection keeping ``window`` PUBS lines in flight."""
+
+    def __init__(self, address: tuple[str, int], line: bytes, window: int) -> None:
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.line = line
+        self.window = window
+        self.outstanding = 0
+        self.replies = 0
+        self.errors = 0
+        self.first_error = b""
+        self._tail = b""
+
+    def top_up(self) -> None:
+        """Send lines until ``window`` are in flight (in one write)."""
+        missing = self.window - self.outstanding
+        if missing > 0:
+            self.sock.sendall(self.line * missing)
+            self.outstanding += missing
+
+    def on_readable(self) -> bool:
+        """Read what arrived and count the replies; False once the broker closed."""
+        data = self.sock.recv(1 << 18)
+        if not data:
+            return False
+        data = self._tail + data
+        end = data.rfind(b"\n") + 1
+        done, self._tail = data[:end], data[end:]
+        lines = done.count(b"\n")
+        errors = done.count(b"-ERR")
+        if errors and not self.first_error:
+            at = done.index(b"-ERR")
+            self.first_error = done[at : done.index(b"\n", at)]
+        self.replies += lines
+        self.errors += errors
+        self.outstanding -= lines
+        return True
+
+
+def run_pubs(args: argparse.Namespace) -> None:
+    value = b"m" * MESSAGE_BYTES
+    line = b"PUBS %s %s\r\n" % (args.topic.encode(), value)
+    addresses = [(h, int(p)) for h, _, p in (a.rpartition(":") for a in args.addresses)]
+    window = min(args.window, _MAX_WINDOW)
+    conns = [_PubsConnection(a, line, window) for a in addresses]
+    emit("ready")
+    selector = selectors.DefaultSelector()
+    for conn in conns:
+        selector.register(conn.sock, selectors.EVENT_READ, conn)
+        conn.top_up()
+    start = time.monotonic()
+    measure_at, end_at = start + args.warmup, start + args.warmup + args.seconds
+    first: tuple[float, int] | None = None
+    last: tuple[float, int] | None = None
+    while True:
+        now = time.monotonic()
+        ok = sum(c.replies - c.errors for c in conns)
+        if first is None and now >= measure_at:
+            first = (now, ok)
+            emit("measuring")
+        if last is None and now >= end_at:
+            last = (now, ok)  # the window closes; what is in flight is drained, not counted
+        if last is not None and (now >= end_at + 10.0 or not any(c.outstanding for c in conns)):
+            break
+        for key, _ in selector.select(0.05):
+            conn = key.data
+            if not conn.on_readable():
+                selector.unregister(conn.sock)
+                conn.outstanding = 0
+            elif last is None and conn.outstanding <= conn.window // 2:
+                conn.top_up()
+    for conn in conns:
+        conn.sock.close()
+    first = first or (start, 0)
+    emit(
+        "result",
+        msgs_per_s=(last[1] - first[1]) / (last[0] - first[0]),
+        window_s=last[0] - first[0],
+        ok=sum(c.replies - c.errors for c in conns),
+        errors=sum(c.errors for c in conns),
+        unanswered=sum(c.outstanding for c in conns),
+        first_error=next((c.first_error.decode() for c in conns if c.first_error), ""),
+    )
+
+
+# -- (c) end to end: a paced publisher and a group consumer ------------------------------------
+
+
+class _Pacer:
+    """Message ``seq`` is due at ``start + seq / rate``: waits for it, then sends it; keeps how
+    late the sends were and each message's due-to-acknowledged latency (the commit half of end
+    to end; the first ``skip`` messages are warm-up)."""
+
+    def __init__(self, rate: float, seconds: float, skip: int) -> None:
+        self.count = int(rate * seconds)
+        self.interval_ns = 1e9 / rate
+        self.skip = skip
+        self.late = 0  # messages sent more than 1 ms after they were due
+        self.lateness_max_ms = 0.0
+        self.acks: list[float] = []
+
+    def run(self, send: Callable[[int, int], None], wait: Callable[[float], None]) -> None:
+        start_ns = time.monotonic_ns() + 20_000_000
+        for seq in range(self.count):
+            due_ns = start_ns + int(seq * self.interval_ns)
+            while (wait_ns := due_ns - time.monotonic_ns()) > 0:
+                wait(wait_ns / 1e9)
+            behind_ms = (time.monotonic_ns() - due_ns) / 1e6
+            self.lateness_max_ms = max(self.lateness_max_ms, behind_ms)
+            self.late += behind_ms > 1.0
+            send(due_ns, seq)
+
+    def acked(self, due_ns: int, seq: int) -> None:
+        if seq >= self.skip:
+            self.acks.append((time.monotonic_ns() - due_ns) / 1e6)
+
+    def result(self, **fields: Any) -> None:
+        emit(
+            "result",
+            sent=self.count,
+            late_over_1ms=self.late,
+            lateness_max_ms=self.lateness_max_ms,
+            ack_p50_ms=percentile(self.acks, 0.50),
+            ack_p99_ms=percentile(self.acks, 0.99),
+            **fields,
+        )
+
+
+def run_publish(args: argparse.Namespace) -> None:
+    """The library's ``Producer`` at a fixed rate."""
+    config = ProducerConfig(linger_ms=args.linger_ms, ordered=not args.unordered)
+    pacer = _Pacer(args.rate, args.seconds, args.skip)
+
+    def on_ack(due_ns: int, seq: int, handle: DeliveryHandle) -> None:
+        if handle.exception() is None:
+            pacer.acked(due_ns, seq)
+
+    with Client(args.bootstrap) as client, Producer(client, config) as producer:
+
+        def send(due_ns: int, seq: int) -> None:
+            future = producer.send(args.topic, stamped(due_ns, seq))
+            future.handle.add_done_callback(functools.partial(on_ack, due_ns, seq))
+
+        def wait(seconds: float) -> None:
+            if producer.pending:
+                producer.poll(seconds)  # reads replies while it waits
+            else:
+                time.sleep(seconds)
+
+        client.partitions_for(args.topic)
+        emit("ready")
+        emit("measuring")
+        pacer.run(send, wait)
+        producer.flush(timeout=60)
+        pacer.result(delivered=producer.delivered, failed=producer.failed)
+
+
+def run_publish_pubs(args: argparse.Namespace) -> None:
+    """One ``PUBS`` line per message at a fixed rate, on one raw connection (a telnet user)."""
+    pacer = _Pacer(args.rate, args.seconds, args.skip)
+    host, _, port = args.address.rpartition(":")
+    prefix = b"PUBS %s " % args.topic.encode()
+    in_flight: collections.deque[tuple[int, int]] = collections.deque()
+    errors = 0
+    tail = b""
+    with socket.create_connection((host, int(port)), timeout=10) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+        def send(due_ns: int, seq: int) -> None:
+            sock.sendall(prefix + stamped(due_ns, seq) + b"\r\n")
+            in_flight.append((due_ns, seq))
+
+        def wait(seconds: float) -> None:
+            nonlocal tail, errors
+            ready, _, _ = select.select([sock], [], [], seconds)
+            if not ready:
+                return
+            data = sock.recv(1 << 16)
+            if not data:
+                raise ConnectionError("the broker closed the connection")
+            *lines, tail = (tail + data).split(b"\n")
+            for line in lines:
+                due_ns, seq = in_flight.popleft()
+                if line.startswith(b"+OK"):
+                    pacer.acked(due_ns, seq)
+                else:
+                    errors += 1
+
+        emit("ready")
+        emit("measuring")
+        pacer.run(send, wait)
+        deadline = time.monotonic() + 30
+        while in_flight and time.monotonic() < deadline:
+            wait(0.1)
+    pacer.result(delivered=pacer.count - errors - len(in_flight), failed=errors + len(in_flight))
+
+
+def run_consume(args: argparse.Namespace) -> None:
+    seen = bytearray(args.expect)
+    latencies: list[float] = []
+    received = duplicates = foreign = 0
+    with GroupConsumer(args.bootstrap, args.topic, args.group) as consumer:
+        consumer.poll(0)  # subscribes, and learns where each partition ends
+        emit("ready")
+        deadline = time.monotonic() + args.timeout
+        while received < args.expect and time.monotonic() < deadline:
+            records = consumer.poll(args.poll_ms / 1000)
+            now_ns = time.monotonic_ns()
+            for record in records:
+                try:
+                    due_ns, seq = read_stamp(record.value or b"")
+                except ValueError:
+                    foreign += 1
+                    continue
+                if not 0 <= seq < args.expect or seen[seq]:
+                    duplicates += 1
+                    continue
+                seen[seq] = 1
+                received += 1
+                if seq >= args.skip:
+                    latencies.append((now_ns - due_ns) / 1e6)
+    emit(
+        "result",
+        received=received,
+        missing=args.expect - received,
+        duplicates=duplicates,
+        foreign=foreign,
+        samples=len(latencies),
+        p50_ms=percentile(latencies, 0.50),
+        p99_ms=percentile(latencies, 0.99),
+        p999_ms=percentile(latencies, 0.999),
+        max_ms=max(latencies, default=float("nan")),
+    )
+
+
+# -- the baseline: raw loopback TCP -------------------------------------------------------------
+
+
+def run_loopback(args: argparse.Namespace) -> None:
+    """Sink one connection (count its bytes until EOF), then echo a second one byte by byte."""
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        server.settimeout(30)
+        emit("ready", port=server.getsockname()[1])
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(30)
+            total, first_at = 0, 0.0
+            while data := conn.recv(1 << 20):
+                if not total:
+                    first_at = time.monotonic()
+                total += len(data)
+            seconds = time.monotonic() - first_at
+        conn, _ = server.accept()
+        with conn:
+            conn.settimeout(30)
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            while data := conn.recv(64):
+                conn.sendall(data)
+    emit("result", bytes=total, seconds=seconds)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._broker_load", description=__doc__)
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    timed = argparse.ArgumentParser(add_help=False)  # flat out, measured after a warm-up
+    timed.add_argument("--seconds", type=float, required=True)
+    timed.add_argument("--warmup", type=float, default=1.0)
+    paced = argparse.ArgumentParser(add_help=False)  # at a fixed rate
+    paced.add_argument("--rate", type=float, required=True)
+    paced.add_argument("--seconds", type=float, required=True)
+    paced.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p = kinds.add_parser("producer", parents=[timed])
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.add_argument("--buffer-bytes", type=int, required=True)
+    p.set_defaults(run=run_producer)
+    p = kinds.add_parser("pubs", parents=[timed])
+    p.add_argument("topic")
+    p.add_argument("addresses", nargs="+")
+    p.add_argument("--window", type=int, required=True)
+    p.set_defaults(run=run_pubs)
+    p = kinds.add_parser("publish", parents=[paced])
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.add_argument("--unordered", action="store_true", help="ProducerConfig(ordered=False)")
+    p.set_defaults(run=run_publish)
+    p = kinds.add_parser("publish-pubs", parents=[paced])
+    p.add_argument("address")
+    p.add_argument("topic")
+    p.set_defaults(run=run_publish_pubs)
+    p = kinds.add_parser("consume")
+    p.add_argument("bootstrap")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p.add_argument("--timeout", type=float, required=True)
+    p.add_argument("--poll-ms", type=int, default=500, help="CONS wait_ms (long poll)")
+    p.set_defaults(run=run_consume)
+    p = kinds.add_parser("loopback")
+    p.set_defaults(run=run_loopback)
+    args = parser.parse_args(argv)
+    args.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

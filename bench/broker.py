@@ -1,0 +1,338 @@
+"""Broker benchmark: 3 brokers on loopback, replication factor 3, quorum acks, 100-byte messages.
+
+    python -m bench.broker [--quick] [--profile DIR]
+
+Every figure is printed beside the same machine's raw loopback TCP measured in the same run
+(two processes on 127.0.0.1: bulk throughput, and the 1-byte round trip). The brokers are real
+``kafkaesque broker`` processes (``LocalCluster``); each load generator is its own process; each
+phase has its own 3-partition topic.
+
+* (a) the client library's batching ``Producer`` (one process, one ``send`` per message, default
+  ``ordered`` delivery and retries): messages/s and MB/s of payload. A message counts once its
+  batch is acknowledged by a quorum (``producer.delivered``), over a window after a warm-up.
+* (b) telnet-style ``PUBS topic message`` lines on raw sockets, one connection per broker, each
+  keeping a window of lines in flight: ``+OK`` replies per second (an ``-ERR`` is not counted).
+  PUBS has no key, so the broker spreads the lines round-robin over the partitions and forwards
+  two thirds of them to the partitions' leaders.
+* (c) end to end: a publisher paced at a fixed rate stamps each message with the time it was due
+  (so a publisher that falls behind shows up as latency) and a ``GroupConsumer`` (``SUBS`` and
+  long-polling ``CONS``, in its own process) computes due-to-delivery latency: p50/p99/p999 at
+  10,000 msg/s and at 1,000 msg/s. The publisher is the library's ``Producer`` (linger as
+  printed); the first half second of messages is warm-up, left out of the percentiles.
+
+The machine is shared (two cores for three brokers and the load), so each phase also prints the
+CPU used by the brokers, the load generators and the rest of the machine (other people's work).
+``--profile DIR`` records each broker with py-spy during each phase (raw files in DIR) and prints
+the hottest functions per phase; the sampling costs CPU, so profiled figures run a little low.
+
+Ends with ``RESULT producer_msgs_per_s=… producer_mb_per_s=… pubs_msgs_per_s=… e2e_p50_ms=…
+e2e_p99_ms=… e2e_p999_ms=… e2e_1k_p99_ms=… loopback_mb_per_s=…`` (then two extra fields).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import signal
+import socket
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.client import Client
+
+from ._broker_load import MESSAGE_BYTES, percentile
+from ._broker_procs import CpuShare, CpuWindow, Load, Profiles, make_scratch
+
+MB = 1_000_000
+BROKERS = 3
+PARTITIONS = 3
+PRODUCER_BATCH_BYTES = 256 * 1024
+PRODUCER_LINGER_MS = 5.0
+PRODUCER_BUFFER_BYTES = 32 * 1024 * 1024
+PUBS_WINDOW = 2000  # lines in flight per connection (the broker reads up to 4,096 ahead)
+E2E_WARMUP_S = 0.5
+E2E_RUNS = ((10_000, 1.0), (1_000, 0.0))  # (messages/s, the publisher's linger_ms)
+TARGETS = {"producer": 300_000, "pubs": 50_000, "e2e_10k_p99_ms": 10.0, "e2e_1k_p99_ms": 3.0}
+
+
+@dataclass(frozen=True)
+class Durations:
+    """Seconds each measured window lasts."""
+
+    warmup: float
+    producer: float
+    pubs: float
+    e2e: float
+    loopback: float
+
+
+QUICK = Durations(warmup=1.0, producer=4.0, pubs=3.0, e2e=4.0, loopback=1.0)
+FULL = Durations(warmup=2.0, producer=15.0, pubs=10.0, e2e=20.0, loopback=3.0)
+
+
+@dataclass
+class Phase:
+    """What a phase needs from the run: the cluster, the brokers' pids, the profile switch."""
+
+    cluster: LocalCluster
+    durations: Durations
+    profile_dir: Path | None
+
+    @property
+    def broker_pids(self) -> list[int]:
+        return [self.cluster.procs[i].pid for i in range(self.cluster.n)]
+
+    def measure(
+        self, name: str, primary: Load, loads: list[Load], seconds: float
+    ) -> tuple[dict[str, Any], CpuShare]:
+        """From ``primary``'s "measuring" to its result: CPU shares, and profiles if asked."""
+        primary.expect("measuring", timeout=60)
+        window = CpuWindow(self.broker_pids, [load.pid for load in loads])
+        window.start()
+        profiles = None
+        if self.profile_dir is not None:
+            profiles = Profiles(self.profile_dir, name, self.broker_pids, seconds)
+        result = primary.expect("result", timeout=seconds + 120)
+        share = window.stop()
+        if profiles is not None:
+            profiles.finish()
+            print(f"    broker profile ({name}), files in {self.profile_dir}:")
+            for line in profiles.summary():
+                print(f"      {line}")
+        return result, share
+
+
+# -- the baseline ---------------------------------------------------------------------------------
+
+
+def loopback(seconds: float) -> tuple[float, float, float]:
+    """Raw TCP between two processes on 127.0.0.1: (MB/s, round trip p50 ms, p99 ms)."""
+    chunk = bytes(256 * 1024)
+    with Load("loopback", "loopback") as sink:
+        port = int(sink.expect("ready", timeout=60)["port"])
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            end = time.monotonic() + seconds
+            while time.monotonic() < end:
+                sock.sendall(chunk)
+            sock.shutdown(socket.SHUT_WR)
+        rtts: list[float] = []
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            end = time.monotonic() + min(seconds, 2.0)
+            while time.monotonic() < end and len(rtts) < 20_000:
+                began = time.perf_counter()
+                sock.sendall(b"x")
+                if not sock.recv(64):
+                    break
+                rtts.append((time.perf_counter() - began) * 1000)
+        result = sink.expect("result", timeout=60)
+    mb_per_s = result["bytes"] / max(result["seconds"], 1e-9) / MB
+    return mb_per_s, percentile(rtts, 0.5), percentile(rtts, 0.99)
+
+
+# -- the phases -----------------------------------------------------------------------------------
+
+
+def flat_out_phase(phase: Phase, name: str, seconds: float, *args: str) -> dict[str, Any]:
+    """One load process as fast as it goes, measured after its warm-up."""
+    with Load(
+        name, name, *args, f"--seconds={seconds}", f"--warmup={phase.durations.warmup}"
+    ) as load:
+        result, share = phase.measure(name, load, [load], seconds)
+    result["cpu"] = share
+    return result
+
+
+def producer_phase(phase: Phase, topic: str) -> dict[str, Any]:
+    return flat_out_phase(
+        phase,
+        "producer",
+        phase.durations.producer,
+        phase.cluster.bootstrap,
+        topic,
+        f"--batch-size={PRODUCER_BATCH_BYTES}",
+        f"--linger-ms={PRODUCER_LINGER_MS}",
+        f"--buffer-bytes={PRODUCER_BUFFER_BYTES}",
+    )
+
+
+def pubs_phase(phase: Phase, topic: str) -> dict[str, Any]:
+    addresses = [":".join(map(str, phase.cluster.client_address(i))) for i in range(BROKERS)]
+    return flat_out_phase(
+        phase, "pubs", phase.durations.pubs, topic, *addresses, f"--window={PUBS_WINDOW}"
+    )
+
+
+def e2e_phase(phase: Phase, topic: str, rate: int, linger_ms: float) -> dict[str, Any]:
+    seconds = phase.durations.e2e
+    count = int(rate * seconds)
+    bootstrap = phase.cluster.bootstrap
+    with Load(
+        "consumer",
+        "consume",
+        bootstrap,
+        topic,
+        f"group-{topic}",
+        f"--expect={count}",
+        f"--skip={int(rate * E2E_WARMUP_S)}",
+        f"--timeout={seconds + 60}",
+    ) as consumer:
+        consumer.expect("ready", timeout=60)
+        with Load(
+            "publisher",
+            "publish",
+            bootstrap,
+            topic,
+            f"--rate={rate}",
+            f"--seconds={seconds}",
+            f"--linger-ms={linger_ms}",
+            f"--skip={int(rate * E2E_WARMUP_S)}",
+        ) as publisher:
+            published, share = phase.measure(
+                f"e2e-{rate}", publisher, [publisher, consumer], seconds
+            )
+            result = consumer.expect("result", timeout=90)
+    result["publisher"] = published
+    result["cpu"] = share
+    return result
+
+
+# -- the run --------------------------------------------------------------------------------------
+
+
+def _verdict(ok: bool) -> str:
+    return "met" if ok else "NOT met"
+
+
+def _print_throughput(
+    title: str, result: dict[str, Any], target: float, loop_mb: float, started: float
+) -> float:
+    """Print a throughput phase beside the loopback baseline; return its MB/s."""
+    rate = float(result["msgs_per_s"])
+    mb = rate * MESSAGE_BYTES / MB
+    print(f"{title}, {result['window_s']:.1f} s window:")
+    print(
+        f"      {rate:10,.0f} msg/s  {mb:6.1f} MB/s  ({100 * mb / loop_mb:.2f}% of loopback "
+        f"MB/s)  target >= {target:,.0f}: {_verdict(rate >= target)}"
+    )
+    print(f"      {result['cpu']}  [{time.monotonic() - started:.0f} s]")
+    return mb
+
+
+def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
+    started = time.monotonic()
+    problems: list[str] = []
+    loop_mb, rtt_p50, rtt_p99 = loopback(durations.loopback)
+    loop_msgs = loop_mb * MB / MESSAGE_BYTES
+    print(
+        f"loopback TCP, 2 processes on 127.0.0.1: {loop_mb:,.0f} MB/s "
+        f"(= {loop_msgs:,.0f} msg/s of {MESSAGE_BYTES} B); 1-byte round trip "
+        f"p50 {rtt_p50:.3f} ms, p99 {rtt_p99:.3f} ms"
+    )
+    with LocalCluster(str(root / "cluster"), BROKERS) as cluster:
+        topics = ["bench-producer", "bench-pubs", *(f"bench-e2e-{r}" for r, _ in E2E_RUNS)]
+        with Client(cluster.bootstrap) as client:
+            for topic in topics:
+                client.create_topic(topic, PARTITIONS, BROKERS)
+        print(
+            f"cluster: {BROKERS} brokers, replication factor {BROKERS}, acks=quorum, "
+            f"{PARTITIONS} partitions a topic, {MESSAGE_BYTES}-byte messages "
+            f"[{time.monotonic() - started:.0f} s]"
+        )
+        phase = Phase(cluster, durations, profile_dir)
+
+        a = producer_phase(phase, topics[0])
+        a_mb = _print_throughput(
+            f"(a) batching Producer, 1 process (batch {PRODUCER_BATCH_BYTES // 1024} KiB, "
+            f"linger {PRODUCER_LINGER_MS:g} ms, ordered)",
+            a,
+            TARGETS["producer"],
+            loop_mb,
+            started,
+        )
+        if a["failed"] or a["delivered"] != a["sent"]:
+            problems.append(f"(a) {a['failed']} failed, {a['sent'] - a['delivered']} undelivered")
+
+        b = pubs_phase(phase, topics[1])
+        _print_throughput(
+            f"(b) pipelined PUBS lines, {BROKERS} connections (one per broker), "
+            f"{PUBS_WINDOW} lines in flight each",
+            b,
+            TARGETS["pubs"],
+            loop_mb,
+            started,
+        )
+        if b["errors"] or b["unanswered"]:
+            problems.append(
+                f"(b) {b['errors']} -ERR replies ({b['first_error']}), {b['unanswered']} unanswered"
+            )
+
+        print(
+            "(c) end to end, due time to delivery: library Producer (linger below) -> "
+            "GroupConsumer (CONS, long poll)"
+        )
+        e2e: dict[int, dict[str, Any]] = {}
+        for (rate, linger_ms), topic in zip(E2E_RUNS, topics[2:], strict=True):
+            c = e2e[rate] = e2e_phase(phase, topic, rate, linger_ms)
+            target = TARGETS["e2e_10k_p99_ms" if rate == 10_000 else "e2e_1k_p99_ms"]
+            pub = c["publisher"]
+            print(
+                f"  {rate:6,} msg/s, linger {linger_ms:g} ms: p50 {c['p50_ms']:6.2f}  "
+                f"p99 {c['p99_ms']:6.2f}  p999 {c['p999_ms']:6.2f}  max {c['max_ms']:6.2f} ms "
+                f"({c['samples']:,} samples; {c['p99_ms'] / rtt_p99:,.0f}x the loopback round "
+                f"trip p99)  target p99 < {target:g} ms: {_verdict(c['p99_ms'] < target)}"
+            )
+            print(
+                f"      of which due to acknowledged (quorum): p50 {pub['ack_p50_ms']:6.2f}  "
+                f"p99 {pub['ack_p99_ms']:6.2f} ms; {pub['late_over_1ms']} messages sent "
+                f"> 1 ms late (max {pub['lateness_max_ms']:.1f} ms)"
+            )
+            print(f"      {c['cpu']}  [{time.monotonic() - started:.0f} s]")
+            if c["missing"] or c["duplicates"] or pub["failed"]:
+                problems.append(
+                    f"(c) {rate}/s: {c['missing']} missing, {c['duplicates']} duplicates, "
+                    f"{pub['failed']} failed publishes"
+                )
+    for problem in problems:
+        print(f"WARNING: {problem}")
+    hi, lo = e2e[10_000], e2e[1_000]
+    print(
+        f"RESULT producer_msgs_per_s={a['msgs_per_s']:.0f} producer_mb_per_s={a_mb:.1f} "
+        f"pubs_msgs_per_s={b['msgs_per_s']:.0f} e2e_p50_ms={hi['p50_ms']:.2f} "
+        f"e2e_p99_ms={hi['p99_ms']:.2f} e2e_p999_ms={hi['p999_ms']:.2f} "
+        f"e2e_1k_p99_ms={lo['p99_ms']:.2f} loopback_mb_per_s={loop_mb:.0f} "
+        f"e2e_1k_p50_ms={lo['p50_ms']:.2f} loopback_rtt_p50_ms={rtt_p50:.3f}"
+    )
+    return 1 if problems else 0
+
+
+def _stop(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds: the brokers are stopped, the scratch dir removed
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.broker",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("--quick", action="store_true", help="a shorter run (under 60 s)")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers")
+    args = parser.parse_args(argv)
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGHUP, _stop)
+    root = make_scratch()
+    try:
+        return run(root, QUICK if args.quick else FULL, args.profile)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
