@@ -237,7 +237,9 @@ class _Pacer:
 
 def run_publish(args: argparse.Namespace) -> None:
     """The library's ``Producer`` at a fixed rate."""
-    config = ProducerConfig(linger_ms=args.linger_ms, ordered=not args.unordered)
+    config = ProducerConfig(
+        linger_ms=args.linger_ms, ordered=not args.unordered, idempotent=not args.unordered
+    )
     pacer = _Pacer(args.rate, args.seconds, args.skip)
 
     def on_ack(due_ns: int, seq: int, handle: DeliveryHandle) -> None:

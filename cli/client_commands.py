@@ -29,7 +29,7 @@ from kafkaesque.client import (
     ProducerConfig,
     TopicPartition,
 )
-from kafkaesque.protocol import Acks, topic_name_error
+from kafkaesque.protocol import Acks, GroupRow, topic_name_error
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
@@ -50,6 +50,8 @@ def add_parsers(commands: Any) -> None:
         "status", help="brokers, then every partition's leader, replicas and offsets"
     )
     _bootstrap_option(status)
+    status.add_argument("--group", help="also show this consumer group (needs --topic)")
+    status.add_argument("--topic", help="the topic the group reads")
     status.set_defaults(run=run_status)
 
 
@@ -214,7 +216,27 @@ def run_status(args: argparse.Namespace) -> int:
     print()
     print(f"partitions ({len(rows)})")
     _print_partitions(rows, with_topic=True)
+    if args.group:
+        if not args.topic:
+            raise ClientCommandError("--group needs --topic")
+        with _client(args) as client:
+            group = client.describe_group(args.group, _check_topic(args.topic, writes=False))
+        print()
+        print(f"group {args.group} on {args.topic}")
+        table = [
+            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g)) for g in group
+        ]
+        for line in _table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+            print(line)
     return 0
+
+
+def _dash(value: int | None) -> object:
+    return "-" if value is None else value
+
+
+def _lag(row: GroupRow) -> object:
+    return "-" if row.end is None else row.end - (row.committed or 0)
 
 
 # -- produce -------------------------------------------------------------------------------------

@@ -19,9 +19,11 @@ from kafkaesque.protocol import (
     ConsOffsets,
     CreateTopic,
     DeleteTopic,
+    DescribeGroup,
     DescribeTopic,
     EndReply,
     FetchOffsets,
+    GroupRow,
     ListTopics,
     Metadata,
     Ping,
@@ -125,9 +127,22 @@ def delete_topic(topic: str) -> Call[None]:
     return Call(DeleteTopic(topic), _ok, idempotent=False)
 
 
-def commit(group: str, topic: str, partition: int, offset: int) -> Call[None]:
-    """``COMMIT``: ``offset`` is the next one ``group`` reads (idempotent: it sets a value)."""
-    return Call(Commit(group, topic, partition, offset), _ok)
+def commit(
+    group: str, topic: str, partition: int, offset: int, member: str | None = None
+) -> Call[None]:
+    """``COMMIT``: ``offset`` is the next one ``group`` reads (idempotent: it sets a value).
+
+    With ``member`` (a subscription id) the broker refuses it (``NOT_ASSIGNED``) unless that
+    member owns the partition: a member that lost it in a rebalance is fenced."""
+    return Call(Commit(group, topic, partition, offset, member), _ok)
+
+
+def describe_group(group: str, topic: str) -> Call[list[GroupRow]]:
+    """``GROUPS``: each partition's owner, committed offset and end, for ``group`` on ``topic``."""
+    return Call(
+        DescribeGroup(group, topic),
+        lambda response: [r for r in expect_list(response).rows if isinstance(r, GroupRow)],
+    )
 
 
 def committed_offsets(group: str, topic: str) -> Call[dict[int, int | None]]:

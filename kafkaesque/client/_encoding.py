@@ -40,9 +40,15 @@ def _array_header_size(n: int) -> int:
     return 3 if n < 1 << 16 else 5
 
 
-def encode_batch(rows: Sequence[Row], base_ts: int, timestamps: Sequence[int]) -> bytes:
+def encode_batch(
+    rows: Sequence[Row],
+    base_ts: int,
+    timestamps: Sequence[int],
+    producer: tuple[int, int, int] = (_NONE, _NONE, _NONE),
+) -> bytes:
     """The batch of ``rows`` (timestamp deltas from ``base_ts``; ``timestamps[i]`` is row i's):
-    what ``build_batch`` makes of the same records. ``ValueError`` for no rows."""
+    what ``build_batch`` makes of the same records, stamped with ``producer`` (id, epoch, base
+    sequence) for an idempotent producer. ``ValueError`` for no rows."""
     n = len(rows)
     if n == 0 or len(timestamps) != n:
         raise ValueError("a batch needs at least one record, and one timestamp per record")
@@ -52,7 +58,7 @@ def encode_batch(rows: Sequence[Row], base_ts: int, timestamps: Sequence[int]) -
         rows = [(i, ts + shift, key, value, hs) for i, ts, key, value, hs in rows]
     packed = msgpack.Packer(use_bin_type=True).pack(rows)
     records = memoryview(packed)[_array_header_size(n) :]  # the array's items, back to back
-    body_header = _BODY.pack(_DATA, 0, n - 1, first_ts, max_ts, _NONE, _NONE, _NONE, n)
+    body_header = _BODY.pack(_DATA, 0, n - 1, first_ts, max_ts, *producer, n)
     body_crc = _U32.pack(crc32c(records, crc32c(body_header)))
     prefix = _PREFIX.pack(0, _HEADER_SIZE + len(records) - _LENGTH_FIELD_END, 0, _MAGIC)
     header_crc = _U32.pack(crc32c(body_crc, crc32c(prefix)))

@@ -10,18 +10,21 @@ bytes and time. The driver's loop is::
     if core.metadata_wanted: refresh METADATA, core.update_metadata(snapshot)
     sleep until core.next_wakeup_ms(now), a reply, or a new record
 
-Delivery semantics (at least once). A batch that fails with a retriable error is sent again after
-a backoff, to the leader the refreshed metadata names. Errors whose outcome is unknown (``TIMEOUT``,
-a connection lost with the batch in flight) are retried too unless ``retry_unknown_outcome`` is
-False: the first attempt may have been applied, so the records may then be stored twice. Without
-idempotence that is the price of not losing them; exactly-once producing will send a producer id,
-epoch and base sequence in the batch header (``build_batch`` already has the fields) so the broker
-can drop the duplicate. Records of one partition are kept in order because, by default
-(``ordered``), a partition has at most one batch in flight: a retried batch is never overtaken.
+Delivery semantics. A batch that fails with a retriable error is sent again after a backoff, to
+the leader the refreshed metadata names. Errors whose outcome is unknown (``TIMEOUT``, a connection
+lost with the batch in flight) are retried too unless ``retry_unknown_outcome`` is False. With
+``idempotent`` (the default) every batch carries this producer's id, epoch and the sequence of its
+first record on its partition, and a retry resends the very same bytes, so the partition's leader
+appends it once even if the first attempt was applied (exactly once, across leader failovers).
+Without it, a retried batch may be stored twice (at least once). Records of one partition are kept
+in order because, by default (``ordered``), a partition has at most one batch in flight: a retried
+batch is never overtaken. A batch that fails for good leaves a gap in its partition's sequences, so
+the producer takes a new random producer id for the batches it closes after that.
 """
 
 from __future__ import annotations
 
+import secrets
 from collections import deque
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -65,6 +68,8 @@ class ProducerConfig:
     - ``max_buffered_bytes``: ``send`` waits while the records not yet delivered exceed this.
     - ``max_request_bytes``: a larger record is refused (``TOO_LARGE``); the broker's default
       payload limit is 8 MiB.
+    - ``idempotent``: stamp batches with a producer id and sequences so that a retry is appended
+      once (requires ``ordered``).
     """
 
     linger_ms: float = 5.0
@@ -78,8 +83,11 @@ class ProducerConfig:
     delivery_timeout_ms: float = 30_000.0
     max_buffered_bytes: int = 32 * 1024 * 1024
     max_request_bytes: int = 8 * 1024 * 1024
+    idempotent: bool = True
 
     def __post_init__(self) -> None:
+        if self.idempotent and not self.ordered:
+            raise ValueError("an idempotent producer keeps one batch in flight per partition")
         if self.linger_ms < 0 or self.batch_size < 1 or self.max_in_flight < 1:
             raise ValueError("need linger_ms >= 0, batch_size >= 1 and max_in_flight >= 1")
         if self.request_timeout_ms <= 0 or self.delivery_timeout_ms <= 0:
@@ -194,10 +202,13 @@ class ProducerBatch:
         self.size += size
         return index
 
-    def close(self) -> None:
-        """Build the batch's bytes (once)."""
+    def close(self, producer: tuple[int, int, int] | None = None) -> None:
+        """Build the batch's bytes (once), stamped with ``producer`` (id, epoch, sequence)."""
         if self.payload is None:
-            self.payload = encode_batch(self.rows, self.base_ts, self.ts)
+            if producer is None:
+                self.payload = encode_batch(self.rows, self.base_ts, self.ts)
+            else:
+                self.payload = encode_batch(self.rows, self.base_ts, self.ts, producer)
 
     def settle(self, base_offset: int, error: KafkaesqueError | None) -> None:
         """Set the outcome of every record (once), run the callbacks, release the bytes."""
@@ -258,6 +269,8 @@ class ProducerCore:
         self._in_flight: dict[int, tuple[ProducerBatch, int | None]] = {}
         self._in_flight_per_broker: dict[int | None, int] = {}
         self._busy_partitions: set[tuple[str, int]] = set()
+        self._producer_id = _new_producer_id()
+        self._sequences: dict[tuple[str, int], int] = {}  # next sequence per partition
         self._buffered_bytes = 0
         self._pending_records = 0
         # The open batch of each topic's sticky partition, for ``add``'s fast path.
@@ -415,7 +428,12 @@ class ProducerCore:
     def _close(self, batch: ProducerBatch) -> None:
         tp = (batch.topic, batch.partition)
         del self._open[tp]
-        batch.close()
+        if self.config.idempotent:
+            sequence = self._sequences.get(tp, 0)
+            self._sequences[tp] = sequence + batch.count
+            batch.close((self._producer_id, 0, sequence))
+        else:
+            batch.close()
         self.changes += 1
         self._queued.setdefault(tp, deque()).append(batch)
         self._move_sticky(batch)
@@ -609,6 +627,11 @@ class ProducerCore:
         self._settled(batch)
         self.failed += batch.count
         batch.settle(-1, error)
+        if self.config.idempotent:
+            # Its sequences are a gap the leader would refuse every later batch for: start over
+            # as a new producer (batches already closed keep their identity and may fail too).
+            self._producer_id = _new_producer_id()
+            self._sequences.clear()
 
     def _settled(self, batch: ProducerBatch) -> None:
         self._buffered_bytes -= batch.size
@@ -639,3 +662,8 @@ class ProducerCounters:
     def failed(self) -> int:
         """Records failed so far (their futures hold the errors)."""
         return self._core.failed
+
+
+def _new_producer_id() -> int:
+    """A random 62-bit producer id: collisions are as likely as guessing a 62-bit secret."""
+    return secrets.randbits(62)

@@ -387,8 +387,8 @@ def group_poll(
 ) -> Steps[list[ConsumerRecord]]:
     """One ``CONS`` through the subscription (subscribing first if needed), advancing the
     cursor. An expired subscription (``UNKNOWN_SUBSCRIPTION``) or a lost broker is joined again,
-    and a changed assignment (``BAD_ARGS``: partitions not assigned) learnt again, once each
-    call, keeping the offsets reached."""
+    and a changed assignment (``NOT_ASSIGNED``: a rebalance moved a partition) learnt again,
+    once each call, keeping the offsets reached."""
     for attempt in range(2):
         if cursor.subscription_id is None or cursor.address is None:
             yield from group_start(state, config, cursor)
@@ -409,7 +409,7 @@ def group_poll(
         except KafkaesqueError as error:
             if attempt:
                 raise
-            if error.code is ErrorCode.BAD_ARGS and cursor.offsets:
+            if error.code is ErrorCode.NOT_ASSIGNED and cursor.offsets:
                 yield from _learn_partitions(state, config, cursor)
             elif error.code is ErrorCode.UNKNOWN_SUBSCRIPTION or (
                 error.code is None and error.retriable
@@ -428,7 +428,9 @@ def group_commit(state: ClusterState, config: ClientConfig, cursor: GroupCursor)
     moved = {p: o for p, o in cursor.offsets.items() if cursor.committed.get(p) != o}
     for partition, offset in sorted(moved.items()):
         yield from run_call(
-            state, config, calls.commit(cursor.group, cursor.topic, partition, offset)
+            state,
+            config,
+            calls.commit(cursor.group, cursor.topic, partition, offset, cursor.subscription_id),
         )
         cursor.committed[partition] = offset
     return len(moved)

@@ -14,7 +14,7 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from kafkaesque.protocol import CreateTopic, ErrorCode, Fetch, PartitionRow, TopicRow
+from kafkaesque.protocol import CreateTopic, ErrorCode, Fetch, GroupRow, PartitionRow, TopicRow
 
 from . import _calls as calls
 from . import _steps as steps
@@ -223,6 +223,10 @@ class Client:
     def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
         """The group's committed offsets: partition → offset (None: none committed)."""
         return self.call(calls.committed_offsets(group, topic))
+
+    def describe_group(self, group: str, topic: str) -> list[GroupRow]:
+        """Each partition of ``topic`` in ``group``: owner, committed offset and end."""
+        return self.call(calls.describe_group(group, topic))
 
     def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""

@@ -16,6 +16,7 @@ from kafkaesque.protocol import (
     Command,
     Cons,
     DataReply,
+    DescribeGroup,
     DescribeTopic,
     EndReply,
     ErrorReply,
@@ -49,7 +50,7 @@ class ListResponse:
 Response: TypeAlias = OkReply | ErrorReply | DataReply | ListResponse
 """The whole answer to one command."""
 
-_LIST_COMMANDS = (Cons, ListTopics, DescribeTopic, FetchOffsets, Metadata, Help)
+_LIST_COMMANDS = (Cons, ListTopics, DescribeTopic, FetchOffsets, DescribeGroup, Metadata, Help)
 
 
 def expects_list(command: Command) -> bool:

@@ -314,7 +314,7 @@ def test_records_keep_their_own_timestamps_in_the_metadata() -> None:
 
 
 def test_unordered_batches_of_a_partition_go_together_up_to_the_broker_bound() -> None:
-    p = core(batch_size=1, max_in_flight=3, ordered=False)
+    p = core(batch_size=1, max_in_flight=3, ordered=False, idempotent=False)
     for _ in range(5):
         p.append("t", rec(), partition=0, now_ms=0)
     sends = p.ready(now_ms=0)
@@ -323,3 +323,33 @@ def test_unordered_batches_of_a_partition_go_together_up_to_the_broker_bound() -
     assert p.next_wakeup_ms(now_ms=1) == 30_000.0
     p.on_response(sends[0].batch_id, OkReply("0 0"), now_ms=2)
     assert len(p.ready(now_ms=2)) == 1
+
+
+def test_batches_carry_the_producer_id_and_consecutive_sequences_per_partition() -> None:
+    p = core(batch_size=1)
+    sends = []
+    for value in (b"a", b"b", b"c"):
+        p.append("t", rec(value), partition=0, now_ms=0)
+        (send,) = p.ready(now_ms=0)
+        sends.append(send)
+        p.on_response(send.batch_id, OkReply(f"0 {len(sends)}"), now_ms=0)
+    headers = [decode_header(s.command.batch) for s in sends]
+    assert len({h.producer_id for h in headers}) == 1 and headers[0].producer_id >= 0
+    assert [(h.producer_epoch, h.base_sequence) for h in headers] == [(0, 0), (0, 1), (0, 2)]
+
+
+def test_a_batch_that_fails_for_good_makes_the_producer_start_over() -> None:
+    p = core(batch_size=1)
+    p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=0)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.INVALID_BATCH, "no"), now_ms=1)
+    p.append("t", rec(), partition=0, now_ms=2)
+    (after,) = p.ready(now_ms=2)
+    old, new = decode_header(send.command.batch), decode_header(after.command.batch)
+    assert new.producer_id != old.producer_id and new.base_sequence == 0
+
+
+def test_idempotence_needs_ordered_batches() -> None:
+    with pytest.raises(ValueError, match="one batch in flight"):
+        ProducerConfig(ordered=False)
+    assert not ProducerConfig(ordered=False, idempotent=False).idempotent
