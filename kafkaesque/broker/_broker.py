@@ -62,6 +62,7 @@ _LEADER_SCAN_S = 0.05
 _LEADER_REPORT_EVERY_S = 1.0
 _LEADER_WAIT_POLL_S = 0.02
 _RECONCILE_EVERY_S = 1.0
+_COMPACTED_SEGMENT_BYTES = 1 << 20
 _MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _FORWARD_SLACK_S = 5.0
@@ -264,18 +265,26 @@ class Broker:
         return self.leaders.claim(group_id)
 
     async def _retention_loop(self) -> None:
-        """Delete each hosted log's oldest segments past its topic's size or age limit.
+        """Delete each hosted log's oldest segments past its topic's size or age limit, and
+        compact the sealed segments of compacted topics (the latest record of each key stays).
 
         Every replica does it on its own, and only below its commit index; a follower that
         falls behind the leader's new log start is caught up from there (Raft's log-start
-        catch-up). Deleting is a few unlinks and one directory fsync, quick enough to stay on
-        the event loop.
+        catch-up), and compaction keeps every batch's offsets and term, so Raft's view of the
+        log does not change. Deleting is a few unlinks; compacting a compacted topic's small
+        segments is short: both stay on the event loop.
         """
         while True:
             await trio.sleep(self.config.retention_check_interval_s)
+            topics = self.metadata.view.topics
             for group in list(self.raft.groups.values()):
-                if self.raft.groups.get(group.id) is group:  # not dropped meanwhile
-                    group.log.enforce_retention(max_offset=group.commit_index + 1)
+                if self.raft.groups.get(group.id) is not group:
+                    continue  # dropped meanwhile
+                bound = group.commit_index + 1
+                group.log.enforce_retention(max_offset=bound)
+                info = topics.get(group.id.rpartition("/")[0])
+                if info is not None and info.config.compact and group.log.segment_count > 1:
+                    group.log.compact(max_offset=bound)
                 await trio.lowlevel.checkpoint()
 
     async def _membership_loop(self) -> None:
@@ -313,7 +322,11 @@ class Broker:
             return
         c = info.config
         log_config = LogConfig(
-            segment_bytes=self.config.segment_bytes,
+            # A compacted topic rolls small segments: compaction rewrites only sealed ones, and
+            # its pause stays short (the live keys of a small log, not 64 MiB of history).
+            segment_bytes=min(self.config.segment_bytes, _COMPACTED_SEGMENT_BYTES)
+            if c.compact
+            else self.config.segment_bytes,
             retention_ms=c.retention_ms,
             retention_bytes=c.retention_bytes,
         )

@@ -364,43 +364,62 @@ class CommandHandler:
                 raise RequestError(code, message)
         raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {replies}")
 
-    async def wait_for_any(self, topic: str, offsets: dict[int, int], deadline: float) -> None:
-        """Long-poll every partition at once; return when one has data, or at ``deadline``."""
-        async with trio.open_nursery() as nursery:
-
-            async def poll(partition: int, offset: int) -> None:
-                try:
-                    fetched = await self.fetch_batches(
-                        topic, partition, offset, 1, deadline - trio.current_time()
-                    )
-                except RequestError:
-                    await trio.sleep_until(deadline)  # the next pass reports the error
-                    fetched = Fetched(b"", offset, offset)
-                if fetched.data or trio.current_time() >= deadline:
-                    nursery.cancel_scope.cancel()
-
-            for partition, offset in offsets.items():
-                nursery.start_soon(poll, partition, offset)
-
     async def cons_pass(
-        self, topic: str, wanted: dict[int, int], limit: int
+        self, topic: str, wanted: dict[int, int], limit: int, deadline: float
     ) -> tuple[list[Reply], dict[int, int]]:
+        """Read the partitions of ``wanted`` (partition -> offset), waiting until ``deadline``
+        for records if there are none. Returns the rows (at most ``limit``) and every
+        partition's next offset.
+
+        First every partition is read at once without waiting (so a CONS gets everything there
+        is); only if that finds nothing, every partition is long-polled at once, and the first
+        to deliver records is the answer (a record reaches its consumer as soon as it commits).
+        """
+        results = await self._read_all(topic, wanted, wait_until=None)
+        found = any(fetched.data for fetched, _ in results.values())
+        if not found and deadline > trio.current_time():
+            results = await self._read_all(topic, wanted, wait_until=deadline)
         rows: list[Reply] = []
         next_offsets = dict(wanted)
-        for partition, offset in sorted(wanted.items()):
+        for partition, (fetched, offset) in sorted(results.items()):
             if len(rows) >= limit:
                 break
-            try:
-                fetched = await self.fetch_batches(topic, partition, offset, DEFAULT_FETCH_BYTES, 0)
-            except RequestError as exc:
-                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                    raise
-                fetched, offset = await self._from_log_start(topic, partition, offset)
             got, next_offsets[partition] = message_rows(
                 partition, fetched, offset, limit - len(rows)
             )
             rows.extend(got)
         return rows, next_offsets
+
+    async def _read_all(
+        self, topic: str, wanted: dict[int, int], wait_until: float | None
+    ) -> dict[int, tuple[Fetched, int]]:
+        """Read every partition concurrently; with ``wait_until``, long-poll and stop at the
+        first that has records. Returns what each read found (and from which offset)."""
+        results: dict[int, tuple[Fetched, int]] = {}
+        errors: list[RequestError] = []
+        async with trio.open_nursery() as nursery:
+
+            async def read(partition: int, offset: int) -> None:
+                wait_s = 0.0 if wait_until is None else max(0.0, wait_until - trio.current_time())
+                try:
+                    fetched = await self.fetch_batches(
+                        topic, partition, offset, DEFAULT_FETCH_BYTES, wait_s
+                    )
+                except RequestError as exc:
+                    if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                        errors.append(exc)
+                        nursery.cancel_scope.cancel()
+                        return
+                    fetched, offset = await self._from_log_start(topic, partition, offset)
+                results[partition] = (fetched, offset)
+                if fetched.data and wait_until is not None:
+                    nursery.cancel_scope.cancel()
+
+            for partition, offset in wanted.items():
+                nursery.start_soon(read, partition, offset)
+        if errors:
+            raise errors[0]
+        return results
 
     async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
         """The seed's CONS takes any offset: below the log start it reads from the start."""

@@ -163,11 +163,7 @@ class GroupCoordinator:
         wanted = self._positions(table, group, command, owned)
         limit = command.max_messages or DEFAULT_CONS_MESSAGES
         deadline = trio.current_time() + (command.wait_ms or 0) / 1000
-        while True:
-            rows, next_offsets = await handler.cons_pass(command.topic, wanted, limit)
-            if rows or trio.current_time() >= deadline:
-                break
-            await handler.wait_for_any(command.topic, next_offsets, deadline)
+        rows, next_offsets = await handler.cons_pass(command.topic, wanted, limit, deadline)
         # No await from here on: the answer holds only what the member owns now.
         table = self._tables[partition]
         _, now_owned = self._owned(table, command.subscription_id, command.topic)

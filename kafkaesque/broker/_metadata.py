@@ -1,12 +1,13 @@
 """The controller quorum: cluster metadata replicated by pysyncobj on every controller.
 
-What lives here changes rarely: the broker registry, topics with their configuration and
-partition→replicas assignment, and consumer-group subscriptions (first version). Partition
-leadership does not: each partition's own Raft group elects it and reports it for routing.
+What lives here changes rarely: the broker registry, and topics with their configuration and
+partition→replicas assignment. Partition leadership does not: each partition's own Raft group
+elects it and reports it for routing. Consumer groups are not here either: their membership and
+committed offsets live in the ``__consumer_offsets`` topic (see :mod:`._groups`).
 
 Layout. :class:`MetadataState` is the state machine, pure and deterministic: every replica applies
-the same commands in the same order and uses nothing else (no clock, no randomness: subscription
-ids come from the caller; no ``hash()``, which is salted per process). ``_ReplicatedState`` is
+the same commands in the same order and uses nothing else (no clock, no randomness, no
+``hash()``, which is salted per process). ``_ReplicatedState`` is
 pysyncobj's handle on it: one ``@replicated`` method per command. :class:`ClusterMetadata` is the
 trio side.
 
@@ -36,7 +37,6 @@ import dataclasses
 import logging
 import os
 import re
-import uuid
 import zlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
@@ -53,7 +53,6 @@ __all__ = [
     "BrokerInfo",
     "TopicConfig",
     "TopicInfo",
-    "Subscription",
     "MetadataView",
     "MetadataError",
     "TopicExistsError",
@@ -118,16 +117,6 @@ class TopicInfo:
 
 
 @dataclass(frozen=True)
-class Subscription:
-    """One consumer of a group on a topic, and the partitions it holds (sorted)."""
-
-    id: str
-    topic: str
-    group: str
-    partitions: tuple[int, ...]
-
-
-@dataclass(frozen=True)
 class MetadataView:
     """An immutable snapshot of the metadata, as this replica has applied it.
 
@@ -139,7 +128,6 @@ class MetadataView:
     version: int
     brokers: Mapping[int, BrokerInfo]
     topics: Mapping[str, TopicInfo]
-    subscriptions: Mapping[str, Subscription]
     controller_leader: int | None
 
 
@@ -251,16 +239,13 @@ class MetadataState:
     Each command returns its answer, a :class:`MetadataError` when it refuses (nothing changed
     then), and never raises on well-typed arguments. ``version`` is incremented once by every
     command that changed something. Invariants, kept by every command: each topic has one replica
-    tuple per partition, of distinct broker ids that were registered when assigned; each
-    subscription holds at least one partition of an existing topic, and within one (topic, group)
-    no partition is held twice. ``subscriptions`` is in subscription order (oldest first).
+    tuple per partition, of distinct broker ids that were registered when assigned.
     """
 
     def __init__(self) -> None:
         self.version = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
-        self.subscriptions: dict[str, Subscription] = {}
 
     def register_broker(self, info: BrokerInfo) -> None:
         """Insert or replace a broker's registration (idempotent)."""
@@ -295,12 +280,10 @@ class MetadataState:
         return info
 
     def delete_topic(self, name: str) -> UnknownTopicError | None:
-        """Delete a topic and its subscriptions; :class:`UnknownTopicError` if there is none."""
+        """Delete a topic; :class:`UnknownTopicError` if there is none."""
         if name not in self.topics:
             return UnknownTopicError(f"no topic {name!r}")
         del self.topics[name]
-        for sub in [s for s in self.subscriptions.values() if s.topic == name]:
-            del self.subscriptions[sub.id]
         self.version += 1
         return None
 
@@ -332,73 +315,12 @@ class MetadataState:
         self.version += 1
         return info
 
-    def subscribe(
-        self, sub_id: str, topic: str, group: str, max_partitions: int | None
-    ) -> Subscription | MetadataError:
-        """Add subscription ``sub_id`` of ``group`` to ``topic`` and give it partitions.
-
-        It gets the topic's partitions that no other subscription of the group holds, lowest
-        first, at most ``max_partitions``. If none are free it takes over its fair share,
-        ``max(1, partitions // (subscriptions + 1))`` capped the same way, one at a time from the
-        group's subscription holding the most (the oldest on a tie), which loses its highest
-        partition; a subscription left with none is removed. Groups are independent.
-
-        Idempotent for a retry: an existing ``sub_id`` of the same topic and group is returned
-        unchanged. :class:`UnknownTopicError`; :class:`InvalidConfigError` if ``max_partitions``
-        is below 1 or ``sub_id`` is taken by another topic or group.
-        """
-        existing = self.subscriptions.get(sub_id)
-        if existing is not None:
-            if (existing.topic, existing.group) == (topic, group):
-                return existing
-            return InvalidConfigError(f"subscription id {sub_id!r} is taken")
-        info = self.topics.get(topic)
-        if info is None:
-            return UnknownTopicError(f"no topic {topic!r}")
-        if max_partitions is not None and max_partitions < 1:
-            return InvalidConfigError(f"max_partitions must be >= 1, not {max_partitions}")
-        count = len(info.replicas)
-        cap = count if max_partitions is None else min(max_partitions, count)
-        peers = [s for s in self.subscriptions.values() if (s.topic, s.group) == (topic, group)]
-        held = {p for s in peers for p in s.partitions}
-        taken = [p for p in range(count) if p not in held][:cap]
-        if not taken:
-            taken = self._take_over(peers, min(cap, max(1, count // (len(peers) + 1))))
-        sub = Subscription(sub_id, topic, group, tuple(sorted(taken)))
-        self.subscriptions[sub_id] = sub
-        self.version += 1
-        return sub
-
-    def _take_over(self, peers: list[Subscription], share: int) -> list[int]:
-        """Take ``share`` partitions from ``peers`` (oldest first), the biggest holder each time."""
-        holdings = {s.id: list(s.partitions) for s in peers}
-        taken: list[int] = []
-        for _ in range(share):
-            donor = max(peers, key=lambda s: len(holdings[s.id]))  # first maximum: the oldest
-            taken.append(holdings[donor.id].pop())
-        for sub in peers:
-            left = tuple(holdings[sub.id])
-            if not left:
-                del self.subscriptions[sub.id]
-            elif left != sub.partitions:
-                self.subscriptions[sub.id] = dataclasses.replace(sub, partitions=left)
-        return taken
-
-    def unsubscribe(self, sub_id: str) -> None:
-        """Remove a subscription; an unknown id is a no-op (so that a retry is harmless).
-
-        Its partitions stay unheld until another subscription of the group takes them.
-        """
-        if self.subscriptions.pop(sub_id, None) is not None:
-            self.version += 1
-
     def snapshot(self, controller_leader: int | None) -> MetadataView:
         """An immutable view of the state now (shallow copies: the values are frozen)."""
         return MetadataView(
             version=self.version,
             brokers=MappingProxyType(dict(self.brokers)),
             topics=MappingProxyType(dict(self.topics)),
-            subscriptions=MappingProxyType(dict(self.subscriptions)),
             controller_leader=controller_leader,
         )
 
@@ -415,7 +337,6 @@ class MetadataState:
             "topics": [
                 (t.name, dataclasses.astuple(t.config), t.replicas) for t in self.topics.values()
             ],
-            "subscriptions": [dataclasses.astuple(s) for s in self.subscriptions.values()],
         }
 
     @classmethod
@@ -430,9 +351,8 @@ class MetadataState:
             state.brokers[broker.id] = broker
         for name, config, replicas in data["topics"]:
             state.topics[name] = TopicInfo(name, TopicConfig(*config), replicas)
-        for fields in data["subscriptions"]:
-            sub = Subscription(*fields)
-            state.subscriptions[sub.id] = sub
+        # Older dumps also hold a "subscriptions" list (consumer groups, since moved to
+        # __consumer_offsets): ignored.
         return state
 
 
@@ -491,17 +411,6 @@ class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is u
     @_replicated
     def set_replicas(self, topic: str, partition: int, replicas: tuple[int, ...]) -> _Applied:
         return self._applied(self.state.set_replicas(topic, partition, replicas))
-
-    @_replicated
-    def subscribe(
-        self, sub_id: str, topic: str, group: str, max_partitions: int | None
-    ) -> _Applied:
-        return self._applied(self.state.subscribe(sub_id, topic, group, max_partitions))
-
-    @_replicated
-    def unsubscribe(self, sub_id: str) -> _Applied:
-        self.state.unsubscribe(sub_id)
-        return self._applied(None)
 
     def _serialize(self) -> dict[str, Any]:
         return self.state.to_primitive()
@@ -855,7 +764,7 @@ class ClusterMetadata:
         return _expect(TopicInfo, answer)
 
     async def delete_topic(self, name: str) -> None:
-        """Delete a topic and its subscriptions. Raises :class:`UnknownTopicError`.
+        """Delete a topic. Raises :class:`UnknownTopicError`.
 
         Not idempotent: after a :class:`MetadataUnavailable` with ``maybe_applied``, a retry may
         find the topic already gone.
@@ -868,28 +777,6 @@ class ClusterMetadata:
         """Replace one partition's replicas (see :meth:`MetadataState.set_replicas`)."""
         answer = await self._command("set_replicas", topic, partition, tuple(replicas))
         return _expect(TopicInfo, answer)
-
-    async def subscribe(
-        self,
-        topic: str,
-        group: str,
-        max_partitions: int | None,
-        *,
-        subscription_id: str | None = None,
-    ) -> Subscription:
-        """Subscribe to ``topic`` in ``group`` (see :meth:`MetadataState.subscribe`).
-
-        The id is a fresh uuid4 hex unless given; pass the id of a failed attempt to retry it
-        idempotently. Raises :class:`UnknownTopicError`, :class:`InvalidConfigError`,
-        :class:`MetadataUnavailable`.
-        """
-        sub_id = subscription_id or uuid.uuid4().hex
-        answer = await self._command("subscribe", sub_id, topic, group, max_partitions)
-        return _expect(Subscription, answer)
-
-    async def unsubscribe(self, subscription_id: str) -> None:
-        """Remove a subscription; an unknown id is a no-op."""
-        await self._command("unsubscribe", subscription_id)
 
     async def add_controller(self, broker_id: int, addr: tuple[str, int]) -> None:
         """Add broker ``broker_id``'s controller at ``addr`` to the running quorum.

@@ -37,7 +37,6 @@ from kafkaesque.broker._metadata import (
     MetadataState,
     MetadataUnavailable,
     MetadataView,
-    Subscription,
     TopicConfig,
     TopicExistsError,
     UnknownTopicError,
@@ -242,16 +241,16 @@ def test_create_topic_refuses_an_invalid_config(name: str, config: TopicConfig) 
     assert (state.version, state.topics) == (3, {})
 
 
-def test_delete_topic_removes_its_subscriptions() -> None:
+def test_delete_topic_removes_it_once() -> None:
     state = _state_with_brokers(1, 2)
     state.create_topic("a", TopicConfig(2, 1))
     state.create_topic("b", TopicConfig(2, 1))
-    state.subscribe("s1", "a", "g", None)
-    state.subscribe("s2", "b", "g", None)
+    version = state.version
     assert state.delete_topic("a") is None
     assert set(state.topics) == {"b"}
-    assert set(state.subscriptions) == {"s2"}
+    assert state.version == version + 1
     assert isinstance(state.delete_topic("a"), UnknownTopicError)
+    assert state.version == version + 1
 
 
 def test_set_replicas_checks_its_arguments() -> None:
@@ -266,88 +265,11 @@ def test_set_replicas_checks_its_arguments() -> None:
         assert isinstance(state.set_replicas("t", partition, replicas), InvalidConfigError)
 
 
-def _subscribe(state: MetadataState, sub_id: str, group: str, cap: int | None) -> Subscription:
-    sub = state.subscribe(sub_id, "t", group, cap)
-    assert isinstance(sub, Subscription), sub
-    return sub
-
-
-def test_subscribe_shares_partitions_within_a_group_only() -> None:
-    state = _state_with_brokers(1)
-    state.create_topic("t", TopicConfig(6, 1))
-    assert _subscribe(state, "a1", "A", 2).partitions == (0, 1)  # cap honoured
-    assert _subscribe(state, "a2", "A", None).partitions == (2, 3, 4, 5)  # the free ones
-    assert _subscribe(state, "b1", "B", None).partitions == (0, 1, 2, 3, 4, 5)  # another group
-    # None free in A: a fair share (6 // 3 = 2) from the biggest holder, its highest partitions.
-    assert _subscribe(state, "a3", "A", None).partitions == (4, 5)
-    assert state.subscriptions["a2"].partitions == (2, 3)
-    assert state.subscriptions["a1"].partitions == (0, 1)
-    assert state.subscriptions["b1"].partitions == (0, 1, 2, 3, 4, 5)
-    # Idempotent retry; unknown topic; bad cap; an id reused elsewhere.
-    assert _subscribe(state, "a3", "A", None).partitions == (4, 5)
-    assert isinstance(state.subscribe("x", "nope", "A", None), UnknownTopicError)
-    assert isinstance(state.subscribe("x", "t", "A", 0), InvalidConfigError)
-    assert isinstance(state.subscribe("a3", "t", "B", None), InvalidConfigError)
-
-
-def test_subscribe_takes_over_and_removes_a_subscription_left_empty() -> None:
-    state = _state_with_brokers(1)
-    state.create_topic("t", TopicConfig(1, 1))
-    _subscribe(state, "old", "g", None)
-    assert _subscribe(state, "new", "g", None).partitions == (0,)
-    assert set(state.subscriptions) == {"new"}
-    state.unsubscribe("new")
-    state.unsubscribe("new")  # idempotent
-    assert state.subscriptions == {}
-    assert _subscribe(state, "newer", "g", 1).partitions == (0,)
-
-
-_OPS = st.lists(
-    st.one_of(
-        st.tuples(st.just("sub"), st.sampled_from("gh"), st.none() | st.integers(1, 5)),
-        st.tuples(st.just("unsub"), st.integers(0, 30)),
-    ),
-    max_size=30,
-)
-
-
-@given(partitions=st.integers(1, 7), ops=_OPS)
-def test_subscriptions_never_share_a_partition_within_a_group(
-    partitions: int, ops: list[tuple[object, ...]]
-) -> None:
-    state = _state_with_brokers(1)
-    state.create_topic("t", TopicConfig(partitions, 1))
-    caps: dict[str, int] = {}
-    first: dict[str, tuple[int, ...]] = {}
-    for n, op in enumerate(ops):
-        if op[0] == "sub":
-            _, group, cap = op
-            assert isinstance(group, str)
-            assert cap is None or isinstance(cap, int)
-            sub = _subscribe(state, f"s{n}", group, cap)
-            assert sub.partitions, "a new subscription always gets a partition"
-            caps[sub.id] = partitions if cap is None else cap
-            first[sub.id] = sub.partitions
-        else:
-            state.unsubscribe(f"s{op[1]}")
-        for group in "gh":
-            held = [
-                p for s in state.subscriptions.values() if s.group == group for p in s.partitions
-            ]
-            assert len(held) == len(set(held))
-        for sub in state.subscriptions.values():
-            assert sub.partitions
-            assert list(sub.partitions) == sorted(sub.partitions)
-            assert len(sub.partitions) <= caps[sub.id]
-            assert set(sub.partitions) <= set(first[sub.id])  # only ever loses partitions
-
-
 def test_dump_round_trips_in_plain_values() -> None:
     state = _state_with_brokers(1, 2, 3)
     state.register_broker(BrokerInfo(4, "h", 1, 2, 3, admin_port=4, mqtt_port=5))
     state.create_topic("t", TopicConfig(3, 2, retention_ms=10, retention_bytes=20, compact=True))
-    state.subscribe("s", "t", "g", 2)
-    state.subscribe("s2", "t", "g", None)
+    state.create_topic("u", TopicConfig(1, 3))
     dump = state.to_primitive()
     allowed = (dict, list, tuple, str, int, bool, type(None))
 
@@ -361,7 +283,10 @@ def test_dump_round_trips_in_plain_values() -> None:
     assert plain(dump)
     again = MetadataState.from_primitive(dump)
     assert again.snapshot(None) == state.snapshot(None)
-    assert list(again.subscriptions) == ["s", "s2"]  # age order survives
+    assert list(again.topics) == ["t", "u"]  # creation order survives
+    # A dump from when the metadata held consumer-group subscriptions still reads; they are dropped.
+    old = {**dump, "subscriptions": [("s", "t", "g", (0, 1))]}
+    assert MetadataState.from_primitive(old).snapshot(None) == state.snapshot(None)
     with pytest.raises(ValueError):
         MetadataState.from_primitive({**dump, "format": 99})
 
@@ -375,7 +300,7 @@ def _controller_threads() -> list[threading.Thread]:
 
 def _state_of(view: MetadataView) -> tuple[object, ...]:
     """A view without its controller leader (which replicas may learn at different times)."""
-    return (view.version, dict(view.brokers), dict(view.topics), dict(view.subscriptions))
+    return (view.version, dict(view.brokers), dict(view.topics))
 
 
 class Cluster:
@@ -494,25 +419,17 @@ async def test_three_controllers_elect_replicate_and_converge(tmp_path: Path) ->
             await two.create_topic("wide", TopicConfig(1, 4))
         with pytest.raises(UnknownTopicError):
             await one.delete_topic("nope")
-        with pytest.raises(UnknownTopicError):
-            await one.subscribe("nope", "g", None)
 
-        sub = await one.subscribe("orders", "g", 4)
-        assert sub.partitions == (0, 1, 2, 3)
-        assert len(sub.id) == 32  # uuid4 hex, made by the caller
-        assert (await two.subscribe("orders", "g", None)).partitions == (4, 5)
         moved = await two.set_replicas("orders", 0, (2, 3))
         assert moved.replicas[0] == (2, 3)
-        await three.unsubscribe(sub.id)
 
         view = await cluster.converged()
         assert set(view.brokers) == {1, 2, 3}
         assert view.topics["orders"] == moved
-        assert [s.partitions for s in view.subscriptions.values()] == [(4, 5)]
 
         await two.delete_topic("orders")
         view = await cluster.converged()
-        assert (view.topics, view.subscriptions) == ({}, {})
+        assert view.topics == {}
         # on_change saw the views of member 1 in order, up to the latest.
         with trio.fail_after(WAIT):
             while not seen or seen[-1] is not one.view:
@@ -530,7 +447,6 @@ async def test_restart_keeps_the_state_from_journal_and_dump(tmp_path: Path) -> 
         await cluster.register_all(via=first)
         for n in range(6):
             await first.create_topic(f"t{n}", TopicConfig(n + 1, 2))
-        await first.subscribe("t3", "g", 2)
         before = await cluster.converged()
         for broker_id in [1, 2, 3]:
             await cluster.stop(broker_id)
