@@ -97,6 +97,7 @@ _T = TypeVar("_T")
 DEFAULT_CONS_MESSAGES = 1000
 MAX_PARTITIONS = 10_000
 REASSIGN_TIMEOUT_S = 120.0
+_LOG_START_TRIES = 3
 _REASSIGN_POLL_S = 0.05
 
 
@@ -422,11 +423,39 @@ class CommandHandler:
         return results
 
     async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
-        """The seed's CONS takes any offset: below the log start it reads from the start."""
-        start = self._broker.log_start(topic, partition)
-        if start is None or offset >= start:
-            return Fetched(b"", offset, offset), offset
-        return await self.fetch_batches(topic, partition, start, DEFAULT_FETCH_BYTES, 0), start
+        """The seed's CONS takes any offset: below the log start it reads from the start.
+
+        The start is the leader's (retention runs on each replica at its own pace); it may move
+        again before the read, hence a few tries.
+        """
+        for _ in range(_LOG_START_TRIES):
+            start = await self._leader_log_start(topic, partition)
+            if start is None or offset >= start:
+                return Fetched(b"", offset, offset), offset  # past the end: nothing yet
+            try:
+                fetched = await self.fetch_batches(topic, partition, start, DEFAULT_FETCH_BYTES, 0)
+            except RequestError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+                continue
+            return fetched, start
+        raise RequestError(
+            ErrorCode.OFFSET_OUT_OF_RANGE, f"{topic}/{partition}: the log start keeps moving"
+        )
+
+    async def _leader_log_start(self, topic: str, partition: int) -> int | None:
+        """The partition's log start as its leader has it (None: unknown now)."""
+        group = self._broker.local_group(topic, partition)
+        if group is not None and group.role is Role.LEADER:
+            return group.log.log_start_offset
+        leader = self._broker.writes.leader_of(group_name(topic, partition))
+        if leader is None:
+            return None if group is None else group.log.log_start_offset
+        rows = decode_replies(await self._broker.forward_to(leader, DescribeTopic(topic)))
+        for row in rows:
+            if isinstance(row, PartitionRow) and row.partition == partition:
+                return row.start_offset
+        return None
 
     # -- administration -------------------------------------------------------------------------
 

