@@ -26,6 +26,7 @@ dead leader is still replaced in about one election timeout.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import logging
 import math
@@ -52,6 +53,7 @@ from kafkaesque.storage import (
 from ._config import RaftConfig
 from ._core import RaftNode
 from ._errors import MalformedMessage, NotLeader, ProposalDropped
+from ._fsync import FsyncWorkers
 from ._hard_state_store import HardStateStore
 from ._membership import Configuration
 from ._messages import AppendEntries, Heartbeat, HeartbeatResponse, from_wire, to_wire
@@ -174,6 +176,7 @@ class MultiRaft:
         self._last_heard: dict[int, int] = {}
         self._election_tick = self._raft_config(node_id).election_tick
         self.fsyncs = 0
+        self._fsync_workers = FsyncWorkers(_FSYNC_THREADS + 1, f"kafkaesque-fsync-{node_id}")
         # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
         self.on_group_commit: Callable[[float], None] | None = None
         self.readies = 0
@@ -266,6 +269,7 @@ class MultiRaft:
         return directory
 
     def close(self) -> None:
+        self._fsync_workers.close()
         for group in self.groups.values():
             group.storage.close()
         self.groups.clear()
@@ -511,11 +515,12 @@ class MultiRaft:
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         if tickets or snapshot is not None:
             started = trio.current_time()
-            async with trio.open_nursery() as nursery:
-                if snapshot is not None:
-                    nursery.start_soon(trio.to_thread.run_sync, self.hard_states.write, snapshot)
-                for chunk in _chunks(tickets, _FSYNC_THREADS):
-                    nursery.start_soon(trio.to_thread.run_sync, _run_tickets, chunk)
+            jobs: list[Callable[[], object]] = [
+                functools.partial(_run_tickets, chunk) for chunk in _chunks(tickets, _FSYNC_THREADS)
+            ]
+            if snapshot is not None:
+                jobs.append(functools.partial(self.hard_states.write, snapshot))
+            await self._fsync_workers.run(jobs)
             self.fsyncs += len(tickets) + (snapshot is not None)
             if self.on_group_commit is not None:
                 self.on_group_commit(trio.current_time() - started)
