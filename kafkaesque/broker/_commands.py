@@ -126,7 +126,8 @@ class PublishSlot:
         if flight.error is not None:
             self._on_error(flight.error.code)
             return encode_reply(flight.error.reply())
-        return encode_reply(published_reply(flight.partition, flight.base + self._index))
+        # published_reply's bytes, formatted directly: this runs once per PUBS line.
+        return b"+OK %d %d\r\n" % (flight.partition, flight.base + self._index)
 
 
 class CommandHandler:
@@ -258,7 +259,10 @@ class CommandHandler:
             raise _unknown_partition(topic, partition, count)
         record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
         flight, index = self._broker.appender(topic, partition, acks).add(record)
-        return PublishSlot(flight, index, lambda code: self._broker.metrics.error("publish", code))
+        return PublishSlot(flight, index, self._publish_failed)
+
+    def _publish_failed(self, code: ErrorCode) -> None:
+        self._broker.metrics.error("publish", code)
 
     def _publish_batch(self, command: PublishBatch, nursery: trio.Nursery) -> Slot:
         batch = command.batch
