@@ -1,6 +1,7 @@
 # Sourced by bin/kafkaesque and bin/test: make .venv/ hold the project and its dependencies.
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
-# Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing.
+# Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
+# and a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -49,25 +50,64 @@ _ensure_venv() {
     fi
 }
 
-_ensure_packages() {
-    local stamp_file="$VENV/.kafkaesque-stamp"
-    local want
-    want="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16) extras=$EXTRAS"
-    if [ -f "$stamp_file" ] && [ "$(cat "$stamp_file")" = "$want" ]; then
+_java_major() {
+    # The major version of the java on the PATH (0 if none), e.g. 17.
+    command -v java >/dev/null 2>&1 || { echo 0; return; }
+    java -XshowSettings:properties -version 2>&1 |
+        sed -n 's/^ *java\.specification\.version = \(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1
+}
+
+_ensure_java() {
+    # Spark runs on the JVM: PySpark starts `java` from the PATH. Java 17 is what Spark 4 was
+    # tested on here; Debian releases without it get their default runtime (21 on trixie).
+    case ",$EXTRAS," in *,spark,*) ;; *) return 0 ;; esac
+    if [ "$(_java_major)" -ge 17 ] 2>/dev/null; then
         return 0
     fi
-    _log "installing kafkaesque[$EXTRAS] into .venv (first run, or pyproject.toml changed)"
+    _log "installing a Java runtime for Spark"
+    mkdir -p /usr/share/man/man1 2>/dev/null || true # slim images lack it; the JRE's postinst needs it
+    if [ -z "${_APT_UPDATED:-}" ] && [ "$(id -u)" = 0 ]; then
+        DEBIAN_FRONTEND=noninteractive apt-get update -qq >&2
+        _APT_UPDATED=1
+    fi
+    if apt-cache show openjdk-17-jre-headless >/dev/null 2>&1; then
+        _apt_install openjdk-17-jre-headless
+    else
+        _apt_install default-jre-headless
+    fi
+}
+
+_ensure_packages() {
+    local stamp_file="$VENV/.kafkaesque-stamp"
+    local hash installed="" extras="$EXTRAS" extra missing=""
+    hash="$(cat "$ROOT/pyproject.toml" | sha256sum | cut -c1-16)"
+    if [ -f "$stamp_file" ] && [ "$(cut -d' ' -f1 "$stamp_file")" = "$hash" ]; then
+        installed="$(sed -n 's/^[^ ]* extras=//p' "$stamp_file")"
+    fi
+    for extra in ${EXTRAS//,/ }; do
+        case ",$installed," in *",$extra,"*) ;; *) missing=1 ;; esac
+    done
+    if [ -n "$installed" ] && [ -z "$missing" ]; then
+        return 0
+    fi
+    # Keep the extras already installed for this pyproject.toml: bin/kafkaesque and bin/test ask
+    # for different ones, and neither should make the other reinstall.
+    for extra in ${installed//,/ }; do
+        case ",$extras," in *",$extra,"*) ;; *) extras="$extras,$extra" ;; esac
+    done
+    _log "installing kafkaesque[$extras] into .venv (first run, or pyproject.toml changed)"
     local pip_log="$VENV/pip-install.log"
     if ! { "$VENV/bin/python" -m pip install -q --disable-pip-version-check --upgrade pip &&
-        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[$EXTRAS]"; } \
+        "$VENV/bin/python" -m pip install -q --disable-pip-version-check -e "$ROOT[$extras]"; } \
         >"$pip_log" 2>&1; then
         cat "$pip_log" >&2
         _log "pip install failed (log above, also in $pip_log)"
         return 1
     fi
-    echo "$want" >"$stamp_file"
+    echo "$hash extras=$extras" >"$stamp_file"
 }
 
 _ensure_venv
 _ensure_packages
+_ensure_java
 export PATH="$VENV/bin:$PATH"

@@ -1,0 +1,180 @@
+"""Per-device report of the MQTT readings topic, with Spark: messages, loss, latency percentiles.
+
+    python examples/device_report.py --bootstrap 127.0.0.1:9092    # a running cluster
+    python examples/device_report.py --demo                         # a demo cluster of its own
+    spark-submit --master spark://host:7077 examples/device_report.py --bootstrap broker:9092
+
+A reading is what a device published over MQTT: a JSON object ``{"device": "phone-17",
+"serial": 42, "ts": 1763795000123, ...}``, with ``serial`` counting up from the device's first
+reading and ``ts`` the device's clock (ms since the epoch) when it took it. The record's key is
+the device id (the MQTT mapping's key), used when the JSON has no ``device``. For each device:
+
+* ``messages``: readings in the topic; ``duplicated``: readings beyond the first of a serial;
+* ``lost``: serials missing between the first and last seen (the seed's loss by serial gap);
+* ``latency_p50_ms`` / ``latency_p99_ms``: the record's timestamp (when the log took it) minus
+  the reading's ``ts``.
+
+Runs on an embedded ``local[*]`` Spark by default (its Python workers are this interpreter, which
+has kafkaesque), or unchanged on a cluster under spark-submit: the executors then need kafkaesque
+installed and network access to the brokers.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+
+from kafkaesque.spark_source import local_session, register, stop_session
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql import functions as F
+
+from kafkaesque.client import Client, Producer
+
+
+def readings(
+    spark: SparkSession, bootstrap: str, topic: str = "readings", starting: str = "earliest"
+) -> DataFrame:
+    """The topic's readings: ``device``, ``serial``, ``sent_ms`` (device clock), ``logged_ms``
+    (record timestamp), ``partition``, ``offset``. Records that are not readings (no serial) are
+    left out."""
+    raw = (
+        spark.read.format("kafkaesque")
+        .option("bootstrap", bootstrap)
+        .option("subscribe", topic)
+        .option("startingOffsets", starting)
+        .load()
+    )
+    value = F.col("value").cast("string")
+    return raw.select(
+        F.coalesce(F.get_json_object(value, "$.device"), F.col("key").cast("string")).alias(
+            "device"
+        ),
+        F.get_json_object(value, "$.serial").cast("long").alias("serial"),
+        F.get_json_object(value, "$.ts").cast("long").alias("sent_ms"),
+        F.unix_millis("timestamp").alias("logged_ms"),
+        "partition",
+        "offset",
+    ).where(F.col("serial").isNotNull() & F.col("device").isNotNull())
+
+
+def device_report(rows: DataFrame) -> DataFrame:
+    """One row per device, sorted by device: ``messages``, ``duplicated``, ``lost``,
+    ``first_serial``, ``last_serial``, ``latency_p50_ms``, ``latency_p99_ms``."""
+    latency = F.col("logged_ms") - F.col("sent_ms")
+    per_device = rows.groupBy("device").agg(
+        F.count(F.lit(1)).alias("messages"),
+        F.count_distinct("serial").alias("distinct"),
+        F.min("serial").alias("first_serial"),
+        F.max("serial").alias("last_serial"),
+        F.percentile(latency, F.array(F.lit(0.5), F.lit(0.99))).alias("latency"),
+    )
+    return per_device.select(
+        "device",
+        "messages",
+        (F.col("messages") - F.col("distinct")).alias("duplicated"),
+        (F.col("last_serial") - F.col("first_serial") + 1 - F.col("distinct")).alias("lost"),
+        "first_serial",
+        "last_serial",
+        F.col("latency")[0].alias("latency_p50_ms"),
+        F.col("latency")[1].alias("latency_p99_ms"),
+    ).orderBy("device")
+
+
+def publish_demo_readings(bootstrap: str, topic: str, devices: int, per_device: int) -> int:
+    """Publish serial-numbered readings for ``devices`` devices, every 7th serial of device 0
+    and every 50th of the others left out (lost), with latencies of 5-45 ms. Returns how many
+    readings were published."""
+    published = 0
+    now = int(time.time() * 1000)
+    with Client(bootstrap) as client, Producer(client) as producer:
+        for serial in range(per_device):
+            for d in range(devices):
+                if serial % (7 if d == 0 else 50) == 3:
+                    continue
+                device = f"phone-{d:03d}"
+                sent = now + serial * 100
+                value = f'{{"device":"{device}","serial":{serial},"ts":{sent},"dbm":-{40 + d}}}'
+                producer.send(
+                    topic,
+                    value.encode(),
+                    device.encode(),
+                    timestamp_ms=sent + 5 + (serial * 7 + d) % 41,
+                )
+                published += 1
+        producer.flush()
+    return published
+
+
+@contextmanager
+def demo_cluster(topic: str) -> Iterator[str]:
+    """A local 3-broker cluster in a scratch directory with ``topic`` (6 partitions, RF 3);
+    yields its bootstrap. Every broker and the directory are gone afterwards."""
+    from kafkaesque.cli.cluster import LocalCluster
+
+    scratch = tempfile.mkdtemp(prefix="kq-example-")
+    try:
+        with LocalCluster(os.path.join(scratch, "cluster"), 3) as cluster:
+            with Client(cluster.bootstrap) as client:
+                client.create_topic(topic, 6, 3)
+            yield cluster.bootstrap
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -> int:
+    """Run the report; ``spark``: a session to use (and leave running) instead of starting one."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--bootstrap", help="the brokers, host:port,... (not with --demo)")
+    parser.add_argument("--topic", default="readings", help="the readings topic (readings)")
+    parser.add_argument("--master", default="local[*]", help="Spark master when run with python")
+    parser.add_argument("--demo", action="store_true", help="run against a demo cluster")
+    parser.add_argument("--devices", type=int, default=20, help="demo devices (20)")
+    parser.add_argument("--readings", type=int, default=500, help="demo readings per device")
+    args = parser.parse_args(argv)
+    if args.demo == bool(args.bootstrap):
+        parser.error("give either --bootstrap or --demo")
+    own = spark is None
+    if spark is None:
+        if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: its master and settings
+            spark = SparkSession.builder.appName("device-report").getOrCreate()
+            register(spark)
+        else:
+            spark = local_session("device-report", master=args.master)
+    try:
+        if args.demo:
+            with demo_cluster(args.topic) as bootstrap:
+                sent = publish_demo_readings(bootstrap, args.topic, args.devices, args.readings)
+                print(f"published {sent:,} demo readings to {args.topic}")
+                return _report(spark, bootstrap, args.topic)
+        return _report(spark, args.bootstrap, args.topic)
+    finally:
+        if own:
+            stop_session(spark)
+
+
+def _report(spark: SparkSession, bootstrap: str, topic: str) -> int:
+    report = device_report(readings(spark, bootstrap, topic)).cache()
+    report.show(n=1000, truncate=False)
+    totals = report.agg(
+        F.count(F.lit(1)).alias("devices"),
+        F.sum("messages").alias("messages"),
+        F.sum("lost").alias("lost"),
+        F.sum("duplicated").alias("duplicated"),
+    ).first()
+    assert totals is not None
+    print(
+        f"{totals['devices']} devices, {totals['messages']} messages, "
+        f"{totals['lost']} lost, {totals['duplicated']} duplicated"
+    )
+    report.unpersist()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,114 @@
+"""Decoding fetched batches: the Arrow fast path equals the tuple path, in Spark's exact schema."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+import pytest
+from crc32c import crc32c
+from hypothesis import given
+from hypothesis import strategies as st
+from kafkaesque.spark_source import CorruptDataError, arrow_schema, spark_schema
+from kafkaesque.spark_source._decode import arrow_batch, row_tuples
+from pyspark.sql.pandas.types import to_arrow_schema
+
+from kafkaesque.storage import BatchType, Record, build_batch
+
+
+def payload() -> bytes:
+    """Offsets 0 (a Raft no-op), 1-3 (data), 4 (a configuration change), 5-9 (data, with a
+    compacted gap at 7), as a FETCH returns them."""
+    return b"".join(
+        [
+            build_batch([], base_offset=0, batch_type=BatchType.NOOP, last_offset_delta=0),
+            build_batch(
+                [
+                    Record(b"v1", b"k", (("h", b"x"), ("g", b"")), 1_700_000_000_001),
+                    Record(None, b"gone", (), 1_700_000_000_000),  # a tombstone
+                    Record(b"v3", None, (), 1_700_000_000_005),
+                ],
+                base_offset=1,
+            ),
+            build_batch([Record(b"cfg")], base_offset=4, batch_type=BatchType.CONFIG),
+            build_batch(
+                [Record(b"v%d" % i, b"k%d" % i, (), 1_700_000_001_000 + i) for i in (5, 6, 8, 9)],
+                base_offset=5,
+                offset_deltas=[0, 1, 3, 4],
+            ),
+        ]
+    )
+
+
+def as_rows(batch: Any) -> list[tuple[Any, ...]]:
+    columns = batch.to_pydict()
+    return list(zip(*columns.values(), strict=True))
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_arrow_schema_is_exactly_the_one_spark_derives(include_headers: bool) -> None:
+    derived = to_arrow_schema(spark_schema(include_headers), timezone="UTC")
+    assert arrow_schema(include_headers).equals(derived)
+    assert (
+        spark_schema(include_headers)
+        .simpleString()
+        .startswith(
+            "struct<key:binary,value:binary,topic:string,partition:int,offset:bigint,"
+            "timestamp:timestamp,timestampType:int"
+        )
+    )
+
+
+@pytest.mark.parametrize("include_headers", [False, True])
+def test_both_paths_give_the_same_rows_skipping_control_batches(include_headers: bool) -> None:
+    batch = arrow_batch(payload(), 0, 100, "t", 3, include_headers=include_headers)
+    tuples = list(row_tuples(payload(), 0, 100, "t", 3, include_headers=include_headers))
+    assert batch is not None and batch.schema.equals(arrow_schema(include_headers))
+    rows = as_rows(batch)
+    if include_headers:  # Arrow gives structs as dicts
+        rows = [(*r[:-1], [(h["key"], h["value"]) for h in r[-1]]) for r in rows]
+    assert rows == tuples
+    assert [r[4] for r in tuples] == [1, 2, 3, 5, 6, 8, 9]
+    first = tuples[0]
+    assert first[:5] == (b"k", b"v1", "t", 3, 1)
+    assert first[5] == datetime(2023, 11, 14, 22, 13, 20, 1000, tzinfo=UTC)
+    assert first[6] == 0
+    assert tuples[1][1] is None and tuples[2][0] is None
+    if include_headers:
+        assert first[7] == [("h", b"x"), ("g", b"")]
+
+
+@given(st.integers(0, 11), st.integers(0, 11))
+def test_only_offsets_in_the_range_come_out(lo: int, hi: int) -> None:
+    batch = arrow_batch(payload(), lo, hi, "t", 0, include_headers=False)
+    tuples = list(row_tuples(payload(), lo, hi, "t", 0, include_headers=False))
+    expected = [o for o in (1, 2, 3, 5, 6, 8, 9) if lo <= o < hi]
+    assert [r[4] for r in tuples] == expected
+    assert (as_rows(batch) if batch is not None else []) == tuples
+
+
+def test_a_corrupt_batch_is_an_error_never_skipped() -> None:
+    data = bytearray(payload())
+    data[-3] ^= 0xFF  # inside the last batch's records: its body CRC no longer matches
+    with pytest.raises(CorruptDataError, match="corrupt batch from t/0"):
+        arrow_batch(bytes(data), 0, 100, "t", 0, include_headers=False)
+    with pytest.raises(CorruptDataError, match="corrupt batch from t/0"):
+        list(row_tuples(bytes(data), 0, 100, "t", 0, include_headers=False))
+
+
+HEADER_CRC_AT, BODY_CRC_AT, BODY_AT, COUNT_AT = 21, 25, 29, 66  # docs/storage-format.md
+
+
+def test_records_that_break_the_format_are_an_error() -> None:
+    # CRCs right, contents wrong (a buggy producer): the header says two records, the body
+    # holds one. The fast path must fail, not invent or drop rows.
+    batch = bytearray(build_batch([Record(b"v")], base_offset=1, last_offset_delta=1))
+    batch[COUNT_AT : COUNT_AT + 4] = (2).to_bytes(4, "big")
+    body_crc = crc32c(bytes(batch[BODY_AT:])).to_bytes(4, "big")
+    batch[BODY_CRC_AT:BODY_AT] = body_crc
+    batch[HEADER_CRC_AT:BODY_CRC_AT] = crc32c(
+        body_crc, crc32c(bytes(batch[:HEADER_CRC_AT]))
+    ).to_bytes(4, "big")
+    good = build_batch([Record(b"v")], base_offset=0)
+    with pytest.raises(CorruptDataError, match="malformed records from t/0"):
+        arrow_batch(good + bytes(batch), 0, 100, "t", 0, include_headers=False)
