@@ -58,7 +58,6 @@ import multiprocessing as mp
 import os
 import random
 import shutil
-import socket
 import sys
 import tempfile
 import threading
@@ -72,6 +71,7 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Literal, cast, get_args
 
 import pysyncobj
+from kafkaesque.cli.cluster import free_ports
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
 
 RECORD_BYTES = 100
@@ -313,19 +313,6 @@ def _node_main(
 # -- cluster control (parent) -------------------------------------------------------------------
 
 
-def _free_ports(count: int) -> list[int]:
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            s.bind(("127.0.0.1", 0))
-            sockets.append(s)
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
-
-
 def _recv(conn: Connection, timeout: float, what: str) -> tuple[Any, ...]:
     if not conn.poll(timeout):
         raise TimeoutError(f"no {what} reply within {timeout:.0f} s")
@@ -366,7 +353,7 @@ def _cluster(
     processes: list[BaseProcess] = []
     conns: list[Connection] = []
     try:
-        ports = _free_ports(NODES)
+        ports = free_ports(NODES)
         for index in range(NODES):
             parent_end, child_end = ctx.Pipe()
             process = ctx.Process(

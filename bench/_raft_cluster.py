@@ -17,15 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-
-def free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+from kafkaesque.cli.cluster import free_ports
 
 
 class RaftCluster:

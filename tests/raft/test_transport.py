@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 import trio
+from kafkaesque.cli.cluster import free_ports
 
-from bench._raft_cluster import free_ports
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.raft._wire import (
     FrameDecoder,
