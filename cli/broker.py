@@ -45,6 +45,9 @@ _FLAGS = {
 }
 
 
+_PARENT_CHECK_S = 0.5
+
+
 class BrokerCommandError(Exception):
     """The broker could not start; the message says why."""
 
@@ -77,6 +80,11 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
     parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")
     parser.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")
+    parser.add_argument(
+        "--exit-with-parent",
+        action="store_true",
+        help="stop when the process that started this broker exits (for harnesses)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -106,16 +114,18 @@ def run(args: argparse.Namespace) -> int:
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
     try:
-        trio.run(_serve, config)
+        trio.run(_serve, config, args.exit_with_parent)
     except OSError as exc:
         raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
     return 0
 
 
-async def _serve(config: BrokerConfig) -> None:
+async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
             broker: Broker = await nursery.start(Broker(config).run)
+            if exit_with_parent:
+                nursery.start_soon(_watch_parent, os.getppid(), nursery.cancel_scope)
             parts = [f"broker {config.id}", f"client={config.client.host}:{broker.client_port}"]
             parts.append(f"peer={config.peers[config.id]}")
             parts.append(f"controller={config.controllers[config.id]}")
@@ -127,3 +137,12 @@ async def _serve(config: BrokerConfig) -> None:
                 nursery.cancel_scope.cancel()
                 break
     print(f"broker {config.id} stopped", file=sys.stderr, flush=True)
+
+
+async def _watch_parent(parent: int, scope: trio.CancelScope) -> None:
+    """Stop when the process that started us is gone (a killed test or benchmark harness
+    must not leave brokers running behind it)."""
+    while os.getppid() == parent:
+        await trio.sleep(_PARENT_CHECK_S)
+    print("the parent process is gone: stopping", file=sys.stderr, flush=True)
+    scope.cancel()

@@ -111,6 +111,7 @@ class LocalCluster:
             "--controllers", controllers,
             "--admin", f"127.0.0.1:{p.admin}",
             "--log-level", self.log_level,
+            "--exit-with-parent",
             *join,
             *self.extra_args,
         ]  # fmt: skip
