@@ -361,10 +361,6 @@ class Broker:
     def local_group(self, topic: str, partition: int) -> RaftGroup | None:
         return self.raft.groups.get(group_name(topic, partition))
 
-    def log_start(self, topic: str, partition: int) -> int | None:
-        group = self.local_group(topic, partition)
-        return None if group is None else group.log.log_start_offset
-
     def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
         key = (topic, partition, acks)
         appender = self._appenders.get(key)

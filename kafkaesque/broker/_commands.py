@@ -79,6 +79,7 @@ from ._metadata import (
     UnknownTopicError,
 )
 from ._reads import (
+    DEFAULT_CONS_MESSAGES,
     DEFAULT_FETCH_BYTES,
     Fetched,
     beyond_follower,
@@ -94,7 +95,6 @@ log = logging.getLogger("kafkaesque.broker.commands")
 
 _T = TypeVar("_T")
 
-DEFAULT_CONS_MESSAGES = 1000
 MAX_PARTITIONS = 10_000
 REASSIGN_TIMEOUT_S = 120.0
 _LOG_START_TRIES = 3

@@ -64,7 +64,7 @@ from kafkaesque.storage import BatchType, Record, build_batch, decode_records, i
 from ._assignor import MemberSpec, assign
 from ._errors import RequestError
 from ._metadata import TopicConfig, TopicExistsError, TopicInfo
-from ._reads import read_committed
+from ._reads import DEFAULT_CONS_MESSAGES, read_committed
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -73,7 +73,6 @@ log = logging.getLogger("kafkaesque.broker.groups")
 
 OFFSETS_TOPIC = INTERNAL_TOPIC_PREFIX + "consumer_offsets"
 OFFSETS_PARTITIONS = 8
-DEFAULT_CONS_MESSAGES = 1000
 _READ_BYTES = 1 << 20
 _LEADER_READY_POLL_S = 0.01
 _EXPIRY_EVERY_S = 0.25

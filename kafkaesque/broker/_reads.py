@@ -26,6 +26,7 @@ from kafkaesque.storage import (
 from ._errors import RequestError
 
 DEFAULT_FETCH_BYTES = 1 << 20
+DEFAULT_CONS_MESSAGES = 1000  # records a CONS returns when it names no max
 
 
 class Fetched(NamedTuple):
