@@ -152,8 +152,10 @@ def test_retention_deleted_part_of_the_range(
     assert "DataLossError" in str(caught.value) and "failOnDataLoss=false" in str(caught.value)
     rest = read(spark, cluster.bootstrap, **from_zero, failOnDataLoss="false")
     offsets = sorted(r.offset for r in rest.select("offset").collect())
-    assert offsets and offsets[0] >= start
-    assert offsets == sorted(o for _, o in published if o >= offsets[0] and o < end)
+    # DESCRIBE's start and end are those of the replica that answered, and each replica deletes
+    # at its own pace: what remains is everything published from the first offset read on.
+    assert offsets and offsets[0] > 0
+    assert offsets == sorted(o for _, o in published if o >= offsets[0])
 
     # The same, found by a task mid-read (retention ran after the plan was made).
     tp = TopicPartition("kept", 0)
