@@ -1,7 +1,8 @@
 # Sourced by bin/kafkaesque and bin/test: make .venv/ hold the project and its dependencies.
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
-# and a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing.
+# a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
+# mosquitto server and clients when missing.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -77,6 +78,23 @@ _ensure_java() {
     fi
 }
 
+_ensure_mosquitto() {
+    # The MQTT bridge's tests, bench/mqtt's baseline and the README's tour use the mosquitto
+    # server and its command-line clients. Debian's package would start a system daemon on port
+    # 1883 where services may start; nothing of ours uses that port, and a daemon we did not ask
+    # for is stopped again.
+    if [ -x /usr/sbin/mosquitto ] && command -v mosquitto_pub >/dev/null 2>&1; then
+        return 0
+    fi
+    _log "installing mosquitto (MQTT server and clients)"
+    local running_before=""
+    pgrep -x mosquitto >/dev/null 2>&1 && running_before=1
+    _apt_install mosquitto mosquitto-clients
+    if [ -z "$running_before" ] && pgrep -x mosquitto >/dev/null 2>&1; then
+        service mosquitto stop >/dev/null 2>&1 || pkill -x mosquitto || true
+    fi
+}
+
 _ensure_packages() {
     local stamp_file="$VENV/.kafkaesque-stamp"
     local hash installed="" extras="$EXTRAS" extra missing=""
@@ -110,4 +128,5 @@ _ensure_packages() {
 _ensure_venv
 _ensure_packages
 _ensure_java
+_ensure_mosquitto
 export PATH="$VENV/bin:$PATH"
