@@ -68,12 +68,20 @@ from ._line_commands import published_reply as published_reply
 from ._line_commands import topic_name_error as topic_name_error
 from ._line_commands import validate_topic_name as validate_topic_name
 
-# --- MQTT 3.1.1 / 5.0: sans-I/O codec and topic matching (_mqtt_packets/_codec/_topics).
+# --- MQTT 3.1.1 / 5.0: sans-I/O codec, topic matching and the MQTT <-> log topic mapping
+# (_mqtt_packets/_codec/_topics/_mapping).
 # Explicit "X as X" re-exports, one per line, so the line-protocol block can sit beside this one.
 from ._mqtt_codec import MQTT_DEFAULT_MAX_PACKET_SIZE as MQTT_DEFAULT_MAX_PACKET_SIZE
 from ._mqtt_codec import MqttDecoder as MqttDecoder
 from ._mqtt_codec import encode_mqtt as encode_mqtt
 from ._mqtt_codec import encode_mqtt_puback as encode_mqtt_puback
+from ._mqtt_mapping import DEFAULT_LOG_TOPIC as DEFAULT_LOG_TOPIC
+from ._mqtt_mapping import MQTT_QOS_HEADER as MQTT_QOS_HEADER
+from ._mqtt_mapping import MQTT_TOPIC_HEADER as MQTT_TOPIC_HEADER
+from ._mqtt_mapping import InvalidMappingError as InvalidMappingError
+from ._mqtt_mapping import MappingRule as MappingRule
+from ._mqtt_mapping import Route as Route
+from ._mqtt_mapping import TopicMapping as TopicMapping
 from ._mqtt_packets import MQTT_NEED_DATA as MQTT_NEED_DATA
 from ._mqtt_packets import NO_PROPERTIES as NO_PROPERTIES
 from ._mqtt_packets import SUBACK_FAILURE_V311 as SUBACK_FAILURE_V311
