@@ -56,7 +56,13 @@ def read_committed(group: RaftGroup, offset: int, max_bytes: int) -> Fetched:
     except OffsetOutOfRangeError as exc:  # retention ran between the check and the read
         raise RequestError(ErrorCode.OFFSET_OUT_OF_RANGE, str(exc)) from exc
     except CorruptLogError as exc:
-        raise RequestError(ErrorCode.INTERNAL, f"{group.id}: {exc}") from exc
+        # Never bad data, never a crash: this replica cuts its log before the bad batch and
+        # re-replicates it from the leader; the consumer retries (here or at another replica).
+        group.report_corruption(exc)
+        raise RequestError(
+            ErrorCode.INTERNAL,
+            f"{group.id}: corruption: {exc}; this replica is repairing its copy, retry",
+        ) from exc
     return Fetched(result.data, result.next_offset, hw)
 
 

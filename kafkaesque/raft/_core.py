@@ -83,6 +83,7 @@ class Status:
     configuration: Configuration
     lead_transferee: int | None
     progress: dict[int, ProgressInfo]
+    lost_end: int | None = None  # set while the node re-replicates entries its disk lost
 
 
 class RaftNode(LeaderMixin):
@@ -121,6 +122,11 @@ class RaftNode(LeaderMixin):
             (offset, Configuration.decode(data)) for offset, data in init.configs
         ]
         self._conf = self._configs[-1][1] if self._configs else Configuration()
+        # The end of what this node may have acknowledged and its disk lost (corruption), or
+        # None. Invariant: while the log ends below it, the node neither votes nor campaigns:
+        # a quorum it was counted in may hold a committed entry only on the others, and its
+        # vote could elect a leader without it (Protocol-Aware Recovery, FAST '18).
+        self._lost_end = init.lost_end
         self._tracker = ProgressTracker(config.max_inflight)
         self._read_only = ReadOnly()
         self._role = Role.FOLLOWER
@@ -207,6 +213,19 @@ class RaftNode(LeaderMixin):
             self._conf,
             self._transferee,
             progress,
+            self._lost_end if self._recovering() else None,
+        )
+
+    def _recovering(self) -> bool:
+        """Whether the log still ends below entries this node may have acknowledged and lost.
+
+        A sole voter has nobody to re-replicate from nor to outvote: it goes on with what it
+        has (the loss was reported when it was found).
+        """
+        return (
+            self._lost_end is not None
+            and self._log.last_index() < self._lost_end - 1
+            and self._conf.voters != {self.id}
         )
 
     # -- role transitions -----------------------------------------------------------------------
@@ -319,7 +338,11 @@ class RaftNode(LeaderMixin):
         configuration, which still need its vote under the old one, would refuse everybody else.
         It campaigns under the new configuration, where its own vote does not count, which is
         safe because majorities of the two configurations overlap. (Found by the simulator.)
+
+        A node whose disk lost entries it may have acknowledged may not, until repaired.
         """
+        if self._recovering():
+            return False
         if self.id in self._conf.voters:
             return True
         return (
@@ -390,7 +413,9 @@ class RaftNode(LeaderMixin):
         log_ok = BUG_VOTE_WITHOUT_LOG_CHECK in self._bugs or self._log.is_up_to_date(
             m.last_index, m.last_term
         )
-        if can_vote and log_ok:
+        # A node that lost entries it may have acknowledged cannot tell whether the candidate
+        # holds them: its vote would vouch for entries it no longer has (§5.4.1 breaks).
+        if can_vote and log_ok and not self._recovering():
             self._send(RequestVoteResponse(self.id, m.src, m.term, True, m.pre_vote))
             if not m.pre_vote:
                 self._election_elapsed = 0
@@ -406,9 +431,23 @@ class RaftNode(LeaderMixin):
             self._tick_heartbeat()
         else:
             self._election_elapsed += 1
-            if self._promotable() and self._election_elapsed >= self._randomized_timeout:
-                self._election_elapsed = 0
-                self._hup(transfer=False)
+            if self._election_elapsed >= self._randomized_timeout:
+                if self._promotable():
+                    self._election_elapsed = 0
+                    self._hup(transfer=False)
+                elif self._recovering():
+                    self._election_elapsed = 0
+                    self._ask_repair()
+
+    def _ask_repair(self) -> None:
+        """Tell the voters where our log ends, since we may not campaign: a leader (even an idle
+        one that heard nothing to wake it) reads it as a follower that lost entries and resends
+        them (``_handle_append_response``); other nodes ignore it."""
+        last = self._log.last_index()
+        for voter in sorted(self._conf.voters - {self.id}):
+            self._send(
+                AppendEntriesResponse(self.id, voter, self._term, False, last, None, last + 1)
+            )
 
     def _tick_heartbeat(self) -> None:
         self._heartbeat_elapsed += 1
@@ -553,6 +592,10 @@ class RaftNode(LeaderMixin):
                 self._configs_changed()
         last_new = entries[-1].last if entries else m.prev_index
         log.commit_to(min(m.commit, last_new))
+        if self._lost_end is not None and last_new >= self._lost_end - 1:
+            # Our log now matches a leader's up to the old end: every committed entry we may
+            # have acknowledged is back (Log Matching), so our vote is sound again.
+            self._lost_end = None
         return last_new
 
     def _reject_append(self, m: AppendEntries) -> None:
@@ -571,8 +614,21 @@ class RaftNode(LeaderMixin):
         )
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
-        # The leader sends min(its commit, our match): all of it is in our log (raises if not).
-        self._log.commit_to(m.commit)
+        # The leader sends min(its commit, our match): all of it is in our log (raises if not),
+        # unless our disk lost entries we acknowledged and we know it (``_lost_end``): then the
+        # leader's match for us is stale.
+        log = self._log
+        last = log.last_index()
+        if m.commit > last and self._lost_end is not None:
+            # What we still hold is a prefix of what matched the leader, so it is committed;
+            # tell the leader where our log really ends (a rejection it reads as "lost": it
+            # lowers our match) so that it resends the rest.
+            log.commit_to(last)
+            self._send(
+                AppendEntriesResponse(self.id, m.src, self._term, False, m.commit, None, last + 1)
+            )
+        else:
+            log.commit_to(m.commit)
         self._send(HeartbeatResponse(self.id, m.src, self._term, m.round))
 
     def _handle_install_log_start(self, m: InstallLogStart) -> None:

@@ -17,6 +17,14 @@ every peer. Its loop follows each core's ``Ready`` contract for all groups at on
 Proposals are checked (one valid batch of data spanning the count given) before they join the
 log: a bad batch is refused to its proposer, never found when the log is written.
 
+Corruption (docs/storage-format.md, "Corruption and repair"): a batch that fails its checksum
+when a group reads its log (AppendEntries for a follower, a consumer's fetch, the background
+scrub of sealed segments at a bounded rate) raises ``CorruptLogError``. The group's core is set
+aside at once (it steps nothing more; a leader first hands its leadership to its most caught-up
+follower); at the next loop turn, with no Ready of that group in flight, its log is cut before
+the bad batch, and a new core is built over it, as after a restart: a follower that neither
+votes nor campaigns until it has re-replicated what it lost. The broker process goes on.
+
 Quiescence (CockroachDB's idea): a leader whose followers hold its whole log and know its commit
 index, and that saw no traffic for a few ticks, stops ticking and tells its followers to stop
 too. An idle partition then costs nothing but its share of one ping per peer per tick. Any message
@@ -41,6 +49,7 @@ import trio
 
 from kafkaesque.storage import (
     BatchType,
+    CorruptLogError,
     FlushTicket,
     FsyncPolicy,
     LogConfig,
@@ -56,7 +65,14 @@ from ._errors import MalformedMessage, NotLeader, ProposalDropped
 from ._fsync import FsyncWorkers
 from ._hard_state_store import HardStateStore
 from ._membership import Configuration
-from ._messages import AppendEntries, Heartbeat, HeartbeatResponse, from_wire, to_wire
+from ._messages import (
+    AppendEntries,
+    Heartbeat,
+    HeartbeatResponse,
+    TimeoutNow,
+    from_wire,
+    to_wire,
+)
 from ._partition_storage import PartitionStorage
 from ._ready import Ready
 from ._types import HardState, Role
@@ -70,6 +86,9 @@ _PING = 2  # [2]
 
 _QUIESCE_AFTER_TICKS = 3
 _FSYNC_THREADS = 4
+# The background scrub reads this much of one group's sealed segments per tick (about 1.3 MB/s
+# at the default tick): restart time and foreground work do not grow with the log's size.
+SCRUB_BYTES_PER_TICK = 64 * 1024
 
 
 class CommitTimeout(Exception):
@@ -95,6 +114,17 @@ class RaftGroup:
     _seq: int = 0
     # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
     changed: trio.Event = field(default_factory=trio.Event)
+    # Corruption found and not yet repaired: the core is set aside until the driver repairs.
+    corrupt: CorruptLogError | None = None
+    _on_corrupt: Callable[[RaftGroup, CorruptLogError], None] | None = None
+
+    def report_corruption(self, error: CorruptLogError) -> None:
+        """A read of this group's log (a consumer's fetch, say) found ``error``: repair it.
+
+        The driver cuts the log before the bad batch at its next turn and re-replicates it.
+        """
+        if self._on_corrupt is not None:
+            self._on_corrupt(self, error)
 
     @property
     def log(self) -> PartitionLog:
@@ -157,6 +187,7 @@ class MultiRaft:
         tick_interval: float = 0.05,
         raft_config: Callable[[int], RaftConfig] | None = None,
         rng: random.Random | None = None,
+        scrub_bytes_per_tick: int = SCRUB_BYTES_PER_TICK,
     ) -> None:
         self.node_id = node_id
         self._send = send
@@ -180,6 +211,12 @@ class MultiRaft:
         # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
         self.on_group_commit: Callable[[float], None] | None = None
         self.readies = 0
+        #: Corrupt batches found in this broker's logs and repaired (a counter for metrics).
+        self.corruptions = 0
+        self._scrub_bytes = scrub_bytes_per_tick
+        self._scrub_order: list[str] = []  # groups in the order the scrub visits them
+        self._scrub_next = 0
+        self._corrupt: set[RaftGroup] = set()  # set aside, repaired at the next loop turn
 
     # -- groups -------------------------------------------------------------------------------
 
@@ -206,8 +243,17 @@ class MultiRaft:
             key=group_id,
         )
         node = RaftNode(self._raft_config(self.node_id), storage, self._rng)
-        group = RaftGroup(group_id, node, storage)
+        group = RaftGroup(group_id, node, storage, _on_corrupt=self._corrupted)
         self.groups[group_id] = group
+        self._scrub_order.append(group_id)
+        if storage.log.lost_end_offset is not None:
+            log.error(
+                "corruption: node %d: %s lost offsets up to %d it may have acknowledged; it "
+                "re-replicates them and does not vote until then",
+                self.node_id,
+                group_id,
+                storage.log.lost_end_offset,
+            )
         self._active.add(group)
         self._peers |= set(node.configuration.members) - {self.node_id}
         if preferred is None:
@@ -246,7 +292,13 @@ class MultiRaft:
 
     def _change(self, group_id: str, change: Callable[[RaftNode], int | None]) -> int:
         group = self.groups[group_id]
-        result = change(group.node)
+        if group.corrupt is not None:
+            raise ProposalDropped(f"{group_id} is repairing its log")
+        try:
+            result = change(group.node)
+        except CorruptLogError as exc:
+            self._corrupted(group, exc)
+            raise ProposalDropped(f"{group_id}: corruption found, repairing: {exc}") from exc
         self._wake_group(group)
         return -1 if result is None else result
 
@@ -261,6 +313,8 @@ class MultiRaft:
             return None
         self._active.discard(group)
         self._dirty.discard(group)
+        self._corrupt.discard(group)
+        self._scrub_order.remove(group_id)
         group._fail_waiters_above(0)
         group._notify()
         self.hard_states.forget(group_id)
@@ -313,6 +367,8 @@ class MultiRaft:
         return self._propose(group, batch, count), group.node.term
 
     def _propose(self, group: RaftGroup, batch: bytes, count: int) -> int:
+        if group.corrupt is not None:
+            raise NotLeader(None)  # set aside while its log is repaired
         # Checked before it joins the Raft log: a bad batch, or a count that disagrees with it,
         # is refused here (it would otherwise stop the driver when the log is written).
         group.storage.check_proposal(batch, count)
@@ -342,13 +398,17 @@ class MultiRaft:
                 kind = item[0]
                 if kind == _MSG:
                     group = self.groups.get(item[1])
-                    if group is None:
-                        continue  # a group not (yet) created here: the sender retries
+                    if group is None or group.corrupt is not None:
+                        continue  # not (yet) here, or being repaired: the sender retries
                     msg = from_wire(item[2])
                     self._activate(group)  # anything from a peer means the group is active
                     if not isinstance(msg, Heartbeat | HeartbeatResponse):
                         group.idle_ticks = 0  # heartbeats are how an idle group stays alive
-                    group.node.step(msg)
+                    try:
+                        group.node.step(msg)
+                    except CorruptLogError as exc:
+                        self._corrupted(group, exc)
+                        continue
                     self._mark(group)
                 elif kind == _QUIESCE:
                     self._maybe_quiesce_follower(peer, item[1], item[2], item[3])
@@ -419,9 +479,81 @@ class MultiRaft:
                 and self._maybe_quiesce_leader(group)
             ):
                 continue
-            node.tick()
+            try:
+                node.tick()
+            except CorruptLogError as exc:
+                self._corrupted(group, exc)
+                continue
             group.idle_ticks += 1
             self._mark(group)
+        self._scrub_one()
+
+    # -- corruption -------------------------------------------------------------------------
+
+    def _scrub_one(self) -> None:
+        """Scrub the next group's sealed segments a little (one group a tick, round robin)."""
+        if self._scrub_bytes <= 0 or not self._scrub_order:
+            return
+        self._scrub_next %= len(self._scrub_order)
+        group = self.groups[self._scrub_order[self._scrub_next]]
+        if group.corrupt is not None:
+            return
+        try:
+            if group.log.scrub_step(self._scrub_bytes):
+                self._scrub_next += 1  # a full pass over this group: on to the next
+        except CorruptLogError as exc:
+            self._corrupted(group, exc)
+
+    def _corrupted(self, group: RaftGroup, error: CorruptLogError) -> None:
+        """Set ``group``'s core aside (it must act on its log no more) until ``_repair``."""
+        if self.groups.get(group.id) is not group or group.corrupt is not None:
+            return
+        log.error("corruption: node %d: %s: %s; repairing", self.node_id, group.id, error)
+        node = group.node
+        if node.role is Role.LEADER:
+            # Step down first: hand the group to the follower that holds most of the log.
+            status = node.status()
+            best = max(
+                (
+                    p
+                    for p in status.progress
+                    if p != self.node_id and p in status.configuration.voters
+                ),
+                key=lambda p: status.progress[p].match,
+                default=None,
+            )
+            if best is not None:
+                self._send(
+                    best, [_MSG, group.id, to_wire(TimeoutNow(self.node_id, best, node.term))]
+                )
+        group.corrupt = error
+        self._active.discard(group)
+        self._dirty.discard(group)
+        self._corrupt.add(group)
+        self._wake.set()
+
+    def _repair(self, group: RaftGroup) -> None:
+        """Cut ``group``'s log before the bad batch and start a new core over it (no Ready of
+        the group is in flight): a follower that re-replicates what it lost."""
+        error = group.corrupt
+        if error is None:
+            return
+        end = group.storage.repair_corruption(error)
+        group._fail_waiters_above(end)
+        group.node = RaftNode(self._raft_config(self.node_id), group.storage, self._rng)
+        group.corrupt = None
+        self.corruptions += 1
+        log.error(
+            "corruption: node %d: %s: log cut to end at %d; re-replicating from the leader "
+            "(no vote until offset %s is back)",
+            self.node_id,
+            group.id,
+            end,
+            group.log.lost_end_offset,
+        )
+        group._notify()
+        self._activate(group)
+        self._mark(group)
 
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep.
@@ -486,10 +618,17 @@ class MultiRaft:
         self._mark(group)
 
     async def _process(self) -> None:
+        # Here no Ready is in flight: the groups set aside for corruption can be repaired.
+        corrupt, self._corrupt = self._corrupt, set()
+        for group in corrupt:
+            if self.groups.get(group.id) is group:
+                self._repair(group)
         dirty, self._dirty = self._dirty, set()
         readies: list[tuple[RaftGroup, Ready, bool]] = []
         for group in dirty:
-            if group.node.has_ready():
+            if group.corrupt is not None or not group.node.has_ready():
+                continue
+            try:
                 rd = group.node.ready()
                 early = _replicates_only(rd, group.storage.hard_state)
                 if early:
@@ -498,7 +637,10 @@ class MultiRaft:
                     # these messages acknowledge nothing and announce no vote.
                     self._send_messages(group, rd)
                 group.storage.persist(rd)
-                readies.append((group, rd, early))
+            except CorruptLogError as exc:
+                self._corrupted(group, exc)  # this Ready is dropped, as a crash would drop it
+                continue
+            readies.append((group, rd, early))
         if not readies:
             return
         self.readies += len(readies)

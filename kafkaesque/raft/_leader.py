@@ -139,6 +139,13 @@ class LeaderMixin:
 
     def _handle_append_response(self, m: AppendEntriesResponse, pr: Progress) -> None:
         if not m.success:
+            if m.conflict_term is None and m.conflict_index <= pr.match:
+                # The follower's log ends below what it acknowledged: its disk lost entries
+                # (corruption). Its match goes down with its log, so its old acknowledgement is
+                # never counted for entries it no longer holds, and we resend from there.
+                pr.lost_to(m.conflict_index - 1)
+                self._send_append(m.src, pr, True)
+                return
             if m.conflict_term is None:
                 hint_next = m.conflict_index
             else:

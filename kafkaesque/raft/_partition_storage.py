@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from kafkaesque.storage import (
     BatchType,
+    CorruptLogError,
     InvalidBatchError,
     PartitionLog,
     Record,
@@ -84,7 +85,7 @@ class PartitionStorage:
     # -- RaftStorage ------------------------------------------------------------------------
 
     def initial_state(self) -> InitialState:
-        return InitialState(self._hard, tuple(self._configs))
+        return InitialState(self._hard, tuple(self._configs), self.log.lost_end_offset)
 
     def start_offset(self) -> int:
         return self.log.log_start_offset
@@ -210,6 +211,24 @@ class PartitionStorage:
         changed = len(kept) != len(self._configs)
         self._configs = kept
         return changed
+
+    def repair_corruption(self, error: CorruptLogError) -> int:
+        """Cut the log before the corrupt batch ``error`` points at; return the new log end.
+
+        See ``PartitionLog.repair_corruption``: what was durable and is now gone is recorded as
+        the log's lost end, which ``initial_state`` reports. The configuration history and the
+        commit index follow the shorter log. The caller (the driver) builds a new core over this
+        storage afterwards, as after a restart: the old core's view of the log is wrong.
+        """
+        end = self.log.repair_corruption(error)
+        if self._trim_configs_to(end):
+            self._save()
+        hard = self._hard
+        if hard.commit > self.last_index():
+            self._hard = HardState(hard.term, hard.vote, self.last_index())
+            if self._store is not None:
+                self._store.put(self._key, self._hard, urgent=False)
+        return end
 
     def enforce_retention(self, applied: int) -> list[int]:
         """Apply the log's retention below ``applied + 1``; keep the configuration history right."""

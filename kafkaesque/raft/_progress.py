@@ -70,7 +70,8 @@ class Progress:
     )
 
     def __init__(self, next_index: int, max_inflight: int, is_learner: bool) -> None:
-        # Invariant: match < next; match only grows within a term.
+        # Invariant: match < next; match only grows within a term, except when the follower
+        # reports that its disk lost entries it had acknowledged (``lost_to``).
         self.match = -1
         self.next = next_index
         self.state = ProgressState.PROBE
@@ -117,6 +118,15 @@ class Progress:
             self.probe_sent = False
         self.next = max(self.next, index + 1)
         return updated
+
+    def lost_to(self, last: int) -> None:
+        """The follower's log now ends at ``last``, below its match: probe from there.
+
+        A delayed rejection from before the follower caught up may also land here; lowering
+        the match then only costs a round trip (the follower answers with its real match).
+        """
+        self.match = min(self.match, last)
+        self.become_probe()
 
     def maybe_decr_to(self, rejected: int, hint_next: int) -> bool:
         """A rejection of the AppendEntries with ``prev_index == rejected``; return whether it

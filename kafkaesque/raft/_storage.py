@@ -26,10 +26,16 @@ class InitialState:
     ``start_offset - 1`` or below: the last CONFIG entry retention deleted, the configuration of the
     last log reset, or the bootstrap configuration seeded when the group was created at offset -1).
     Empty for a node that was never told a configuration (it waits for a leader to add it).
+
+    ``lost_end`` is set when the disk lost entries this node may have acknowledged (corruption
+    cut its log below what it had made durable): the end of what it may have acknowledged. The
+    node neither votes nor campaigns until its log reaches it again (re-replicated from a
+    leader); see ``RaftNode``.
     """
 
     hard_state: HardState
     configs: tuple[tuple[int, bytes], ...]
+    lost_end: int | None = None
 
 
 class RaftStorage(Protocol):
@@ -97,11 +103,13 @@ class MemoryStorage:
         self._configs: list[tuple[int, bytes]] = []
         if bootstrap is not None:
             self._configs.append((-1, bootstrap.encode()))
+        # Invariant: None or > last_index() + 1 (what a corrupted disk lost; see ``lose_from``).
+        self._lost_end: int | None = None
 
     # -- RaftStorage ------------------------------------------------------------------------
 
     def initial_state(self) -> InitialState:
-        return InitialState(self._hard, tuple(self._configs))
+        return InitialState(self._hard, tuple(self._configs), self._lost_end)
 
     def start_offset(self) -> int:
         return self._start
@@ -176,6 +184,25 @@ class MemoryStorage:
             if e.kind is EntryKind.CONFIG:
                 self._configs.append((e.last, e.data))
             expect, term = e.last + 1, e.term
+        if self._lost_end is not None and expect >= self._lost_end:
+            self._lost_end = None  # re-replicated: whole again
+
+    def lose_from(self, from_offset: int) -> None:
+        """Model a disk fault found by a scrub or on recovery: the entries from ``from_offset``
+        (an entry boundary) are gone although they were durable, and possibly acknowledged.
+
+        As ``PartitionLog.repair_corruption`` does, the log is cut and the old end is recorded
+        as ``InitialState.lost_end`` until the log reaches it again. The simulator restarts the
+        node afterwards (the driver rebuilds a group's core after a repair).
+        """
+        end = self.last_index() + 1
+        if from_offset >= end:
+            return
+        self.truncate(from_offset)
+        self._lost_end = max(end, self._lost_end or 0)
+        self._hard = HardState(
+            self._hard.term, self._hard.vote, min(self._hard.commit, self.last_index())
+        )
 
     def truncate(self, from_offset: int) -> None:
         """Delete every entry at or after ``from_offset`` (an entry boundary)."""
@@ -195,6 +222,8 @@ class MemoryStorage:
         self._start = reset.start
         self._prev_term = reset.prev_term
         self._configs = [(reset.start - 1, reset.config.encode())]
+        if self._lost_end is not None and reset.start >= self._lost_end:
+            self._lost_end = None  # what was lost is below the leader's log start: committed
 
     def compact(self, to: int) -> None:
         """Retention: delete the entries below ``to`` (an entry boundary, at most ``last + 1``).

@@ -37,3 +37,6 @@ class CorruptLogError(StorageError):
         self.path = path
         self.position = position
         self.reason = reason
+        #: The offset being read when the fault was found (the bad batch holds it or follows
+        #: it); None when the fault was not found by a read at an offset (a scrub, a state file).
+        self.offset: int | None = None

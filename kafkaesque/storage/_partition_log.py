@@ -20,6 +20,12 @@ Durability contract (docs/storage-format.md, "Durability"):
 * Rolling a segment always fsyncs it, so sealed segments are durable and trusted on open.
 * Recovery validates only the active segment, so reopening costs the same for 200 MB or 2 GB.
 
+Corruption (docs/storage-format.md, "Corruption and repair"): every flush also records the
+flushed end (a watermark in the ``.lock`` file). A log that opens below it, or whose sealed
+segment fails a read or a ``scrub_step`` (``CorruptLogError``, then ``repair_corruption`` cuts
+before the bad batch), lost data it may have acknowledged: ``lost_end_offset`` says how far, and
+stays set, durably, until the log is flushed up to there again (re-replicated).
+
 Not thread-safe: one owner (task) calls everything, except ``FlushTicket.run``.
 """
 
@@ -29,12 +35,15 @@ import fcntl
 import itertools
 import logging
 import os
+import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import NamedTuple
+
+from crc32c import crc32c
 
 from ._batch import (
     BatchHeader,
@@ -45,9 +54,9 @@ from ._batch import (
     iter_batches,
     stamped_prefix,
 )
-from ._errors import InvalidBatchError, OffsetOutOfRangeError, StorageError
+from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
 from ._segment import IOV_MAX, BatchWrite, RecoveryReport, Segment, segment_name
-from ._statefile import fsync_directory
+from ._statefile import fsync_directory, read_state_file, write_state_file
 from ._term_table import TermTable
 
 log = logging.getLogger("kafkaesque.storage")
@@ -57,6 +66,14 @@ _STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and t
 
 # What ``check_batch`` may remember at most (payload bytes of the remembered batches).
 _CHECKED_MAX_BYTES = 64 * 1024 * 1024
+
+# The flushed-end watermark: the end of what was fsynced (so may have been acknowledged). It is
+# the content of the ``.lock`` file, which the log holds open anyway (no descriptor more per
+# partition): 8-byte offset + 4-byte CRC32C, rewritten in place (not fsynced) after each flush.
+LOCK_FILE = ".lock"
+_WATERMARK = struct.Struct(">qI")
+# The lost end: what a replica may have acknowledged and no longer holds (a state file).
+LOST_END_FILE = "lost-end"
 
 
 def _tail(batch: bytes | memoryview) -> memoryview:
@@ -141,6 +158,16 @@ def wall_clock_ms() -> float:
     return time.time() * 1000.0
 
 
+def _read_watermark(fd: int) -> int | None:
+    """The flushed end the lock file records; None if it is empty (a log from before the
+    watermark) or damaged."""
+    data = os.pread(fd, _WATERMARK.size, 0)
+    if len(data) < _WATERMARK.size:
+        return None
+    end, crc = _WATERMARK.unpack(data)
+    return int(end) if crc32c(data[:8]) == crc else None
+
+
 class PartitionLog:
     """A partition's log: append, read, truncate, roll, retention, compaction, recovery."""
 
@@ -164,8 +191,16 @@ class PartitionLog:
         self._lock_fd = lock_fd
         #: What recovery cut from the active segment when the log was opened (None: nothing).
         self.recovery = recovery
+        #: Corruption found in this log since it was opened (recovery cuts below the flushed
+        #: end, checksum failures on reads and scrubs): a counter for metrics.
+        self.corruptions = 0
         self._generation = 0  # bumped by truncate/reset: outstanding flush tickets go stale
         self._flushed_end = self.log_end_offset  # recovery fsynced what it kept
+        # Invariant: the lock file holds _watermark (or less, before its first write).
+        self._watermark = _read_watermark(lock_fd)
+        # Invariant: None or > log_end_offset, and durable in LOST_END_FILE.
+        self._lost_end: int | None = None
+        self._scrub_at = (0, 0)  # (segment base, byte position) the scrub resumes at
         self._last_flush_ms = clock()
         self._closed = False
         # Batches passed by ``check_batch`` and not yet appended: id -> (batch, header, uses).
@@ -189,7 +224,7 @@ class PartitionLog:
         """
         config = config or LogConfig()
         os.makedirs(directory, exist_ok=True)
-        lock_fd = os.open(os.path.join(directory, ".lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        lock_fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -229,7 +264,95 @@ class PartitionLog:
         # when a segment is sealed (and on close), so its tail may be stale or missing.
         terms.rebuild_from(active.base_offset, seen_terms, active.next_offset)
         terms.save()
-        return cls(directory, config, clock, segments, terms, lock_fd, report)
+        plog = cls(directory, config, clock, segments, terms, lock_fd, report)
+        plog._recover_lost_end(report)
+        return plog
+
+    def _recover_lost_end(self, report: RecoveryReport | None) -> None:
+        """Decide whether recovery lost data this replica may have acknowledged.
+
+        A cut at or above the flushed-end watermark only removed writes that were never
+        fsynced (a torn tail after a crash or power loss): normal, nothing was acknowledged.
+        A log that ends below the watermark (cut by recovery, or truncated at a batch boundary
+        behind our back) lost fsynced data: corruption, and the replica must not vote until it
+        has re-replicated up to the old watermark. Without a readable watermark (a log written
+        before it existed, or the watermark itself damaged) a cut counts as a loss of the cut
+        batch at least: safety first.
+        """
+        state = read_state_file(self.directory, LOST_END_FILE)
+        lost = None if state is None or state.get("lost_end") is None else int(state["lost_end"])
+        end = self.log_end_offset
+        if self._watermark is not None:
+            # Also catches a tail cut at a batch boundary, which recovery cannot see.
+            cut_lost = self._watermark
+        else:
+            cut_lost = report.first_lost_offset + 1 if report is not None else end
+        if cut_lost > end:
+            how = (
+                f"{report.truncated_bytes} bytes cut at byte {report.valid_bytes}: {report.reason}"
+                if report is not None
+                else "the log ends below its flushed end"
+            )
+            self._report(
+                f"{self.directory}: offsets [{end}, {cut_lost}) were fsynced and are gone ({how}); "
+                "this replica re-replicates them before it votes again"
+            )
+            lost = max(lost or 0, cut_lost)
+        if lost is not None and lost <= end:
+            lost = None
+        if lost != (None if state is None else state.get("lost_end")):
+            write_state_file(self.directory, LOST_END_FILE, {"lost_end": lost})
+        self._lost_end = lost
+        if self._watermark is None or self._watermark < end:
+            # Written before a crash and never flushed: make it durable now, so that the
+            # flushed end the log starts with (its whole length) is true.
+            self._active.sync()
+            self._write_watermark(end, sync=False)
+        elif self._watermark > end:
+            # Now that the loss is on record, the watermark may describe this log again.
+            self._write_watermark(end, sync=True)
+
+    @property
+    def lost_end_offset(self) -> int | None:
+        """The end of what this replica may have acknowledged and lost (None: lost nothing).
+
+        Set when recovery or ``repair_corruption`` cut data that had been fsynced; cleared,
+        durably, once the log is fsynced up to it again (re-replicated). Until then Raft keeps
+        this replica from voting (see docs/storage-format.md, "Corruption and repair").
+        """
+        return self._lost_end
+
+    def _report(self, what: str) -> None:
+        self.corruptions += 1
+        log.error("corruption: %s", what)
+
+    def _write_watermark(self, end: int, *, sync: bool) -> None:
+        """Record that everything below ``end`` was fsynced (``sync``: durably, now)."""
+        data = struct.pack(">q", end)
+        os.pwrite(self._lock_fd, data + struct.pack(">I", crc32c(data)), 0)
+        if sync:
+            os.fsync(self._lock_fd)
+        self._watermark = end
+
+    def _note_flushed(self) -> None:
+        """The flushed end moved up: raise the watermark; clear a lost end now re-replicated."""
+        end = self._flushed_end
+        if self._watermark is None or end > self._watermark:
+            # Not fsynced: it only has to survive what the flushed data survives, a crash of
+            # the process; after a power loss an older value is read, which flags less.
+            self._write_watermark(end, sync=False)
+        if self._lost_end is not None and end >= self._lost_end:
+            write_state_file(self.directory, LOST_END_FILE, {"lost_end": None})
+            log.warning(
+                "%s: re-replicated up to the lost end %d: repaired", self.directory, self._lost_end
+            )
+            self._lost_end = None
+
+    def _lower_watermark(self, end: int) -> None:
+        """Before the log is cut to ``end`` on purpose: a later open must not take the cut
+        for a loss (durable first, so a crash between the two steps errs on neither side)."""
+        if self._watermark is None or self._watermark > end:
+            self._write_watermark(end, sync=True)
 
     def close(self) -> None:
         """Flush and close. The log object must not be used afterwards."""
@@ -237,6 +360,8 @@ class PartitionLog:
             return
         self._active.flush_index()
         self._active.sync()
+        self._flushed_end = self.log_end_offset
+        self._note_flushed()
         self._terms.save()
         for seg in self._segments:
             seg.close()
@@ -531,6 +656,7 @@ class PartitionLog:
         self._active.sync()
         self._flushed_end = max(self._flushed_end, end)
         self._last_flush_ms = self._clock()
+        self._note_flushed()
 
     def flush_ticket(self) -> FlushTicket:
         """An fsync of the active segment to run on a worker thread (see ``FlushTicket``)."""
@@ -543,6 +669,7 @@ class PartitionLog:
         if ticket.generation == self._generation:
             self._flushed_end = max(self._flushed_end, min(ticket.end_offset, self.log_end_offset))
             self._last_flush_ms = self._clock()
+            self._note_flushed()
 
     def maybe_flush(self) -> bool:
         """Flush if the policy wants it now (dirty and ALWAYS, or the interval passed)."""
@@ -579,12 +706,17 @@ class PartitionLog:
         for seg in self._segments[i:]:
             if max_offset is not None and seg.base_offset >= max_offset:
                 break
-            pos = seg.locate(offset)
-            if pos is None:
-                continue
-            data, next_offset = seg.read(
-                pos, max_bytes, max_offset, verify=self.config.verify_reads
-            )
+            try:
+                pos = seg.locate(offset)
+                if pos is None:
+                    continue
+                data, next_offset = seg.read(
+                    pos, max_bytes, max_offset, verify=self.config.verify_reads
+                )
+            except CorruptLogError as exc:
+                exc.offset = offset
+                self._report(f"{exc} (reading offset {offset} of {self.directory})")
+                raise
             return ReadResult(data, next_offset if next_offset is not None else offset)
         return ReadResult(b"", offset)
 
@@ -614,6 +746,7 @@ class PartitionLog:
             keep -= 1  # the segment starting at ``offset`` goes whole
             target = self._segments[keep]
         self._generation += 1
+        self._lower_watermark(offset)
         # Newest first, so a crash midway leaves a prefix of the log: a valid shorter log.
         while len(self._segments) > keep + 1:
             self._segments.pop().delete()
@@ -636,6 +769,7 @@ class PartitionLog:
         if start_offset < 0:
             raise ValueError("start_offset must not be negative")
         self._generation += 1
+        self._lower_watermark(start_offset)
         while self._segments:
             self._segments.pop().delete()
         self._bases.clear()
@@ -647,6 +781,7 @@ class PartitionLog:
         self._bases.append(start_offset)
         fsync_directory(self.directory)
         self._flushed_end = start_offset
+        self._note_flushed()  # a reset past what a corrupt log lost ends that loss
 
     # -- retention and compaction ---------------------------------------------------------------
 
@@ -781,3 +916,80 @@ class PartitionLog:
         """
         for seg in self._segments:
             seg.scrub()
+
+    # -- corruption: scrubbing and repair ---------------------------------------------------------
+
+    def scrub_step(self, max_bytes: int) -> bool:
+        """Check about ``max_bytes`` more of the sealed segments; return True after a full pass.
+
+        A background scrub at a bounded rate: each call reads and re-checks the next whole
+        batches (at least one) from where the last call stopped, going round the sealed
+        segments (the active one is checked by recovery and by every append). Raises
+        ``CorruptLogError`` (logged and counted) at a bad batch; ``repair_corruption`` then
+        cuts the log before it.
+        """
+        sealed = self._segments[:-1]
+        if not sealed:
+            return True
+        base, pos = self._scrub_at
+        i = bisect_right(self._bases, base) - 1
+        if i < 0 or i >= len(sealed):
+            i, pos = 0, 0
+        elif self._bases[i] != base:
+            pos = 0
+        budget = max_bytes
+        while budget > 0:
+            seg = sealed[i]
+            try:
+                end = seg.verify_chunk(pos, budget)
+            except CorruptLogError as exc:
+                self._report(f"{exc} (scrub of {self.directory})")
+                raise
+            budget -= max(end - pos, 1)
+            pos = end
+            if pos >= seg.size:
+                i, pos = i + 1, 0
+                if i >= len(sealed):
+                    self._scrub_at = (0, 0)
+                    return True
+        self._scrub_at = (sealed[i].base_offset, pos)
+        return False
+
+    def repair_corruption(self, error: CorruptLogError) -> int:
+        """Cut the log before the first bad batch of the segment ``error`` names; return the
+        new log end.
+
+        The segment is read whole and every batch checked; the log keeps what comes before the
+        first bad one and drops everything after it (later segments too: a log has no holes).
+        If that drops data that was durable (and so may have been acknowledged), the old
+        durable end is recorded first, durably, as ``lost_end_offset``. Nothing is cut if the
+        segment turns out valid (the fault was elsewhere, or already repaired).
+        """
+        i = next((j for j, s in enumerate(self._segments) if s.log_path == error.path), None)
+        if i is None:
+            return self.log_end_offset
+        seg = self._segments[i]
+        scan, index = seg.scan_all()
+        if scan.error is None:
+            return self.log_end_offset
+        new_end = scan.next_offset if scan.next_offset is not None else seg.base_offset
+        lost = max(self.durable_end_offset, self._lost_end or 0)
+        self._report(
+            f"{seg.log_path}: bad batch at byte {scan.valid_bytes} ({scan.error}): cutting the "
+            f"log at offset {new_end} (it ended at {self.log_end_offset}, durable to {lost})"
+        )
+        if lost > new_end and lost != self._lost_end:
+            write_state_file(self.directory, LOST_END_FILE, {"lost_end": lost})
+            self._lost_end = lost
+        self._generation += 1
+        self._lower_watermark(new_end)
+        while len(self._segments) > i + 1:  # newest first: a crash leaves a valid prefix
+            self._segments.pop().delete()
+            self._bases.pop()
+        fsync_directory(self.directory)
+        seg.cut_after_scan(scan, index)
+        self._terms.truncate_from_end(self.log_end_offset)
+        self._terms.save()
+        self._flushed_end = min(self._flushed_end, self.log_end_offset)
+        self._scrub_at = (0, 0)
+        return self.log_end_offset

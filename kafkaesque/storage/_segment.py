@@ -290,12 +290,20 @@ class Segment:
         return None
 
     def read(
-        self, position: int, max_bytes: int, max_offset: int | None, *, verify: bool
+        self,
+        position: int,
+        max_bytes: int,
+        max_offset: int | None,
+        *,
+        verify: bool,
+        recheck: bool = False,
     ) -> tuple[bytes | memoryview, int | None]:
         """Whole batches from ``position``: at most ``max_bytes`` unless the first batch is larger.
 
         Only batches whose last offset is below ``max_offset`` (if given) are returned. Returns
         the bytes and the offset after the last batch returned (None if nothing was returned).
+        With ``verify`` every batch not yet verified in this process is CRC-checked, with
+        ``recheck`` every batch read. Raises ``CorruptLogError`` (with the batch's position).
         """
         fd = self._read_fd()
         want = min(max(max_bytes, HEADER_SIZE), self.size - position)
@@ -312,8 +320,17 @@ class Segment:
             size = peek_size(view, end)
             if size is not None and size > len(view) - end:
                 break  # the budget ends inside this batch
+            if max_offset is not None:
+                # Before the checksum: a batch past the bound is not ours to check (a bad one
+                # there must not fail a read of what comes before it).
+                base = _SCAN.unpack_from(view, end)[0]
+                if (
+                    base + _SCAN_LAST_DELTA.unpack_from(view, end + _LAST_DELTA_POS)[0]
+                    >= max_offset
+                ):
+                    break
             try:
-                check = verify and position + end >= self._verified
+                check = verify and (recheck or position + end >= self._verified)
                 header = decode_header(view, end, verify=check)
             except InvalidBatchError as exc:
                 raise CorruptLogError(self.log_path, position + end, str(exc)) from exc
@@ -332,6 +349,52 @@ class Segment:
         self._verified = 0
         if self.size:
             self.read(0, self.size, None, verify=True)
+
+    def verify_chunk(self, position: int, max_bytes: int) -> int:
+        """Re-verify the whole batches from ``position`` within about ``max_bytes`` (at least
+        one); return the position after them. A scrub's step: whatever earlier reads checked,
+        these bytes are read from the file and checked again.
+
+        Raises ``CorruptLogError`` at the first batch that fails.
+        """
+        if position >= self.size:
+            return self.size
+        data, _ = self.read(position, max_bytes, None, verify=True, recheck=True)
+        return position + len(data)
+
+    def scan_all(self) -> tuple[_Scan, OffsetIndex]:
+        """Read the whole file and check every batch, as recovery checks the active segment.
+
+        Returns the scan (``error`` is None when every batch is valid) and an index of the
+        valid prefix, for ``cut_after_scan``.
+        """
+        data = os.pread(self._read_fd(), self.size, 0) if self.size else b""
+        index = OffsetIndex(self.index_path, self.base_offset, self._interval)
+        scan = _scan(memoryview(data), self.base_offset, index)
+        if scan.error is None and scan.valid_bytes < self.size:
+            scan = _Scan(
+                scan.valid_bytes, scan.next_offset, scan.max_timestamp, scan.terms, "short read"
+            )
+        return scan, index
+
+    def cut_after_scan(self, scan: _Scan, index: OffsetIndex) -> None:
+        """Keep only the valid prefix ``scan`` found; the segment becomes the active one.
+
+        The caller deleted every later segment first. The index is the one the scan rebuilt
+        from the valid prefix, so a header garbled by the fault is never trusted. Durable on
+        return.
+        """
+        if self._fd is not None:
+            os.close(self._fd)
+        self._fd = os.open(self.log_path, os.O_RDWR)
+        os.ftruncate(self._fd, scan.valid_bytes)
+        os.fsync(self._fd)
+        self.size = self._verified = scan.valid_bytes
+        self.next_offset = scan.next_offset if scan.next_offset is not None else self.base_offset
+        self.max_timestamp = scan.max_timestamp
+        index.rewrite()
+        self._index = index
+        self.sealed = False
 
     def truncate_to(self, offset: int) -> None:
         """Cut the segment so that it ends just before ``offset`` (a batch boundary or the end)."""

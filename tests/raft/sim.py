@@ -201,6 +201,31 @@ class Cluster:
         self.note("restart", f"n{node_id} hard={node.disk.hard_state}")
         self._start(node)
 
+    def lose_tail(self, node_id: int, from_offset: int, *, detected: bool = True) -> None:
+        """A disk fault: crash ``node_id``, destroy its log from the entry holding
+        ``from_offset`` on (durable, possibly acknowledged entries), and restart it.
+
+        ``detected``: the node knows what it lost (``MemoryStorage.lose_from``, as recovery or
+        a scrub tells the real driver). Without it the log is just shorter, which is what the
+        code before issue 8 did with a cut tail: the node votes as if it never had the entries.
+        """
+        node = self.nodes[node_id]
+        self.crash(node_id)
+        disk = node.disk
+        held = [e for e in disk.all_entries() if e.last >= from_offset]
+        if held:
+            cut = held[0].first
+            if detected:
+                disk.lose_from(cut)
+            else:
+                disk.truncate(cut)
+                hard = disk.hard_state
+                disk.set_hard_state(
+                    type(hard)(hard.term, hard.vote, min(hard.commit, disk.last_index()))
+                )
+            self.note("nemesis", f"n{node_id} lost its log from {cut} (detected: {detected})")
+        self.restart(node_id)
+
     def leader(self) -> SimNode | None:
         """The live leader of the highest term, if any."""
         best = None
