@@ -34,6 +34,10 @@ _FLAGS = {
     "controllers": "controllers",
     "admin": "admin",
     "mqtt": "mqtt",
+    "mqtt_rules": "mqtt_rules",
+    "mqtt_users": "mqtt_users",
+    "mqtt_partitions": "mqtt_partitions",
+    "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
     "join": "join",
     "write_timeout": "write_timeout_s",
@@ -66,7 +70,17 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--peers", help="Raft transport of every broker: id@host:port,...")
     parser.add_argument("--controllers", help="controller quorum of every broker: id@host:port,...")
     parser.add_argument("--admin", help="host:port for /metrics")
-    parser.add_argument("--mqtt", help="host:port for MQTT devices")
+    parser.add_argument(
+        "--mqtt-listen", "--mqtt", dest="mqtt", help="host:port for MQTT devices (off if absent)"
+    )
+    parser.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (docs/mqtt.md)")
+    parser.add_argument("--mqtt-users", help="a file of user:password lines (absent: anonymous)")
+    parser.add_argument(
+        "--mqtt-partitions", type=int, help="partitions of log topics MQTT creates (6)"
+    )
+    parser.add_argument(
+        "--mqtt-replication-factor", type=int, help="replicas of log topics MQTT creates (3)"
+    )
     parser.add_argument("--advertised-host", help="the host name clients are told")
     parser.add_argument("--join", action="store_true", default=None, help="join a running cluster")
     parser.add_argument("--write-timeout", type=float, help="seconds a write may wait (10)")
@@ -131,6 +145,8 @@ async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
             parts.append(f"controller={config.controllers[config.id]}")
             if broker.admin_port is not None and config.admin is not None:
                 parts.append(f"admin={config.admin.host}:{broker.admin_port}")
+            if broker.mqtt_port is not None and config.mqtt is not None:
+                parts.append(f"mqtt={config.mqtt.host}:{broker.mqtt_port}")
             print(" ".join(parts), flush=True)
             print("ready", flush=True)
             async for _ in signals:

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, TextIO
@@ -67,8 +68,16 @@ class LocalCluster:
         extra_args: list[str] | None = None,
         log_dir: str | None = None,
         spare: int = 0,
+        mqtt: bool = False,
+        mqtt_rules: str | None = None,
+        mqtt_users: Mapping[str, str] | None = None,
     ) -> None:
-        """``spare`` reserves ports for brokers added later with ``add_broker``."""
+        """``spare`` reserves ports for brokers added later with ``add_broker``.
+
+        ``mqtt``: every broker also listens for MQTT devices (``mqtt_address(i)``), with the
+        topic mapping rules ``mqtt_rules`` (their text; None: the default mapping) and the
+        ``user: password`` pairs ``mqtt_users`` (None: anonymous devices).
+        """
         if n < 1:
             raise ClusterError("a cluster needs at least one broker")
         self.data_dir = os.path.abspath(data_dir)
@@ -87,6 +96,20 @@ class LocalCluster:
         self.log_dir = log_dir or os.path.join(self.data_dir, "logs")
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self._logs: dict[int, TextIO] = {}
+        self.mqtt = mqtt
+        self._mqtt_args: list[str] = []
+        if mqtt_rules is not None:
+            self._mqtt_args += ["--mqtt-rules", self._write_file("mqtt-rules.txt", mqtt_rules)]
+        if mqtt_users is not None:
+            text = "".join(f"{user}:{password}\n" for user, password in mqtt_users.items())
+            self._mqtt_args += ["--mqtt-users", self._write_file("mqtt-users.txt", text)]
+
+    def _write_file(self, name: str, text: str) -> str:
+        os.makedirs(self.data_dir, exist_ok=True)
+        path = os.path.join(self.data_dir, name)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+        return path
 
     @property
     def bootstrap(self) -> str:
@@ -95,6 +118,17 @@ class LocalCluster:
 
     def client_address(self, broker: int) -> tuple[str, int]:
         return "127.0.0.1", self.ports[broker].client
+
+    def mqtt_address(self, broker: int) -> tuple[str, int]:
+        """Where broker ``broker`` listens for MQTT devices (a cluster made with ``mqtt=True``)."""
+        if not self.mqtt:
+            raise ClusterError("the cluster was started without MQTT (mqtt=True)")
+        return "127.0.0.1", self.ports[broker].mqtt
+
+    @property
+    def mqtt_addresses(self) -> list[tuple[str, int]]:
+        """``mqtt_address(i)`` of every member."""
+        return [self.mqtt_address(i) for i in range(self.n)]
 
     def command(self, broker: int) -> list[str]:
         p = self.ports[broker]
@@ -112,6 +146,7 @@ class LocalCluster:
             "--admin", f"127.0.0.1:{p.admin}",
             "--log-level", self.log_level,
             "--exit-with-parent",
+            *(["--mqtt-listen", f"127.0.0.1:{p.mqtt}", *self._mqtt_args] if self.mqtt else []),
             *join,
             *self.extra_args,
         ]  # fmt: skip
@@ -278,12 +313,23 @@ def add_parser(commands: Any) -> None:
         help="broker i listens for clients on base+10*i (9092); 0 picks free ports",
     )
     up.add_argument("--log-level", default="WARNING", help="brokers' logging level")
+    up.add_argument("--mqtt", action="store_true", help="brokers also listen for MQTT devices")
+    up.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (with --mqtt)")
     up.set_defaults(run=run_up)
 
 
 def run_up(args: argparse.Namespace) -> int:
+    rules = None
+    if args.mqtt_rules:
+        with open(args.mqtt_rules, encoding="utf-8") as f:
+            rules = f.read()
     cluster = LocalCluster(
-        args.data_dir, args.brokers, base_port=args.base_port, log_level=args.log_level
+        args.data_dir,
+        args.brokers,
+        base_port=args.base_port,
+        log_level=args.log_level,
+        mqtt=args.mqtt,
+        mqtt_rules=rules,
     )
     busy = [p for p in _all_ports(cluster) if not _port_free(p)]
     if busy:
@@ -296,16 +342,22 @@ def run_up(args: argparse.Namespace) -> int:
 
     signal.signal(signal.SIGTERM, stop)
     with cluster:
-        for i, p in enumerate(cluster.ports):
-            print(
-                f"broker {i} client=127.0.0.1:{p.client} peer=127.0.0.1:{p.peer} "
-                f"controller=127.0.0.1:{p.controller} admin=http://127.0.0.1:{p.admin}/metrics",
-                flush=True,
-            )
-        print(f"data in {cluster.data_dir}; logs in {cluster.log_dir}", flush=True)
-        print(f"bootstrap {cluster.bootstrap}", flush=True)
-        print("ready", flush=True)
+        # Everything from the first line printed on is inside the try: a Ctrl-C that comes as
+        # soon as `ready` is read (while print returns) is a clean stop, not "interrupted".
         try:
+            for i, p in enumerate(cluster.ports):
+                print(
+                    f"broker {i} client=127.0.0.1:{p.client} peer=127.0.0.1:{p.peer} "
+                    f"controller=127.0.0.1:{p.controller} admin=http://127.0.0.1:{p.admin}/metrics"
+                    + (f" mqtt=127.0.0.1:{p.mqtt}" if cluster.mqtt else ""),
+                    flush=True,
+                )
+            print(f"data in {cluster.data_dir}; logs in {cluster.log_dir}", flush=True)
+            print(f"bootstrap {cluster.bootstrap}", flush=True)
+            if cluster.mqtt:
+                mqtt = ",".join(f"{h}:{port}" for h, port in cluster.mqtt_addresses)
+                print(f"mqtt {mqtt}", flush=True)
+            print("ready", flush=True)
             while True:
                 for i, proc in cluster.procs.items():
                     if proc.poll() is not None:
@@ -318,7 +370,11 @@ def run_up(args: argparse.Namespace) -> int:
 
 
 def _all_ports(cluster: LocalCluster) -> list[int]:
-    return [port for p in cluster.ports for port in (p.client, p.peer, p.controller, p.admin)]
+    return [
+        port
+        for p in cluster.ports
+        for port in (p.client, p.peer, p.controller, p.admin, *([p.mqtt] if cluster.mqtt else []))
+    ]
 
 
 def _port_free(port: int) -> bool:

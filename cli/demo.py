@@ -1,11 +1,23 @@
-"""``kafkaesque demo``: the README's main job.
+"""``kafkaesque demo``: the README's main job, the seeds' crowdsourcing pipeline end to end.
 
-Today it shows the storage engine, the layer everything else stands on: it writes a partition
-log in the embedded default data dir (``.kafkaesque-data/`` in the current directory, or
-``--data-dir``),
-simulates a crash that tears the last write, reopens the log (recovery cuts the torn tail), reads
-everything back by offset, checks it, and prints what it did. The broker issue turns it into a
-local 3-broker cluster and the demo issue into the full MQTT → log → Spark pipeline.
+1. Starts a local 3-broker cluster (data in ``<data-dir>/demo``, wiped first; loopback ports
+   chosen free) with MQTT listeners, and creates ``readings`` (6 partitions, replication factor
+   3) and ``commands`` (3 partitions, replication factor 3).
+2. Starts simulated phones (``kafkaesque devices``) publishing serial-numbered, timestamped
+   spectrum readings over MQTT QoS 1, spread over the three brokers as a load balancer would.
+   The MQTT mapping puts ``phones/<id>/spectrum`` into ``readings`` keyed by the phone, and
+   records of ``commands`` keyed by a phone out to ``phones/<id>/commands``.
+3. A controller consumes ``readings`` through a consumer group at its own pace (half the
+   devices' rate at first: the log absorbs the burst, the lag grows, then drains) and sends a
+   command to a phone for every tenth reading of it; each phone counts what it receives.
+4. Partway through, the leader of ``readings`` partition 0 is killed with kill -9, and brought
+   back a few seconds later. A probe times writes to that partition: the failover gap.
+5. A Spark job (local mode) reads ``readings`` through ``spark_source``: per-device messages,
+   loss by serial-number gap, duplicates, latency percentiles.
+6. Prints a summary table and writes a PNG plot of throughput and latency with the fault marked.
+
+Exits with status 1 if any acknowledged reading is missing from the log. Every process it
+started is stopped when it ends, also on Ctrl-C.
 """
 
 from __future__ import annotations
@@ -13,19 +25,32 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import time
 from typing import Any
 
-from kafkaesque.storage import (
-    LogConfig,
-    PartitionLog,
-    Record,
-    build_batch,
-    decode_records,
-    iter_batches,
+import trio
+
+from kafkaesque.client import Client
+
+from ._demo_pipeline import (
+    COMMANDS,
+    READINGS,
+    DemoPlan,
+    DemoRunError,
+    devices_command,
+    run_pipeline,
 )
+from ._demo_report import format_table, plot, read_log, summary_rows
+from .cluster import LocalCluster
 
 DEFAULT_DATA_DIR = ".kafkaesque-data"
+
+MQTT_RULES = f"""\
+# kafkaesque demo: phones publish readings, the controller's commands go back to one phone
+phones/+/spectrum -> {READINGS} key=1
+phones/+/commands -> {COMMANDS} key=1
+"""
 
 
 class DemoError(Exception):
@@ -35,95 +60,85 @@ class DemoError(Exception):
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "demo",
-        help="run the end-to-end demo (today: write, crash, recover and read a partition log)",
+        help="run the end-to-end demo: MQTT phones -> replicated log -> controller -> Spark",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where the log lives")
-    parser.add_argument("--records", type=int, default=200_000, help="records to write")
-    parser.add_argument("--batch", type=int, default=1000, help="records per batch")
-    parser.add_argument("--quick", action="store_true", help="a small run (20,000 records)")
+    parser.add_argument("--data-dir", default=DEFAULT_DATA_DIR, help="where the cluster lives")
+    parser.add_argument("--devices", type=int, default=200, help="simulated phones (200)")
+    parser.add_argument(
+        "--interval", type=float, default=1.0, help="seconds between a phone's readings (1.0)"
+    )
+    parser.add_argument(
+        "--duration", type=float, default=120.0, help="seconds the phones publish (120)"
+    )
+    parser.add_argument(
+        "--quick", action="store_true", help="a short run (40 s of publishing, under 2 minutes)"
+    )
+    parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     parser.set_defaults(run=run)
 
 
+def plan_for(args: argparse.Namespace) -> DemoPlan:
+    duration = 40.0 if args.quick else args.duration
+    interval = 0.5 if args.quick else args.interval
+    if args.devices < 1 or interval <= 0 or duration < 10:
+        raise DemoError("--devices must be positive, --interval > 0 and --duration >= 10")
+    return DemoPlan(
+        devices=args.devices,
+        interval_s=interval,
+        duration_s=duration,
+        fault_at_s=duration * 0.35,
+        restart_after_s=min(10.0, duration * 0.15),
+        slow_until_s=duration * 0.5,
+        command_every=10,
+    )
+
+
 def run(args: argparse.Namespace) -> int:
-    records = 20_000 if args.quick else args.records
-    if records < 1 or args.batch < 1:
-        raise DemoError("--records and --batch must be positive")
-    directory = os.path.join(os.path.abspath(args.data_dir), "demo", "readings", "0")
-    shutil.rmtree(directory, ignore_errors=True)
-    config = LogConfig(segment_bytes=4 * 1024 * 1024)
-    print(f"partition log: {directory}")
-
-    started = time.perf_counter()
-    log = PartitionLog.open(directory, config)
-    written = 0
-    term = 1
-    while written < records:
-        n = min(args.batch, records - written)
-        batch = build_batch(
-            [
-                Record(
-                    key=b"device-%d" % ((written + i) % 50),
-                    value=b'{"serial": %d, "dbm": -%d}' % (written + i, 40 + (written + i) % 60),
-                    timestamp=int(time.time() * 1000),
-                )
-                for i in range(n)
-            ]
+    plan = plan_for(args)
+    root = os.path.join(os.path.abspath(args.data_dir), "demo")
+    shutil.rmtree(root, ignore_errors=True)
+    os.makedirs(root)
+    out = sys.stdout
+    print(f"starting 3 brokers in {root} ...", file=out, flush=True)
+    started = time.monotonic()
+    with LocalCluster(
+        os.path.join(root, "cluster"), 3, mqtt=True, mqtt_rules=MQTT_RULES
+    ) as cluster:
+        mqtt = [f"{host}:{port}" for host, port in cluster.mqtt_addresses]
+        with Client(cluster.bootstrap) as client:
+            client.create_topic(READINGS, 6, 3)
+            client.create_topic(COMMANDS, 3, 3)
+        print(f"brokers: clients {cluster.bootstrap}  MQTT {','.join(mqtt)}", file=out)
+        print(
+            f"{plan.devices} phones publish every {plan.interval_s:g} s for "
+            f"{plan.duration_s:g} s; kill -9 at t={plan.fault_at_s:.0f}s",
+            file=out,
+            flush=True,
         )
-        log.append(batch, term=term)
-        written += n
-        if written >= records // 2 and term == 1:
-            term = 2  # a new Raft leader would take over here; the term table records it
-    log.flush()  # group commit: one fsync for everything appended
-    write_s = time.perf_counter() - started
-    print(
-        f"wrote    {written:,} records in {written // args.batch + (written % args.batch > 0):,} "
-        f"batches, {log.size_bytes / 1e6:.1f} MB, {log.segment_count} segments, "
-        f"in {write_s:.2f} s ({written / write_s:,.0f} records/s, fsynced)"
-    )
-    print(f"terms    {log.term_starts()}  (term -> first offset)")
+        try:
+            result = trio.run(
+                run_pipeline, cluster, plan, out, devices_command(cluster, plan, mqtt)
+            )
+        except DemoRunError as exc:
+            raise DemoError(str(exc)) from exc
+        log = read_log(cluster.bootstrap)
+        spark = None
+        if not args.no_spark:
+            print("Spark: per-device report of readings (local mode) ...", file=out, flush=True)
+            from ._demo_spark import spark_report
 
-    # A crash in the middle of a write: half a batch reaches the file, then the process dies.
-    torn = build_batch([Record(value=b"never acknowledged")] * 10)
-    end = log.log_end_offset
-    log.abandon()
-    active = sorted(f for f in os.listdir(directory) if f.endswith(".log"))[-1]
-    with open(os.path.join(directory, active), "ab") as f:
-        f.write(torn[: len(torn) // 2])
-    print(f"crashed  mid-write: {len(torn) // 2} bytes of a torn batch left in {active}")
-
-    started = time.perf_counter()
-    log = PartitionLog.open(directory, config)
-    reopen_ms = (time.perf_counter() - started) * 1000
-    report = log.recovery
-    if report is None or log.log_end_offset != end:
-        raise DemoError("recovery did not cut the torn write")
-    print(
-        f"reopened in {reopen_ms:.1f} ms: recovery cut {report.truncated_bytes} bytes "
-        f"({'torn write' if report.torn else report.reason}); log end is offset {end} again"
-    )
-
-    started = time.perf_counter()
-    offset, seen, devices = log.log_start_offset, 0, set()
-    while offset < log.log_end_offset:
-        result = log.read(offset, 1 << 20)
-        pos = 0
-        for header in iter_batches(result.data):
-            for record in decode_records(result.data[pos : pos + header.size], header):
-                if record.offset != seen:
-                    raise DemoError(f"expected offset {seen}, read {record.offset}")
-                devices.add(record.key)
-                seen += 1
-            pos += header.size
-        offset = result.next_offset
-    read_s = time.perf_counter() - started
-    log.close()
-    if seen != written:
-        raise DemoError(f"read back {seen} records, wrote {written}")
-    print(
-        f"read     {seen:,} records by offset (every CRC checked, offsets 0..{seen - 1} in order, "
-        f"{len(devices)} keys) in {read_s:.2f} s ({seen / read_s:,.0f} records/s)"
-    )
-    print("ok: every acknowledged record came back, in order, after a crash")
+            spark = spark_report(cluster.bootstrap)
+    png = os.path.join(root, "demo.png")
+    plot(result, log, png)
+    print(format_table(summary_rows(result, log, spark)), file=out)
+    print(f"plot: {png}", file=out)
+    print(f"done in {time.monotonic() - started:.0f} s", file=out)
+    lost = result.devices_report.get("lost")
+    if lost is None:
+        raise DemoError("the devices did not report how many acknowledged readings were lost")
+    if lost:
+        print(f"FAILED: {lost} acknowledged readings are not in the log", file=out)
+        return 1
     return 0

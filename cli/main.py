@@ -11,7 +11,7 @@ import sys
 
 from kafkaesque.client import KafkaesqueError
 
-from . import broker, client_commands, cluster, demo
+from . import broker, client_commands, cluster, demo, devices, mqtt_bridge
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +23,9 @@ def build_parser() -> argparse.ArgumentParser:
     broker.add_parser(commands)
     cluster.add_parser(commands)
     demo.add_parser(commands)
+    devices.add_parser(commands)
     client_commands.add_parsers(commands)
+    mqtt_bridge.add_parser(commands)
     return parser
 
 
@@ -37,9 +39,11 @@ def main(argv: list[str] | None = None) -> int:
         return 130
     except (
         demo.DemoError,
+        devices.DevicesError,
         broker.BrokerCommandError,
         cluster.ClusterError,
         client_commands.ClientCommandError,
+        mqtt_bridge.MqttBridgeError,
         KafkaesqueError,
     ) as exc:
         print(f"kafkaesque {args.command}: {exc}", file=sys.stderr)

@@ -4,10 +4,11 @@
     python examples/device_report.py --demo                         # a demo cluster of its own
     spark-submit --master spark://host:7077 examples/device_report.py --bootstrap broker:9092
 
-A reading is what a device published over MQTT: a JSON object ``{"device": "phone-17",
-"serial": 42, "ts": 1763795000123, ...}``, with ``serial`` counting up from the device's first
-reading and ``ts`` the device's clock (ms since the epoch) when it took it. The record's key is
-the device id (the MQTT mapping's key), used when the JSON has no ``device``. For each device:
+A reading is what a device published over MQTT: a JSON object ``{"device": "phone-00017",
+"serial": 42, "ts_ms": 1763795000123, ...}``, with ``serial`` counting up from the device's
+first reading and ``ts_ms`` the device's clock (ms since the epoch) when it sent it. The record's
+key is the device id (the MQTT mapping's key), used when the JSON has no ``device``. The
+transforms live in ``kafkaesque.spark_source.device_report``. For each device:
 
 * ``messages``: readings in the topic; ``duplicated``: readings beyond the first of a serial;
 * ``lost``: serials missing between the first and last seen (the seed's loss by serial gap);
@@ -31,59 +32,11 @@ from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 
 from kafkaesque.spark_source import local_session, register, stop_session
-from pyspark.sql import DataFrame, SparkSession
+from kafkaesque.spark_source.device_report import device_report, readings
+from pyspark.sql import SparkSession
 from pyspark.sql import functions as F
 
 from kafkaesque.client import Client, Producer
-
-
-def readings(
-    spark: SparkSession, bootstrap: str, topic: str = "readings", starting: str = "earliest"
-) -> DataFrame:
-    """The topic's readings: ``device``, ``serial``, ``sent_ms`` (device clock), ``logged_ms``
-    (record timestamp), ``partition``, ``offset``. Records that are not readings (no serial) are
-    left out."""
-    raw = (
-        spark.read.format("kafkaesque")
-        .option("bootstrap", bootstrap)
-        .option("subscribe", topic)
-        .option("startingOffsets", starting)
-        .load()
-    )
-    value = F.col("value").cast("string")
-    return raw.select(
-        F.coalesce(F.get_json_object(value, "$.device"), F.col("key").cast("string")).alias(
-            "device"
-        ),
-        F.get_json_object(value, "$.serial").cast("long").alias("serial"),
-        F.get_json_object(value, "$.ts").cast("long").alias("sent_ms"),
-        F.unix_millis("timestamp").alias("logged_ms"),
-        "partition",
-        "offset",
-    ).where(F.col("serial").isNotNull() & F.col("device").isNotNull())
-
-
-def device_report(rows: DataFrame) -> DataFrame:
-    """One row per device, sorted by device: ``messages``, ``duplicated``, ``lost``,
-    ``first_serial``, ``last_serial``, ``latency_p50_ms``, ``latency_p99_ms``."""
-    latency = F.col("logged_ms") - F.col("sent_ms")
-    per_device = rows.groupBy("device").agg(
-        F.count(F.lit(1)).alias("messages"),
-        F.count_distinct("serial").alias("distinct"),
-        F.min("serial").alias("first_serial"),
-        F.max("serial").alias("last_serial"),
-        F.percentile(latency, F.array(F.lit(0.5), F.lit(0.99))).alias("latency"),
-    )
-    return per_device.select(
-        "device",
-        "messages",
-        (F.col("messages") - F.col("distinct")).alias("duplicated"),
-        (F.col("last_serial") - F.col("first_serial") + 1 - F.col("distinct")).alias("lost"),
-        "first_serial",
-        "last_serial",
-        F.col("latency")[0].alias("latency_p50_ms"),
-        F.col("latency")[1].alias("latency_p99_ms"),
-    ).orderBy("device")
 
 
 def publish_demo_readings(bootstrap: str, topic: str, devices: int, per_device: int) -> int:
@@ -99,7 +52,7 @@ def publish_demo_readings(bootstrap: str, topic: str, devices: int, per_device: 
                     continue
                 device = f"phone-{d:03d}"
                 sent = now + serial * 100
-                value = f'{{"device":"{device}","serial":{serial},"ts":{sent},"dbm":-{40 + d}}}'
+                value = f'{{"device":"{device}","serial":{serial},"ts_ms":{sent},"dbm":-{40 + d}}}'
                 producer.send(
                     topic,
                     value.encode(),

@@ -53,8 +53,9 @@ from ._leaders import Claim, LeaderTable, decode_claims, encode_claims
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics
+from ._mqtt_listener import MqttService
 from ._session import serve_session
-from ._writes import WritePath
+from ._writes import ForwardedAppend, WritePath
 
 log = logging.getLogger("kafkaesque.broker")
 
@@ -117,6 +118,9 @@ class Broker:
         self._known_peers = set(config.peers) - {config.id}
         self.client_port = config.client.port
         self.admin_port: int | None = None
+        # The MQTT listener (--mqtt-listen), if any; its rules and users are read now.
+        self.mqtt = MqttService(self) if config.mqtt is not None else None
+        self.mqtt_port: int | None = None
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -136,6 +140,8 @@ class Broker:
                 )
                 self.client_port = listeners[0].socket.getsockname()[1]
                 nursery.start_soon(trio.serve_listeners, self._serve_client, listeners)
+                if self.mqtt is not None:
+                    self.mqtt_port = await nursery.start(self.mqtt.run)
                 if config.admin is not None:
                     admin = await trio.open_tcp_listeners(config.admin.port, host=config.admin.host)
                     self.admin_port = admin[0].socket.getsockname()[1]
@@ -198,7 +204,7 @@ class Broker:
             peer_port=c.peers[c.id].port,
             controller_port=c.controllers[c.id].port,
             admin_port=self.admin_port,
-            mqtt_port=None if c.mqtt is None else c.mqtt.port,
+            mqtt_port=self.mqtt_port,
         )
         while True:
             try:
@@ -451,9 +457,11 @@ class Broker:
                 return
             elif kind == APPEND:
                 _, req, group_id, batch, count, acks, seconds = item
-                self._nursery.start_soon(
-                    self._serve_append, peer, req, group_id, batch, count, Acks(acks), seconds
+                # Started here, in arrival order, not in the task (see start_forwarded).
+                started = self.writes.start_forwarded(
+                    group_id, batch, count, Acks(acks), float(seconds)
                 )
+                self._nursery.start_soon(self._serve_append, peer, req, started)
             elif kind == COMMAND:
                 self._nursery.start_soon(self._serve_command, peer, int(item[1]), item[2])
         except (ValueError, TypeError, IndexError, AttributeError) as exc:
@@ -462,16 +470,12 @@ class Broker:
             )
 
     async def _serve_append(
-        self,
-        peer: int,
-        req: int,
-        group_id: str,
-        batch: bytes,
-        count: int,
-        acks: Acks,
-        seconds: float,
+        self, peer: int, req: int, started: ForwardedAppend | list[Any]
     ) -> None:
-        payload = await self.writes.serve_forwarded(group_id, batch, count, acks, seconds)
+        if isinstance(started, ForwardedAppend):
+            payload = await self.writes.finish_forwarded(started)
+        else:
+            payload = started
         self.forwarder.reply(peer, req, payload)
 
     async def _serve_command(self, peer: int, req: int, data: bytes) -> None:

@@ -66,7 +66,12 @@ class BrokerConfig:
     peers: Mapping[int, Address]  # Raft transport address of every broker, this one included
     controllers: Mapping[int, Address]  # pysyncobj address of every broker, this one included
     admin: Address | None = None  # /metrics
-    mqtt: Address | None = None
+    mqtt: Address | None = None  # the MQTT listener (disabled when None)
+    mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
+    mqtt_users: str | None = None  # a file of user:password lines (None: anonymous devices)
+    # Log topics the mapping names are created on first use with these (RF capped by brokers).
+    mqtt_partitions: int = 6
+    mqtt_replication_factor: int = 3
     advertised_host: str | None = None  # the host clients are told (default: client.host)
     cluster_secret: str = "kafkaesque-dev-secret"
     join: bool = False  # a broker added to a running cluster

@@ -8,10 +8,10 @@ own registry: several brokers in one process (the tests) do not mix their figure
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
-from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from kafkaesque.protocol import ErrorCode
@@ -64,6 +64,10 @@ class BrokerMetrics:
         )
         self.registry.register(_PartitionCollector(broker_id, groups))
         self._request_children: dict[str, Counter] = {}
+
+    def register_mqtt(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        """Expose the MQTT listener's counters (read at scrape time: nothing per message)."""
+        self.registry.register(_MqttCollector(stats))
 
     def request(self, command: str) -> None:
         child = self._request_children.get(command)
@@ -120,3 +124,20 @@ class _PartitionCollector(Collector):
                     if peer != status.id:
                         lag.add_metric([*key, str(peer)], status.last_index - progress.match)
         yield from (leader, is_leader, term, commit, end, lag)
+
+
+MQTT_GAUGES = frozenset({"connected", "subscriptions", "retained"})
+
+
+class _MqttCollector(Collector):
+    """The MQTT listener's figures: ``kafkaesque_mqtt_<name>`` (gauges and counters)."""
+
+    def __init__(self, stats: Callable[[], Mapping[str, int]]) -> None:
+        self._stats = stats
+
+    def collect(self) -> Iterator[Metric]:
+        for name, value in sorted(self._stats().items()):
+            if name in MQTT_GAUGES:
+                yield GaugeMetricFamily(f"kafkaesque_mqtt_{name}", f"MQTT {name}.", value=value)
+            else:
+                yield CounterMetricFamily(f"kafkaesque_mqtt_{name}", f"MQTT {name}.", value=value)

@@ -18,6 +18,7 @@ sequence numbers in the batch header) remove the duplicate; that is the exactly-
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -38,6 +39,11 @@ log = logging.getLogger("kafkaesque.broker.writes")
 
 _LEADER_ACK_POLL_S = 0.001
 _MAX_BACKOFF_S = 0.1
+
+UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
+"""Set to ``1`` in a broker's environment, it acknowledges every write the moment the leader has
+appended it, before a quorum holds it: a deliberately broken mode, so that the jepsen_like
+harness can show it catches lost acknowledged writes. Never set it otherwise."""
 
 
 class _Retry(Exception):
@@ -91,6 +97,10 @@ class WritePath:
         # Told each acknowledged write's latency, from its first attempt (for metrics).
         self.on_written: Callable[[float], None] | None = None
         self._producers: dict[str, ProducerStates] = {}  # by group, for the term we lead it
+        # Deliberately broken mode (see UNSAFE_ACK_ENV): every ack is a leader-only ack.
+        self.unsafe_ack_before_commit = os.environ.get(UNSAFE_ACK_ENV) == "1"
+        if self.unsafe_ack_before_commit:
+            log.warning("UNSAFE: acknowledging writes before they commit (%s=1)", UNSAFE_ACK_ENV)
 
     def leader_of(self, group_id: str) -> int | None:
         """The partition's leader as known here: the local replica's view first."""
@@ -176,6 +186,8 @@ class WritePath:
 
     async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
         group, last, term = a.group, a.last, a.term
+        if self.unsafe_ack_before_commit:
+            acks = Acks.LEADER
         log_ = group.log
         seen = False  # whether our entry was ever in the log (then vanishing means lost)
         while True:
@@ -244,22 +256,39 @@ class WritePath:
 
     # -- the leader's side of a forwarded append -------------------------------------------
 
-    async def serve_forwarded(
+    def start_forwarded(
         self, group_id: str, batch: bytes, count: int, acks: Acks, seconds: float
-    ) -> list[Any]:
-        """One attempt as the leader, for a peer; the payload to answer it with."""
+    ) -> ForwardedAppend | list[Any]:
+        """Start a peer's append as the leader, at once; or the payload to answer it with now.
+
+        Called in the order the peer's requests arrive, before any task switch: the batches a
+        producer pipelines through one broker are then proposed in the order they were sent, so
+        the leader's idempotence check does not refuse the later ones as out of order.
+        """
         group = self._raft.groups.get(group_id)
         if group is None or group.role is not Role.LEADER:
             return ["retry", "not the leader here"]
         deadline = trio.current_time() + seconds
-        attempt = self.start(group_id, batch, count, acks, deadline)
+        return ForwardedAppend(self.start(group_id, batch, count, acks, deadline), acks, deadline)
+
+    async def finish_forwarded(self, append: ForwardedAppend) -> list[Any]:
+        """Wait for a started peer's append; the payload to answer it with."""
         try:
-            first, last = await self.finish(attempt, acks, deadline)
+            first, last = await self.finish(append.attempt, append.acks, append.deadline)
         except _Retry as retry:
             return ["unknown" if retry.unknown else "retry", str(retry)]
         except RequestError as exc:
             return ["error", exc.code.name, exc.message]
         return ["ok", first, last]
+
+
+@dataclass(frozen=True, slots=True)
+class ForwardedAppend:
+    """A peer's append this leader has started (``WritePath.start_forwarded``)."""
+
+    attempt: Attempt
+    acks: Acks
+    deadline: float
 
 
 def _outcome_of(payload: Any) -> tuple[int, int]:

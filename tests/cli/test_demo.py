@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 
@@ -13,19 +17,91 @@ def _kafkaesque() -> list[str]:
     return [exe] if exe else [sys.executable, "-m", "kafkaesque.cli"]
 
 
-def test_demo_quick_writes_crashes_recovers_and_reads_back(tmp_path: Path) -> None:
+_MARK = "KAFKAESQUE_TEST_DEMO_RUN"
+
+
+def _marked_env(directory: Path) -> dict[str, str]:
+    """The environment for a demo run: every process it starts inherits the marker."""
+    return {**os.environ, _MARK: str(directory)}
+
+
+def _processes_under(directory: Path) -> list[str]:
+    """Command lines of live processes started by the demo run marked with ``directory``."""
+    marker = f"{_MARK}={directory}".encode()
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ")
+        except OSError:
+            continue
+        if marker in environ and cmdline:  # a zombie has an empty command line
+            found.append(cmdline.decode(errors="replace"))
+    return found
+
+
+def _row(stdout: str, name: str) -> str:
+    match = re.search(rf"^\s+{re.escape(name)}\s+(.+)$", stdout, re.MULTILINE)
+    assert match, f"no row {name!r} in:\n{stdout}"
+    return match.group(1).strip()
+
+
+def test_demo_quick_runs_the_pipeline_end_to_end_and_loses_nothing(tmp_path: Path) -> None:
     result = subprocess.run(
         [*_kafkaesque(), "demo", "--quick", "--data-dir", str(tmp_path)],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=600,
         check=False,
+        env=_marked_env(tmp_path),
     )
-    assert result.returncode == 0, result.stderr
-    assert "wrote    20,000 records" in result.stdout
-    assert "recovery cut" in result.stdout and "torn write" in result.stdout
-    assert result.stdout.rstrip().endswith("after a crash")
-    assert (tmp_path / "demo" / "readings" / "0").is_dir()
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    sent = int(_row(out, "readings sent").replace(",", ""))
+    assert sent > 0
+    assert _row(out, "acknowledged (PUBACK after quorum commit)") == _row(out, "readings sent")
+    assert _row(out, "lost (acknowledged, not in the log)") == "0"
+    assert int(_row(out, "in the log (distinct device, serial)").replace(",", "")) == sent
+    assert re.search(r"fault: kill -9 broker \d \(leader of readings/0\)\s+failover gap", out)
+    commands = _row(out, "commands sent / delivered to phones")
+    assert re.fullmatch(r"[\d,]+ / [\d,]+", commands) and not commands.startswith("0 ")
+    devices, messages, lost, _ = _row(
+        out, "Spark: devices, messages, lost by serial gap, duplicated"
+    ).split(", ")
+    assert (devices, lost) == ("200", "0")
+    assert int(messages.replace(",", "")) >= sent
+    png = tmp_path / "demo" / "demo.png"
+    assert f"plot: {png}" in out
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not _processes_under(tmp_path)
+
+
+def test_ctrl_c_stops_every_process_the_demo_started(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*_kafkaesque(), "demo", "--quick", "--no-spark", "--data-dir", str(tmp_path)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env=_marked_env(tmp_path),
+    )
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 120
+        for line in proc.stdout:  # the status line shows once devices and controller run
+            if line.startswith("t=") or time.monotonic() > deadline:
+                break
+        assert _processes_under(tmp_path), "the demo started no process under its data dir"
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode != 0
+    deadline = time.monotonic() + 20
+    while _processes_under(tmp_path) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _processes_under(tmp_path)
 
 
 def test_an_unknown_command_is_one_clear_error_and_a_non_zero_exit() -> None:

@@ -39,13 +39,13 @@ def publish_readings(bootstrap: str, topic: str) -> None:
         client.create_topic(topic, 3, 3)
         for serial in [0, 1, 2, 2, 3, 5, 6, 8, 9]:
             sent = base + serial * 1000
-            value = {"device": "phone-a", "serial": serial, "ts": sent}
+            value = {"device": "phone-a", "serial": serial, "ts_ms": sent}
             producer.send(
                 topic, json.dumps(value).encode(), b"phone-a", timestamp_ms=sent + 10 + serial
             )
         for serial in range(5, 9):
             sent = base + serial * 1000
-            value = {"serial": serial, "ts": sent}
+            value = {"serial": serial, "ts_ms": sent}
             producer.send(topic, json.dumps(value).encode(), b"phone-b", timestamp_ms=sent + 100)
         producer.send(topic, b"not a reading", b"phone-c")
         producer.flush()

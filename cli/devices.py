@@ -1,0 +1,166 @@
+"""``kafkaesque devices``: simulated phones publishing readings over MQTT, and a report.
+
+N devices (``phone-00000``...) connect to the MQTT addresses round-robin (like a load balancer),
+subscribe to their commands topic ``phones/<device>/commands`` (QoS 1), and each publishes a
+serial-numbered, timestamped reading to ``phones/<device>/spectrum`` every ``--interval`` seconds
+(0: as fast as the window of unacknowledged QoS 1 packets allows) for ``--duration`` seconds.
+The load generator writes pre-encoded packets on raw non-blocking sockets, many connections per
+process, over ``--processes`` processes.
+
+The report: devices connected, readings sent and acknowledged, PUBACK latency p50/p99, commands
+received and their delivery latency. With ``--bootstrap`` it then reads the log topic
+(``--topic``, default ``readings``) back through the line protocol, from the offsets the run
+started at, and counts the readings consumed, duplicated, lost (acknowledged but not in the log:
+must be 0) and missing without an acknowledgement, with the end-to-end latency (ts_ms to the
+record's timestamp). Exits 1 if an acknowledged reading is lost. ``--json`` prints the report as
+one JSON object. Conventions: docs/devices.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import secrets
+import sys
+from typing import Any
+
+from kafkaesque.client import Client, parse_bootstrap
+
+from ._devices_core import DeviceConfig
+from ._devices_fleet import Fleet, FleetError, FleetSpec
+from ._devices_report import Report, check_log, end_offsets, read_run
+
+SOCKETS_PER_PROCESS = 4000
+DEFAULT_MQTT = "127.0.0.1:9096,127.0.0.1:9106,127.0.0.1:9116"  # `cluster up --mqtt`'s ports
+
+
+class DevicesError(Exception):
+    """The device run could not start or finish; the message says why."""
+
+
+def add_parser(commands: Any) -> None:
+    parser = commands.add_parser(
+        "devices",
+        help="simulate MQTT devices publishing readings, and report what reached the log",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--mqtt",
+        default=DEFAULT_MQTT,
+        help="MQTT host:port[,host:port...]; devices spread over them round-robin (default: "
+        "the listeners of `kafkaesque cluster up --mqtt`)",
+    )
+    parser.add_argument("-n", "--devices", type=int, default=200, help="how many devices (200)")
+    parser.add_argument(
+        "--interval",
+        type=float,
+        default=1.0,
+        help="seconds between one device's readings (1.0); 0 = as fast as the window allows",
+    )
+    parser.add_argument("--duration", type=float, default=10.0, help="seconds of publishing (10)")
+    parser.add_argument("--qos", type=int, choices=(0, 1), default=1, help="readings' QoS (1)")
+    parser.add_argument(
+        "--window", type=int, default=100, help="unacknowledged QoS 1 readings per device (100)"
+    )
+    parser.add_argument(
+        "--processes",
+        type=int,
+        default=0,
+        help=f"load processes (default: one per {SOCKETS_PER_PROCESS} devices)",
+    )
+    parser.add_argument(
+        "--bootstrap", help="line-protocol host:port,... to read the log back and count losses"
+    )
+    parser.add_argument("--topic", default="readings", help="the log topic of the readings")
+    parser.add_argument("--username", help="MQTT user name")
+    parser.add_argument("--password", help="MQTT password")
+    parser.add_argument("--keep-alive", type=int, default=60, help="MQTT keep-alive seconds (60)")
+    parser.add_argument(
+        "--no-commands", action="store_true", help="do not subscribe to the commands topics"
+    )
+    parser.add_argument(
+        "--warmup", type=float, default=0.0, help="seconds left out of the rate and latencies"
+    )
+    parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    parser.set_defaults(run=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    if args.devices < 1:
+        raise DevicesError("--devices must be at least 1")
+    if args.interval < 0 or args.duration <= 0 or args.warmup < 0:
+        raise DevicesError("--interval and --warmup must be >= 0, --duration > 0")
+    try:
+        addresses = tuple(parse_bootstrap(args.mqtt))
+        config = DeviceConfig(
+            run=secrets.token_hex(4),
+            qos=args.qos,
+            window=args.window,
+            keep_alive=args.keep_alive,
+            subscribe=not args.no_commands,
+            username=args.username,
+            password=args.password,
+        )
+    except ValueError as exc:
+        raise DevicesError(str(exc)) from None
+    spec = FleetSpec(
+        addresses=addresses,
+        devices=args.devices,
+        config=config,
+        interval=args.interval,
+        duration=args.duration,
+        warmup=min(args.warmup, args.duration / 2),
+    )
+    processes = args.processes or math.ceil(args.devices / SOCKETS_PER_PROCESS)
+    report = run_devices(spec, processes, args.bootstrap, args.topic, quiet=args.json)
+    if args.json:
+        print(report.to_json())
+    else:
+        for line in report.lines():
+            print(line)
+    return 1 if report.lost else 0
+
+
+def run_devices(
+    spec: FleetSpec,
+    processes: int,
+    bootstrap: str | None = None,
+    topic: str = "readings",
+    *,
+    quiet: bool = True,
+) -> Report:
+    """One run of ``spec`` (connect, publish, drain), then the log check when ``bootstrap`` is
+    given. The demo calls this in-process; ``kafkaesque devices --json`` prints its result.
+
+    The devices run in ``processes`` worker processes started with ``spawn``, which imports the
+    caller's main module again: call this from the ``kafkaesque`` command, from ``python -m``
+    of a package, or under ``if __name__ == "__main__":``. Raises ``DevicesError`` when no
+    device could connect, a worker failed, or reading the log back took too long."""
+    client = Client(bootstrap) if bootstrap else None
+    try:
+        start = end_offsets(client, topic) if client is not None else None
+        with Fleet(spec, processes) as fleet:
+            ready = fleet.wait_ready()
+            if not quiet:
+                print(
+                    f"{ready.connected:,} devices connected ({ready.failed:,} failed) in "
+                    f"{ready.seconds:.1f} s; publishing for {spec.duration:g} s",
+                    file=sys.stderr,
+                )
+            if ready.connected == 0:
+                detail = "; ".join(ready.errors[:3]) or "no detail"
+                raise DevicesError(f"no device could connect ({detail})")
+            fleet.go()
+            result = fleet.result()
+        report = Report.build(spec.config.run, spec.devices, spec.config.qos, result)
+        if client is not None:
+            pairs, e2e = read_run(client, topic, spec.config.run, start)
+            check = check_log(result.devices, pairs, acknowledged=spec.config.qos > 0)
+            report.add_log(check, e2e)
+        return report
+    except (FleetError, TimeoutError) as exc:
+        raise DevicesError(str(exc)) from None
+    finally:
+        if client is not None:
+            client.close()

@@ -1,0 +1,201 @@
+"""Coalescing MQTT publishes into idempotent batches, one appender per partition.
+
+Like ``PartitionAppender`` (the PUBS path): every record bound for a partition joins the open
+batch, and the appender's task seals it whenever it gets to run, so thousands of devices'
+PUBLISHes become a few Raft proposals, with no timer. Unlike it, every batch is stamped with
+the appender's producer id and the sequence number of its first record, as an idempotent
+producer's are (``_producers``): ``WritePath`` retries a batch whose outcome was unknown (the
+leader died after the batch reached it), and the partition's leader, old or new, then answers
+the retry with the offsets of the first append instead of appending it again. A PUBACK sent
+for a record therefore names one copy of it in the log.
+
+The leader remembers the last ``WINDOW`` batches of a producer, so at most that many batches
+are in flight at once (more wait sealed, in order; with up to 4096 records a batch that is no
+limit on throughput). Each batch is retried on its own by ``WritePath``: when an earlier one
+has not reached the leader yet (it is being retried: a new partition's first leader, a
+failover), the leader refuses a later one as out of order, and the later one simply waits for
+the earlier ones and tries again; if the gap does not fill, its records go again under a new
+producer id (see ``_after_refusal``). When a batch fails for good (no quorum for the whole write
+timeout), its records' publishers are told: their connections close, so the devices resend what
+was not acknowledged.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from kafkaesque.protocol import Acks, ErrorCode
+from kafkaesque.storage import Record, build_batch
+
+from ._appender import Flight
+from ._errors import RequestError
+from ._producers import WINDOW
+from ._writes import Attempt, WritePath
+
+log = logging.getLogger("kafkaesque.broker.mqtt")
+
+_MAX_BATCH_RECORDS = 4096
+_MAX_BATCH_BYTES = 1 << 20
+_REORDER_TRIES = 5
+_REORDER_PAUSE_S = 0.002
+
+
+@dataclass(eq=False, slots=True)
+class MqttFlight(Flight):
+    """A ``Flight`` that also calls back the connections waiting for it (a connection's writer
+    has other work than this flight: it registers instead of blocking on ``done``)."""
+
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+    def notify(self, waiter: Callable[[], None]) -> None:
+        """Call ``waiter`` once the flight is done (at once if it is)."""
+        if self.done.is_set():
+            waiter()
+        elif not self.waiters or self.waiters[-1] is not waiter:
+            self.waiters.append(waiter)
+
+    def finish(self) -> None:
+        self.done.set()
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            waiter()
+
+
+def new_producer_id() -> int:
+    """A random 62-bit producer id (as the client library's: collisions are negligible)."""
+    return secrets.randbits(62)
+
+
+class IdempotentAppender:
+    """The open batch of one partition, and the task that writes sealed batches in order."""
+
+    def __init__(self, group_id: str, partition: int, writes: WritePath) -> None:
+        self._group_id = group_id
+        self._partition = partition
+        self._writes = writes
+        self._records: list[Record] = []
+        self._bytes = 0
+        self._flight = MqttFlight(partition)
+        self._sealed: deque[tuple[MqttFlight, list[Record]]] = deque()
+        self._order: list[MqttFlight] = []  # batches started and not finished, in order
+        self._wake = trio.Event()
+        self._producer_id = new_producer_id()
+        self._sequence = 0
+        self.closed = False
+
+    def add(self, record: Record) -> tuple[MqttFlight, int]:
+        """Queue ``record``; its offset will be ``flight.base + index`` once ``flight.done``."""
+        if self.closed:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted")
+        if len(self._records) >= _MAX_BATCH_RECORDS or self._bytes >= _MAX_BATCH_BYTES:
+            self._seal()
+        index = len(self._records)
+        self._records.append(record)
+        self._bytes += len(record.value or b"") + len(record.key or b"") + 64
+        self._wake.set()
+        return self._flight, index
+
+    def _seal(self) -> None:
+        if self._records:
+            self._sealed.append((self._flight, self._records))
+            self._records, self._bytes, self._flight = [], 0, MqttFlight(self._partition)
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Write batches until cancelled; each batch's outcome is awaited in ``nursery``."""
+        while True:
+            await self._wake.wait()
+            self._wake = trio.Event()
+            window = self._window()
+            if len(self._order) < window:
+                self._seal()
+            while self._sealed and len(self._order) < window:
+                flight, records = self._sealed.popleft()
+                # The sequence is assigned at start, so batches carry increasing sequences in
+                # the order they are proposed.
+                stamp = (self._producer_id, self._sequence)
+                self._sequence += len(records)
+                batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
+                deadline = trio.current_time() + self._writes.timeout
+                attempt = self._writes.start(
+                    self._group_id, batch, len(records), Acks.QUORUM, deadline
+                )
+                self._order.append(flight)
+                nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
+
+    def _window(self) -> int:
+        """How many batches may be in flight: ``WINDOW``, what the leader remembers. Forwarded
+        batches keep their order: the leader starts them in the order they arrive
+        (``WritePath.start_forwarded``)."""
+        return WINDOW
+
+    async def _complete(
+        self,
+        flight: MqttFlight,
+        records: list[Record],
+        batch: bytes,
+        attempt: Attempt | None,
+        deadline: float,
+    ) -> None:
+        count = len(records)
+        refusals = 0
+        try:
+            while True:
+                try:
+                    flight.base, _ = await self._writes.write(
+                        self._group_id, batch, count, Acks.QUORUM, first=attempt, deadline=deadline
+                    )
+                    return
+                except RequestError as exc:
+                    refusals += 1
+                    if exc.code is not ErrorCode.OUT_OF_ORDER_SEQUENCE or refusals > _REORDER_TRIES:
+                        raise
+                    batch = await self._after_refusal(flight, records, batch, refusals)
+                    attempt = None
+        except RequestError as exc:
+            log.info("%s: a batch of %d records failed: %s", self._group_id, count, exc)
+            flight.error = exc
+        finally:
+            self._order.remove(flight)
+            flight.finish()
+            self._wake.set()
+
+    async def _after_refusal(
+        self, flight: MqttFlight, records: list[Record], batch: bytes, refusals: int
+    ) -> bytes:
+        """The batch to send after the leader refused ``batch`` as out of order.
+
+        The leader has not appended it (a batch it holds would be in its window, which no more
+        than ``WINDOW`` batches of ours can pass). Either an earlier batch overtaken on the way
+        is not in yet (it is being retried, or was forwarded in the same frame and started after
+        this one on the leader's side): once the earlier ones are done, the same batch is next.
+        Or the sequence has a gap that will not fill (a new leader accepted a later batch of
+        ours first, as it accepts any first sequence of a producer it does not know): then the
+        records go again under a new producer id, at sequence 0, alone; so do later batches.
+        """
+        earlier = self._order[: self._order.index(flight)]
+        log.debug(
+            "%s: refused out of order (%d); %d earlier", self._group_id, refusals, len(earlier)
+        )
+        for other in earlier:
+            await other.done.wait()
+        if refusals == 1:
+            if not earlier:
+                await trio.sleep(_REORDER_PAUSE_S)
+            return batch
+        self._producer_id, self._sequence = new_producer_id(), 0
+        return build_batch(records, producer_id=new_producer_id(), base_sequence=0)
+
+    def fail_all(self, error: RequestError) -> None:
+        """The topic went away: fail what is queued, refuse what comes."""
+        self.closed = True
+        self._seal()
+        for flight, _ in self._sealed:
+            flight.error = error
+            flight.finish()
+        self._sealed.clear()

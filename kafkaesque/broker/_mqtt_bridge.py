@@ -1,0 +1,462 @@
+"""The MQTT bridge: an MQTT client of an existing broker (mosquitto, HiveMQ, EMQX) that appends
+what it receives to log topics, and optionally publishes log records back.
+
+Ingress, per upstream connection::
+
+    upstream PUBLISH (QoS 1) --route/convert--> producer.send --future--> [in arrival order]
+        await future (committed by the partition's quorum) --> PUBACK upstream
+
+* Delivery is at least once and nothing is lost: a message is acknowledged upstream only after
+  its record is committed, in arrival order (v5 §4.6), and the session is persistent
+  (clean start off, long session expiry), so whatever was not acknowledged when the bridge died
+  or the connection broke is redelivered by the upstream broker. Duplicates are possible only for
+  the messages in flight at that moment (appended, not yet acknowledged).
+* Many messages are in flight at once (the ack queue holds ``receive_maximum`` of them); the
+  producer batches them, idempotently, keyed by the route's key, with headers
+  ``mqtt.topic``/``mqtt.qos``; the PUBACKs of all committed messages leave in one write.
+* A record the log refuses for good (``TOO_LARGE``) is dropped, counted and logged, so that it
+  does not come back with every redelivery.
+* A poison message (the converter refuses it) never blocks the stream: it is appended to the
+  dead-letter topic if one is configured, else logged, counted and dropped; then acknowledged.
+* If a record cannot be committed (the cluster is unreachable past the producer's delivery
+  timeout), the connection is dropped without acknowledging it or anything after it, and the
+  bridge reconnects with backoff: upstream redelivers.
+* Log topics are created on first use when missing (``partitions``, ``replication_factor``).
+
+Egress (``to_mqtt``): a consumer of those log topics publishes each record QoS 1 on
+``TopicMapping.mqtt_topic_for`` and commits the group's offset (``egress_group``) only after
+every PUBACK of a poll, so the position survives restarts (at least once; a record without an
+MQTT topic is skipped and counted). One bridge instance per egress group reads every partition.
+
+Stopping (``stop``): no new message is taken, those in flight are committed and acknowledged,
+then DISCONNECT; the caller bounds how long that may take and cancels after (what is then left
+unacknowledged is redelivered).
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+import trio
+
+from kafkaesque.client import (
+    AsyncClient,
+    AsyncConsumer,
+    AsyncProducer,
+    AsyncRecordFuture,
+    KafkaesqueError,
+    OffsetReset,
+    ProducerConfig,
+    TopicPartition,
+    open_producer,
+)
+from kafkaesque.protocol import ErrorCode, MqttSubscription, MqttVersion, Publish, TopicMapping
+
+from ._mqtt_bridge_records import (
+    LogRecord,
+    Refused,
+    default_filters,
+    shared_filter,
+    to_log_record,
+)
+from ._mqtt_client import MqttClient, open_mqtt_client
+from ._mqtt_client_core import MqttClientOptions, MqttConnectionError
+from ._mqtt_converters import Converter, raw_converter
+
+log = logging.getLogger("kafkaesque.mqtt_bridge")
+
+_RECOVERABLE = (MqttConnectionError, OSError, trio.BrokenResourceError, KafkaesqueError)
+
+
+class BridgeError(Exception):
+    """The bridge cannot run as configured (a subscription refused, a topic that cannot be
+    created): retrying would not help."""
+
+
+@dataclass(frozen=True)
+class BridgeConfig:
+    """What the bridge connects to and how it maps. ``subscriptions`` empty: the rules'
+    filters (see ``default_filters``)."""
+
+    mqtt: MqttClientOptions
+    bootstrap: str
+    mapping: TopicMapping = field(default_factory=TopicMapping.default)
+    subscriptions: tuple[str, ...] = ()
+    share_group: str | None = None
+    converter: Converter = raw_converter
+    dead_letter_topic: str | None = None
+    to_mqtt: tuple[str, ...] = ()
+    egress_group: str = "mqtt-bridge"
+    partitions: int = 3
+    replication_factor: int = 3
+    backoff_min_s: float = 0.2
+    backoff_max_s: float = 10.0
+    producer: ProducerConfig = field(default_factory=ProducerConfig)
+
+    def filters(self) -> tuple[str, ...]:
+        """The topic filters actually subscribed (with the ``$share`` prefix if any)."""
+        chosen = self.subscriptions or default_filters(self.mapping, frozenset(self.to_mqtt))
+        return tuple(shared_filter(f, self.share_group) for f in chosen)
+
+
+@dataclass
+class BridgeStats:
+    """Counters, for logs, tests and the bench."""
+
+    received: int = 0
+    appended: int = 0
+    acked: int = 0
+    dead_lettered: int = 0
+    dropped: int = 0
+    connections: int = 0
+    subscribed: int = 0  # connections whose SUBSCRIBE was granted
+    published: int = 0
+    publish_refused: int = 0
+    egress_skipped: int = 0
+
+
+class MqttBridge:
+    """One bridge instance; ``await bridge.run()`` until ``stop()`` (or cancellation)."""
+
+    def __init__(self, config: BridgeConfig) -> None:
+        self.config = config
+        self.stats = BridgeStats()
+        self._stopping = trio.Event()
+        self._ready = trio.Event()  # subscribed (and egress positioned) once
+        self._ingest_scope: trio.CancelScope | None = None
+        self._known_topics: set[str] = set()
+        self._topic_lock = trio.Lock()
+        self._sleep_scope: trio.CancelScope | None = None
+
+    @property
+    def stopping(self) -> bool:
+        """``stop()`` was called."""
+        return self._stopping.is_set()
+
+    def stop(self) -> None:
+        """Finish what is in flight, disconnect, and make ``run`` return."""
+        self._stopping.set()
+        if self._ingest_scope is not None:
+            self._ingest_scope.cancel()
+        if self._sleep_scope is not None:
+            self._sleep_scope.cancel()
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Run until ``stop()``; ``task_status.started()`` once the first connection is
+        subscribed (and egress positioned), or when stopped before that.
+
+        Raises ``BridgeError`` for a fatal misconfiguration (a subscription refused, a log topic
+        that cannot be created); connection failures of either side are retried with backoff,
+        forever."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._run)
+                await self._ready.wait()  # also set when _run ends before it was ready
+                task_status.started()
+        except BaseExceptionGroup as group:
+            fatal = _first(group, BridgeError)
+            if fatal is not None:
+                raise fatal from group
+            raise
+
+    async def _run(self) -> None:
+        try:
+            await self._serve()
+        finally:
+            self._ready.set()
+
+    async def _serve(self) -> None:
+        config = self.config
+        async with (
+            AsyncClient(config.bootstrap) as client,
+            open_producer(client, config.producer) as producer,
+        ):
+            for topic in config.to_mqtt:
+                await self._ensure_topic(client, topic)
+            failures = 0
+            while not self._stopping.is_set():
+                try:
+                    async with open_mqtt_client(config.mqtt) as mqtt:
+                        self.stats.connections += 1
+                        failures = 0
+                        log.info(
+                            "connected to %s:%d (session present: %s)",
+                            config.mqtt.host,
+                            config.mqtt.port,
+                            mqtt.session_present,
+                        )
+                        await self._connection(client, producer, mqtt)
+                except* _RECOVERABLE as group:
+                    failures += 1
+                    log.warning("bridge connection failed: %s", _describe(group))
+                if not self._stopping.is_set():
+                    await self._backoff(failures)
+
+    async def _connection(
+        self, client: AsyncClient, producer: AsyncProducer, mqtt: MqttClient
+    ) -> None:
+        # Acks wait here in arrival order; a full channel holds ingest back (and with it the
+        # upstream broker, by TCP flow control), so memory stays bounded.
+        acks_send, acks = trio.open_memory_channel[tuple[Publish, AsyncRecordFuture | None]](
+            self.config.mqtt.receive_maximum
+        )
+        acks_drained = trio.Event()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._acker, mqtt, acks, acks_drained)
+            # Ingest runs while we subscribe: a kept session's queued messages arrive before the
+            # SUBACK, and the SUBACK is read only once they are taken.
+            nursery.start_soon(self._subscribe, client, mqtt, nursery)
+            with trio.CancelScope() as scope:
+                self._ingest_scope = scope
+                if self._stopping.is_set():
+                    scope.cancel()
+                async with acks_send:
+                    await self._ingest(client, producer, mqtt, acks_send)
+            self._ingest_scope = None
+            # Only stop() ends ingest without an error: the acker finishes what is in flight
+            # (the channel is closed), then egress stops and DISCONNECT is sent.
+            await acks_drained.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _subscribe(
+        self, client: AsyncClient, mqtt: MqttClient, nursery: trio.Nursery
+    ) -> None:
+        filters = self.config.filters()
+        if filters:
+            codes = await mqtt.subscribe(subscriptions_for(filters, self.config.mqtt.version))
+            refused = [f for f, code in zip(filters, codes, strict=True) if code >= 0x80]
+            if refused:
+                raise BridgeError(f"the upstream broker refused the subscriptions {refused}")
+        self.stats.subscribed += 1
+        if self.config.to_mqtt:
+            await nursery.start(self._egress, client, mqtt)
+        self._ready.set()
+
+    async def _ingest(
+        self,
+        client: AsyncClient,
+        producer: AsyncProducer,
+        mqtt: MqttClient,
+        acks: trio.MemorySendChannel[tuple[Publish, AsyncRecordFuture | None]],
+    ) -> None:
+        config = self.config
+        async for publish in mqtt.messages:
+            self.stats.received += 1
+            outcome = to_log_record(
+                publish, config.mapping, config.converter, config.dead_letter_topic
+            )
+            record: LogRecord | None
+            if isinstance(outcome, Refused):
+                log.warning("refused a message on %r: %s", publish.topic, outcome.reason)
+                record = outcome.dead_letter
+                if record is None:
+                    self.stats.dropped += 1
+                else:
+                    self.stats.dead_lettered += 1
+            else:
+                record = outcome
+            future = None
+            if record is not None:
+                await self._ensure_topic(client, record.topic)
+                try:
+                    future = await producer.send(
+                        record.topic, record.value, record.key, headers=record.headers
+                    )
+                except KafkaesqueError as exc:
+                    if not _refused_for_good(exc):
+                        raise
+                    self._refused_by_log(publish, exc)
+            await acks.send((publish, future))
+        mqtt.raise_if_closed()  # the channel ends only with the connection
+
+    def _refused_by_log(self, publish: Publish, exc: KafkaesqueError) -> None:
+        # A record the cluster refuses for good (TOO_LARGE...) would come back with every
+        # redelivery and block the stream: it is dropped, counted and logged, like poison.
+        self.stats.dropped += 1
+        log.error("dropped a message on %r that the log refuses: %s", publish.topic, exc)
+
+    async def _acker(
+        self,
+        mqtt: MqttClient,
+        acks: trio.MemoryReceiveChannel[tuple[Publish, AsyncRecordFuture | None]],
+        drained: trio.Event,
+    ) -> None:
+        # Messages whose records are committed, in arrival order, not yet acknowledged: their
+        # PUBACKs leave together (one write) when the next record is not committed yet.
+        ready: list[Publish] = []
+        while True:
+            try:
+                publish, future = acks.receive_nowait()
+            except trio.WouldBlock:
+                await self._ack(mqtt, ready)
+                try:
+                    publish, future = await acks.receive()
+                except trio.EndOfChannel:
+                    break
+            except trio.EndOfChannel:
+                break
+            if future is not None:
+                if not future.done():
+                    await self._ack(mqtt, ready)
+                try:
+                    await future.get()
+                    self.stats.appended += 1
+                except KafkaesqueError as exc:
+                    # Not committed, maybe later: the connection is dropped with this message
+                    # and every later one unacknowledged, so that upstream redelivers them.
+                    if not _refused_for_good(exc):
+                        raise
+                    self._refused_by_log(publish, exc)
+            ready.append(publish)
+        await self._ack(mqtt, ready)
+        drained.set()
+
+    async def _ack(self, mqtt: MqttClient, ready: list[Publish]) -> None:
+        if ready:
+            await mqtt.ack(*ready)
+            self.stats.acked += len(ready)
+            ready.clear()
+
+    async def _egress(
+        self,
+        client: AsyncClient,
+        mqtt: MqttClient,
+        *,
+        task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        config = self.config
+        group = config.egress_group
+        consumer = AsyncConsumer(client, auto_offset_reset=OffsetReset.LATEST)
+        partitions: list[TopicPartition] = []
+        for topic in config.to_mqtt:
+            count = await client.partitions_for(topic)
+            partitions.extend(TopicPartition(topic, p) for p in range(count))
+        consumer.assign(partitions)
+        await consumer.seek_to_end()
+        for topic in config.to_mqtt:
+            committed = await client.committed_offsets(group, topic)
+            for partition, offset in committed.items():
+                tp = TopicPartition(topic, partition)
+                if offset is not None:
+                    consumer.seek(tp, offset)
+                else:
+                    # A new group starts at the end, and says so at once: records appended
+                    # while the bridge is away later are then still delivered.
+                    position = consumer.position(tp)
+                    if position is not None:
+                        await client.commit(group, topic, partition, position)
+        task_status.started()
+        while True:
+            records = await consumer.poll(1.0)
+            tickets = []
+            for record in records:
+                mqtt_topic = config.mapping.mqtt_topic_for(record.topic, record.key, record.headers)
+                if mqtt_topic is None or record.value is None:
+                    self.stats.egress_skipped += 1
+                    continue
+                tickets.append(await mqtt.start_publish(mqtt_topic, record.value))
+            for ticket in tickets:
+                code = await mqtt.wait_published(ticket)
+                if code >= 0x80:
+                    self.stats.publish_refused += 1
+                    log.warning("upstream refused a publish (reason 0x%02X)", code)
+                else:
+                    self.stats.published += 1
+            reached: dict[tuple[str, int], int] = {}
+            for record in records:
+                reached[(record.topic, record.partition)] = record.offset + 1
+            for (topic, partition), offset in reached.items():
+                await client.commit(group, topic, partition, offset)
+
+    async def _ensure_topic(self, client: AsyncClient, topic: str) -> None:
+        if topic in self._known_topics:
+            return
+        async with self._topic_lock:
+            if topic in self._known_topics:
+                return
+            try:
+                await client.partitions_for(topic)
+            except KafkaesqueError as exc:
+                if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                    raise
+                await self._create_topic(client, topic)
+            self._known_topics.add(topic)
+
+    async def _create_topic(self, client: AsyncClient, topic: str) -> None:
+        config = self.config
+        try:
+            await client.create_topic(topic, config.partitions, config.replication_factor)
+            log.info("created log topic %r", topic)
+        except KafkaesqueError as exc:
+            if exc.code is ErrorCode.TOPIC_EXISTS:
+                pass  # another bridge instance was first
+            elif exc.code in (ErrorCode.INVALID_TOPIC, ErrorCode.INVALID_CONFIG):
+                raise BridgeError(f"cannot create log topic {topic!r}: {exc}") from exc
+            else:
+                raise
+        # The topic's metadata reaches every broker a moment later (UNKNOWN_TOPIC is retriable).
+        with trio.fail_after(30):
+            while True:
+                try:
+                    await client.partitions_for(topic)
+                    return
+                except KafkaesqueError as exc:
+                    if exc.code is not ErrorCode.UNKNOWN_TOPIC:
+                        raise
+                await trio.sleep(0.1)
+
+    async def _backoff(self, failures: int) -> None:
+        config = self.config
+        delay = min(config.backoff_max_s, config.backoff_min_s * 2 ** min(failures, 16))
+        with trio.CancelScope() as scope:
+            self._sleep_scope = scope
+            if self._stopping.is_set():
+                scope.cancel()
+            await trio.sleep(delay * random.uniform(0.5, 1.0))
+        self._sleep_scope = None
+
+
+def _refused_for_good(exc: KafkaesqueError) -> bool:
+    """The cluster definitely did not append the record, and would not on a retry."""
+    return not exc.retriable and not exc.outcome_unknown
+
+
+def _first(group: BaseExceptionGroup, kind: type[BridgeError]) -> BridgeError | None:
+    for exc in group.exceptions:
+        if isinstance(exc, kind):
+            return exc
+        if isinstance(exc, BaseExceptionGroup):
+            found = _first(exc, kind)
+            if found is not None:
+                return found
+    return None
+
+
+def _describe(group: BaseExceptionGroup) -> str:
+    leaves: list[str] = []
+
+    def walk(exc: BaseException) -> None:
+        if isinstance(exc, BaseExceptionGroup):
+            for inner in exc.exceptions:
+                walk(inner)
+        else:
+            leaves.append(f"{type(exc).__name__}: {exc}")
+
+    walk(group)
+    return "; ".join(leaves)
+
+
+def subscriptions_for(filters: Sequence[str], version: MqttVersion) -> list[MqttSubscription]:
+    """The SUBSCRIBE entries for ``filters``: QoS 1; in v5 also No Local on non-shared filters
+    (our own egress publishes must not come back) and retain handling 1 (retained messages
+    only when the subscription is new, not again on every reconnect's SUBSCRIBE). A 3.1.1
+    server re-sends retained messages on every SUBSCRIBE (MQTT-3.8.4-3)."""
+    if version != MqttVersion.V5:
+        return [MqttSubscription(f, qos=1) for f in filters]
+    return [
+        MqttSubscription(f, qos=1, no_local=not f.startswith("$share/"), retain_handling=1)
+        for f in filters
+    ]

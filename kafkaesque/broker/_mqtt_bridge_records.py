@@ -1,0 +1,81 @@
+"""The pure half of the MQTT bridge: what one upstream PUBLISH becomes in the log.
+
+``to_log_record`` routes a PUBLISH with the ``TopicMapping``, converts its payload, and returns
+the record to append, or the dead-letter record, or nothing (dropped); no I/O, so the decision is
+tested without a broker. Both records carry the headers ``mqtt.topic`` (the full MQTT topic,
+UTF-8) and ``mqtt.qos``; a dead letter also carries ``error`` (why it was refused) and
+``target.topic`` (the log topic it was meant for), and keeps the original payload.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Final
+
+from kafkaesque.protocol import MQTT_QOS_HEADER, MQTT_TOPIC_HEADER, Publish, TopicMapping
+
+from ._mqtt_converters import ConversionError, Converter
+
+ERROR_HEADER: Final = "error"
+TARGET_TOPIC_HEADER: Final = "target.topic"
+
+
+@dataclass(frozen=True, slots=True)
+class LogRecord:
+    """A record to append: log topic, value, key and headers."""
+
+    topic: str
+    value: bytes
+    key: bytes | None
+    headers: tuple[tuple[str, bytes], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """A poison message: the converter's reason, and its dead letter (None: drop it)."""
+
+    reason: str
+    dead_letter: LogRecord | None
+
+
+def to_log_record(
+    publish: Publish,
+    mapping: TopicMapping,
+    converter: Converter,
+    dead_letter_topic: str | None = None,
+) -> LogRecord | Refused:
+    """The record ``publish`` is appended as, or why it is refused and where it goes instead."""
+    route = mapping.route(publish.topic)
+    headers = (
+        (MQTT_TOPIC_HEADER, publish.topic.encode()),
+        (MQTT_QOS_HEADER, str(publish.qos).encode()),
+    )
+    try:
+        value = converter(publish.payload)
+    except ConversionError as exc:
+        reason = str(exc)
+        if dead_letter_topic is None:
+            return Refused(reason, None)
+        letter_headers = (
+            *headers,
+            (ERROR_HEADER, reason.encode()),
+            (TARGET_TOPIC_HEADER, route.log_topic.encode()),
+        )
+        return Refused(
+            reason, LogRecord(dead_letter_topic, publish.payload, route.key, letter_headers)
+        )
+    return LogRecord(route.log_topic, value, route.key, headers)
+
+
+def default_filters(mapping: TopicMapping, egress_topics: frozenset[str]) -> tuple[str, ...]:
+    """What the bridge subscribes to when ``--subscribe`` is not given: the rules' filters,
+    except those whose log topic is published back to MQTT (subscribing to them would feed the
+    bridge's own egress back into the log, forever), or ``#`` when there are no rules."""
+    if not mapping.rules:
+        return () if mapping.default_log_topic in egress_topics else ("#",)
+    return tuple(rule.topic_filter for rule in mapping.rules if rule.log_topic not in egress_topics)
+
+
+def shared_filter(topic_filter: str, share_group: str | None) -> str:
+    """``$share/<group>/<filter>`` when a share group is given, else the filter."""
+    return topic_filter if share_group is None else f"$share/{share_group}/{topic_filter}"

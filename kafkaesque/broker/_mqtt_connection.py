@@ -1,0 +1,473 @@
+"""One MQTT device connection as a pure state machine: bytes and events in, actions out.
+
+``MqttServerConnection`` owns the decoder and every rule of the MQTT server side that does not
+need I/O: the CONNECT handshake (client id, clean session / clean start, keep-alive, user name
+and password), the order of packets, QoS 1 and QoS 2 acknowledgements, SUBSCRIBE/UNSUBSCRIBE
+answers, PINGREQ, DISCONNECT and its Will suppression, packet identifiers of deliveries, and how
+a protocol violation ends the connection (MQTT 3.1.1 closes the network connection, MQTT 5.0
+first sends a DISCONNECT or CONNACK with the reason code where the spec asks for one).
+
+The trio driver (``_mqtt_listener``) feeds it what the socket delivered (``receive``), asks it
+when the connection must be closed for silence (``deadline``, the 1.5x keep-alive rule of
+MQTT-3.1.2-24 / v5 §3.1.2.10), tells it about deliveries (``deliver``) and about the end
+(``connection_lost``), and performs the actions it returns, in order:
+
+* ``Send``: write these bytes now (they do not depend on any write to the log);
+* ``Append``: append this message to the log; ``ack`` (PUBACK or PUBREC bytes, or empty for
+  QoS 0) is sent only once the record is committed by the partition's quorum, in the order the
+  appends were asked for;
+* ``Accepted``: the CONNECT was accepted: register the session, then send ``connack()``;
+* ``Acked``: the device acknowledged a tagged delivery;
+* ``Released``: a QoS 2 message is complete (PUBREL): send its PUBCOMP;
+* ``Subscribed``: add subscriptions, then send its SUBACK (then the retained messages): the
+  driver may first make sure the subscription is live, so that whatever is published after the
+  SUBACK reaches the device;
+* ``Unsubscribed``: remove subscriptions (the UNSUBACK ``Send`` comes first);
+* ``Close``: close the network connection (after sending what came before it); its ``will``
+  says whether the Will message must be published.
+
+Invariant: after a ``Close`` action the machine returns no more actions.
+"""
+
+from __future__ import annotations
+
+import secrets
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from kafkaesque.protocol import (
+    Connack,
+    ConnackReturnCode,
+    Connect,
+    Disconnect,
+    InvalidMqttTopicError,
+    MqttDecoder,
+    MqttPacket,
+    MqttProperties,
+    MqttProtocolError,
+    MqttReasonCode,
+    MqttSubscription,
+    MqttUnsupportedProtocolError,
+    MqttVersion,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    encode_mqtt,
+    encode_mqtt_puback,
+    is_valid_mqtt_topic_filter,
+    parse_shared_subscription,
+)
+from kafkaesque.protocol._mqtt_packets import CONNACK_REASON_CODES, DISCONNECT_REASON_CODES
+
+CONNECT_TIMEOUT_S: Final = 10.0
+"""A socket must send its CONNECT within this long (MQTT-3.1.4: "a reasonable amount of time")."""
+
+MAX_QOS: Final = 2
+
+
+@dataclass(frozen=True, slots=True)
+class Send:
+    data: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    """Append ``topic``/``payload`` to the log; send ``ack`` once the record is committed."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    ack: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Accepted:
+    """The CONNECT passed; the driver restores or creates the session, then sends
+    ``connack(session_present)``. ``persistent``: the session outlives the connection (3.1.1:
+    clean session 0; 5.0: a session expiry interval above 0)."""
+
+    client_id: str
+    clean_start: bool
+    will: Will | None
+    version: MqttVersion
+    persistent: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Acked:
+    """The device acknowledged the delivery that was tagged ``tag`` (PUBACK or PUBCOMP)."""
+
+    tag: object
+
+
+@dataclass(frozen=True, slots=True)
+class Subscribed:
+    """Add the granted subscriptions (qos = the granted QoS), then send ``suback``."""
+
+    subscriptions: tuple[MqttSubscription, ...]
+    suback: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class Unsubscribed:
+    topic_filters: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Close:
+    reason: str
+    will: bool  # publish the Will (an abnormal end), if the session has one
+
+
+@dataclass(frozen=True, slots=True)
+class Released:
+    """A QoS 2 message's PUBREL came: its packet id is free again. Send ``pubcomp`` (after
+    saving a persistent session, so that a reconnect does not take a new message with that id
+    for a retransmission)."""
+
+    packet_id: int
+    pubcomp: bytes
+
+
+Action = Send | Append | Accepted | Acked | Released | Subscribed | Unsubscribed | Close
+
+
+def check_password(users: Mapping[str, str] | None, user: str | None, pw: bytes | None) -> bool:
+    """Whether the credentials pass: anyone when ``users`` is None, else a listed pair."""
+    if users is None:
+        return True
+    if user is None or pw is None or user not in users:
+        return False
+    return secrets.compare_digest(users[user].encode(), pw)
+
+
+class MqttServerConnection:
+    """The server side of one MQTT connection (see the module docstring).
+
+    ``users`` maps user names to passwords (None: anonymous access). ``max_packet_size`` bounds
+    every packet the peer may send (a larger one is a protocol error, 0x95 in v5).
+    """
+
+    def __init__(
+        self,
+        now: float,
+        *,
+        users: Mapping[str, str] | None = None,
+        max_packet_size: int = 1 << 20,
+    ) -> None:
+        self._decoder = MqttDecoder(max_packet_size=max_packet_size, server_side=True)
+        self._users = users
+        self.version: MqttVersion | None = None
+        self.client_id: str | None = None
+        self.keep_alive = 0
+        self.connected = False
+        self._closed = False
+        self._last_received = now
+        self._connect_by = now + CONNECT_TIMEOUT_S
+        self._clean_disconnect = False
+        # QoS 2 packet ids whose PUBLISH was appended and whose PUBREL has not come (MQTT-4.3.3).
+        self.awaiting_release: set[int] = set()
+        # Deliveries to the device: packet id -> QoS, until its PUBACK / PUBCOMP.
+        self.inflight: dict[int, int] = {}
+        self._tags: dict[int, object] = {}  # packet id -> the driver's tag of the delivery
+        self._connack_properties = MqttProperties()
+        self._next_packet_id = 1
+        # How many QoS 1/2 deliveries the client takes unacknowledged (v5 Receive Maximum).
+        self.receive_maximum = 0xFFFF
+
+    @property
+    def closed(self) -> bool:
+        """Whether a ``Close`` was returned (then nothing more is)."""
+        return self._closed
+
+    # -- input ----------------------------------------------------------------------------------
+
+    def receive(self, data: bytes, now: float) -> list[Action]:
+        """Bytes from the socket; what to do about them."""
+        if self._closed:
+            return []
+        self._last_received = now
+        actions: list[Action] = []
+        try:
+            self._decoder.feed(data)
+            while True:
+                packets = self._decoder.decode_many()
+                if not packets:
+                    break
+                for packet in packets:
+                    if self._handle(packet, actions):
+                        return actions  # closed: ignore whatever followed
+        except MqttProtocolError as exc:
+            actions.extend(self._protocol_error(exc))
+        return actions
+
+    def deadline(self) -> float:
+        """When the connection must be closed if nothing arrives (inf: never)."""
+        if not self.connected:
+            return self._connect_by
+        if self.keep_alive == 0:
+            return float("inf")
+        return self._last_received + 1.5 * self.keep_alive
+
+    def expired(self, now: float) -> list[Action]:
+        """The deadline passed without a packet: close (with the Will)."""
+        if self.closed or now < self.deadline():
+            return []
+        if not self.connected:
+            return self._close("no CONNECT in time", will=False)
+        actions: list[Action] = []
+        if self.version is MqttVersion.V5:
+            reason = MqttReasonCode.KEEP_ALIVE_TIMEOUT
+            actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
+        actions.extend(self._close(f"keep-alive of {self.keep_alive} s expired", will=True))
+        return actions
+
+    def connection_lost(self) -> list[Action]:
+        """The network connection ended (EOF or error) before a DISCONNECT."""
+        if self.closed:
+            return []
+        return self._close("the connection was lost", will=self.connected)
+
+    def take_over(self) -> list[Action]:
+        """Another connection with the same client id arrived: this one ends (MQTT-3.1.4-2)."""
+        if self.closed:
+            return []
+        actions: list[Action] = []
+        if self.version is MqttVersion.V5:
+            reason = MqttReasonCode.SESSION_TAKEN_OVER
+            actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
+        actions.extend(self._close("session taken over by a new connection", will=True))
+        return actions
+
+    def server_disconnect(self, reason: MqttReasonCode, why: str) -> list[Action]:
+        """The server ends the connection (a slow consumer, a failed write, shutdown)."""
+        if self.closed:
+            return []
+        actions: list[Action] = []
+        if self.version is MqttVersion.V5 and self.connected:
+            actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
+        actions.extend(self._close(why, will=self.connected))
+        return actions
+
+    # -- output toward the device ---------------------------------------------------------------
+
+    def connack(self, session_present: bool) -> bytes:
+        """The CONNACK accepting the connection (after ``Accepted``)."""
+        connack = Connack(session_present, 0, self._connack_properties)
+        return encode_mqtt(connack, self._v())
+
+    def deliver(
+        self, topic: str, payload: bytes, qos: int, retain: bool = False, tag: object = None
+    ) -> bytes | None:
+        """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted).
+
+        A QoS 1/2 delivery with a ``tag`` is reported by an ``Acked(tag)`` action once the
+        device has acknowledged it.
+        """
+        if self.closed or not self.connected or self.version is None:
+            return None
+        packet_id = 0
+        if qos > 0:
+            found = self._allocate_packet_id()
+            if found is None:
+                return None
+            packet_id = found
+            self.inflight[packet_id] = qos
+            if tag is not None:
+                self._tags[packet_id] = tag
+        publish = Publish(topic, payload, qos=qos, retain=retain, packet_id=packet_id)
+        return encode_mqtt(publish, self.version)
+
+    def _allocate_packet_id(self) -> int | None:
+        for _ in range(0xFFFF):
+            packet_id = self._next_packet_id
+            self._next_packet_id = packet_id % 0xFFFF + 1
+            if packet_id not in self.inflight:
+                return packet_id
+        return None
+
+    # -- packets --------------------------------------------------------------------------------
+
+    def _handle(self, packet: MqttPacket, actions: list[Action]) -> bool:
+        """Add what ``packet`` calls for to ``actions``; whether the connection is now closed."""
+        self._dispatch(packet, actions)
+        return self._closed
+
+    def _dispatch(self, packet: MqttPacket, actions: list[Action]) -> None:
+        if isinstance(packet, Publish):
+            self._publish(packet, actions)
+        elif isinstance(packet, Puback):
+            self._acknowledged(packet.packet_id, actions)
+        elif isinstance(packet, Connect):
+            self._connect(packet, actions)
+        elif isinstance(packet, Pingreq):
+            actions.append(Send(encode_mqtt(Pingresp(), self._v())))
+        elif isinstance(packet, Subscribe):
+            self._subscribe(packet, actions)
+        elif isinstance(packet, Unsubscribe):
+            self._unsubscribe(packet, actions)
+        elif isinstance(packet, Pubrel):
+            found = packet.packet_id in self.awaiting_release
+            self.awaiting_release.discard(packet.packet_id)
+            reason = 0 if found or self._v() is MqttVersion.V311 else 0x92
+            pubcomp = encode_mqtt(Pubcomp(packet.packet_id, reason), self._v())
+            actions.append(Released(packet.packet_id, pubcomp) if found else Send(pubcomp))
+        elif isinstance(packet, Pubrec):  # our QoS 2 delivery reached the device
+            reason = (
+                0 if packet.packet_id in self.inflight or self._v() is MqttVersion.V311 else 0x92
+            )
+            actions.append(Send(encode_mqtt(Pubrel(packet.packet_id, reason), self._v())))
+        elif isinstance(packet, Pubcomp):
+            self._acknowledged(packet.packet_id, actions)
+        elif isinstance(packet, Disconnect):
+            # v5: reason 0x04 "Disconnect with Will Message" asks for the Will anyway.
+            with_will = packet.reason_code == MqttReasonCode.DISCONNECT_WITH_WILL_MESSAGE
+            self._clean_disconnect = not with_will
+            actions.extend(self._close("the client disconnected", will=with_will))
+        else:  # AUTH: enhanced authentication is not offered (v5 MQTT-3.15.1)
+            actions.extend(
+                self._violation(
+                    MqttReasonCode.PROTOCOL_ERROR, f"unexpected {type(packet).__name__}"
+                )
+            )
+
+    def _acknowledged(self, packet_id: int, actions: list[Action]) -> None:
+        self.inflight.pop(packet_id, None)
+        tag = self._tags.pop(packet_id, None)
+        if tag is not None:
+            actions.append(Acked(tag))
+
+    def _connect(self, packet: Connect, actions: list[Action]) -> None:
+        version = self._decoder.version
+        assert version is not None  # the decoder sets it from the CONNECT it decoded
+        self.version = version
+        v5 = version is MqttVersion.V5
+        properties = MqttProperties()
+        client_id = packet.client_id
+        if not client_id:
+            if not packet.clean_start and not v5:  # MQTT-3.1.3-8
+                actions.extend(self._refuse(ConnackReturnCode.IDENTIFIER_REJECTED, 0x85))
+                return
+            client_id = "auto-" + secrets.token_hex(8)
+            if v5:
+                properties = MqttProperties(assigned_client_identifier=client_id)
+        if packet.properties.authentication_method is not None:
+            actions.extend(self._refuse(ConnackReturnCode.NOT_AUTHORIZED, 0x8C))
+            return
+        if not check_password(self._users, packet.username, packet.password):
+            actions.extend(self._refuse(ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD, 0x86))
+            return
+        self.client_id = client_id
+        self.keep_alive = packet.keep_alive
+        self.receive_maximum = packet.properties.receive_maximum or 0xFFFF
+        self.connected = True
+        self._connack_properties = properties
+        expiry = packet.properties.session_expiry_interval
+        persistent = bool(expiry) if v5 else not packet.clean_start
+        actions.append(Accepted(client_id, packet.clean_start, packet.will, version, persistent))
+
+    def _publish(self, packet: Publish, actions: list[Action]) -> None:
+        if packet.qos > MAX_QOS:  # the decoder refuses QoS 3 already; defensive
+            actions.extend(self._violation(MqttReasonCode.MALFORMED_PACKET, "QoS 3"))
+            return
+        if packet.properties.topic_alias is not None or not packet.topic:
+            # We announce no Topic Alias Maximum, so the client may not use aliases (v5 3.3.2.3.4).
+            actions.extend(self._violation(MqttReasonCode.TOPIC_ALIAS_INVALID, "a topic alias"))
+            return
+        if packet.qos == 0:
+            actions.append(Append(packet.topic, packet.payload, 0, packet.retain, b""))
+        elif packet.qos == 1:
+            ack = encode_mqtt_puback(packet.packet_id)
+            actions.append(Append(packet.topic, packet.payload, 1, packet.retain, ack))
+        else:
+            ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
+            if packet.packet_id in self.awaiting_release:
+                # A retransmission of a message already appended: only the PUBREC again
+                # (MQTT-4.3.3-9: no second onward delivery).
+                actions.append(Send(ack))
+                return
+            self.awaiting_release.add(packet.packet_id)
+            actions.append(Append(packet.topic, packet.payload, 2, packet.retain, ack))
+
+    def _subscribe(self, packet: Subscribe, actions: list[Action]) -> None:
+        v5 = self._v() is MqttVersion.V5
+        codes: list[int] = []
+        granted: list[MqttSubscription] = []
+        for sub in packet.subscriptions:
+            try:
+                shared = parse_shared_subscription(sub.topic_filter)
+            except InvalidMqttTopicError:
+                codes.append(MqttReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            inner = sub.topic_filter if shared is None else shared.topic_filter
+            if not is_valid_mqtt_topic_filter(inner) or (shared is not None and sub.no_local):
+                codes.append(MqttReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            qos = min(sub.qos, MAX_QOS)
+            codes.append(qos)
+            granted.append(
+                MqttSubscription(
+                    sub.topic_filter,
+                    qos,
+                    sub.no_local,
+                    sub.retain_as_published,
+                    sub.retain_handling,
+                )
+            )
+        suback = encode_mqtt(Suback(packet.packet_id, tuple(codes)), self._v())
+        actions.append(Subscribed(tuple(granted), suback) if granted else Send(suback))
+
+    def _unsubscribe(self, packet: Unsubscribe, actions: list[Action]) -> None:
+        codes = (0,) * len(packet.topic_filters) if self._v() is MqttVersion.V5 else ()
+        actions.append(Send(encode_mqtt(Unsuback(packet.packet_id, codes), self._v())))
+        actions.append(Unsubscribed(packet.topic_filters))
+
+    # -- endings --------------------------------------------------------------------------------
+
+    def _v(self) -> MqttVersion:
+        assert self.version is not None
+        return self.version
+
+    def _refuse(self, v311: ConnackReturnCode, v5: int) -> list[Action]:
+        version = self._v()
+        code = v5 if version is MqttVersion.V5 else int(v311)
+        send = Send(encode_mqtt(Connack(False, code), version))
+        return [send, *self._close(f"CONNECT refused ({code:#x})", will=False)]
+
+    def _violation(self, reason: MqttReasonCode, why: str) -> list[Action]:
+        actions: list[Action] = []
+        if self.version is MqttVersion.V5 and self.connected:
+            actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
+        actions.extend(self._close(f"protocol violation: {why}", will=self.connected))
+        return actions
+
+    def _protocol_error(self, exc: MqttProtocolError) -> list[Action]:
+        version = self._decoder.version
+        actions: list[Action] = []
+        if isinstance(exc, MqttUnsupportedProtocolError):
+            # MQTT-3.1.2-2: CONNACK 0x01 in the 3.1.1 format, then close.
+            actions.append(Send(encode_mqtt(Connack(False, 0x01), MqttVersion.V311)))
+        elif version is MqttVersion.V5 and not self.connected:
+            # A malformed CONNECT of a v5 client: CONNACK with the reason code (v5 §4.13.1).
+            code = exc.reason_code if exc.reason_code in CONNACK_REASON_CODES else 0x80
+            actions.append(Send(encode_mqtt(Connack(False, code), version)))
+        elif version is MqttVersion.V5:
+            code = exc.reason_code if exc.reason_code in DISCONNECT_REASON_CODES else 0x80
+            actions.append(Send(encode_mqtt(Disconnect(code), version)))
+        actions.extend(self._close(f"protocol violation: {exc}", will=self.connected))
+        return actions
+
+    def _close(self, reason: str, *, will: bool) -> list[Action]:
+        self._closed = True
+        return [Close(reason, will and not self._clean_disconnect)]

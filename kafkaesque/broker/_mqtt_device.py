@@ -1,0 +1,386 @@
+"""The trio driver of one MQTT connection: one reader task and one writer task.
+
+The reader feeds what the socket delivers to the connection's state machine
+(``MqttServerConnection``) and performs its actions; the writer sends the outgoing queue in
+order, coalescing what is ready into one write. An entry of the queue may wait for a batch of
+the log (``Flight``): a PUBACK or PUBREC is sent only once its record is committed by the
+partition's quorum, and everything queued behind it waits too, so acknowledgements leave in the
+order the PUBLISHes came (MQTT-4.6.0-2/-3).
+
+Bounds, so that one device can hurt no one else:
+
+* at most ``MAX_PENDING_ACKS`` acknowledgements wait for the log: the reader then stops reading
+  (TCP backpressure) until the writer has sent some;
+* at most ``MAX_INFLIGHT`` QoS 1/2 deliveries (or the v5 client's Receive Maximum) wait for the
+  device's acknowledgement; later ones wait in the device's own delivery queue;
+* above ``MAX_QUEUED_BYTES`` queued the device is behind: QoS 0 deliveries are dropped (and
+  counted); if it is still behind ``SLOW_GRACE_S`` later, or its queue reaches
+  ``HARD_QUEUED_BYTES``, it is disconnected (its QoS 1/2 messages stay in the log; a persistent
+  session gets them again). A burst (a reader hands a whole fetch to the devices at once) puts
+  a fast device behind for a moment only.
+
+A write that fails for good (no quorum for the whole write timeout) closes the connection: the
+device then resends what was not acknowledged, with DUP set.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from kafkaesque.protocol import MqttReasonCode, MqttSubscription, Will
+
+from ._errors import RequestError
+from ._mqtt_appender import MqttFlight
+from ._mqtt_connection import (
+    Accepted,
+    Acked,
+    Action,
+    Append,
+    Close,
+    MqttServerConnection,
+    Released,
+    Send,
+    Subscribed,
+    Unsubscribed,
+)
+
+if TYPE_CHECKING:
+    from ._mqtt_listener import MqttService
+    from ._mqtt_sessions import Position, StoredSession
+
+log = logging.getLogger("kafkaesque.broker.mqtt")
+
+MAX_PENDING_ACKS: Final = 1024
+MAX_QUEUED_BYTES: Final = 1 << 20  # beyond it a device is behind (QoS 0 is dropped)
+HARD_QUEUED_BYTES: Final = 8 << 20  # beyond it a device is cut off at once
+SLOW_GRACE_S: Final = 2.0  # behind for this long: cut off
+MAX_INFLIGHT: Final = 1000
+_ENTRY_OVERHEAD: Final = 64
+_RECEIVE_BYTES: Final = 16 * 1024
+_SEND_COALESCE_BYTES: Final = 64 * 1024
+_DRAIN_S: Final = 2.0
+# Kinds of entries of the ``out`` queue.
+_PLAIN: Final = 0
+_CLOSE: Final = 2
+
+
+class MqttDevice:
+    """One connected device (see the module docstring). Trio thread only."""
+
+    __slots__ = (
+        "accepted",
+        "behind_since",
+        "catching_up",
+        "client_id",
+        "conn",
+        "deliveries",
+        "dirty",
+        "dropped",
+        "frozen",
+        "known_epoch",
+        "out",
+        "owner_lost",
+        "pending",
+        "publish_will",
+        "queued_bytes",
+        "restored",
+        "room",
+        "service",
+        "session_epoch",
+        "stream",
+        "subscriptions",
+        "unacked",
+        "wake",
+        "will",
+    )
+
+    def __init__(
+        self, service: MqttService, stream: trio.SocketStream, conn: MqttServerConnection
+    ) -> None:
+        self.service = service
+        self.stream = stream
+        self.conn = conn
+        # (flight to wait for, bytes to send then, kind of entry)
+        self.out: deque[tuple[MqttFlight | None, bytes, int]] = deque()
+        self.wake = trio.Event()
+        self.room = trio.Event()
+        self.pending = 0  # entries waiting for a flight
+        # Deliveries not sent yet: (topic, payload, qos, retain, where, size).
+        self.deliveries: deque[tuple[str, bytes, int, bool, tuple[str, int, int] | None, int]] = (
+            deque()
+        )
+        self.queued_bytes = 0
+        self.behind_since: float | None = None  # when the queue went above MAX_QUEUED_BYTES
+        self.dropped = 0  # QoS 0 deliveries dropped (slow device)
+        self.accepted: Accepted | None = None
+        self.client_id: str | None = None
+        self.will: Will | None = None
+        self.publish_will = False
+        self.subscriptions: dict[str, MqttSubscription] = {}
+        # A persistent session (see ``_mqtt_sessions``): its epoch, None for a clean one.
+        self.session_epoch: int | None = None
+        self.restored: StoredSession | None = None  # the session found at CONNECT
+        self.unacked: dict[Position, set[int]] = {}  # offsets delivered, not yet acknowledged
+        self.catching_up: dict[Position, int] = {}  # redelivery in progress: its next offset
+        self.dirty = False  # acknowledgements since the session was last saved
+        self.owner_lost = False  # another broker took the session over
+        self.known_epoch = 0  # the session epoch this connection owns or has superseded
+        self.frozen: StoredSession | None = None  # the session's state when the connection ended
+
+    # -- the connection's life ------------------------------------------------------------------
+
+    async def serve(self) -> None:
+        """Run the connection to its end; afterwards: unregister, publish the Will if due."""
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(self._write_loop, nursery.cancel_scope)
+                await self._read_loop()
+                with trio.move_on_after(_DRAIN_S):
+                    while self.out:  # let the writer send what was queued before the end
+                        await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+                await self.service.device_gone(self)
+
+    async def _read_loop(self) -> None:
+        conn = self.conn
+        stream = self.stream
+        while not conn.closed:
+            if self.pending >= MAX_PENDING_ACKS:
+                self.room = trio.Event()
+                await self.room.wait()
+            data: bytes | None = None
+            with trio.move_on_at(conn.deadline()):
+                try:
+                    data = await stream.receive_some(_RECEIVE_BYTES)
+                except (trio.BrokenResourceError, trio.ClosedResourceError):
+                    data = b""
+            if data is None:
+                actions = conn.expired(trio.current_time())
+            elif not data:
+                actions = conn.connection_lost()
+            else:
+                actions = conn.receive(data, trio.current_time())
+                self.service.metrics_in(len(data))
+                if self.deliveries:  # acknowledgements may have opened the window
+                    self.wake.set()
+            await self._perform(actions)
+
+    async def _perform(self, actions: list[Action]) -> None:
+        for action in actions:
+            if type(action) is Append:
+                await self._append(action)
+            elif type(action) is Send:
+                self.send(action.data)
+            elif type(action) is Acked:
+                where = action.tag
+                assert isinstance(where, tuple)
+                offsets = self.unacked.get((where[0], where[1]))
+                if offsets is not None:
+                    offsets.discard(where[2])
+                self.dirty = True
+            elif type(action) is Accepted:
+                self.accepted = action
+                self.client_id = action.client_id
+                self.will = action.will
+                present = await self.service.accept(self)
+                self.send(self.conn.connack(present))
+                await self.service.restore(self)
+            elif type(action) is Subscribed:
+                await self.service.subscribe(self, action.subscriptions)
+                self.send(action.suback)
+                self.service.send_retained(self, action.subscriptions)
+            elif type(action) is Released:
+                # A persistent session stores the id as free before the PUBCOMP goes.
+                saved = self.service.save_session_nowait(self)
+                self.out.append((saved, action.pubcomp, _PLAIN))
+                self.pending += saved is not None
+                self.wake.set()
+            elif type(action) is Unsubscribed:
+                await self.service.unsubscribe(self, action.topic_filters)
+            elif type(action) is Close:
+                self._close(action)
+
+    def perform_nowait(self, actions: list[Action]) -> None:
+        """Perform ``Send`` and ``Close`` actions (those of a server-side disconnect)."""
+        for action in actions:
+            if type(action) is Send:
+                self.send(action.data)
+            elif type(action) is Close:
+                self._close(action)
+
+    def _close(self, action: Close) -> None:
+        log.debug("mqtt %s: closing: %s", self.client_id, action.reason)
+        self.publish_will = action.will
+        self.service.closing(self)
+        self.out.append((None, b"", _CLOSE))
+        self.wake.set()
+
+    async def _append(self, action: Append) -> None:
+        service = self.service
+        try:
+            flights = service.append_nowait(action.topic, action.payload, action.qos, action.retain)
+            if flights is None:  # a log topic to create first
+                await service.ensure_route(action.topic)
+                flights = service.append_nowait(
+                    action.topic, action.payload, action.qos, action.retain
+                )
+        except RequestError as exc:
+            log.info("mqtt %s: a PUBLISH could not be appended: %s", self.client_id, exc)
+            flights = None
+        if flights is None:
+            self.perform_nowait(
+                self.conn.server_disconnect(
+                    MqttReasonCode.SERVER_UNAVAILABLE, "the log topic is not available"
+                )
+            )
+            return
+        if action.qos == 0:
+            return
+        if action.qos == 2:
+            # A persistent session stores the id as awaiting its PUBREL before the PUBREC goes:
+            # a retransmission through another broker is then not appended again.
+            saved = self.service.save_session_nowait(self)
+            if saved is not None:
+                flights = [saved, *flights]
+        for flight in flights[:-1]:
+            self.out.append((flight, b"", _PLAIN))
+        self.out.append((flights[-1], action.ack, _PLAIN))
+        self.pending += len(flights)
+        self.wake.set()
+
+    # -- output ---------------------------------------------------------------------------------
+
+    def has_room(self) -> bool:
+        """Whether a redelivery may queue more without making the device look slow."""
+        return self.queued_bytes < MAX_QUEUED_BYTES // 2
+
+    def send(self, data: bytes) -> None:
+        self.out.append((None, data, _PLAIN))
+        self.wake.set()
+
+    def deliver(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool = False,
+        where: tuple[str, int, int] | None = None,
+    ) -> None:
+        """Queue a PUBLISH to the device, or drop it / disconnect a slow device.
+
+        ``where`` (log topic, partition, offset) is the record's place in the log: a persistent
+        session remembers QoS 1/2 deliveries until acknowledged, to resume from there.
+        """
+        if self.conn.closed:
+            return
+        size = len(payload) + len(topic) + _ENTRY_OVERHEAD
+        queued = self.queued_bytes + size
+        if queued > MAX_QUEUED_BYTES:
+            if qos == 0:
+                self.dropped += 1
+                self.service.dropped(1)
+                return
+            if queued > HARD_QUEUED_BYTES:
+                self.cut_off()
+                return
+            if self.behind_since is None:
+                self.behind_since = trio.current_time()
+        if qos > 0 and where is not None and self.session_epoch is not None:
+            self.unacked.setdefault((where[0], where[1]), set()).add(where[2])
+        else:
+            where = None
+        self.deliveries.append((topic, payload, qos, retain, where, size))
+        self.queued_bytes += size
+        self.wake.set()
+
+    def cut_off(self) -> None:
+        """Disconnect the device: it does not keep up with its messages."""
+        if self.conn.closed:
+            return
+        self.service.slow_consumer()
+        self.perform_nowait(
+            self.conn.server_disconnect(MqttReasonCode.QUOTA_EXCEEDED, "slow consumer")
+        )
+
+    def wake_writer(self) -> None:
+        self.wake.set()
+
+    async def _write_loop(self, scope: trio.CancelScope) -> None:
+        stream = self.stream
+        try:
+            while True:
+                await self.wake.wait()
+                self.wake = trio.Event()
+                while True:
+                    buf = self._ready_bytes()
+                    if buf is None:  # the connection ends here
+                        await stream.aclose()
+                        return
+                    if not buf:
+                        break
+                    await stream.send_all(buf)
+                    self.service.metrics_out()
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            scope.cancel()  # the peer is gone: the reader stops too
+        finally:
+            self.room.set()
+
+    def _ready_bytes(self) -> bytes | None:
+        """What can be sent now (b"" if nothing), or None to close after sending nothing more.
+
+        Acknowledgements go in the order of the PUBLISHes, each once its record is committed;
+        deliveries go in their order too, while the device's in-flight window has room.
+        """
+        buf: list[bytes] = []
+        size = 0
+        out = self.out
+        while out and size < _SEND_COALESCE_BYTES:
+            flight, data, kind = out[0]
+            if flight is not None and not flight.done.is_set():
+                flight.notify(self.wake_writer)
+                break
+            out.popleft()
+            if flight is not None:
+                self.pending -= 1
+                if self.pending < MAX_PENDING_ACKS // 2:
+                    self.room.set()
+                if flight.error is not None:
+                    self._write_failed(flight.error)
+                    continue
+            if kind == _CLOSE:
+                if buf:  # send these first; the close entry is handled on the next call
+                    out.appendleft((None, b"", _CLOSE))
+                    break
+                return None
+            if data:
+                buf.append(data)
+                size += len(data)
+        conn = self.conn
+        window = min(MAX_INFLIGHT, conn.receive_maximum)
+        deliveries = self.deliveries
+        while deliveries and size < _SEND_COALESCE_BYTES and not conn.closed:
+            topic, payload, qos, retain, where, entry = deliveries[0]
+            if qos > 0 and len(conn.inflight) >= window:
+                break  # the device's acknowledgements wake the writer
+            deliveries.popleft()
+            self.queued_bytes -= entry
+            publish = conn.deliver(topic, payload, qos, retain, where)
+            if publish is not None:
+                buf.append(publish)
+                size += len(publish)
+        if self.queued_bytes <= MAX_QUEUED_BYTES:
+            self.behind_since = None
+        return b"".join(buf)
+
+    def _write_failed(self, error: RequestError) -> None:
+        log.info("mqtt %s: a write failed (%s): disconnecting", self.client_id, error.message)
+        self.perform_nowait(
+            self.conn.server_disconnect(MqttReasonCode.UNSPECIFIED_ERROR, "a write failed")
+        )

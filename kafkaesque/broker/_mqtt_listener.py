@@ -1,0 +1,559 @@
+"""A broker's MQTT listener: devices connect to any broker, publish into the log, subscribe.
+
+``MqttService`` accepts connections on ``--mqtt-listen`` and runs each with an ``MqttDevice``
+(one reader task and one writer task). Ingress: a PUBLISH is routed by the topic mapping
+(``--mqtt-rules``; default ``# -> mqtt key=topic``) to a log topic, partition (by the rule's
+key) and appended through one ``IdempotentAppender`` per partition, shared by every connection
+of the broker: the records of thousands of devices become a few batches, each appended exactly
+once even when retried across a leader failover. Records carry the headers ``mqtt.topic`` and
+``mqtt.qos``. A log topic the mapping names is created on first use when missing
+(``--mqtt-partitions``, ``--mqtt-replication-factor`` capped at the registered brokers), as
+Kafka's ``auto.create.topics.enable`` does. Egress is ``Egress``.
+
+``--mqtt-users`` names a file of ``user:password`` lines; without it devices connect
+anonymously. A second connection with a client id already connected here takes its session
+over (the first is closed, MQTT-3.1.4-2).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from kafkaesque.protocol import (
+    MQTT_QOS_HEADER,
+    MQTT_TOPIC_HEADER,
+    ErrorCode,
+    InvalidMappingError,
+    MqttSubscription,
+    Route,
+    TopicMapping,
+    mqtt_topic_matches,
+    partition_for_key,
+)
+from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+
+from ._commands import group_name
+from ._config import ConfigError
+from ._errors import RequestError
+from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
+from ._mqtt_appender import IdempotentAppender, MqttFlight
+from ._mqtt_connection import Close, MqttServerConnection
+from ._mqtt_device import SLOW_GRACE_S, MqttDevice
+from ._mqtt_egress import Egress, qos_of
+from ._mqtt_filters import log_topics_for
+from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
+from ._mqtt_sessions import (
+    SAVE_EVERY_S,
+    SESSIONS_TOPIC,
+    Position,
+    SessionStore,
+    StoredSession,
+    session_record,
+)
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+log = logging.getLogger("kafkaesque.broker.mqtt")
+
+MAX_PACKET_SIZE: Final = 1 << 20
+_QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
+_ROUTE_CACHE: Final = 65536
+_BROKERS_WAIT_S: Final = 15.0
+
+
+def load_users(path: str | None) -> dict[str, str] | None:
+    """``user:password`` lines (``#`` comments, blank lines skipped); None without a file."""
+    if path is None:
+        return None
+    users: dict[str, str] = {}
+    try:
+        with open(path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except OSError as exc:
+        raise ConfigError(f"mqtt_users: cannot read {path}: {exc}") from exc
+    for number, line in enumerate(lines, start=1):
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        user, sep, password = line.partition(":")
+        if not sep or not user:
+            raise ConfigError(f"mqtt_users: {path} line {number}: expected user:password")
+        users[user] = password
+    return users
+
+
+def load_mapping(path: str | None) -> TopicMapping:
+    """The rules of ``path``, or the default mapping without a file."""
+    if path is None:
+        return TopicMapping.default()
+    try:
+        with open(path, encoding="utf-8") as f:
+            return TopicMapping.parse(f.read())
+    except OSError as exc:
+        raise ConfigError(f"mqtt_rules: cannot read {path}: {exc}") from exc
+    except InvalidMappingError as exc:
+        raise ConfigError(f"mqtt_rules: {path}: {exc}") from exc
+
+
+class MqttService:
+    """The MQTT side of one broker (see the module docstring). Trio thread only."""
+
+    def __init__(self, broker: Broker) -> None:
+        config = broker.config
+        assert config.mqtt is not None
+        self._broker = broker
+        self.mapping = load_mapping(config.mqtt_rules)
+        self.users = load_users(config.mqtt_users)
+        self.port: int | None = None
+        self.egress = Egress(broker, self.mapping, self.ensure_topic)
+        self.retained = RetainedStore(broker, self.ensure_topic)
+        self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
+        self._devices: dict[str, MqttDevice] = {}  # connected sessions, by client id
+        self._appenders: dict[tuple[str, int], IdempotentAppender] = {}
+        self._routes: dict[str, Route] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._creating: dict[str, trio.Event] = {}
+        self._nursery: trio.Nursery | None = None
+        self.stats: dict[str, int] = dict.fromkeys(
+            (
+                "connections",
+                "bytes_in",
+                "writes_out",
+                "messages_in",
+                "dropped",
+                "slow_disconnects",
+                "wills",
+            ),
+            0,
+        )
+        broker.metrics.register_mqtt(self._stats)
+
+    def _stats(self) -> Mapping[str, int]:
+        return {
+            **self.stats,
+            "connected": len(self._devices),
+            "subscriptions": self.egress.subscriptions,
+            "messages_out": self.egress.delivered,
+            "retained": len(self.retained.messages),
+        }
+
+    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
+        """Listen until cancelled; ``started`` with the bound port."""
+        address = self._broker.config.mqtt
+        assert address is not None
+        listeners = await trio.open_tcp_listeners(address.port, host=address.host)
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            self._nursery = nursery
+            await nursery.start(self.egress.run)
+            nursery.start_soon(self.retained.run)
+            nursery.start_soon(self.sessions.run)
+            nursery.start_soon(self._save_loop)
+            nursery.start_soon(self._slow_loop)
+            nursery.start_soon(trio.serve_listeners, self._serve, listeners)
+            log.info("broker %d: MQTT on %s:%d", self._broker.config.id, address.host, self.port)
+            task_status.started(self.port)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        self.stats["connections"] += 1
+        conn = MqttServerConnection(
+            trio.current_time(), users=self.users, max_packet_size=MAX_PACKET_SIZE
+        )
+        device = MqttDevice(self, stream, conn)
+        try:
+            await device.serve()
+        except Exception:  # a bug in one connection must not take the listener down
+            log.exception("broker %d: an MQTT connection failed", self._broker.config.id)
+
+    # -- sessions -------------------------------------------------------------------------------
+
+    async def accept(self, device: MqttDevice) -> bool:
+        """A CONNECT was accepted: take the client id over from an older connection, find or
+        create its session. Returns whether a session was present (for the CONNACK)."""
+        accepted = device.accepted
+        assert accepted is not None
+        client_id = accepted.client_id
+        old = self._devices.get(client_id)
+        if old is not None and old is not device:
+            await self.save_session(old)  # what it acknowledged so far
+            old.owner_lost = True
+            old.perform_nowait(old.conn.take_over())
+            self.egress.drop(old)
+        self._devices[client_id] = device
+        store = self.sessions
+        # Records of the epochs known now are the past (a late write of an earlier owner): only
+        # a newer epoch owned elsewhere takes this connection over (``_session_changed``).
+        device.known_epoch = _epoch_of(store.sessions.get(client_id))
+        if accepted.persistent or not accepted.clean_start or client_id in store.sessions:
+            await store.tail.catch_up()  # another broker may have just written it
+        stored = store.sessions.get(client_id)
+        epoch = _epoch_of(stored) + 1
+        device.known_epoch = epoch - 1
+        present = stored is not None and not stored.deleted and not accepted.clean_start
+        if present:
+            device.restored = stored
+        if accepted.persistent:
+            device.session_epoch = device.known_epoch = epoch
+            await self.save_session(device)  # this broker owns it now
+        elif stored is not None and not stored.deleted:
+            device.known_epoch = epoch
+            # The stored session ends with this connection (before the CONNACK, so that a
+            # reconnect anywhere sees it gone).
+            ended = StoredSession(self._broker.config.id, epoch, deleted=True)
+            flight = await self._append_session(client_id, ended)
+            await flight.done.wait()
+        return present
+
+    async def restore(self, device: MqttDevice) -> None:
+        """After the CONNACK: the restored session's subscriptions, then its redeliveries."""
+        stored = device.restored
+        if stored is None:
+            return
+        device.conn.awaiting_release |= set(stored.awaiting_release)
+        device.catching_up = dict(stored.positions)
+        if stored.subscriptions:
+            await self.egress.subscribe(device, stored.subscriptions)
+        device.restored = None
+        if stored.positions and self._nursery is not None:
+            self._nursery.start_soon(self._redeliver, device)
+
+    def _session_changed(self, client_id: str, session: StoredSession) -> None:
+        """A session record was applied: a newer epoch elsewhere closes our connection."""
+        if session.owner == self._broker.config.id:
+            return
+        device = self._devices.get(client_id)
+        if device is not None and device.known_epoch < session.epoch:
+            log.info("mqtt %s: taken over by broker %d", client_id, session.owner)
+            device.owner_lost = True
+            device.perform_nowait(device.conn.take_over())
+
+    def save_session_nowait(self, device: MqttDevice) -> MqttFlight | None:
+        """Start writing a persistent session's state; its flight (None: nothing to write)."""
+        if device.session_epoch is None or device.owner_lost or device.client_id is None:
+            return None
+        if SESSIONS_TOPIC not in self._broker.metadata.view.topics:
+            return None  # not possible once a persistent session was accepted (it wrote one)
+        record = session_record(
+            device.client_id, self._session_state(device), int(time.time() * 1000)
+        )
+        flight, _ = self._appender(SESSIONS_TOPIC, 0).add(record)
+        return flight
+
+    def closing(self, device: MqttDevice) -> None:
+        """The connection is ending: freeze its session's state now (records that pass the
+        readers from now on are after its positions), and stop delivering to it."""
+        if device.frozen is None and device.session_epoch is not None:
+            device.frozen = self._session_state(device)
+        self.egress.drop(device)
+
+    async def save_session(self, device: MqttDevice, *, wait: bool = True) -> None:
+        """Write a persistent session's state (its owner, subscriptions, positions)."""
+        if device.session_epoch is None or device.owner_lost or device.client_id is None:
+            return
+        session = device.frozen or self._session_state(device)
+        device.dirty = False
+        flight = await self._append_session(device.client_id, session)
+        if wait:
+            await flight.done.wait()
+
+    def _session_state(self, device: MqttDevice) -> StoredSession:
+        assert device.session_epoch is not None
+        base = device.restored  # not restored yet: keep what was stored
+        subscriptions = (
+            base.subscriptions if base is not None else tuple(device.subscriptions.values())
+        )
+        return StoredSession(
+            self._broker.config.id,
+            device.session_epoch,
+            subscriptions,
+            self._positions(device),
+            tuple(sorted(device.conn.awaiting_release)),
+        )
+
+    def _positions(self, device: MqttDevice) -> dict[Position, int]:
+        """Per log partition, the offset from which the device may lack a QoS 1/2 message."""
+        positions: dict[Position, int] = {}
+        base = device.restored
+        if base is not None:
+            positions.update(base.positions)
+        topics: set[str] = set()
+        for topic_filter, sub in device.subscriptions.items():
+            if sub.qos > 0:
+                topics |= log_topics_for(self.mapping, topic_filter)
+        for where, live in self.egress.positions.items():
+            if where[0] in topics:
+                positions[where] = live
+        for where, offset in device.catching_up.items():
+            positions[where] = min(positions.get(where, offset), offset)
+        for where, offsets in device.unacked.items():
+            if offsets:
+                first = min(offsets)
+                positions[where] = min(positions.get(where, first), first)
+        return positions
+
+    async def _append_session(self, client_id: str, session: StoredSession | None) -> MqttFlight:
+        await self.ensure_topic(SESSIONS_TOPIC)
+        record = session_record(client_id, session, int(time.time() * 1000))
+        flight, _ = self._appender(SESSIONS_TOPIC, 0).add(record)
+        return flight
+
+    async def _slow_loop(self) -> None:
+        """Cut off the devices that stayed behind their deliveries for too long."""
+        while True:
+            await trio.sleep(SLOW_GRACE_S / 4)
+            now = trio.current_time()
+            for device in list(self._devices.values()):
+                since = device.behind_since
+                if since is not None and now - since > SLOW_GRACE_S:
+                    device.cut_off()
+
+    async def _save_loop(self) -> None:
+        """Save the positions of sessions whose deliveries were acknowledged meanwhile."""
+        while True:
+            await trio.sleep(SAVE_EVERY_S)
+            for device in list(self._devices.values()):
+                if device.dirty and device.session_epoch is not None:
+                    try:
+                        await self.save_session(device, wait=False)
+                    except RequestError as exc:
+                        log.info("mqtt %s: saving the session failed: %s", device.client_id, exc)
+
+    async def _redeliver(self, device: MqttDevice) -> None:
+        """Deliver again what a resumed session may lack: the records from its stored
+        positions up to where the live readers were when it subscribed, that match its QoS 1/2
+        subscriptions (they were kept in the log)."""
+        commands = self._broker.commands
+        for where, start in sorted(device.catching_up.items()):
+            end = self.egress.positions.get(where)
+            offset = start
+            while end is not None and offset < end and not device.conn.closed:
+                try:
+                    fetched = await commands.fetch_batches(where[0], where[1], offset, 1 << 18, 0)
+                except RequestError as exc:
+                    if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                        await trio.sleep(0.2)
+                        continue
+                    fetched, offset = await commands._from_log_start(where[0], where[1], offset)
+                if not fetched.data:  # the replica read is behind: a moment
+                    await trio.sleep(0.05)
+                    continue
+                offset = await self._redeliver_batches(device, where, fetched.data, offset, end)
+                device.catching_up[where] = offset
+            if device.conn.closed:
+                return  # the next connection resumes from what is left
+            device.catching_up.pop(where, None)
+
+    async def _redeliver_batches(
+        self, device: MqttDevice, where: Position, data: bytes | memoryview, offset: int, end: int
+    ) -> int:
+        subscriptions = [
+            s
+            for s in device.subscriptions.values()
+            if s.qos > 0 and not s.topic_filter.startswith("$share/")
+        ]
+        pos = 0
+        next_offset = offset
+        for header in iter_batches(data, verify=False):
+            batch = data[pos : pos + header.size]
+            pos += header.size
+            next_offset = max(next_offset, min(header.next_offset, end))
+            if header.batch_type is not BatchType.DATA:
+                continue
+            for record in decode_records(batch, header):
+                if not offset <= record.offset < end:
+                    continue
+                topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
+                if topic is None:
+                    continue
+                qos = qos_of(record.headers)
+                levels = [
+                    min(s.qos, qos)
+                    for s in subscriptions
+                    if mqtt_topic_matches(s.topic_filter, topic)
+                ]
+                if not levels:
+                    continue
+                while not device.has_room():
+                    if device.conn.closed:
+                        return record.offset
+                    await trio.sleep(0.01)
+                device.deliver(
+                    topic, record.value or b"", max(levels), where=(*where, record.offset)
+                )
+        return next_offset
+
+    async def device_gone(self, device: MqttDevice) -> None:
+        """The connection ended: forget it, and publish its Will if the end was abnormal."""
+        for action in device.conn.connection_lost():  # when it ended without a Close
+            if isinstance(action, Close):
+                device.publish_will = action.will
+        self.closing(device)
+        client_id = device.client_id
+        if client_id is not None and self._devices.get(client_id) is device:
+            del self._devices[client_id]
+        try:
+            await self.save_session(device, wait=False)
+        except RequestError as exc:
+            log.info("mqtt %s: saving the session failed: %s", client_id, exc)
+        will = device.will
+        if device.publish_will and will is not None:
+            self.stats["wills"] += 1
+            try:
+                if self.append_nowait(will.topic, will.payload, will.qos, will.retain) is None:
+                    await self.ensure_route(will.topic)
+                    self.append_nowait(will.topic, will.payload, will.qos, will.retain)
+            except RequestError as exc:
+                log.info("mqtt %s: the Will could not be published: %s", client_id, exc)
+
+    async def subscribe(
+        self, device: MqttDevice, subscriptions: Iterable[MqttSubscription]
+    ) -> None:
+        """Add subscriptions: live, and stored (persistent sessions), before the SUBACK."""
+        await self.egress.subscribe(device, subscriptions)
+        await self.save_session(device)
+
+    def send_retained(
+        self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]
+    ) -> None:
+        """Send the retained messages matching new subscriptions."""
+        self.retained.send_to(device, subscriptions)
+
+    async def unsubscribe(self, device: MqttDevice, topic_filters: Iterable[str]) -> None:
+        self.egress.unsubscribe(device, topic_filters)
+        await self.save_session(device)
+
+    # -- ingress --------------------------------------------------------------------------------
+
+    def route(self, topic: str) -> Route:
+        route = self._routes.get(topic)
+        if route is None:
+            if len(self._routes) >= _ROUTE_CACHE:
+                self._routes.clear()
+            route = self._routes[topic] = self.mapping.route(topic)
+        return route
+
+    def append_nowait(
+        self, topic: str, payload: bytes, qos: int, retain: bool
+    ) -> list[MqttFlight] | None:
+        """Append one PUBLISH; the flights its acknowledgement waits for (the last is the
+        record's own). None when its log topic must be created first (``ensure_route``).
+        Raises ``RequestError`` when the broker cannot take it (shutting down, topic deleted).
+        """
+        route = self.route(topic)
+        topics = self._broker.metadata.view.topics
+        info = topics.get(route.log_topic)
+        if info is None or (retain and RETAINED_TOPIC not in topics):
+            return None
+        count = info.config.partitions
+        if route.key is not None:
+            partition = partition_for_key(route.key, count)
+        else:
+            counter = self._round_robin.setdefault(route.log_topic, itertools.count())
+            partition = next(counter) % count
+        record = Record(
+            value=payload,
+            key=route.key,
+            headers=((MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]),
+            timestamp=int(time.time() * 1000),
+        )
+        flight, _ = self._appender(route.log_topic, partition).add(record)
+        self.stats["messages_in"] += 1
+        if not retain:
+            return [flight]
+        # The retained copy: keyed by the MQTT topic; an empty payload is a tombstone.
+        retained = Record(
+            value=payload or None,
+            key=topic.encode(),
+            headers=(_QOS_HEADERS[qos],),
+            timestamp=record.timestamp,
+        )
+        retained_flight, _ = self._appender(RETAINED_TOPIC, 0).add(retained)
+        return [flight, retained_flight]
+
+    def _appender(self, topic: str, partition: int) -> IdempotentAppender:
+        key = (topic, partition)
+        appender = self._appenders.get(key)
+        if appender is None:
+            nursery = self._broker.nursery
+            if nursery is None:
+                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
+            appender = IdempotentAppender(
+                group_name(topic, partition), partition, self._broker.writes
+            )
+            self._appenders[key] = appender
+            nursery.start_soon(appender.run, nursery)
+        return appender
+
+    async def ensure_route(self, topic: str) -> TopicInfo:
+        """The log topic of MQTT topic ``topic`` (and the retained topic), created if missing;
+        ``RequestError`` if that fails."""
+        await self.ensure_topic(RETAINED_TOPIC)
+        return await self.ensure_topic(self.route(topic).log_topic)
+
+    async def ensure_topic(self, name: str) -> TopicInfo:
+        """Topic ``name``, created when missing: ``RETAINED_TOPIC`` compacted with one
+        partition, a mapped log topic with ``--mqtt-partitions``. The replication factor is
+        ``--mqtt-replication-factor`` capped at the cluster's size; a broker that starts first
+        waits a little for the others to register before creating a topic with fewer."""
+        broker = self._broker
+        compact = name in (RETAINED_TOPIC, SESSIONS_TOPIC)
+        while True:
+            info = broker.metadata.view.topics.get(name)
+            if info is not None:
+                return info
+            creating = self._creating.get(name)
+            if creating is None:
+                break
+            await creating.wait()
+        self._creating[name] = done = trio.Event()
+        try:
+            config = broker.config
+            wanted = min(config.mqtt_replication_factor, len(config.peers))
+            with trio.move_on_after(_BROKERS_WAIT_S):
+                while len(broker.metadata.view.brokers) < wanted:
+                    await trio.sleep(0.1)
+            brokers = max(1, len(broker.metadata.view.brokers))
+            topic_config = TopicConfig(
+                partitions=1 if compact else config.mqtt_partitions,
+                replication_factor=min(config.mqtt_replication_factor, brokers),
+                retention_ms=None if compact else config.default_retention_ms,
+                retention_bytes=None if compact else config.default_retention_bytes,
+                compact=compact,
+            )
+            try:
+                info = await broker.metadata.create_topic(name, topic_config)
+            except TopicExistsError:  # another broker created it with its own view
+                info = broker.metadata.view.topics[name]
+            except MetadataError as exc:
+                raise RequestError(ErrorCode.NO_QUORUM, f"creating {name}: {exc}") from exc
+            log.info("broker %d: created log topic %s for MQTT", config.id, name)
+            await broker.wait_for_leaders(info)
+            return info
+        finally:
+            del self._creating[name]
+            done.set()
+
+    # -- figures --------------------------------------------------------------------------------
+
+    def metrics_in(self, nbytes: int) -> None:
+        self.stats["bytes_in"] += nbytes
+
+    def metrics_out(self) -> None:
+        self.stats["writes_out"] += 1
+
+    def dropped(self, count: int) -> None:
+        self.stats["dropped"] += count
+
+    def slow_consumer(self) -> None:
+        self.stats["slow_disconnects"] += 1
+
+
+def _epoch_of(session: StoredSession | None) -> int:
+    return 0 if session is None else session.epoch

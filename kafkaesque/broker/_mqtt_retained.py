@@ -1,0 +1,82 @@
+"""Retained messages: a compacted, replicated internal topic that every broker tails.
+
+A PUBLISH with RETAIN set is appended, besides its mapped log topic, to ``__mqtt_retained``
+(one partition, compacted, replicated like ``__consumer_offsets``), keyed by its MQTT topic; an
+empty payload appends a tombstone (None value), which deletes the topic's retained message
+(MQTT-3.3.1-10/-11). Its PUBACK waits for both appends. Compaction keeps the latest record of
+each topic, so the topic stays the size of the retained set.
+
+Every broker reads the topic from its start into an ``MqttTopicTrie`` and then follows it
+(long-polling for committed records), so any broker serves the retained messages after a
+failover or a restart. A new subscription gets the matching ones with RETAIN=1, right after its
+SUBACK (MQTT-3.3.1-6), at the lower of the two QoS. A broker serves what it has read: a retained
+message published through another broker a moment before may not be there yet (the gap is one
+commit notification; documented).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final
+
+from kafkaesque.protocol import (
+    INTERNAL_TOPIC_PREFIX,
+    MQTT_QOS_HEADER,
+    MqttSubscription,
+    MqttTopicTrie,
+    parse_shared_subscription,
+)
+from kafkaesque.storage import Record
+
+from ._metadata import TopicInfo
+from ._mqtt_tail import TopicTail
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+    from ._mqtt_device import MqttDevice
+
+log = logging.getLogger("kafkaesque.broker.mqtt.retained")
+
+RETAINED_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_retained"
+
+
+class RetainedStore:
+    """This broker's copy of the retained messages: topic -> (payload, QoS)."""
+
+    def __init__(self, broker: Broker, ensure_topic: Callable[[str], Awaitable[TopicInfo]]) -> None:
+        self.messages: MqttTopicTrie[tuple[bytes, int]] = MqttTopicTrie()
+        self.tail = TopicTail(broker, RETAINED_TOPIC, ensure_topic, self._apply)
+
+    async def run(self) -> None:
+        """Read the retained topic from its start and follow it, until cancelled."""
+        await self.tail.run()
+
+    def _apply(self, record: Record) -> None:
+        if record.key is None:
+            return
+        try:
+            topic = record.key.decode()
+        except UnicodeDecodeError:
+            return
+        if record.value:
+            self.messages.set(topic, (record.value, _qos_of(record.headers)))
+        else:
+            self.messages.delete(topic)
+
+    def send_to(self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]) -> None:
+        """Deliver the retained messages matching new subscriptions: not for shared ones (v5
+        §4.8.2: retained messages are not sent to a shared subscription), nor when the
+        subscription's Retain Handling is 2. Retain Handling 1 is treated as 0."""
+        for sub in subscriptions:
+            if sub.retain_handling == 2 or parse_shared_subscription(sub.topic_filter):
+                continue
+            for topic, (payload, qos) in self.messages.match(sub.topic_filter):
+                device.deliver(topic, payload, min(qos, sub.qos), retain=True)
+
+
+def _qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:
+    for name, value in headers:
+        if name == MQTT_QOS_HEADER:
+            return {b"0": 0, b"1": 1, b"2": 2}.get(value, 0)
+    return 0

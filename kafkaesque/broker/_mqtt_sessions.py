@@ -1,0 +1,133 @@
+"""Persistent MQTT sessions, kept in a compacted internal topic that every broker follows.
+
+A session that outlives its connection (3.1.1 clean session 0; 5.0 session expiry above 0) is
+one record of ``__mqtt_sessions`` keyed by the client id: its owner (the broker of its current
+connection), an epoch that grows at each connection, its subscriptions, and per log partition
+the offset from which its QoS 1/2 deliveries are not all acknowledged yet. The broker writes it
+when the device connects (taking ownership), subscribes or unsubscribes (before the SUBACK /
+UNSUBACK), every ``SAVE_EVERY_S`` while deliveries are acknowledged, and when the connection
+ends. A clean start ends it: a record marked deleted with the next epoch (not a tombstone, so that
+a late write of the previous owner, of a lower epoch, cannot bring it back).
+
+Every broker reads the table (``TopicTail``). A device reconnecting with clean session 0 to any
+broker finds its session there (the broker first catches up with everything committed), gets
+session present = 1, its subscriptions back, and every record from the stored offsets on that
+matches them is delivered again (QoS 1: at least once; the messages were kept in the log).
+When a broker sees a newer epoch of a session it has a connection for, owned by another broker,
+it closes that connection: a client id has one connection in the whole cluster.
+
+Records of an older epoch than the table's are ignored, so a late write of the previous owner
+cannot undo a takeover.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
+
+import msgpack
+
+from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX, MqttSubscription
+from kafkaesque.storage import Record
+
+from ._metadata import TopicInfo
+from ._mqtt_tail import TopicTail
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+SESSIONS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_sessions"
+SAVE_EVERY_S: Final = 1.0
+
+Position = tuple[str, int]  # (log topic, partition)
+
+
+@dataclass(frozen=True, slots=True)
+class StoredSession:
+    owner: int
+    epoch: int
+    subscriptions: tuple[MqttSubscription, ...] = ()
+    positions: dict[Position, int] = field(default_factory=dict)
+    awaiting_release: tuple[int, ...] = ()
+    deleted: bool = False  # ended by a clean start: kept as a marker so its epoch is known
+
+
+def encode_session(session: StoredSession) -> bytes:
+    data: bytes = msgpack.packb(
+        [
+            session.owner,
+            session.epoch,
+            [
+                [s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling]
+                for s in session.subscriptions
+            ],
+            [
+                [topic, partition, offset]
+                for (topic, partition), offset in session.positions.items()
+            ],
+            list(session.awaiting_release),
+            session.deleted,
+        ]
+    )
+    return data
+
+
+def decode_session(data: bytes) -> StoredSession | None:
+    """The session in ``data``; None when it is not one (written by a newer format, corrupt)."""
+    try:
+        owner, epoch, subs, positions, awaiting, deleted, *_ = msgpack.unpackb(data)
+        return StoredSession(
+            int(owner),
+            int(epoch),
+            tuple(
+                MqttSubscription(str(f), int(q), bool(n), bool(r), int(h)) for f, q, n, r, h in subs
+            ),
+            {(str(t), int(p)): int(o) for t, p, o in positions},
+            tuple(int(i) for i in awaiting),
+            bool(deleted),
+        )
+    except (ValueError, TypeError, msgpack.UnpackException):
+        return None
+
+
+class SessionStore:
+    """This broker's copy of the persistent sessions, by client id."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        ensure_topic: Callable[[str], Awaitable[TopicInfo]],
+        on_change: Callable[[str, StoredSession], None],
+    ) -> None:
+        self.sessions: dict[str, StoredSession] = {}
+        self._on_change = on_change
+        self.tail = TopicTail(broker, SESSIONS_TOPIC, ensure_topic, self._apply)
+
+    async def run(self) -> None:
+        await self.tail.run()
+
+    def _apply(self, record: Record) -> None:
+        if record.key is None:
+            return
+        try:
+            client_id = record.key.decode()
+        except UnicodeDecodeError:
+            return
+        if record.value is None:
+            self.sessions.pop(client_id, None)
+            return
+        session = decode_session(record.value)
+        if session is None:
+            return
+        old = self.sessions.get(client_id)
+        if old is not None and session.epoch < old.epoch:
+            return  # a late write of an earlier owner
+        self.sessions[client_id] = session
+        self._on_change(client_id, session)
+
+
+def session_record(client_id: str, session: StoredSession | None, timestamp: int) -> Record:
+    """The record storing ``session`` (None: deleting it)."""
+    value = None if session is None else encode_session(session)
+    return Record(value=value, key=client_id.encode(), timestamp=timestamp)

@@ -1,0 +1,105 @@
+"""Following a one-partition internal topic from its start: every committed record, in order.
+
+The MQTT listener keeps two tables that every broker must know, retained messages and
+persistent sessions, in compacted internal topics; each broker reads them into memory with a
+``TopicTail`` and follows them by long-polling the partition's leader. ``catch_up`` waits until
+the table holds everything committed before the call: a device reconnecting to another broker
+right after its old broker wrote its session sees that write.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Final
+
+import trio
+
+from kafkaesque.protocol import ErrorCode
+from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+
+from ._errors import RequestError
+from ._metadata import TopicInfo
+
+if TYPE_CHECKING:
+    from ._broker import Broker
+
+log = logging.getLogger("kafkaesque.broker.mqtt")
+
+_FETCH_BYTES: Final = 1 << 20
+_LONG_POLL_S: Final = 1.0
+_RETRY_S: Final = 0.5
+_CATCH_UP_S: Final = 5.0
+
+
+class TopicTail:
+    """Applies every record of partition 0 of ``topic`` to ``apply``, from the start."""
+
+    def __init__(
+        self,
+        broker: Broker,
+        topic: str,
+        ensure_topic: Callable[[str], Awaitable[TopicInfo]],
+        apply: Callable[[Record], None],
+    ) -> None:
+        self._broker = broker
+        self._topic = topic
+        self._ensure_topic = ensure_topic
+        self._apply = apply
+        self.offset = 0  # the next offset to apply
+        self.loaded = trio.Event()  # set once read up to the end seen at startup
+        self._moved = trio.Event()
+
+    async def run(self) -> None:
+        """Read and follow the topic until cancelled (creating it when missing)."""
+        while True:
+            try:
+                await self._ensure_topic(self._topic)
+                break
+            except RequestError as exc:
+                log.info("mqtt: %s is not available yet: %s", self._topic, exc)
+                await trio.sleep(_RETRY_S)
+        commands = self._broker.commands
+        while True:
+            try:
+                wait_s = _LONG_POLL_S if self.loaded.is_set() else 0.0
+                fetched = await commands.fetch_batches(
+                    self._topic, 0, self.offset, _FETCH_BYTES, wait_s
+                )
+            except RequestError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    log.debug("mqtt: reading %s: %s; retrying", self._topic, exc)
+                    await trio.sleep(_RETRY_S)
+                    continue
+                fetched, self.offset = await commands._from_log_start(self._topic, 0, self.offset)
+            self._apply_batches(fetched.data)
+            if not fetched.data and self.offset >= fetched.high_watermark:
+                self.loaded.set()
+            self._moved.set()
+            self._moved = trio.Event()
+
+    def _apply_batches(self, data: bytes | memoryview) -> None:
+        pos = 0
+        for header in iter_batches(data, verify=False):  # the log verified them on read
+            batch = data[pos : pos + header.size]
+            pos += header.size
+            if header.batch_type is BatchType.DATA and header.next_offset > self.offset:
+                for record in decode_records(batch, header):
+                    if record.offset >= self.offset:
+                        self._apply(record)
+            self.offset = max(self.offset, header.next_offset)
+
+    async def catch_up(self) -> bool:
+        """Wait until everything committed now is applied; False if that took too long."""
+        with trio.move_on_after(_CATCH_UP_S):
+            await self.loaded.wait()
+            commands = self._broker.commands
+            try:
+                fetched = await commands.fetch_batches(self._topic, 0, self.offset, 1, 0)
+            except RequestError:
+                return False
+            end = fetched.high_watermark
+            while self.offset < end:
+                await self._moved.wait()
+            return True
+        return False

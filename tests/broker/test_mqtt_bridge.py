@@ -1,0 +1,364 @@
+"""The MQTT bridge against a real mosquitto and a real 3-broker cluster: what is published
+upstream QoS 1 lands in the mapped log topics with key and headers; poison payloads go to the
+dead-letter topic (or are dropped) without blocking; Avro round-trips; two bridges of one share
+group split the load and lose nothing; log records go back out to MQTT subscribers."""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import fastavro
+import pytest
+import trio
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, MqttBridge
+from kafkaesque.broker._mqtt_converters import avro_converter, json_converter, load_avro_schema
+from kafkaesque.client import AsyncClient, ProducerConfig, open_producer
+from kafkaesque.protocol import MqttVersion, TopicMapping
+from tests.broker.mqtt_bridge_helpers import mqtt_options, publish, read_topic, running_bridge
+from tests.mosquitto import (
+    Mosquitto,
+    mosquitto_fixture,  # noqa: F401 - registers it
+    running_mosquitto,
+)
+
+RULES = """
+phones/+/spectrum -> {readings} key=1
+phones/+/commands -> {commands} key=1
+"""
+
+
+def _mapping(readings: str, commands: str = "commands") -> TopicMapping:
+    return TopicMapping.parse(RULES.format(readings=readings, commands=commands))
+
+
+async def test_published_messages_land_in_the_mapped_topic_with_key_and_headers(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-basic"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_basic"),
+    )
+    async with running_bridge(config) as bridge:
+        await publish(mosquitto, "phones/p1/spectrum", b"a0", b"a1", b"a2")
+        await publish(mosquitto, "phones/p2/spectrum", b"b0", b"b1")
+        records = await read_topic(broker_cluster.bootstrap, "readings_basic", 5)
+    assert len(records) == 5
+    by_key: dict[bytes | None, list[bytes | None]] = {}
+    for record in sorted(records, key=lambda r: (r.partition, r.offset)):
+        by_key.setdefault(record.key, []).append(record.value)
+        headers = dict(record.headers)
+        assert headers["mqtt.topic"] == b"phones/" + (record.key or b"") + b"/spectrum"
+        assert headers["mqtt.qos"] == b"1"
+    assert by_key == {b"p1": [b"a0", b"a1", b"a2"], b"p2": [b"b0", b"b1"]}
+    assert bridge.stats.acked == 5
+
+
+async def test_invalid_json_goes_to_the_dead_letter_topic_and_does_not_block(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-json"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_json"),
+        converter=json_converter,
+        dead_letter_topic="bridge_dlq",
+    )
+    async with running_bridge(config) as bridge:
+        await publish(
+            mosquitto, "phones/p1/spectrum", b'{"serial": 0}', b"{not json", b'{"serial": 1}'
+        )
+        good = await read_topic(broker_cluster.bootstrap, "readings_json", 2)
+        dead = await read_topic(broker_cluster.bootstrap, "bridge_dlq", 1)
+    assert sorted(r.value or b"" for r in good) == [b'{"serial": 0}', b'{"serial": 1}']
+    assert [r.value for r in dead] == [b"{not json"]
+    headers = dict(dead[0].headers)
+    assert headers["mqtt.topic"] == b"phones/p1/spectrum"
+    assert headers["target.topic"] == b"readings_json"
+    assert b"not JSON" in headers["error"]
+    assert (bridge.stats.dead_lettered, bridge.stats.dropped, bridge.stats.acked) == (1, 0, 3)
+
+
+async def test_without_a_dead_letter_topic_a_poison_message_is_dropped_and_counted(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-drop"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_drop"),
+        converter=json_converter,
+    )
+    async with running_bridge(config) as bridge:
+        await publish(mosquitto, "phones/p1/spectrum", b"\xff\xfe", b"[1, 2]")
+        records = await read_topic(broker_cluster.bootstrap, "readings_drop", 1)
+    assert [r.value for r in records] == [b"[1, 2]"]
+    assert (bridge.stats.dropped, bridge.stats.acked) == (1, 2)
+
+
+AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Reading",
+    "fields": [
+        {"name": "device", "type": "string"},
+        {"name": "serial", "type": "long"},
+        {"name": "spectrum", "type": {"type": "array", "items": "double"}},
+    ],
+}
+
+
+async def test_avro_converter_stores_records_that_decode_with_the_schema(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto, tmp_path: Path
+) -> None:
+    schema_file = tmp_path / "reading.avsc"
+    schema_file.write_text(json.dumps(AVRO_SCHEMA))
+    schema = load_avro_schema(schema_file)
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-avro"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_avro"),
+        converter=avro_converter(schema),
+        dead_letter_topic="bridge_avro_dlq",
+    )
+    reading = {"device": "phone-00007", "serial": 42, "spectrum": [0.5, 1.5]}
+    async with running_bridge(config):
+        await publish(
+            mosquitto,
+            "phones/phone-00007/spectrum",
+            json.dumps(reading).encode(),
+            b'{"device": "phone-00007"}',  # missing fields: refused
+        )
+        records = await read_topic(broker_cluster.bootstrap, "readings_avro", 1)
+        dead = await read_topic(broker_cluster.bootstrap, "bridge_avro_dlq", 1)
+    assert len(records) == 1
+    decoded = fastavro.schemaless_reader(io.BytesIO(records[0].value or b""), schema, None)
+    assert decoded == reading
+    assert b"Avro schema" in dict(dead[0].headers)["error"]
+
+
+async def test_two_bridges_of_a_share_group_split_the_load_and_lose_nothing(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    mapping = _mapping("readings_shared")
+    configs = [
+        BridgeConfig(
+            mqtt=mqtt_options(mosquitto, f"bridge-share-{i}"),
+            bootstrap=broker_cluster.bootstrap,
+            mapping=mapping,
+            share_group="kafkaesque",
+        )
+        for i in range(2)
+    ]
+    count = 400
+    async with running_bridge(configs[0]) as first, running_bridge(configs[1]) as second:
+        messages = [f"m{i}".encode() for i in range(count)]
+        async with trio.open_nursery() as nursery:  # several publishers, several devices
+            for d in range(4):
+                nursery.start_soon(publish, mosquitto, f"phones/d{d}/spectrum", *messages[d::4])
+        records = await read_topic(broker_cluster.bootstrap, "readings_shared", count)
+    values = sorted(r.value or b"" for r in records)
+    assert values == sorted(messages)  # every message once: nothing lost, no duplicate
+    assert first.stats.acked > 0 and second.stats.acked > 0
+    assert first.stats.acked + second.stats.acked == count
+
+
+async def test_log_records_are_published_to_mqtt_subscribers(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    mapping = _mapping("readings_egress", commands="commands_egress")
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-egress"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=mapping,
+        to_mqtt=("commands_egress",),
+        egress_group="bridge-egress",
+    )
+    sub = [
+        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port),
+        "-q", "1", "-t", "phones/+/commands", "-C", "2", "-v", "-W", "30",
+    ]  # fmt: skip
+    async with running_bridge(config) as bridge, trio.open_nursery() as nursery:
+        received = trio.Event()
+        output: list[bytes] = []
+
+        async def subscriber() -> None:
+            result = await trio.run_process(sub, capture_stdout=True)
+            output.append(result.stdout)
+            received.set()
+
+        nursery.start_soon(subscriber)
+        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
+        async with AsyncClient(broker_cluster.bootstrap) as client:
+            await client.publish("commands_egress", b'{"command": "calibrate"}', key=b"p7")
+            await client.publish("commands_egress", b'{"command": "sleep"}', key=b"p8")
+        with trio.fail_after(30):
+            await received.wait()
+    lines = sorted(output[0].decode().splitlines())
+    assert lines == [
+        'phones/p7/commands {"command": "calibrate"}',
+        'phones/p8/commands {"command": "sleep"}',
+    ]
+    assert bridge.stats.published == 2
+    async with AsyncClient(broker_cluster.bootstrap) as client:
+        committed = await client.committed_offsets("bridge-egress", "commands_egress")
+    assert sum(offset or 0 for offset in committed.values()) >= 2
+
+
+async def test_mqtt_311_works_the_same(broker_cluster: LocalCluster, mosquitto: Mosquitto) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-v311", version=MqttVersion.V311),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_v311"),
+    )
+    async with running_bridge(config):
+        await publish(mosquitto, "phones/p3/spectrum", b"x0", b"x1")
+        records = await read_topic(broker_cluster.bootstrap, "readings_v311", 2)
+    assert [(r.key, r.value) for r in records] == [(b"p3", b"x0"), (b"p3", b"x1")]
+
+
+async def test_the_bridge_reconnects_on_its_own_when_the_upstream_restarts(
+    broker_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    with running_mosquitto(tmp_path / "first") as first:
+        config = BridgeConfig(
+            mqtt=mqtt_options(first, "bridge-reconnect", keep_alive_s=2),
+            bootstrap=broker_cluster.bootstrap,
+            mapping=_mapping("readings_reconnect"),
+            backoff_max_s=1.0,
+        )
+        async with running_bridge(config) as bridge:
+            await publish(first, "phones/p1/spectrum", b"before")
+            await read_topic(broker_cluster.bootstrap, "readings_reconnect", 1)
+            first.process.kill()
+            first.process.wait()
+            # The same port, a new server without our session: the bridge subscribes again.
+            with running_mosquitto(tmp_path / "second", port=first.port) as second:
+                with trio.fail_after(30):
+                    while bridge.stats.subscribed < 2:
+                        await trio.sleep(0.1)
+                await publish(second, "phones/p1/spectrum", b"after")
+                records = await read_topic(broker_cluster.bootstrap, "readings_reconnect", 2)
+    assert sorted(r.value or b"" for r in records) == [b"after", b"before"]
+
+
+async def test_the_bridge_logs_in_with_a_user_name_and_password(
+    broker_cluster: LocalCluster, tmp_path: Path
+) -> None:
+    passwords = tmp_path / "passwords"
+    passwords.touch()
+    await trio.run_process(["mosquitto_passwd", "-b", str(passwords), "bridge", "s3cret"])
+    # As root, mosquitto drops to user "mosquitto", which cannot read the test's directory.
+    user = "user root\n" if os.geteuid() == 0 else ""
+    secured = f"allow_anonymous false\npassword_file {passwords}\n{user}"
+    with running_mosquitto(tmp_path / "secured", extra_config=secured) as server:
+        config = BridgeConfig(
+            mqtt=mqtt_options(server, "bridge-auth", username="bridge", password=b"s3cret"),
+            bootstrap=broker_cluster.bootstrap,
+            mapping=_mapping("readings_auth"),
+        )
+        async with running_bridge(config):
+            await trio.run_process(
+                ["mosquitto_pub", "-h", server.host, "-p", str(server.port), "-q", "1",
+                 "-u", "bridge", "-P", "s3cret", "-t", "phones/p1/spectrum", "-m", "hello"]
+            )  # fmt: skip
+            records = await read_topic(broker_cluster.bootstrap, "readings_auth", 1)
+    assert [r.value for r in records] == [b"hello"]
+
+
+async def test_a_message_the_log_refuses_for_good_is_dropped_and_does_not_block(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-too-large"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_too_large"),
+        producer=ProducerConfig(max_request_bytes=4096),
+    )
+    async with running_bridge(config) as bridge:
+        await publish(mosquitto, "phones/p1/spectrum", b"x" * 10_000)
+        await publish(mosquitto, "phones/p1/spectrum", b"small")
+        records = await read_topic(broker_cluster.bootstrap, "readings_too_large", 1)
+    assert [r.value for r in records] == [b"small"]
+    assert (bridge.stats.dropped, bridge.stats.acked) == (1, 2)
+
+
+async def test_egress_resumes_from_the_committed_position_after_a_restart(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    mapping = _mapping("readings_resume", commands="commands_resume")
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-resume"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=mapping,
+        to_mqtt=("commands_resume",),
+        egress_group="bridge-resume",
+    )
+    async with running_bridge(config):
+        pass  # the group starts at the end of the log, and commits that position
+    async with AsyncClient(broker_cluster.bootstrap) as client, open_producer(client) as producer:
+        # Appended while no bridge runs; the second names its MQTT topic in a header.
+        await producer.send("commands_resume", b"while-away", key=b"p1")
+        await producer.send(
+            "commands_resume", b"by-header", key=b"p2", headers=[("mqtt.topic", b"custom/topic")]
+        )
+        await producer.flush()
+    sub = [
+        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port),
+        "-q", "1", "-t", "phones/+/commands", "-t", "custom/#", "-C", "2", "-v", "-W", "30",
+    ]  # fmt: skip
+    async with trio.open_nursery() as nursery:
+        output: list[bytes] = []
+
+        async def subscriber() -> None:
+            output.append((await trio.run_process(sub, capture_stdout=True)).stdout)
+
+        nursery.start_soon(subscriber)
+        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
+        async with running_bridge(config) as bridge:
+            with trio.fail_after(30):
+                while not output:
+                    await trio.sleep(0.1)
+    assert sorted(output[0].decode().splitlines()) == [
+        "custom/topic by-header",
+        "phones/p1/commands while-away",
+    ]
+    assert bridge.stats.published == 2
+
+
+async def test_a_retained_message_is_appended_once_not_on_every_reconnect(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    retained = [
+        "mosquitto_pub", "-h", mosquitto.host, "-p", str(mosquitto.port),
+        "-q", "1", "-r", "-t", "phones/p9/spectrum", "-m", "retained",
+    ]  # fmt: skip
+    await trio.run_process(retained)
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-retained"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_retained"),
+    )
+    async with running_bridge(config):
+        await read_topic(broker_cluster.bootstrap, "readings_retained", 1)
+    async with running_bridge(config):  # the session is kept: SUBSCRIBE again
+        await publish(mosquitto, "phones/p9/spectrum", b"live")
+        records = await read_topic(broker_cluster.bootstrap, "readings_retained", 2)
+    assert sorted(r.value or b"" for r in records) == [b"live", b"retained"]
+
+
+async def test_a_log_topic_the_cluster_cannot_create_is_a_fatal_error(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-fatal"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_fatal", commands="commands_fatal"),
+        to_mqtt=("commands_fatal",),
+        replication_factor=5,  # more replicas than brokers
+    )
+    with trio.fail_after(30), pytest.raises(BridgeError, match="commands_fatal"):
+        await MqttBridge(config).run()

@@ -1,0 +1,35 @@
+"""``kafkaesque mqtt-bridge`` refuses bad arguments with one clear line and exit status 1."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from kafkaesque.cli.main import main
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--upstream", "host:notaport"], "--upstream must be host:port"),
+        (["--upstream", "h:1", "--rules", "/nonexistent/rules"], "--rules /nonexistent/rules"),
+        (["--upstream", "h:1", "--converter", "avro"], "needs --avro-schema"),
+        (["--upstream", "h:1", "--receive-maximum", "0"], "receive_maximum"),
+        (["--upstream", "h:1", "--subscribe", "a/#/b"], "--subscribe 'a/#/b'"),
+        (["--upstream", "h:1", "--share-group", "a/b"], "--share-group must be"),
+    ],
+)
+def test_bad_arguments_are_one_line_errors(
+    extra: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["mqtt-bridge", *extra]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("kafkaesque mqtt-bridge: ")
+    assert message in err
+
+
+def test_a_bad_rule_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rules = tmp_path / "rules"
+    rules.write_text("phones/+/spectrum -> readings key=1\nphones/# readings\n")
+    assert main(["mqtt-bridge", "--upstream", "h:1", "--rules", str(rules)]) == 1
+    assert "line 2" in capsys.readouterr().err

@@ -1,0 +1,358 @@
+"""The MQTT server connection state machine: packets in, actions out (no sockets, no clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from kafkaesque.broker._mqtt_connection import (
+    CONNECT_TIMEOUT_S,
+    Accepted,
+    Action,
+    Append,
+    Close,
+    MqttServerConnection,
+    Released,
+    Send,
+    Subscribed,
+    Unsubscribed,
+)
+from kafkaesque.protocol import (
+    Connack,
+    Connect,
+    Disconnect,
+    MqttDecoder,
+    MqttPacket,
+    MqttSubscription,
+    MqttVersion,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Pubcomp,
+    Publish,
+    Pubrec,
+    Pubrel,
+    Suback,
+    Subscribe,
+    Unsuback,
+    Unsubscribe,
+    Will,
+    encode_mqtt,
+)
+
+V311 = MqttVersion.V311
+V5 = MqttVersion.V5
+
+
+def sent(actions: list[Action], version: MqttVersion) -> list[MqttPacket]:
+    """The packets of the Send actions, decoded as a client would."""
+    decoder = MqttDecoder(server_side=False, version=version)
+    for action in actions:
+        if isinstance(action, Send):
+            decoder.feed(action.data)
+    return decoder.decode_many()
+
+
+def closes(actions: list[Action]) -> list[Close]:
+    return [a for a in actions if isinstance(a, Close)]
+
+
+def connected(
+    version: MqttVersion = V311, *, keep_alive: int = 0, will: Will | None = None, **kw: object
+) -> MqttServerConnection:
+    conn = MqttServerConnection(0.0, **kw)  # type: ignore[arg-type]
+    actions = conn.receive(
+        encode_mqtt(Connect("dev-1", keep_alive=keep_alive, will=will), version), 0.0
+    )
+    assert [type(a) for a in actions] == [Accepted]
+    assert sent([Send(conn.connack(False))], version) == [Connack(False, 0)]
+    return conn
+
+
+# -- CONNECT ------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", [V311, V5])
+def test_connect_is_accepted_and_answered(version: MqttVersion) -> None:
+    conn = MqttServerConnection(0.0)
+    connect = Connect("dev-1", clean_start=False, keep_alive=30)
+    actions = conn.receive(encode_mqtt(connect, version), 1.0)
+    assert actions == [Accepted("dev-1", False, None, version, version is V311)]
+    assert sent([Send(conn.connack(True))], version) == [Connack(True, 0)]
+    assert conn.connected and conn.client_id == "dev-1" and conn.keep_alive == 30
+
+
+def test_v311_empty_client_id_needs_clean_session() -> None:
+    conn = MqttServerConnection(0.0)
+    actions = conn.receive(encode_mqtt(Connect("", clean_start=False), V311), 0.0)
+    assert sent(actions, V311) == [Connack(False, 0x02)]  # identifier rejected
+    assert closes(actions) == [Close(closes(actions)[0].reason, False)]
+
+
+def test_empty_client_id_with_clean_session_gets_one_assigned() -> None:
+    conn = MqttServerConnection(0.0)
+    conn.receive(encode_mqtt(Connect("", clean_start=True), V5), 0.0)
+    [connack] = sent([Send(conn.connack(False))], V5)
+    assert isinstance(connack, Connack) and connack.reason_code == 0
+    assert connack.properties.assigned_client_identifier == conn.client_id
+    assert conn.client_id and conn.client_id.startswith("auto-")
+
+
+@pytest.mark.parametrize(("version", "code"), [(V311, 0x04), (V5, 0x86)])
+def test_bad_password_is_refused_and_closed(version: MqttVersion, code: int) -> None:
+    conn = MqttServerConnection(0.0, users={"alice": "secret"})
+    connect = Connect("dev-1", username="alice", password=b"wrong")
+    actions = conn.receive(encode_mqtt(connect, version), 0.0)
+    assert sent(actions, version) == [Connack(False, code)]
+    assert len(closes(actions)) == 1 and conn.closed
+    assert not any(isinstance(a, Accepted) for a in actions)
+
+
+def test_good_password_and_anonymous_refused_when_users_are_set() -> None:
+    good = MqttServerConnection(0.0, users={"alice": "secret"})
+    ok = good.receive(encode_mqtt(Connect("d", username="alice", password=b"secret"), V311), 0.0)
+    assert [type(a) for a in ok] == [Accepted]
+    anonymous = MqttServerConnection(0.0, users={"alice": "secret"})
+    refused = anonymous.receive(encode_mqtt(Connect("d"), V311), 0.0)
+    assert sent(refused, V311) == [Connack(False, 0x04)]
+
+
+def test_a_packet_before_connect_closes_without_an_answer() -> None:
+    conn = MqttServerConnection(0.0)
+    actions = conn.receive(encode_mqtt(Pingreq(), V311), 0.0)
+    assert [type(a) for a in actions] == [Close]
+
+
+def test_unknown_protocol_level_gets_connack_0x01() -> None:
+    conn = MqttServerConnection(0.0)
+    bad = bytearray(encode_mqtt(Connect("d"), V311))
+    bad[8] = 9  # the protocol level byte (after 0x10, length, 00 04 'MQTT')
+    actions = conn.receive(bytes(bad), 0.0)
+    assert sent(actions, V311) == [Connack(False, 0x01)]
+    assert conn.closed
+
+
+def test_no_connect_in_time_closes() -> None:
+    conn = MqttServerConnection(0.0)
+    assert conn.deadline() == CONNECT_TIMEOUT_S
+    assert conn.expired(CONNECT_TIMEOUT_S - 1) == []
+    [close] = conn.expired(CONNECT_TIMEOUT_S)
+    assert isinstance(close, Close) and not close.will
+
+
+# -- keep-alive ---------------------------------------------------------------------------------
+
+
+def test_keep_alive_allows_one_and_a_half_periods() -> None:
+    conn = connected(keep_alive=10)
+    conn.receive(encode_mqtt(Pingreq(), V311), 5.0)
+    assert conn.deadline() == 5.0 + 15.0
+    assert conn.expired(19.9) == []
+    [close] = conn.expired(20.0)
+    assert isinstance(close, Close) and close.will
+
+
+def test_keep_alive_zero_never_expires() -> None:
+    conn = connected(keep_alive=0)
+    assert conn.deadline() == float("inf")
+
+
+def test_v5_keep_alive_expiry_sends_disconnect_0x8d() -> None:
+    conn = connected(V5, keep_alive=2)
+    actions = conn.expired(3.0)
+    assert sent(actions, V5) == [Disconnect(0x8D)]
+
+
+def test_pingreq_gets_pingresp() -> None:
+    conn = connected()
+    assert sent(conn.receive(encode_mqtt(Pingreq(), V311), 1.0), V311) == [Pingresp()]
+
+
+# -- PUBLISH ------------------------------------------------------------------------------------
+
+
+def test_qos0_appends_without_ack() -> None:
+    conn = connected()
+    actions = conn.receive(encode_mqtt(Publish("a/b", b"x"), V311), 1.0)
+    assert actions == [Append("a/b", b"x", 0, False, b"")]
+
+
+def test_qos1_appends_with_a_puback_for_after_the_commit() -> None:
+    conn = connected()
+    actions = conn.receive(encode_mqtt(Publish("a/b", b"x", qos=1, packet_id=7), V311), 1.0)
+    assert actions == [Append("a/b", b"x", 1, False, encode_mqtt(Puback(7), V311))]
+
+
+def test_several_packets_in_one_read_keep_their_order() -> None:
+    conn = connected()
+    data = b"".join(
+        encode_mqtt(Publish("t", b"%d" % i, qos=1, packet_id=i + 1), V311) for i in range(5)
+    )
+    actions = conn.receive(data[:13], 1.0) + conn.receive(data[13:], 1.0)
+    assert [a.payload for a in actions if isinstance(a, Append)] == [b"0", b"1", b"2", b"3", b"4"]
+
+
+def test_qos2_is_appended_once_and_released() -> None:
+    conn = connected()
+    publish = Publish("a/b", b"x", qos=2, packet_id=9)
+    first = conn.receive(encode_mqtt(publish, V311), 1.0)
+    assert first == [Append("a/b", b"x", 2, False, encode_mqtt(Pubrec(9), V311))]
+    # The device did not see the PUBREC and sends the PUBLISH again, DUP set: PUBREC only.
+    again = conn.receive(encode_mqtt(Publish("a/b", b"x", qos=2, packet_id=9, dup=True), V311), 2)
+    assert sent(again, V311) == [Pubrec(9)] and len(again) == 1
+    [released] = conn.receive(encode_mqtt(Pubrel(9), V311), 3.0)
+    assert released == Released(9, encode_mqtt(Pubcomp(9), V311))
+    assert conn.awaiting_release == set()
+    # A PUBREL for an unknown id is answered at once (v5: reason 0x92 would say so).
+    assert sent(conn.receive(encode_mqtt(Pubrel(10), V311), 3.5), V311) == [Pubcomp(10)]
+    # After PUBCOMP the id is free: a new PUBLISH with it is a new message.
+    new = conn.receive(encode_mqtt(publish, V311), 4.0)
+    assert [type(a) for a in new] == [Append]
+
+
+def test_wildcard_in_publish_topic_closes_the_connection() -> None:
+    conn = connected()
+    bad = bytearray(encode_mqtt(Publish("a/b", b"x"), V311))
+    bad[bad.index(b"a/b") + 2] = ord("#")
+    actions = conn.receive(bytes(bad), 1.0)
+    assert [type(a) for a in actions] == [Close] and conn.closed
+
+
+def test_v5_malformed_packet_gets_disconnect_with_reason() -> None:
+    conn = connected(V5)
+    bad = bytearray(encode_mqtt(Publish("a/b", b"x"), V5))
+    bad[bad.index(b"a/b") + 2] = ord("+")
+    actions = conn.receive(bytes(bad), 1.0)
+    [disconnect] = sent(actions, V5)
+    assert isinstance(disconnect, Disconnect) and disconnect.reason_code == 0x90
+    assert closes(actions)[0].will  # an abnormal end: the Will is due
+
+
+def test_oversized_packet_closes_before_the_body_arrives() -> None:
+    conn = connected(V5, max_packet_size=1024)
+    big = encode_mqtt(Publish("a", b"x" * 5000), V5)
+    actions = conn.receive(big[:8], 1.0)
+    assert sent(actions, V5) == [Disconnect(0x95)]
+    assert conn.closed
+
+
+def test_topic_alias_is_refused_as_none_was_offered() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = connected(V5)
+    publish = Publish("a", b"x", properties=MqttProperties(topic_alias=1))
+    actions = conn.receive(encode_mqtt(publish, V5), 1.0)
+    assert sent(actions, V5) == [Disconnect(0x94)]
+
+
+# -- SUBSCRIBE ----------------------------------------------------------------------------------
+
+
+def test_subscribe_grants_and_refuses_per_filter() -> None:
+    conn = connected()
+    subscribe = Subscribe(
+        3,
+        (
+            MqttSubscription("phones/+/commands", 1),
+            MqttSubscription("a/#", 2),
+            MqttSubscription("$share/g/x/+", 0),
+            MqttSubscription("$share//x", 0),
+        ),
+    )
+    [subscribed] = conn.receive(encode_mqtt(subscribe, V311), 1.0)
+    assert isinstance(subscribed, Subscribed)
+    assert [s.topic_filter for s in subscribed.subscriptions] == [
+        "phones/+/commands",
+        "a/#",
+        "$share/g/x/+",
+    ]
+    # The driver sends the SUBACK once the subscriptions are live.
+    assert sent([Send(subscribed.suback)], V311) == [Suback(3, (1, 2, 0, 0x80))]
+
+
+def test_subscribe_with_nothing_granted_just_answers() -> None:
+    conn = connected(V5)
+    actions = conn.receive(encode_mqtt(Subscribe(5, (MqttSubscription("$share//x"),)), V5), 1.0)
+    assert sent(actions, V5) == [Suback(5, (0x8F,))]
+
+
+def test_unsubscribe() -> None:
+    conn = connected(V5)
+    actions = conn.receive(encode_mqtt(Unsubscribe(4, ("a/#",)), V5), 1.0)
+    assert sent(actions, V5) == [Unsuback(4, (0,))]
+    assert actions[-1] == Unsubscribed(("a/#",))
+
+
+# -- deliveries ---------------------------------------------------------------------------------
+
+
+def test_deliveries_take_packet_ids_until_acknowledged() -> None:
+    conn = connected()
+    data = conn.deliver("a", b"x", 1)
+    assert data is not None
+    decoder = MqttDecoder(server_side=False, version=V311)
+    decoder.feed(data)
+    [publish] = decoder.decode_many()
+    assert isinstance(publish, Publish) and publish.qos == 1
+    assert conn.inflight == {publish.packet_id: 1}
+    conn.receive(encode_mqtt(Puback(publish.packet_id), V311), 2.0)
+    assert conn.inflight == {}
+
+
+def test_qos2_delivery_handshake() -> None:
+    conn = connected()
+    data = conn.deliver("a", b"x", 2)
+    assert data is not None
+    [packet_id] = conn.inflight
+    rel = conn.receive(encode_mqtt(Pubrec(packet_id), V311), 1.0)
+    assert sent(rel, V311) == [Pubrel(packet_id)]
+    conn.receive(encode_mqtt(Pubcomp(packet_id), V311), 1.0)
+    assert conn.inflight == {}
+
+
+# -- endings and Wills --------------------------------------------------------------------------
+
+
+def test_disconnect_suppresses_the_will() -> None:
+    conn = connected(will=Will("dead", b"bye"))
+    actions = conn.receive(encode_mqtt(Disconnect(), V311), 1.0)
+    assert [(type(a), getattr(a, "will", None)) for a in actions] == [(Close, False)]
+    assert conn.connection_lost() == []
+
+
+def test_v5_disconnect_with_will_message_keeps_it() -> None:
+    conn = connected(V5, will=Will("dead", b"bye"))
+    actions = conn.receive(encode_mqtt(Disconnect(0x04), V5), 1.0)
+    assert closes(actions)[0].will
+
+
+def test_lost_connection_publishes_the_will() -> None:
+    conn = connected(will=Will("dead", b"bye"))
+    [close] = conn.connection_lost()
+    assert isinstance(close, Close) and close.will
+
+
+def test_take_over_sends_v5_disconnect_0x8e() -> None:
+    conn = connected(V5)
+    actions = conn.take_over()
+    assert sent(actions, V5) == [Disconnect(0x8E)]
+    assert conn.closed and conn.receive(encode_mqtt(Pingreq(), V5), 1.0) == []
+
+
+def test_v5_session_expiry_makes_the_session_persistent() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = MqttServerConnection(0.0)
+    connect = Connect("d", clean_start=True, properties=MqttProperties(session_expiry_interval=60))
+    [accepted] = conn.receive(encode_mqtt(connect, V5), 0.0)
+    assert isinstance(accepted, Accepted) and accepted.persistent and accepted.clean_start
+
+
+def test_tagged_deliveries_report_their_acknowledgement() -> None:
+    from kafkaesque.broker._mqtt_connection import Acked
+
+    conn = connected()
+    conn.deliver("a", b"x", 1, tag=("readings", 0, 42))
+    conn.deliver("a", b"y", 1)  # untagged: no report
+    first, second = conn.inflight
+    assert conn.receive(encode_mqtt(Puback(first), V311), 1.0) == [Acked(("readings", 0, 42))]
+    assert conn.receive(encode_mqtt(Puback(second), V311), 1.0) == []

@@ -1,0 +1,512 @@
+"""The MQTT listener against real clients (paho-mqtt, mosquitto_pub/sub) and real brokers.
+
+One 3-broker cluster with MQTT on every broker is shared by the module; every test uses its
+own device ids and MQTT topics, so the tests do not see each other's messages.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import time
+import urllib.request
+import uuid
+from collections.abc import Iterator
+
+import paho.mqtt.client as paho
+import pytest
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.client import Client, Producer
+from kafkaesque.protocol import (
+    Disconnect,
+    MqttSubscription,
+    MqttVersion,
+    Pingreq,
+    Pingresp,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    Will,
+    encode_mqtt,
+)
+
+from .mqtt_helpers import RULES, PahoDevice, RawMqtt, headers_of, read_topic, wait_for
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    data = str(tmp_path_factory.mktemp("mqtt-cluster"))
+    with LocalCluster(data, 3, mqtt=True, mqtt_rules=RULES) as c:
+        yield c
+
+
+def readings_of(cluster: LocalCluster, device: str) -> list[bytes | None]:
+    """The values in log topic ``readings`` under the key ``device``, in offset order."""
+    records = read_topic(cluster.bootstrap, "readings")
+    return [r.value for r in records if r.key == device.encode()]
+
+
+def unique(prefix: str) -> str:
+    return f"{prefix}-{uuid.uuid4().hex[:8]}"
+
+
+# -- ingress --------------------------------------------------------------------------------------
+
+
+def test_paho_qos1_publishes_land_in_the_mapped_log_topic(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    client = PahoDevice(cluster.mqtt_address(1), device)
+    try:
+        client.wait_connected()
+        for serial in range(5):
+            client.publish(f"phones/{device}/spectrum", b'{"serial": %d}' % serial, qos=1)
+    finally:
+        client.close()
+    # Every PUBACKed message is committed: readable at once, keyed by the device, with headers.
+    mine = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    assert [r.value for r in mine] == [b'{"serial": %d}' % i for i in range(5)]
+    assert len({r.partition for r in mine}) == 1  # one device, one partition: in order
+    assert headers_of(mine[0]) == {
+        "mqtt.topic": f"phones/{device}/spectrum".encode(),
+        "mqtt.qos": b"1",
+    }
+
+
+def test_qos0_and_unmapped_topics_go_to_the_fallback_topic(cluster: LocalCluster) -> None:
+    topic = f"{unique('plant')}/temperature"
+    client = PahoDevice(cluster.mqtt_address(0), unique("sensor"))
+    try:
+        client.wait_connected()
+        client.publish(topic, b"21.5", qos=0)
+        client.publish(topic, b"21.7", qos=1)  # after the QoS 0 one, on the same partition
+    finally:
+        client.close()
+    records = [r for r in read_topic(cluster.bootstrap, "mqtt") if r.key == topic.encode()]
+    assert [(r.value, headers_of(r)["mqtt.qos"]) for r in records] == [
+        (b"21.5", b"0"),
+        (b"21.7", b"1"),
+    ]
+
+
+def test_mosquitto_pub_publishes(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    host, port = cluster.mqtt_address(2)
+    for qos in ("0", "1", "2"):
+        subprocess.run(
+            ["mosquitto_pub", "-h", host, "-p", str(port), "-q", qos, "-i", device,
+             "-t", f"phones/{device}/spectrum", "-m", f"qos{qos}"],
+            check=True, timeout=30,
+        )  # fmt: skip
+    values = [
+        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
+    ]
+    # QoS 0 may be lost in principle; QoS 1 and 2 are in the log, once, in order.
+    assert [v for v in values if v != b"qos0"] == [b"qos1", b"qos2"]
+    assert values.count(b"qos0") <= 1
+
+
+def test_qos2_is_appended_exactly_once(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    client = PahoDevice(cluster.mqtt_address(0), device, version=paho.MQTTv5)
+    try:
+        client.wait_connected()
+        for i in range(3):
+            client.publish(f"phones/{device}/spectrum", b"q2-%d" % i, qos=2)
+    finally:
+        client.close()
+    values = [
+        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
+    ]
+    assert values == [b"q2-0", b"q2-1", b"q2-2"]
+
+
+def test_a_retransmitted_qos2_publish_is_not_appended_twice(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    raw = RawMqtt(cluster.mqtt_address(1))
+    try:
+        raw.connect(device)
+        publish = Publish(f"phones/{device}/spectrum", b"once", qos=2, packet_id=11)
+        raw.send(encode_mqtt(publish, MqttVersion.V311))
+        assert raw.receive() is not None  # PUBREC
+        raw.send(
+            encode_mqtt(Publish(publish.topic, b"once", 2, dup=True, packet_id=11), raw.version)
+        )
+        assert raw.receive() is not None  # PUBREC again, no second append
+    finally:
+        raw.close()
+    values = [
+        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
+    ]
+    assert values == [b"once"]
+
+
+# -- egress ---------------------------------------------------------------------------------------
+
+
+def test_a_command_appended_through_broker_c_reaches_the_device_on_broker_a(
+    cluster: LocalCluster,
+) -> None:
+    device = unique("phone")
+    phone = PahoDevice(cluster.mqtt_address(0), device)
+    try:
+        phone.wait_connected()
+        phone.subscribe(f"phones/{device}/commands", qos=1)
+        host, port = cluster.client_address(2)
+        with Client(f"{host}:{port}") as client, Producer(client) as producer:
+            started = time.monotonic()
+            producer.send("commands", b'{"command": "blink"}', key=device.encode()).get(30)
+        wait_for(lambda: phone.payloads() == [b'{"command": "blink"}'], 10, "the command")
+        elapsed = time.monotonic() - started
+        print(f"command delivered {elapsed * 1000:.0f} ms after the send started")
+        assert phone.messages[0].topic == f"phones/{device}/commands"
+        assert phone.messages[0].qos == 1
+    finally:
+        phone.close()
+
+
+def test_wildcard_subscriptions_with_mosquitto_sub(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    host, port = cluster.mqtt_address(2)
+    sub = subprocess.Popen(
+        ["mosquitto_sub", "-h", host, "-p", str(port), "-q", "1", "-v", "-C", "2",
+         "-t", f"phones/{device}/#", "-t", f"phones/+/{device}-x"],
+        stdout=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        time.sleep(1.0)  # mosquitto_sub gives no sign that its SUBACK came; let it subscribe
+        pub = PahoDevice(cluster.mqtt_address(1), unique("pub"))
+        try:
+            pub.wait_connected()
+            pub.publish(f"phones/{device}/spectrum", b"one")
+            pub.publish(f"phones/{device}/commands", b"two")
+        finally:
+            pub.close()
+        out, _ = sub.communicate(timeout=30)
+    finally:
+        if sub.poll() is None:
+            sub.kill()
+            sub.wait()
+    assert out.decode().splitlines() == [
+        f"phones/{device}/spectrum one",
+        f"phones/{device}/commands two",
+    ]
+
+
+def test_plus_matches_one_level_only(cluster: LocalCluster) -> None:
+    base = unique("zone")
+    listener = PahoDevice(cluster.mqtt_address(0), unique("l"))
+    pub = PahoDevice(cluster.mqtt_address(0), unique("p"))
+    try:
+        listener.wait_connected()
+        pub.wait_connected()
+        listener.subscribe(f"{base}/+/temp", qos=1)
+        pub.publish(f"{base}/a/temp", b"yes")
+        pub.publish(f"{base}/a/b/temp", b"no")
+        pub.publish(f"{base}/b/temp", b"yes too")
+        wait_for(lambda: len(listener.payloads()) >= 2, 10, "two messages")
+        time.sleep(0.5)
+        assert sorted(listener.payloads()) == [b"yes", b"yes too"]
+    finally:
+        listener.close()
+        pub.close()
+
+
+def test_unsubscribe_stops_deliveries(cluster: LocalCluster) -> None:
+    topic = f"{unique('u')}/t"
+    listener = PahoDevice(cluster.mqtt_address(1), unique("l"))
+    pub = PahoDevice(cluster.mqtt_address(1), unique("p"))
+    try:
+        listener.wait_connected()
+        pub.wait_connected()
+        listener.subscribe(topic)
+        pub.publish(topic, b"before")
+        wait_for(lambda: listener.payloads() == [b"before"], 10, "the first message")
+        done = []
+        listener.client.on_unsubscribe = lambda *a: done.append(1)
+        listener.client.unsubscribe(topic)
+        wait_for(lambda: bool(done), 10, "UNSUBACK")
+        pub.publish(topic, b"after")
+        marker = f"{topic}/marker"
+        listener.subscribe(marker)
+        pub.publish(marker, b"marker")
+        wait_for(lambda: b"marker" in listener.payloads(), 10, "the marker")
+        assert listener.payloads() == [b"before", b"marker"]
+    finally:
+        listener.close()
+        pub.close()
+
+
+def test_a_shared_subscription_gives_each_message_to_one_member(cluster: LocalCluster) -> None:
+    topic = f"{unique('jobs')}/new"
+    members = [
+        PahoDevice(cluster.mqtt_address(2), unique("worker"), version=paho.MQTTv5) for _ in range(2)
+    ]
+    pub = PahoDevice(cluster.mqtt_address(0), unique("p"))
+    try:
+        for member in members:
+            member.wait_connected()
+            member.subscribe(f"$share/workers/{topic}", qos=1)
+        pub.wait_connected()
+        for i in range(10):
+            pub.publish(topic, b"job-%d" % i)
+        wait_for(lambda: sum(len(m.payloads()) for m in members) >= 10, 15, "10 jobs")
+        time.sleep(0.5)
+        got = [p for m in members for p in m.payloads()]
+        assert sorted(got) == sorted(b"job-%d" % i for i in range(10))
+        assert all(m.payloads() for m in members)  # both took a share
+    finally:
+        for member in members:
+            member.close()
+        pub.close()
+
+
+# -- sessions, Wills, keep-alive, auth ------------------------------------------------------------
+
+
+def test_will_is_published_when_the_connection_drops(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    status = f"{device}/status"
+    watcher = PahoDevice(cluster.mqtt_address(1), unique("w"))
+    try:
+        watcher.wait_connected()
+        watcher.subscribe(status)
+        raw = RawMqtt(cluster.mqtt_address(0))
+        raw.connect(device, will=Will(status, b"offline", qos=1))
+        raw.close()  # no DISCONNECT: an abnormal end
+        wait_for(lambda: watcher.payloads() == [b"offline"], 15, "the Will")
+        # A clean DISCONNECT publishes no Will.
+        raw = RawMqtt(cluster.mqtt_address(0))
+        raw.connect(device, will=Will(status, b"second", qos=1))
+        raw.send(encode_mqtt(Disconnect(), MqttVersion.V311))
+        raw.close()
+        raw = RawMqtt(cluster.mqtt_address(0))
+        raw.connect(device, will=Will(status, b"third", qos=1))
+        raw.close()
+        wait_for(lambda: len(watcher.payloads()) >= 2, 15, "the third Will")
+        assert watcher.payloads() == [b"offline", b"third"]
+    finally:
+        watcher.close()
+
+
+def test_keep_alive_expiry_closes_and_publishes_the_will(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    watcher = PahoDevice(cluster.mqtt_address(2), unique("w"))
+    try:
+        watcher.wait_connected()
+        watcher.subscribe(f"{device}/gone")
+        raw = RawMqtt(cluster.mqtt_address(2))
+        raw.connect(device, keep_alive=1, will=Will(f"{device}/gone", b"timeout"))
+        raw.send(encode_mqtt(Pingreq(), MqttVersion.V311))
+        assert isinstance(raw.receive(), Pingresp)
+        assert raw.closed_by_server(timeout=20)  # silent for 1.5 x 1 s
+        raw.close()
+        wait_for(lambda: watcher.payloads() == [b"timeout"], 15, "the Will")
+    finally:
+        watcher.close()
+
+
+def test_a_second_connection_with_the_same_client_id_takes_over(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    first = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    second = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    try:
+        first.connect(device)
+        second.connect(device)
+        assert first.receive() == Disconnect(0x8E)
+        assert first.closed_by_server()
+        second.send(encode_mqtt(Pingreq(), MqttVersion.V5))
+        assert isinstance(second.receive(), Pingresp)
+    finally:
+        first.close()
+        second.close()
+
+
+# -- malformed input ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "garbage",
+    [
+        pytest.param(b"\x30\xff\xff\xff\xff\x7f", id="bad remaining length"),
+        pytest.param(b"\xc0\x00", id="PINGREQ before CONNECT"),
+        pytest.param(b"GET / HTTP/1.1\r\n\r\n", id="not MQTT"),
+        pytest.param(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x05", id="client id past the end"),
+    ],
+)
+def test_malformed_input_closes_that_connection_only(cluster: LocalCluster, garbage: bytes) -> None:
+    bystander = PahoDevice(cluster.mqtt_address(0), unique("ok"))
+    raw = RawMqtt(cluster.mqtt_address(0))
+    try:
+        bystander.wait_connected()
+        raw.send(garbage)
+        assert raw.closed_by_server()
+        bystander.publish(f"phones/{unique('p')}/spectrum", b"still fine")
+    finally:
+        raw.close()
+        bystander.close()
+
+
+def _connected_raw(cluster: LocalCluster, version: MqttVersion = MqttVersion.V311) -> RawMqtt:
+    raw = RawMqtt(cluster.mqtt_address(1), version)
+    raw.connect(unique("raw"))
+    return raw
+
+
+def test_wildcard_in_a_publish_topic_closes_the_connection(cluster: LocalCluster) -> None:
+    raw = _connected_raw(cluster)
+    try:
+        ok = encode_mqtt(Publish("a/b", b"x", qos=1, packet_id=1), MqttVersion.V311)
+        raw.send(ok.replace(b"a/b", b"a/#"))
+        assert raw.closed_by_server()
+    finally:
+        raw.close()
+
+
+def test_wrong_fixed_header_flags_close_the_connection(cluster: LocalCluster) -> None:
+    raw = _connected_raw(cluster)
+    try:
+        raw.send(b"\xc1\x00")  # PINGREQ with a reserved flag set
+        assert raw.closed_by_server()
+    finally:
+        raw.close()
+
+
+def test_an_oversized_publish_gets_v5_disconnect_0x95(cluster: LocalCluster) -> None:
+    raw = _connected_raw(cluster, MqttVersion.V5)
+    try:
+        raw.send(b"\x30\x80\x80\x80\x01")  # remaining length 2 MiB, body never sent
+        assert raw.receive() == Disconnect(0x95)
+        assert raw.closed_by_server()
+    finally:
+        raw.close()
+
+
+def test_puback_arrives_after_commit_for_pipelined_publishes(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    raw = RawMqtt(cluster.mqtt_address(2))
+    try:
+        raw.connect(device)
+        data = b"".join(
+            encode_mqtt(
+                Publish(f"phones/{device}/spectrum", b"%d" % i, qos=1, packet_id=i + 1),
+                MqttVersion.V311,
+            )
+            for i in range(200)
+        )
+        raw.send(data)
+        acks = [raw.receive() for _ in range(200)]
+        assert acks == [Puback(i + 1) for i in range(200)]  # in order (MQTT-4.6.0-2)
+    finally:
+        raw.close()
+    values = [
+        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
+    ]
+    assert values == [b"%d" % i for i in range(200)]
+
+
+def test_users_file_checks_passwords(tmp_path_factory: pytest.TempPathFactory) -> None:
+    data = str(tmp_path_factory.mktemp("mqtt-auth"))
+    with LocalCluster(data, 1, mqtt=True, mqtt_users={"alice": "s3cret"}) as single:
+        good = RawMqtt(single.mqtt_address(0))
+        bad = RawMqtt(single.mqtt_address(0))
+        anonymous = RawMqtt(single.mqtt_address(0), MqttVersion.V5)
+        try:
+            assert good.connect("a", username="alice", password=b"s3cret").reason_code == 0
+            assert bad.connect("b", username="alice", password=b"nope").reason_code == 0x04
+            assert bad.closed_by_server()
+            assert anonymous.connect("c").reason_code == 0x86
+        finally:
+            for raw in (good, bad, anonymous):
+                raw.close()
+
+
+# -- retained messages ----------------------------------------------------------------------------
+
+
+def test_retained_message_is_served_by_another_broker_and_deleted_by_empty(
+    cluster: LocalCluster,
+) -> None:
+    topic = f"{unique('lamp')}/state"
+    pub = PahoDevice(cluster.mqtt_address(0), unique("p"))
+    try:
+        pub.wait_connected()
+        pub.publish(topic, b"on", qos=1, retain=True)
+    finally:
+        pub.close()
+
+    def subscribe_and_collect(broker: int) -> list[tuple[bytes, bool]]:
+        late = PahoDevice(cluster.mqtt_address(broker), unique("late"))
+        try:
+            late.wait_connected()
+            late.subscribe(f"{topic.split('/', maxsplit=1)[0]}/#", qos=1)
+            time.sleep(0.5)  # whatever is retained is sent right after the SUBACK
+            return [(bytes(m.payload), bool(m.retain)) for m in late.messages]
+        finally:
+            late.close()
+
+    wait_for(lambda: subscribe_and_collect(2) == [(b"on", True)], 15, "the retained message")
+    pub = PahoDevice(cluster.mqtt_address(1), unique("p"))
+    try:
+        pub.wait_connected()
+        pub.publish(topic, b"", qos=1, retain=True)  # deletes it
+    finally:
+        pub.close()
+    wait_for(lambda: subscribe_and_collect(0) == [], 15, "the retained message to go")
+
+
+# -- slow devices ---------------------------------------------------------------------------------
+
+
+def test_a_slow_device_is_disconnected_and_slows_no_one_else(cluster: LocalCluster) -> None:
+    topic = f"{unique('firehose')}/data"
+    slow = RawMqtt(cluster.mqtt_address(0))
+    fast = PahoDevice(cluster.mqtt_address(0), unique("fast"))
+    pub = RawMqtt(cluster.mqtt_address(1))
+    try:
+        slow.connect(unique("slow"))
+        slow.send(encode_mqtt(Subscribe(1, (MqttSubscription(topic, 1),)), MqttVersion.V311))
+        assert isinstance(slow.receive(), Suback)
+        fast.wait_connected()
+        fast.subscribe(topic, qos=1)
+        pub.connect(unique("pub"))
+        # 1000 QoS 1 deliveries may wait for an acknowledgement, 1 MiB more may queue: this is
+        # more than the device that never acknowledges can take, and nothing to the other one.
+        count = 2000
+        pad = b"x" * 2048
+        pub.send(
+            b"".join(
+                encode_mqtt(Publish(topic, b"%d:" % i + pad, qos=1, packet_id=i + 1), pub.version)
+                for i in range(count)
+            )
+        )
+        for _ in range(count):
+            assert isinstance(pub.receive(), Puback)
+        # The device that never acknowledges is cut off; the other gets everything.
+        wait_for(lambda: len(fast.payloads()) == count, 30, "every message at the fast device")
+        assert slow.closed_by_server(timeout=20)
+    finally:
+        slow.close()
+        pub.close()
+        fast.close()
+
+
+def test_metrics_count_connections_and_messages(cluster: LocalCluster) -> None:
+    client = PahoDevice(cluster.mqtt_address(2), unique("m"))
+    try:
+        client.wait_connected()
+        client.publish(f"phones/{unique('p')}/spectrum", b"x")
+        admin = cluster.ports[2].admin
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as reply:
+            text = reply.read().decode()
+    finally:
+        client.close()
+    figures = {
+        line.split()[0]: float(line.split()[1])
+        for line in text.splitlines()
+        if line.startswith("kafkaesque_mqtt_")
+    }
+    assert figures["kafkaesque_mqtt_connections_total"] >= 1
+    assert figures["kafkaesque_mqtt_messages_in_total"] >= 1
+    assert figures["kafkaesque_mqtt_connected"] >= 1
+    assert "kafkaesque_mqtt_dropped_total" in figures
