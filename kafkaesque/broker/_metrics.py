@@ -104,6 +104,16 @@ class _PartitionCollector(Collector):
         end = GaugeMetricFamily(
             "kafkaesque_partition_log_end_offset", "Next offset of the local log.", labels=labels
         )
+        corruptions = CounterMetricFamily(
+            "kafkaesque_partition_corruptions",
+            "Corrupt batches this replica found in its log (on read, by the scrub, on restart).",
+            labels=labels,
+        )
+        repairing = GaugeMetricFamily(
+            "kafkaesque_partition_repairing",
+            "1 while this replica re-replicates entries it lost (it does not vote meanwhile).",
+            labels=labels,
+        )
         lag = GaugeMetricFamily(
             "kafkaesque_partition_follower_lag",
             "Offsets a follower is behind the leader's log (reported by the leader).",
@@ -118,12 +128,14 @@ class _PartitionCollector(Collector):
             term.add_metric(key, node.term)
             commit.add_metric(key, group.commit_index)
             end.add_metric(key, group.log.log_end_offset)
+            corruptions.add_metric(key, group.log.corruptions)
+            status = node.status()
+            repairing.add_metric(key, 0 if status.lost_end is None else 1)
             if node.role is Role.LEADER:
-                status = node.status()
                 for peer, progress in status.progress.items():
                     if peer != status.id:
                         lag.add_metric([*key, str(peer)], status.last_index - progress.match)
-        yield from (leader, is_leader, term, commit, end, lag)
+        yield from (leader, is_leader, term, commit, end, corruptions, repairing, lag)
 
 
 MQTT_GAUGES = frozenset({"connected", "subscriptions", "retained"})

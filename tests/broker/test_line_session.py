@@ -148,6 +148,11 @@ def test_metadata_names_leaders_and_metrics_show_them(broker_cluster: LocalClust
     with urllib.request.urlopen(url, timeout=10) as response:
         text = response.read().decode()
     assert 'kafkaesque_partition_commit_index{broker="0",partition="0",topic="watched"}' in text
+    assert (
+        'kafkaesque_partition_corruptions_total{broker="0",partition="0",topic="watched"} 0.0'
+        in text
+    )
+    assert 'kafkaesque_partition_repairing{broker="0",partition="0",topic="watched"} 0.0' in text
     assert "kafkaesque_requests_total" in text
     counts = {
         line.split()[0]: float(line.split()[1])
