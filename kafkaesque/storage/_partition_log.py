@@ -886,6 +886,10 @@ class PartitionLog:
                 os.close(fd)
             seg.replace_contents(cleaned)
             fsync_directory(self.directory)
+            if self._scrub_at[0] == seg.base_offset:
+                # The scrub's byte position was in the old file: in the new one it may fall
+                # inside a batch, which would read as corruption. Start that segment again.
+                self._scrub_at = (seg.base_offset, 0)
             after += seg.size
             rewritten += 1
             removed += changed
