@@ -328,6 +328,14 @@ class CommandHandler:
             group = self._broker.local_group(command.topic, command.partition)
             if group is None:
                 raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
+            if beyond_follower(group, command.offset):
+                # Behind, not out of range: a consumer told OFFSET_OUT_OF_RANGE resets its
+                # position (to the log start), and would read again what it had read.
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"this replica's log ends at {group.log.log_end_offset}, before offset "
+                    f"{command.offset}: it is behind the leader; retry",
+                )
             fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
         else:
             fetched = await self.fetch_batches(
