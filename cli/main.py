@@ -11,7 +11,7 @@ import sys
 
 from kafkaesque.client import KafkaesqueError
 
-from . import broker, client_commands, cluster, demo, devices, mqtt_bridge
+from . import broker, client_commands, cluster, demo, devices, jepsen, mqtt_bridge
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +25,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_parser(commands)
     devices.add_parser(commands)
     client_commands.add_parsers(commands)
+    jepsen.add_parser(commands)
     mqtt_bridge.add_parser(commands)
     return parser
 
@@ -43,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
         broker.BrokerCommandError,
         cluster.ClusterError,
         client_commands.ClientCommandError,
+        jepsen.JepsenError,
         mqtt_bridge.MqttBridgeError,
         KafkaesqueError,
     ) as exc:

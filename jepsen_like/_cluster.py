@@ -1,0 +1,338 @@
+"""The cluster under test: broker processes, each in its own namespace (root) or on loopback.
+
+``JepsenCluster`` only starts, signals and restarts ``kafkaesque broker`` processes and asks them
+questions over the line protocol, as an operator would. The network (namespaces, proxies) is
+built by the runner and handed in as ``Placement``: where each broker listens and how it is told
+about the others. Every process it starts is killed by ``stop_all`` (the runner calls it in a
+``finally``), and each runs with ``--exit-with-parent`` in case the harness itself dies.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TextIO
+
+import trio
+
+# The broker's deliberately broken mode (kafkaesque/broker/_writes.py): acks before commit.
+UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
+# Brokers only: a PYTHONPATH that puts another build of kafkaesque first (testing one build's
+# broker with this harness, e.g. a snapshot of a commit while the checkout is being edited).
+BROKER_PYTHONPATH_ENV = "KAFKAESQUE_JEPSEN_BROKER_PYTHONPATH"
+
+
+class ClusterFault(RuntimeError):
+    """The cluster could not be started or did not answer in time."""
+
+
+@dataclass(frozen=True, slots=True)
+class NodeAddress:
+    """Where one broker listens (its own, real addresses)."""
+
+    host: str
+    client: int
+    peer: int
+    controller: int
+
+
+@dataclass(slots=True)
+class Placement:
+    """How broker processes are placed: their addresses, the peer address each one is told for
+    every other (a proxy, or the real one), and the command prefix that puts it in its network."""
+
+    nodes: dict[int, NodeAddress]
+    peer_views: dict[int, dict[int, tuple[str, int]]] = field(default_factory=dict)
+    prefixes: dict[int, list[str]] = field(default_factory=dict)
+
+    def peer_of(self, viewer: int, node: int) -> tuple[str, int]:
+        """The address ``viewer`` dials for ``node``'s Raft transport."""
+        view = self.peer_views.get(viewer, {})
+        if node in view:
+            return view[node]
+        a = self.nodes[node]
+        return a.host, a.peer
+
+
+class JepsenCluster:
+    """The brokers of one run. Synchronous process control; async questions (trio)."""
+
+    def __init__(
+        self,
+        placement: Placement,
+        data_dir: str,
+        log_dir: str,
+        *,
+        members: list[int],
+        spares: list[int] | None = None,
+        segment_bytes: int = 256 * 1024,
+        unsafe_ack_before_commit: bool = False,
+        log_level: str = "WARNING",
+    ) -> None:
+        self.placement = placement
+        self.data_dir = data_dir
+        self.log_dir = log_dir
+        self.members = list(members)  # brokers admitted to the cluster (voters)
+        self.spares = list(spares or [])  # placed, not started: for ADDBROKER
+        self.segment_bytes = segment_bytes
+        self.unsafe = unsafe_ack_before_commit
+        self.log_level = log_level
+        self.procs: dict[int, subprocess.Popen[bytes]] = {}
+        self.paused: set[int] = set()
+        self._logs: dict[int, TextIO] = {}
+
+    # -- processes ------------------------------------------------------------------------------
+
+    def command(self, node: int, *, join: bool = False) -> list[str]:
+        """The full command line of broker ``node`` (namespace prefix included)."""
+        p = self.placement
+        known = sorted(set(self.members) | {node})
+        peers = ",".join(f"{j}@{':'.join(map(str, p.peer_of(node, j)))}" for j in known)
+        controllers = ",".join(f"{j}@{p.nodes[j].host}:{p.nodes[j].controller}" for j in known)
+        a = p.nodes[node]
+        return [
+            *p.prefixes.get(node, []),
+            sys.executable, "-m", "kafkaesque.cli", "broker",
+            "--id", str(node),
+            "--data-dir", self.data_dir,
+            "--client", f"{a.host}:{a.client}",
+            "--peers", peers,
+            "--controllers", controllers,
+            "--segment-bytes", str(self.segment_bytes),
+            "--log-level", self.log_level,
+            "--exit-with-parent",
+            *(["--join"] if join else []),
+        ]  # fmt: skip
+
+    def start(self, node: int, *, join: bool = False) -> None:
+        """Start broker ``node`` (it must not be running)."""
+        if self.running(node):
+            raise ClusterFault(f"broker {node} is already running")
+        os.makedirs(self.log_dir, exist_ok=True)
+        old = self._logs.pop(node, None)
+        if old is not None:
+            old.close()
+        log = open(os.path.join(self.log_dir, f"broker-{node}.log"), "a")  # noqa: SIM115
+        self._logs[node] = log
+        env = dict(os.environ)
+        env.pop(UNSAFE_ACK_ENV, None)
+        if self.unsafe:
+            env[UNSAFE_ACK_ENV] = "1"
+        if os.environ.get(BROKER_PYTHONPATH_ENV):
+            env["PYTHONPATH"] = os.environ[BROKER_PYTHONPATH_ENV]
+        self.procs[node] = subprocess.Popen(
+            self.command(node, join=join),
+            stdout=subprocess.DEVNULL,
+            stderr=log,
+            stdin=subprocess.DEVNULL,
+            env=env,
+        )
+        self.paused.discard(node)
+
+    def running(self, node: int) -> bool:
+        proc = self.procs.get(node)
+        return proc is not None and proc.poll() is None
+
+    def alive(self) -> list[int]:
+        """Members whose process runs (paused ones included)."""
+        return [i for i in self.members if self.running(i)]
+
+    def kill(self, node: int) -> None:
+        """SIGKILL: a crash, no goodbye."""
+        proc = self.procs.get(node)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        self.paused.discard(node)
+
+    def pause(self, node: int) -> None:
+        if self.running(node):
+            self.procs[node].send_signal(signal.SIGSTOP)
+            self.paused.add(node)
+
+    def resume(self, node: int) -> None:
+        if self.running(node):
+            self.procs[node].send_signal(signal.SIGCONT)
+        self.paused.discard(node)
+
+    def stop_all(self) -> None:
+        """Kill every process started (SIGCONT first, so a paused one can die), close logs."""
+        for proc in self.procs.values():
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGCONT)
+                proc.kill()
+        for proc in self.procs.values():
+            proc.wait()
+        for log in self._logs.values():
+            log.close()
+        self._logs.clear()
+        self.paused.clear()
+
+    # -- questions ------------------------------------------------------------------------------
+
+    def client_address(self, node: int) -> tuple[str, int]:
+        a = self.placement.nodes[node]
+        return a.host, a.client
+
+    @property
+    def bootstrap(self) -> list[str]:
+        return [":".join(map(str, self.client_address(i))) for i in self.members]
+
+    async def ask(self, node: int, line: str, timeout: float = 3.0) -> list[str]:
+        """Send one command to ``node``; its reply lines (up to ``+END`` for a list)."""
+        with trio.fail_after(timeout):
+            stream = await trio.open_tcp_stream(*self.client_address(node))
+            async with stream:
+                await stream.send_all(line.encode() + b"\r\n")
+                data = b""
+                while True:
+                    chunk = await stream.receive_some(65536)
+                    if not chunk:
+                        break
+                    data += chunk
+                    if not data.endswith(b"\r\n"):
+                        continue
+                    lines = data.decode(errors="replace").split("\r\n")[:-1]
+                    if lines[-1].startswith("+END") or lines[0].startswith(("+OK", "-ERR")):
+                        return lines
+                return data.decode(errors="replace").split("\r\n")
+
+    async def ask_any(self, line: str, timeout: float = 3.0) -> list[str]:
+        """``ask`` the first running, unpaused member that answers."""
+        last: Exception | None = None
+        for node in self.alive():
+            if node in self.paused:
+                continue
+            try:
+                return await self.ask(node, line, timeout)
+            except (OSError, trio.TooSlowError) as exc:
+                last = exc
+        raise ClusterFault(f"no broker answered {line!r}: {last}")
+
+    async def leaders(self, topic: str) -> dict[int, int]:
+        """Partition → leader id, as some broker reports it now (partitions without one left
+        out)."""
+        out: dict[int, int] = {}
+        for row in await self.ask_any(f"METADATA {topic}"):
+            if not row.startswith("+PARTITION "):
+                continue
+            parts = row.split()
+            fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
+            if fields.get("leader", "-").isdigit():
+                out[int(parts[2])] = int(fields["leader"])
+        return out
+
+    async def add_broker(self, timeout: float = 60.0) -> int:
+        """Start the next spare with ``--join``, admit it with ``ADDBROKER``, wait until every
+        member lists it; it is a member from then on. Raises ClusterFault (the spare is killed
+        and kept as a spare) if it cannot."""
+        if not self.spares:
+            raise ClusterFault("no spare broker left")
+        node = self.spares[0]
+        self.start(node, join=True)
+        a = self.placement.nodes[node]
+        peer = self.placement.peer_of(min(self.members), node)
+        try:
+            reply = await self.ask_any(
+                f"ADDBROKER {node} {peer[0]}:{peer[1]} {a.host}:{a.controller}", timeout
+            )
+            if not reply or not reply[0].startswith("+OK"):
+                raise ClusterFault(f"ADDBROKER {node} answered {reply[:1]}")
+            self.members.append(node)
+            self.spares.remove(node)
+            await self.wait_ready(timeout, nodes=[m for m in self.alive() if m not in self.paused])
+        except (ClusterFault, OSError, trio.TooSlowError):
+            if node in self.spares:
+                self.kill(node)
+            raise
+        return node
+
+    async def high_watermarks(self, topic: str) -> dict[int, int]:
+        """Partition → the highest ``end=`` (high watermark) any running broker reports.
+
+        One broker's DESCRIBE gives its own replica's view, and a replica that is behind (just
+        restarted, repairing a damaged log) reports a stale end; no replica reports an end past
+        the commit index, so the maximum is the best lower bound of what is committed.
+        """
+        out: dict[int, int] = {}
+        for node in self.alive():
+            if node in self.paused:
+                continue
+            try:
+                rows = await self.ask(node, f"DESCRIBE {topic}")
+            except (OSError, trio.TooSlowError):
+                continue
+            for row in rows:
+                parts = row.split()
+                if not row.startswith("+PARTITION ") or len(parts) < 3:
+                    continue
+                fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
+                if fields.get("end", "").isdigit():
+                    partition = int(parts[2])
+                    out[partition] = max(out.get(partition, 0), int(fields["end"]))
+        return out
+
+    async def registered(self, node: int) -> int:
+        """How many brokers ``node``'s METADATA lists."""
+        return sum(1 for r in await self.ask(node, "METADATA", 2.0) if r.startswith("+BROKER "))
+
+    async def wait_ready(self, timeout: float = 90.0, nodes: list[int] | None = None) -> None:
+        """Until every running member (or ``nodes``) lists every member as registered."""
+        wanted = nodes if nodes is not None else self.alive()
+        last = "no answer yet"
+        with trio.move_on_after(timeout):
+            while True:
+                for i in wanted:
+                    if not self.running(i):
+                        raise ClusterFault(f"broker {i} exited; see {self.log_dir}/broker-{i}.log")
+                try:
+                    counts = [await self.registered(i) for i in wanted]
+                    if all(c >= len(self.members) for c in counts):
+                        return
+                    last = f"registered counts {counts}"
+                except (OSError, trio.TooSlowError) as exc:
+                    last = str(exc)
+                await trio.sleep(0.3)
+        raise ClusterFault(f"the cluster did not become ready in {timeout:.0f} s ({last})")
+
+    async def create_topic(self, topic: str, partitions: int, rf: int, timeout: float = 60) -> None:
+        """CREATE the topic, retrying until some broker says +OK."""
+        last: list[str] | str = ""
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    last = await self.ask_any(f"CREATE {topic} {partitions} {rf}", 30.0)
+                    if last and last[0].startswith("+OK"):
+                        return
+                except (ClusterFault, OSError, trio.TooSlowError) as exc:
+                    last = str(exc)
+                await trio.sleep(0.5)
+        raise ClusterFault(f"CREATE {topic} failed: {last}")
+
+
+def free_ports(n: int) -> list[int]:
+    """``n`` distinct loopback ports the kernel says are free now (bound, read, released)."""
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def partition_dirs(data_dir: str, node: int, topic: str) -> Mapping[int, str]:
+    """Partition → directory of ``node``'s replicas of ``topic`` that exist on disk."""
+    base = os.path.join(data_dir, str(node), topic)
+    out: dict[int, str] = {}
+    if os.path.isdir(base):
+        for name in os.listdir(base):
+            if name.isdigit():
+                out[int(name)] = os.path.join(base, name)
+    return out

@@ -1,0 +1,412 @@
+"""The nemesis: faults started at random times, held a while, healed, and recorded.
+
+Each fault kind is a ``Fault``: ``start`` does the damage and returns the nodes it hit, ``stop``
+heals it. The scheduler (``run_nemesis``) waits a random interval, picks an enabled kind, records
+``invoke``/``ok`` of ``Nemesis(fault, "start", targets)``, holds the fault a random time, then
+records the ``stop`` the same way. A start that found nothing to do (no leader known, no sealed
+segment to flip) completes ``fail``: the checker then ignores it. At the end ``heal_everything``
+undoes whatever is still active, so the final read sees a whole cluster.
+
+Kinds (``NEMESES``):
+
+* ``kill-leader``: kill -9 the leader of a random partition; restart it at stop.
+* ``kill-minority``: kill -9 a random minority of the brokers at once; restart them at stop.
+* ``pause``: SIGSTOP the leader of a random partition (or a random broker); SIGCONT at stop.
+* ``partition``: one of: majority/minority halves, the leader of a partition isolated, a bridge
+  (two halves that cannot talk, one node that talks to both), or a one-way cut (the leader can
+  no longer send to the others but still hears them). Healed at stop.
+* ``latency``: 50-300 ms added on every peer link (proxy layer). ``loss``: each chunk on a peer
+  link resets its connection with a small probability (proxy layer: TCP cannot lose bytes).
+* ``restart-all``: kill -9 every broker at once, then start them all.
+* ``disk-truncate``: kill -9 one broker; cut a random tail off (or scribble garbage over the
+  tail of) the active segment of each of its replicas; restart it at stop.
+* ``disk-bitflip``: kill -9 one broker; flip one bit in a sealed segment of one of its replicas
+  (a minority); restart it at stop.
+* ``membership``: the first time, start a spare broker with ``--join`` and admit it
+  (``ADDBROKER``); then REASSIGN a random partition to a different set of replicas (moving it
+  off one broker and onto another; with no broker outside its replicas, dropping one), and at
+  stop move it back: Raft membership changes under the other faults.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+import trio
+
+from ._cluster import ClusterFault, JepsenCluster, partition_dirs
+from ._proxy import ProxyLayer
+from ._workload import Recorder
+from .history import Nemesis, NemesisPhase
+
+NEMESES: tuple[str, ...] = (
+    "kill-leader",
+    "kill-minority",
+    "pause",
+    "partition",
+    "latency",
+    "loss",
+    "restart-all",
+    "disk-truncate",
+    "disk-bitflip",
+    "membership",
+)
+PROCESS = "nemesis"
+
+
+class NothingToDo(Exception):
+    """The fault found no target (no leader known, no file to damage): it did not happen."""
+
+
+@dataclass
+class Network:
+    """The fault surfaces a run has: route cuts (namespaces) and/or proxies. Cuts go to both, so
+    that traffic through a proxy is cut as well as traffic on the direct route."""
+
+    cut_routes: Callable[[int, int], None] | None
+    heal_routes: Callable[[], None] | None
+    proxies: ProxyLayer | None
+
+    def cut(self, src: int, dst: int) -> None:
+        if self.cut_routes is not None:
+            self.cut_routes(src, dst)
+        if self.proxies is not None:
+            self.proxies.cut(src, dst)
+
+    def heal(self) -> None:
+        if self.heal_routes is not None:
+            self.heal_routes()
+        if self.proxies is not None:
+            self.proxies.heal()
+
+
+@dataclass
+class NemesisContext:
+    """What faults act on."""
+
+    cluster: JepsenCluster
+    network: Network
+    topic: str
+    partitions: int
+    rng: random.Random
+    log: list[str] = field(default_factory=list)  # what was done, for the report
+    dead: set[int] = field(default_factory=set)  # killed by us, to restart
+    moved: dict[int, list[int]] = field(default_factory=dict)  # partition -> replicas before
+
+
+Action = Callable[[NemesisContext], Awaitable[tuple[str, ...]]]
+
+
+def _names(nodes: list[int] | set[int]) -> tuple[str, ...]:
+    return tuple(f"n{i}" for i in sorted(nodes))
+
+
+def _show(nodes: list[int]) -> str:
+    return ",".join(_names(nodes))
+
+
+async def _leader(ctx: NemesisContext) -> int:
+    try:
+        leaders = await ctx.cluster.leaders(ctx.topic)
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
+        raise NothingToDo(f"no broker answered METADATA: {exc}") from exc
+    live = [n for n in leaders.values() if n in ctx.cluster.alive()]
+    if not live:
+        raise NothingToDo("no partition has a live leader")
+    return ctx.rng.choice(live)
+
+
+def _kill(ctx: NemesisContext, nodes: list[int] | set[int]) -> None:
+    for n in nodes:
+        ctx.cluster.kill(n)
+        ctx.dead.add(n)
+
+
+def _restart(ctx: NemesisContext) -> tuple[str, ...]:
+    started = sorted(ctx.dead)
+    for n in started:
+        if not ctx.cluster.running(n):
+            ctx.cluster.start(n)
+    ctx.dead.clear()
+    return _names(started)
+
+
+async def _start_kill_leader(ctx: NemesisContext) -> tuple[str, ...]:
+    node = await _leader(ctx)
+    _kill(ctx, [node])
+    return _names([node])
+
+
+async def _start_kill_minority(ctx: NemesisContext) -> tuple[str, ...]:
+    members = ctx.cluster.alive()
+    k = (len(ctx.cluster.members) - 1) // 2
+    if k < 1 or len(members) < len(ctx.cluster.members):
+        raise NothingToDo("no minority to kill")
+    nodes = ctx.rng.sample(members, k)
+    _kill(ctx, nodes)
+    return _names(nodes)
+
+
+async def _stop_restart(ctx: NemesisContext) -> tuple[str, ...]:
+    return _restart(ctx)
+
+
+async def _start_pause(ctx: NemesisContext) -> tuple[str, ...]:
+    try:
+        node = await _leader(ctx)
+    except NothingToDo:
+        node = ctx.rng.choice(ctx.cluster.alive())
+    ctx.cluster.pause(node)
+    return _names([node])
+
+
+async def _stop_pause(ctx: NemesisContext) -> tuple[str, ...]:
+    paused = sorted(ctx.cluster.paused)
+    for n in paused:
+        ctx.cluster.resume(n)
+    return _names(paused)
+
+
+def _cut_between(ctx: NemesisContext, a: list[int], b: list[int]) -> None:
+    for x in a:
+        for y in b:
+            ctx.network.cut(x, y)
+            ctx.network.cut(y, x)
+
+
+async def _start_partition(ctx: NemesisContext) -> tuple[str, ...]:
+    members = list(ctx.cluster.members)
+    ctx.rng.shuffle(members)
+    shape = ctx.rng.choice(["halves", "isolate-leader", "bridge", "one-way"])
+    if shape in ("isolate-leader", "one-way"):
+        try:
+            leader = await _leader(ctx)
+        except NothingToDo:
+            leader = members[0]
+        others = [m for m in members if m != leader]
+        if shape == "isolate-leader":
+            _cut_between(ctx, [leader], others)
+        else:
+            for o in others:  # the leader cannot send; it still hears the others
+                ctx.network.cut(leader, o)
+        ctx.log.append(f"partition {shape}: n{leader} | {_show(others)}")
+        return _names([leader])
+    if shape == "bridge" and len(members) >= 3:
+        bridge, rest = members[0], members[1:]
+        half = len(rest) // 2
+        _cut_between(ctx, rest[:half], rest[half:])
+        ctx.log.append(f"partition bridge n{bridge}: {_show(rest[:half])} | {_show(rest[half:])}")
+        return _names([bridge])
+    minority = members[: (len(members) - 1) // 2 or 1]
+    majority = members[len(minority) :]
+    _cut_between(ctx, minority, majority)
+    ctx.log.append(f"partition halves: {_show(minority)} | {_show(majority)}")
+    return _names(minority)
+
+
+async def _stop_network(ctx: NemesisContext) -> tuple[str, ...]:
+    ctx.network.heal()
+    return ()
+
+
+async def _start_latency(ctx: NemesisContext) -> tuple[str, ...]:
+    if ctx.network.proxies is None:
+        raise NothingToDo("no proxy layer")
+    delay = ctx.rng.uniform(0.05, 0.3)
+    ctx.network.proxies.set_delay(delay)
+    ctx.log.append(f"latency {delay * 1000:.0f} ms on every peer link")
+    return _names(ctx.cluster.members)
+
+
+async def _start_loss(ctx: NemesisContext) -> tuple[str, ...]:
+    if ctx.network.proxies is None:
+        raise NothingToDo("no proxy layer")
+    p = ctx.rng.uniform(0.005, 0.05)
+    ctx.network.proxies.set_loss(p)
+    ctx.log.append(f"loss: a peer connection resets with p={p:.3f} per chunk")
+    return _names(ctx.cluster.members)
+
+
+async def _start_restart_all(ctx: NemesisContext) -> tuple[str, ...]:
+    nodes = ctx.cluster.alive()
+    _kill(ctx, nodes)
+    return _names(nodes)
+
+
+def _segments(ctx: NemesisContext, node: int) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for p, d in partition_dirs(ctx.cluster.data_dir, node, ctx.topic).items():
+        logs = sorted(f for f in os.listdir(d) if f.endswith(".log"))
+        if logs:
+            out[p] = [os.path.join(d, f) for f in logs]
+    return out
+
+
+async def _start_disk_truncate(ctx: NemesisContext) -> tuple[str, ...]:
+    if ctx.cluster.paused or ctx.dead:
+        raise NothingToDo("another node is down")
+    node = ctx.rng.choice(ctx.cluster.alive())
+    _kill(ctx, [node])  # files are touched only while their broker is stopped
+    for p, logs in _segments(ctx, node).items():
+        active = logs[-1]
+        size = os.path.getsize(active)
+        if size == 0:
+            continue
+        cut = ctx.rng.randint(1, min(size, 4096))
+        if ctx.rng.random() < 0.5:
+            os.truncate(active, size - cut)
+            ctx.log.append(f"n{node} {ctx.topic}/{p}: truncated {cut} bytes off {active}")
+        else:
+            with open(active, "r+b") as f:
+                f.seek(size - cut)
+                f.write(bytes(ctx.rng.randrange(256) for _ in range(cut)))
+            ctx.log.append(f"n{node} {ctx.topic}/{p}: {cut} garbage bytes at the end of {active}")
+    return _names([node])
+
+
+async def _start_disk_bitflip(ctx: NemesisContext) -> tuple[str, ...]:
+    if ctx.cluster.paused or ctx.dead:
+        raise NothingToDo("another node is down")
+    candidates = [
+        (node, p, logs[:-1])
+        for node in ctx.cluster.alive()
+        for p, logs in _segments(ctx, node).items()
+        if len(logs) > 1
+    ]
+    if not candidates:
+        raise NothingToDo("no sealed segment yet")
+    node, p, sealed = ctx.rng.choice(candidates)
+    _kill(ctx, [node])
+    path = ctx.rng.choice(sealed)
+    size = os.path.getsize(path)
+    if size == 0:
+        raise NothingToDo("empty sealed segment")
+    pos, bit = ctx.rng.randrange(size), ctx.rng.randrange(8)
+    with open(path, "r+b") as f:
+        f.seek(pos)
+        byte = f.read(1)[0]
+        f.seek(pos)
+        f.write(bytes([byte ^ (1 << bit)]))
+    ctx.log.append(f"n{node} {ctx.topic}/{p}: flipped bit {bit} of byte {pos} of {path}")
+    return _names([node])
+
+
+async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
+    if ctx.cluster.spares and not ctx.dead and not ctx.cluster.paused:
+        node = await ctx.cluster.add_broker()  # once: the spare joins for good
+        ctx.log.append(f"n{node} added to the cluster (ADDBROKER)")
+        return _names([node])
+    members = ctx.cluster.members
+    p = ctx.rng.randrange(ctx.partitions)
+    rows = await ctx.cluster.ask_any(f"METADATA {ctx.topic}")
+    replicas: list[int] = []
+    for row in rows:
+        parts = row.split()
+        if row.startswith("+PARTITION ") and int(parts[2]) == p:
+            fields = dict(x.split("=", 1) for x in parts[3:] if "=" in x)
+            replicas = [int(r) for r in fields.get("replicas", "").split(",") if r]
+    if not replicas:
+        raise NothingToDo(f"no replicas known for {ctx.topic}/{p}")
+    outside = [m for m in members if m not in replicas]
+    new = [*replicas]
+    if outside:  # move one replica to a broker that had none: one added, one removed
+        new[ctx.rng.randrange(len(new))] = ctx.rng.choice(outside)
+    elif len(new) > 1:  # every broker holds it: remove one (it is added back at stop)
+        new.pop(ctx.rng.randrange(len(new)))
+    else:
+        raise NothingToDo("a single replica on the only broker")
+    reply = await ctx.cluster.ask_any(
+        f"REASSIGN {ctx.topic} {p} {','.join(map(str, new))}", timeout=30.0
+    )
+    if not reply or not reply[0].startswith("+OK"):
+        raise NothingToDo(f"REASSIGN answered {reply[:1]}")
+    ctx.moved[p] = replicas
+    ctx.log.append(f"{ctx.topic}/{p}: replicas {replicas} -> {new}")
+    return _names(new)
+
+
+async def _stop_membership(ctx: NemesisContext) -> tuple[str, ...]:
+    back: list[int] = []
+    for p, replicas in sorted(ctx.moved.items()):
+        try:
+            reply = await ctx.cluster.ask_any(
+                f"REASSIGN {ctx.topic} {p} {','.join(map(str, replicas))}", timeout=30.0
+            )
+        except (ClusterFault, OSError, trio.TooSlowError) as exc:
+            ctx.log.append(f"{ctx.topic}/{p}: moving back failed: {exc}")
+            continue
+        if reply and reply[0].startswith("+OK"):
+            back.extend(replicas)
+            del ctx.moved[p]
+        else:
+            ctx.log.append(f"{ctx.topic}/{p}: moving back answered {reply[:1]}")
+    return _names(set(back))
+
+
+FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
+    # kind: (start, stop, (min, max) seconds held)
+    "kill-leader": (_start_kill_leader, _stop_restart, (2.0, 8.0)),
+    "kill-minority": (_start_kill_minority, _stop_restart, (2.0, 8.0)),
+    "pause": (_start_pause, _stop_pause, (2.0, 8.0)),
+    "partition": (_start_partition, _stop_network, (3.0, 10.0)),
+    "latency": (_start_latency, _stop_network, (3.0, 10.0)),
+    "loss": (_start_loss, _stop_network, (3.0, 10.0)),
+    "restart-all": (_start_restart_all, _stop_restart, (0.5, 2.0)),
+    "disk-truncate": (_start_disk_truncate, _stop_restart, (1.0, 3.0)),
+    "disk-bitflip": (_start_disk_bitflip, _stop_restart, (1.0, 3.0)),
+    "membership": (_start_membership, _stop_membership, (5.0, 15.0)),
+}
+
+
+async def _apply(rec: Recorder, kind: str, phase: str, action: Action, ctx: NemesisContext) -> bool:
+    """Record and run one phase; True if it happened."""
+    start = phase == "start"
+    which: NemesisPhase = "start" if start else "stop"
+    rec.record("invoke", PROCESS, Nemesis(kind, which))
+    try:
+        targets = await action(ctx)
+    except (NothingToDo, ClusterFault, OSError, trio.TooSlowError) as exc:
+        ctx.log.append(f"{kind} {phase}: {exc}")
+        rec.record(
+            "fail" if start else "info", PROCESS, Nemesis(kind, "start" if start else "stop")
+        )
+        return False
+    rec.record("ok", PROCESS, Nemesis(kind, which, targets))
+    return True
+
+
+async def run_nemesis(
+    rec: Recorder,
+    ctx: NemesisContext,
+    kinds: list[str],
+    interval_s: float,
+    stop: trio.Event,
+) -> None:
+    """Until ``stop``: wait ~``interval_s``, start a random fault, hold it, heal it."""
+    while not stop.is_set():
+        with trio.move_on_after(ctx.rng.uniform(0.5 * interval_s, 1.5 * interval_s)):
+            await stop.wait()
+        if stop.is_set():
+            return
+        kind = ctx.rng.choice(kinds)
+        start, stop_action, (lo, hi) = FAULTS[kind]
+        if await _apply(rec, kind, "start", start, ctx):
+            with trio.move_on_after(ctx.rng.uniform(lo, hi)):
+                await stop.wait()
+            await _apply(rec, kind, "stop", stop_action, ctx)
+
+
+async def heal_everything(ctx: NemesisContext) -> None:
+    """Undo every fault still active: network, pauses, dead brokers, moved partitions."""
+    ctx.network.heal()
+    for n in sorted(ctx.cluster.paused):
+        ctx.cluster.resume(n)
+    _restart(ctx)
+    for n in ctx.cluster.members:
+        if not ctx.cluster.running(n):
+            ctx.cluster.start(n)
+    if ctx.moved:
+        await _stop_membership(ctx)

@@ -1,0 +1,242 @@
+"""One jepsen_like run, start to verdict: network, brokers, clients, nemesis, heal, check, report.
+
+``run(options)`` is what ``kafkaesque jepsen`` and the pytest entries call. Everything it starts
+(namespaces, bridge, veths, proxies, broker processes) is torn down before it returns, also when
+it fails. The run directory (``<base>/<utc time>-<pid>/``) keeps the history
+(``history.jsonl``), the brokers' data and logs, the nemesis log, and the report (``index.html``
+and its PNGs).
+
+Placement: as root with iproute2, every broker gets its own network namespace and address
+(``_netns``) and partitions are blackhole routes; otherwise every broker runs on 127.0.0.1 and
+the per-link TCP proxies (``_proxy``) are the network, which the run says. The proxies also carry
+latency and loss (this kernel has no netem), so they are put on the peer links whenever those
+nemeses are enabled, namespaces or not. The controller quorum (pysyncobj) talks directly: in
+loopback mode a partition cuts the Raft traffic but not the controller's.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+
+import trio
+
+from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement, free_ports
+from ._nemesis import NEMESES, NemesisContext, Network, heal_everything, run_nemesis
+from ._netns import NetnsNetwork, netns_available
+from ._proxy import ProxyLayer
+from ._report import write_report
+from ._workload import (
+    Recorder,
+    WorkloadOptions,
+    consumer,
+    final_read,
+    group_member,
+    producer,
+)
+from .checker import CheckResult, check_file
+from .history import HistoryWriter
+
+_NETNS_PORTS = (9092, 9093, 9094)  # client, peer, controller: every namespace has its own
+
+
+class JepsenError(Exception):
+    """The run could not be made (bad options, a cluster that never came up)."""
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything a run needs; defaults are a short run on 3 nodes."""
+
+    nodes: int = 3
+    time_s: float = 60.0
+    nemeses: tuple[str, ...] = ("kill-leader", "partition")
+    interval_s: float = 8.0  # mean time between faults
+    base_dir: str = ".kafkaesque-jepsen"
+    network: str = "auto"  # auto | netns | loopback
+    unsafe_ack_before_commit: bool = False
+    seed: int | None = None
+    recovery_s: float = 10.0  # after healing, before the final read
+    workload: WorkloadOptions = field(default_factory=WorkloadOptions)
+
+    def validate(self) -> RunOptions:
+        unknown = [n for n in self.nemeses if n not in NEMESES]
+        if unknown:
+            raise JepsenError(f"unknown nemesis {', '.join(unknown)}; known: {', '.join(NEMESES)}")
+        if self.nodes < 1:
+            raise JepsenError("need at least one node")
+        if self.network not in ("auto", "netns", "loopback"):
+            raise JepsenError("--network is auto, netns or loopback")
+        if self.network == "netns" and not netns_available():
+            raise JepsenError("network namespaces need root and iproute2")
+        return self
+
+
+@dataclass(frozen=True)
+class RunOutcome:
+    """What a run produced."""
+
+    result: CheckResult
+    run_dir: str
+    history: str
+    report: str
+    network: str
+    nemesis_log: tuple[str, ...]
+
+
+def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcome:
+    """Make one run and check it. Raises JepsenError if the cluster cannot be started."""
+    options.validate()
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime())
+    run_dir = os.path.abspath(os.path.join(options.base_dir, f"{stamp}-{os.getpid()}"))
+    os.makedirs(run_dir, exist_ok=True)
+    use_netns = options.network == "netns" or (options.network == "auto" and netns_available())
+    mode = "netns" if use_netns else "loopback"
+    if use_netns:
+        say(f"network: one namespace per broker (root), partitions by blackhole routes; {run_dir}")
+    else:
+        say(
+            "network: NOT root (or --network loopback): brokers on 127.0.0.1, faults through "
+            f"per-link TCP proxies only; {run_dir}"
+        )
+    history_path = os.path.join(run_dir, "history.jsonl")
+    seed = options.seed if options.seed is not None else random.randrange(1 << 30)
+    say(f"seed {seed}")
+    with ExitStack() as stack:
+        total = options.nodes + _spares(options)
+        net = stack.enter_context(NetnsNetwork(total)) if use_netns else None
+        writer = stack.enter_context(HistoryWriter(history_path))
+        try:
+            log = trio.run(_run, options, run_dir, net, writer, seed, say)
+        except* ClusterFault as group:
+            first = group.exceptions[0]
+            raise JepsenError(f"{first} (run directory {run_dir})") from None
+    result = check_file(history_path)
+    report = write_report(run_dir, history_path, result, options_text(options, mode, seed), log)
+    return RunOutcome(result, run_dir, history_path, report, mode, tuple(log))
+
+
+def options_text(options: RunOptions, mode: str, seed: int) -> str:
+    return (
+        f"nodes={options.nodes} time={options.time_s:.0f}s network={mode} seed={seed} "
+        f"nemeses={','.join(options.nemeses) or 'none'} interval={options.interval_s}s "
+        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit}"
+    )
+
+
+async def _run(
+    options: RunOptions,
+    run_dir: str,
+    net: NetnsNetwork | None,
+    writer: HistoryWriter,
+    seed: int,
+    say: Callable[[str], None],
+) -> list[str]:
+    n = options.nodes
+    total = n + _spares(options)
+    want_proxies = net is None or bool({"latency", "loss"} & set(options.nemeses))
+    async with trio.open_nursery() as services:
+        placement = Placement(nodes={})
+        if net is not None:
+            for i in range(total):
+                placement.nodes[i] = NodeAddress(net.address(i), *_NETNS_PORTS)
+                placement.prefixes[i] = net.exec_prefix(i)
+        else:
+            ports = free_ports(3 * total)
+            for i in range(total):
+                placement.nodes[i] = NodeAddress("127.0.0.1", *ports[3 * i : 3 * i + 3])
+        proxies: ProxyLayer | None = None
+        if want_proxies:
+            proxies = ProxyLayer(net.host_address if net else "127.0.0.1", seed=seed)
+            for a in range(n):
+                for b in range(a + 1, n):
+                    target = (placement.nodes[b].host, placement.nodes[b].peer)
+                    port = await proxies.add_link(services, a, b, target)
+                    placement.peer_views.setdefault(a, {})[b] = (proxies.host, port)
+        cluster = JepsenCluster(
+            placement,
+            os.path.join(run_dir, "data"),
+            os.path.join(run_dir, "logs"),
+            members=list(range(n)),
+            spares=list(range(n, total)),
+            unsafe_ack_before_commit=options.unsafe_ack_before_commit,
+        )
+        network = Network(
+            net.cut if net else None,
+            net.heal if net else None,
+            proxies,
+        )
+        ctx = NemesisContext(
+            cluster, network, options.workload.topic, options.workload.partitions,
+            random.Random(seed),
+        )  # fmt: skip
+        try:
+            for i in range(n):
+                cluster.start(i)
+            await cluster.wait_ready()
+            await cluster.create_topic(
+                options.workload.topic, options.workload.partitions, min(3, n)
+            )
+            say(f"cluster of {n} ready; running {options.time_s:.0f} s")
+            rec = Recorder(writer)
+            await _workloads(rec, cluster, ctx, options)
+            say("healing and reading everything back")
+            await heal_everything(ctx)
+            try:
+                await cluster.wait_ready(timeout=120)
+            except ClusterFault as exc:
+                # A broker that cannot come back (a disk fault it does not survive) is a
+                # finding, not a harness failure: read what the others have, and report it.
+                ctx.log.append(f"after healing: {exc}")
+                say(f"after healing: {exc}")
+            await trio.sleep(options.recovery_s)
+            bootstrap = cluster.bootstrap
+            topic = options.workload.topic
+            for attempt in range(3):
+                if await final_read(
+                    rec,
+                    f"final-{attempt}",
+                    bootstrap,
+                    options.workload,
+                    lambda: cluster.high_watermarks(topic),
+                ):
+                    break
+                await trio.sleep(5)
+        finally:
+            cluster.stop_all()
+            services.cancel_scope.cancel()
+    return ctx.log
+
+
+def _spares(options: RunOptions) -> int:
+    """Brokers kept in reserve for the membership nemesis to add (with ADDBROKER)."""
+    return 1 if "membership" in options.nemeses else 0
+
+
+async def _workloads(
+    rec: Recorder, cluster: JepsenCluster, ctx: NemesisContext, options: RunOptions
+) -> None:
+    stop = trio.Event()
+    w = options.workload
+    bootstrap = cluster.bootstrap
+    async with trio.open_nursery() as nursery:
+        process = 0
+        for k in range(w.producers):
+            nursery.start_soon(producer, rec, process, bootstrap, w, k % 2 == 0, stop)
+            process += 1
+        for _ in range(w.consumers):
+            nursery.start_soon(consumer, rec, process, bootstrap, w, stop)
+            process += 1
+        for _ in range(w.group_members):
+            nursery.start_soon(group_member, rec, process, bootstrap, w, stop)
+            process += 1
+        if options.nemeses:
+            nursery.start_soon(
+                run_nemesis, rec, ctx, list(options.nemeses), options.interval_s, stop
+            )
+        await trio.sleep(options.time_s)
+        stop.set()
