@@ -58,7 +58,8 @@ from kafkaesque.protocol import (
     encode_reply,
     partition_for_key,
 )
-from kafkaesque.raft import Role
+from kafkaesque.raft import NotLeader, Role
+from kafkaesque.raft._driver import CommitTimeout
 from kafkaesque.storage import BatchType, Record, build_batch, decode_records, iter_batches
 
 from ._assignor import MemberSpec, assign
@@ -201,7 +202,7 @@ class GroupCoordinator:
 
     async def _offsets(self, partition: int, command: FetchOffsets) -> bytes:
         info = self._topic(command.topic)
-        table = await self._table(partition)
+        table = await self._read_table(partition)
         rows: list[Reply] = [
             OffsetRow(command.topic, p, table.offsets.get((command.group, command.topic, p)))
             for p in range(info.config.partitions)
@@ -210,7 +211,7 @@ class GroupCoordinator:
 
     async def _describe(self, partition: int, command: DescribeGroup) -> bytes:
         info = self._topic(command.topic)
-        table = await self._table(partition)
+        table = await self._read_table(partition)
         group = table.groups.get((command.group, command.topic), _Group())
         owners = {p: m for m, ps in group.assignment.items() for p in ps}
         rows: list[Reply] = []
@@ -372,6 +373,22 @@ class GroupCoordinator:
             _apply(table, fetched.data)
             table.next_offset = fetched.next_offset
         return table
+
+    async def _read_table(self, partition: int) -> _Table:
+        """``_table``, confirmed current: a leader cut off from the others may not know that
+        another one took over and accepted commits (found by jepsen_like: a deposed coordinator
+        answered OFFSETS with an offset older than one committed through its successor). A
+        read-index round (a heartbeat a majority answers) proves it still leads."""
+        try:
+            await self._broker.raft.read_index(
+                _group_id(partition), timeout=self._broker.config.write_timeout_s
+            )
+        except (NotLeader, CommitTimeout) as exc:
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"the group's coordinator cannot confirm it leads: {exc}; retry",
+            ) from exc
+        return await self._table(partition)
 
     async def _write(self, partition: int, records: list[Record]) -> None:
         """Append ``records`` as one batch to the offsets partition; return once committed."""

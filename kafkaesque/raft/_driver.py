@@ -101,6 +101,14 @@ class ProposalLost(Exception):
 
 
 @dataclass(eq=False)
+class _PendingRead:
+    """A read-index request: ``index`` once confirmed, None if leadership was lost first."""
+
+    done: trio.Event = field(default_factory=trio.Event)
+    index: int | None = None
+
+
+@dataclass(eq=False)
 class RaftGroup:
     """One Raft group hosted here: its core, its storage, and who waits for its commits."""
 
@@ -118,6 +126,8 @@ class RaftGroup:
     # Corruption found and not yet repaired: the core is set aside until the driver repairs.
     corrupt: CorruptLogError | None = None
     _on_corrupt: Callable[[RaftGroup, CorruptLogError], None] | None = None
+    # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
+    _reads: dict[bytes, _PendingRead] = field(default_factory=dict)
 
     def report_corruption(self, error: CorruptLogError) -> None:
         """A read of this group's log (a consumer's fetch, say) found ``error``: repair it.
@@ -205,6 +215,7 @@ class MultiRaft:
         self._silent: set[int] = set()  # peers not heard from lately
         self._wake = trio.Event()
         self._ticks = 0
+        self._read_seq = 0  # read-index request ids (ctx), unique in this driver
         self._last_heard: dict[int, int] = {}
         self._election_tick = self._raft_config(node_id).election_tick
         self.fsyncs = 0
@@ -355,6 +366,39 @@ class MultiRaft:
         if group.storage.last_index() < last or group.storage.log.term_at(last) != term:
             raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
         raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
+
+    async def read_index(self, group_id: str, *, timeout: float = 5.0) -> int:
+        """A linearizable read point (Raft thesis §6.4): wait until this leader has confirmed,
+        with a heartbeat round answered by a majority, that it still leads, and until its commit
+        index has reached the commit index it had when asked. Every write acknowledged before
+        the call is then at or below ``group.commit_index``: state read now is not stale, even if
+        another leader was elected behind this one's back.
+
+        Raises ``NotLeader`` (not the leader, or leadership lost before the read was confirmed)
+        or ``CommitTimeout`` (no answer within ``timeout``: a partition, say; retry).
+        """
+        group = self.groups[group_id]
+        if group.corrupt is not None:
+            raise NotLeader(None)
+        self._read_seq += 1
+        ctx = self._read_seq.to_bytes(8, "big")
+        group.node.read_index(ctx)  # raises NotLeader
+        pending = group._reads[ctx] = _PendingRead()
+        self._wake_group(group)
+        try:
+            with trio.move_on_after(timeout):
+                await pending.done.wait()
+                while pending.index is not None and group.commit_index < pending.index:
+                    await group.changed.wait()
+        finally:
+            group._reads.pop(ctx, None)
+        if not pending.done.is_set():
+            raise CommitTimeout(f"{group_id}: no read point within {timeout} s")
+        if pending.index is None:
+            raise NotLeader(group.node.leader)
+        if group.commit_index < pending.index:
+            raise CommitTimeout(f"{group_id}: not applied up to the read point within {timeout} s")
+        return pending.index
 
     def propose_nowait(self, group_id: str, batch: bytes, count: int) -> tuple[int, int]:
         """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
@@ -686,6 +730,15 @@ class MultiRaft:
             group.commit_index = max(group.commit_index, rd.committed[1])
         if rd.committed is not None or rd.truncate_from is not None or rd.log_reset is not None:
             group._notify()
+        for state in rd.read_states:
+            pending = group._reads.get(state.ctx)
+            if pending is not None:
+                pending.index = state.index
+                pending.done.set()
+        for ctx in rd.dropped_reads:
+            pending = group._reads.get(ctx)
+            if pending is not None:
+                pending.done.set()  # index None: leadership was lost
         group.node.advance(rd)
         if group.node.has_ready():
             self._mark(group)
