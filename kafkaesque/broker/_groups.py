@@ -41,7 +41,6 @@ import trio
 
 from kafkaesque.protocol import (
     INTERNAL_TOPIC_PREFIX,
-    Acks,
     Commit,
     Cons,
     DescribeGroup,
@@ -106,6 +105,8 @@ class GroupCoordinator:
         self.session_timeout_s = session_timeout_s
         self._tables: dict[int, _Table] = {}
         self._locks: dict[int, trio.Lock] = {}
+        # One lock per committed key (group, topic, partition): as many as keys ever committed.
+        self._commit_locks: dict[tuple[str, str, int], trio.Lock] = {}
         self._seen: dict[str, float] = {}  # member -> when the coordinator last heard of it
         # Partitions whose owner is changing (written, not yet applied): owned by no one.
         self._moving: dict[tuple[str, str], frozenset[int]] = {}
@@ -183,21 +184,24 @@ class GroupCoordinator:
                 ErrorCode.UNKNOWN_PARTITION,
                 f"{command.topic} has partitions 0..{info.config.partitions - 1}",
             )
-        table = await self._table(partition)
-        if command.member is not None:
-            _, owned = self._owned(table, command.member, command.topic)
-            if command.partition not in owned:
-                raise _not_assigned(command.topic, {command.partition})
         key = (command.group, command.topic, command.partition)
-        current = table.offsets.get(key)
-        if current is not None and command.offset < current:
-            raise RequestError(
-                ErrorCode.OFFSET_OUT_OF_RANGE,
-                f"committed offsets never go backwards: {command.group} has {current} for "
-                f"{command.topic}/{command.partition}",
-            )
-        record = Record(key=msgpack.packb(["o", *key]), value=msgpack.packb(command.offset))
-        await self._write(partition, [record])
+        # Check and write as one step per key: two commits of one key that both passed the
+        # check before either was written could otherwise land in the wrong order.
+        async with self._commit_locks.setdefault(key, trio.Lock()):
+            table = await self._table(partition)
+            if command.member is not None:
+                _, owned = self._owned(table, command.member, command.topic)
+                if command.partition not in owned:
+                    raise _not_assigned(command.topic, {command.partition})
+            current = table.offsets.get(key)
+            if current is not None and command.offset < current:
+                raise RequestError(
+                    ErrorCode.OFFSET_OUT_OF_RANGE,
+                    f"committed offsets never go backwards: {command.group} has {current} for "
+                    f"{command.topic}/{command.partition}",
+                )
+            record = Record(key=msgpack.packb(["o", *key]), value=msgpack.packb(command.offset))
+            await self._write(partition, [record])
         return encode_reply(OkReply())
 
     async def _offsets(self, partition: int, command: FetchOffsets) -> bytes:
@@ -393,7 +397,8 @@ class GroupCoordinator:
     async def _write(self, partition: int, records: list[Record]) -> None:
         """Append ``records`` as one batch to the offsets partition; return once committed."""
         batch = build_batch(records)
-        await self._broker.writes.write(_group_id(partition), batch, len(records), Acks.QUORUM)
+        # As the leader that checked, or not at all (see WritePath.write_as_leader).
+        await self._broker.writes.write_as_leader(_group_id(partition), batch, len(records))
         await self._table(partition)
 
     async def _internal_topic(self) -> TopicInfo:

@@ -254,6 +254,29 @@ class WritePath:
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
             attempt = self.start(group_id, batch, count, acks, deadline)
 
+    async def write_as_leader(
+        self, group_id: str, batch: bytes, count: int, acks: Acks = Acks.QUORUM
+    ) -> tuple[int, int]:
+        """Write ``batch`` as this broker's leader replica, in one attempt: never forwarded,
+        never retried elsewhere.
+
+        For a write whose meaning rests on state this leader checked just before (a group
+        coordinator's commit, checked against its table): forwarded to another leader, or
+        retried until a delayed copy lands, it could be applied after writes that check never
+        saw (found by jepsen_like: a commit's stale copy landed after later commits). Raises
+        ``RequestError``: ``NOT_LEADER`` (nothing written; ask the new leader) or ``TIMEOUT``
+        (the outcome is unknown).
+        """
+        group = self._raft.groups.get(group_id)
+        if group is None or group.role is not Role.LEADER:
+            raise RequestError(ErrorCode.NOT_LEADER, f"{group_id}: not the leader here; retry")
+        deadline = trio.current_time() + self.timeout
+        try:
+            return await self.finish(self._start_local(group, batch, count), acks, deadline)
+        except _Retry as retry:
+            code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
+            raise RequestError(code, f"{group_id}: {retry}; retry") from None
+
     # -- the leader's side of a forwarded append -------------------------------------------
 
     def start_forwarded(
