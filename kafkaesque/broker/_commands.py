@@ -64,7 +64,8 @@ from kafkaesque.protocol import (
     partition_for_key,
     published_reply,
 )
-from kafkaesque.raft import Role
+from kafkaesque.raft import NotLeader, Role
+from kafkaesque.raft._driver import CommitTimeout, RaftGroup
 from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
 from ._appender import Flight
@@ -336,7 +337,7 @@ class CommandHandler:
                     f"this replica's log ends at {group.log.log_end_offset}, before offset "
                     f"{command.offset}: it is behind the leader; retry",
                 )
-            fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
+            fetched = await self._read_local(group, command.offset, max_bytes, wait_s)
         else:
             fetched = await self.fetch_batches(
                 command.topic, command.partition, command.offset, max_bytes, wait_s
@@ -361,7 +362,7 @@ class CommandHandler:
         """
         group = self._broker.local_group(topic, partition)
         if group is not None and group.role is Role.LEADER:
-            return await fetch_committed(group, offset, max_bytes, wait_s)
+            return await self._read_local(group, offset, max_bytes, wait_s)
         info = self._topic(topic)
         fetch = Fetch(topic, partition, offset, max_bytes, int(wait_s * 1000))
         try:
@@ -369,13 +370,39 @@ class CommandHandler:
         except RequestError:
             if group is None or beyond_follower(group, offset):
                 raise
-            return await fetch_committed(group, offset, max_bytes, wait_s)
+            return await self._read_local(group, offset, max_bytes, wait_s)
         match replies:
             case [DataReply(next_offset=n, payload=data, high_watermark=hw)]:
                 return Fetched(data, n, hw if hw is not None else n)
             case [ErrorReply(code=code, message=message)]:
                 raise RequestError(code, message)
         raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {replies}")
+
+    async def _read_local(
+        self, group: RaftGroup, offset: int, max_bytes: int, wait_s: float
+    ) -> Fetched:
+        """``fetch_committed`` on this replica, where "past the end of the log" is answered
+        OFFSET_OUT_OF_RANGE only by a leader that confirms it still leads.
+
+        A consumer told OFFSET_OUT_OF_RANGE resets its position to the log start. A deposed
+        leader that has not heard of its successor yet (it was paused, or cut off) has a shorter
+        log than what was committed since; its "out of range" sent consumers back to offset 0
+        (found by jepsen_like). It answers NOT_LEADER instead, and the consumer retries.
+        """
+        try:
+            return await fetch_committed(group, offset, max_bytes, wait_s)
+        except RequestError as exc:
+            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE or offset <= group.log.log_end_offset:
+                raise
+            try:
+                await self._broker.raft.read_index(group.id, timeout=self._broker.writes.timeout)
+            except (NotLeader, CommitTimeout) as lost:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"{group.id}: offset {offset} is past this replica's log, which may be "
+                    f"behind the leader's ({lost}); retry",
+                ) from exc
+            return await fetch_committed(group, offset, max_bytes, wait_s)
 
     async def cons_pass(
         self, topic: str, wanted: dict[int, int], limit: int, deadline: float
