@@ -1,0 +1,453 @@
+"""Every command in the docs is run by a test (issue 9: doc examples that rot are worse than none).
+
+The docs are README.md and docs/*.md. Their fenced code blocks are read as a reader reads them:
+
+* a block tagged ``sh`` is a shell script, and each of its commands must match exactly one entry
+  of ``REGISTRY`` below, which says how it is run (``How``): here, in doc order, against one
+  cluster started for this module the way the README's tour starts it (the docs that start a
+  cluster of their own "or any running cluster" get that one); here, as a long-running command
+  that must print ``ready`` and stop cleanly; or by a named test elsewhere (this module checks
+  that it exists). A command added to the docs without an entry fails here, naming its file and
+  line, and so does an entry no doc has any more;
+* a block starting with ``$ telnet`` is a transcript, replayed over a socket and compared with
+  what the broker answers, line by line;
+* every other block must say what it is (``text``, ``python``, ...): an untagged block is an
+  error, since an untagged shell command would silently escape this test; ``python`` blocks
+  must at least compile.
+
+Documented ports and data directories are rewritten to the test's (see ``_rewrite.py``). The
+whole module takes about a minute (half of it the Spark job of the tour); the benchmarks the
+README lists are run by ``slow`` tests (a minute or two each).
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import signal
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import Enum
+from pathlib import Path
+
+import pytest
+
+from tests.docs._blocks import Block, Command, commands, read_blocks
+from tests.docs._procs import (
+    ROOT,
+    Env,
+    LongRunning,
+    kill_marked,
+    marked_processes,
+    run_script,
+)
+from tests.docs._rewrite import Rewriter, free_port_block
+from tests.docs._transcript import parse, replay
+from tests.mosquitto import running_mosquitto
+
+DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
+
+_READY_TIMEOUT_S = 180.0  # three brokers starting on two busy cores
+_SCRIPT_TIMEOUT_S = 300.0
+_STOP_TIMEOUT_S = 60.0
+
+
+class How(Enum):
+    HERE = "run here, in its block's bash script, against the tour's cluster"
+    TOUR_CLUSTER = "the tour's cluster: started once for this module, as the README starts it"
+    UNTIL_READY = "run here until it prints `ready`, then stopped with SIGTERM"
+    BACKGROUND = (
+        "started here in its block, against the tour's cluster; once it prints `ready` the "
+        "block goes on; stopped with SIGTERM after the block"
+    )
+    TEST = "run by the test named in `node`"
+    CI = "what CI runs"
+
+
+@dataclass(frozen=True)
+class Entry:
+    """How one documented command is run; ``command`` is its exact text (a regex if
+    ``pattern``). ``expect``: text the output of the command's block must hold."""
+
+    command: str
+    how: How
+    node: str = ""
+    expect: tuple[str, ...] = ()
+    pattern: bool = False
+    while_up: str = ""  # UNTIL_READY: a doc whose transcript is replayed while it runs
+
+    def matches(self, text: str) -> bool:
+        if self.pattern:
+            return re.fullmatch(self.command, text) is not None
+        return self.command == text
+
+
+def here(command: str, *expect: str) -> Entry:
+    return Entry(command, How.HERE, expect=expect)
+
+
+def by(node: str, command: str, *, pattern: bool = False) -> Entry:
+    return Entry(command, How.TEST, node=node, pattern=pattern)
+
+
+DEMO_TEST = "tests/cli/test_demo.py::test_demo_quick_runs_the_pipeline_end_to_end_and_loses_nothing"
+# The same nodes (3) and nemeses (kill-leader, partition) for 45 s instead of 60.
+JEPSEN_TEST = (
+    "tests/jepsen_like/test_runs.py::test_a_short_run_with_kill_leader_and_partitions_is_valid"
+)
+JEPSEN_LONG_TEST = "tests/jepsen_like/test_runs.py::test_ten_minutes_of_every_nemesis_is_valid"
+DEVICES_TEST = "tests/cli/test_devices.py::test_no_acknowledged_reading_is_lost_by_the_cluster"
+BENCH_TEST = "tests/docs/test_doc_commands.py::test_a_benchmark_prints_every_figure_it_documents"
+TOUR = "bin/kafkaesque cluster up -n 3 --mqtt --mqtt-rules examples/mqtt-rules.txt"
+
+REGISTRY: tuple[Entry, ...] = (
+    # README.md
+    by(DEMO_TEST, "bin/kafkaesque demo"),  # with --quick: the same pipeline, smaller
+    Entry("bin/test", How.CI),
+    Entry(TOUR, How.TOUR_CLUSTER),
+    here(
+        ".venv/bin/kafkaesque topic create readings --partitions 6 --replication-factor 3",
+        "created topic readings: 6 partitions, replication factor 3",
+    ),
+    here("seq 1000 | .venv/bin/kafkaesque produce orders", "produced 1,000 of 1,000 records"),
+    here(".venv/bin/kafkaesque consume orders --from-beginning --max 5", "consumed 5 records"),
+    here(".venv/bin/kafkaesque status", "brokers (3)"),
+    here(
+        "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -t 'phones/phone-00007/commands' -C 1 -W 30 &",
+        '{"command": "set-gain"}',  # the command reached the phone
+    ),
+    here(
+        "sleep 1; .venv/bin/kafkaesque produce commands --key phone-00007 "
+        '<<< \'{"command": "set-gain"}\''
+    ),
+    here("wait"),
+    here(
+        "mosquitto_pub -h 127.0.0.1 -p 9106 -q 1 -t phones/phone-tour/spectrum -m "
+        '"{\\"device\\": \\"phone-tour\\", \\"serial\\": 0, \\"ts_ms\\": $(date +%s%3N)}"'
+    ),
+    here(
+        ".venv/bin/kafkaesque consume readings --from-beginning --max 1",
+        '{"device": "phone-tour", "serial": 0, "ts_ms": ',  # the reading landed
+    ),
+    here(
+        ".venv/bin/kafkaesque devices -n 20 --duration 10 --bootstrap 127.0.0.1:9092",
+        "20 of 20 devices connected",
+        "lost (acknowledged, not in the log) 0",
+    ),
+    here(
+        ".venv/bin/python examples/device_report.py --bootstrap 127.0.0.1:9092",
+        "21 devices, ",  # the report of the twenty phones and the reading typed above ...
+        " messages, 0 lost, ",  # ... none of it lost
+    ),
+    by(
+        JEPSEN_TEST,
+        ".venv/bin/kafkaesque jepsen --nodes 3 --time 60 --nemesis kill-leader,partition",
+    ),
+    by(BENCH_TEST, r"\.venv/bin/python -m bench\.\w+ --quick", pattern=True),
+    # docs/mqtt-bridge.md: the tour's cluster is the "any running cluster" its comment allows; the
+    # "existing MQTT broker" on 1883 is a mosquitto of the test's
+    Entry("kafkaesque cluster up", How.TOUR_CLUSTER),
+    here(
+        "cat > rules <<'EOF'\nphones/+/spectrum -> readings key=1\n"
+        "phones/+/commands -> commands key=1\nEOF"
+    ),
+    Entry(
+        "kafkaesque mqtt-bridge --upstream 127.0.0.1:1883 --bootstrap 127.0.0.1:9092 "
+        "--rules rules --converter json --dead-letter-topic readings-dlq --to-mqtt commands",
+        How.BACKGROUND,
+    ),
+    # docs/mqtt.md
+    here(
+        "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -i phone-00007 -c "
+        "-t 'phones/phone-00007/commands' -E"
+    ),
+    here(
+        "mosquitto_pub -h 127.0.0.1 -p 9106 -q 1 -t 'phones/phone-00007/spectrum' "
+        "-m '{\"serial\": 0}'"
+    ),
+    # docs/devices.md: the tour's cluster has the same two rules (examples/mqtt-rules.txt)
+    here(
+        "printf 'phones/+/spectrum -> readings key=1\\nphones/+/commands -> commands key=1\\n'"
+        " > rules.txt"
+    ),
+    Entry("kafkaesque cluster up --mqtt --mqtt-rules rules.txt", How.TOUR_CLUSTER),
+    # 2,000 devices for 30 s: too much for this module; the test runs 30 of them through the
+    # same code (the load processes and the read-back of the log), and the tour runs 20 by the CLI
+    by(
+        DEVICES_TEST,
+        "kafkaesque devices -n 2000 --interval 0.5 --duration 30 --bootstrap 127.0.0.1:9092",
+    ),
+    # docs/jepsen.md: the closest runs (slow): every nemesis, these nodes, ten minutes
+    by(
+        JEPSEN_LONG_TEST + "[5]",
+        "kafkaesque jepsen --nodes 5 --time 300 --nemesis kill-leader,pause,partition",
+    ),
+    by(JEPSEN_LONG_TEST + "[3]", "kafkaesque jepsen --nodes 3 --time 120 --nemesis all"),
+    here("python -m kafkaesque.cli jepsen --help", "usage: kafkaesque jepsen"),
+    # docs/operations.md
+    Entry("bin/kafkaesque cluster up -n 3", How.UNTIL_READY, while_up="docs/protocol.md"),
+    Entry("bin/kafkaesque cluster up -n 3 --base-port 0 --data-dir /tmp/kq", How.UNTIL_READY),
+    Entry(
+        "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
+        "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
+        How.UNTIL_READY,
+    ),
+)
+
+# Where each doc's telnet transcripts are replayed: the tour's cluster, or (``while_up``) a
+# cluster of their own, fresh as when they were recorded.
+TRANSCRIPTS_ON_THE_TOUR = ("README.md",)
+
+
+# -- reading the docs ---------------------------------------------------------------------------
+
+
+def all_blocks() -> list[Block]:
+    return [block for path in DOCS for block in read_blocks(ROOT, path)]
+
+
+def all_commands() -> list[Command]:
+    return [command for block in all_blocks() if block.is_shell for command in commands(block)]
+
+
+def entry_of(command: Command) -> Entry:
+    found = [entry for entry in REGISTRY if entry.matches(command.text)]
+    assert len(found) == 1, f"{command.where}: {len(found)} registry entries for {command.text!r}"
+    return found[0]
+
+
+# -- the docs say what their blocks are ---------------------------------------------------------
+
+
+def test_every_code_block_is_tagged_or_a_telnet_transcript() -> None:
+    problems = []
+    for block in all_blocks():
+        if block.tag or block.is_transcript:
+            continue
+        if block.looks_like_shell():
+            problems.append(
+                f"{block.where}: shell commands in an untagged block: tag it sh or make it text"
+            )
+        else:
+            problems.append(f"{block.where}: untagged block: tag it text (or toml, python, ...)")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_python_block_compiles() -> None:
+    blocks = [block for block in all_blocks() if block.tag == "python"]
+    assert blocks
+    for block in blocks:
+        compile("\n".join(block.lines) + "\n", block.where, "exec")
+
+
+def test_every_documented_command_has_exactly_one_registry_entry() -> None:
+    problems = []
+    for command in all_commands():
+        found = [entry for entry in REGISTRY if entry.matches(command.text)]
+        if len(found) != 1:
+            problems.append(
+                f"{command.where}: {command.text!r} matches {len(found)} registry entries "
+                "(add one saying how a test runs it)"
+            )
+    assert not problems, "\n".join(problems)
+
+
+def test_every_registry_entry_is_a_documented_command() -> None:
+    texts = [command.text for command in all_commands()]
+    stale = [entry.command for entry in REGISTRY if not any(map(entry.matches, texts))]
+    assert not stale, f"registry entries no doc has any more: {stale}"
+
+
+def test_the_tests_the_registry_names_exist() -> None:
+    for entry in REGISTRY:
+        if entry.how is How.TEST:
+            path, _, name = entry.node.partition("::")
+            name = name.split("[")[0]  # a parametrized test's id names its function
+            tree = ast.parse((ROOT / path).read_text(encoding="utf-8"))
+            defined = {node.name for node in tree.body if isinstance(node, ast.FunctionDef)}
+            assert name in defined, f"{entry.command!r}: no test {entry.node}"
+        elif entry.how is How.UNTIL_READY and entry.while_up:
+            assert any(b.is_transcript for b in read_blocks(ROOT, entry.while_up)), entry.while_up
+
+
+def _wait_ready(process: LongRunning, scratch: Path) -> None:
+    """Until ``process`` prints ``ready``; on failure, with the tails of the logs it wrote."""
+    try:
+        process.wait_for("ready", _READY_TIMEOUT_S)
+    except AssertionError as exc:
+        logs = [
+            f"--- {log}:\n" + "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+            for log in sorted(scratch.rglob("*.log"))
+        ]
+        raise AssertionError("\n".join([str(exc), *logs])) from None
+
+
+# -- the tour: one cluster, the README's commands in order ---------------------------------------
+
+
+@dataclass
+class Tour:
+    rewriter: Rewriter
+    env: Env
+    cluster: LongRunning
+    marker: str
+    cwd: Path  # where scripts that name no repository path run (the files they write land there)
+
+
+@pytest.fixture(scope="module")
+def tour(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tour]:
+    """The README's ``cluster up``, on a free block of ports and in a temporary directory."""
+    scratch = tmp_path_factory.mktemp("docs-tour")
+    with running_mosquitto(scratch / "upstream-mqtt") as upstream:
+        rewriter = Rewriter(free_port_block(), scratch, upstream_mqtt=upstream.port)
+        marker = str(scratch)
+        env = Env(marker, f"127.0.0.1:{rewriter.base_port}")
+        cluster = LongRunning(rewriter.command(TOUR), env)
+        try:
+            _wait_ready(cluster, scratch)
+            yield Tour(rewriter, env, cluster, marker, scratch / "cwd")
+        finally:
+            cluster.stop(signal.SIGINT, _STOP_TIMEOUT_S)
+            kill_marked(marker)
+
+
+def _tour_docs() -> list[str]:
+    """The docs with something to run on the tour's cluster, in order."""
+    found = []
+    for path in DOCS:
+        blocks = read_blocks(ROOT, path)
+        transcripts = path in TRANSCRIPTS_ON_THE_TOUR and any(b.is_transcript for b in blocks)
+        texts = [c.text for b in blocks if b.is_shell for c in commands(b)]
+        # Tolerant of commands without an entry: the registry test names those.
+        runs = (How.HERE, How.BACKGROUND)
+        if transcripts or any(e.how in runs and any(map(e.matches, texts)) for e in REGISTRY):
+            found.append(path)
+    return found
+
+
+@pytest.mark.parametrize("path", _tour_docs())
+def test_the_commands_of_a_doc_run_in_order_on_the_tours_cluster(path: str, tour: Tour) -> None:
+    for block in read_blocks(ROOT, path):
+        if block.is_transcript and path in TRANSCRIPTS_ON_THE_TOUR:
+            transcript = parse(block.lines, block.line)
+            address = ("127.0.0.1", tour.rewriter.port(transcript.port))
+            problems = replay(transcript, address)
+            assert not problems, f"{block.where}: the transcript differs:\n" + "\n".join(problems)
+        elif block.is_shell:
+            _run_block(block, tour)
+
+
+_REPO_PATH = re.compile(r"(^|[\s;|&(])(bin|\.venv|examples|bench|docs)/")
+
+
+def _run_block(block: Block, tour: Tour) -> None:
+    """The block's HERE commands as bash scripts, its BACKGROUND ones running meanwhile."""
+    entries = [(command, entry_of(command)) for command in commands(block)]
+    # In the repository root when the block names a path in it; else in a scratch directory,
+    # so that the files a doc writes (a rules file) do not land in the checkout.
+    cwd = ROOT if any(_REPO_PATH.search(c.text) for c, _ in entries) else tour.cwd
+    cwd.mkdir(exist_ok=True)
+    pending: list[tuple[Command, Entry]] = []
+    background: list[tuple[Command, Entry, LongRunning]] = []
+    try:
+        for command, entry in entries:
+            if entry.how is How.HERE:
+                pending.append((command, entry))
+            elif entry.how is How.BACKGROUND:
+                _run_script(block, pending, tour, cwd)
+                pending = []
+                process = LongRunning(tour.rewriter.command(command.text), tour.env, cwd)
+                background.append((command, entry, process))
+                _wait_ready(process, tour.cwd)
+        _run_script(block, pending, tour, cwd)
+        for command, entry, process in background:
+            status = process.stop(signal.SIGTERM, _STOP_TIMEOUT_S)
+            assert status == 0, f"{command.where}: exit {status}:\n{process.output}"
+            for text in entry.expect:
+                assert text in process.output, f"{command.where}: no {text!r} in:\n{process.output}"
+    finally:
+        for _, _, process in background:
+            process.stop(signal.SIGKILL, _STOP_TIMEOUT_S)
+
+
+def _run_script(block: Block, mine: list[tuple[Command, Entry]], tour: Tour, cwd: Path) -> None:
+    if not mine:
+        return
+    script = "\n".join(tour.rewriter.command(c.text) for c, _ in mine)
+    result = run_script(script, tour.env, _SCRIPT_TIMEOUT_S, cwd)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, f"{block.where}: exit {result.returncode}:\n{output}"
+    for command, entry in mine:
+        for text in entry.expect:
+            assert text in output, f"{command.where}: no {text!r} in:\n{output}"
+
+
+def test_the_tours_cluster_stops_on_ctrl_c_and_leaves_no_process(tour: Tour) -> None:
+    status = tour.cluster.stop(signal.SIGINT, _STOP_TIMEOUT_S)
+    assert status == 0, f"exit {status}:\n{tour.cluster.output}"
+    assert "stopping" in tour.cluster.output.splitlines()
+    assert not marked_processes(tour.marker), "processes outlived the cluster"
+
+
+# -- long-running commands ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "entry",
+    [e for e in REGISTRY if e.how is How.UNTIL_READY],
+    ids=lambda e: " ".join(e.command.split()[:7]),
+)
+def test_a_long_running_command_prints_ready_and_stops_on_sigterm(
+    entry: Entry, tmp_path: Path
+) -> None:
+    rewriter = Rewriter(free_port_block(), tmp_path)
+    marker = str(tmp_path)
+    env = Env(marker, f"127.0.0.1:{rewriter.base_port}")
+    process = LongRunning(rewriter.command(entry.command), env)
+    try:
+        _wait_ready(process, tmp_path)
+        if entry.while_up:
+            for block in read_blocks(ROOT, entry.while_up):
+                if block.is_transcript:
+                    transcript = parse(block.lines, block.line)
+                    problems = replay(transcript, ("127.0.0.1", rewriter.port(transcript.port)))
+                    assert not problems, f"{block.where}: differs:\n" + "\n".join(problems)
+        status = process.stop(signal.SIGTERM, _STOP_TIMEOUT_S)
+        assert status == 0, f"exit {status}:\n{process.output}"
+        assert not marked_processes(marker), "processes outlived the command"
+    finally:
+        process.stop(signal.SIGKILL, _STOP_TIMEOUT_S)
+        kill_marked(marker)
+
+
+# -- benchmarks ---------------------------------------------------------------------------------
+
+_BENCH = re.compile(r"\.venv/bin/python -m bench\.(\w+) --quick")
+
+
+def _documented_benchmarks() -> list[str]:
+    return [m.group(1) for c in all_commands() if (m := _BENCH.fullmatch(c.text))]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name", _documented_benchmarks())
+def test_a_benchmark_prints_every_figure_it_documents(name: str, tmp_path: Path) -> None:
+    """Its docstring's ``Ends with RESULT a=… b=…`` names every figure of the RESULT line."""
+    module = ROOT / "bench" / f"{name}.py"
+    doc = ast.get_docstring(ast.parse(module.read_text(encoding="utf-8"))) or ""
+    documented = re.search(r"RESULT ((?:\w+=…\s*)+)", doc)
+    assert documented, f"bench/{name}.py does not document its RESULT line"
+    names = re.findall(r"(\w+)=…", documented.group(1))
+    marker = str(tmp_path)
+    env = Env(marker, "")
+    try:
+        result = run_script(f".venv/bin/python -m bench.{name} --quick", env, 600.0)
+    finally:
+        kill_marked(marker)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    lines = [ln for ln in result.stdout.splitlines() if ln.startswith("RESULT ")]
+    assert len(lines) == 1, result.stdout[-3000:]
+    figures = dict(word.split("=", 1) for word in lines[0].split()[1:])
+    assert set(names) <= set(figures), f"missing {set(names) - set(figures)} in {lines[0]}"
+    for figure in names:
+        float(figures[figure])  # a number (nan: not measured, which the benchmark explains)
