@@ -462,14 +462,25 @@ class PartitionLog:
             )
         return header
 
-    def _check_new_batch(self, batch: bytes | memoryview) -> BatchHeader:
+    def _check_new_batch(
+        self, batch: bytes | memoryview, *, compacted_ok: bool = False
+    ) -> BatchHeader:
+        """``compacted_ok``: a batch may hold fewer records than offsets (even none), as a
+        batch of a compacted segment does when a leader replicates it to a follower behind; a
+        producer's batch (``check_batch``) must not."""
         # The header CRC only guards the fields stamping rewrites, so it is not worth checking.
         header = self._check_batch(batch, header_crc=False)
         if header.size != len(batch):
             raise InvalidBatchError(
                 f"batch length says {header.size} bytes but {len(batch)} were given"
             )
-        if header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
+        if compacted_ok:
+            if not 0 <= header.record_count <= header.last_offset_delta + 1:
+                raise InvalidBatchError(
+                    f"{header.record_count} records cannot fit in "
+                    f"{header.last_offset_delta + 1} offsets"
+                )
+        elif header.record_count < 1 or header.last_offset_delta != header.record_count - 1:
             raise InvalidBatchError(
                 f"a new batch needs contiguous offsets: {header.record_count} records "
                 f"spanning {header.last_offset_delta + 1} offsets"
@@ -543,7 +554,9 @@ class PartitionLog:
         writes: list[BatchWrite] = []
         results: list[AppendResult] = []
         for batch, term in batches:
-            header = (self._checked and self._take_checked(batch)) or self._check_new_batch(batch)
+            header = (self._checked and self._take_checked(batch)) or self._check_new_batch(
+                batch, compacted_ok=True
+            )
             if term < last_term:
                 raise ValueError(f"term {term} is below the log's last term {last_term}")
             last = base + header.last_offset_delta

@@ -19,6 +19,7 @@ import pytest
 from kafkaesque.storage import (
     CorruptLogError,
     FsyncPolicy,
+    InvalidBatchError,
     LogConfig,
     PartitionLog,
     Record,
@@ -300,3 +301,42 @@ def test_compaction_under_a_scrub_in_progress_is_not_taken_for_corruption(
         log.scrub_step(300)
     assert log.corruptions == 0
     log.close()
+
+
+def test_a_compacted_segment_replicates_to_a_follower_behind(tmp_path: Path) -> None:
+    # Found by a jepsen_like run: a leader compacted __consumer_offsets, a follower behind
+    # received the compacted batches (fewer records than offsets, some none at all) and its
+    # append refused them as "a new batch needs contiguous offsets", which stopped the broker.
+    leader = PartitionLog.open(str(tmp_path / "leader"), CONFIG)
+    for i in range(60):
+        leader.append(build_batch([Record(value=b"v%03d" % i * 8, key=b"k%d" % (i % 3))]), term=1)
+    leader.flush()
+    assert leader.compact().segments_rewritten >= 1
+    follower = PartitionLog.open(str(tmp_path / "follower"), CONFIG)
+    offset = 0
+    while offset < leader.log_end_offset:
+        result = leader.read(offset, 1 << 16)
+        pos = 0
+        batches = []
+        for header in iter_batches(result.data):
+            batches.append((bytes(result.data[pos : pos + header.size]), header.term))
+            pos += header.size
+        follower.append_many(batches)
+        offset = result.next_offset
+    assert follower.log_end_offset == leader.log_end_offset
+    assert _values(follower) == _values(leader)
+    with pytest.raises(InvalidBatchError, match="contiguous"):  # a producer's batch may not
+        follower.check_batch(_emptied(leader))
+    leader.close()
+    follower.close()
+
+
+def _emptied(log: PartitionLog) -> bytes:
+    """The first batch of ``log`` that compaction emptied (no records left)."""
+    result = log.read(log.log_start_offset, 1 << 20)
+    pos = 0
+    for header in iter_batches(result.data):
+        if header.record_count == 0:
+            return bytes(result.data[pos : pos + header.size])
+        pos += header.size
+    raise AssertionError("no emptied batch")
