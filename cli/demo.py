@@ -73,14 +73,14 @@ def add_parser(commands: Any) -> None:
         "--duration", type=float, default=120.0, help="seconds the phones publish (120)"
     )
     parser.add_argument(
-        "--quick", action="store_true", help="a short run (40 s of publishing, under 2 minutes)"
+        "--quick", action="store_true", help="a short run (30 s of publishing, under 2 minutes)"
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
     parser.set_defaults(run=run)
 
 
 def plan_for(args: argparse.Namespace) -> DemoPlan:
-    duration = 40.0 if args.quick else args.duration
+    duration = 30.0 if args.quick else args.duration
     interval = 0.5 if args.quick else args.interval
     if args.devices < 1 or interval <= 0 or duration < 10:
         raise DemoError("--devices must be positive, --interval > 0 and --duration >= 10")
