@@ -169,7 +169,8 @@ def test_kill_a_consumer_then_the_coordinators_broker(tmp_path: Path) -> None:
                 h = json.loads(line)
                 processed[(h["partition"], h["offset"])] = h["value"]
                 delivered[(h["partition"], h["offset"])] = (h["sent"], h["t"], h["member"])
-    assert len(produced) > 200
+    # Enough to matter, not a speed: a busy machine (CI beside a jepsen run) managed 98.
+    assert len(produced) > 50
     # Every committed message was processed, with its value: none skipped.
     for (p, o), value in produced.items():
         if committed.get(p) is not None and o < committed[p]:  # type: ignore[operator]
