@@ -47,7 +47,16 @@ from ._appender import PartitionAppender
 from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
 from ._errors import RequestError
-from ._forwarding import APPEND, BROKER_KINDS, COMMAND, LEADERS, REPLY, Forwarder, ForwardError
+from ._forwarding import (
+    APPEND,
+    BROKER_KINDS,
+    COMMAND,
+    FIND_RESEND,
+    LEADERS,
+    REPLY,
+    Forwarder,
+    ForwardError,
+)
 from ._groups import GroupCoordinator
 from ._leaders import Claim, LeaderTable, decode_claims, encode_claims
 from ._membership import Change, next_change
@@ -464,6 +473,17 @@ class Broker:
                 self._nursery.start_soon(self._serve_append, peer, req, started)
             elif kind == COMMAND:
                 self._nursery.start_soon(self._serve_command, peer, int(item[1]), item[2])
+            elif kind == FIND_RESEND:
+                _, req, group_id, client, packet, digest, seconds = item
+                self._nursery.start_soon(
+                    self._serve_find_resend,
+                    peer,
+                    int(req),
+                    str(group_id),
+                    (bytes(client), bytes(packet)),
+                    int(digest),
+                    float(seconds),
+                )
         except (ValueError, TypeError, IndexError, AttributeError) as exc:
             log.warning(
                 "broker %d: dropped a malformed request of broker %d: %s", self.config.id, peer, exc
@@ -476,6 +496,12 @@ class Broker:
             payload = await self.writes.finish_forwarded(started)
         else:
             payload = started
+        self.forwarder.reply(peer, req, payload)
+
+    async def _serve_find_resend(
+        self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
+    ) -> None:
+        payload = await self.writes.serve_find_resend(group_id, key, digest, s)
         self.forwarder.reply(peer, req, payload)
 
     async def _serve_command(self, peer: int, req: int, data: bytes) -> None:

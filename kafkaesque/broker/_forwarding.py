@@ -9,7 +9,9 @@ so the Raft driver's own kinds (0-2) stay apart:
 * ``[COMMAND, req, command_bytes]``: run this line-protocol command (encoded with
   ``encode_command``) here and send back the encoded reply;
 * ``[REPLY, req, payload]``: the answer to request ``req``;
-* ``[LEADERS, {group: term}]``: every group the sender leads now (see ``LeaderTable``).
+* ``[LEADERS, {group: term}]``: every group the sender leads now (see ``LeaderTable``);
+* ``[FIND_RESEND, req, group, client, packet, digest, seconds]``: as the leader of ``group``,
+  look an MQTT QoS 1 resend up in its log (``WritePath.find_resend``).
 
 Outcomes are kept apart as the error taxonomy demands: ``PeerUnavailable`` means the request was
 never sent (nothing happened there: retry freely); ``ForwardTimeout`` and ``PeerLost`` mean it
@@ -32,8 +34,9 @@ APPEND = 10
 COMMAND = 11
 REPLY = 12
 LEADERS = 13
+FIND_RESEND = 14
 
-BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS})
+BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS, FIND_RESEND})
 
 
 class ForwardError(Exception):

@@ -101,6 +101,14 @@ class IdempotentAppender:
         self._wake.set()
         return self._flight, index
 
+    async def settled(self) -> None:
+        """Until every record added so far has its outcome (committed, or failed)."""
+        flights = [*self._order, *(flight for flight, _ in self._sealed)]
+        if self._records:
+            flights.append(self._flight)
+        for flight in flights:
+            await flight.done.wait()
+
     def _seal(self) -> None:
         if self._records:
             self._sealed.append((self._flight, self._records))

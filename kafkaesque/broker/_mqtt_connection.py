@@ -82,13 +82,19 @@ class Send:
 
 @dataclass(frozen=True, slots=True)
 class Append:
-    """Append ``topic``/``payload`` to the log; send ``ack`` once the record is committed."""
+    """Append ``topic``/``payload`` to the log; send ``ack`` once the record is committed.
+
+    ``packet_id`` is the PUBLISH's (0 for QoS 0); ``resend`` marks a QoS 1 PUBLISH with DUP set,
+    which is looked up in the log before it is appended (``kafkaesque.broker._resends``).
+    """
 
     topic: str
     payload: bytes
     qos: int
     retain: bool
     ack: bytes
+    packet_id: int = 0
+    resend: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -389,7 +395,17 @@ class MqttServerConnection:
             actions.append(Append(packet.topic, packet.payload, 0, packet.retain, b""))
         elif packet.qos == 1:
             ack = encode_mqtt_puback(packet.packet_id)
-            actions.append(Append(packet.topic, packet.payload, 1, packet.retain, ack))
+            actions.append(
+                Append(
+                    packet.topic,
+                    packet.payload,
+                    1,
+                    packet.retain,
+                    ack,
+                    packet.packet_id,
+                    packet.dup,
+                )
+            )
         else:
             ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
             if packet.packet_id in self.awaiting_release:
@@ -398,7 +414,9 @@ class MqttServerConnection:
                 actions.append(Send(ack))
                 return
             self.awaiting_release.add(packet.packet_id)
-            actions.append(Append(packet.topic, packet.payload, 2, packet.retain, ack))
+            actions.append(
+                Append(packet.topic, packet.payload, 2, packet.retain, ack, packet.packet_id)
+            )
 
     def _subscribe(self, packet: Subscribe, actions: list[Action]) -> None:
         v5 = self._v() is MqttVersion.V5

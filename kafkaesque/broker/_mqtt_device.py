@@ -224,13 +224,25 @@ class MqttDevice:
 
     async def _append(self, action: Append) -> None:
         service = self.service
+        client = self.client_id or ""
         try:
-            flights = service.append_nowait(action.topic, action.payload, action.qos, action.retain)
-            if flights is None:  # a log topic to create first
+            for attempt in range(2):  # once more after creating a missing log topic
+                if action.resend and client:
+                    flights = await service.append_resend(
+                        action.topic, action.payload, action.retain, client, action.packet_id
+                    )
+                else:
+                    flights = service.append_nowait(
+                        action.topic,
+                        action.payload,
+                        action.qos,
+                        action.retain,
+                        client,
+                        action.packet_id,
+                    )
+                if flights is not None or attempt:
+                    break
                 await service.ensure_route(action.topic)
-                flights = service.append_nowait(
-                    action.topic, action.payload, action.qos, action.retain
-                )
         except RequestError as exc:
             log.info("mqtt %s: a PUBLISH could not be appended: %s", self.client_id, exc)
             flights = None

@@ -26,6 +26,8 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from kafkaesque.protocol import (
+    MQTT_CLIENT_HEADER,
+    MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_TOPIC_HEADER,
     ErrorCode,
@@ -56,6 +58,7 @@ from ._mqtt_sessions import (
     StoredSession,
     session_record,
 )
+from ._resends import resend_key, value_digest
 
 if TYPE_CHECKING:
     from ._broker import Broker
@@ -130,6 +133,7 @@ class MqttService:
                 "dropped",
                 "slow_disconnects",
                 "wills",
+                "resends_found",
             ),
             0,
         )
@@ -405,10 +409,14 @@ class MqttService:
         will = device.will
         if device.publish_will and will is not None:
             self.stats["wills"] += 1
+            publisher = client_id or ""
             try:
-                if self.append_nowait(will.topic, will.payload, will.qos, will.retain) is None:
+                if (
+                    self.append_nowait(will.topic, will.payload, will.qos, will.retain, publisher)
+                    is None
+                ):
                     await self.ensure_route(will.topic)
-                    self.append_nowait(will.topic, will.payload, will.qos, will.retain)
+                    self.append_nowait(will.topic, will.payload, will.qos, will.retain, publisher)
             except RequestError as exc:
                 log.info("mqtt %s: the Will could not be published: %s", client_id, exc)
 
@@ -440,27 +448,31 @@ class MqttService:
         return route
 
     def append_nowait(
-        self, topic: str, payload: bytes, qos: int, retain: bool
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        client_id: str = "",
+        packet_id: int = 0,
     ) -> list[MqttFlight] | None:
-        """Append one PUBLISH; the flights its acknowledgement waits for (the last is the
-        record's own). None when its log topic must be created first (``ensure_route``).
-        Raises ``RequestError`` when the broker cannot take it (shutting down, topic deleted).
+        """Append one PUBLISH of ``client_id``; the flights its acknowledgement waits for (the
+        last is the record's own). None when its log topic must be created first
+        (``ensure_route``). Raises ``RequestError`` when the broker cannot take it (shutting
+        down, topic deleted).
         """
-        route = self.route(topic)
-        topics = self._broker.metadata.view.topics
-        info = topics.get(route.log_topic)
-        if info is None or (retain and RETAINED_TOPIC not in topics):
+        placed = self._place(topic, client_id, retain)
+        if placed is None:
             return None
-        count = info.config.partitions
-        if route.key is not None:
-            partition = partition_for_key(route.key, count)
-        else:
-            counter = self._round_robin.setdefault(route.log_topic, itertools.count())
-            partition = next(counter) % count
+        route, partition = placed
+        headers = [(MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]]
+        if qos == 1 and client_id and packet_id:
+            client, packet = resend_key(client_id, packet_id)
+            headers += [(MQTT_CLIENT_HEADER, client), (MQTT_PACKET_ID_HEADER, packet)]
         record = Record(
             value=payload,
             key=route.key,
-            headers=((MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]),
+            headers=tuple(headers),
             timestamp=int(time.time() * 1000),
         )
         flight, _ = self._appender(route.log_topic, partition).add(record)
@@ -476,6 +488,55 @@ class MqttService:
         )
         retained_flight, _ = self._appender(RETAINED_TOPIC, 0).add(retained)
         return [flight, retained_flight]
+
+    async def append_resend(
+        self, topic: str, payload: bytes, retain: bool, client_id: str, packet_id: int
+    ) -> list[MqttFlight] | None:
+        """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
+        log holds the first copy already, nothing is appended and the flight returned is done,
+        at that copy's offset (see ``_resends``). If the lookup fails, the resend is appended
+        (at least once, as MQTT promises)."""
+        placed = self._place(topic, client_id, retain)
+        if placed is None:
+            return None
+        route, partition = placed
+        # A first copy sent through this broker gets its outcome first (it may be in a batch).
+        await self._appender(route.log_topic, partition).settled()
+        writes = self._broker.writes
+        try:
+            offset = await writes.find_resend(
+                group_name(route.log_topic, partition),
+                resend_key(client_id, packet_id),
+                value_digest(payload),
+                trio.current_time() + writes.timeout,
+            )
+        except RequestError as exc:
+            log.info("mqtt %s: resend of packet %d appended again: %s", client_id, packet_id, exc)
+            offset = None
+        if offset is None:
+            return self.append_nowait(topic, payload, 1, retain, client_id, packet_id)
+        self.stats["resends_found"] += 1
+        flight = MqttFlight(partition)
+        flight.base = offset
+        flight.finish()
+        return [flight]
+
+    def _place(self, topic: str, client_id: str, retain: bool) -> tuple[Route, int] | None:
+        """The route and partition of a PUBLISH to ``topic`` by ``client_id``; None when a topic
+        it needs does not exist yet. Without a key in the route, the partition follows the
+        client id: each device's messages stay in one partition, in order."""
+        route = self.route(topic)
+        topics = self._broker.metadata.view.topics
+        info = topics.get(route.log_topic)
+        if info is None or (retain and RETAINED_TOPIC not in topics):
+            return None
+        count = info.config.partitions
+        if route.key is not None:
+            return route, partition_for_key(route.key, count)
+        if client_id:
+            return route, partition_for_key(client_id.encode(), count)
+        counter = self._round_robin.setdefault(route.log_topic, itertools.count())
+        return route, next(counter) % count
 
     def _appender(self, topic: str, partition: int) -> IdempotentAppender:
         key = (topic, partition)

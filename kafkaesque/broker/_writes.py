@@ -27,13 +27,14 @@ import trio
 
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
-from kafkaesque.raft._driver import MultiRaft, RaftGroup
+from kafkaesque.raft._driver import CommitTimeout, MultiRaft, RaftGroup
 from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError
-from ._forwarding import APPEND, Forwarder, ForwardError, PeerUnavailable, _Call
+from ._forwarding import APPEND, FIND_RESEND, Forwarder, ForwardError, PeerUnavailable, _Call
 from ._leaders import LeaderTable
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
+from ._resends import ResendIndex
 
 log = logging.getLogger("kafkaesque.broker.writes")
 
@@ -97,6 +98,7 @@ class WritePath:
         # Told each acknowledged write's latency, from its first attempt (for metrics).
         self.on_written: Callable[[float], None] | None = None
         self._producers: dict[str, ProducerStates] = {}  # by group, for the term we lead it
+        self._resends: dict[str, ResendIndex] = {}  # by group, for the term we lead it
         # Deliberately broken mode (see UNSAFE_ACK_ENV): every ack is a leader-only ack.
         self.unsafe_ack_before_commit = os.environ.get(UNSAFE_ACK_ENV) == "1"
         if self.unsafe_ack_before_commit:
@@ -277,6 +279,81 @@ class WritePath:
             code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
             raise RequestError(code, f"{group_id}: {retry}; retry") from None
 
+    # -- MQTT QoS 1 resends ------------------------------------------------------------------
+
+    async def find_resend(
+        self, group_id: str, key: tuple[bytes, bytes], digest: int, deadline: float
+    ) -> int | None:
+        """The offset of the committed first copy of an MQTT QoS 1 resend, or None when the
+        log does not hold one (see ``_resends``): asked of the partition's leader, local or
+        remote, through failovers until ``deadline``.
+
+        Raises ``RequestError`` (``TIMEOUT``) when no leader answered in time.
+        """
+        backoff = 0.005
+        while True:
+            group = self._raft.groups.get(group_id)
+            try:
+                if group is not None and group.role is Role.LEADER:
+                    return await self._find_resend_here(group, key, digest, deadline)
+                leader = self.leader_of(group_id)
+                if leader is None or leader == self.node_id:
+                    raise _Retry("the partition has no leader yet")
+                remaining = max(0.0, deadline - trio.current_time())
+                payload = await self._forwarder.call(
+                    leader, FIND_RESEND, group_id, *key, digest, remaining, deadline=deadline
+                )
+                return _found_of(payload)
+            except (_Retry, ForwardError) as exc:
+                reason = str(exc)
+            now = trio.current_time()
+            if now >= deadline:
+                raise RequestError(
+                    ErrorCode.TIMEOUT, f"{group_id}: a resend could not be looked up ({reason})"
+                )
+            await trio.sleep(min(backoff, deadline - now))
+            backoff = min(backoff * 2, _MAX_BACKOFF_S)
+
+    async def serve_find_resend(
+        self, group_id: str, key: tuple[bytes, bytes], digest: int, seconds: float
+    ) -> list[Any]:
+        """A peer's ``find_resend``, as this leader: the payload to answer it with."""
+        group = self._raft.groups.get(group_id)
+        if group is None or group.role is not Role.LEADER:
+            return ["retry", "not the leader here"]
+        try:
+            offset = await self._find_resend_here(group, key, digest, trio.current_time() + seconds)
+        except _Retry as retry:
+            return ["retry", str(retry)]
+        return ["absent"] if offset is None else ["found", offset]
+
+    async def _find_resend_here(
+        self, group: RaftGroup, key: tuple[bytes, bytes], digest: int, deadline: float
+    ) -> int | None:
+        try:
+            # Every entry of an earlier term that will ever commit is in our log after this.
+            await self._raft.read_index(group.id, timeout=max(0.0, deadline - trio.current_time()))
+        except (NotLeader, CommitTimeout) as exc:
+            raise _Retry(f"no read point: {exc}") from exc
+        node = group.node
+        if node.role is not Role.LEADER:
+            raise _Retry("leadership moved")
+        index = self._resends.get(group.id)
+        if index is None or index.term != node.term:
+            index = self._resends[group.id] = ResendIndex(node.term)
+        offset = index.find(group.log, key, digest)
+        if offset is None:
+            return None
+        try:  # an entry of our own term may not have committed yet
+            await self._finish_local(
+                _Local(group, offset, node.log.term_at(offset), 1), Acks.QUORUM, deadline
+            )
+        except _Retry as retry:
+            if retry.unknown:
+                raise
+            return None  # replaced before it committed: the first copy is gone
+        return offset
+
     # -- the leader's side of a forwarded append -------------------------------------------
 
     def start_forwarded(
@@ -312,6 +389,18 @@ class ForwardedAppend:
     attempt: Attempt
     acks: Acks
     deadline: float
+
+
+def _found_of(payload: Any) -> int | None:
+    """Read a leader's answer to ``FIND_RESEND`` (see ``serve_find_resend``)."""
+    match payload:
+        case ["found", int(offset)]:
+            return offset
+        case ["absent"]:
+            return None
+        case ["retry", reason]:
+            raise _Retry(f"leader: {reason}")
+    raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True)
 
 
 def _outcome_of(payload: Any) -> tuple[int, int]:

@@ -9,13 +9,14 @@ A mapping is a list of rules, one a line, first match wins::
     sensors/#             -> sensors    key=topic  # key = the whole MQTT topic
 
 ``key=N`` takes the N-th level (0-based) of the MQTT topic as the record key, so one device's
-messages stay in one partition, in order; ``key=topic`` takes the whole topic; no key spreads the
-messages over the partitions. Comments start with ``#`` (a line of its own, or after the log
-topic); ``# -> everything`` is the rule for the filter ``#``. A topic that no rule matches goes to
-the fallback log topic (``mqtt``, keyed by the whole topic; ``default -> <log topic>`` renames
-it), so nothing is dropped, ``$``-topics included. Records written from MQTT carry the full MQTT
-topic in the header ``mqtt.topic``: MQTT topics may hold any UTF-8, log topic names stay within
-``[A-Za-z0-9._-]``.
+messages stay in one partition, in order; ``key=topic`` takes the whole topic; with no key, the
+partition follows the publisher's client id (each device's messages in one partition, in order,
+and the devices spread over the partitions). Comments start with ``#`` (a line of its own, or
+after the log topic); ``# -> everything`` is the rule for the filter ``#``. A topic that no rule
+matches goes to the fallback log topic (``mqtt``, keyed by the whole topic; ``default -> <log
+topic>`` renames it), so nothing is dropped, ``$``-topics included. Records written from MQTT
+carry the full MQTT topic in the header ``mqtt.topic``: MQTT topics may hold any UTF-8, log topic
+names stay within ``[A-Za-z0-9._-]``.
 
 Egress runs the other way: a record with an ``mqtt.topic`` header is delivered on that topic; a
 record without one (a controller's command appended with PUBS or the client library) is delivered
@@ -41,6 +42,10 @@ from ._mqtt_topics import (
 
 MQTT_TOPIC_HEADER: Final = "mqtt.topic"
 MQTT_QOS_HEADER: Final = "mqtt.qos"
+# A QoS 1 record's publisher and packet id: a resend (DUP) of it is found by these, not appended
+# twice (see ``kafkaesque.broker._resends``).
+MQTT_CLIENT_HEADER: Final = "mqtt.client"
+MQTT_PACKET_ID_HEADER: Final = "mqtt.pid"
 DEFAULT_LOG_TOPIC: Final = "mqtt"
 
 _KEY_TOPIC: Final = -1  # key_level value meaning "the whole MQTT topic"

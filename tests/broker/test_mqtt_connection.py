@@ -179,7 +179,14 @@ def test_qos0_appends_without_ack() -> None:
 def test_qos1_appends_with_a_puback_for_after_the_commit() -> None:
     conn = connected()
     actions = conn.receive(encode_mqtt(Publish("a/b", b"x", qos=1, packet_id=7), V311), 1.0)
-    assert actions == [Append("a/b", b"x", 1, False, encode_mqtt(Puback(7), V311))]
+    assert actions == [Append("a/b", b"x", 1, False, encode_mqtt(Puback(7), V311), 7)]
+
+
+def test_a_qos1_publish_with_dup_set_is_a_resend_to_look_up_first() -> None:
+    conn = connected()
+    publish = Publish("a/b", b"x", qos=1, dup=True, packet_id=7)
+    actions = conn.receive(encode_mqtt(publish, V311), 1.0)
+    assert actions == [Append("a/b", b"x", 1, False, encode_mqtt(Puback(7), V311), 7, True)]
 
 
 def test_several_packets_in_one_read_keep_their_order() -> None:
@@ -195,7 +202,7 @@ def test_qos2_is_appended_once_and_released() -> None:
     conn = connected()
     publish = Publish("a/b", b"x", qos=2, packet_id=9)
     first = conn.receive(encode_mqtt(publish, V311), 1.0)
-    assert first == [Append("a/b", b"x", 2, False, encode_mqtt(Pubrec(9), V311))]
+    assert first == [Append("a/b", b"x", 2, False, encode_mqtt(Pubrec(9), V311), 9)]
     # The device did not see the PUBREC and sends the PUBLISH again, DUP set: PUBREC only.
     again = conn.receive(encode_mqtt(Publish("a/b", b"x", qos=2, packet_id=9, dup=True), V311), 2)
     assert sent(again, V311) == [Pubrec(9)] and len(again) == 1

@@ -70,6 +70,8 @@ def test_paho_qos1_publishes_land_in_the_mapped_log_topic(cluster: LocalCluster)
     assert headers_of(mine[0]) == {
         "mqtt.topic": f"phones/{device}/spectrum".encode(),
         "mqtt.qos": b"1",
+        "mqtt.client": device.encode(),  # with the packet id, how a resend is recognised
+        "mqtt.pid": b"1",
     }
 
 
@@ -139,6 +141,36 @@ def test_a_retransmitted_qos2_publish_is_not_appended_twice(cluster: LocalCluste
         r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
     ]
     assert values == [b"once"]
+
+
+def test_a_qos1_resend_of_a_committed_message_is_acknowledged_not_appended_again(
+    cluster: LocalCluster,
+) -> None:
+    device = unique("phone")
+    topic = f"phones/{device}/spectrum"
+    first = RawMqtt(cluster.mqtt_address(0))
+    try:
+        first.connect(device)
+        first.send(encode_mqtt(Publish(topic, b"reading", 1, packet_id=21), first.version))
+        assert first.receive() == Puback(21)
+    finally:
+        first.close()  # as if the PUBACK had been lost with the connection
+    again = RawMqtt(cluster.mqtt_address(2))  # the device reconnects elsewhere and resends
+    try:
+        again.connect(device)
+        resend = Publish(topic, b"reading", 1, dup=True, packet_id=21)
+        again.send(encode_mqtt(resend, again.version))
+        assert again.receive() == Puback(21)
+        # A DUP whose first copy never reached the log is appended: nothing is lost.
+        lost = Publish(topic, b"never arrived", 1, dup=True, packet_id=22)
+        again.send(encode_mqtt(lost, again.version))
+        assert again.receive() == Puback(22)
+    finally:
+        again.close()
+    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    assert [r.value for r in records] == [b"reading", b"never arrived"]
+    assert headers_of(records[0])["mqtt.client"] == device.encode()
+    assert headers_of(records[0])["mqtt.pid"] == b"21"
 
 
 # -- egress ---------------------------------------------------------------------------------------
