@@ -54,6 +54,7 @@ from ._forwarding import (
     FIND_RESEND,
     LEADERS,
     REPLY,
+    SHARES,
     Forwarder,
     ForwardError,
 )
@@ -416,6 +417,11 @@ class Broker:
                     self.transport.send(peer, [LEADERS, wire])
                 reported, last_report = led, now
 
+    def tell_peers(self, item: list[Any]) -> None:
+        """Send ``item`` to every known peer broker (dropped for those not connected)."""
+        for peer in self._known_peers:
+            self.transport.send(peer, item)
+
     # -- forwarding -------------------------------------------------------------------------------
 
     async def forward_to(self, broker: int, command: Command, wait_s: float = 0.0) -> bytes:
@@ -462,6 +468,9 @@ class Broker:
                 self.forwarder.answered(int(item[1]), item[2])
             elif kind == LEADERS:
                 self.leaders.report(peer, decode_claims(item[1]))
+            elif kind == SHARES:
+                if self.mqtt is not None:
+                    self.mqtt.egress.peer_shares(peer, item[1])
             elif self._nursery is None:
                 return
             elif kind == APPEND:
@@ -522,6 +531,8 @@ class Broker:
         if not connected:
             self.forwarder.peer_gone(peer)
             self.leaders.forget(peer)
+            if self.mqtt is not None:
+                self.mqtt.egress.peer_shares(peer, ())
 
 
 def _remove_tree(path: str) -> None:

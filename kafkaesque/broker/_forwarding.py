@@ -11,7 +11,9 @@ so the Raft driver's own kinds (0-2) stay apart:
 * ``[REPLY, req, payload]``: the answer to request ``req``;
 * ``[LEADERS, {group: term}]``: every group the sender leads now (see ``LeaderTable``);
 * ``[FIND_RESEND, req, group, client, packet, digest, seconds]``: as the leader of ``group``,
-  look an MQTT QoS 1 resend up in its log (``WritePath.find_resend``).
+  look an MQTT QoS 1 resend up in its log (``WritePath.find_resend``);
+* ``[SHARES, [[group, filter], ...]]``: the MQTT shared-subscription groups with members on the
+  sender (see ``Egress``), on change and every second.
 
 Outcomes are kept apart as the error taxonomy demands: ``PeerUnavailable`` means the request was
 never sent (nothing happened there: retry freely); ``ForwardTimeout`` and ``PeerLost`` mean it
@@ -35,8 +37,9 @@ COMMAND = 11
 REPLY = 12
 LEADERS = 13
 FIND_RESEND = 14
+SHARES = 15
 
-BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS, FIND_RESEND})
+BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS, FIND_RESEND, SHARES})
 
 
 class ForwardError(Exception):

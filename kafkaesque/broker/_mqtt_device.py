@@ -76,6 +76,7 @@ class MqttDevice:
         "behind_since",
         "catching_up",
         "client_id",
+        "client_id_bytes",
         "conn",
         "deliveries",
         "dirty",
@@ -118,6 +119,7 @@ class MqttDevice:
         self.dropped = 0  # QoS 0 deliveries dropped (slow device)
         self.accepted: Accepted | None = None
         self.client_id: str | None = None
+        self.client_id_bytes: bytes | None = None  # as records carry it (No Local)
         self.will: Will | None = None
         self.publish_will = False
         self.subscriptions: dict[str, MqttSubscription] = {}
@@ -188,14 +190,21 @@ class MqttDevice:
             elif type(action) is Accepted:
                 self.accepted = action
                 self.client_id = action.client_id
+                self.client_id_bytes = action.client_id.encode()
                 self.will = action.will
                 present = await self.service.accept(self)
                 self.send(self.conn.connack(present))
                 await self.service.restore(self)
             elif type(action) is Subscribed:
+                # v5 Retain Handling 1: retained messages only for a subscription that is new.
+                fresh = tuple(
+                    s
+                    for s in action.subscriptions
+                    if s.retain_handling != 1 or s.topic_filter not in self.subscriptions
+                )
                 await self.service.subscribe(self, action.subscriptions)
                 self.send(action.suback)
-                self.service.send_retained(self, action.subscriptions)
+                self.service.send_retained(self, fresh)
             elif type(action) is Released:
                 # A persistent session stores the id as free before the PUBCOMP goes.
                 saved = self.service.save_session_nowait(self)

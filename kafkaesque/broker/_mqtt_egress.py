@@ -12,13 +12,18 @@ it is delivered once to every matching device, at the highest QoS of its matchin
 subscriptions, capped by the QoS it was published with (records without an ``mqtt.qos`` header,
 from other clients, count as QoS 1: they are in the log already).
 
-Shared subscriptions (``$share/group/filter``): each message goes to one member of the group
-among this broker's devices, in turn. Members of a group connected to different brokers each
-receive it on their broker (documented in docs/mqtt.md).
+Shared subscriptions (``$share/group/filter``): each message goes to one member of the group in
+the whole cluster. Every broker tells its peers which groups have members on it (``SHARES``, on
+change and every second); each partition of a log topic is then served, for a group, by one of
+the brokers with members, chosen by rendezvous hashing (so a broker joining or leaving a group
+moves only its share of the partitions), and that broker hands each message to its members in
+turn. While a change of members travels between brokers (a few milliseconds), a message may go
+to a member on each of two brokers, or, when the last member of a broker just left, to none.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Final
@@ -26,6 +31,7 @@ from typing import TYPE_CHECKING, Final
 import trio
 
 from kafkaesque.protocol import (
+    MQTT_CLIENT_HEADER,
     MQTT_QOS_HEADER,
     ErrorCode,
     MqttSubscription,
@@ -51,6 +57,7 @@ _RETRY_S: Final = 0.2
 _READY_TIMEOUT_S: Final = 10.0
 
 _SharedKey = tuple[str, str, str]  # ("$share", group, inner filter)
+Share = tuple[str, str]  # (group, inner filter): what brokers tell each other they have members of
 
 
 class _ShareGroup:
@@ -80,7 +87,10 @@ class Egress:
         self._broker = broker
         self._mapping = mapping
         self._ensure_topic = ensure_topic
-        self._trie: MqttSubscriptionTrie[MqttDevice | _SharedKey, int] = MqttSubscriptionTrie()
+        # A device's own subscription carries its options (QoS, No Local); a group's, none.
+        self._trie: MqttSubscriptionTrie[MqttDevice | _SharedKey, MqttSubscription | None] = (
+            MqttSubscriptionTrie()
+        )
         self._groups: dict[_SharedKey, _ShareGroup] = {}
         self._reading: dict[str, trio.Event] = {}  # log topic -> set once positioned
         # (log topic, partition) -> the next offset its reader delivers: every record before
@@ -88,6 +98,10 @@ class Egress:
         self.positions: dict[tuple[str, int], int] = {}
         self._nursery: trio.Nursery | None = None
         self.delivered = 0
+        # The groups with members on each peer broker (its last SHARES), and which broker
+        # serves a (group, log topic, partition), worked out once per change of those sets.
+        self._peer_shares: dict[int, frozenset[Share]] = {}
+        self._servers: dict[tuple[Share, str, int], int] = {}
 
     @property
     def subscriptions(self) -> int:
@@ -113,13 +127,13 @@ class Egress:
                 self._remove(device, sub.topic_filter)
             shared = parse_shared_subscription(sub.topic_filter)
             if shared is None:
-                self._trie.add(sub.topic_filter, device, sub.qos)
+                self._trie.add(sub.topic_filter, device, sub)
             else:
                 key = ("$share", shared.share_name, shared.topic_filter)
                 group = self._groups.get(key)
                 if group is None:
                     group = self._groups[key] = _ShareGroup()
-                    self._trie.add(shared.topic_filter, key, 0)
+                    self._trie.add(shared.topic_filter, key, None)
                 group.members[device] = sub.qos
             device.subscriptions[sub.topic_filter] = sub
             topics |= log_topics_for(self._mapping, sub.topic_filter)
@@ -151,20 +165,70 @@ class Egress:
                 del self._groups[key]
                 self._trie.remove(shared.topic_filter, key)
 
+    # -- shared subscriptions across brokers -----------------------------------------------------
+
+    def local_shares(self) -> frozenset[Share]:
+        """The shared-subscription groups with members on this broker (for ``SHARES``)."""
+        return frozenset((key[1], key[2]) for key in self._groups)
+
+    def peer_shares(self, peer: int, shares: Iterable[Iterable[str]]) -> None:
+        """Peer ``peer`` has members of ``shares`` (an empty list: none, or it is gone)."""
+        known = frozenset((str(name), str(inner)) for name, inner in shares)
+        if self._peer_shares.get(peer, frozenset()) != known:
+            self._peer_shares[peer] = known
+            self._servers.clear()
+
+    def _serves(self, key: _SharedKey, log_topic: str, partition: int) -> bool:
+        """Whether this broker hands ``key``'s messages of that partition to its members."""
+        share = (key[1], key[2])
+        where = (share, log_topic, partition)
+        server = self._servers.get(where)
+        if server is None:
+            me = self._broker.config.id
+            brokers = [me, *(p for p, s in self._peer_shares.items() if share in s)]
+            # Rendezvous hashing: the broker with the highest score for this partition. Not
+            # CRC-32: being linear, it would rank the brokers alike for every partition.
+            name = f"{share[0]}\0{share[1]}\0{log_topic}\0{partition}"
+            server = max(brokers, key=lambda b: (_score(f"{name}\0{b}"), b))
+            self._servers[where] = server
+        return server == self._broker.config.id
+
     # -- delivery -------------------------------------------------------------------------------
 
     def deliver(
-        self, topic: str, payload: bytes, qos: int, where: tuple[str, int, int] | None = None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        where: tuple[str, int, int] | None = None,
+        publisher: bytes | None = None,
     ) -> int:
-        """Deliver one message to every matching local device; how many got it."""
+        """Deliver one message to every matching local device; how many got it.
+
+        ``where`` is the record's place in the log (log topic, partition, offset): a shared
+        subscription's message goes to a local member only if this broker serves that partition
+        for the group. ``publisher`` is the client id of the device that published it: a
+        subscription with No Local (v5) does not receive its own messages.
+        """
         best: dict[MqttDevice, int] = {}
-        for subscriber, granted in self._trie.match(topic):
+        for subscriber, sub in self._trie.match(topic):
             if isinstance(subscriber, tuple):
+                if where is not None and not self._serves(subscriber, where[0], where[1]):
+                    continue
                 group = self._groups.get(subscriber)
                 picked = group.pick() if group is not None else None
                 if picked is None:
                     continue
                 subscriber, granted = picked
+            else:
+                assert sub is not None
+                if (
+                    sub.no_local
+                    and publisher is not None
+                    and subscriber.client_id_bytes == publisher
+                ):
+                    continue
+                granted = sub.qos
             level = min(granted, qos)
             if best.get(subscriber, -1) < level:
                 best[subscriber] = level
@@ -262,12 +326,22 @@ class Egress:
                 if topic is None:
                     continue
                 where = (log_topic, partition, record.offset)
-                self.deliver(topic, record.value or b"", qos_of(record.headers), where)
+                qos, publisher = origin_of(record.headers)
+                self.deliver(topic, record.value or b"", qos, where, publisher)
         return next_offset
 
 
-def qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:
+def _score(text: str) -> bytes:
+    return hashlib.blake2b(text.encode(), digest_size=8).digest()
+
+
+def origin_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes | None]:
+    """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
+    already) and its MQTT publisher's client id (``mqtt.client``), if it has one."""
+    qos, publisher = 1, None
     for name, value in headers:
         if name == MQTT_QOS_HEADER:
-            return {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
-    return 1
+            qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
+        elif name == MQTT_CLIENT_HEADER:
+            publisher = value
+    return qos, publisher

@@ -35,6 +35,7 @@ from kafkaesque.protocol import (
     MqttSubscription,
     Route,
     TopicMapping,
+    Will,
     mqtt_topic_matches,
     partition_for_key,
 )
@@ -43,11 +44,12 @@ from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 from ._commands import group_name
 from ._config import ConfigError
 from ._errors import RequestError
+from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_appender import IdempotentAppender, MqttFlight
 from ._mqtt_connection import Close, MqttServerConnection
 from ._mqtt_device import SLOW_GRACE_S, MqttDevice
-from ._mqtt_egress import Egress, qos_of
+from ._mqtt_egress import Egress, Share, origin_of
 from ._mqtt_filters import log_topics_for
 from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
 from ._mqtt_sessions import (
@@ -69,6 +71,8 @@ MAX_PACKET_SIZE: Final = 1 << 20
 _QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
 _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
+_SHARES_SCAN_S: Final = 0.05
+_SHARES_EVERY_S: Final = 1.0
 
 
 def load_users(path: str | None) -> dict[str, str] | None:
@@ -161,9 +165,23 @@ class MqttService:
             nursery.start_soon(self.sessions.run)
             nursery.start_soon(self._save_loop)
             nursery.start_soon(self._slow_loop)
+            nursery.start_soon(self._shares_loop)
             nursery.start_soon(trio.serve_listeners, self._serve, listeners)
             log.info("broker %d: MQTT on %s:%d", self._broker.config.id, address.host, self.port)
             task_status.started(self.port)
+
+    async def _shares_loop(self) -> None:
+        """Tell the peers which shared-subscription groups have members here: on change (seen
+        within ``_SHARES_SCAN_S``) and every ``_SHARES_EVERY_S`` (a peer that reconnected)."""
+        told: frozenset[Share] | None = None
+        told_at = -1e9
+        while True:
+            await trio.sleep(_SHARES_SCAN_S)
+            shares = self.egress.local_shares()
+            now = trio.current_time()
+            if shares != told or now - told_at >= _SHARES_EVERY_S:
+                self._broker.tell_peers([SHARES, [list(share) for share in sorted(shares)]])
+                told, told_at = shares, now
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         self.stats["connections"] += 1
@@ -376,11 +394,12 @@ class MqttService:
                 topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
                 if topic is None:
                     continue
-                qos = qos_of(record.headers)
+                qos, publisher = origin_of(record.headers)
+                own = publisher is not None and publisher == device.client_id_bytes
                 levels = [
                     min(s.qos, qos)
                     for s in subscriptions
-                    if mqtt_topic_matches(s.topic_filter, topic)
+                    if mqtt_topic_matches(s.topic_filter, topic) and not (s.no_local and own)
                 ]
                 if not levels:
                     continue
@@ -407,18 +426,35 @@ class MqttService:
         except RequestError as exc:
             log.info("mqtt %s: saving the session failed: %s", client_id, exc)
         will = device.will
-        if device.publish_will and will is not None:
-            self.stats["wills"] += 1
-            publisher = client_id or ""
-            try:
-                if (
-                    self.append_nowait(will.topic, will.payload, will.qos, will.retain, publisher)
-                    is None
-                ):
-                    await self.ensure_route(will.topic)
-                    self.append_nowait(will.topic, will.payload, will.qos, will.retain, publisher)
-            except RequestError as exc:
-                log.info("mqtt %s: the Will could not be published: %s", client_id, exc)
+        if not device.publish_will or will is None:
+            return
+        delay = will.properties.will_delay_interval or 0
+        if delay > 0 and client_id is not None and device.session_epoch is not None:
+            # v5 Will Delay Interval (§3.1.3.2.2): the session lives on (sessions here do not
+            # expire), so the Will waits; a reconnect within the delay cancels it.
+            assert self._nursery is not None
+            self._nursery.start_soon(
+                self._delayed_will, will, client_id, device.session_epoch, float(delay)
+            )
+            return
+        await self._publish_will(will, client_id or "")
+
+    async def _delayed_will(self, will: Will, client_id: str, epoch: int, delay: float) -> None:
+        await trio.sleep(delay)
+        stored = self.sessions.sessions.get(client_id)
+        if client_id in self._devices or (stored is not None and stored.epoch != epoch):
+            return  # the device came back, here or on another broker (a newer epoch)
+        await self._publish_will(will, client_id)
+
+    async def _publish_will(self, will: Will, client_id: str) -> None:
+        self.stats["wills"] += 1
+        args = (will.topic, will.payload, will.qos, will.retain, client_id)
+        try:
+            if self.append_nowait(*args) is None:
+                await self.ensure_route(will.topic)
+                self.append_nowait(*args)
+        except RequestError as exc:
+            log.info("mqtt %s: the Will could not be published: %s", client_id, exc)
 
     async def subscribe(
         self, device: MqttDevice, subscriptions: Iterable[MqttSubscription]
@@ -466,9 +502,11 @@ class MqttService:
             return None
         route, partition = placed
         headers = [(MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]]
-        if qos == 1 and client_id and packet_id:
+        if client_id:  # who published it: for No Local, and with the packet id for resends
             client, packet = resend_key(client_id, packet_id)
-            headers += [(MQTT_CLIENT_HEADER, client), (MQTT_PACKET_ID_HEADER, packet)]
+            headers.append((MQTT_CLIENT_HEADER, client))
+            if qos == 1 and packet_id:
+                headers.append((MQTT_PACKET_ID_HEADER, packet))
         record = Record(
             value=payload,
             key=route.key,

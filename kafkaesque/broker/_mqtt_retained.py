@@ -65,9 +65,10 @@ class RetainedStore:
             self.messages.delete(topic)
 
     def send_to(self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]) -> None:
-        """Deliver the retained messages matching new subscriptions: not for shared ones (v5
+        """Deliver the retained messages matching ``subscriptions``: not for shared ones (v5
         §4.8.2: retained messages are not sent to a shared subscription), nor when the
-        subscription's Retain Handling is 2. Retain Handling 1 is treated as 0."""
+        subscription's Retain Handling is 2 (Retain Handling 1, "only if the subscription is
+        new", is the caller's to apply: it knows what existed)."""
         for sub in subscriptions:
             if sub.retain_handling == 2 or parse_shared_subscription(sub.topic_filter):
                 continue

@@ -19,6 +19,7 @@ from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
     Disconnect,
+    MqttProperties,
     MqttSubscription,
     MqttVersion,
     Pingreq,
@@ -293,6 +294,108 @@ def test_a_shared_subscription_gives_each_message_to_one_member(cluster: LocalCl
         pub.close()
 
 
+def test_a_shared_subscription_spans_brokers_each_message_to_one_member(
+    cluster: LocalCluster,
+) -> None:
+    # Fixed names (no other test uses them): which broker serves which partition for the group
+    # is a hash of these, and with them each broker serves some of the partitions used.
+    prefix = "shared-tasks"
+    members = [
+        PahoDevice(cluster.mqtt_address(i), unique("worker"), version=paho.MQTTv5) for i in (0, 1)
+    ]
+    pub = PahoDevice(cluster.mqtt_address(2), unique("p"))
+    try:
+        for member in members:
+            member.wait_connected()
+            member.subscribe(f"$share/crew/{prefix}/+/new", qos=1)
+        time.sleep(0.5)  # the brokers tell each other who has members (SHARES, within 50 ms)
+        pub.wait_connected()
+        # Ten topics, so the messages spread over the fallback topic's partitions.
+        sent = [b"%d-%d" % (t, i) for i in range(3) for t in range(10)]
+        for payload in sent:
+            pub.publish(f"{prefix}/{payload.split(b'-')[0].decode()}/new", payload)
+        wait_for(lambda: sum(len(m.payloads()) for m in members) >= len(sent), 15, "30 jobs")
+        time.sleep(0.5)
+        got = [p for m in members for p in m.payloads()]
+        assert sorted(got) == sorted(sent)  # each message once, in the whole cluster
+        assert all(m.payloads() for m in members)  # each broker serves some partitions
+    finally:
+        for member in members:
+            member.close()
+        pub.close()
+
+
+def test_no_local_keeps_a_devices_own_messages_from_it(cluster: LocalCluster) -> None:
+    topic = f"{unique('chat')}/room"
+    me = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    other = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+    try:
+        me.connect(unique("me"))
+        other.connect(unique("other"))
+        subscription = MqttSubscription(topic, 1, no_local=True)
+        me.send(encode_mqtt(Subscribe(1, (subscription,)), me.version))
+        assert isinstance(me.receive(), Suback)
+        me.send(encode_mqtt(Publish(topic, b"mine", 1, packet_id=2), me.version))
+        assert me.receive() == Puback(2)
+        other.send(encode_mqtt(Publish(topic, b"theirs", 1, packet_id=3), other.version))
+        assert other.receive() == Puback(3)
+        delivered = me.receive()  # "mine" was appended first: it would come first
+        assert isinstance(delivered, Publish) and delivered.payload == b"theirs"
+    finally:
+        me.close()
+        other.close()
+
+
+def test_retain_handling_1_sends_retained_messages_to_a_new_subscription_only(
+    cluster: LocalCluster,
+) -> None:
+    topic = f"{unique('lamp')}/state"
+    pub = RawMqtt(cluster.mqtt_address(0))
+    try:
+        pub.connect(unique("p"))
+        pub.send(encode_mqtt(Publish(topic, b"on", 1, retain=True, packet_id=1), pub.version))
+        assert pub.receive() == Puback(1)
+    finally:
+        pub.close()
+
+    def retained_there() -> bool:  # the broker follows the retained topic: it takes a moment
+        probe = RawMqtt(cluster.mqtt_address(0))
+        try:
+            probe.connect(unique("probe"))
+            probe.send(encode_mqtt(Subscribe(1, (MqttSubscription(topic, 0),)), probe.version))
+            assert isinstance(probe.receive(), Suback)
+            return isinstance(probe.receive(timeout=1.0), Publish)
+        except TimeoutError:
+            return False
+        finally:
+            probe.close()
+
+    wait_for(retained_there, 15, "the retained message")
+    device = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    try:
+        device.connect(unique("d"))
+
+        def subscribe(packet_id: int, retain_handling: int) -> Publish | None:
+            """SUBSCRIBE; the retained message that follows the SUBACK, if one comes."""
+            sub = MqttSubscription(topic, 1, retain_handling=retain_handling)
+            device.send(encode_mqtt(Subscribe(packet_id, (sub,)), device.version))
+            assert isinstance(device.receive(), Suback)
+            try:
+                packet = device.receive(timeout=1.0)
+            except TimeoutError:
+                return None
+            assert isinstance(packet, Publish)
+            device.send(encode_mqtt(Puback(packet.packet_id), device.version))
+            return packet
+
+        assert subscribe(2, 1) is not None  # a new subscription gets it
+        assert subscribe(3, 1) is None  # the subscription exists: nothing again
+        again = subscribe(4, 0)  # Retain Handling 0: on every SUBSCRIBE
+        assert again is not None and again.payload == b"on" and again.retain
+    finally:
+        device.close()
+
+
 # -- sessions, Wills, keep-alive, auth ------------------------------------------------------------
 
 
@@ -317,6 +420,30 @@ def test_will_is_published_when_the_connection_drops(cluster: LocalCluster) -> N
         raw.close()
         wait_for(lambda: len(watcher.payloads()) >= 2, 15, "the third Will")
         assert watcher.payloads() == [b"offline", b"third"]
+    finally:
+        watcher.close()
+
+
+def test_a_delayed_will_waits_and_a_reconnect_in_time_cancels_it(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    status = f"{device}/status"
+    session = MqttProperties(session_expiry_interval=3600)  # the session outlives the connection
+    will = Will(status, b"gone", qos=1, properties=MqttProperties(will_delay_interval=2))
+    watcher = PahoDevice(cluster.mqtt_address(2), unique("w"))
+    try:
+        watcher.wait_connected()
+        watcher.subscribe(status)
+        raw = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+        raw.connect(device, clean_start=False, will=will, properties=session)
+        raw.close()  # dropped; back within the delay, through another broker
+        raw = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+        raw.connect(device, clean_start=False, will=will, properties=session)
+        time.sleep(3.0)
+        assert watcher.payloads() == []  # the first drop's Will was cancelled
+        raw.close()  # dropped for good this time
+        time.sleep(1.0)
+        assert watcher.payloads() == []  # not before the delay
+        wait_for(lambda: watcher.payloads() == [b"gone"], 15, "the delayed Will")
     finally:
         watcher.close()
 
