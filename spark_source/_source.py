@@ -194,7 +194,11 @@ class KafkaesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return None if self._latest is None else to_json(self._latest)
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
-        return _ranges(self.options, from_json(start), from_json(end))
+        planned = from_json(end)
+        # Spark < 4.2 passes no start to latestOffset: the batch Spark plans (also the one it
+        # replays after a restart, from its checkpoint) is where the next one starts.
+        self._last_end = planned
+        return _ranges(self.options, from_json(start), planned)
 
     def read(self, partition: InputPartition) -> Iterator[Any]:
         return read_partition(partition)

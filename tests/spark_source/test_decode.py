@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 from datetime import UTC, datetime
 from typing import Any
 
@@ -47,7 +48,13 @@ def as_rows(batch: Any) -> list[tuple[Any, ...]]:
 
 @pytest.mark.parametrize("include_headers", [False, True])
 def test_arrow_schema_is_exactly_the_one_spark_derives(include_headers: bool) -> None:
-    derived = to_arrow_schema(spark_schema(include_headers), timezone="UTC")
+    # Spark 4.2 renamed the UTC switch (4.1: timestamp_utc=True; 4.2+: timezone="UTC").
+    utc: dict[str, Any] = (
+        {"timezone": "UTC"}
+        if "timezone" in inspect.signature(to_arrow_schema).parameters
+        else {"timestamp_utc": True}
+    )
+    derived = to_arrow_schema(spark_schema(include_headers), **utc)
     assert arrow_schema(include_headers).equals(derived)
     assert (
         spark_schema(include_headers)

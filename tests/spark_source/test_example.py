@@ -57,7 +57,8 @@ def test_the_report_counts_loss_duplicates_and_latency(
     publish_readings(cluster.bootstrap, "phones")
     report = example.device_report(example.readings(spark, cluster.bootstrap, "phones"))
     rows = [row.asDict() for row in report.collect()]
-    assert rows == [
+    # Percentiles are floats: Spark versions round them differently (4.1: 18.919999999999998).
+    expected = [
         {
             "device": "phone-a",
             "messages": 9,
@@ -79,6 +80,7 @@ def test_the_report_counts_loss_duplicates_and_latency(
             "latency_p99_ms": 100.0,
         },
     ]
+    assert rows == [pytest.approx(row) for row in expected]
 
 
 def test_the_demo_runs_end_to_end(
