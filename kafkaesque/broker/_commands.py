@@ -414,11 +414,17 @@ class CommandHandler:
         First every partition is read at once without waiting (so a CONS gets everything there
         is); only if that finds nothing, every partition is long-polled at once, and the first
         to deliver records is the answer (a record reaches its consumer as soon as it commits).
+
+        A long poll (``deadline`` ahead) reads the replicas on this broker, followers too
+        (``_long_poll_replica``): no request to the leader's broker and back, and a follower
+        learns each commit one message after the leader. A CONS that does not wait reads at the
+        leader, so a client reads its own acknowledged writes.
         """
-        results = await self._read_all(topic, wanted, wait_until=None)
+        local = deadline > trio.current_time()
+        results = await self._read_all(topic, wanted, wait_until=None, local=local)
         found = any(fetched.data for fetched, _ in results.values())
         if not found and deadline > trio.current_time():
-            results = await self._read_all(topic, wanted, wait_until=deadline)
+            results = await self._read_all(topic, wanted, wait_until=deadline, local=local)
         rows: list[Reply] = []
         next_offsets = dict(wanted)
         for partition, (fetched, offset) in sorted(results.items()):
@@ -431,20 +437,25 @@ class CommandHandler:
         return rows, next_offsets
 
     async def _read_all(
-        self, topic: str, wanted: dict[int, int], wait_until: float | None
+        self, topic: str, wanted: dict[int, int], wait_until: float | None, *, local: bool
     ) -> dict[int, tuple[Fetched, int]]:
         """Read every partition concurrently; with ``wait_until``, long-poll and stop at the
-        first that has records. Returns what each read found (and from which offset)."""
+        first that has records; with ``local``, from this broker's replicas where they may
+        serve (``_long_poll_replica``). Returns what each read found (and from which offset)."""
         results: dict[int, tuple[Fetched, int]] = {}
         errors: list[RequestError] = []
         async with trio.open_nursery() as nursery:
 
             async def read(partition: int, offset: int) -> None:
                 wait_s = 0.0 if wait_until is None else max(0.0, wait_until - trio.current_time())
+                group = self._long_poll_replica(topic, partition, offset) if local else None
                 try:
-                    fetched = await self.fetch_batches(
-                        topic, partition, offset, DEFAULT_FETCH_BYTES, wait_s
-                    )
+                    if group is not None:
+                        fetched = await self._read_local(group, offset, DEFAULT_FETCH_BYTES, wait_s)
+                    else:
+                        fetched = await self.fetch_batches(
+                            topic, partition, offset, DEFAULT_FETCH_BYTES, wait_s
+                        )
                 except RequestError as exc:
                     if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
                         errors.append(exc)
@@ -460,6 +471,18 @@ class CommandHandler:
         if errors:
             raise errors[0]
         return results
+
+    def _long_poll_replica(self, topic: str, partition: int, offset: int) -> RaftGroup | None:
+        """This broker's replica of the partition, if a long poll may read it: the leader, or
+        a follower whose log reaches ``offset`` and that hears from its leader (a follower cut
+        off would keep its consumers waiting while the leader has records)."""
+        group = self._broker.local_group(topic, partition)
+        if group is None or group.role is Role.LEADER:
+            return group
+        leader = group.leader
+        if leader is None or not self._broker.raft.hears(leader) or beyond_follower(group, offset):
+            return None
+        return group
 
     async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
         """The seed's CONS takes any offset: below the log start it reads from the start.

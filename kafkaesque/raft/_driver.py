@@ -433,6 +433,10 @@ class MultiRaft:
     def leader_of(self, group_id: str) -> int | None:
         return self.groups[group_id].leader
 
+    def hears(self, peer: int) -> bool:
+        """Whether ``peer`` answered this broker's pings lately (it is not silent)."""
+        return peer not in self._silent
+
     # -- the transport side -----------------------------------------------------------------
 
     def handle_items(self, peer: int, items: list[Any]) -> None:
