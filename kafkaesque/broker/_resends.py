@@ -14,9 +14,11 @@ committed is in its log, and none that is missing can appear later. Entries of i
 looked up too, committed or not: the caller waits for the found one to commit.
 
 A ``ResendIndex`` belongs to one leader term of one partition (its log only grows in that term)
-and reads each record once: a lookup first indexes what was appended since the last one. It
-covers the last ``TAIL_RECORDS`` offsets: a resend of something older is appended again (at least
-once, as MQTT promises); devices resend within seconds.
+and reads each record once: before a lookup it indexes what was appended since the last one, a
+chunk of the log per ``catch_up`` call, so the caller can let other tasks run in between (the
+first lookup after a failover reads up to ``TAIL_RECORDS`` records). It covers the last
+``TAIL_RECORDS`` offsets: a resend of something older is appended again (at least once, as MQTT
+promises); devices resend within seconds.
 """
 
 from __future__ import annotations
@@ -50,34 +52,39 @@ class ResendIndex:
         self._where: dict[tuple[bytes, bytes], tuple[int, int]] = {}
 
     def find(self, log: PartitionLog, key: tuple[bytes, bytes], digest: int) -> int | None:
-        """The offset of the record ``key`` with value digest ``digest``, if the tail has it."""
-        self._catch_up(log)
+        """The offset of the record ``key`` with value digest ``digest``, if the tail has it
+        (the whole tail indexed first: see ``catch_up`` to do that a chunk at a time)."""
+        while not self.catch_up(log):
+            pass
         hit = self._where.get(key)
         if hit is None or hit[1] != digest:
             return None
         return hit[0]
 
-    def _catch_up(self, log: PartitionLog) -> None:
+    def catch_up(self, log: PartitionLog) -> bool:
+        """Index one more chunk of the log; True once everything up to its end is indexed."""
         end = log.log_end_offset
         floor = max(log.log_start_offset, end - self._tail)
         offset = floor if self._indexed_to is None else max(self._indexed_to, floor)
-        while offset < end:
-            result = log.read(offset, _READ_BYTES, max_offset=end)
-            if not result.data:
-                break
-            data, pos = result.data, 0
-            for header in iter_batches(data, verify=False):  # the log verified them on read
-                batch = data[pos : pos + header.size]
-                pos += header.size
-                if header.batch_type is not BatchType.DATA:
-                    continue
-                for record in decode_records(batch, header):
-                    if record.offset >= offset:
-                        self._note(record.offset, record.headers, record.value)
-            offset = max(result.next_offset, offset + 1)
-        self._indexed_to = end
+        if offset >= end:
+            return True
+        result = log.read(offset, _READ_BYTES, max_offset=end)
+        if not result.data:
+            self._indexed_to = end
+            return True
+        data, pos = result.data, 0
+        for header in iter_batches(data, verify=False):  # the log verified them on read
+            batch = data[pos : pos + header.size]
+            pos += header.size
+            if header.batch_type is not BatchType.DATA:
+                continue
+            for record in decode_records(batch, header):
+                if record.offset >= offset:
+                    self._note(record.offset, record.headers, record.value)
+        self._indexed_to = max(result.next_offset, offset + 1)
         if len(self._where) > 2 * self._tail:
             self._where = {k: v for k, v in self._where.items() if v[0] >= floor}
+        return self._indexed_to >= end
 
     def _note(
         self, offset: int, headers: tuple[tuple[str, bytes], ...], value: bytes | None

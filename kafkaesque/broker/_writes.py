@@ -341,6 +341,10 @@ class WritePath:
         index = self._resends.get(group.id)
         if index is None or index.term != node.term:
             index = self._resends[group.id] = ResendIndex(node.term)
+        while not index.catch_up(group.log):  # a chunk at a time: the broker serves on between
+            await trio.lowlevel.checkpoint()
+        if node is not group.node or node.role is not Role.LEADER or node.term != index.term:
+            raise _Retry("leadership moved")
         offset = index.find(group.log, key, digest)
         if offset is None:
             return None

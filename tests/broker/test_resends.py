@@ -63,3 +63,15 @@ def test_only_the_tail_is_searched(tmp_path: Path) -> None:
     index = ResendIndex(term=1, tail_records=5)
     assert index.find(log, resend_key("phone-1", 1), value_digest(b"long ago")) is None
     assert index.find(log, resend_key("phone-2", 10), value_digest(b"later")) == 10
+
+
+def test_catching_up_goes_a_chunk_at_a_time_and_finds_the_same(tmp_path: Path) -> None:
+    log = PartitionLog.open(str(tmp_path))
+    for batch in range(3):  # about 1.3 MB: more than one chunk
+        append(log, *(qos1(f"phone-{batch}", i + 1, b"x" * 100) for i in range(4000)))
+    index = ResendIndex(term=1)
+    steps = 1
+    while not index.catch_up(log):
+        steps += 1
+    assert steps > 1
+    assert index.find(log, resend_key("phone-2", 4000), value_digest(b"x" * 100)) == 11999
