@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 from collections.abc import Mapping
@@ -313,18 +312,6 @@ class JepsenCluster:
                     last = str(exc)
                 await trio.sleep(0.5)
         raise ClusterFault(f"CREATE {topic} failed: {last}")
-
-
-def free_ports(n: int) -> list[int]:
-    """``n`` distinct loopback ports the kernel says are free now (bound, read, released)."""
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def partition_dirs(data_dir: str, node: int, topic: str) -> Mapping[int, str]:

@@ -24,8 +24,9 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import trio
+from kafkaesque.cli.cluster import free_ports
 
-from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement, free_ports
+from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
 from ._nemesis import NEMESES, NemesisContext, Network, heal_everything, run_nemesis
 from ._netns import NetnsNetwork, netns_available
 from ._proxy import ProxyLayer
