@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 from datetime import UTC, datetime
+from itertools import accumulate
 from typing import Any
 
 import pytest
@@ -14,7 +15,7 @@ from kafkaesque.spark_source import CorruptDataError, arrow_schema, spark_schema
 from kafkaesque.spark_source._decode import arrow_batch, row_tuples
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kafkaesque.storage import BatchType, Record, build_batch
+from kafkaesque.storage import HEADER_SIZE, BatchType, Record, build_batch, decode_header
 
 
 def payload() -> bytes:
@@ -106,16 +107,92 @@ def test_a_corrupt_batch_is_an_error_never_skipped() -> None:
 HEADER_CRC_AT, BODY_CRC_AT, BODY_AT, COUNT_AT = 21, 25, 29, 66  # docs/storage-format.md
 
 
-def test_records_that_break_the_format_are_an_error() -> None:
-    # CRCs right, contents wrong (a buggy producer): the header says two records, the body
-    # holds one. The fast path must fail, not invent or drop rows.
-    batch = bytearray(build_batch([Record(b"v")], base_offset=1, last_offset_delta=1))
-    batch[COUNT_AT : COUNT_AT + 4] = (2).to_bytes(4, "big")
+def with_crcs_redone(batch: bytearray) -> bytes:
+    """``batch`` with both CRCs computed again: what a buggy producer would send."""
     body_crc = crc32c(bytes(batch[BODY_AT:])).to_bytes(4, "big")
     batch[BODY_CRC_AT:BODY_AT] = body_crc
     batch[HEADER_CRC_AT:BODY_CRC_AT] = crc32c(
         body_crc, crc32c(bytes(batch[:HEADER_CRC_AT]))
     ).to_bytes(4, "big")
+    return bytes(batch)
+
+
+def test_records_that_break_the_format_are_an_error() -> None:
+    # CRCs right, contents wrong (a buggy producer): the header says two records, the body
+    # holds one. The fast path must fail, not invent or drop rows.
+    batch = bytearray(build_batch([Record(b"v")], base_offset=1, last_offset_delta=1))
+    batch[COUNT_AT : COUNT_AT + 4] = (2).to_bytes(4, "big")
     good = build_batch([Record(b"v")], base_offset=0)
     with pytest.raises(CorruptDataError, match="malformed records from t/0"):
-        arrow_batch(good + bytes(batch), 0, 100, "t", 0, include_headers=False)
+        arrow_batch(good + with_crcs_redone(batch), 0, 100, "t", 0, include_headers=False)
+
+
+def test_a_timestamp_spark_cannot_hold_is_an_error_in_both_paths() -> None:
+    # Found by the damaged-record test: the tuple path crashed with OverflowError, and the
+    # Arrow path would have read another time (microseconds past int64).
+    data = build_batch([Record(b"v", timestamp=2**62)], base_offset=0)
+    with pytest.raises(CorruptDataError, match="at offset 0: timestamp"):
+        arrow_batch(data, 0, 100, "t", 0, include_headers=False)
+    with pytest.raises(CorruptDataError, match="at offset 0: timestamp"):
+        list(row_tuples(data, 0, 100, "t", 0, include_headers=False))
+
+
+records = st.builds(
+    Record,
+    value=st.none() | st.binary(max_size=300),  # bin 8 and bin 16
+    key=st.none() | st.binary(max_size=20),
+    headers=st.lists(st.tuples(st.text(max_size=40), st.binary(max_size=40)), max_size=3).map(
+        tuple
+    ),
+    # Deltas from the batch's first timestamp in every msgpack integer width.
+    timestamp=st.integers(0, 2**41),
+)
+
+
+@st.composite
+def batches(draw: st.DrawFn) -> bytes:
+    """Data batches, with offset gaps (compaction) of every msgpack integer width."""
+    parts, base = [], 0
+    for _ in range(draw(st.integers(1, 4))):
+        batch = draw(st.lists(records, min_size=1, max_size=8))
+        gaps = draw(st.lists(st.integers(1, 2**20), min_size=len(batch), max_size=len(batch)))
+        deltas = list(accumulate(gaps, initial=0))[: len(batch)]
+        parts.append(build_batch(batch, base_offset=base, offset_deltas=deltas))
+        base += deltas[-1] + 1
+    return b"".join(parts)
+
+
+@given(batches(), st.integers(0, 2**23), st.integers(0, 2**23), st.booleans())
+def test_both_paths_agree_on_any_records(
+    data: bytes, lo: int, hi: int, include_headers: bool
+) -> None:
+    batch = arrow_batch(data, lo, hi, "t", 1, include_headers=include_headers)
+    tuples = list(row_tuples(data, lo, hi, "t", 1, include_headers=include_headers))
+    rows = as_rows(batch) if batch is not None else []
+    if include_headers:
+        rows = [(*r[:-1], [(h["key"], h["value"]) for h in r[-1]]) for r in rows]
+    assert rows == tuples
+
+
+@given(batches(), st.data())
+def test_a_damaged_record_is_an_error_or_read_as_the_reference_reads_it(
+    data: bytes, draw: st.DataObject
+) -> None:
+    # A byte of a record changed, CRCs redone: the fast path never crashes and never reads
+    # anything the reference decoder (msgpack itself) does not read the same way.
+    first = bytearray(data[: decode_header(data).size])
+    at = draw.draw(st.integers(HEADER_SIZE, len(first) - 1))  # a byte of the records
+    first[at] = draw.draw(st.integers(0, 255))
+    damaged = with_crcs_redone(first) + data[len(first) :]
+    try:
+        tuples = list(row_tuples(damaged, 0, 2**62, "t", 1, include_headers=True))
+    except CorruptDataError:
+        with pytest.raises(CorruptDataError, match="malformed record"):
+            arrow_batch(damaged, 0, 2**62, "t", 1, include_headers=True)
+        return
+    try:
+        batch = arrow_batch(damaged, 0, 2**62, "t", 1, include_headers=True)
+    except CorruptDataError:
+        return  # stricter than msgpack (a str key, say): refused, never misread
+    rows = as_rows(batch) if batch is not None else []
+    assert [(*r[:-1], [(h["key"], h["value"]) for h in r[-1]]) for r in rows] == tuples
