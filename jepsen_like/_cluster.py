@@ -254,9 +254,10 @@ class JepsenCluster:
     async def high_watermarks(self, topic: str) -> dict[int, int]:
         """Partition → the highest ``end=`` (high watermark) any running broker reports.
 
-        One broker's DESCRIBE gives its own replica's view, and a replica that is behind (just
-        restarted, repairing a damaged log) reports a stale end; no replica reports an end past
-        the commit index, so the maximum is the best lower bound of what is committed.
+        DESCRIBE gives the leader's view, but a broker that cannot reach the leader (a nemesis
+        at work) gives its own replica's, and a replica that is behind (just restarted,
+        repairing a damaged log) reports a stale end; no replica reports an end past the commit
+        index, so the maximum is the best lower bound of what is committed.
         """
         out: dict[int, int] = {}
         for node in self.alive():

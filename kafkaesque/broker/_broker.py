@@ -14,6 +14,7 @@ import contextlib
 import logging
 import os
 import shutil
+from collections.abc import Iterable
 from typing import Any
 
 import trio
@@ -49,6 +50,7 @@ from ._config import BrokerConfig
 from ._errors import RequestError
 from ._forwarding import (
     APPEND,
+    BOUNDS,
     BROKER_KINDS,
     COMMAND,
     FIND_RESEND,
@@ -77,6 +79,7 @@ _COMPACTED_SEGMENT_BYTES = 1 << 20
 _MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _FORWARD_SLACK_S = 5.0
+_BOUNDS_WAIT_S = 1.0  # DESCRIBE falls back to this broker's replica after that
 # Forwarded commands carry whole batches: the decoder on that side must accept what a client may.
 _FORWARD_LIMITS = LineLimits(max_line_length=1 << 20, max_payload=64 << 20)
 
@@ -435,6 +438,49 @@ class Broker:
             raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
         return reply
 
+    async def leader_bounds(self, group_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+        """The log start and high watermark of each group as its leader has them now (what a
+        consumer reading from the leader finds). Groups led elsewhere cost one ``BOUNDS`` request
+        per leader, all at once; a group whose leader is unknown, or does not answer within
+        ``_BOUNDS_WAIT_S``, or no longer leads it, is left out."""
+        found: dict[str, tuple[int, int]] = {}
+        remote: dict[int, list[str]] = {}
+        for group_id in group_ids:
+            here = self._led_bounds(group_id)
+            if here is not None:
+                found[group_id] = (here[0], here[1])
+                continue
+            leader = self.writes.leader_of(group_id)
+            if leader is not None and leader != self.config.id:
+                remote.setdefault(leader, []).append(group_id)
+
+        async def ask(leader: int, asked: list[str]) -> None:
+            deadline = trio.current_time() + _BOUNDS_WAIT_S
+            try:
+                answers = await self.forwarder.call(leader, BOUNDS, asked, deadline=deadline)
+            except ForwardError as exc:
+                log.info("broker %d: no bounds from broker %d: %s", self.config.id, leader, exc)
+                return
+            if not isinstance(answers, list) or len(answers) != len(asked):
+                log.warning("broker %d: malformed BOUNDS answer of %d", self.config.id, leader)
+                return
+            for group_id, answer in zip(asked, answers, strict=True):
+                match answer:
+                    case [int(start), int(end)]:
+                        found[group_id] = (start, end)
+
+        async with trio.open_nursery() as nursery:
+            for leader, asked in remote.items():
+                nursery.start_soon(ask, leader, asked)
+        return found
+
+    def _led_bounds(self, group_id: str) -> list[int] | None:
+        """``[log start, high watermark]`` of a group led here, else None."""
+        group = self.raft.groups.get(group_id)
+        if group is None or group.role is not Role.LEADER:
+            return None
+        return [group.log.log_start_offset, group.commit_index + 1]
+
     async def forward_to_replica(self, info: TopicInfo, partition: int, command: Command) -> bytes:
         """Run a read on a broker holding a replica: the leader first, then the others."""
         leader = self.writes.leader_of(group_name(info.name, partition))
@@ -471,6 +517,9 @@ class Broker:
             elif kind == SHARES:
                 if self.mqtt is not None:
                     self.mqtt.egress.peer_shares(peer, item[1])
+            elif kind == BOUNDS:
+                _, req, group_ids = item
+                self.forwarder.reply(peer, int(req), [self._led_bounds(str(g)) for g in group_ids])
             elif self._nursery is None:
                 return
             elif kind == APPEND:

@@ -188,9 +188,6 @@ class CommandHandler:
             case ListTopics():
                 topics = self._broker.metadata.view.topics
                 return _ready(*(_topic_row(topics[n]) for n in sorted(topics)), EndReply())
-            case DescribeTopic(topic=topic):
-                info = self._topic(topic)
-                return _ready(_topic_row(info), *self._partition_rows(info), EndReply())
             case Metadata(topics=names):
                 return _ready(*self._metadata(names))
         slot = TaskSlot()
@@ -220,6 +217,8 @@ class CommandHandler:
                 return await self._fetch(command, forwarded)
             case Subs() | Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
                 return await self._broker.groups.execute(command, forwarded)
+            case DescribeTopic(topic=topic):
+                return await self._describe(topic)
             case CreateTopic():
                 return await self._create(command)
             case DeleteTopic(topic=topic):
@@ -507,16 +506,13 @@ class CommandHandler:
 
     async def _leader_log_start(self, topic: str, partition: int) -> int | None:
         """The partition's log start as its leader has it (None: unknown now)."""
-        group = self._broker.local_group(topic, partition)
-        if group is not None and group.role is Role.LEADER:
-            return group.log.log_start_offset
-        leader = self._broker.writes.leader_of(group_name(topic, partition))
-        if leader is None:
+        group_id = group_name(topic, partition)
+        bounds = await self._broker.leader_bounds([group_id])
+        if group_id in bounds:
+            return bounds[group_id][0]
+        if self._broker.writes.leader_of(group_id) is None:
+            group = self._broker.local_group(topic, partition)
             return None if group is None else group.log.log_start_offset
-        rows = decode_replies(await self._broker.forward_to(leader, DescribeTopic(topic)))
-        for row in rows:
-            if isinstance(row, PartitionRow) and row.partition == partition:
-                return row.start_offset
         return None
 
     # -- administration -------------------------------------------------------------------------
@@ -594,12 +590,27 @@ class CommandHandler:
         rows.append(EndReply())
         return rows
 
-    def _partition_rows(self, info: TopicInfo) -> list[PartitionRow]:
+    async def _describe(self, topic: str) -> bytes:
+        """The topic and its partitions, with the log start and high watermark of each as its
+        leader has them: what a consumer reading it finds. A replica's may lag by a round trip
+        (a follower learns the commit index with the next append) or by a retention pass."""
+        info = self._topic(topic)
+        groups = [group_name(info.name, p) for p in range(len(info.replicas))]
+        bounds = await self._broker.leader_bounds(groups)
+        return encode_replies([_topic_row(info), *self._partition_rows(info, bounds), EndReply()])
+
+    def _partition_rows(
+        self, info: TopicInfo, leaders: dict[str, tuple[int, int]] | None = None
+    ) -> list[PartitionRow]:
+        """A row a partition, with start and end from ``leaders`` (a group's leader bounds),
+        else from this broker's replica if it has one."""
         rows = []
         for partition, replicas in enumerate(info.replicas):
             group = self._broker.local_group(info.name, partition)
             start = end = None
-            if group is not None:
+            if leaders is not None and group_name(info.name, partition) in leaders:
+                start, end = leaders[group_name(info.name, partition)]
+            elif group is not None:
                 start, end = group.log.log_start_offset, group.commit_index + 1
             rows.append(
                 PartitionRow(

@@ -13,7 +13,9 @@ so the Raft driver's own kinds (0-2) stay apart:
 * ``[FIND_RESEND, req, group, client, packet, digest, seconds]``: as the leader of ``group``,
   look an MQTT QoS 1 resend up in its log (``WritePath.find_resend``);
 * ``[SHARES, [[group, filter], ...]]``: the MQTT shared-subscription groups with members on the
-  sender (see ``Egress``), on change and every second.
+  sender (see ``Egress``), on change and every second;
+* ``[BOUNDS, req, [group, ...]]``: the log start and high watermark of each group the receiver
+  leads (``[start, end]``, or None for a group it does not lead), for ``DESCRIBE``.
 
 Outcomes are kept apart as the error taxonomy demands: ``PeerUnavailable`` means the request was
 never sent (nothing happened there: retry freely); ``ForwardTimeout`` and ``PeerLost`` mean it
@@ -38,8 +40,9 @@ REPLY = 12
 LEADERS = 13
 FIND_RESEND = 14
 SHARES = 15
+BOUNDS = 16
 
-BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS, FIND_RESEND, SHARES})
+BROKER_KINDS = frozenset({APPEND, COMMAND, REPLY, LEADERS, FIND_RESEND, SHARES, BOUNDS})
 
 
 class ForwardError(Exception):

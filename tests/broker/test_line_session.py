@@ -163,6 +163,27 @@ def test_metadata_names_leaders_and_metrics_show_them(broker_cluster: LocalClust
     assert counts["kafkaesque_fsync_latency_seconds_count"] >= 1
 
 
+def test_describe_gives_the_leaders_end_whichever_broker_answers(
+    broker_cluster: LocalCluster,
+) -> None:
+    # A follower learns the commit index with the leader's next message, so its own end lags
+    # the acknowledgement just sent: DESCRIBE asks the leader. (Each answer checked at once.)
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE ends 1 3")
+        c.ok("PUB ends partition=0 first")
+        row = next(r for r in c.rows("DESCRIBE ends") if isinstance(r, PartitionRow))
+    assert row.leader is not None
+    follower = next(b for b in row.replicas if b != row.leader)
+    with (
+        LineClient(broker_cluster.client_address(row.leader)) as leader,
+        LineClient(broker_cluster.client_address(follower)) as other,
+    ):
+        for i in range(2, 22):
+            offset = int(leader.ok(f"PUB ends partition=0 m{i}").split()[1])
+            described = [r for r in other.rows("DESCRIBE ends") if isinstance(r, PartitionRow)]
+            assert [(r.start_offset, r.end_offset) for r in described] == [(0, offset + 1)]
+
+
 @pytest.mark.parametrize(
     ("line", "code"),
     [

@@ -33,8 +33,9 @@ def test_size_retention_moves_the_log_start(tmp_path: Path) -> None:
         while time.monotonic() < deadline:
             rows = c.rows("DESCRIBE kept")
             starts = [r.start_offset for r in rows if isinstance(r, PartitionRow)]
-            # Each replica applies retention at its own pace: DESCRIBE answers from one, FETCH
-            # from the leader (flaky in CI while the two differed).
+            # Each replica applies retention at its own pace: DESCRIBE gives the leader's log
+            # start, FETCH may read this broker's replica (flaky in CI while the test waited
+            # for one of the two only).
             gone = c.call("FETCH kept 0 0")
             if starts[0] and starts[0] > 100 and isinstance(gone, ErrorReply):
                 break
