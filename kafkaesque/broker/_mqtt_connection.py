@@ -101,7 +101,8 @@ class Append:
 class Accepted:
     """The CONNECT passed; the driver restores or creates the session, then sends
     ``connack(session_present)``. ``persistent``: the session outlives the connection (3.1.1:
-    clean session 0; 5.0: a session expiry interval above 0)."""
+    clean session 0; 5.0: a session expiry interval above 0), for the connection's
+    ``session_expiry_s`` once it ends."""
 
     client_id: str
     clean_start: bool
@@ -191,6 +192,9 @@ class MqttServerConnection:
         self._next_packet_id = 1
         # How many QoS 1/2 deliveries the client takes unacknowledged (v5 Receive Maximum).
         self.receive_maximum = 0xFFFF
+        # How long the session outlives the connection, in seconds: 0 not at all, None for
+        # ever (3.1.1 clean session 0; v5 0xFFFFFFFF). A v5 DISCONNECT may change it.
+        self.session_expiry_s: int | None = 0
 
     @property
     def closed(self) -> bool:
@@ -337,6 +341,17 @@ class MqttServerConnection:
         elif isinstance(packet, Pubcomp):
             self._acknowledged(packet.packet_id, actions)
         elif isinstance(packet, Disconnect):
+            expiry = packet.properties.session_expiry_interval
+            if expiry is not None and expiry and self.session_expiry_s == 0:
+                # MQTT-3.14.2-2: a session that ends with its connection cannot be given a life.
+                actions.extend(
+                    self._violation(
+                        MqttReasonCode.PROTOCOL_ERROR, "a session expiry at DISCONNECT after 0"
+                    )
+                )
+                return
+            if expiry is not None:
+                self.session_expiry_s = _lifetime(expiry)
             # v5: reason 0x04 "Disconnect with Will Message" asks for the Will anyway.
             with_will = packet.reason_code == MqttReasonCode.DISCONNECT_WITH_WILL_MESSAGE
             self._clean_disconnect = not with_will
@@ -381,6 +396,8 @@ class MqttServerConnection:
         self._connack_properties = properties
         expiry = packet.properties.session_expiry_interval
         persistent = bool(expiry) if v5 else not packet.clean_start
+        if persistent:
+            self.session_expiry_s = _lifetime(expiry) if v5 else None
         actions.append(Accepted(client_id, packet.clean_start, packet.will, version, persistent))
 
     def _publish(self, packet: Publish, actions: list[Action]) -> None:
@@ -489,3 +506,11 @@ class MqttServerConnection:
     def _close(self, reason: str, *, will: bool) -> list[Action]:
         self._closed = True
         return [Close(reason, will and not self._clean_disconnect)]
+
+
+_NEVER = 0xFFFFFFFF  # a v5 Session Expiry Interval that means "does not expire" (§3.1.2.11.2)
+
+
+def _lifetime(interval: int | None) -> int | None:
+    """A v5 Session Expiry Interval as a lifetime in seconds (None: for ever)."""
+    return None if interval == _NEVER else (interval or 0)

@@ -33,6 +33,7 @@ import trio
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
     MQTT_QOS_HEADER,
+    MQTT_RETAIN_HEADER,
     ErrorCode,
     MqttSubscription,
     MqttSubscriptionTrie,
@@ -202,15 +203,19 @@ class Egress:
         qos: int,
         where: tuple[str, int, int] | None = None,
         publisher: bytes | None = None,
+        retained: bool = False,
     ) -> int:
         """Deliver one message to every matching local device; how many got it.
 
         ``where`` is the record's place in the log (log topic, partition, offset): a shared
         subscription's message goes to a local member only if this broker serves that partition
         for the group. ``publisher`` is the client id of the device that published it: a
-        subscription with No Local (v5) does not receive its own messages.
+        subscription with No Local (v5) does not receive its own messages. ``retained``: it was
+        published with RETAIN, which a subscription with Retain As Published (v5) passes on
+        (live messages otherwise go out with RETAIN 0, MQTT-3.3.1-12).
         """
         best: dict[MqttDevice, int] = {}
+        keep_retain: set[MqttDevice] = set()
         for subscriber, sub in self._trie.match(topic):
             if isinstance(subscriber, tuple):
                 if where is not None and not self._serves(subscriber, where[0], where[1]):
@@ -229,11 +234,13 @@ class Egress:
                 ):
                     continue
                 granted = sub.qos
+                if retained and sub.retain_as_published:
+                    keep_retain.add(subscriber)
             level = min(granted, qos)
             if best.get(subscriber, -1) < level:
                 best[subscriber] = level
         for device, level in best.items():
-            device.deliver(topic, payload, level, where=where)
+            device.deliver(topic, payload, level, device in keep_retain, where)
         self.delivered += len(best)
         return len(best)
 
@@ -326,8 +333,8 @@ class Egress:
                 if topic is None:
                     continue
                 where = (log_topic, partition, record.offset)
-                qos, publisher = origin_of(record.headers)
-                self.deliver(topic, record.value or b"", qos, where, publisher)
+                qos, publisher, retained = origin_of(record.headers)
+                self.deliver(topic, record.value or b"", qos, where, publisher, retained)
         return next_offset
 
 
@@ -335,13 +342,16 @@ def _score(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
 
 
-def origin_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes | None]:
+def origin_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes | None, bool]:
     """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
-    already) and its MQTT publisher's client id (``mqtt.client``), if it has one."""
-    qos, publisher = 1, None
+    already), its MQTT publisher's client id (``mqtt.client``), if it has one, and whether it
+    was published with RETAIN (``mqtt.retain``)."""
+    qos, publisher, retained = 1, None, False
     for name, value in headers:
         if name == MQTT_QOS_HEADER:
             qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
         elif name == MQTT_CLIENT_HEADER:
             publisher = value
-    return qos, publisher
+        elif name == MQTT_RETAIN_HEADER:
+            retained = value == b"1"
+    return qos, publisher, retained

@@ -21,6 +21,7 @@ import itertools
 import logging
 import time
 from collections.abc import Iterable, Mapping
+from dataclasses import replace
 from typing import TYPE_CHECKING, Final
 
 import trio
@@ -29,6 +30,7 @@ from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
+    MQTT_RETAIN_HEADER,
     MQTT_TOPIC_HEADER,
     ErrorCode,
     InvalidMappingError,
@@ -73,6 +75,7 @@ _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
 _SHARES_SCAN_S: Final = 0.05
 _SHARES_EVERY_S: Final = 1.0
+EXPIRY_SWEEP_S: Final = 1.0  # how often owners look for expired sessions
 
 
 def load_users(path: str | None) -> dict[str, str] | None:
@@ -164,6 +167,7 @@ class MqttService:
             nursery.start_soon(self.retained.run)
             nursery.start_soon(self.sessions.run)
             nursery.start_soon(self._save_loop)
+            nursery.start_soon(self._expiry_loop)
             nursery.start_soon(self._slow_loop)
             nursery.start_soon(self._shares_loop)
             nursery.start_soon(trio.serve_listeners, self._serve, listeners)
@@ -218,7 +222,10 @@ class MqttService:
         stored = store.sessions.get(client_id)
         epoch = _epoch_of(stored) + 1
         device.known_epoch = epoch - 1
-        present = stored is not None and not stored.deleted and not accepted.clean_start
+        expired = stored is not None and stored.expired(_now_ms())
+        present = (
+            stored is not None and not stored.deleted and not expired and not accepted.clean_start
+        )
         if present:
             device.restored = stored
         if accepted.persistent:
@@ -270,9 +277,15 @@ class MqttService:
 
     def closing(self, device: MqttDevice) -> None:
         """The connection is ending: freeze its session's state now (records that pass the
-        readers from now on are after its positions), and stop delivering to it."""
+        readers from now on are after its positions), with the time it ended, and stop
+        delivering to it. A v5 DISCONNECT that set the session expiry to 0 ends the session."""
         if device.frozen is None and device.session_epoch is not None:
-            device.frozen = self._session_state(device)
+            if device.conn.session_expiry_s == 0:
+                device.frozen = StoredSession(
+                    self._broker.config.id, device.session_epoch, deleted=True
+                )
+            else:
+                device.frozen = replace(self._session_state(device), ended_ms=_now_ms())
         self.egress.drop(device)
 
     async def save_session(self, device: MqttDevice, *, wait: bool = True) -> None:
@@ -297,6 +310,7 @@ class MqttService:
             subscriptions,
             self._positions(device),
             tuple(sorted(device.conn.awaiting_release)),
+            expiry_s=device.conn.session_expiry_s,
         )
 
     def _positions(self, device: MqttDevice) -> dict[Position, int]:
@@ -335,6 +349,22 @@ class MqttService:
                 since = device.behind_since
                 if since is not None and now - since > SLOW_GRACE_S:
                     device.cut_off()
+
+    async def _expiry_loop(self) -> None:
+        """Mark deleted the sessions this broker owns that expired (v5 Session Expiry). At the
+        session's own epoch: a reconnect elsewhere meanwhile writes a newer one, which wins."""
+        me = self._broker.config.id
+        while True:
+            await trio.sleep(EXPIRY_SWEEP_S)
+            now = _now_ms()
+            for client_id, stored in list(self.sessions.sessions.items()):
+                if stored.owner != me or client_id in self._devices or not stored.expired(now):
+                    continue
+                ended = StoredSession(me, stored.epoch, deleted=True)
+                try:
+                    await self._append_session(client_id, ended)
+                except RequestError as exc:
+                    log.info("mqtt %s: ending the expired session failed: %s", client_id, exc)
 
     async def _save_loop(self) -> None:
         """Save the positions of sessions whose deliveries were acknowledged meanwhile."""
@@ -394,21 +424,25 @@ class MqttService:
                 topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
                 if topic is None:
                     continue
-                qos, publisher = origin_of(record.headers)
+                qos, publisher, retained = origin_of(record.headers)
                 own = publisher is not None and publisher == device.client_id_bytes
-                levels = [
-                    min(s.qos, qos)
+                matching = [
+                    s
                     for s in subscriptions
                     if mqtt_topic_matches(s.topic_filter, topic) and not (s.no_local and own)
                 ]
-                if not levels:
+                if not matching:
                     continue
                 while not device.has_room():
                     if device.conn.closed:
                         return record.offset
                     await trio.sleep(0.01)
                 device.deliver(
-                    topic, record.value or b"", max(levels), where=(*where, record.offset)
+                    topic,
+                    record.value or b"",
+                    max(min(s.qos, qos) for s in matching),
+                    retained and any(s.retain_as_published for s in matching),
+                    (*where, record.offset),
                 )
         return next_offset
 
@@ -429,9 +463,12 @@ class MqttService:
         if not device.publish_will or will is None:
             return
         delay = will.properties.will_delay_interval or 0
+        expiry = device.conn.session_expiry_s
+        if expiry is not None:
+            delay = min(delay, expiry)  # the Will goes out when the session ends, at the latest
         if delay > 0 and client_id is not None and device.session_epoch is not None:
-            # v5 Will Delay Interval (§3.1.3.2.2): the session lives on (sessions here do not
-            # expire), so the Will waits; a reconnect within the delay cancels it.
+            # v5 Will Delay Interval (§3.1.3.2.2): the session lives on, so the Will waits; a
+            # reconnect within the delay cancels it.
             assert self._nursery is not None
             self._nursery.start_soon(
                 self._delayed_will, will, client_id, device.session_epoch, float(delay)
@@ -507,6 +544,8 @@ class MqttService:
             headers.append((MQTT_CLIENT_HEADER, client))
             if qos == 1 and packet_id:
                 headers.append((MQTT_PACKET_ID_HEADER, packet))
+        if retain:
+            headers.append((MQTT_RETAIN_HEADER, b"1"))
         record = Record(
             value=payload,
             key=route.key,
@@ -656,3 +695,7 @@ class MqttService:
 
 def _epoch_of(session: StoredSession | None) -> int:
     return 0 if session is None else session.epoch
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)

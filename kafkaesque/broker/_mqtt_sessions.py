@@ -3,7 +3,10 @@
 A session that outlives its connection (3.1.1 clean session 0; 5.0 session expiry above 0) is
 one record of ``__mqtt_sessions`` keyed by the client id: its owner (the broker of its current
 connection), an epoch that grows at each connection, its subscriptions, and per log partition
-the offset from which its QoS 1/2 deliveries are not all acknowledged yet. The broker writes it
+the offset from which its QoS 1/2 deliveries are not all acknowledged yet; and, once the
+connection ended, when, and for how long the session outlives it (v5 Session Expiry Interval;
+3.1.1 sessions do not expire). An expired session is as absent to a reconnect, and its owner
+marks it deleted. The broker writes it
 when the device connects (taking ownership), subscribes or unsubscribes (before the SUBACK /
 UNSUBACK), every ``SAVE_EVERY_S`` while deliveries are acknowledged, and when the connection
 ends. A clean start ends it: a record marked deleted with the next epoch (not a tombstone, so that
@@ -51,6 +54,14 @@ class StoredSession:
     positions: dict[Position, int] = field(default_factory=dict)
     awaiting_release: tuple[int, ...] = ()
     deleted: bool = False  # ended by a clean start: kept as a marker so its epoch is known
+    expiry_s: int | None = None  # how long it outlives its connection (None: for ever)
+    ended_ms: int | None = None  # when its connection ended (None: connected)
+
+    def expired(self, now_ms: int) -> bool:
+        """Whether its connection ended more than ``expiry_s`` ago (v5 Session Expiry)."""
+        if self.deleted or self.expiry_s is None or self.ended_ms is None:
+            return False
+        return now_ms >= self.ended_ms + 1000 * self.expiry_s
 
 
 def encode_session(session: StoredSession) -> bytes:
@@ -68,6 +79,8 @@ def encode_session(session: StoredSession) -> bytes:
             ],
             list(session.awaiting_release),
             session.deleted,
+            session.expiry_s,
+            session.ended_ms,
         ]
     )
     return data
@@ -76,7 +89,9 @@ def encode_session(session: StoredSession) -> bytes:
 def decode_session(data: bytes) -> StoredSession | None:
     """The session in ``data``; None when it is not one (written by a newer format, corrupt)."""
     try:
-        owner, epoch, subs, positions, awaiting, deleted, *_ = msgpack.unpackb(data)
+        owner, epoch, subs, positions, awaiting, deleted, *more = msgpack.unpackb(data)
+        # Fields added later: records written before them have none.
+        expiry, ended = (*more, None, None)[:2]
         return StoredSession(
             int(owner),
             int(epoch),
@@ -86,6 +101,8 @@ def decode_session(data: bytes) -> StoredSession | None:
             {(str(t), int(p)): int(o) for t, p, o in positions},
             tuple(int(i) for i in awaiting),
             bool(deleted),
+            None if expiry is None else int(expiry),
+            None if ended is None else int(ended),
         )
     except (ValueError, TypeError, msgpack.UnpackException):
         return None

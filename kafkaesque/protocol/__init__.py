@@ -79,6 +79,7 @@ from ._mqtt_mapping import DEFAULT_LOG_TOPIC as DEFAULT_LOG_TOPIC
 from ._mqtt_mapping import MQTT_CLIENT_HEADER as MQTT_CLIENT_HEADER
 from ._mqtt_mapping import MQTT_PACKET_ID_HEADER as MQTT_PACKET_ID_HEADER
 from ._mqtt_mapping import MQTT_QOS_HEADER as MQTT_QOS_HEADER
+from ._mqtt_mapping import MQTT_RETAIN_HEADER as MQTT_RETAIN_HEADER
 from ._mqtt_mapping import MQTT_TOPIC_HEADER as MQTT_TOPIC_HEADER
 from ._mqtt_mapping import InvalidMappingError as InvalidMappingError
 from ._mqtt_mapping import MappingRule as MappingRule

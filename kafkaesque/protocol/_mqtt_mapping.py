@@ -46,6 +46,9 @@ MQTT_QOS_HEADER: Final = "mqtt.qos"
 # twice (see ``kafkaesque.broker._resends``).
 MQTT_CLIENT_HEADER: Final = "mqtt.client"
 MQTT_PACKET_ID_HEADER: Final = "mqtt.pid"
+# Set (to b"1") on a record published with RETAIN: a v5 subscription with Retain As Published
+# receives it with RETAIN set.
+MQTT_RETAIN_HEADER: Final = "mqtt.retain"
 DEFAULT_LOG_TOPIC: Final = "mqtt"
 
 _KEY_TOPIC: Final = -1  # key_level value meaning "the whole MQTT topic"

@@ -354,6 +354,49 @@ def test_v5_session_expiry_makes_the_session_persistent() -> None:
     assert isinstance(accepted, Accepted) and accepted.persistent and accepted.clean_start
 
 
+@pytest.mark.parametrize(
+    ("interval", "lifetime"), [(None, 0), (0, 0), (1, 1), (3600, 3600), (0xFFFFFFFF, None)]
+)
+def test_v5_session_expiry_interval_is_the_sessions_lifetime(
+    interval: int | None, lifetime: int | None
+) -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = MqttServerConnection(0.0)
+    properties = MqttProperties(session_expiry_interval=interval)
+    [accepted] = conn.receive(encode_mqtt(Connect("d", properties=properties), V5), 0.0)
+    assert isinstance(accepted, Accepted) and accepted.persistent is (lifetime != 0)
+    assert conn.session_expiry_s == lifetime  # 0: ends with the connection; None: never
+
+
+def test_a_v311_persistent_session_never_expires() -> None:
+    conn = MqttServerConnection(0.0)
+    [accepted] = conn.receive(encode_mqtt(Connect("d", clean_start=False), V311), 0.0)
+    assert isinstance(accepted, Accepted) and accepted.persistent
+    assert conn.session_expiry_s is None
+
+
+def test_v5_disconnect_may_change_the_session_expiry() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = MqttServerConnection(0.0)
+    connect = Connect("d", properties=MqttProperties(session_expiry_interval=60))
+    conn.receive(encode_mqtt(connect, V5), 0.0)
+    disconnect = Disconnect(0, MqttProperties(session_expiry_interval=0))
+    actions = conn.receive(encode_mqtt(disconnect, V5), 1.0)
+    assert [type(a) for a in actions] == [Close] and conn.session_expiry_s == 0
+
+
+def test_v5_disconnect_giving_a_life_to_a_session_that_had_none_is_a_protocol_error() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = connected(V5)  # no Session Expiry Interval: the session ends with the connection
+    disconnect = Disconnect(0, MqttProperties(session_expiry_interval=30))
+    actions = conn.receive(encode_mqtt(disconnect, V5), 1.0)
+    assert sent(actions, V5) == [Disconnect(0x82)]  # MQTT-3.14.2-2
+    assert closes(actions) and conn.session_expiry_s == 0
+
+
 def test_tagged_deliveries_report_their_acknowledgement() -> None:
     from kafkaesque.broker._mqtt_connection import Acked
 

@@ -346,6 +346,39 @@ def test_no_local_keeps_a_devices_own_messages_from_it(cluster: LocalCluster) ->
         other.close()
 
 
+def test_retain_as_published_keeps_the_retain_flag_of_live_messages(
+    cluster: LocalCluster,
+) -> None:
+    topic = f"{unique('lamp')}/state"
+    keeps = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    plain = RawMqtt(cluster.mqtt_address(2), MqttVersion.V5)
+    pub = RawMqtt(cluster.mqtt_address(1))
+    try:
+        for raw, flag in ((keeps, True), (plain, False)):
+            raw.connect(unique("sub"))
+            subscription = MqttSubscription(topic, 1, retain_as_published=flag)
+            raw.send(encode_mqtt(Subscribe(1, (subscription,)), raw.version))
+            assert isinstance(raw.receive(), Suback)
+        pub.connect(unique("pub"))
+        pub.send(encode_mqtt(Publish(topic, b"on", 1, retain=True, packet_id=1), pub.version))
+        assert pub.receive() == Puback(1)
+        pub.send(encode_mqtt(Publish(topic, b"blink", 1, packet_id=2), pub.version))
+        assert pub.receive() == Puback(2)
+        got = {}
+        for name, raw in (("keeps", keeps), ("plain", plain)):
+            packets = [raw.receive(), raw.receive()]
+            assert all(isinstance(p, Publish) for p in packets)
+            got[name] = [(p.payload, p.retain) for p in packets if isinstance(p, Publish)]
+        # MQTT-3.3.1-12/13: RETAIN 0 on live messages, unless Retain As Published.
+        assert got == {
+            "keeps": [(b"on", True), (b"blink", False)],
+            "plain": [(b"on", False), (b"blink", False)],
+        }
+    finally:
+        for raw in (keeps, plain, pub):
+            raw.close()
+
+
 def test_retain_handling_1_sends_retained_messages_to_a_new_subscription_only(
     cluster: LocalCluster,
 ) -> None:

@@ -3,12 +3,13 @@ to any broker; one connection per client id in the whole cluster."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
+import msgpack
 import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.broker._mqtt_sessions import decode_session
+from kafkaesque.broker._mqtt_sessions import StoredSession, decode_session, encode_session
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
     Disconnect,
@@ -193,3 +194,113 @@ def test_qos2_exactly_once_across_a_reconnect_to_another_broker(cluster: LocalCl
         r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
     ]
     assert values == [b"first", b"second"]
+
+
+# -- v5 Session Expiry Interval ---------------------------------------------------------------
+
+
+def stored_session(cluster: LocalCluster, device: str) -> StoredSession | None:
+    """The last record of ``device``'s session in the table (None: there is none)."""
+    stored = [
+        r for r in read_topic(cluster.bootstrap, "__mqtt_sessions") if r.key == device.encode()
+    ]
+    return decode_session(stored[-1].value or b"") if stored else None
+
+
+def connect_v5(
+    cluster: LocalCluster, broker: int, device: str, expiry: int | None
+) -> tuple[RawMqtt, bool]:
+    """A v5 connection resuming ``device``'s session, and whether the session was present."""
+    raw = RawMqtt(cluster.mqtt_address(broker), V5)
+    properties = MqttProperties(session_expiry_interval=expiry)
+    return raw, raw.connect(device, clean_start=False, properties=properties).session_present
+
+
+def subscribe_and_leave(
+    cluster: LocalCluster, device: str, expiry: int, at_disconnect: int | None = None
+) -> None:
+    """A v5 session of ``expiry`` seconds subscribes to its commands, then DISCONNECTs (with
+    ``at_disconnect`` as its new expiry, if given)."""
+    raw, _ = connect_v5(cluster, 0, device, expiry)
+    subscribe(raw, f"phones/{device}/commands")
+    raw.send(encode_mqtt(Disconnect(0, MqttProperties(session_expiry_interval=at_disconnect)), V5))
+    raw.close()
+
+
+def wait_for_session(
+    cluster: LocalCluster, device: str, condition: Callable[[StoredSession], bool], what: str
+) -> StoredSession:
+    wait_for(lambda: (s := stored_session(cluster, device)) is not None and condition(s), 15, what)
+    session = stored_session(cluster, device)
+    assert session is not None
+    return session
+
+
+def test_a_v5_session_is_gone_once_its_expiry_interval_has_passed(cluster: LocalCluster) -> None:
+    device = "phone-s0010"
+    subscribe_and_leave(cluster, device, expiry=1)
+    # Its owner marks it deleted once the second has passed (no reconnect needed).
+    wait_for_session(cluster, device, lambda s: s.deleted, "the expired session to be deleted")
+    raw, present = connect_v5(cluster, 1, device, expiry=60)
+    try:
+        assert present is False
+        command(cluster, device, b"not subscribed any more")
+        with pytest.raises(TimeoutError):
+            raw.receive(timeout=1.0)
+    finally:
+        raw.close()
+
+
+def test_a_v5_session_within_its_expiry_interval_is_resumed(cluster: LocalCluster) -> None:
+    device = "phone-s0011"
+    subscribe_and_leave(cluster, device, expiry=3600)
+    session = wait_for_session(
+        cluster, device, lambda s: s.ended_ms is not None, "the session's end to be stored"
+    )
+    assert session.expiry_s == 3600 and not session.deleted
+    raw, present = connect_v5(cluster, 2, device, expiry=3600)
+    try:
+        assert present is True
+        command(cluster, device, b"still here")
+        assert [p.payload for p in publishes(raw, 1)] == [b"still here"]
+    finally:
+        raw.close()
+
+
+def test_a_v5_disconnect_with_expiry_0_ends_the_session(cluster: LocalCluster) -> None:
+    device = "phone-s0012"
+    subscribe_and_leave(cluster, device, expiry=3600, at_disconnect=0)
+    wait_for_session(cluster, device, lambda s: s.deleted, "the session to end")
+    raw, present = connect_v5(cluster, 1, device, expiry=None)
+    raw.close()
+    assert present is False
+
+
+@pytest.mark.parametrize(
+    ("session", "now_ms", "expired"),
+    [
+        (StoredSession(0, 1, expiry_s=10, ended_ms=1_000), 10_999, False),
+        (StoredSession(0, 1, expiry_s=10, ended_ms=1_000), 11_000, True),
+        (StoredSession(0, 1, expiry_s=0, ended_ms=1_000), 1_000, True),
+        (StoredSession(0, 1, expiry_s=10), 10**15, False),  # still connected
+        (StoredSession(0, 1, expiry_s=None, ended_ms=1_000), 10**15, False),  # never (3.1.1)
+        (StoredSession(0, 1, deleted=True, expiry_s=0, ended_ms=0), 10**15, False),
+    ],
+)
+def test_when_a_stored_session_has_expired(
+    session: StoredSession, now_ms: int, expired: bool
+) -> None:
+    assert session.expired(now_ms) is expired
+
+
+def test_a_session_record_keeps_its_lifetime_and_end() -> None:
+    session = StoredSession(2, 7, awaiting_release=(3,), expiry_s=90, ended_ms=1_700_000_000_000)
+    assert decode_session(encode_session(session)) == session
+
+
+def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
+    old = msgpack.packb([1, 4, [["a/+", 1, False, False, 0]], [["t", 0, 12]], [], False])
+    session = decode_session(old)
+    assert session is not None and session.positions == {("t", 0): 12}
+    assert session.expiry_s is None and session.ended_ms is None
+    assert not session.expired(10**15)
