@@ -37,6 +37,7 @@ from dataclasses import dataclass
 from typing import Final
 
 from kafkaesque.protocol import (
+    NO_PROPERTIES,
     Connack,
     ConnackReturnCode,
     Connect,
@@ -86,6 +87,7 @@ class Append:
 
     ``packet_id`` is the PUBLISH's (0 for QoS 0); ``resend`` marks a QoS 1 PUBLISH with DUP set,
     which is looked up in the log before it is appended (``kafkaesque.broker._resends``).
+    ``expiry_s`` is its v5 Message Expiry Interval (None: it does not expire).
     """
 
     topic: str
@@ -95,6 +97,7 @@ class Append:
     ack: bytes
     packet_id: int = 0
     resend: bool = False
+    expiry_s: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -278,12 +281,19 @@ class MqttServerConnection:
         return encode_mqtt(connack, self._v())
 
     def deliver(
-        self, topic: str, payload: bytes, qos: int, retain: bool = False, tag: object = None
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool = False,
+        tag: object = None,
+        expiry_s: int | None = None,
     ) -> bytes | None:
         """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted).
 
         A QoS 1/2 delivery with a ``tag`` is reported by an ``Acked(tag)`` action once the
-        device has acknowledged it.
+        device has acknowledged it. ``expiry_s``: what remains of the message's expiry
+        interval, passed on to a v5 device (MQTT-3.3.2-6).
         """
         if self.closed or not self.connected or self.version is None:
             return None
@@ -296,7 +306,10 @@ class MqttServerConnection:
             self.inflight[packet_id] = qos
             if tag is not None:
                 self._tags[packet_id] = tag
-        publish = Publish(topic, payload, qos=qos, retain=retain, packet_id=packet_id)
+        properties = NO_PROPERTIES
+        if expiry_s is not None and self.version is MqttVersion.V5:
+            properties = MqttProperties(message_expiry_interval=expiry_s)
+        publish = Publish(topic, payload, qos, retain, packet_id=packet_id, properties=properties)
         return encode_mqtt(publish, self.version)
 
     def _allocate_packet_id(self) -> int | None:
@@ -408,22 +421,7 @@ class MqttServerConnection:
             # We announce no Topic Alias Maximum, so the client may not use aliases (v5 3.3.2.3.4).
             actions.extend(self._violation(MqttReasonCode.TOPIC_ALIAS_INVALID, "a topic alias"))
             return
-        if packet.qos == 0:
-            actions.append(Append(packet.topic, packet.payload, 0, packet.retain, b""))
-        elif packet.qos == 1:
-            ack = encode_mqtt_puback(packet.packet_id)
-            actions.append(
-                Append(
-                    packet.topic,
-                    packet.payload,
-                    1,
-                    packet.retain,
-                    ack,
-                    packet.packet_id,
-                    packet.dup,
-                )
-            )
-        else:
+        if packet.qos == 2:
             ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
             if packet.packet_id in self.awaiting_release:
                 # A retransmission of a message already appended: only the PUBREC again
@@ -431,9 +429,20 @@ class MqttServerConnection:
                 actions.append(Send(ack))
                 return
             self.awaiting_release.add(packet.packet_id)
-            actions.append(
-                Append(packet.topic, packet.payload, 2, packet.retain, ack, packet.packet_id)
+        else:
+            ack = encode_mqtt_puback(packet.packet_id) if packet.qos == 1 else b""
+        actions.append(
+            Append(
+                packet.topic,
+                packet.payload,
+                packet.qos,
+                packet.retain,
+                ack,
+                packet.packet_id,
+                resend=packet.qos == 1 and packet.dup,
+                expiry_s=packet.properties.message_expiry_interval,
             )
+        )
 
     def _subscribe(self, packet: Subscribe, actions: list[Action]) -> None:
         v5 = self._v() is MqttVersion.V5

@@ -26,6 +26,7 @@ device then resends what was not acknowledged, with DUP set.
 from __future__ import annotations
 
 import logging
+import time
 from collections import deque
 from typing import TYPE_CHECKING, Final
 
@@ -110,10 +111,11 @@ class MqttDevice:
         self.wake = trio.Event()
         self.room = trio.Event()
         self.pending = 0  # entries waiting for a flight
-        # Deliveries not sent yet: (topic, payload, qos, retain, where, size).
-        self.deliveries: deque[tuple[str, bytes, int, bool, tuple[str, int, int] | None, int]] = (
-            deque()
-        )
+        # Deliveries not sent yet: (topic, payload, QoS, retain, place in the log, queued bytes,
+        # end of the message's expiry in wall-clock ms or None).
+        self.deliveries: deque[
+            tuple[str, bytes, int, bool, tuple[str, int, int] | None, int, int | None]
+        ] = deque()
         self.queued_bytes = 0
         self.behind_since: float | None = None  # when the queue went above MAX_QUEUED_BYTES
         self.dropped = 0  # QoS 0 deliveries dropped (slow device)
@@ -238,7 +240,12 @@ class MqttDevice:
             for attempt in range(2):  # once more after creating a missing log topic
                 if action.resend and client:
                     flights = await service.append_resend(
-                        action.topic, action.payload, action.retain, client, action.packet_id
+                        action.topic,
+                        action.payload,
+                        action.retain,
+                        client,
+                        action.packet_id,
+                        action.expiry_s,
                     )
                 else:
                     flights = service.append_nowait(
@@ -248,6 +255,7 @@ class MqttDevice:
                         action.retain,
                         client,
                         action.packet_id,
+                        action.expiry_s,
                     )
                 if flights is not None or attempt:
                     break
@@ -293,13 +301,16 @@ class MqttDevice:
         qos: int,
         retain: bool = False,
         where: tuple[str, int, int] | None = None,
+        expires_ms: int | None = None,
     ) -> None:
         """Queue a PUBLISH to the device, or drop it / disconnect a slow device.
 
         ``where`` (log topic, partition, offset) is the record's place in the log: a persistent
         session remembers QoS 1/2 deliveries until acknowledged, to resume from there.
+        ``expires_ms`` (wall-clock milliseconds) ends a v5 Message Expiry Interval: an expired
+        message is not sent (MQTT-3.3.2-5), and the rest of the interval goes with it.
         """
-        if self.conn.closed:
+        if self.conn.closed or (expires_ms is not None and expires_ms <= now_ms()):
             return
         size = len(payload) + len(topic) + _ENTRY_OVERHEAD
         queued = self.queued_bytes + size
@@ -317,7 +328,7 @@ class MqttDevice:
             self.unacked.setdefault((where[0], where[1]), set()).add(where[2])
         else:
             where = None
-        self.deliveries.append((topic, payload, qos, retain, where, size))
+        self.deliveries.append((topic, payload, qos, retain, where, size, expires_ms))
         self.queued_bytes += size
         self.wake.set()
 
@@ -387,12 +398,20 @@ class MqttDevice:
         window = min(MAX_INFLIGHT, conn.receive_maximum)
         deliveries = self.deliveries
         while deliveries and size < _SEND_COALESCE_BYTES and not conn.closed:
-            topic, payload, qos, retain, where, entry = deliveries[0]
+            topic, payload, qos, retain, where, entry, expires_ms = deliveries[0]
             if qos > 0 and len(conn.inflight) >= window:
                 break  # the device's acknowledgements wake the writer
             deliveries.popleft()
             self.queued_bytes -= entry
-            publish = conn.deliver(topic, payload, qos, retain, where)
+            expiry_s = None
+            if expires_ms is not None:
+                left_ms = expires_ms - now_ms()
+                if left_ms <= 0:  # expired while queued: not sent (MQTT-3.3.2-5)
+                    if where is not None:
+                        self.unacked.get((where[0], where[1]), set()).discard(where[2])
+                    continue
+                expiry_s = -(-left_ms // 1000)
+            publish = conn.deliver(topic, payload, qos, retain, where, expiry_s)
             if publish is not None:
                 buf.append(publish)
                 size += len(publish)
@@ -405,3 +424,8 @@ class MqttDevice:
         self.perform_nowait(
             self.conn.server_disconnect(MqttReasonCode.UNSPECIFIED_ERROR, "a write failed")
         )
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds: records' timestamps, and so message expiry, are in these."""
+    return int(time.time() * 1000)

@@ -26,12 +26,13 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
+    MQTT_EXPIRY_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
     ErrorCode,
@@ -204,6 +205,7 @@ class Egress:
         where: tuple[str, int, int] | None = None,
         publisher: bytes | None = None,
         retained: bool = False,
+        expires_ms: int | None = None,
     ) -> int:
         """Deliver one message to every matching local device; how many got it.
 
@@ -212,7 +214,8 @@ class Egress:
         for the group. ``publisher`` is the client id of the device that published it: a
         subscription with No Local (v5) does not receive its own messages. ``retained``: it was
         published with RETAIN, which a subscription with Retain As Published (v5) passes on
-        (live messages otherwise go out with RETAIN 0, MQTT-3.3.1-12).
+        (live messages otherwise go out with RETAIN 0, MQTT-3.3.1-12). ``expires_ms`` ends its
+        v5 Message Expiry Interval (wall-clock milliseconds).
         """
         best: dict[MqttDevice, int] = {}
         keep_retain: set[MqttDevice] = set()
@@ -240,7 +243,7 @@ class Egress:
             if best.get(subscriber, -1) < level:
                 best[subscriber] = level
         for device, level in best.items():
-            device.deliver(topic, payload, level, device in keep_retain, where)
+            device.deliver(topic, payload, level, device in keep_retain, where, expires_ms)
         self.delivered += len(best)
         return len(best)
 
@@ -333,8 +336,16 @@ class Egress:
                 if topic is None:
                     continue
                 where = (log_topic, partition, record.offset)
-                qos, publisher, retained = origin_of(record.headers)
-                self.deliver(topic, record.value or b"", qos, where, publisher, retained)
+                origin = origin_of(record.headers)
+                self.deliver(
+                    topic,
+                    record.value or b"",
+                    origin.qos,
+                    where,
+                    origin.publisher,
+                    origin.retained,
+                    origin.expires_ms(record.timestamp),
+                )
         return next_offset
 
 
@@ -342,11 +353,24 @@ def _score(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
 
 
-def origin_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes | None, bool]:
+class Origin(NamedTuple):
+    """How a record was published over MQTT, from its headers (``origin_of``)."""
+
+    qos: int
+    publisher: bytes | None
+    retained: bool
+    expiry_s: int | None
+
+    def expires_ms(self, timestamp_ms: int) -> int | None:
+        """When the message expires (wall-clock ms), for a record stamped ``timestamp_ms``."""
+        return None if self.expiry_s is None else timestamp_ms + 1000 * self.expiry_s
+
+
+def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:
     """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
-    already), its MQTT publisher's client id (``mqtt.client``), if it has one, and whether it
-    was published with RETAIN (``mqtt.retain``)."""
-    qos, publisher, retained = 1, None, False
+    already), its MQTT publisher's client id (``mqtt.client``), if it has one, whether it was
+    published with RETAIN (``mqtt.retain``), and its Message Expiry Interval (``mqtt.expiry``)."""
+    qos, publisher, retained, expiry = 1, None, False, None
     for name, value in headers:
         if name == MQTT_QOS_HEADER:
             qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
@@ -354,4 +378,6 @@ def origin_of(headers: tuple[tuple[str, bytes], ...]) -> tuple[int, bytes | None
             publisher = value
         elif name == MQTT_RETAIN_HEADER:
             retained = value == b"1"
-    return qos, publisher, retained
+        elif name == MQTT_EXPIRY_HEADER and value.isdigit():
+            expiry = int(value)
+    return Origin(qos, publisher, retained, expiry)

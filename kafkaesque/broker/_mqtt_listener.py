@@ -28,6 +28,7 @@ import trio
 
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
+    MQTT_EXPIRY_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
@@ -50,7 +51,7 @@ from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_appender import IdempotentAppender, MqttFlight
 from ._mqtt_connection import Close, MqttServerConnection
-from ._mqtt_device import SLOW_GRACE_S, MqttDevice
+from ._mqtt_device import SLOW_GRACE_S, MqttDevice, now_ms
 from ._mqtt_egress import Egress, Share, origin_of
 from ._mqtt_filters import log_topics_for
 from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
@@ -222,7 +223,7 @@ class MqttService:
         stored = store.sessions.get(client_id)
         epoch = _epoch_of(stored) + 1
         device.known_epoch = epoch - 1
-        expired = stored is not None and stored.expired(_now_ms())
+        expired = stored is not None and stored.expired(now_ms())
         present = (
             stored is not None and not stored.deleted and not expired and not accepted.clean_start
         )
@@ -285,7 +286,7 @@ class MqttService:
                     self._broker.config.id, device.session_epoch, deleted=True
                 )
             else:
-                device.frozen = replace(self._session_state(device), ended_ms=_now_ms())
+                device.frozen = replace(self._session_state(device), ended_ms=now_ms())
         self.egress.drop(device)
 
     async def save_session(self, device: MqttDevice, *, wait: bool = True) -> None:
@@ -356,7 +357,7 @@ class MqttService:
         me = self._broker.config.id
         while True:
             await trio.sleep(EXPIRY_SWEEP_S)
-            now = _now_ms()
+            now = now_ms()
             for client_id, stored in list(self.sessions.sessions.items()):
                 if stored.owner != me or client_id in self._devices or not stored.expired(now):
                     continue
@@ -424,8 +425,8 @@ class MqttService:
                 topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
                 if topic is None:
                     continue
-                qos, publisher, retained = origin_of(record.headers)
-                own = publisher is not None and publisher == device.client_id_bytes
+                origin = origin_of(record.headers)
+                own = origin.publisher is not None and origin.publisher == device.client_id_bytes
                 matching = [
                     s
                     for s in subscriptions
@@ -440,9 +441,10 @@ class MqttService:
                 device.deliver(
                     topic,
                     record.value or b"",
-                    max(min(s.qos, qos) for s in matching),
-                    retained and any(s.retain_as_published for s in matching),
+                    max(min(s.qos, origin.qos) for s in matching),
+                    origin.retained and any(s.retain_as_published for s in matching),
                     (*where, record.offset),
+                    origin.expires_ms(record.timestamp),
                 )
         return next_offset
 
@@ -485,7 +487,8 @@ class MqttService:
 
     async def _publish_will(self, will: Will, client_id: str) -> None:
         self.stats["wills"] += 1
-        args = (will.topic, will.payload, will.qos, will.retain, client_id)
+        expiry = will.properties.message_expiry_interval
+        args = (will.topic, will.payload, will.qos, will.retain, client_id, 0, expiry)
         try:
             if self.append_nowait(*args) is None:
                 await self.ensure_route(will.topic)
@@ -528,11 +531,12 @@ class MqttService:
         retain: bool,
         client_id: str = "",
         packet_id: int = 0,
+        expiry_s: int | None = None,
     ) -> list[MqttFlight] | None:
-        """Append one PUBLISH of ``client_id``; the flights its acknowledgement waits for (the
-        last is the record's own). None when its log topic must be created first
-        (``ensure_route``). Raises ``RequestError`` when the broker cannot take it (shutting
-        down, topic deleted).
+        """Append one PUBLISH of ``client_id`` (``expiry_s``: its v5 Message Expiry Interval);
+        the flights its acknowledgement waits for (the last is the record's own). None when its
+        log topic must be created first (``ensure_route``). Raises ``RequestError`` when the
+        broker cannot take it (shutting down, topic deleted).
         """
         placed = self._place(topic, client_id, retain)
         if placed is None:
@@ -546,6 +550,8 @@ class MqttService:
                 headers.append((MQTT_PACKET_ID_HEADER, packet))
         if retain:
             headers.append((MQTT_RETAIN_HEADER, b"1"))
+        expiry = [] if expiry_s is None else [(MQTT_EXPIRY_HEADER, b"%d" % expiry_s)]
+        headers += expiry
         record = Record(
             value=payload,
             key=route.key,
@@ -560,14 +566,20 @@ class MqttService:
         retained = Record(
             value=payload or None,
             key=topic.encode(),
-            headers=(_QOS_HEADERS[qos],),
+            headers=(_QOS_HEADERS[qos], *expiry),
             timestamp=record.timestamp,
         )
         retained_flight, _ = self._appender(RETAINED_TOPIC, 0).add(retained)
         return [flight, retained_flight]
 
     async def append_resend(
-        self, topic: str, payload: bytes, retain: bool, client_id: str, packet_id: int
+        self,
+        topic: str,
+        payload: bytes,
+        retain: bool,
+        client_id: str,
+        packet_id: int,
+        expiry_s: int | None = None,
     ) -> list[MqttFlight] | None:
         """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
         log holds the first copy already, nothing is appended and the flight returned is done,
@@ -591,7 +603,7 @@ class MqttService:
             log.info("mqtt %s: resend of packet %d appended again: %s", client_id, packet_id, exc)
             offset = None
         if offset is None:
-            return self.append_nowait(topic, payload, 1, retain, client_id, packet_id)
+            return self.append_nowait(topic, payload, 1, retain, client_id, packet_id, expiry_s)
         self.stats["resends_found"] += 1
         flight = MqttFlight(partition)
         flight.base = offset
@@ -695,7 +707,3 @@ class MqttService:
 
 def _epoch_of(session: StoredSession | None) -> int:
     return 0 if session is None else session.epoch
-
-
-def _now_ms() -> int:
-    return int(time.time() * 1000)

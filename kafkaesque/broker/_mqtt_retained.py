@@ -30,6 +30,7 @@ from kafkaesque.protocol import (
 from kafkaesque.storage import Record
 
 from ._metadata import TopicInfo
+from ._mqtt_egress import origin_of
 from ._mqtt_tail import TopicTail
 
 if TYPE_CHECKING:
@@ -42,10 +43,11 @@ RETAINED_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_retained"
 
 
 class RetainedStore:
-    """This broker's copy of the retained messages: topic -> (payload, QoS)."""
+    """This broker's copy of the retained messages: topic -> (payload, QoS, when it expires in
+    wall-clock ms or None)."""
 
     def __init__(self, broker: Broker, ensure_topic: Callable[[str], Awaitable[TopicInfo]]) -> None:
-        self.messages: MqttTopicTrie[tuple[bytes, int]] = MqttTopicTrie()
+        self.messages: MqttTopicTrie[tuple[bytes, int, int | None]] = MqttTopicTrie()
         self.tail = TopicTail(broker, RETAINED_TOPIC, ensure_topic, self._apply)
 
     async def run(self) -> None:
@@ -60,7 +62,8 @@ class RetainedStore:
         except UnicodeDecodeError:
             return
         if record.value:
-            self.messages.set(topic, (record.value, _qos_of(record.headers)))
+            expires_ms = origin_of(record.headers).expires_ms(record.timestamp)
+            self.messages.set(topic, (record.value, _qos_of(record.headers), expires_ms))
         else:
             self.messages.delete(topic)
 
@@ -72,8 +75,9 @@ class RetainedStore:
         for sub in subscriptions:
             if sub.retain_handling == 2 or parse_shared_subscription(sub.topic_filter):
                 continue
-            for topic, (payload, qos) in self.messages.match(sub.topic_filter):
-                device.deliver(topic, payload, min(qos, sub.qos), retain=True)
+            for topic, (payload, qos, expires_ms) in self.messages.match(sub.topic_filter):
+                # An expired one is not sent (MQTT-3.3.2-5); it stays until replaced.
+                device.deliver(topic, payload, min(qos, sub.qos), True, None, expires_ms)
 
 
 def _qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:

@@ -77,6 +77,7 @@ from ._mqtt_codec import encode_mqtt as encode_mqtt
 from ._mqtt_codec import encode_mqtt_puback as encode_mqtt_puback
 from ._mqtt_mapping import DEFAULT_LOG_TOPIC as DEFAULT_LOG_TOPIC
 from ._mqtt_mapping import MQTT_CLIENT_HEADER as MQTT_CLIENT_HEADER
+from ._mqtt_mapping import MQTT_EXPIRY_HEADER as MQTT_EXPIRY_HEADER
 from ._mqtt_mapping import MQTT_PACKET_ID_HEADER as MQTT_PACKET_ID_HEADER
 from ._mqtt_mapping import MQTT_QOS_HEADER as MQTT_QOS_HEADER
 from ._mqtt_mapping import MQTT_RETAIN_HEADER as MQTT_RETAIN_HEADER

@@ -397,6 +397,30 @@ def test_v5_disconnect_giving_a_life_to_a_session_that_had_none_is_a_protocol_er
     assert closes(actions) and conn.session_expiry_s == 0
 
 
+@pytest.mark.parametrize("qos", [0, 1, 2])
+def test_a_publish_carries_its_message_expiry_to_the_log(qos: int) -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = connected(V5)
+    publish = Publish(
+        "t", b"x", qos, packet_id=qos and 5, properties=MqttProperties(message_expiry_interval=30)
+    )
+    [append] = conn.receive(encode_mqtt(publish, V5), 1.0)
+    assert isinstance(append, Append) and append.expiry_s == 30
+
+
+@pytest.mark.parametrize(("version", "sent_expiry"), [(V5, 12), (V311, None)])
+def test_a_delivery_passes_on_what_remains_of_the_expiry(
+    version: MqttVersion, sent_expiry: int | None
+) -> None:
+    conn = connected(version)
+    data = conn.deliver("t", b"x", 1, expiry_s=12)
+    assert data is not None
+    [publish] = sent([Send(data)], version)
+    assert isinstance(publish, Publish)
+    assert publish.properties.message_expiry_interval == sent_expiry  # 3.1.1 has no properties
+
+
 def test_tagged_deliveries_report_their_acknowledgement() -> None:
     from kafkaesque.broker._mqtt_connection import Acked
 

@@ -325,6 +325,15 @@ def test_a_shared_subscription_spans_brokers_each_message_to_one_member(
         pub.close()
 
 
+def subscribed_v5(address: tuple[str, int], subscription: MqttSubscription) -> RawMqtt:
+    """A new v5 device at ``address`` with ``subscription`` granted."""
+    raw = RawMqtt(address, MqttVersion.V5)
+    raw.connect(unique("sub"))
+    raw.send(encode_mqtt(Subscribe(1, (subscription,)), raw.version))
+    assert isinstance(raw.receive(), Suback)
+    return raw
+
+
 def test_no_local_keeps_a_devices_own_messages_from_it(cluster: LocalCluster) -> None:
     topic = f"{unique('chat')}/room"
     me = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
@@ -350,15 +359,12 @@ def test_retain_as_published_keeps_the_retain_flag_of_live_messages(
     cluster: LocalCluster,
 ) -> None:
     topic = f"{unique('lamp')}/state"
-    keeps = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
-    plain = RawMqtt(cluster.mqtt_address(2), MqttVersion.V5)
+    keeps = subscribed_v5(
+        cluster.mqtt_address(0), MqttSubscription(topic, 1, retain_as_published=True)
+    )
+    plain = subscribed_v5(cluster.mqtt_address(2), MqttSubscription(topic, 1))
     pub = RawMqtt(cluster.mqtt_address(1))
     try:
-        for raw, flag in ((keeps, True), (plain, False)):
-            raw.connect(unique("sub"))
-            subscription = MqttSubscription(topic, 1, retain_as_published=flag)
-            raw.send(encode_mqtt(Subscribe(1, (subscription,)), raw.version))
-            assert isinstance(raw.receive(), Suback)
         pub.connect(unique("pub"))
         pub.send(encode_mqtt(Publish(topic, b"on", 1, retain=True, packet_id=1), pub.version))
         assert pub.receive() == Puback(1)
@@ -377,6 +383,68 @@ def test_retain_as_published_keeps_the_retain_flag_of_live_messages(
     finally:
         for raw in (keeps, plain, pub):
             raw.close()
+
+
+def test_a_live_message_goes_out_with_what_remains_of_its_expiry(cluster: LocalCluster) -> None:
+    topic = f"{unique('alarm')}/fire"
+    sub = subscribed_v5(cluster.mqtt_address(0), MqttSubscription(topic, 1))
+    pub = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+    try:
+        pub.connect(unique("pub"))
+        expiring = MqttProperties(message_expiry_interval=60)
+        pub.send(
+            encode_mqtt(Publish(topic, b"now", 1, packet_id=1, properties=expiring), pub.version)
+        )
+        assert pub.receive() == Puback(1)
+        pub.send(encode_mqtt(Publish(topic, b"whenever", 1, packet_id=2), pub.version))
+        assert pub.receive() == Puback(2)
+        got = [p for p in (sub.receive(), sub.receive()) if isinstance(p, Publish)]
+        assert [p.payload for p in got] == [b"now", b"whenever"]
+        remains = got[0].properties.message_expiry_interval  # of 60, rounded up
+        assert remains is not None and 55 <= remains <= 60
+        assert got[1].properties.message_expiry_interval is None
+    finally:
+        sub.close()
+        pub.close()
+
+
+def test_an_expired_retained_message_is_not_sent(cluster: LocalCluster) -> None:
+    prefix = unique("door")
+    pub = RawMqtt(cluster.mqtt_address(2), MqttVersion.V5)
+    try:
+        pub.connect(unique("pub"))
+        for packet_id, name, expiry in ((1, "code", 1), (2, "kept", None)):
+            properties = MqttProperties(message_expiry_interval=expiry)
+            publish = Publish(
+                f"{prefix}/{name}", b"1234", 1, True, packet_id=packet_id, properties=properties
+            )
+            pub.send(encode_mqtt(publish, pub.version))
+            assert pub.receive() == Puback(packet_id)
+    finally:
+        pub.close()
+    time.sleep(1.5)  # the first one's interval passes
+
+    def retained_now() -> list[str]:
+        sub = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+        try:
+            sub.connect(unique("sub"))
+            sub.send(encode_mqtt(Subscribe(1, (MqttSubscription(f"{prefix}/+", 1),)), sub.version))
+            assert isinstance(sub.receive(), Suback)
+            topics: list[str] = []
+            while True:
+                try:
+                    packet = sub.receive(timeout=1.0)
+                except TimeoutError:
+                    return topics
+                assert isinstance(packet, Publish) and packet.retain
+                topics.append(packet.topic)
+        finally:
+            sub.close()
+
+    deadline = time.monotonic() + 15
+    while (topics := retained_now()) == [] and time.monotonic() < deadline:
+        pass  # the broker follows the retained topic: it takes a moment
+    assert topics == [f"{prefix}/kept"]
 
 
 def test_retain_handling_1_sends_retained_messages_to_a_new_subscription_only(

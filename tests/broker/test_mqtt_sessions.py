@@ -3,6 +3,7 @@ to any broker; one connection per client id in the whole cluster."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 
 import msgpack
@@ -274,6 +275,39 @@ def test_a_v5_disconnect_with_expiry_0_ends_the_session(cluster: LocalCluster) -
     raw, present = connect_v5(cluster, 1, device, expiry=None)
     raw.close()
     assert present is False
+
+
+def test_a_resumed_session_is_not_sent_what_expired_meanwhile(cluster: LocalCluster) -> None:
+    device = "phone-s0013"
+    subscribe_and_leave(cluster, device, expiry=3600)
+    wait_for_session(cluster, device, lambda s: s.ended_ms is not None, "the session's end")
+    controller = RawMqtt(cluster.mqtt_address(1), V5)
+    try:
+        controller.connect("controller-s0013")
+        for packet_id, text, expiry in (
+            (1, b"stale soon", 1),
+            (2, b"for good", None),
+            (3, b"later", 60),
+        ):
+            properties = MqttProperties(message_expiry_interval=expiry)
+            publish = Publish(
+                f"phones/{device}/commands", text, 1, packet_id=packet_id, properties=properties
+            )
+            controller.send(encode_mqtt(publish, V5))
+            assert controller.receive() == Puback(packet_id)
+    finally:
+        controller.close()
+    time.sleep(1.5)  # the first one expires while the device is away
+    raw, present = connect_v5(cluster, 2, device, expiry=3600)
+    try:
+        assert present
+        got = publishes(raw, 2)
+        assert [p.payload for p in got] == [b"for good", b"later"]
+        assert got[0].properties.message_expiry_interval is None
+        remains = got[1].properties.message_expiry_interval  # what remains of 60, rounded up
+        assert remains is not None and 45 <= remains <= 59
+    finally:
+        raw.close()
 
 
 @pytest.mark.parametrize(
