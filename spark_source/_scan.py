@@ -23,14 +23,15 @@ NIL = -1
 """The length recorded for a key or value that is msgpack nil (a null in Arrow)."""
 
 OK = 0
+TRUNCATED, NOT_A_RECORD, NOT_AN_INT, NOT_BYTES, BAD_HEADERS, TRAILING, TOO_BIG = range(1, 8)
 ERRORS = {
-    1: "a record runs past the end of its batch",
-    2: "a record is not an array of 5",
-    3: "an offset or timestamp delta is not an integer",
-    4: "a key or value is neither bin nor nil",
-    5: "the headers are not an array of [str, bin] pairs",
-    6: "the batch holds bytes after its last record",
-    7: "an integer does not fit in 64 bits",
+    TRUNCATED: "a record runs past the end of its batch",
+    NOT_A_RECORD: "a record is not an array of 5",
+    NOT_AN_INT: "an offset or timestamp delta is not an integer",
+    NOT_BYTES: "a key or value is neither bin nor nil",
+    BAD_HEADERS: "the headers are not an array of [str, bin] pairs",
+    TRAILING: "the batch holds bytes after its last record",
+    TOO_BIG: "an integer does not fit in 64 bits",
 }
 
 
@@ -38,7 +39,7 @@ ERRORS = {
 def _int(buf: Any, p: int, end: int) -> tuple[int, int, int]:
     """The msgpack integer at ``p``: (value, next position, error code)."""
     if p >= end:
-        return 0, p, 1
+        return 0, p, TRUNCATED
     t = buf[p]
     if t <= 0x7F:
         return int(t), p + 1, OK
@@ -51,9 +52,9 @@ def _int(buf: Any, p: int, end: int) -> tuple[int, int, int]:
         width = 1 << (t - 0xD0)
         signed = True
     else:
-        return 0, p, 3
+        return 0, p, NOT_AN_INT
     if p + 1 + width > end:
-        return 0, p, 1
+        return 0, p, TRUNCATED
     value = np.uint64(0)
     for i in range(width):
         value = (value << np.uint64(8)) | np.uint64(buf[p + 1 + i])
@@ -61,7 +62,7 @@ def _int(buf: Any, p: int, end: int) -> tuple[int, int, int]:
         shift = np.uint64(64 - 8 * width)
         return int(np.int64(value << shift) >> np.int64(shift)), p + 1 + width, OK
     if value > np.uint64(0x7FFFFFFFFFFFFFFF):
-        return 0, p, 7
+        return 0, p, TOO_BIG
     return int(np.int64(value)), p + 1 + width, OK  # int() alone goes through a float
 
 
@@ -78,7 +79,7 @@ def _bytes(buf: Any, p: int, end: int, strings: bool) -> tuple[int, int, int, in
     """The msgpack bin (or, with ``strings``, str) at ``p``: (start, length, next position,
     error code); nil gives length ``NIL`` when bin is asked for."""
     if p >= end:
-        return 0, 0, p, 1
+        return 0, 0, p, TRUNCATED
     t = buf[p]
     if strings and 0xA0 <= t <= 0xBF:
         width, n = 0, int(t) - 0xA0
@@ -91,14 +92,14 @@ def _bytes(buf: Any, p: int, end: int, strings: bool) -> tuple[int, int, int, in
     elif not strings and t == 0xC0:
         return 0, NIL, p + 1, OK
     else:
-        return 0, 0, p, 5 if strings else 4
+        return 0, 0, p, BAD_HEADERS if strings else NOT_BYTES
     start = p + 1 + width
     if start > end:
-        return 0, 0, p, 1
+        return 0, 0, p, TRUNCATED
     if width:
         n = _length(buf, p + 1, width)
     if start + n > end:
-        return 0, 0, p, 1
+        return 0, 0, p, TRUNCATED
     return start, n, start + n, OK
 
 
@@ -106,14 +107,14 @@ def _bytes(buf: Any, p: int, end: int, strings: bool) -> tuple[int, int, int, in
 def _array(buf: Any, p: int, end: int) -> tuple[int, int, int]:
     """The msgpack array header at ``p``: (element count, next position, error code)."""
     if p >= end:
-        return 0, p, 1
+        return 0, p, TRUNCATED
     t = buf[p]
     if 0x90 <= t <= 0x9F:
         return int(t) - 0x90, p + 1, OK
     if 0xDC <= t <= 0xDD:  # array 16, array 32
         width = 2 if t == 0xDC else 4
         if p + 1 + width > end:
-            return 0, p, 1
+            return 0, p, TRUNCATED
         return _length(buf, p + 1, width), p + 1 + width, OK
     return -1, p, OK
 
@@ -133,17 +134,17 @@ def _headers(buf: Any, p: int, end: int) -> tuple[int, int, int]:
     n = 0
     pairs, p, err = _array(buf, p, end)
     if err == OK and pairs < 0:
-        err = 5
+        err = BAD_HEADERS
     for _ in range(pairs if err == OK else 0):
         two, p, err = _array(buf, p, end)
         if err == OK and two != 2:
-            err = 5
+            err = BAD_HEADERS
         if err == OK:
             _start, _n, p, err = _bytes(buf, p, end, True)
         if err == OK:
             _start, n, p, err = _bytes(buf, p, end, False)
-            if err == 4 or (err == OK and n == NIL):
-                err = 5
+            if err == NOT_BYTES or (err == OK and n == NIL):
+                err = BAD_HEADERS
         if err != OK:
             break
     return pairs, p, err
@@ -169,7 +170,7 @@ def scan(buf: Any, batches: Any, lo: int, hi: int, out: Any) -> tuple[int, int, 
             delta = ts_delta = key_start = key_length = value_start = value_length = pairs = 0
             fields, p, err = _array(buf, p, end)
             if err == OK and fields != 5:
-                err = 2
+                err = NOT_A_RECORD
             if err == OK:
                 delta, p, err = _int(buf, p, end)
             if err == OK:
@@ -196,7 +197,7 @@ def scan(buf: Any, batches: Any, lo: int, hi: int, out: Any) -> tuple[int, int, 
                 pairs_kept += pairs
                 kept += 1
         if p != end:
-            return kept, 6, p, pairs_kept
+            return kept, TRAILING, p, pairs_kept
     return kept, OK, p, pairs_kept
 
 
