@@ -288,12 +288,14 @@ class MqttServerConnection:
         retain: bool = False,
         tag: object = None,
         expiry_s: int | None = None,
+        identifiers: tuple[int, ...] = (),
     ) -> bytes | None:
         """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted).
 
         A QoS 1/2 delivery with a ``tag`` is reported by an ``Acked(tag)`` action once the
         device has acknowledged it. ``expiry_s``: what remains of the message's expiry
-        interval, passed on to a v5 device (MQTT-3.3.2-6).
+        interval, passed on to a v5 device (MQTT-3.3.2-6); ``identifiers``: the Subscription
+        Identifiers of the subscriptions it matched (v5 MQTT-3.3.4-3).
         """
         if self.closed or not self.connected or self.version is None:
             return None
@@ -307,8 +309,10 @@ class MqttServerConnection:
             if tag is not None:
                 self._tags[packet_id] = tag
         properties = NO_PROPERTIES
-        if expiry_s is not None and self.version is MqttVersion.V5:
-            properties = MqttProperties(message_expiry_interval=expiry_s)
+        if (expiry_s is not None or identifiers) and self.version is MqttVersion.V5:
+            properties = MqttProperties(
+                message_expiry_interval=expiry_s, subscription_identifiers=identifiers
+            )
         publish = Publish(topic, payload, qos, retain, packet_id=packet_id, properties=properties)
         return encode_mqtt(publish, self.version)
 
@@ -448,6 +452,8 @@ class MqttServerConnection:
         v5 = self._v() is MqttVersion.V5
         codes: list[int] = []
         granted: list[MqttSubscription] = []
+        identifiers = packet.properties.subscription_identifiers
+        identifier = identifiers[0] if identifiers else 0
         for sub in packet.subscriptions:
             try:
                 shared = parse_shared_subscription(sub.topic_filter)
@@ -467,6 +473,7 @@ class MqttServerConnection:
                     sub.no_local,
                     sub.retain_as_published,
                     sub.retain_handling,
+                    identifier,
                 )
             )
         suback = encode_mqtt(Suback(packet.packet_id, tuple(codes)), self._v())

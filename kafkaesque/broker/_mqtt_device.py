@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
@@ -67,6 +67,19 @@ _DRAIN_S: Final = 2.0
 # Kinds of entries of the ``out`` queue.
 _PLAIN: Final = 0
 _CLOSE: Final = 2
+
+
+class _Delivery(NamedTuple):
+    """A PUBLISH queued for the device (see ``MqttDevice.deliver``)."""
+
+    topic: str
+    payload: bytes
+    qos: int
+    retain: bool
+    where: tuple[str, int, int] | None
+    size: int  # what it counts in ``queued_bytes``
+    expires_ms: int | None
+    identifiers: tuple[int, ...]
 
 
 class MqttDevice:
@@ -111,11 +124,7 @@ class MqttDevice:
         self.wake = trio.Event()
         self.room = trio.Event()
         self.pending = 0  # entries waiting for a flight
-        # Deliveries not sent yet: (topic, payload, QoS, retain, place in the log, queued bytes,
-        # end of the message's expiry in wall-clock ms or None).
-        self.deliveries: deque[
-            tuple[str, bytes, int, bool, tuple[str, int, int] | None, int, int | None]
-        ] = deque()
+        self.deliveries: deque[_Delivery] = deque()  # not sent yet
         self.queued_bytes = 0
         self.behind_since: float | None = None  # when the queue went above MAX_QUEUED_BYTES
         self.dropped = 0  # QoS 0 deliveries dropped (slow device)
@@ -302,6 +311,7 @@ class MqttDevice:
         retain: bool = False,
         where: tuple[str, int, int] | None = None,
         expires_ms: int | None = None,
+        identifiers: tuple[int, ...] = (),
     ) -> None:
         """Queue a PUBLISH to the device, or drop it / disconnect a slow device.
 
@@ -309,6 +319,7 @@ class MqttDevice:
         session remembers QoS 1/2 deliveries until acknowledged, to resume from there.
         ``expires_ms`` (wall-clock milliseconds) ends a v5 Message Expiry Interval: an expired
         message is not sent (MQTT-3.3.2-5), and the rest of the interval goes with it.
+        ``identifiers``: the v5 Subscription Identifiers of the subscriptions it matched.
         """
         if self.conn.closed or (expires_ms is not None and expires_ms <= now_ms()):
             return
@@ -328,7 +339,9 @@ class MqttDevice:
             self.unacked.setdefault((where[0], where[1]), set()).add(where[2])
         else:
             where = None
-        self.deliveries.append((topic, payload, qos, retain, where, size, expires_ms))
+        self.deliveries.append(
+            _Delivery(topic, payload, qos, retain, where, size, expires_ms, identifiers)
+        )
         self.queued_bytes += size
         self.wake.set()
 
@@ -398,20 +411,22 @@ class MqttDevice:
         window = min(MAX_INFLIGHT, conn.receive_maximum)
         deliveries = self.deliveries
         while deliveries and size < _SEND_COALESCE_BYTES and not conn.closed:
-            topic, payload, qos, retain, where, entry, expires_ms = deliveries[0]
-            if qos > 0 and len(conn.inflight) >= window:
+            d = deliveries[0]
+            if d.qos > 0 and len(conn.inflight) >= window:
                 break  # the device's acknowledgements wake the writer
             deliveries.popleft()
-            self.queued_bytes -= entry
+            self.queued_bytes -= d.size
             expiry_s = None
-            if expires_ms is not None:
-                left_ms = expires_ms - now_ms()
+            if d.expires_ms is not None:
+                left_ms = d.expires_ms - now_ms()
                 if left_ms <= 0:  # expired while queued: not sent (MQTT-3.3.2-5)
-                    if where is not None:
-                        self.unacked.get((where[0], where[1]), set()).discard(where[2])
+                    if d.where is not None:
+                        self.unacked.get(d.where[:2], set()).discard(d.where[2])
                     continue
                 expiry_s = -(-left_ms // 1000)
-            publish = conn.deliver(topic, payload, qos, retain, where, expiry_s)
+            publish = conn.deliver(
+                d.topic, d.payload, d.qos, d.retain, d.where, expiry_s, d.identifiers
+            )
             if publish is not None:
                 buf.append(publish)
                 size += len(publish)

@@ -66,10 +66,10 @@ class _ShareGroup:
     __slots__ = ("members", "turn")
 
     def __init__(self) -> None:
-        self.members: dict[MqttDevice, int] = {}  # device -> granted QoS
+        self.members: dict[MqttDevice, MqttSubscription] = {}  # device -> its subscription
         self.turn = 0
 
-    def pick(self) -> tuple[MqttDevice, int] | None:
+    def pick(self) -> tuple[MqttDevice, MqttSubscription] | None:
         if not self.members:
             return None
         self.turn += 1
@@ -136,7 +136,7 @@ class Egress:
                 if group is None:
                     group = self._groups[key] = _ShareGroup()
                     self._trie.add(shared.topic_filter, key, None)
-                group.members[device] = sub.qos
+                group.members[device] = sub
             device.subscriptions[sub.topic_filter] = sub
             topics |= log_topics_for(self._mapping, sub.topic_filter)
         with trio.move_on_after(_READY_TIMEOUT_S):
@@ -212,14 +212,16 @@ class Egress:
         ``where`` is the record's place in the log (log topic, partition, offset): a shared
         subscription's message goes to a local member only if this broker serves that partition
         for the group. ``publisher`` is the client id of the device that published it: a
-        subscription with No Local (v5) does not receive its own messages. ``retained``: it was
+        subscription with No Local (v5) does not receive its own messages, and the identifiers
+        of the subscriptions a message matches go with it (v5). ``retained``: it was
         published with RETAIN, which a subscription with Retain As Published (v5) passes on
         (live messages otherwise go out with RETAIN 0, MQTT-3.3.1-12). ``expires_ms`` ends its
         v5 Message Expiry Interval (wall-clock milliseconds).
         """
         best: dict[MqttDevice, int] = {}
         keep_retain: set[MqttDevice] = set()
-        for subscriber, sub in self._trie.match(topic):
+        identifiers: dict[MqttDevice, list[int]] = {}
+        for subscriber, found in self._trie.match(topic):
             if isinstance(subscriber, tuple):
                 if where is not None and not self._serves(subscriber, where[0], where[1]):
                     continue
@@ -227,23 +229,26 @@ class Egress:
                 picked = group.pick() if group is not None else None
                 if picked is None:
                     continue
-                subscriber, granted = picked
+                subscriber, sub = picked
             else:
-                assert sub is not None
+                assert found is not None
+                sub = found
                 if (
                     sub.no_local
                     and publisher is not None
                     and subscriber.client_id_bytes == publisher
                 ):
                     continue
-                granted = sub.qos
                 if retained and sub.retain_as_published:
                     keep_retain.add(subscriber)
-            level = min(granted, qos)
+            if sub.identifier:
+                identifiers.setdefault(subscriber, []).append(sub.identifier)
+            level = min(sub.qos, qos)
             if best.get(subscriber, -1) < level:
                 best[subscriber] = level
         for device, level in best.items():
-            device.deliver(topic, payload, level, device in keep_retain, where, expires_ms)
+            ids = tuple(identifiers.get(device, ()))
+            device.deliver(topic, payload, level, device in keep_retain, where, expires_ms, ids)
         self.delivered += len(best)
         return len(best)
 

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
@@ -77,6 +78,7 @@ _BROKERS_WAIT_S: Final = 15.0
 _SHARES_SCAN_S: Final = 0.05
 _SHARES_EVERY_S: Final = 1.0
 EXPIRY_SWEEP_S: Final = 1.0  # how often owners look for expired sessions
+_CATCHING_UP: Final = sys.maxsize  # a connection's known epoch while it looks its session up
 
 
 def load_users(path: str | None) -> dict[str, str] | None:
@@ -215,9 +217,13 @@ class MqttService:
             self.egress.drop(old)
         self._devices[client_id] = device
         store = self.sessions
-        # Records of the epochs known now are the past (a late write of an earlier owner): only
-        # a newer epoch owned elsewhere takes this connection over (``_session_changed``).
-        device.known_epoch = _epoch_of(store.sessions.get(client_id))
+        # Until this connection has its epoch, every record it catches up with is the past: it
+        # takes the newest epoch there is, plus one. (Marking only the epoch known before the
+        # catch-up let a record of the previous connection, not yet read here, take the new
+        # one over before its CONNACK: seen in CI as a reconnect through another broker that
+        # got DISCONNECT 0x8E.) Afterwards only a newer epoch owned elsewhere takes this
+        # connection over (``_session_changed``).
+        device.known_epoch = _CATCHING_UP
         if accepted.persistent or not accepted.clean_start or client_id in store.sessions:
             await store.tail.catch_up()  # another broker may have just written it
         stored = store.sessions.get(client_id)
@@ -445,6 +451,7 @@ class MqttService:
                     origin.retained and any(s.retain_as_published for s in matching),
                     (*where, record.offset),
                     origin.expires_ms(record.timestamp),
+                    tuple(s.identifier for s in matching if s.identifier),
                 )
         return next_offset
 

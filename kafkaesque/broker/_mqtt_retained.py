@@ -77,7 +77,8 @@ class RetainedStore:
                 continue
             for topic, (payload, qos, expires_ms) in self.messages.match(sub.topic_filter):
                 # An expired one is not sent (MQTT-3.3.2-5); it stays until replaced.
-                device.deliver(topic, payload, min(qos, sub.qos), True, None, expires_ms)
+                ids = (sub.identifier,) if sub.identifier else ()
+                device.deliver(topic, payload, min(qos, sub.qos), True, None, expires_ms, ids)
 
 
 def _qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:

@@ -70,7 +70,14 @@ def encode_session(session: StoredSession) -> bytes:
             session.owner,
             session.epoch,
             [
-                [s.topic_filter, s.qos, s.no_local, s.retain_as_published, s.retain_handling]
+                [
+                    s.topic_filter,
+                    s.qos,
+                    s.no_local,
+                    s.retain_as_published,
+                    s.retain_handling,
+                    s.identifier,
+                ]
                 for s in session.subscriptions
             ],
             [
@@ -95,9 +102,7 @@ def decode_session(data: bytes) -> StoredSession | None:
         return StoredSession(
             int(owner),
             int(epoch),
-            tuple(
-                MqttSubscription(str(f), int(q), bool(n), bool(r), int(h)) for f, q, n, r, h in subs
-            ),
+            tuple(_subscription(*s) for s in subs),
             {(str(t), int(p)): int(o) for t, p, o in positions},
             tuple(int(i) for i in awaiting),
             bool(deleted),
@@ -106,6 +111,16 @@ def decode_session(data: bytes) -> StoredSession | None:
         )
     except (ValueError, TypeError, msgpack.UnpackException):
         return None
+
+
+def _subscription(
+    topic_filter: str, qos: int, no_local: bool, rap: bool, handling: int, *more: int
+) -> MqttSubscription:
+    """A stored subscription (records written before identifiers were kept have none)."""
+    identifier = int(more[0]) if more else 0
+    return MqttSubscription(
+        str(topic_filter), int(qos), bool(no_local), bool(rap), int(handling), identifier
+    )
 
 
 class SessionStore:

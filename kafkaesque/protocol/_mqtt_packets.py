@@ -295,7 +295,9 @@ class MqttSubscription:
     """One topic filter of a SUBSCRIBE with its options (v5 §3.8.3.1; 3.1.1 has only ``qos``).
 
     ``retain_handling``: 0 send retained messages on subscribe, 1 only if the subscription is
-    new, 2 never.
+    new, 2 never. ``identifier``: the v5 Subscription Identifier of the SUBSCRIBE that made it
+    (0: none), which the server returns with every message the subscription matches; it is a
+    property of the whole packet, so the codec leaves it 0 and the server sets it.
     """
 
     topic_filter: str
@@ -303,6 +305,7 @@ class MqttSubscription:
     no_local: bool = False
     retain_as_published: bool = False
     retain_handling: int = 0
+    identifier: int = 0
 
 
 @dataclass(frozen=True)

@@ -276,6 +276,24 @@ def test_subscribe_grants_and_refuses_per_filter() -> None:
     assert sent([Send(subscribed.suback)], V311) == [Suback(3, (1, 2, 0, 0x80))]
 
 
+def test_a_v5_subscription_identifier_goes_with_each_filter_and_back_out() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = connected(V5)
+    subscribe = Subscribe(
+        4,
+        (MqttSubscription("a/+", 1), MqttSubscription("b/#", 0)),
+        MqttProperties(subscription_identifiers=(7,)),
+    )
+    [subscribed] = conn.receive(encode_mqtt(subscribe, V5), 1.0)
+    assert isinstance(subscribed, Subscribed)
+    assert [s.identifier for s in subscribed.subscriptions] == [7, 7]
+    data = conn.deliver("a/x", b"x", 1, identifiers=(7, 9))
+    assert data is not None
+    [publish] = sent([Send(data)], V5)
+    assert isinstance(publish, Publish) and publish.properties.subscription_identifiers == (7, 9)
+
+
 def test_subscribe_with_nothing_granted_just_answers() -> None:
     conn = connected(V5)
     actions = conn.receive(encode_mqtt(Subscribe(5, (MqttSubscription("$share//x"),)), V5), 1.0)

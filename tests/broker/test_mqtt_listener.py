@@ -447,6 +447,39 @@ def test_an_expired_retained_message_is_not_sent(cluster: LocalCluster) -> None:
     assert topics == [f"{prefix}/kept"]
 
 
+def test_messages_carry_the_identifiers_of_the_subscriptions_they_match(
+    cluster: LocalCluster,
+) -> None:
+    prefix = unique("plant")
+    sub = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+    pub = RawMqtt(cluster.mqtt_address(2))
+    try:
+        pub.connect(unique("pub"))
+        pub.send(encode_mqtt(Publish(f"{prefix}/kept", b"r", 1, True, packet_id=1), pub.version))
+        assert pub.receive() == Puback(1)
+        sub.connect(unique("sub"))
+        for packet_id, (topic_filter, identifier) in enumerate(
+            ((f"{prefix}/+", 7), (f"{prefix}/#", 9), (f"$share/g{prefix}/{prefix}/live", 11)), 1
+        ):
+            properties = MqttProperties(subscription_identifiers=(identifier,))
+            subscription = MqttSubscription(topic_filter, 1)
+            sub.send(encode_mqtt(Subscribe(packet_id, (subscription,), properties), sub.version))
+            suback = sub.receive()
+            while isinstance(suback, Publish):  # the retained message, once per subscription
+                suback = sub.receive()
+            assert isinstance(suback, Suback)
+        pub.send(encode_mqtt(Publish(f"{prefix}/live", b"go", 1, packet_id=2), pub.version))
+        assert pub.receive() == Puback(2)
+        live = sub.receive()
+        while isinstance(live, Publish) and live.retain:  # retained copies not yet read
+            live = sub.receive()
+        assert isinstance(live, Publish) and live.payload == b"go"
+        assert sorted(live.properties.subscription_identifiers) == [7, 9, 11]
+    finally:
+        sub.close()
+        pub.close()
+
+
 def test_retain_handling_1_sends_retained_messages_to_a_new_subscription_only(
     cluster: LocalCluster,
 ) -> None:

@@ -327,8 +327,15 @@ def test_when_a_stored_session_has_expired(
     assert session.expired(now_ms) is expired
 
 
-def test_a_session_record_keeps_its_lifetime_and_end() -> None:
-    session = StoredSession(2, 7, awaiting_release=(3,), expiry_s=90, ended_ms=1_700_000_000_000)
+def test_a_session_record_keeps_its_lifetime_end_and_subscription_identifiers() -> None:
+    session = StoredSession(
+        2,
+        7,
+        (MqttSubscription("a/+", 1, identifier=12), MqttSubscription("b", 0)),
+        awaiting_release=(3,),
+        expiry_s=90,
+        ended_ms=1_700_000_000_000,
+    )
     assert decode_session(encode_session(session)) == session
 
 
@@ -336,5 +343,6 @@ def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
     old = msgpack.packb([1, 4, [["a/+", 1, False, False, 0]], [["t", 0, 12]], [], False])
     session = decode_session(old)
     assert session is not None and session.positions == {("t", 0): 12}
+    assert session.subscriptions == (MqttSubscription("a/+", 1),)  # identifier 0: none
     assert session.expiry_s is None and session.ended_ms is None
     assert not session.expired(10**15)
