@@ -448,7 +448,7 @@ class Broker:
         for group_id in group_ids:
             here = self._led_bounds(group_id)
             if here is not None:
-                found[group_id] = (here[0], here[1])
+                found[group_id] = here
                 continue
             leader = self.writes.leader_of(group_id)
             if leader is not None and leader != self.config.id:
@@ -474,12 +474,12 @@ class Broker:
                 nursery.start_soon(ask, leader, asked)
         return found
 
-    def _led_bounds(self, group_id: str) -> list[int] | None:
-        """``[log start, high watermark]`` of a group led here, else None."""
+    def _led_bounds(self, group_id: str) -> tuple[int, int] | None:
+        """(log start, high watermark) of a group led here, else None."""
         group = self.raft.groups.get(group_id)
         if group is None or group.role is not Role.LEADER:
             return None
-        return [group.log.log_start_offset, group.commit_index + 1]
+        return group.log.log_start_offset, group.commit_index + 1
 
     async def forward_to_replica(self, info: TopicInfo, partition: int, command: Command) -> bytes:
         """Run a read on a broker holding a replica: the leader first, then the others."""

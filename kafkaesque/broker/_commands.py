@@ -608,8 +608,9 @@ class CommandHandler:
         for partition, replicas in enumerate(info.replicas):
             group = self._broker.local_group(info.name, partition)
             start = end = None
-            if leaders is not None and group_name(info.name, partition) in leaders:
-                start, end = leaders[group_name(info.name, partition)]
+            bounds = (leaders or {}).get(group_name(info.name, partition))
+            if bounds is not None:
+                start, end = bounds
             elif group is not None:
                 start, end = group.log.log_start_offset, group.commit_index + 1
             rows.append(
