@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Sequence
 from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
@@ -201,26 +201,17 @@ class Egress:
         self,
         topic: str,
         payload: bytes,
-        qos: int,
+        origin: Origin,
         where: tuple[str, int, int] | None = None,
-        publisher: bytes | None = None,
-        retained: bool = False,
-        expires_ms: int | None = None,
+        timestamp_ms: int = 0,
     ) -> int:
-        """Deliver one message to every matching local device; how many got it.
+        """Deliver one message to every matching local device (``deliver_to``); how many got it.
 
         ``where`` is the record's place in the log (log topic, partition, offset): a shared
         subscription's message goes to a local member only if this broker serves that partition
-        for the group. ``publisher`` is the client id of the device that published it: a
-        subscription with No Local (v5) does not receive its own messages, and the identifiers
-        of the subscriptions a message matches go with it (v5). ``retained``: it was
-        published with RETAIN, which a subscription with Retain As Published (v5) passes on
-        (live messages otherwise go out with RETAIN 0, MQTT-3.3.1-12). ``expires_ms`` ends its
-        v5 Message Expiry Interval (wall-clock milliseconds).
+        for the group. ``timestamp_ms`` is the record's, from which its expiry counts.
         """
-        best: dict[MqttDevice, int] = {}
-        keep_retain: set[MqttDevice] = set()
-        identifiers: dict[MqttDevice, list[int]] = {}
+        matched: dict[MqttDevice, list[MqttSubscription]] = {}
         for subscriber, found in self._trie.match(topic):
             if isinstance(subscriber, tuple):
                 if where is not None and not self._serves(subscriber, where[0], where[1]):
@@ -233,24 +224,13 @@ class Egress:
             else:
                 assert found is not None
                 sub = found
-                if (
-                    sub.no_local
-                    and publisher is not None
-                    and subscriber.client_id_bytes == publisher
-                ):
+                if not origin.wanted_by(sub, subscriber):
                     continue
-                if retained and sub.retain_as_published:
-                    keep_retain.add(subscriber)
-            if sub.identifier:
-                identifiers.setdefault(subscriber, []).append(sub.identifier)
-            level = min(sub.qos, qos)
-            if best.get(subscriber, -1) < level:
-                best[subscriber] = level
-        for device, level in best.items():
-            ids = tuple(identifiers.get(device, ()))
-            device.deliver(topic, payload, level, device in keep_retain, where, expires_ms, ids)
-        self.delivered += len(best)
-        return len(best)
+            matched.setdefault(subscriber, []).append(sub)
+        for device, subs in matched.items():
+            deliver_to(device, topic, payload, origin, subs, where, timestamp_ms)
+        self.delivered += len(matched)
+        return len(matched)
 
     # -- readers --------------------------------------------------------------------------------
 
@@ -342,15 +322,7 @@ class Egress:
                     continue
                 where = (log_topic, partition, record.offset)
                 origin = origin_of(record.headers)
-                self.deliver(
-                    topic,
-                    record.value or b"",
-                    origin.qos,
-                    where,
-                    origin.publisher,
-                    origin.retained,
-                    origin.expires_ms(record.timestamp),
-                )
+                self.deliver(topic, record.value or b"", origin, where, record.timestamp)
         return next_offset
 
 
@@ -369,6 +341,37 @@ class Origin(NamedTuple):
     def expires_ms(self, timestamp_ms: int) -> int | None:
         """When the message expires (wall-clock ms), for a record stamped ``timestamp_ms``."""
         return None if self.expiry_s is None else timestamp_ms + 1000 * self.expiry_s
+
+    def wanted_by(self, sub: MqttSubscription, device: MqttDevice) -> bool:
+        """Whether ``device``'s ``sub`` takes the message: not with No Local (v5) when the
+        device published it itself."""
+        return not (
+            sub.no_local and self.publisher is not None and self.publisher == device.client_id_bytes
+        )
+
+
+def deliver_to(
+    device: MqttDevice,
+    topic: str,
+    payload: bytes,
+    origin: Origin,
+    subs: Sequence[MqttSubscription],
+    where: tuple[str, int, int] | None,
+    timestamp_ms: int,
+) -> None:
+    """Queue one message for ``device``, which it matched through ``subs`` (at least one): at the
+    highest QoS they grant, capped by the message's; with RETAIN if it was published so and one
+    of them has Retain As Published (live messages otherwise go out with RETAIN 0,
+    MQTT-3.3.1-12); with their Subscription Identifiers; until its expiry (v5, all three)."""
+    device.deliver(
+        topic,
+        payload,
+        max(min(s.qos, origin.qos) for s in subs),
+        origin.retained and any(s.retain_as_published for s in subs),
+        where,
+        origin.expires_ms(timestamp_ms),
+        tuple(s.identifier for s in subs if s.identifier),
+    )
 
 
 def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:

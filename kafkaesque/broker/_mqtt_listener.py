@@ -53,7 +53,7 @@ from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_appender import IdempotentAppender, MqttFlight
 from ._mqtt_connection import Close, MqttServerConnection
 from ._mqtt_device import SLOW_GRACE_S, MqttDevice, now_ms
-from ._mqtt_egress import Egress, Share, origin_of
+from ._mqtt_egress import Egress, Share, deliver_to, origin_of
 from ._mqtt_filters import log_topics_for
 from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
 from ._mqtt_sessions import (
@@ -432,11 +432,10 @@ class MqttService:
                 if topic is None:
                     continue
                 origin = origin_of(record.headers)
-                own = origin.publisher is not None and origin.publisher == device.client_id_bytes
                 matching = [
                     s
                     for s in subscriptions
-                    if mqtt_topic_matches(s.topic_filter, topic) and not (s.no_local and own)
+                    if mqtt_topic_matches(s.topic_filter, topic) and origin.wanted_by(s, device)
                 ]
                 if not matching:
                     continue
@@ -444,15 +443,9 @@ class MqttService:
                     if device.conn.closed:
                         return record.offset
                     await trio.sleep(0.01)
-                device.deliver(
-                    topic,
-                    record.value or b"",
-                    max(min(s.qos, origin.qos) for s in matching),
-                    origin.retained and any(s.retain_as_published for s in matching),
-                    (*where, record.offset),
-                    origin.expires_ms(record.timestamp),
-                    tuple(s.identifier for s in matching if s.identifier),
-                )
+                place = (*where, record.offset)
+                payload = record.value or b""
+                deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
         return next_offset
 
     async def device_gone(self, device: MqttDevice) -> None:
