@@ -53,7 +53,15 @@ from kafkaesque.client import (
     TopicPartition,
     open_producer,
 )
-from kafkaesque.protocol import ErrorCode, MqttSubscription, MqttVersion, Publish, TopicMapping
+from kafkaesque.protocol import (
+    ErrorCode,
+    MqttProperties,
+    MqttSubscription,
+    MqttVersion,
+    Publish,
+    TopicMapping,
+    delivery_properties,
+)
 
 from ._mqtt_bridge_records import (
     LogRecord,
@@ -65,6 +73,8 @@ from ._mqtt_bridge_records import (
 from ._mqtt_client import MqttClient, open_mqtt_client
 from ._mqtt_client_core import MqttClientOptions, MqttConnectionError
 from ._mqtt_converters import Converter, raw_converter
+from ._mqtt_device import seconds_left
+from ._mqtt_egress import origin_of
 
 log = logging.getLogger("kafkaesque.mqtt_bridge")
 
@@ -357,7 +367,13 @@ class MqttBridge:
                 if mqtt_topic is None or record.value is None:
                     self.stats.egress_skipped += 1
                     continue
-                tickets.append(await mqtt.start_publish(mqtt_topic, record.value))
+                properties = _publish_properties(record.headers, record.timestamp)
+                if properties is None:
+                    self.stats.egress_skipped += 1  # expired (MQTT-3.3.2-5)
+                    continue
+                tickets.append(
+                    await mqtt.start_publish(mqtt_topic, record.value, properties=properties)
+                )
             for ticket in tickets:
                 code = await mqtt.wait_published(ticket)
                 if code >= 0x80:
@@ -460,3 +476,18 @@ def subscriptions_for(filters: Sequence[str], version: MqttVersion) -> list[Mqtt
         MqttSubscription(f, qos=1, no_local=not f.startswith("$share/"), retain_handling=1)
         for f in filters
     ]
+
+
+def _publish_properties(
+    headers: tuple[tuple[str, bytes], ...], timestamp_ms: int
+) -> MqttProperties | None:
+    """The v5 properties a record goes upstream with (``delivery_properties``, what remains of
+    its expiry included); None once it has expired."""
+    origin = origin_of(headers)
+    expires_ms = origin.expires_ms(timestamp_ms)
+    remaining = None
+    if expires_ms is not None:
+        remaining = seconds_left(expires_ms)
+        if remaining is None:
+            return None
+    return delivery_properties(origin.forwarded, remaining)

@@ -3,8 +3,9 @@
 ``to_log_record`` routes a PUBLISH with the ``TopicMapping``, converts its payload, and returns
 the record to append, or the dead-letter record, or nothing (dropped); no I/O, so the decision is
 tested without a broker. Both records carry the headers ``mqtt.topic`` (the full MQTT topic,
-UTF-8) and ``mqtt.qos``; a dead letter also carries ``error`` (why it was refused) and
-``target.topic`` (the log topic it was meant for), and keeps the original payload.
+UTF-8) and ``mqtt.qos``, and those of a v5 message's properties (``message_headers``); a dead
+letter also carries ``error`` (why it was refused) and ``target.topic`` (the log topic it was
+meant for), and keeps the original payload.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from kafkaesque.protocol import MQTT_QOS_HEADER, MQTT_TOPIC_HEADER, Publish, TopicMapping
+from kafkaesque.protocol import (
+    MQTT_QOS_HEADER,
+    MQTT_TOPIC_HEADER,
+    Publish,
+    TopicMapping,
+    message_headers,
+)
 
 from ._mqtt_converters import ConversionError, Converter
 
@@ -49,6 +56,7 @@ def to_log_record(
     headers = (
         (MQTT_TOPIC_HEADER, publish.topic.encode()),
         (MQTT_QOS_HEADER, str(publish.qos).encode()),
+        *message_headers(publish.properties),
     )
     try:
         value = converter(publish.payload)

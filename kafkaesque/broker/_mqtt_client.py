@@ -23,7 +23,7 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from kafkaesque.protocol import MqttSubscription, Publish
+from kafkaesque.protocol import NO_PROPERTIES, MqttProperties, MqttSubscription, Publish
 
 from ._mqtt_client_core import (
     Connected,
@@ -94,13 +94,23 @@ class MqttClient:
         waiter = await self.start_publish(topic, payload, retain=retain)
         return await self.wait_published(waiter)
 
-    async def start_publish(self, topic: str, payload: bytes, *, retain: bool = False) -> Ticket:
-        """Send a QoS 1 PUBLISH now; ``wait_published`` the returned ticket for its PUBACK."""
+    async def start_publish(
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        retain: bool = False,
+        properties: MqttProperties = NO_PROPERTIES,
+    ) -> Ticket:
+        """Send a QoS 1 PUBLISH now (``properties`` under v5 only); ``wait_published`` the
+        returned ticket for its PUBACK."""
         while not self._core.can_publish():
             self._check_open()
             await self._room.wait()
         async with self._send_lock:
-            packet_id, data = self._core.publish(topic, payload, qos=1, retain=retain)
+            packet_id, data = self._core.publish(
+                topic, payload, qos=1, retain=retain, properties=properties
+            )
             waiter = self._waiters[packet_id] = Ticket()
             await self._send(data)
         return waiter

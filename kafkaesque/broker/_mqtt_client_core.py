@@ -221,10 +221,17 @@ class MqttClientCore:
         return self.outbound_in_flight < min(self.server_receive_maximum, MAX_PACKET_ID)
 
     def publish(
-        self, topic: str, payload: bytes, *, qos: int = 1, retain: bool = False
+        self,
+        topic: str,
+        payload: bytes,
+        *,
+        qos: int = 1,
+        retain: bool = False,
+        properties: MqttProperties = NO_PROPERTIES,
     ) -> tuple[int, bytes]:
         """A PUBLISH: (packet id, bytes); the id is 0 for QoS 0. QoS 1 is answered by
-        ``PublishAcked``. Raises ``RuntimeError`` when ``can_publish()`` is False (QoS 1)."""
+        ``PublishAcked``. Raises ``RuntimeError`` when ``can_publish()`` is False (QoS 1).
+        ``properties`` go out under v5 only (a 3.1.1 PUBLISH has none)."""
         self._require_connected()
         if qos not in (0, 1):
             raise ValueError("the bridge publishes QoS 0 or 1")
@@ -233,7 +240,9 @@ class MqttClientCore:
             if not self.can_publish():
                 raise RuntimeError("the server's receive maximum is reached")
             packet_id = self._take_packet_id("publish")
-        packet = Publish(topic, payload, qos=qos, retain=retain, packet_id=packet_id)
+        if self.options.version is not MqttVersion.V5:
+            properties = NO_PROPERTIES
+        packet = Publish(topic, payload, qos, retain, packet_id=packet_id, properties=properties)
         return packet_id, encode_mqtt(packet, self.options.version)
 
     def ack(self, packet_id: int) -> bytes:

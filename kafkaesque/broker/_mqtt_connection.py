@@ -63,9 +63,11 @@ from kafkaesque.protocol import (
     Unsuback,
     Unsubscribe,
     Will,
+    delivery_properties,
     encode_mqtt,
     encode_mqtt_puback,
     is_valid_mqtt_topic_filter,
+    message_headers,
     parse_shared_subscription,
 )
 from kafkaesque.protocol._mqtt_packets import CONNACK_REASON_CODES, DISCONNECT_REASON_CODES
@@ -87,7 +89,8 @@ class Append:
 
     ``packet_id`` is the PUBLISH's (0 for QoS 0); ``resend`` marks a QoS 1 PUBLISH with DUP set,
     which is looked up in the log before it is appended (``kafkaesque.broker._resends``).
-    ``expiry_s`` is its v5 Message Expiry Interval (None: it does not expire).
+    ``property_headers`` keep its v5 message properties (``message_headers``: expiry, Response
+    Topic, User Properties...), which go with the message to its subscribers.
     """
 
     topic: str
@@ -97,7 +100,7 @@ class Append:
     ack: bytes
     packet_id: int = 0
     resend: bool = False
-    expiry_s: int | None = None
+    property_headers: tuple[tuple[str, bytes], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -195,6 +198,8 @@ class MqttServerConnection:
         self._next_packet_id = 1
         # How many QoS 1/2 deliveries the client takes unacknowledged (v5 Receive Maximum).
         self.receive_maximum = 0xFFFF
+        # The largest packet the client takes (v5 Maximum Packet Size; None: MQTT's own bound).
+        self.maximum_packet_size: int | None = None
         # How long the session outlives the connection, in seconds: 0 not at all, None for
         # ever (3.1.1 clean session 0; v5 0xFFFFFFFF). A v5 DISCONNECT may change it.
         self.session_expiry_s: int | None = 0
@@ -289,13 +294,16 @@ class MqttServerConnection:
         tag: object = None,
         expiry_s: int | None = None,
         identifiers: tuple[int, ...] = (),
+        forwarded: tuple[tuple[str, bytes], ...] = (),
     ) -> bytes | None:
-        """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted).
+        """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted;
+        b"": discarded, as larger than the client's v5 Maximum Packet Size, MQTT-3.1.2-25).
 
         A QoS 1/2 delivery with a ``tag`` is reported by an ``Acked(tag)`` action once the
-        device has acknowledged it. ``expiry_s``: what remains of the message's expiry
-        interval, passed on to a v5 device (MQTT-3.3.2-6); ``identifiers``: the Subscription
-        Identifiers of the subscriptions it matched (v5 MQTT-3.3.4-3).
+        device has acknowledged it. To a v5 device only: ``expiry_s``, what remains of the
+        message's expiry interval (MQTT-3.3.2-6); ``identifiers``, the Subscription Identifiers
+        of the subscriptions it matched (MQTT-3.3.4-3); ``forwarded``, the message's headers
+        that carry its other properties (``delivery_properties``).
         """
         if self.closed or not self.connected or self.version is None:
             return None
@@ -309,12 +317,16 @@ class MqttServerConnection:
             if tag is not None:
                 self._tags[packet_id] = tag
         properties = NO_PROPERTIES
-        if (expiry_s is not None or identifiers) and self.version is MqttVersion.V5:
-            properties = MqttProperties(
-                message_expiry_interval=expiry_s, subscription_identifiers=identifiers
-            )
+        if (expiry_s is not None or identifiers or forwarded) and self.version is MqttVersion.V5:
+            properties = delivery_properties(forwarded, expiry_s, identifiers)
         publish = Publish(topic, payload, qos, retain, packet_id=packet_id, properties=properties)
-        return encode_mqtt(publish, self.version)
+        data = encode_mqtt(publish, self.version)
+        if self.maximum_packet_size is not None and len(data) > self.maximum_packet_size:
+            # Not sent, and handled as if it had been (MQTT-3.1.2-24/-25): no PUBACK to wait for.
+            self.inflight.pop(packet_id, None)
+            self._tags.pop(packet_id, None)
+            return b""
+        return data
 
     def _allocate_packet_id(self) -> int | None:
         for _ in range(0xFFFF):
@@ -409,6 +421,7 @@ class MqttServerConnection:
         self.client_id = client_id
         self.keep_alive = packet.keep_alive
         self.receive_maximum = packet.properties.receive_maximum or 0xFFFF
+        self.maximum_packet_size = packet.properties.maximum_packet_size
         self.connected = True
         self._connack_properties = properties
         expiry = packet.properties.session_expiry_interval
@@ -425,6 +438,7 @@ class MqttServerConnection:
             # We announce no Topic Alias Maximum, so the client may not use aliases (v5 3.3.2.3.4).
             actions.extend(self._violation(MqttReasonCode.TOPIC_ALIAS_INVALID, "a topic alias"))
             return
+        properties = packet.properties  # checked by the decoder (a wildcard Response Topic...)
         if packet.qos == 2:
             ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
             if packet.packet_id in self.awaiting_release:
@@ -444,7 +458,7 @@ class MqttServerConnection:
                 ack,
                 packet.packet_id,
                 resend=packet.qos == 1 and packet.dup,
-                expiry_s=packet.properties.message_expiry_interval,
+                property_headers=() if properties is NO_PROPERTIES else message_headers(properties),
             )
         )
 

@@ -80,6 +80,7 @@ class _Delivery(NamedTuple):
     size: int  # what it counts in ``queued_bytes``
     expires_ms: int | None
     identifiers: tuple[int, ...]
+    forwarded: tuple[tuple[str, bytes], ...]
 
 
 class MqttDevice:
@@ -192,12 +193,8 @@ class MqttDevice:
             elif type(action) is Send:
                 self.send(action.data)
             elif type(action) is Acked:
-                where = action.tag
-                assert isinstance(where, tuple)
-                offsets = self.unacked.get((where[0], where[1]))
-                if offsets is not None:
-                    offsets.discard(where[2])
-                self.dirty = True
+                assert isinstance(action.tag, tuple)
+                self._settled(action.tag)
             elif type(action) is Accepted:
                 self.accepted = action
                 self.client_id = action.client_id
@@ -254,7 +251,7 @@ class MqttDevice:
                         action.retain,
                         client,
                         action.packet_id,
-                        action.expiry_s,
+                        action.property_headers,
                     )
                 else:
                     flights = service.append_nowait(
@@ -264,7 +261,7 @@ class MqttDevice:
                         action.retain,
                         client,
                         action.packet_id,
-                        action.expiry_s,
+                        action.property_headers,
                     )
                 if flights is not None or attempt:
                     break
@@ -312,6 +309,7 @@ class MqttDevice:
         where: tuple[str, int, int] | None = None,
         expires_ms: int | None = None,
         identifiers: tuple[int, ...] = (),
+        forwarded: tuple[tuple[str, bytes], ...] = (),
     ) -> None:
         """Queue a PUBLISH to the device, or drop it / disconnect a slow device.
 
@@ -319,11 +317,14 @@ class MqttDevice:
         session remembers QoS 1/2 deliveries until acknowledged, to resume from there.
         ``expires_ms`` (wall-clock milliseconds) ends a v5 Message Expiry Interval: an expired
         message is not sent (MQTT-3.3.2-5), and the rest of the interval goes with it.
-        ``identifiers``: the v5 Subscription Identifiers of the subscriptions it matched.
+        ``identifiers``: the v5 Subscription Identifiers of the subscriptions it matched;
+        ``forwarded``: the record's headers that carry its v5 properties (Response Topic...).
         """
         if self.conn.closed or (expires_ms is not None and expires_ms <= now_ms()):
             return
         size = len(payload) + len(topic) + _ENTRY_OVERHEAD
+        for name, value in forwarded:
+            size += len(name) + len(value)
         queued = self.queued_bytes + size
         if queued > MAX_QUEUED_BYTES:
             if qos == 0:
@@ -340,7 +341,7 @@ class MqttDevice:
         else:
             where = None
         self.deliveries.append(
-            _Delivery(topic, payload, qos, retain, where, size, expires_ms, identifiers)
+            _Delivery(topic, payload, qos, retain, where, size, expires_ms, identifiers, forwarded)
         )
         self.queued_bytes += size
         self.wake.set()
@@ -418,21 +419,33 @@ class MqttDevice:
             self.queued_bytes -= d.size
             expiry_s = None
             if d.expires_ms is not None:
-                left_ms = d.expires_ms - now_ms()
-                if left_ms <= 0:  # expired while queued: not sent (MQTT-3.3.2-5)
+                expiry_s = seconds_left(d.expires_ms)
+                if expiry_s is None:  # expired while queued: not sent (MQTT-3.3.2-5)
                     if d.where is not None:
-                        self.unacked.get(d.where[:2], set()).discard(d.where[2])
+                        self._settled(d.where)
                     continue
-                expiry_s = -(-left_ms // 1000)
             publish = conn.deliver(
-                d.topic, d.payload, d.qos, d.retain, d.where, expiry_s, d.identifiers
+                d.topic, d.payload, d.qos, d.retain, d.where, expiry_s, d.identifiers, d.forwarded
             )
-            if publish is not None:
+            if publish:
                 buf.append(publish)
                 size += len(publish)
+            elif publish is not None:  # too large for the device: dropped, as if delivered
+                self.dropped += 1
+                self.service.dropped(1)
+                if d.where is not None:
+                    self._settled(d.where)
         if self.queued_bytes <= MAX_QUEUED_BYTES:
             self.behind_since = None
         return b"".join(buf)
+
+    def _settled(self, where: tuple[str, int, int]) -> None:
+        """The delivery of the record at ``where`` needs no acknowledgement any more (it was
+        acknowledged, expired, or was too large to send): the session stops waiting for it."""
+        offsets = self.unacked.get(where[:2])
+        if offsets is not None:
+            offsets.discard(where[2])
+        self.dirty = True
 
     def _write_failed(self, error: RequestError) -> None:
         log.info("mqtt %s: a write failed (%s): disconnecting", self.client_id, error.message)
@@ -444,3 +457,10 @@ class MqttDevice:
 def now_ms() -> int:
     """Wall-clock milliseconds: records' timestamps, and so message expiry, are in these."""
     return int(time.time() * 1000)
+
+
+def seconds_left(expires_ms: int) -> int | None:
+    """What remains of a message's expiry interval, in whole seconds rounded up (the Message
+    Expiry Interval it goes out with, MQTT-3.3.2-6); None once it has expired."""
+    left_ms = expires_ms - now_ms()
+    return -(-left_ms // 1000) if left_ms > 0 else None

@@ -39,6 +39,7 @@ from kafkaesque.protocol import (
     MqttSubscription,
     MqttSubscriptionTrie,
     TopicMapping,
+    is_forwarded_header,
     parse_shared_subscription,
 )
 from kafkaesque.storage import BatchType, decode_records, iter_batches
@@ -337,6 +338,7 @@ class Origin(NamedTuple):
     publisher: bytes | None
     retained: bool
     expiry_s: int | None
+    forwarded: tuple[tuple[str, bytes], ...]  # the headers that carry its other v5 properties
 
     def expires_ms(self, timestamp_ms: int) -> int | None:
         """When the message expires (wall-clock ms), for a record stamped ``timestamp_ms``."""
@@ -362,7 +364,8 @@ def deliver_to(
     """Queue one message for ``device``, which it matched through ``subs`` (at least one): at the
     highest QoS they grant, capped by the message's; with RETAIN if it was published so and one
     of them has Retain As Published (live messages otherwise go out with RETAIN 0,
-    MQTT-3.3.1-12); with their Subscription Identifiers; until its expiry (v5, all three)."""
+    MQTT-3.3.1-12); with their Subscription Identifiers, until its expiry and with its other
+    properties (v5, all four)."""
     device.deliver(
         topic,
         payload,
@@ -371,14 +374,17 @@ def deliver_to(
         where,
         origin.expires_ms(timestamp_ms),
         tuple(s.identifier for s in subs if s.identifier),
+        origin.forwarded,
     )
 
 
 def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:
     """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
     already), its MQTT publisher's client id (``mqtt.client``), if it has one, whether it was
-    published with RETAIN (``mqtt.retain``), and its Message Expiry Interval (``mqtt.expiry``)."""
+    published with RETAIN (``mqtt.retain``), its Message Expiry Interval (``mqtt.expiry``) and
+    the headers of its other v5 properties (``is_forwarded_header``)."""
     qos, publisher, retained, expiry = 1, None, False, None
+    forwarded: list[tuple[str, bytes]] = []
     for name, value in headers:
         if name == MQTT_QOS_HEADER:
             qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
@@ -388,4 +394,6 @@ def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:
             retained = value == b"1"
         elif name == MQTT_EXPIRY_HEADER and value.isdigit():
             expiry = int(value)
-    return Origin(qos, publisher, retained, expiry)
+        elif is_forwarded_header(name):
+            forwarded.append((name, value))
+    return Origin(qos, publisher, retained, expiry, tuple(forwarded))

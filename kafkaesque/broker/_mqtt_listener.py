@@ -6,9 +6,10 @@
 key) and appended through one ``IdempotentAppender`` per partition, shared by every connection
 of the broker: the records of thousands of devices become a few batches, each appended exactly
 once even when retried across a leader failover. Records carry the headers ``mqtt.topic`` and
-``mqtt.qos``. A log topic the mapping names is created on first use when missing
-(``--mqtt-partitions``, ``--mqtt-replication-factor`` capped at the registered brokers), as
-Kafka's ``auto.create.topics.enable`` does. Egress is ``Egress``.
+``mqtt.qos``, and a v5 message's properties (``message_headers``). A log topic the mapping
+names is created on first use when missing (``--mqtt-partitions``,
+``--mqtt-replication-factor`` capped at the registered brokers), as Kafka's
+``auto.create.topics.enable`` does. Egress is ``Egress``.
 
 ``--mqtt-users`` names a file of ``user:password`` lines; without it devices connect
 anonymously. A second connection with a client id already connected here takes its session
@@ -29,7 +30,6 @@ import trio
 
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
-    MQTT_EXPIRY_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
@@ -40,6 +40,7 @@ from kafkaesque.protocol import (
     Route,
     TopicMapping,
     Will,
+    message_headers,
     mqtt_topic_matches,
     partition_for_key,
 )
@@ -487,8 +488,8 @@ class MqttService:
 
     async def _publish_will(self, will: Will, client_id: str) -> None:
         self.stats["wills"] += 1
-        expiry = will.properties.message_expiry_interval
-        args = (will.topic, will.payload, will.qos, will.retain, client_id, 0, expiry)
+        property_headers = message_headers(will.properties)
+        args = (will.topic, will.payload, will.qos, will.retain, client_id, 0, property_headers)
         try:
             if self.append_nowait(*args) is None:
                 await self.ensure_route(will.topic)
@@ -531,12 +532,13 @@ class MqttService:
         retain: bool,
         client_id: str = "",
         packet_id: int = 0,
-        expiry_s: int | None = None,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
     ) -> list[MqttFlight] | None:
-        """Append one PUBLISH of ``client_id`` (``expiry_s``: its v5 Message Expiry Interval);
-        the flights its acknowledgement waits for (the last is the record's own). None when its
-        log topic must be created first (``ensure_route``). Raises ``RequestError`` when the
-        broker cannot take it (shutting down, topic deleted).
+        """Append one PUBLISH of ``client_id`` (``property_headers``: the headers that keep its
+        v5 message properties, ``message_headers``); the flights its acknowledgement waits for
+        (the last is the record's own). None when its log topic must be created first
+        (``ensure_route``). Raises ``RequestError`` when the broker cannot take it (shutting
+        down, topic deleted).
         """
         placed = self._place(topic, client_id, retain)
         if placed is None:
@@ -550,8 +552,7 @@ class MqttService:
                 headers.append((MQTT_PACKET_ID_HEADER, packet))
         if retain:
             headers.append((MQTT_RETAIN_HEADER, b"1"))
-        expiry = [] if expiry_s is None else [(MQTT_EXPIRY_HEADER, b"%d" % expiry_s)]
-        headers += expiry
+        headers += property_headers
         record = Record(
             value=payload,
             key=route.key,
@@ -566,7 +567,7 @@ class MqttService:
         retained = Record(
             value=payload or None,
             key=topic.encode(),
-            headers=(_QOS_HEADERS[qos], *expiry),
+            headers=(_QOS_HEADERS[qos], *property_headers),
             timestamp=record.timestamp,
         )
         retained_flight, _ = self._appender(RETAINED_TOPIC, 0).add(retained)
@@ -579,7 +580,7 @@ class MqttService:
         retain: bool,
         client_id: str,
         packet_id: int,
-        expiry_s: int | None = None,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
     ) -> list[MqttFlight] | None:
         """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
         log holds the first copy already, nothing is appended and the flight returned is done,
@@ -603,7 +604,9 @@ class MqttService:
             log.info("mqtt %s: resend of packet %d appended again: %s", client_id, packet_id, exc)
             offset = None
         if offset is None:
-            return self.append_nowait(topic, payload, 1, retain, client_id, packet_id, expiry_s)
+            return self.append_nowait(
+                topic, payload, 1, retain, client_id, packet_id, property_headers
+            )
         self.stats["resends_found"] += 1
         flight = MqttFlight(partition)
         flight.base = offset

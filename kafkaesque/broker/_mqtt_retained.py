@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from kafkaesque.protocol import (
     INTERNAL_TOPIC_PREFIX,
@@ -42,12 +42,18 @@ log = logging.getLogger("kafkaesque.broker.mqtt.retained")
 RETAINED_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_retained"
 
 
+class _Retained(NamedTuple):
+    payload: bytes
+    qos: int
+    expires_ms: int | None  # wall-clock ms; None: never
+    forwarded: tuple[tuple[str, bytes], ...]  # the headers of its other v5 properties
+
+
 class RetainedStore:
-    """This broker's copy of the retained messages: topic -> (payload, QoS, when it expires in
-    wall-clock ms or None)."""
+    """This broker's copy of the retained messages, by MQTT topic."""
 
     def __init__(self, broker: Broker, ensure_topic: Callable[[str], Awaitable[TopicInfo]]) -> None:
-        self.messages: MqttTopicTrie[tuple[bytes, int, int | None]] = MqttTopicTrie()
+        self.messages: MqttTopicTrie[_Retained] = MqttTopicTrie()
         self.tail = TopicTail(broker, RETAINED_TOPIC, ensure_topic, self._apply)
 
     async def run(self) -> None:
@@ -62,8 +68,12 @@ class RetainedStore:
         except UnicodeDecodeError:
             return
         if record.value:
-            expires_ms = origin_of(record.headers).expires_ms(record.timestamp)
-            self.messages.set(topic, (record.value, _qos_of(record.headers), expires_ms))
+            origin = origin_of(record.headers)
+            expires_ms = origin.expires_ms(record.timestamp)
+            retained = _Retained(
+                record.value, _qos_of(record.headers), expires_ms, origin.forwarded
+            )
+            self.messages.set(topic, retained)
         else:
             self.messages.delete(topic)
 
@@ -75,10 +85,11 @@ class RetainedStore:
         for sub in subscriptions:
             if sub.retain_handling == 2 or parse_shared_subscription(sub.topic_filter):
                 continue
-            for topic, (payload, qos, expires_ms) in self.messages.match(sub.topic_filter):
+            for topic, m in self.messages.match(sub.topic_filter):
                 # An expired one is not sent (MQTT-3.3.2-5); it stays until replaced.
                 ids = (sub.identifier,) if sub.identifier else ()
-                device.deliver(topic, payload, min(qos, sub.qos), True, None, expires_ms, ids)
+                qos = min(m.qos, sub.qos)
+                device.deliver(topic, m.payload, qos, True, None, m.expires_ms, ids, m.forwarded)
 
 
 def _qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:

@@ -77,7 +77,6 @@ from ._mqtt_codec import encode_mqtt as encode_mqtt
 from ._mqtt_codec import encode_mqtt_puback as encode_mqtt_puback
 from ._mqtt_mapping import DEFAULT_LOG_TOPIC as DEFAULT_LOG_TOPIC
 from ._mqtt_mapping import MQTT_CLIENT_HEADER as MQTT_CLIENT_HEADER
-from ._mqtt_mapping import MQTT_EXPIRY_HEADER as MQTT_EXPIRY_HEADER
 from ._mqtt_mapping import MQTT_PACKET_ID_HEADER as MQTT_PACKET_ID_HEADER
 from ._mqtt_mapping import MQTT_QOS_HEADER as MQTT_QOS_HEADER
 from ._mqtt_mapping import MQTT_RETAIN_HEADER as MQTT_RETAIN_HEADER
@@ -86,6 +85,15 @@ from ._mqtt_mapping import InvalidMappingError as InvalidMappingError
 from ._mqtt_mapping import MappingRule as MappingRule
 from ._mqtt_mapping import Route as Route
 from ._mqtt_mapping import TopicMapping as TopicMapping
+from ._mqtt_message_headers import MQTT_CONTENT_TYPE_HEADER as MQTT_CONTENT_TYPE_HEADER
+from ._mqtt_message_headers import MQTT_CORRELATION_HEADER as MQTT_CORRELATION_HEADER
+from ._mqtt_message_headers import MQTT_EXPIRY_HEADER as MQTT_EXPIRY_HEADER
+from ._mqtt_message_headers import MQTT_FORMAT_HEADER as MQTT_FORMAT_HEADER
+from ._mqtt_message_headers import MQTT_RESPONSE_TOPIC_HEADER as MQTT_RESPONSE_TOPIC_HEADER
+from ._mqtt_message_headers import MQTT_USER_HEADER_PREFIX as MQTT_USER_HEADER_PREFIX
+from ._mqtt_message_headers import delivery_properties as delivery_properties
+from ._mqtt_message_headers import is_forwarded_header as is_forwarded_header
+from ._mqtt_message_headers import message_headers as message_headers
 from ._mqtt_packets import MQTT_NEED_DATA as MQTT_NEED_DATA
 from ._mqtt_packets import NO_PROPERTIES as NO_PROPERTIES
 from ._mqtt_packets import SUBACK_FAILURE_V311 as SUBACK_FAILURE_V311

@@ -49,9 +49,6 @@ MQTT_PACKET_ID_HEADER: Final = "mqtt.pid"
 # Set (to b"1") on a record published with RETAIN: a v5 subscription with Retain As Published
 # receives it with RETAIN set.
 MQTT_RETAIN_HEADER: Final = "mqtt.retain"
-# A v5 PUBLISH's Message Expiry Interval (seconds, in ASCII), counted from the record's
-# timestamp: the message is not delivered after it, and goes out with what remains of it.
-MQTT_EXPIRY_HEADER: Final = "mqtt.expiry"
 DEFAULT_LOG_TOPIC: Final = "mqtt"
 
 _KEY_TOPIC: Final = -1  # key_level value meaning "the whole MQTT topic"

@@ -3,7 +3,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Sequence
 from contextlib import asynccontextmanager
 
 import trio
@@ -37,10 +37,15 @@ async def running_bridge(config: BridgeConfig) -> AsyncIterator[MqttBridge]:
             nursery.cancel_scope.deadline = trio.current_time() + 20
 
 
-async def publish(server: Mosquitto, topic: str, *messages: bytes, qos: int = 1) -> None:
+async def publish(
+    server: Mosquitto, topic: str, *messages: bytes, qos: int = 1, v5: Sequence[str] = ()
+) -> None:
     """Publish ``messages`` in order over one ``mosquitto_pub`` connection (one per line, so no
-    newline inside a message) and wait until the server has acknowledged them."""
+    newline inside a message) and wait until the server has acknowledged them. ``v5``: more
+    arguments that make it an MQTT 5 client (``-D publish <property> <value>...``)."""
     args = ["mosquitto_pub", "-h", server.host, "-p", str(server.port), "-q", str(qos), "-t", topic]
+    if v5:
+        args += ["-V", "mqttv5", *v5]
     if len(messages) == 1:
         await trio.run_process([*args, "-s"], stdin=messages[0])
     else:

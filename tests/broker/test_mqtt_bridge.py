@@ -36,6 +36,17 @@ def _mapping(readings: str, commands: str = "commands") -> TopicMapping:
     return TopicMapping.parse(RULES.format(readings=readings, commands=commands))
 
 
+def _both_ways(cluster: LocalCluster, mosquitto: Mosquitto, name: str) -> BridgeConfig:
+    """A bridge into ``readings_<name>`` that also publishes ``commands_<name>`` upstream."""
+    return BridgeConfig(
+        mqtt=mqtt_options(mosquitto, f"bridge-{name}"),
+        bootstrap=cluster.bootstrap,
+        mapping=_mapping(f"readings_{name}", commands=f"commands_{name}"),
+        to_mqtt=(f"commands_{name}",),
+        egress_group=f"bridge-{name}",
+    )
+
+
 async def test_published_messages_land_in_the_mapped_topic_with_key_and_headers(
     broker_cluster: LocalCluster, mosquitto: Mosquitto
 ) -> None:
@@ -169,14 +180,7 @@ async def test_two_bridges_of_a_share_group_split_the_load_and_lose_nothing(
 async def test_log_records_are_published_to_mqtt_subscribers(
     broker_cluster: LocalCluster, mosquitto: Mosquitto
 ) -> None:
-    mapping = _mapping("readings_egress", commands="commands_egress")
-    config = BridgeConfig(
-        mqtt=mqtt_options(mosquitto, "bridge-egress"),
-        bootstrap=broker_cluster.bootstrap,
-        mapping=mapping,
-        to_mqtt=("commands_egress",),
-        egress_group="bridge-egress",
-    )
+    config = _both_ways(broker_cluster, mosquitto, "egress")
     sub = [
         "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port),
         "-q", "1", "-t", "phones/+/commands", "-C", "2", "-v", "-W", "30",
@@ -206,6 +210,40 @@ async def test_log_records_are_published_to_mqtt_subscribers(
     async with AsyncClient(broker_cluster.bootstrap) as client:
         committed = await client.committed_offsets("bridge-egress", "commands_egress")
     assert sum(offset or 0 for offset in committed.values()) >= 2
+
+
+async def test_v5_message_properties_cross_the_bridge_both_ways(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    config = _both_ways(broker_cluster, mosquitto, "props")
+    sub = [
+        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port), "-V", "mqttv5",
+        "-q", "1", "-t", "phones/+/commands", "-C", "1", "-W", "30", "-F", "%t|%R|%P|%p",
+    ]  # fmt: skip
+    async with running_bridge(config), trio.open_nursery() as nursery:
+        # Upstream to the log: the properties become headers.
+        v5 = ["-D", "publish", "user-property", "unit", "dB",
+              "-D", "publish", "response-topic", "phones/p9/acks"]  # fmt: skip
+        await publish(mosquitto, "phones/p9/spectrum", b"-71", v5=v5)
+        [record] = await read_topic(broker_cluster.bootstrap, "readings_props", 1)
+        headers = dict(record.headers)
+        assert headers["mqtt.user.unit"] == b"dB"
+        assert headers["mqtt.response-topic"] == b"phones/p9/acks"
+        # The log to upstream: a record's property headers become properties.
+        output: list[bytes] = []
+
+        async def subscriber() -> None:
+            output.append((await trio.run_process(sub, capture_stdout=True)).stdout)
+
+        nursery.start_soon(subscriber)
+        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
+        command_headers = [("mqtt.response-topic", b"ctl/replies"), ("mqtt.user.by", b"ops")]
+        async with (
+            AsyncClient(broker_cluster.bootstrap) as client,
+            open_producer(client) as producer,
+        ):
+            await producer.send("commands_props", b"calibrate", key=b"p9", headers=command_headers)
+    assert output[0].decode().strip() == "phones/p9/commands|ctl/replies|by:ops|calibrate"
 
 
 async def test_mqtt_311_works_the_same(broker_cluster: LocalCluster, mosquitto: Mosquitto) -> None:

@@ -424,7 +424,32 @@ def test_a_publish_carries_its_message_expiry_to_the_log(qos: int) -> None:
         "t", b"x", qos, packet_id=qos and 5, properties=MqttProperties(message_expiry_interval=30)
     )
     [append] = conn.receive(encode_mqtt(publish, V5), 1.0)
-    assert isinstance(append, Append) and append.expiry_s == 30
+    assert isinstance(append, Append) and append.property_headers == (("mqtt.expiry", b"30"),)
+
+
+def test_a_publish_carries_its_message_properties_to_the_log_in_order() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = connected(V5)
+    properties = MqttProperties(
+        payload_format_indicator=1,
+        content_type="application/json",
+        response_topic="phones/p1/replies",
+        correlation_data=b"\x00\x01req-7",
+        user_properties=(("unit", "dB"), ("site", "north"), ("unit", "raw")),
+    )
+    publish = Publish("t", b"{}", 1, packet_id=3, properties=properties)
+    [append] = conn.receive(encode_mqtt(publish, V5), 1.0)
+    assert isinstance(append, Append)
+    assert append.property_headers == (
+        ("mqtt.format", b"1"),
+        ("mqtt.content-type", b"application/json"),
+        ("mqtt.response-topic", b"phones/p1/replies"),
+        ("mqtt.correlation", b"\x00\x01req-7"),
+        ("mqtt.user.unit", b"dB"),
+        ("mqtt.user.site", b"north"),
+        ("mqtt.user.unit", b"raw"),  # a name may repeat; the order is kept (MQTT-3.3.2-18)
+    )
 
 
 @pytest.mark.parametrize(("version", "sent_expiry"), [(V5, 12), (V311, None)])
@@ -437,6 +462,39 @@ def test_a_delivery_passes_on_what_remains_of_the_expiry(
     [publish] = sent([Send(data)], version)
     assert isinstance(publish, Publish)
     assert publish.properties.message_expiry_interval == sent_expiry  # 3.1.1 has no properties
+
+
+@pytest.mark.parametrize("version", [V5, V311])
+def test_a_delivery_passes_on_the_messages_properties_to_v5_only(version: MqttVersion) -> None:
+    forwarded = (
+        ("mqtt.response-topic", b"controller/replies"),
+        ("mqtt.correlation", b"req-9"),
+        ("mqtt.user.site", b"north"),
+    )
+    data = connected(version).deliver("t", b"x", 1, forwarded=forwarded)
+    assert data is not None
+    [publish] = sent([Send(data)], version)
+    assert isinstance(publish, Publish)
+    p = publish.properties
+    if version is V5:
+        assert (p.response_topic, p.correlation_data) == ("controller/replies", b"req-9")
+        assert p.user_properties == (("site", "north"),)
+    else:
+        assert p.is_empty()
+
+
+def test_a_delivery_larger_than_the_clients_maximum_packet_size_is_discarded() -> None:
+    from kafkaesque.protocol import MqttProperties
+
+    conn = MqttServerConnection(0.0)
+    connect = Connect("dev-1", properties=MqttProperties(maximum_packet_size=64))
+    assert [type(a) for a in conn.receive(encode_mqtt(connect, V5), 0.0)] == [Accepted]
+    assert conn.deliver("t", b"x" * 100, 1, tag="big") == b""  # MQTT-3.1.2-24/-25
+    assert not conn.inflight  # as if it had been sent and acknowledged: nothing waits for it
+    small = conn.deliver("t", b"x" * 10, 1, tag="small")
+    assert small is not None and len(small) <= 64
+    [publish] = sent([Send(small)], V5)
+    assert isinstance(publish, Publish) and publish.payload == b"x" * 10
 
 
 def test_tagged_deliveries_report_their_acknowledgement() -> None:

@@ -11,10 +11,13 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import paho.mqtt.client as paho
 import pytest
 from kafkaesque.cli.cluster import LocalCluster
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
 
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
@@ -445,6 +448,145 @@ def test_an_expired_retained_message_is_not_sent(cluster: LocalCluster) -> None:
     while (topics := retained_now()) == [] and time.monotonic() < deadline:
         pass  # the broker follows the retained topic: it takes a moment
     assert topics == [f"{prefix}/kept"]
+
+
+def paho_publish_properties(**values: object) -> Properties:
+    properties = Properties(PacketTypes.PUBLISH)  # type: ignore[no-untyped-call]
+    for name, value in values.items():
+        setattr(properties, name, value)
+    return properties
+
+
+def paho_properties(message: paho.MQTTMessage) -> Any:
+    """A received message's properties (paho sets their attributes at run time)."""
+    assert message.properties is not None
+    return message.properties
+
+
+def test_a_v5_messages_properties_reach_its_subscribers_unaltered(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    topic = f"phones/{device}/spectrum"
+    sub = PahoDevice(cluster.mqtt_address(0), unique("dashboard"), version=paho.MQTTv5)
+    pub = PahoDevice(cluster.mqtt_address(1), device, version=paho.MQTTv5)
+    try:
+        sub.wait_connected()
+        pub.wait_connected()
+        sub.subscribe(topic, qos=1)
+        properties = paho_publish_properties(
+            PayloadFormatIndicator=1,
+            ContentType="application/json",
+            ResponseTopic=f"phones/{device}/acks",
+            CorrelationData=b"\x00reading-1",
+            UserProperty=[("unit", "dB"), ("site", "north"), ("unit", "raw")],
+        )
+        info = pub.client.publish(topic, b'{"db": -71}', qos=1, properties=properties)
+        info.wait_for_publish(30)
+        wait_for(lambda: len(sub.messages) == 1, 10, "the message")
+        got = paho_properties(sub.messages[0])
+        assert got.PayloadFormatIndicator == 1
+        assert got.ContentType == "application/json"
+        assert got.ResponseTopic == f"phones/{device}/acks"
+        assert got.CorrelationData == b"\x00reading-1"
+        # Every User Property, in order, a repeated name included (MQTT-3.3.2-17/-18).
+        assert got.UserProperty == [("unit", "dB"), ("site", "north"), ("unit", "raw")]
+    finally:
+        sub.close()
+        pub.close()
+    # In the log they are headers, for any consumer to read.
+    [record] = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    assert [h for h in record.headers if h[0] not in ("mqtt.client", "mqtt.pid")] == [
+        ("mqtt.topic", topic.encode()),
+        ("mqtt.qos", b"1"),
+        ("mqtt.format", b"1"),
+        ("mqtt.content-type", b"application/json"),
+        ("mqtt.response-topic", f"phones/{device}/acks".encode()),
+        ("mqtt.correlation", b"\x00reading-1"),
+        ("mqtt.user.unit", b"dB"),
+        ("mqtt.user.site", b"north"),
+        ("mqtt.user.unit", b"raw"),
+    ]
+
+
+def test_a_controller_asks_a_device_and_reads_its_reply_from_the_log(
+    cluster: LocalCluster,
+) -> None:
+    """MQTT 5 request/response between a log client and a device: the command's headers give
+    the device a Response Topic and Correlation Data; its reply lands in the log with them."""
+    device = unique("phone")
+    reply_topic = f"controller/{unique('c')}/replies"
+    phone = PahoDevice(cluster.mqtt_address(0), device, version=paho.MQTTv5)
+    try:
+        phone.wait_connected()
+        phone.subscribe(f"phones/{device}/commands", qos=1)
+        host, port = cluster.client_address(2)
+        with Client(f"{host}:{port}") as client, Producer(client) as producer:
+            headers = [("mqtt.response-topic", reply_topic.encode()), ("mqtt.correlation", b"c-7")]
+            producer.send("commands", b"blink", key=device.encode(), headers=headers).get(30)
+        wait_for(lambda: len(phone.messages) == 1, 10, "the command")
+        command = paho_properties(phone.messages[0])
+        assert command.ResponseTopic == reply_topic
+        assert command.CorrelationData == b"c-7"
+        answer = paho_publish_properties(CorrelationData=command.CorrelationData)
+        info = phone.client.publish(reply_topic, b"done", qos=1, properties=answer)
+        info.wait_for_publish(30)
+    finally:
+        phone.close()
+    replies = [
+        r for r in read_topic(cluster.bootstrap, "mqtt") if r.key == reply_topic.encode()
+    ]  # an unmapped topic: the fallback log topic, keyed by the MQTT topic
+    assert [(r.value, headers_of(r)["mqtt.correlation"]) for r in replies] == [(b"done", b"c-7")]
+
+
+def test_a_retained_message_keeps_its_properties(cluster: LocalCluster) -> None:
+    topic = f"{unique('valve')}/state"
+    pub = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+    try:
+        pub.connect(unique("pub"))
+        properties = MqttProperties(content_type="text/plain", user_properties=(("by", "ops"),))
+        publish = Publish(topic, b"open", 1, True, packet_id=1, properties=properties)
+        pub.send(encode_mqtt(publish, pub.version))
+        assert pub.receive() == Puback(1)
+    finally:
+        pub.close()
+
+    def retained() -> Publish | None:
+        sub = subscribed_v5(cluster.mqtt_address(2), MqttSubscription(topic, 1))
+        try:
+            packet = sub.receive(timeout=1.0)
+        except TimeoutError:
+            return None  # not yet read from the retained topic by that broker
+        finally:
+            sub.close()
+        assert isinstance(packet, Publish)
+        return packet
+
+    deadline = time.monotonic() + 10
+    while (got := retained()) is None and time.monotonic() < deadline:
+        pass
+    assert got is not None and got.retain and got.payload == b"open"
+    assert got.properties.content_type == "text/plain"
+    assert got.properties.user_properties == (("by", "ops"),)
+
+
+def test_a_message_too_large_for_a_device_is_skipped_not_stuck(cluster: LocalCluster) -> None:
+    """v5 Maximum Packet Size: the server does not send a larger packet (MQTT-3.1.2-24), and the
+    device's next messages still come."""
+    topic = f"{unique('camera')}/frames"
+    sub = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    pub = RawMqtt(cluster.mqtt_address(1), MqttVersion.V5)
+    try:
+        sub.connect(unique("sub"), properties=MqttProperties(maximum_packet_size=1024))
+        sub.send(encode_mqtt(Subscribe(1, (MqttSubscription(topic, 1),)), sub.version))
+        assert isinstance(sub.receive(), Suback)
+        pub.connect(unique("pub"))
+        for packet_id, payload in enumerate((b"small-1", b"x" * 4096, b"small-2"), start=1):
+            pub.send(encode_mqtt(Publish(topic, payload, 1, packet_id=packet_id), pub.version))
+            assert pub.receive() == Puback(packet_id)
+        got = [sub.receive(), sub.receive()]
+        assert [p.payload for p in got if isinstance(p, Publish)] == [b"small-1", b"small-2"]
+    finally:
+        sub.close()
+        pub.close()
 
 
 def test_messages_carry_the_identifiers_of_the_subscriptions_they_match(
