@@ -76,6 +76,8 @@ CONNECT_TIMEOUT_S: Final = 10.0
 """A socket must send its CONNECT within this long (MQTT-3.1.4: "a reasonable amount of time")."""
 
 MAX_QOS: Final = 2
+TOPIC_ALIAS_MAXIMUM: Final = 100
+"""Topic aliases a v5 client may set up on one connection (announced in the CONNACK)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +198,8 @@ class MqttServerConnection:
         self._tags: dict[int, object] = {}  # packet id -> the driver's tag of the delivery
         self._connack_properties = MqttProperties()
         self._next_packet_id = 1
+        # v5 topic aliases the client set up on this connection (they do not outlive it).
+        self._aliases: dict[int, str] = {}
         # How many QoS 1/2 deliveries the client takes unacknowledged (v5 Receive Maximum).
         self.receive_maximum = 0xFFFF
         # The largest packet the client takes (v5 Maximum Packet Size; None: MQTT's own bound).
@@ -403,15 +407,19 @@ class MqttServerConnection:
         assert version is not None  # the decoder sets it from the CONNECT it decoded
         self.version = version
         v5 = version is MqttVersion.V5
-        properties = MqttProperties()
         client_id = packet.client_id
+        assigned = None
         if not client_id:
             if not packet.clean_start and not v5:  # MQTT-3.1.3-8
                 actions.extend(self._refuse(ConnackReturnCode.IDENTIFIER_REJECTED, 0x85))
                 return
             client_id = "auto-" + secrets.token_hex(8)
-            if v5:
-                properties = MqttProperties(assigned_client_identifier=client_id)
+            assigned = client_id
+        properties = MqttProperties()
+        if v5:
+            properties = MqttProperties(
+                assigned_client_identifier=assigned, topic_alias_maximum=TOPIC_ALIAS_MAXIMUM
+            )
         if packet.properties.authentication_method is not None:
             actions.extend(self._refuse(ConnackReturnCode.NOT_AUTHORIZED, 0x8C))
             return
@@ -434,11 +442,27 @@ class MqttServerConnection:
         if packet.qos > MAX_QOS:  # the decoder refuses QoS 3 already; defensive
             actions.extend(self._violation(MqttReasonCode.MALFORMED_PACKET, "QoS 3"))
             return
-        if packet.properties.topic_alias is not None or not packet.topic:
-            # We announce no Topic Alias Maximum, so the client may not use aliases (v5 3.3.2.3.4).
-            actions.extend(self._violation(MqttReasonCode.TOPIC_ALIAS_INVALID, "a topic alias"))
-            return
         properties = packet.properties  # checked by the decoder (a wildcard Response Topic...)
+        topic = packet.topic
+        alias = properties.topic_alias
+        if alias is not None:  # v5 3.3.2.3.4
+            if not 0 < alias <= TOPIC_ALIAS_MAXIMUM:  # MQTT-3.3.2-9
+                actions.extend(
+                    self._violation(MqttReasonCode.TOPIC_ALIAS_INVALID, f"topic alias {alias}")
+                )
+                return
+            if topic:
+                self._aliases[alias] = topic  # set, or replaced
+            else:
+                found = self._aliases.get(alias)
+                if found is None:
+                    actions.extend(
+                        self._violation(
+                            MqttReasonCode.PROTOCOL_ERROR, f"topic alias {alias} is not set"
+                        )
+                    )
+                    return
+                topic = found
         if packet.qos == 2:
             ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
             if packet.packet_id in self.awaiting_release:
@@ -451,7 +475,7 @@ class MqttServerConnection:
             ack = encode_mqtt_puback(packet.packet_id) if packet.qos == 1 else b""
         actions.append(
             Append(
-                packet.topic,
+                topic,
                 packet.payload,
                 packet.qos,
                 packet.retain,

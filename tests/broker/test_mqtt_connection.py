@@ -6,6 +6,7 @@ import pytest
 
 from kafkaesque.broker._mqtt_connection import (
     CONNECT_TIMEOUT_S,
+    TOPIC_ALIAS_MAXIMUM,
     Accepted,
     Action,
     Append,
@@ -22,6 +23,7 @@ from kafkaesque.protocol import (
     Disconnect,
     MqttDecoder,
     MqttPacket,
+    MqttProperties,
     MqttSubscription,
     MqttVersion,
     Pingreq,
@@ -64,8 +66,17 @@ def connected(
         encode_mqtt(Connect("dev-1", keep_alive=keep_alive, will=will), version), 0.0
     )
     assert [type(a) for a in actions] == [Accepted]
-    assert sent([Send(conn.connack(False))], version) == [Connack(False, 0)]
+    assert sent([Send(conn.connack(False))], version) == [
+        Connack(False, 0, connack_properties(version))
+    ]
     return conn
+
+
+def connack_properties(version: MqttVersion) -> MqttProperties:
+    """What a CONNACK announces: to a v5 client, the topic aliases it may set up."""
+    if version is V5:
+        return MqttProperties(topic_alias_maximum=TOPIC_ALIAS_MAXIMUM)
+    return MqttProperties()
 
 
 # -- CONNECT ------------------------------------------------------------------------------------
@@ -77,7 +88,9 @@ def test_connect_is_accepted_and_answered(version: MqttVersion) -> None:
     connect = Connect("dev-1", clean_start=False, keep_alive=30)
     actions = conn.receive(encode_mqtt(connect, version), 1.0)
     assert actions == [Accepted("dev-1", False, None, version, version is V311)]
-    assert sent([Send(conn.connack(True))], version) == [Connack(True, 0)]
+    assert sent([Send(conn.connack(True))], version) == [
+        Connack(True, 0, connack_properties(version))
+    ]
     assert conn.connected and conn.client_id == "dev-1" and conn.keep_alive == 30
 
 
@@ -242,13 +255,48 @@ def test_oversized_packet_closes_before_the_body_arrives() -> None:
     assert conn.closed
 
 
-def test_topic_alias_is_refused_as_none_was_offered() -> None:
-    from kafkaesque.protocol import MqttProperties
-
+def test_a_topic_alias_stands_for_the_topic_it_was_set_with() -> None:
     conn = connected(V5)
-    publish = Publish("a", b"x", properties=MqttProperties(topic_alias=1))
+    with_alias = MqttProperties(topic_alias=3)
+    first = Publish("phones/p1/spectrum", b"a", properties=with_alias)
+    then = Publish("", b"b", properties=with_alias)  # the alias alone (v5 3.3.2.3.4)
+    renamed = Publish("phones/p1/battery", b"c", properties=with_alias)  # a new mapping
+    actions = conn.receive(b"".join(encode_mqtt(p, V5) for p in (first, then, renamed, then)), 1)
+    assert [(a.topic, a.payload) for a in actions if isinstance(a, Append)] == [
+        ("phones/p1/spectrum", b"a"),
+        ("phones/p1/spectrum", b"b"),
+        ("phones/p1/battery", b"c"),
+        ("phones/p1/battery", b"b"),
+    ]
+    assert not conn.closed
+
+
+def test_an_alias_that_was_never_set_is_a_protocol_error() -> None:
+    conn = connected(V5)
+    publish = Publish("", b"x", properties=MqttProperties(topic_alias=7))
     actions = conn.receive(encode_mqtt(publish, V5), 1.0)
-    assert sent(actions, V5) == [Disconnect(0x94)]
+    assert not [a for a in actions if isinstance(a, Append)]
+    assert sent(actions, V5) == [Disconnect(0x82)]
+
+
+def test_an_alias_above_the_announced_maximum_is_invalid() -> None:
+    conn = connected(V5)
+    alias = MqttProperties(topic_alias=TOPIC_ALIAS_MAXIMUM + 1)
+    actions = conn.receive(encode_mqtt(Publish("a", b"x", properties=alias), V5), 1.0)
+    assert sent(actions, V5) == [Disconnect(0x94)]  # MQTT-3.3.2-9
+
+
+def test_aliases_belong_to_one_connection() -> None:
+    """A reconnect (even of the same session) starts with no aliases (v5 3.3.2.3.4)."""
+    first = connected(V5)
+    first.receive(
+        encode_mqtt(Publish("a/b", b"x", properties=MqttProperties(topic_alias=1)), V5), 1
+    )
+    second = connected(V5)
+    actions = second.receive(
+        encode_mqtt(Publish("", b"y", properties=MqttProperties(topic_alias=1)), V5), 1
+    )
+    assert sent(actions, V5) == [Disconnect(0x82)]
 
 
 # -- SUBSCRIBE ----------------------------------------------------------------------------------
@@ -277,8 +325,6 @@ def test_subscribe_grants_and_refuses_per_filter() -> None:
 
 
 def test_a_v5_subscription_identifier_goes_with_each_filter_and_back_out() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = connected(V5)
     subscribe = Subscribe(
         4,
@@ -364,8 +410,6 @@ def test_take_over_sends_v5_disconnect_0x8e() -> None:
 
 
 def test_v5_session_expiry_makes_the_session_persistent() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = MqttServerConnection(0.0)
     connect = Connect("d", clean_start=True, properties=MqttProperties(session_expiry_interval=60))
     [accepted] = conn.receive(encode_mqtt(connect, V5), 0.0)
@@ -378,8 +422,6 @@ def test_v5_session_expiry_makes_the_session_persistent() -> None:
 def test_v5_session_expiry_interval_is_the_sessions_lifetime(
     interval: int | None, lifetime: int | None
 ) -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = MqttServerConnection(0.0)
     properties = MqttProperties(session_expiry_interval=interval)
     [accepted] = conn.receive(encode_mqtt(Connect("d", properties=properties), V5), 0.0)
@@ -395,8 +437,6 @@ def test_a_v311_persistent_session_never_expires() -> None:
 
 
 def test_v5_disconnect_may_change_the_session_expiry() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = MqttServerConnection(0.0)
     connect = Connect("d", properties=MqttProperties(session_expiry_interval=60))
     conn.receive(encode_mqtt(connect, V5), 0.0)
@@ -406,8 +446,6 @@ def test_v5_disconnect_may_change_the_session_expiry() -> None:
 
 
 def test_v5_disconnect_giving_a_life_to_a_session_that_had_none_is_a_protocol_error() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = connected(V5)  # no Session Expiry Interval: the session ends with the connection
     disconnect = Disconnect(0, MqttProperties(session_expiry_interval=30))
     actions = conn.receive(encode_mqtt(disconnect, V5), 1.0)
@@ -417,8 +455,6 @@ def test_v5_disconnect_giving_a_life_to_a_session_that_had_none_is_a_protocol_er
 
 @pytest.mark.parametrize("qos", [0, 1, 2])
 def test_a_publish_carries_its_message_expiry_to_the_log(qos: int) -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = connected(V5)
     publish = Publish(
         "t", b"x", qos, packet_id=qos and 5, properties=MqttProperties(message_expiry_interval=30)
@@ -428,8 +464,6 @@ def test_a_publish_carries_its_message_expiry_to_the_log(qos: int) -> None:
 
 
 def test_a_publish_carries_its_message_properties_to_the_log_in_order() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = connected(V5)
     properties = MqttProperties(
         payload_format_indicator=1,
@@ -484,8 +518,6 @@ def test_a_delivery_passes_on_the_messages_properties_to_v5_only(version: MqttVe
 
 
 def test_a_delivery_larger_than_the_clients_maximum_packet_size_is_discarded() -> None:
-    from kafkaesque.protocol import MqttProperties
-
     conn = MqttServerConnection(0.0)
     connect = Connect("dev-1", properties=MqttProperties(maximum_packet_size=64))
     assert [type(a) for a in conn.receive(encode_mqtt(connect, V5), 0.0)] == [Accepted]

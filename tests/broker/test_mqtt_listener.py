@@ -507,6 +507,27 @@ def test_a_v5_messages_properties_reach_its_subscribers_unaltered(cluster: Local
     ]
 
 
+def test_a_paho_v5_device_publishes_through_a_topic_alias(cluster: LocalCluster) -> None:
+    device = unique("phone")
+    topic = f"phones/{device}/spectrum"
+    pub = PahoDevice(cluster.mqtt_address(2), device, version=paho.MQTTv5)
+    try:
+        pub.wait_connected()
+        for index, name in enumerate((topic, "", "")):  # the topic once, then the alias alone
+            properties = paho_publish_properties(TopicAlias=1)
+            info = pub.client.publish(name, b"%d" % index, qos=1, properties=properties)
+            info.wait_for_publish(30)
+            assert info.is_published()
+    finally:
+        pub.close()
+    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    assert [(r.value, headers_of(r)["mqtt.topic"]) for r in records] == [
+        (b"0", topic.encode()),
+        (b"1", topic.encode()),
+        (b"2", topic.encode()),
+    ]
+
+
 def test_a_controller_asks_a_device_and_reads_its_reply_from_the_log(
     cluster: LocalCluster,
 ) -> None:
