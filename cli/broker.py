@@ -36,6 +36,10 @@ _FLAGS = {
     "mqtt": "mqtt",
     "mqtt_rules": "mqtt_rules",
     "mqtt_users": "mqtt_users",
+    "mqtt_tls": "mqtt_tls",
+    "mqtt_tls_cert": "mqtt_tls_cert",
+    "mqtt_tls_key": "mqtt_tls_key",
+    "mqtt_tls_client_ca": "mqtt_tls_client_ca",
     "mqtt_partitions": "mqtt_partitions",
     "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
@@ -75,6 +79,14 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (docs/mqtt.md)")
     parser.add_argument("--mqtt-users", help="a file of user:password lines (absent: anonymous)")
+    parser.add_argument(
+        "--mqtt-tls-listen", dest="mqtt_tls", help="host:port for MQTT over TLS (off if absent)"
+    )
+    parser.add_argument("--mqtt-tls-cert", help="the broker's certificate chain (PEM)")
+    parser.add_argument("--mqtt-tls-key", help="its private key (PEM; absent: in the cert file)")
+    parser.add_argument(
+        "--mqtt-tls-client-ca", help="require device certificates signed by this CA (PEM)"
+    )
     parser.add_argument(
         "--mqtt-partitions", type=int, help="partitions of log topics MQTT creates (6)"
     )
@@ -136,15 +148,16 @@ def run(args: argparse.Namespace) -> int:
     sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     try:
         trio.run(_serve, config, args.exit_with_parent)
-    except OSError as exc:
+    except (OSError, ConfigError) as exc:
         raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
     return 0
 
 
 async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
+    unstarted = Broker(config)  # reads its files (rules, users, certificates): ConfigError
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
-            broker: Broker = await nursery.start(Broker(config).run)
+            broker: Broker = await nursery.start(unstarted.run)
             if exit_with_parent:
                 nursery.start_soon(_watch_parent, os.getppid(), nursery.cancel_scope)
             parts = [f"broker {config.id}", f"client={config.client.host}:{broker.client_port}"]
@@ -154,6 +167,8 @@ async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
                 parts.append(f"admin={config.admin.host}:{broker.admin_port}")
             if broker.mqtt_port is not None and config.mqtt is not None:
                 parts.append(f"mqtt={config.mqtt.host}:{broker.mqtt_port}")
+            if broker.mqtt is not None and config.mqtt_tls is not None:
+                parts.append(f"mqtt_tls={config.mqtt_tls.host}:{broker.mqtt.tls_port}")
             print(" ".join(parts), flush=True)
             print("ready", flush=True)
             async for _ in signals:

@@ -131,8 +131,9 @@ class Broker:
         self._known_peers = set(config.peers) - {config.id}
         self.client_port = config.client.port
         self.admin_port: int | None = None
-        # The MQTT listener (--mqtt-listen), if any; its rules and users are read now.
-        self.mqtt = MqttService(self) if config.mqtt is not None else None
+        # The MQTT listeners (--mqtt-listen, --mqtt-tls-listen), if any; their rules, users and
+        # certificates are read now.
+        self.mqtt = MqttService(self) if config.mqtt_enabled else None
         self.mqtt_port: int | None = None
 
     # -- lifetime -------------------------------------------------------------------------------

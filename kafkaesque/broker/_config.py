@@ -67,6 +67,12 @@ class BrokerConfig:
     controllers: Mapping[int, Address]  # pysyncobj address of every broker, this one included
     admin: Address | None = None  # /metrics
     mqtt: Address | None = None  # the MQTT listener (disabled when None)
+    # The MQTT-over-TLS listener (disabled when None), its certificate chain and key (PEM), and
+    # the CA that signs the devices' certificates, if they must present one (mutual TLS).
+    mqtt_tls: Address | None = None
+    mqtt_tls_cert: str | None = None
+    mqtt_tls_key: str | None = None
+    mqtt_tls_client_ca: str | None = None
     mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
     mqtt_users: str | None = None  # a file of user:password lines (None: anonymous devices)
     # Log topics the mapping names are created on first use with these (RF capped by brokers).
@@ -100,7 +106,14 @@ class BrokerConfig:
             raise ConfigError("cluster_secret must not be empty")
         if self.write_timeout_s <= 0:
             raise ConfigError("write_timeout_s must be positive")
+        if self.mqtt_tls is not None and self.mqtt_tls_cert is None:
+            raise ConfigError("mqtt_tls needs mqtt_tls_cert (and mqtt_tls_key unless in it)")
         return self
+
+    @property
+    def mqtt_enabled(self) -> bool:
+        """Whether devices may connect: over TCP, TLS or both."""
+        return self.mqtt is not None or self.mqtt_tls is not None
 
     @property
     def broker_dir(self) -> str:
@@ -112,7 +125,7 @@ class BrokerConfig:
         return self.advertised_host or self.client.host
 
 
-_ADDRESS_FIELDS = {"client", "admin", "mqtt"}
+_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls"}
 _VOTER_FIELDS = {"peers", "controllers"}
 
 

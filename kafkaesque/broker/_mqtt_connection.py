@@ -215,7 +215,7 @@ class MqttServerConnection:
 
     # -- input ----------------------------------------------------------------------------------
 
-    def receive(self, data: bytes, now: float) -> list[Action]:
+    def receive(self, data: bytes | bytearray, now: float) -> list[Action]:
         """Bytes from the socket; what to do about them."""
         if self._closed:
             return []

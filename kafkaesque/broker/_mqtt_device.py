@@ -64,6 +64,7 @@ _ENTRY_OVERHEAD: Final = 64
 _RECEIVE_BYTES: Final = 16 * 1024
 _SEND_COALESCE_BYTES: Final = 64 * 1024
 _DRAIN_S: Final = 2.0
+_CLOSE_S: Final = 1.0  # for a TLS connection's close_notify to go out
 # Kinds of entries of the ``out`` queue.
 _PLAIN: Final = 0
 _CLOSE: Final = 2
@@ -115,7 +116,7 @@ class MqttDevice:
     )
 
     def __init__(
-        self, service: MqttService, stream: trio.SocketStream, conn: MqttServerConnection
+        self, service: MqttService, stream: trio.abc.Stream, conn: MqttServerConnection
     ) -> None:
         self.service = service
         self.stream = stream
@@ -159,7 +160,11 @@ class MqttDevice:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await self.stream.aclose()
+                # A TLS close sends close_notify, which a device that stopped reading would
+                # hold up: it gets a moment, then the socket is closed anyway.
+                with trio.move_on_after(_CLOSE_S):
+                    await self.stream.aclose()
+                await trio.aclose_forcefully(self.stream)
                 await self.service.device_gone(self)
 
     async def _read_loop(self) -> None:
@@ -169,7 +174,7 @@ class MqttDevice:
             if self.pending >= MAX_PENDING_ACKS:
                 self.room = trio.Event()
                 await self.room.wait()
-            data: bytes | None = None
+            data: bytes | bytearray | None = None
             with trio.move_on_at(conn.deadline()):
                 try:
                     data = await stream.receive_some(_RECEIVE_BYTES)

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import logging
+import ssl
 import sys
 import time
 from collections.abc import Iterable, Mapping
@@ -47,7 +48,7 @@ from kafkaesque.protocol import (
 from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
 from ._commands import group_name
-from ._config import ConfigError
+from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
@@ -116,16 +117,37 @@ def load_mapping(path: str | None) -> TopicMapping:
         raise ConfigError(f"mqtt_rules: {path}: {exc}") from exc
 
 
+def load_tls(config: BrokerConfig) -> ssl.SSLContext | None:
+    """The server side of the MQTT TLS listener (None without one): TLS 1.2 or later, the
+    broker's certificate chain, and with ``mqtt_tls_client_ca`` a certificate that CA signed
+    required of every device."""
+    if config.mqtt_tls is None:
+        return None
+    assert config.mqtt_tls_cert is not None  # BrokerConfig.validate
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(config.mqtt_tls_cert, config.mqtt_tls_key)
+        if config.mqtt_tls_client_ca is not None:
+            context.load_verify_locations(config.mqtt_tls_client_ca)
+            context.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"mqtt_tls: cannot load the certificates: {exc}") from exc
+    return context
+
+
 class MqttService:
     """The MQTT side of one broker (see the module docstring). Trio thread only."""
 
     def __init__(self, broker: Broker) -> None:
         config = broker.config
-        assert config.mqtt is not None
+        assert config.mqtt_enabled
         self._broker = broker
         self.mapping = load_mapping(config.mqtt_rules)
         self.users = load_users(config.mqtt_users)
+        self._tls = load_tls(config)
         self.port: int | None = None
+        self.tls_port: int | None = None
         self.egress = Egress(broker, self.mapping, self.ensure_topic)
         self.retained = RetainedStore(broker, self.ensure_topic)
         self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
@@ -159,12 +181,24 @@ class MqttService:
             "retained": len(self.retained.messages),
         }
 
-    async def run(self, *, task_status: trio.TaskStatus[int] = trio.TASK_STATUS_IGNORED) -> None:
-        """Listen until cancelled; ``started`` with the bound port."""
-        address = self._broker.config.mqtt
-        assert address is not None
-        listeners = await trio.open_tcp_listeners(address.port, host=address.host)
-        self.port = listeners[0].socket.getsockname()[1]
+    async def run(
+        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen until cancelled; ``started`` with the bound TCP port (None: TLS only)."""
+        config = self._broker.config
+        listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
+        where = []
+        if config.mqtt is not None:
+            plain = await trio.open_tcp_listeners(config.mqtt.port, host=config.mqtt.host)
+            self.port = plain[0].socket.getsockname()[1]
+            listeners += plain
+            where.append(f"{config.mqtt.host}:{self.port}")
+        if config.mqtt_tls is not None:
+            assert self._tls is not None
+            tls = await trio.open_tcp_listeners(config.mqtt_tls.port, host=config.mqtt_tls.host)
+            self.tls_port = tls[0].socket.getsockname()[1]
+            listeners += [trio.SSLListener(listener, self._tls) for listener in tls]
+            where.append(f"{config.mqtt_tls.host}:{self.tls_port} (TLS)")
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.egress.run)
@@ -175,7 +209,7 @@ class MqttService:
             nursery.start_soon(self._slow_loop)
             nursery.start_soon(self._shares_loop)
             nursery.start_soon(trio.serve_listeners, self._serve, listeners)
-            log.info("broker %d: MQTT on %s:%d", self._broker.config.id, address.host, self.port)
+            log.info("broker %d: MQTT on %s", config.id, ", ".join(where))
             task_status.started(self.port)
 
     async def _shares_loop(self) -> None:
@@ -191,7 +225,7 @@ class MqttService:
                 self._broker.tell_peers([SHARES, [list(share) for share in sorted(shares)]])
                 told, told_at = shares, now
 
-    async def _serve(self, stream: trio.SocketStream) -> None:
+    async def _serve(self, stream: trio.abc.Stream) -> None:
         self.stats["connections"] += 1
         conn = MqttServerConnection(
             trio.current_time(), users=self.users, max_packet_size=MAX_PACKET_SIZE

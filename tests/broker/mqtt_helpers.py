@@ -46,7 +46,9 @@ class PahoDevice:
         password: str | None = None,
         will: tuple[str, bytes, int, bool] | None = None,
         keepalive: int = 30,
+        configure: Callable[[paho.Client], None] | None = None,
     ) -> None:
+        """``configure`` sets the client up before it connects (TLS, say)."""
         kwargs: dict[str, Any] = {"client_id": client_id, "protocol": version}
         if version != paho.MQTTv5:
             kwargs["clean_session"] = clean
@@ -62,6 +64,8 @@ class PahoDevice:
         self.client.on_message = self._on_message
         self.client.on_connect = lambda c, u, flags, rc, props: self.connack.append(rc)
         self.client.on_disconnect = lambda *a: self.disconnected.set()
+        if configure is not None:
+            configure(self.client)
         self.client.connect(address[0], address[1], keepalive=keepalive)
         self.client.loop_start()
 

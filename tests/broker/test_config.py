@@ -51,3 +51,21 @@ def test_bad_settings_are_named(change: dict[str, object], message: str) -> None
     raw = {k: v for k, v in raw.items() if v is not None}
     with pytest.raises(ConfigError, match=message):
         config_from_mapping(raw)
+
+
+def test_a_tls_listener_needs_a_certificate() -> None:
+    with pytest.raises(ConfigError, match="mqtt_tls needs mqtt_tls_cert"):
+        config_from_mapping({**BASE, "mqtt_tls": "127.0.0.1:8883"})
+    config = config_from_mapping({**BASE, "mqtt_tls": "127.0.0.1:8883", "mqtt_tls_cert": "b.pem"})
+    assert config.mqtt_tls == Address("127.0.0.1", 8883) and config.mqtt_enabled
+
+
+def test_certificates_that_cannot_be_loaded_are_a_clear_error(tmp_path: Path) -> None:
+    from kafkaesque.broker._mqtt_listener import load_tls
+
+    bad = tmp_path / "broker.pem"
+    bad.write_text("not a certificate")
+    for cert in (str(bad), str(tmp_path / "missing.pem")):
+        config = config_from_mapping({**BASE, "mqtt_tls": "127.0.0.1:8883", "mqtt_tls_cert": cert})
+        with pytest.raises(ConfigError, match="mqtt_tls: cannot load the certificates"):
+            load_tls(config)

@@ -97,6 +97,7 @@ JEPSEN_TEST = (
 )
 JEPSEN_LONG_TEST = "tests/jepsen_like/test_runs.py::test_ten_minutes_of_every_nemesis_is_valid"
 DEVICES_TEST = "tests/cli/test_devices.py::test_no_acknowledged_reading_is_lost_by_the_cluster"
+MQTT_TLS_TEST = "tests/broker/test_mqtt_tls.py::test_mosquitto_pub_publishes_over_tls"
 BENCH_TEST = "tests/docs/test_doc_commands.py::test_a_benchmark_prints_every_figure_it_documents"
 TOUR = "bin/kafkaesque cluster up -n 3 --mqtt --mqtt-rules examples/mqtt-rules.txt"
 
@@ -164,6 +165,17 @@ REGISTRY: tuple[Entry, ...] = (
     here(
         "mosquitto_pub -h 127.0.0.1 -p 9106 -q 1 -t 'phones/phone-00007/spectrum' "
         "-m '{\"serial\": 0}'"
+    ),
+    # docs/mqtt.md, TLS: a broker of the test's with these flags, and mosquitto_pub against it
+    by(
+        MQTT_TLS_TEST,
+        "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
+        "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 "
+        "--mqtt-tls-listen 127.0.0.1:8883 --mqtt-tls-cert broker.pem --mqtt-tls-key broker.key",
+    ),
+    by(
+        MQTT_TLS_TEST,
+        "mosquitto_pub -h 127.0.0.1 -p 8883 --cafile ca.pem -q 1 -t 'phones/p1/spectrum' -m '-71'",
     ),
     # docs/devices.md: the tour's cluster has the same two rules (examples/mqtt-rules.txt)
     here(
