@@ -207,7 +207,7 @@ class WritePath:
                 if acks is Acks.LEADER:
                     await trio.sleep(_LEADER_ACK_POLL_S)
                 else:
-                    await group.commit_reached(last).wait()
+                    await group.changed.wait()
 
     # -- with retries ---------------------------------------------------------------------------
 

@@ -118,9 +118,8 @@ class RaftGroup:
     commit_index: int = -1
     quiesced: bool = False
     idle_ticks: int = 0
-    # A heap of (offset, seq, event): writers waiting for their offset to commit
-    # (``commit_reached``); ``seq`` orders equal offsets.
-    _waiters: list[tuple[int, int, trio.Event]] = field(default_factory=list)
+    # (offset, term, event): proposals waiting for their offset to commit in their term.
+    _waiters: list[tuple[int, int, int, trio.Event]] = field(default_factory=list)
     _seq: int = 0
     # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
     changed: trio.Event = field(default_factory=trio.Event)
@@ -170,29 +169,16 @@ class RaftGroup:
             offset = result.next_offset
         return out
 
-    def commit_reached(self, offset: int) -> trio.Event:
-        """An event set once the commit index reaches ``offset``, or once the log at
-        ``offset`` may have been replaced (truncated, repaired, the group removed): the waiter
-        then looks again. Unlike ``changed``, a commit wakes only the writers it concerns, not
-        every writer of the group."""
-        done = trio.Event()
-        if self.commit_index >= offset:
-            done.set()
-        else:
-            self._seq += 1
-            heapq.heappush(self._waiters, (offset, self._seq, done))
-        return done
-
     def _notify(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
         while self._waiters and self._waiters[0][0] <= self.commit_index:
-            heapq.heappop(self._waiters)[2].set()
+            heapq.heappop(self._waiters)[3].set()
 
     def _fail_waiters_above(self, offset: int) -> None:
         for item in self._waiters:
             if item[0] >= offset:
-                item[2].set()  # they wake, see their entry gone, and raise ProposalLost
+                item[3].set()  # they wake, see their entry gone, and raise ProposalLost
 
 
 class MultiRaft:
@@ -370,8 +356,11 @@ class MultiRaft:
         group = self.groups[group_id]
         last = self._propose(group, batch, count)
         term = group.node.term
+        done = trio.Event()
+        group._seq += 1
+        heapq.heappush(group._waiters, (last, group._seq, term, done))
         with trio.move_on_after(timeout):
-            await group.commit_reached(last).wait()
+            await done.wait()
         if group.commit_index >= last and group.storage.log.term_at(last) == term:
             return last - count + 1, last
         if group.storage.last_index() < last or group.storage.log.term_at(last) != term:
@@ -400,7 +389,7 @@ class MultiRaft:
             with trio.move_on_after(timeout):
                 await pending.done.wait()
                 while pending.index is not None and group.commit_index < pending.index:
-                    await group.commit_reached(pending.index).wait()
+                    await group.changed.wait()
         finally:
             group._reads.pop(ctx, None)
         if not pending.done.is_set():
@@ -415,7 +404,7 @@ class MultiRaft:
         """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
 
         The entry is committed once ``group.commit_index >= last`` while the log still holds it
-        in ``term`` (``group.commit_reached(last)`` says when to look); this is the
+        in ``term`` (``group.changed`` fires on every move of the commit index); this is the
         pipelining path (a broker's ingress), ``propose`` the one-at-a-time one. Raises
         ``InvalidBatchError``, ``NotLeader`` or ``ProposalDropped`` (nothing appended).
         """
