@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 from kafkaesque.protocol import (
     INTERNAL_TOPIC_PREFIX,
-    MQTT_QOS_HEADER,
     MqttSubscription,
     MqttTopicTrie,
     parse_shared_subscription,
@@ -70,9 +69,9 @@ class RetainedStore:
         if record.value:
             origin = origin_of(record.headers)
             expires_ms = origin.expires_ms(record.timestamp)
-            retained = _Retained(
-                record.value, _qos_of(record.headers), expires_ms, origin.forwarded
-            )
+            # Every retained copy carries its QoS (``mqtt.qos``): ``origin_of`` reads it with
+            # the rest, in one pass over the headers.
+            retained = _Retained(record.value, origin.qos, expires_ms, origin.forwarded)
             self.messages.set(topic, retained)
         else:
             self.messages.delete(topic)
@@ -90,10 +89,3 @@ class RetainedStore:
                 ids = (sub.identifier,) if sub.identifier else ()
                 qos = min(m.qos, sub.qos)
                 device.deliver(topic, m.payload, qos, True, None, m.expires_ms, ids, m.forwarded)
-
-
-def _qos_of(headers: tuple[tuple[str, bytes], ...]) -> int:
-    for name, value in headers:
-        if name == MQTT_QOS_HEADER:
-            return {b"0": 0, b"1": 1, b"2": 2}.get(value, 0)
-    return 0

@@ -149,5 +149,10 @@ def read_topic(bootstrap: str, topic: str) -> list[ConsumerRecord]:
         return list(consumer.records(follow=False))
 
 
+def keyed_records(bootstrap: str, topic: str, key: str) -> list[ConsumerRecord]:
+    """``read_topic``'s records of ``topic`` under the key ``key`` (one device's, say)."""
+    return [r for r in read_topic(bootstrap, topic) if r.key == key.encode()]
+
+
 def headers_of(record: ConsumerRecord) -> dict[str, bytes]:
     return dict(record.headers)

@@ -35,7 +35,14 @@ from kafkaesque.protocol import (
     encode_mqtt,
 )
 
-from .mqtt_helpers import RULES, PahoDevice, RawMqtt, headers_of, read_topic, wait_for
+from .mqtt_helpers import (
+    RULES,
+    PahoDevice,
+    RawMqtt,
+    headers_of,
+    keyed_records,
+    wait_for,
+)
 
 
 @pytest.fixture(scope="module")
@@ -43,12 +50,6 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = str(tmp_path_factory.mktemp("mqtt-cluster"))
     with LocalCluster(data, 3, mqtt=True, mqtt_rules=RULES) as c:
         yield c
-
-
-def readings_of(cluster: LocalCluster, device: str) -> list[bytes | None]:
-    """The values in log topic ``readings`` under the key ``device``, in offset order."""
-    records = read_topic(cluster.bootstrap, "readings")
-    return [r.value for r in records if r.key == device.encode()]
 
 
 def unique(prefix: str) -> str:
@@ -68,7 +69,7 @@ def test_paho_qos1_publishes_land_in_the_mapped_log_topic(cluster: LocalCluster)
     finally:
         client.close()
     # Every PUBACKed message is committed: readable at once, keyed by the device, with headers.
-    mine = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    mine = keyed_records(cluster.bootstrap, "readings", device)
     assert [r.value for r in mine] == [b'{"serial": %d}' % i for i in range(5)]
     assert len({r.partition for r in mine}) == 1  # one device, one partition: in order
     assert headers_of(mine[0]) == {
@@ -88,7 +89,7 @@ def test_qos0_and_unmapped_topics_go_to_the_fallback_topic(cluster: LocalCluster
         client.publish(topic, b"21.7", qos=1)  # after the QoS 0 one, on the same partition
     finally:
         client.close()
-    records = [r for r in read_topic(cluster.bootstrap, "mqtt") if r.key == topic.encode()]
+    records = keyed_records(cluster.bootstrap, "mqtt", topic)
     assert [(r.value, headers_of(r)["mqtt.qos"]) for r in records] == [
         (b"21.5", b"0"),
         (b"21.7", b"1"),
@@ -104,9 +105,7 @@ def test_mosquitto_pub_publishes(cluster: LocalCluster) -> None:
              "-t", f"phones/{device}/spectrum", "-m", f"qos{qos}"],
             check=True, timeout=30,
         )  # fmt: skip
-    values = [
-        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
-    ]
+    values = [r.value for r in keyed_records(cluster.bootstrap, "readings", device)]
     # QoS 0 may be lost in principle; QoS 1 and 2 are in the log, once, in order.
     assert [v for v in values if v != b"qos0"] == [b"qos1", b"qos2"]
     assert values.count(b"qos0") <= 1
@@ -121,9 +120,7 @@ def test_qos2_is_appended_exactly_once(cluster: LocalCluster) -> None:
             client.publish(f"phones/{device}/spectrum", b"q2-%d" % i, qos=2)
     finally:
         client.close()
-    values = [
-        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
-    ]
+    values = [r.value for r in keyed_records(cluster.bootstrap, "readings", device)]
     assert values == [b"q2-0", b"q2-1", b"q2-2"]
 
 
@@ -141,9 +138,7 @@ def test_a_retransmitted_qos2_publish_is_not_appended_twice(cluster: LocalCluste
         assert raw.receive() is not None  # PUBREC again, no second append
     finally:
         raw.close()
-    values = [
-        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
-    ]
+    values = [r.value for r in keyed_records(cluster.bootstrap, "readings", device)]
     assert values == [b"once"]
 
 
@@ -171,7 +166,7 @@ def test_a_qos1_resend_of_a_committed_message_is_acknowledged_not_appended_again
         assert again.receive() == Puback(22)
     finally:
         again.close()
-    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    records = keyed_records(cluster.bootstrap, "readings", device)
     assert [r.value for r in records] == [b"reading", b"never arrived"]
     assert headers_of(records[0])["mqtt.client"] == device.encode()
     assert headers_of(records[0])["mqtt.pid"] == b"21"
@@ -493,7 +488,7 @@ def test_a_v5_messages_properties_reach_its_subscribers_unaltered(cluster: Local
         sub.close()
         pub.close()
     # In the log they are headers, for any consumer to read.
-    [record] = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    [record] = keyed_records(cluster.bootstrap, "readings", device)
     assert [h for h in record.headers if h[0] not in ("mqtt.client", "mqtt.pid")] == [
         ("mqtt.topic", topic.encode()),
         ("mqtt.qos", b"1"),
@@ -520,7 +515,7 @@ def test_a_paho_v5_device_publishes_through_a_topic_alias(cluster: LocalCluster)
             assert info.is_published()
     finally:
         pub.close()
-    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    records = keyed_records(cluster.bootstrap, "readings", device)
     assert [(r.value, headers_of(r)["mqtt.topic"]) for r in records] == [
         (b"0", topic.encode()),
         (b"1", topic.encode()),
@@ -552,9 +547,8 @@ def test_a_controller_asks_a_device_and_reads_its_reply_from_the_log(
         info.wait_for_publish(30)
     finally:
         phone.close()
-    replies = [
-        r for r in read_topic(cluster.bootstrap, "mqtt") if r.key == reply_topic.encode()
-    ]  # an unmapped topic: the fallback log topic, keyed by the MQTT topic
+    # An unmapped topic: the fallback log topic, keyed by the MQTT topic.
+    replies = keyed_records(cluster.bootstrap, "mqtt", reply_topic)
     assert [(r.value, headers_of(r)["mqtt.correlation"]) for r in replies] == [(b"done", b"c-7")]
 
 
@@ -855,9 +849,7 @@ def test_puback_arrives_after_commit_for_pipelined_publishes(cluster: LocalClust
         assert acks == [Puback(i + 1) for i in range(200)]  # in order (MQTT-4.6.0-2)
     finally:
         raw.close()
-    values = [
-        r.value for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()
-    ]
+    values = [r.value for r in keyed_records(cluster.bootstrap, "readings", device)]
     assert values == [b"%d" % i for i in range(200)]
 
 

@@ -16,9 +16,11 @@ import pytest
 import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 
-from .mqtt_helpers import PahoDevice, read_topic, wait_for
+from kafkaesque.protocol import Connect, MqttVersion, encode_mqtt
 
-RULES = "phones/+/spectrum -> readings key=1\nphones/+/commands -> commands key=1\n"
+from .mqtt_helpers import RULES, PahoDevice, keyed_records, wait_for
+
+PLAIN_CONNECT = encode_mqtt(Connect("raw-device", keep_alive=60), MqttVersion.V311)
 
 
 class Certificates:
@@ -91,7 +93,7 @@ def test_a_device_publishes_and_subscribes_over_tls(
         wait_for(lambda: phone.payloads() == [b"-71 dB"], 10, "the message back")
     finally:
         phone.close()
-    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    records = keyed_records(cluster.bootstrap, "readings", device)
     assert [r.value for r in records] == [b"-71 dB"]
 
 
@@ -106,7 +108,7 @@ def test_mosquitto_pub_publishes_over_tls(
          "-q", "1", "-t", f"phones/{device}/spectrum", "-m", "-71"],
         check=True, timeout=30,
     )  # fmt: skip
-    records = [r for r in read_topic(cluster.bootstrap, "readings") if r.key == device.encode()]
+    records = keyed_records(cluster.bootstrap, "readings", device)
     assert [r.value for r in records] == [b"-71"]
 
 
@@ -115,7 +117,7 @@ def test_plain_mqtt_on_the_tls_port_is_refused_and_harms_no_one(
 ) -> None:
     cluster, port = server_tls
     with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
-        sock.sendall(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00")  # a plain CONNECT
+        sock.sendall(PLAIN_CONNECT)
         sock.settimeout(10)
         try:
             answer = sock.recv(1024)
@@ -152,6 +154,6 @@ def test_with_a_client_ca_a_device_needs_a_certificate_it_signed(
             pytest.raises((ssl.SSLError, ConnectionResetError)),
             context.wrap_socket(raw, server_hostname="127.0.0.1") as tls,
         ):
-            tls.sendall(b"\x10\x0c\x00\x04MQTT\x04\x02\x00\x3c\x00\x00")
+            tls.sendall(PLAIN_CONNECT)
             if not tls.recv(1024):  # TLS 1.3: the refusal comes with the first read
                 raise ConnectionResetError("closed without a CONNACK")
