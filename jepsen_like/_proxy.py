@@ -22,8 +22,12 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import trio
+
+if TYPE_CHECKING:
+    from ._cluster import Placement
 
 _CHUNK = 64 * 1024
 
@@ -147,6 +151,15 @@ class ProxyLayer:
         self.links[(a, b)] = link
         port: int = await nursery.start(link.serve, self.host)
         return port
+
+    async def link_all(self, nursery: trio.Nursery, placement: Placement, nodes: int) -> None:
+        """A link between every pair of the first ``nodes`` nodes of ``placement``; the dialling
+        (lower-id) node of each pair reaches the other through it (``placement.peer_views``)."""
+        for a in range(nodes):
+            for b in range(a + 1, nodes):
+                target = (placement.nodes[b].host, placement.nodes[b].peer)
+                port = await self.add_link(nursery, a, b, target)
+                placement.peer_views.setdefault(a, {})[b] = (self.host, port)
 
     def port(self, a: int, b: int) -> int:
         return self.links[(min(a, b), max(a, b))].port

@@ -153,11 +153,7 @@ async def _run(
         proxies: ProxyLayer | None = None
         if want_proxies:
             proxies = ProxyLayer(net.host_address if net else "127.0.0.1", seed=seed)
-            for a in range(n):
-                for b in range(a + 1, n):
-                    target = (placement.nodes[b].host, placement.nodes[b].peer)
-                    port = await proxies.add_link(services, a, b, target)
-                    placement.peer_views.setdefault(a, {})[b] = (proxies.host, port)
+            await proxies.link_all(services, placement, n)
         cluster = JepsenCluster(
             placement,
             os.path.join(run_dir, "data"),

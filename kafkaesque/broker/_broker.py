@@ -79,6 +79,10 @@ _COMPACTED_SEGMENT_BYTES = 1 << 20
 _MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _FORWARD_SLACK_S = 5.0
+# A read may be served by any replica, so a forwarded one waits less for its answer; a replica
+# that let one go unanswered is passed over by the reads of the next _READ_PASS_OVER_S seconds.
+_READ_SLACK_S = 1.0
+_READ_PASS_OVER_S = 5.0
 _BOUNDS_WAIT_S = 1.0  # DESCRIBE falls back to this broker's replica after that
 # Forwarded commands carry whole batches: the decoder on that side must accept what a client may.
 _FORWARD_LIMITS = LineLimits(max_line_length=1 << 20, max_payload=64 << 20)
@@ -117,6 +121,8 @@ class Broker:
         )
         self.leaders = LeaderTable()
         self.forwarder = Forwarder(self.transport.send)
+        # broker -> until when reads pass it over (it let a forwarded read go unanswered)
+        self._unanswered_reads: dict[int, float] = {}
         self.writes = WritePath(
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
         )
@@ -428,9 +434,12 @@ class Broker:
 
     # -- forwarding -------------------------------------------------------------------------------
 
-    async def forward_to(self, broker: int, command: Command, wait_s: float = 0.0) -> bytes:
-        """Run ``command`` on ``broker``; its encoded reply. ``RequestError`` if unreachable."""
-        deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
+    async def forward_to(
+        self, broker: int, command: Command, wait_s: float = 0.0, slack_s: float = _FORWARD_SLACK_S
+    ) -> bytes:
+        """Run ``command`` on ``broker``; its encoded reply. ``RequestError`` if it does not
+        answer within ``wait_s + slack_s``."""
+        deadline = trio.current_time() + wait_s + slack_s
         try:
             reply: bytes = await self.forwarder.call(
                 broker, COMMAND, encode_command(command), deadline=deadline
@@ -482,19 +491,31 @@ class Broker:
             return None
         return group.log.log_start_offset, group.commit_index + 1
 
-    async def forward_to_replica(self, info: TopicInfo, partition: int, command: Command) -> bytes:
-        """Run a read on a broker holding a replica: the leader first, then the others."""
+    async def forward_to_replica(
+        self, info: TopicInfo, partition: int, command: Command, *, local_replica: bool
+    ) -> bytes:
+        """Run a read on a broker holding a replica: the leader first, then the others.
+
+        A replica that let a read go unanswered lately (a one-way cut: its connection looks up,
+        but nothing from here reaches it) is tried last, and not at all when the caller has a
+        ``local_replica`` to read instead: its reads are not held up by the same timeout again.
+        """
         leader = self.writes.leader_of(group_name(info.name, partition))
         candidates = [leader] if leader is not None else []
         candidates += [r for r in info.replicas[partition] if r != leader]
-        wait_s = getattr(command, "wait_ms", None) or 0
+        connected = self.transport.connected_peers()
+        now = trio.current_time()
+        reachable = [b for b in candidates if b != self.config.id and b in connected]
+        answering = [b for b in reachable if self._unanswered_reads.get(b, now) <= now]
+        if not local_replica:
+            answering += [b for b in reachable if b not in answering]
+        wait_s = (getattr(command, "wait_ms", None) or 0) / 1000
         last_error = "no replica is reachable"
-        for broker in candidates:
-            if broker == self.config.id or broker not in self.transport.connected_peers():
-                continue
+        for broker in answering:
             try:
-                return await self.forward_to(broker, command, wait_s / 1000)
+                return await self.forward_to(broker, command, wait_s, _READ_SLACK_S)
             except RequestError as exc:
+                self._unanswered_reads[broker] = trio.current_time() + _READ_PASS_OVER_S
                 last_error = exc.message
         raise RequestError(ErrorCode.NO_QUORUM, f"{info.name}/{partition}: {last_error}; retry")
 

@@ -357,15 +357,19 @@ class CommandHandler:
 
         The leader learns of a commit first: reading there, a consumer sees a record as soon as
         it is acknowledged, and a client reads its own acknowledged writes. A follower is a
-        heartbeat behind, so it serves reads only while the leader is out of reach.
+        heartbeat behind, so it serves reads only while the leader is out of reach (including a
+        leader that let a read go unanswered in the last seconds: ``forward_to_replica``).
         """
         group = self._broker.local_group(topic, partition)
         if group is not None and group.role is Role.LEADER:
             return await self._read_local(group, offset, max_bytes, wait_s)
         info = self._topic(topic)
         fetch = Fetch(topic, partition, offset, max_bytes, int(wait_s * 1000))
+        local = group is not None and not beyond_follower(group, offset)
         try:
-            replies = decode_replies(await self._broker.forward_to_replica(info, partition, fetch))
+            replies = decode_replies(
+                await self._broker.forward_to_replica(info, partition, fetch, local_replica=local)
+            )
         except RequestError:
             if group is None or beyond_follower(group, offset):
                 raise
