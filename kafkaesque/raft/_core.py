@@ -464,7 +464,7 @@ class RaftNode(LeaderMixin):
             self._transferee = None  # a transfer that took a whole election timeout failed
         if self._heartbeat_elapsed >= self._cfg.heartbeat_tick:
             self._heartbeat_elapsed = 0
-            self._bcast_heartbeat()
+            self._bcast_heartbeat(skip_answering=True)
 
     # -- receiving --------------------------------------------------------------------------------
 
@@ -549,7 +549,7 @@ class RaftNode(LeaderMixin):
         if pr is None:
             return  # not (or no longer) a member
         if isinstance(m, AppendEntriesResponse):
-            pr.recent_active = True
+            pr.recent_active = pr.answered = True
             self._handle_append_response(m, pr)
         elif isinstance(m, HeartbeatResponse):
             pr.recent_active = True
@@ -629,7 +629,8 @@ class RaftNode(LeaderMixin):
             )
         else:
             log.commit_to(m.commit)
-        self._send(HeartbeatResponse(self.id, m.src, self._term, m.round))
+        if m.reply:
+            self._send(HeartbeatResponse(self.id, m.src, self._term, m.round))
 
     def _handle_install_log_start(self, m: InstallLogStart) -> None:
         log = self._log

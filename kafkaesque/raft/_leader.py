@@ -106,6 +106,15 @@ class LeaderMixin:
         elif not send_if_empty:
             return False
         prev = pr.next - 1
+        if not entries and pr.state is ProgressState.REPLICATE and prev == pr.match:
+            # It holds everything we have: only the commit is news, and needs no answer (an
+            # empty AppendEntries would cost the follower a response and us a step to read it).
+            commit = min(log.commit, pr.match)
+            if commit <= pr.sent_commit:
+                return False  # it was told already
+            pr.sent_commit = commit
+            self._send(Heartbeat(self.id, to, self._term, commit, reply=False))
+            return True
         self._send(
             AppendEntries(
                 self.id, to, self._term, prev, log.term_at(prev), log.commit, tuple(entries)
@@ -128,14 +137,28 @@ class LeaderMixin:
             while sent and pr.state is ProgressState.REPLICATE:
                 sent = self._send_append(node, pr, False)
 
-    def _bcast_heartbeat(self) -> None:
+    def _bcast_heartbeat(self, *, skip_answering: bool = False) -> None:
+        """Heartbeat every follower; with ``skip_answering``, not those that answered an
+        AppendEntries since the last heartbeat, hold our whole log and know its commit: their
+        answer shows both sides alive, and a heartbeat would tell them nothing. Unless reads wait
+        for a round (only heartbeats carry rounds)."""
         commit = self._log.commit
+        last = self._log.last_index()
+        skip_answering = skip_answering and not len(self._read_only)
         for node, pr in self._tracker.progress.items():
-            if node != self.id:
-                pr.sent_commit = max(pr.sent_commit, min(pr.match, commit))
-                self._send(
-                    Heartbeat(self.id, node, self._term, min(pr.match, commit), self._read_round)
-                )
+            if node == self.id:
+                continue
+            answered, pr.answered = pr.answered, False
+            if (
+                skip_answering
+                and answered
+                and pr.match == last
+                and pr.sent_commit >= min(last, commit)
+            ):
+                continue
+            told = min(pr.match, commit)
+            pr.sent_commit = max(pr.sent_commit, told)
+            self._send(Heartbeat(self.id, node, self._term, told, self._read_round))
 
     def _handle_append_response(self, m: AppendEntriesResponse, pr: Progress) -> None:
         if not m.success:

@@ -2,9 +2,10 @@
 
 Every message carries ``src``, ``dst`` and ``term``. Heartbeats are a type of their own (term,
 commit, read round) so the transport can coalesce the heartbeats of all groups between two brokers
-into one frame per tick. ``to_wire``/``from_wire`` map each message to a msgpack-encodable list
-``[tag, src, dst, term, ...fields]`` and back; ``from_wire`` validates shapes and raises
-``MalformedMessage`` on anything else (the transport then closes the connection).
+into one frame per tick; one without ``reply`` carries a commit and asks no answer.
+``to_wire``/``from_wire`` map each message to a msgpack-encodable list ``[tag, src, dst, term,
+...fields]`` and back; ``from_wire`` validates shapes and raises ``MalformedMessage`` on anything
+else (the transport then closes the connection).
 """
 
 from __future__ import annotations
@@ -81,13 +82,15 @@ class AppendEntriesResponse:
 class Heartbeat:
     """Leader liveness and commit. ``commit`` is min(leader commit, follower's known match) so a
     follower never commits past what it has of this leader's log. ``round`` is the leader's
-    read-index round (0 for none) that the response echoes."""
+    read-index round (0 for none) that the response echoes. Without ``reply`` it is only news of
+    a commit, for a follower that holds all the leader has: nothing to answer (no response)."""
 
     src: int
     dst: int
     term: int
     commit: int
     round: int = 0
+    reply: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +217,7 @@ _DECODERS: Final[dict[str, Callable[[object], Any]]] = {
     "conflict_term": _opt_int,
     "conflict_index": _int,
     "round": _int,
+    "reply": _bool,
     "start": _int,
     "config": Configuration.from_wire,
 }
@@ -274,7 +278,7 @@ def describe(msg: Message) -> str:
             f"hint_index={msg.conflict_index}"
         )
     if isinstance(msg, Heartbeat):
-        return f"{head} commit={msg.commit} round={msg.round}"
+        return f"{head} commit={msg.commit} round={msg.round}" + ("" if msg.reply else " no-reply")
     if isinstance(msg, HeartbeatResponse):
         return f"{head} round={msg.round}"
     if isinstance(msg, InstallLogStart):

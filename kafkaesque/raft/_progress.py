@@ -59,6 +59,7 @@ class Progress:
 
     __slots__ = (
         "acked_round",
+        "answered",
         "inflights",
         "is_learner",
         "match",
@@ -78,6 +79,7 @@ class Progress:
         self.probe_sent = False  # PROBE: a probe is out; wait for its answer or a heartbeat reply
         self.inflights = Inflights(max_inflight)
         self.recent_active = False  # heard from within the current election timeout
+        self.answered = False  # answered an AppendEntries since the last heartbeat
         self.is_learner = is_learner
         self.acked_round = 0  # highest read-index round echoed
         self.sent_commit = -1  # the highest commit offset this follower was told it may apply

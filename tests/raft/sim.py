@@ -112,6 +112,9 @@ class _Packet:
     due: int
     seq: int
     msg: Message = field(compare=False)
+    # The receiver's incarnation when sent: a packet for a node that restarted since is lost, as
+    # the TCP connection it travelled on died with the process.
+    incarnation: int = field(default=0, compare=False)
 
 
 class Cluster:
@@ -247,7 +250,8 @@ class Cluster:
         for _ in range(copies):
             self._seq += 1
             due = self.now + self.rng.randint(1, self.faults.max_delay)
-            self.packets.append(_Packet(due, self._seq, msg))
+            incarnation = self.nodes[msg.dst].incarnation
+            self.packets.append(_Packet(due, self._seq, msg, incarnation))
 
     def partition(self, side: set[int]) -> None:
         """Split the network into ``side`` and the rest (replacing any earlier cut)."""
@@ -309,7 +313,11 @@ class Cluster:
     def _deliver(self, packet: _Packet) -> None:
         msg = packet.msg
         node = self.nodes[msg.dst]
-        if node.core is None or (msg.src, msg.dst) in self.blocked:
+        if (
+            node.core is None
+            or node.incarnation != packet.incarnation
+            or (msg.src, msg.dst) in self.blocked
+        ):
             self.note("drop", msg)
             return
         self.note("recv", msg)

@@ -426,6 +426,6 @@ def test_heartbeat_commit_never_exceeds_the_followers_match() -> None:
     net.isolate(3)
     net.propose(1, b"x")
     net.heal()
-    leader.tick()
+    leader.read_index(b"r")  # a read waits for a round: every follower gets a heartbeat
     beats = {m.dst: m.commit for m in of_type(leader.ready().messages, Heartbeat)}
     assert beats[2] == leader.commit and beats[3] == 0
