@@ -209,9 +209,12 @@ def run_status(args: argparse.Namespace) -> int:
                 for topic in sorted(metadata.partitions)
                 for row in client.describe_topic(topic).partitions
             ]
-    brokers = [(b.broker_id, b.host, b.port) for _, b in sorted(metadata.brokers.items())]
+    brokers = [
+        (b.broker_id, b.host, b.port, _dash(b.mqtt_port), _dash(b.mqtt_tls_port))
+        for _, b in sorted(metadata.brokers.items())
+    ]
     print(f"brokers ({len(brokers)})")
-    for line in _table(("ID", "HOST", "PORT"), brokers):
+    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS"), brokers):
         print(line)
     print()
     print(f"partitions ({len(rows)})")

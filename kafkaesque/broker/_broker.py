@@ -225,6 +225,7 @@ class Broker:
             controller_port=c.controllers[c.id].port,
             admin_port=self.admin_port,
             mqtt_port=self.mqtt_port,
+            mqtt_tls_port=self.mqtt.tls_port if self.mqtt is not None else None,
         )
         while True:
             try:

@@ -587,7 +587,8 @@ class CommandHandler:
     def _metadata(self, names: tuple[str, ...]) -> list[Reply]:
         view = self._broker.metadata.view
         rows: list[Reply] = [
-            BrokerRow(b.id, b.host, b.client_port) for _, b in sorted(view.brokers.items())
+            BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port)
+            for _, b in sorted(view.brokers.items())
         ]
         for name in names or tuple(sorted(view.topics)):
             rows.extend(self._partition_rows(self._topic(name)))

@@ -94,6 +94,7 @@ class BrokerInfo:
     controller_port: int
     admin_port: int | None = None
     mqtt_port: int | None = None
+    mqtt_tls_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1258,11 +1258,15 @@ def encode_reply(reply: Reply) -> bytes:
             words += _optional_int(b"end", reply.end_offset, 0, INT64_MAX)
             return b" ".join(words) + _CRLF
         case BrokerRow(broker_id=broker_id, host=host, port=port):
-            return b"+BROKER %s %s %s\r\n" % (
+            words = [
+                b"+BROKER",
                 _int_bytes(broker_id, "broker_id", 0, INT32_MAX),
                 _name_bytes(host, "host"),
                 _int_bytes(port, "port", 0, 65535),
-            )
+            ]
+            words += _optional_int(b"mqtt", reply.mqtt_port, 0, 65535)
+            words += _optional_int(b"mqtt_tls", reply.mqtt_tls_port, 0, 65535)
+            return b" ".join(words) + _CRLF
         case GroupRow():
             return b"+GROUP %s %s %s %s %s %s\r\n" % (
                 _name_bytes(reply.group, "group"),
@@ -1417,15 +1421,19 @@ def _parse_partition_row(rest: bytes, line: bytes) -> Reply:
 
 def _parse_broker_row(rest: bytes, line: bytes) -> Reply:
     fields = rest.split(b" ")
-    if len(fields) != 3:
+    if len(fields) < 3:
         raise _broken("+BROKER needs id, host and port", line)
     host = fields[1].decode("ascii", "replace")
     if name_error(host) is not None:
         raise _broken("invalid host", line)
+    options = _reply_options(fields[3:], line, frozenset({b"mqtt", b"mqtt_tls"}))
+    mqtt, mqtt_tls = options.get(b"mqtt"), options.get(b"mqtt_tls")
     return BrokerRow(
         _reply_int(fields[0], line, "broker id", 0, INT32_MAX),
         host,
         _reply_int(fields[2], line, "port", 0, 65535),
+        None if mqtt is None else _reply_int(mqtt, line, "mqtt port", 0, 65535),
+        None if mqtt_tls is None else _reply_int(mqtt_tls, line, "mqtt_tls port", 0, 65535),
     )
 
 

@@ -16,6 +16,7 @@ import pytest
 import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 
+from kafkaesque.client import Client
 from kafkaesque.protocol import Connect, MqttVersion, encode_mqtt
 
 from .mqtt_helpers import RULES, PahoDevice, keyed_records, wait_for
@@ -95,6 +96,15 @@ def test_a_device_publishes_and_subscribes_over_tls(
         phone.close()
     records = keyed_records(cluster.bootstrap, "readings", device)
     assert [r.value for r in records] == [b"-71 dB"]
+
+
+def test_metadata_says_where_a_broker_listens_for_mqtt(
+    server_tls: tuple[LocalCluster, int],
+) -> None:
+    cluster, port = server_tls
+    with Client(cluster.bootstrap) as client:
+        broker = client.refresh_metadata().brokers[0]
+    assert (broker.mqtt_port, broker.mqtt_tls_port) == (cluster.mqtt_address(0)[1], port)
 
 
 def test_mosquitto_pub_publishes_over_tls(

@@ -238,7 +238,14 @@ replies: st.SearchStrategy[Reply] = st.one_of(
         st.none() | offsets,
         st.none() | offsets,
     ),
-    st.builds(BrokerRow, partitions, names, st.integers(0, 65535)),
+    st.builds(
+        BrokerRow,
+        partitions,
+        names,
+        st.integers(0, 65535),
+        st.none() | st.integers(0, 65535),
+        st.none() | st.integers(0, 65535),
+    ),
     st.builds(OffsetRow, readable_topics, partitions, st.none() | offsets),
     st.builds(
         GroupRow,

@@ -64,6 +64,11 @@ ENCODINGS: list[tuple[Reply, bytes]] = [
         b"+PARTITION orders 1 leader=- replicas=2 start=0 end=99\r\n",
     ),
     (BrokerRow(1, "10.0.0.1", 9092), b"+BROKER 1 10.0.0.1 9092\r\n"),
+    (
+        BrokerRow(1, "10.0.0.1", 9092, 1883, 8883),
+        b"+BROKER 1 10.0.0.1 9092 mqtt=1883 mqtt_tls=8883\r\n",
+    ),
+    (BrokerRow(2, "h", 9092, mqtt_tls_port=8883), b"+BROKER 2 h 9092 mqtt_tls=8883\r\n"),
     (OffsetRow("orders", 0, 15), b"+OFFSET orders 0 15\r\n"),
     (OffsetRow("orders", 1, None), b"+OFFSET orders 1 -\r\n"),
     (InfoRow("PING"), b"+INFO PING\r\n"),
@@ -129,6 +134,9 @@ MALFORMED = [
     b"+PARTITION t 0 leader=1 replicas=1 replicas=2",
     b"+BROKER 1 host",
     b"+BROKER 1 host 70000",
+    b"+BROKER 1 host 9092 mqtt=x",
+    b"+BROKER 1 host 9092 mqtt=70000",
+    b"+BROKER 1 host 9092 amqp=5672",
     b"+OFFSET t 0",
     b"+END 0:1,0:2",
     b"+END 0-1",
@@ -194,6 +202,7 @@ UNENCODABLE: list[Reply] = [
     PartitionRow("t", 0, -1, (1,)),
     BrokerRow(1, "two words", 1),
     BrokerRow(1, "h", 65536),
+    BrokerRow(1, "h", 1, mqtt_port=-1),
     OffsetRow("t", 0, -5),
     InfoRow(None),  # type: ignore[arg-type]
 ]
