@@ -14,6 +14,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -109,6 +110,36 @@ def machine_busy_s() -> float:
         fields = [int(x) for x in f.readline().split()[1:8]]
     user, nice, system, _idle, _iowait, irq, softirq = fields
     return (user + nice + system + irq + softirq) / _TICK
+
+
+class StealWindow:
+    """The share of this machine's CPU time the hypervisor gave to other guests (steal time)
+    since the window was made. Above a few percent the machine is contended: every process of a
+    benchmark may stall for tens of milliseconds at once, and latency figures suffer.
+
+    ``ticks()`` gives the machine's CPU time so far (``/proc/stat``'s first eight columns)."""
+
+    def __init__(self, ticks: Callable[[], list[int]] | None = None) -> None:
+        self._ticks = ticks or _cpu_ticks
+        self._begin = self._ticks()
+
+    def percent(self) -> float:
+        """Steal as a percentage of all CPU time (every core) since the window was made."""
+        spent = [b - a for a, b in zip(self._begin, self._ticks(), strict=True)]
+        return 100 * spent[7] / max(sum(spent), 1)
+
+    def __str__(self) -> str:
+        steal = self.percent()
+        verdict = "contended: latency figures are unreliable" if steal > 2 else "quiet"
+        return f"machine: hypervisor steal {steal:.1f}% of the CPU time during the run ({verdict})"
+
+
+def _cpu_ticks() -> list[int]:
+    """The machine's CPU time so far, in ticks: user, nice, system, idle, iowait, irq,
+    softirq, steal."""
+    with open("/proc/stat") as f:
+        fields = [int(x) for x in f.readline().split()[1:9]]
+    return fields + [0] * (8 - len(fields))
 
 
 @dataclass

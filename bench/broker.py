@@ -26,7 +26,9 @@ CPU used by the brokers, the load generators and the rest of the machine (other 
 the hottest functions per phase; the sampling costs CPU, so profiled figures run a little low.
 
 Ends with ``RESULT producer_msgs_per_s=… producer_mb_per_s=… pubs_msgs_per_s=… e2e_p50_ms=…
-e2e_p99_ms=… e2e_p999_ms=… e2e_1k_p99_ms=… loopback_mb_per_s=…`` (then two extra fields).
+e2e_p99_ms=… e2e_p999_ms=… e2e_1k_p99_ms=… loopback_mb_per_s=…`` (then a few extra fields:
+``steal_pct`` is the CPU time the hypervisor gave to other guests during the run, in percent;
+above 2 the machine was contended and the latency figures are unreliable).
 """
 
 from __future__ import annotations
@@ -47,7 +49,7 @@ from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.client import Client
 
 from ._broker_load import MESSAGE_BYTES, percentile
-from ._broker_procs import CpuShare, CpuWindow, Load, Profiles, make_scratch
+from ._broker_procs import CpuShare, CpuWindow, Load, Profiles, StealWindow, make_scratch
 
 MB = 1_000_000
 BROKERS = 3
@@ -227,6 +229,7 @@ def _print_throughput(
 
 def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
     started = time.monotonic()
+    steal = StealWindow()
     problems: list[str] = []
     loop_mb, rtt_p50, rtt_p99 = loopback(durations.loopback)
     loop_msgs = loop_mb * MB / MESSAGE_BYTES
@@ -301,13 +304,15 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
                 )
     for problem in problems:
         print(f"WARNING: {problem}")
+    print(steal)
     hi, lo = e2e[10_000], e2e[1_000]
     print(
         f"RESULT producer_msgs_per_s={a['msgs_per_s']:.0f} producer_mb_per_s={a_mb:.1f} "
         f"pubs_msgs_per_s={b['msgs_per_s']:.0f} e2e_p50_ms={hi['p50_ms']:.2f} "
         f"e2e_p99_ms={hi['p99_ms']:.2f} e2e_p999_ms={hi['p999_ms']:.2f} "
         f"e2e_1k_p99_ms={lo['p99_ms']:.2f} loopback_mb_per_s={loop_mb:.0f} "
-        f"e2e_1k_p50_ms={lo['p50_ms']:.2f} loopback_rtt_p50_ms={rtt_p50:.3f}"
+        f"e2e_1k_p50_ms={lo['p50_ms']:.2f} loopback_rtt_p50_ms={rtt_p50:.3f} "
+        f"steal_pct={steal.percent():.1f}"
     )
     return 1 if problems else 0
 

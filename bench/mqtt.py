@@ -31,7 +31,8 @@ Each phase prints the CPU used by the brokers, the load generators and the rest 
 
 Ends with ``RESULT qos1_msgs_per_s=… mosquitto_qos1_msgs_per_s=… ratio_vs_mosquitto=…
 connections=… kib_per_connection=… puback_p50_ms=… puback_p99_ms=… command_p99_ms=… lost=…``
-(then a few extra fields).
+(then a few extra fields: ``steal_pct`` is the CPU time the hypervisor gave to other guests
+during the run, in percent; above 2 the machine was contended and latency figures suffer).
 """
 
 from __future__ import annotations
@@ -57,7 +58,7 @@ from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client, Producer, ProducerConfig
 
-from ._broker_procs import CpuShare, CpuWindow, Profiles, make_scratch
+from ._broker_procs import CpuShare, CpuWindow, Profiles, StealWindow, make_scratch
 from ._mqtt_procs import (
     Mosquitto,
     open_files,
@@ -332,6 +333,7 @@ def _has_mqtt_listener() -> bool:
 
 def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
     clock = Clock()
+    steal = StealWindow()
     problems: list[str] = []
     with Mosquitto(root / "mosquitto") as mosquitto:
         base, base_cpu = ingress((mosquitto.address,), plan, [mosquitto.proc.pid])
@@ -447,6 +449,7 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         )
     for problem in problems:
         print(f"WARNING: {problem}")
+    print(steal)
     print(
         f"RESULT qos1_msgs_per_s={a['msgs_per_s']:.0f} "
         f"mosquitto_qos1_msgs_per_s={base['msgs_per_s']:.0f} ratio_vs_mosquitto={ratio:.3f} "
@@ -455,7 +458,8 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         f"command_p99_ms={_f(c['p99'])} lost={lost} "
         f"one_broker_connections={one['connected']} "
         f"one_broker_kib_per_connection={_f(one['kib'], '.1f')} command_p50_ms={_f(c['p50'])} "
-        f"dropped={a['dropped'] + b['dropped']} duplicated={duplicated}"
+        f"dropped={a['dropped'] + b['dropped']} duplicated={duplicated} "
+        f"steal_pct={steal.percent():.1f}"
     )
     return 1 if problems or lost else 0
 
