@@ -40,6 +40,7 @@ _FLAGS = {
     "mqtt_tls_cert": "mqtt_tls_cert",
     "mqtt_tls_key": "mqtt_tls_key",
     "mqtt_tls_client_ca": "mqtt_tls_client_ca",
+    "mqtt_ws": "mqtt_ws",
     "mqtt_partitions": "mqtt_partitions",
     "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
@@ -86,6 +87,9 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--mqtt-tls-key", help="its private key (PEM; absent: in the cert file)")
     parser.add_argument(
         "--mqtt-tls-client-ca", help="require device certificates signed by this CA (PEM)"
+    )
+    parser.add_argument(
+        "--mqtt-ws-listen", dest="mqtt_ws", help="host:port for MQTT over WebSocket (off if absent)"
     )
     parser.add_argument(
         "--mqtt-partitions", type=int, help="partitions of log topics MQTT creates (6)"
@@ -169,6 +173,8 @@ async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
                 parts.append(f"mqtt={config.mqtt.host}:{broker.mqtt_port}")
             if broker.mqtt is not None and config.mqtt_tls is not None:
                 parts.append(f"mqtt_tls={config.mqtt_tls.host}:{broker.mqtt.tls_port}")
+            if broker.mqtt is not None and config.mqtt_ws is not None:
+                parts.append(f"mqtt_ws={config.mqtt_ws.host}:{broker.mqtt.ws_port}")
             print(" ".join(parts), flush=True)
             print("ready", flush=True)
             async for _ in signals:

@@ -210,11 +210,11 @@ def run_status(args: argparse.Namespace) -> int:
                 for row in client.describe_topic(topic).partitions
             ]
     brokers = [
-        (b.broker_id, b.host, b.port, _dash(b.mqtt_port), _dash(b.mqtt_tls_port))
+        (b.broker_id, b.host, b.port, *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)))
         for _, b in sorted(metadata.brokers.items())
     ]
     print(f"brokers ({len(brokers)})")
-    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS"), brokers):
+    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS"), brokers):
         print(line)
     print()
     print(f"partitions ({len(rows)})")

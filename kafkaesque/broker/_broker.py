@@ -226,6 +226,7 @@ class Broker:
             admin_port=self.admin_port,
             mqtt_port=self.mqtt_port,
             mqtt_tls_port=self.mqtt.tls_port if self.mqtt is not None else None,
+            mqtt_ws_port=self.mqtt.ws_port if self.mqtt is not None else None,
         )
         while True:
             try:

@@ -587,7 +587,7 @@ class CommandHandler:
     def _metadata(self, names: tuple[str, ...]) -> list[Reply]:
         view = self._broker.metadata.view
         rows: list[Reply] = [
-            BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port)
+            BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)
             for _, b in sorted(view.brokers.items())
         ]
         for name in names or tuple(sorted(view.topics)):

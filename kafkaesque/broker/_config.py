@@ -73,6 +73,7 @@ class BrokerConfig:
     mqtt_tls_cert: str | None = None
     mqtt_tls_key: str | None = None
     mqtt_tls_client_ca: str | None = None
+    mqtt_ws: Address | None = None  # the MQTT-over-WebSocket listener (disabled when None)
     mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
     mqtt_users: str | None = None  # a file of user:password lines (None: anonymous devices)
     # Log topics the mapping names are created on first use with these (RF capped by brokers).
@@ -112,8 +113,8 @@ class BrokerConfig:
 
     @property
     def mqtt_enabled(self) -> bool:
-        """Whether devices may connect: over TCP, TLS or both."""
-        return self.mqtt is not None or self.mqtt_tls is not None
+        """Whether devices may connect: over TCP, TLS, WebSocket, or several."""
+        return self.mqtt is not None or self.mqtt_tls is not None or self.mqtt_ws is not None
 
     @property
     def broker_dir(self) -> str:
@@ -125,7 +126,7 @@ class BrokerConfig:
         return self.advertised_host or self.client.host
 
 
-_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls"}
+_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws"}
 _VOTER_FIELDS = {"peers", "controllers"}
 
 

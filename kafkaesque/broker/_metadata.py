@@ -95,6 +95,7 @@ class BrokerInfo:
     admin_port: int | None = None
     mqtt_port: int | None = None
     mqtt_tls_port: int | None = None
+    mqtt_ws_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -66,6 +66,7 @@ from ._mqtt_sessions import (
     StoredSession,
     session_record,
 )
+from ._mqtt_websocket import WebSocketListener
 from ._resends import resend_key, value_digest
 
 if TYPE_CHECKING:
@@ -148,6 +149,7 @@ class MqttService:
         self._tls = load_tls(config)
         self.port: int | None = None
         self.tls_port: int | None = None
+        self.ws_port: int | None = None
         self.egress = Egress(broker, self.mapping, self.ensure_topic)
         self.retained = RetainedStore(broker, self.ensure_topic)
         self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
@@ -199,6 +201,11 @@ class MqttService:
             self.tls_port = tls[0].socket.getsockname()[1]
             listeners += [trio.SSLListener(listener, self._tls) for listener in tls]
             where.append(f"{config.mqtt_tls.host}:{self.tls_port} (TLS)")
+        if config.mqtt_ws is not None:
+            ws = await trio.open_tcp_listeners(config.mqtt_ws.port, host=config.mqtt_ws.host)
+            self.ws_port = ws[0].socket.getsockname()[1]
+            listeners += [WebSocketListener(listener) for listener in ws]
+            where.append(f"{config.mqtt_ws.host}:{self.ws_port} (WebSocket)")
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
             await nursery.start(self.egress.run)

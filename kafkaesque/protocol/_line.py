@@ -1266,6 +1266,7 @@ def encode_reply(reply: Reply) -> bytes:
             ]
             words += _optional_int(b"mqtt", reply.mqtt_port, 0, 65535)
             words += _optional_int(b"mqtt_tls", reply.mqtt_tls_port, 0, 65535)
+            words += _optional_int(b"mqtt_ws", reply.mqtt_ws_port, 0, 65535)
             return b" ".join(words) + _CRLF
         case GroupRow():
             return b"+GROUP %s %s %s %s %s %s\r\n" % (
@@ -1426,14 +1427,17 @@ def _parse_broker_row(rest: bytes, line: bytes) -> Reply:
     host = fields[1].decode("ascii", "replace")
     if name_error(host) is not None:
         raise _broken("invalid host", line)
-    options = _reply_options(fields[3:], line, frozenset({b"mqtt", b"mqtt_tls"}))
-    mqtt, mqtt_tls = options.get(b"mqtt"), options.get(b"mqtt_tls")
+    options = _reply_options(fields[3:], line, frozenset({b"mqtt", b"mqtt_tls", b"mqtt_ws"}))
+    mqtt_ports = [
+        None if value is None else _reply_int(value, line, f"{key.decode()} port", 0, 65535)
+        for key in (b"mqtt", b"mqtt_tls", b"mqtt_ws")
+        for value in [options.get(key)]
+    ]
     return BrokerRow(
         _reply_int(fields[0], line, "broker id", 0, INT32_MAX),
         host,
         _reply_int(fields[2], line, "port", 0, 65535),
-        None if mqtt is None else _reply_int(mqtt, line, "mqtt port", 0, 65535),
-        None if mqtt_tls is None else _reply_int(mqtt_tls, line, "mqtt_tls port", 0, 65535),
+        *mqtt_ports,
     )
 
 

@@ -655,14 +655,16 @@ class PartitionRow:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRow:
-    """``+BROKER id host port [mqtt=port] [mqtt_tls=port]``: where a broker listens for the line
-    protocol, and on the same host for MQTT devices, plain and over TLS (when it does)."""
+    """``+BROKER id host port [mqtt=port] [mqtt_tls=port] [mqtt_ws=port]``: where a broker listens
+    for the line protocol, and on the same host for MQTT devices: plain, over TLS, over WebSocket
+    (when it does)."""
 
     broker_id: int
     host: str
     port: int
     mqtt_port: int | None = None
     mqtt_tls_port: int | None = None
+    mqtt_ws_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -47,9 +47,12 @@ class PahoDevice:
         will: tuple[str, bytes, int, bool] | None = None,
         keepalive: int = 30,
         configure: Callable[[paho.Client], None] | None = None,
+        transport: str = "tcp",
     ) -> None:
-        """``configure`` sets the client up before it connects (TLS, say)."""
+        """``configure`` sets the client up before it connects (TLS, say); ``transport`` is
+        paho's ("websockets": MQTT over WebSocket)."""
         kwargs: dict[str, Any] = {"client_id": client_id, "protocol": version}
+        kwargs["transport"] = transport
         if version != paho.MQTTv5:
             kwargs["clean_session"] = clean
         self.client = paho.Client(CallbackAPIVersion.VERSION2, **kwargs)
@@ -156,3 +159,16 @@ def keyed_records(bootstrap: str, topic: str, key: str) -> list[ConsumerRecord]:
 
 def headers_of(record: ConsumerRecord) -> dict[str, bytes]:
     return dict(record.headers)
+
+
+def assert_round_trip(phone: PahoDevice, device: str, bootstrap: str) -> None:
+    """``phone`` (device ``device``, mapped by ``RULES``) subscribes to its own topics and
+    publishes a reading: it gets the reading back, and the log holds it once. Closes ``phone``."""
+    try:
+        phone.wait_connected()
+        phone.subscribe(f"phones/{device}/#", qos=1)
+        phone.publish(f"phones/{device}/spectrum", b"-71 dB", qos=1)  # waits for the PUBACK
+        wait_for(lambda: phone.payloads() == [b"-71 dB"], 10, "the message back")
+    finally:
+        phone.close()
+    assert [r.value for r in keyed_records(bootstrap, "readings", device)] == [b"-71 dB"]

@@ -19,7 +19,7 @@ from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.client import Client
 from kafkaesque.protocol import Connect, MqttVersion, encode_mqtt
 
-from .mqtt_helpers import RULES, PahoDevice, keyed_records, wait_for
+from .mqtt_helpers import RULES, PahoDevice, assert_round_trip, keyed_records
 
 PLAIN_CONNECT = encode_mqtt(Connect("raw-device", keep_alive=60), MqttVersion.V311)
 
@@ -86,16 +86,7 @@ def test_a_device_publishes_and_subscribes_over_tls(
 ) -> None:
     cluster, port = server_tls
     device = f"phone-{uuid.uuid4().hex[:8]}"
-    phone = tls_device(port, device, certs)
-    try:
-        phone.wait_connected()
-        phone.subscribe(f"phones/{device}/#", qos=1)
-        phone.publish(f"phones/{device}/spectrum", b"-71 dB", qos=1)  # waits for the PUBACK
-        wait_for(lambda: phone.payloads() == [b"-71 dB"], 10, "the message back")
-    finally:
-        phone.close()
-    records = keyed_records(cluster.bootstrap, "readings", device)
-    assert [r.value for r in records] == [b"-71 dB"]
+    assert_round_trip(tls_device(port, device, certs), device, cluster.bootstrap)
 
 
 def test_metadata_says_where_a_broker_listens_for_mqtt(

@@ -75,8 +75,8 @@ def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -
 
     status = ok(broker_cluster, "status").splitlines()
     assert status[0] == "brokers (3)"
-    assert status[1].split() == ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS"]
-    assert status[2].split()[3:] == ["-", "-"]  # this cluster has no MQTT listeners
+    assert status[1].split() == ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS"]
+    assert status[2].split()[3:] == ["-", "-", "-"]  # this cluster has no MQTT listeners
     rows = [line.split() for line in status if line.startswith("cli-t ")]
     assert len(rows) == 2 and all(len(r) == 6 for r in rows)
     assert sum(int(r[5]) for r in rows) >= 502  # end offsets count every record (and no-ops)
