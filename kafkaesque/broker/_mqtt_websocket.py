@@ -78,6 +78,7 @@ class WebSocketStream(trio.abc.Stream):
             case BytesMessage(data=data):
                 self._pending += data
             case TextMessage():
+                self._ended = True
                 await self._send(CloseConnection(_UNSUPPORTED_DATA, "MQTT travels in binary"))
                 raise trio.BrokenResourceError("WebSocket: a text message (MQTT-6.0.0-1)")
             case Ping():
