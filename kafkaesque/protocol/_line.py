@@ -1427,18 +1427,17 @@ def _parse_broker_row(rest: bytes, line: bytes) -> Reply:
     host = fields[1].decode("ascii", "replace")
     if name_error(host) is not None:
         raise _broken("invalid host", line)
-    options = _reply_options(fields[3:], line, frozenset({b"mqtt", b"mqtt_tls", b"mqtt_ws"}))
-    mqtt_ports = [
-        None if value is None else _reply_int(value, line, f"{key.decode()} port", 0, 65535)
-        for key in (b"mqtt", b"mqtt_tls", b"mqtt_ws")
-        for value in [options.get(key)]
-    ]
+    options = _reply_options(fields[3:], line, frozenset(_MQTT_PORT_KEYS))
+    ports = (options.get(key) for key in _MQTT_PORT_KEYS)
     return BrokerRow(
         _reply_int(fields[0], line, "broker id", 0, INT32_MAX),
         host,
         _reply_int(fields[2], line, "port", 0, 65535),
-        *mqtt_ports,
+        *(None if p is None else _reply_int(p, line, "MQTT port", 0, 65535) for p in ports),
     )
+
+
+_MQTT_PORT_KEYS = (b"mqtt", b"mqtt_tls", b"mqtt_ws")  # +BROKER's optional fields, in order
 
 
 def _parse_offset_row(rest: bytes, line: bytes) -> Reply:
