@@ -129,11 +129,16 @@ class LeaderMixin:
         return True
 
     def _bcast_append(self, send_if_empty: bool) -> None:
+        last = self._log.last_index()
         for node, pr in self._tracker.progress.items():
             if node == self.id:
                 continue
+            # A follower with all our entries on their way needs no empty AppendEntries for a
+            # new commit (one more answer, one more step on each side): the commit goes to it
+            # without a reply once it answers them (``_handle_append_response``).
+            in_flight = pr.state is ProgressState.REPLICATE and pr.match < last < pr.next
             # Fill the window: each call sends at most max_msg_bytes.
-            sent = self._send_append(node, pr, send_if_empty)
+            sent = self._send_append(node, pr, send_if_empty and not in_flight)
             while sent and pr.state is ProgressState.REPLICATE:
                 sent = self._send_append(node, pr, False)
 
@@ -187,7 +192,8 @@ class LeaderMixin:
             if not self._maybe_commit() and pr.sent_commit < min(self._log.commit, pr.match):
                 # It caught up after the commit moved: tell it now, not at the next heartbeat.
                 self._send_append(m.src, pr, True)
-            self._needs_bcast = True  # the window opened: keep the pipeline full
+            if pr.next <= self._log.last_index():
+                self._needs_bcast = True  # the window opened on entries not sent yet: send them
             if m.src == self._transferee and pr.match == self._log.last_index():
                 self._send(TimeoutNow(self.id, m.src, self._term))
 

@@ -58,6 +58,8 @@ def drain(n: RaftNode, disk: MemoryStorage) -> list[Message]:
     out: list[Message] = []
     while n.has_ready():
         rd = n.ready()
+        # has_ready() promised work: an empty Ready would cost a driver a whole step for nothing.
+        assert not rd.is_empty(), n.status()
         disk.persist(rd)
         out.extend(rd.messages)
         n.advance(rd)

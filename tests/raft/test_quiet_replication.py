@@ -8,9 +8,9 @@ third of the Raft messages (measured on ``bench.mqtt``'s paced phase).
 
 from __future__ import annotations
 
-from kafkaesque.raft import AppendEntries, Heartbeat, HeartbeatResponse
+from kafkaesque.raft import AppendEntries, Heartbeat, HeartbeatResponse, Message
 
-from .harness import Net, of_type
+from .harness import Net, drain, of_type
 
 
 def _heartbeats_of_a_tick(net: Net) -> set[int]:
@@ -57,3 +57,28 @@ def test_a_follower_that_answered_but_lags_still_gets_its_heartbeat() -> None:
     net.heal()
     assert 2 in _heartbeats_of_a_tick(net)
     assert net.nodes[2].commit == leader.commit
+
+
+def test_a_follower_whose_answer_is_on_its_way_hears_the_commit_once_it_answers() -> None:
+    """The first answer commits. The other follower has the entry on its way: an empty
+    AppendEntries now would cost it an answer and the leader a step to read it. It hears the
+    commit once its own answer is in, in a heartbeat that needs no reply."""
+    net = Net()
+    leader = net.elect(1)
+    nodes, disks = net.nodes, net.disks
+    index = leader.propose(b"x", 1)
+    answers: dict[int, Message] = {}
+    for append in drain(leader, disks[1]):
+        nodes[append.dst].step(append)
+        [answers[append.dst]] = drain(nodes[append.dst], disks[append.dst])
+    leader.step(answers[2])
+    news = drain(leader, disks[1])
+    assert leader.commit == index
+    assert [(type(m), m.dst) for m in news] == [(Heartbeat, 2)]  # nothing for node 3 yet
+    leader.step(answers[3])
+    [late] = drain(leader, disks[1])
+    assert isinstance(late, Heartbeat)
+    assert (late.dst, late.commit, late.reply) == (3, index, False)
+    nodes[3].step(late)
+    assert drain(nodes[3], disks[3]) == []
+    assert nodes[3].commit == index
