@@ -57,7 +57,7 @@ class MqttFlight(Flight):
         """Call ``waiter`` once the flight is done (at once if it is)."""
         if self.done.is_set():
             waiter()
-        elif not self.waiters or self.waiters[-1] is not waiter:
+        elif not self.waiters or self.waiters[-1] != waiter:  # == for bound methods
             self.waiters.append(waiter)
 
     def finish(self) -> None:

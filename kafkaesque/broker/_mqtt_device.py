@@ -106,6 +106,7 @@ class MqttDevice:
         "queued_bytes",
         "restored",
         "room",
+        "scope",
         "service",
         "session_epoch",
         "stream",
@@ -145,6 +146,7 @@ class MqttDevice:
         self.owner_lost = False  # another broker took the session over
         self.known_epoch = 0  # the session epoch this connection owns or has superseded
         self.frozen: StoredSession | None = None  # the session's state when the connection ended
+        self.scope: trio.CancelScope | None = None  # the reader's and writer's, once started
 
     # -- the connection's life ------------------------------------------------------------------
 
@@ -152,6 +154,7 @@ class MqttDevice:
         """Run the connection to its end; afterwards: unregister, publish the Will if due."""
         try:
             async with trio.open_nursery() as nursery:
+                self.scope = nursery.cancel_scope
                 nursery.start_soon(self._write_loop, nursery.cancel_scope)
                 await self._read_loop()
                 with trio.move_on_after(_DRAIN_S):
@@ -174,15 +177,11 @@ class MqttDevice:
             if self.pending >= MAX_PENDING_ACKS:
                 self.room = trio.Event()
                 await self.room.wait()
-            data: bytes | bytearray | None = None
-            with trio.move_on_at(conn.deadline()):
-                try:
-                    data = await stream.receive_some(_RECEIVE_BYTES)
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    data = b""
-            if data is None:
-                actions = conn.expired(trio.current_time())
-            elif not data:
+            try:
+                data = await stream.receive_some(_RECEIVE_BYTES)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                data = b""
+            if not data:
                 actions = conn.connection_lost()
             else:
                 actions = conn.receive(data, trio.current_time())
@@ -228,6 +227,14 @@ class MqttDevice:
                 await self.service.unsubscribe(self, action.topic_filters)
             elif type(action) is Close:
                 self._close(action)
+
+    def expire(self, now: float) -> None:
+        """Nothing arrived before the connection's deadline (``MqttService`` watches them all):
+        close it as the state machine says, then cut it ``_DRAIN_S`` later if the writer is still
+        stuck on a device that does not read."""
+        self.perform_nowait(self.conn.expired(now))
+        if self.scope is not None:
+            self.scope.deadline = min(self.scope.deadline, now + _DRAIN_S)
 
     def perform_nowait(self, actions: list[Action]) -> None:
         """Perform ``Send`` and ``Close`` actions (those of a server-side disconnect)."""
@@ -289,11 +296,13 @@ class MqttDevice:
             saved = self.service.save_session_nowait(self)
             if saved is not None:
                 flights = [saved, *flights]
+        idle = not self.out
         for flight in flights[:-1]:
             self.out.append((flight, b"", _PLAIN))
         self.out.append((flights[-1], action.ack, _PLAIN))
         self.pending += len(flights)
-        self.wake.set()
+        if idle:  # else the writer is busy, or waits for the flight of an entry ahead
+            flights[0].notify(self.wake_writer)
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -50,10 +50,13 @@ from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
+from ._fd_stream import FdListener
 from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_appender import IdempotentAppender, MqttFlight
 from ._mqtt_connection import Close, MqttServerConnection
+from ._mqtt_deadlines import SCAN_S as DEADLINE_SCAN_S
+from ._mqtt_deadlines import Deadlines
 from ._mqtt_device import SLOW_GRACE_S, MqttDevice, now_ms
 from ._mqtt_egress import Egress, Share, deliver_to, origin_of
 from ._mqtt_filters import log_topics_for
@@ -154,6 +157,7 @@ class MqttService:
         self.retained = RetainedStore(broker, self.ensure_topic)
         self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
         self._devices: dict[str, MqttDevice] = {}  # connected sessions, by client id
+        self._deadlines: Deadlines[MqttDevice] = Deadlines()  # every connection, even unnamed
         self._appenders: dict[tuple[str, int], IdempotentAppender] = {}
         self._routes: dict[str, Route] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
@@ -193,18 +197,18 @@ class MqttService:
         if config.mqtt is not None:
             plain = await trio.open_tcp_listeners(config.mqtt.port, host=config.mqtt.host)
             self.port = plain[0].socket.getsockname()[1]
-            listeners += plain
+            listeners += [FdListener(listener) for listener in plain]
             where.append(f"{config.mqtt.host}:{self.port}")
         if config.mqtt_tls is not None:
             assert self._tls is not None
             tls = await trio.open_tcp_listeners(config.mqtt_tls.port, host=config.mqtt_tls.host)
             self.tls_port = tls[0].socket.getsockname()[1]
-            listeners += [trio.SSLListener(listener, self._tls) for listener in tls]
+            listeners += [trio.SSLListener(FdListener(listener), self._tls) for listener in tls]
             where.append(f"{config.mqtt_tls.host}:{self.tls_port} (TLS)")
         if config.mqtt_ws is not None:
             ws = await trio.open_tcp_listeners(config.mqtt_ws.port, host=config.mqtt_ws.host)
             self.ws_port = ws[0].socket.getsockname()[1]
-            listeners += [WebSocketListener(listener) for listener in ws]
+            listeners += [WebSocketListener(FdListener(listener)) for listener in ws]
             where.append(f"{config.mqtt_ws.host}:{self.ws_port} (WebSocket)")
         async with trio.open_nursery() as nursery:
             self._nursery = nursery
@@ -214,6 +218,7 @@ class MqttService:
             nursery.start_soon(self._save_loop)
             nursery.start_soon(self._expiry_loop)
             nursery.start_soon(self._slow_loop)
+            nursery.start_soon(self._deadline_loop)
             nursery.start_soon(self._shares_loop)
             nursery.start_soon(trio.serve_listeners, self._serve, listeners)
             log.info("broker %d: MQTT on %s", config.id, ", ".join(where))
@@ -238,6 +243,7 @@ class MqttService:
             trio.current_time(), users=self.users, max_packet_size=MAX_PACKET_SIZE
         )
         device = MqttDevice(self, stream, conn)
+        self._deadlines.add(device)
         try:
             await device.serve()
         except Exception:  # a bug in one connection must not take the listener down
@@ -399,6 +405,14 @@ class MqttService:
                 if since is not None and now - since > SLOW_GRACE_S:
                     device.cut_off()
 
+    async def _deadline_loop(self) -> None:
+        """Close the connections that stayed silent past their deadline (see _mqtt_deadlines)."""
+        while True:
+            await trio.sleep(DEADLINE_SCAN_S)
+            now = trio.current_time()
+            for device in self._deadlines.due(now):
+                device.expire(now)
+
     async def _expiry_loop(self) -> None:
         """Mark deleted the sessions this broker owns that expired (v5 Session Expiry). At the
         session's own epoch: a reconnect elsewhere meanwhile writes a newer one, which wins."""
@@ -495,6 +509,7 @@ class MqttService:
         for action in device.conn.connection_lost():  # when it ended without a Close
             if isinstance(action, Close):
                 device.publish_will = action.will
+        self._deadlines.ended()
         self.closing(device)
         client_id = device.client_id
         if client_id is not None and self._devices.get(client_id) is device:

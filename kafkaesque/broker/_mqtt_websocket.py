@@ -119,7 +119,7 @@ class WebSocketListener(trio.abc.Listener[trio.abc.Stream]):
     """Wraps each connection ``listener`` accepts in a ``WebSocketStream`` (as
     ``trio.SSLListener`` does with TLS)."""
 
-    def __init__(self, listener: trio.abc.Listener[trio.SocketStream]) -> None:
+    def __init__(self, listener: trio.abc.Listener[trio.abc.Stream]) -> None:
         self.transport_listener = listener
 
     async def accept(self) -> WebSocketStream:
