@@ -33,7 +33,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import trio
 
-from kafkaesque.broker._fd_stream import FdListener
+from kafkaesque._fd_stream import FdListener
 
 CONNECTIONS = 300
 RATE = 5_000

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from kafkaesque._fd_stream import FdListener
 from kafkaesque.protocol import (
     NEED_DATA,
     Acks,
@@ -159,7 +160,9 @@ class Broker:
                     config.client.port, host=config.client.host
                 )
                 self.client_port = listeners[0].socket.getsockname()[1]
-                nursery.start_soon(trio.serve_listeners, self._serve_client, listeners)
+                nursery.start_soon(
+                    trio.serve_listeners, self._serve_client, [FdListener(s) for s in listeners]
+                )
                 if self.mqtt is not None:
                     self.mqtt_port = await nursery.start(self.mqtt.run)
                 if config.admin is not None:
@@ -183,7 +186,7 @@ class Broker:
             self._nursery = None
             self.raft.close()
 
-    async def _serve_client(self, stream: trio.SocketStream) -> None:
+    async def _serve_client(self, stream: trio.abc.Stream) -> None:
         self.metrics.connections.inc()
         if self._connections >= self.config.max_connections:
             reply = ErrorReply(ErrorCode.BUSY, "too many connections; retry later")

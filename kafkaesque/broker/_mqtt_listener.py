@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
+from kafkaesque._fd_stream import FdListener
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
@@ -50,7 +51,6 @@ from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
-from ._fd_stream import FdListener
 from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_appender import IdempotentAppender, MqttFlight

@@ -105,7 +105,7 @@ Dispatch = Callable[[Command, trio.Nursery, Session], Slot]
 
 
 async def serve_session(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     dispatch: Dispatch,
     limits: LineLimits,
     max_inflight: int,
@@ -124,7 +124,7 @@ async def serve_session(
 
 
 async def _serve(
-    stream: trio.SocketStream,
+    stream: trio.abc.Stream,
     dispatch: Dispatch,
     limits: LineLimits,
     max_inflight: int,
@@ -209,7 +209,7 @@ class _Pipeline:
         self._room = trio.Event()
 
 
-async def _write_loop(stream: trio.SocketStream, queue: deque[Slot], state: _Pipeline) -> None:
+async def _write_loop(stream: trio.abc.Stream, queue: deque[Slot], state: _Pipeline) -> None:
     while True:
         if not queue:
             if state.closing:

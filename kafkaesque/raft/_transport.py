@@ -19,6 +19,8 @@ from typing import Any
 
 import trio
 
+from kafkaesque._fd_stream import FdStream
+
 from ._wire import (
     DEFAULT_MAX_FRAME,
     FrameDecoder,
@@ -212,10 +214,11 @@ class PeerTransport:
             if self._on_peer_change is not None:
                 self._on_peer_change(peer, True)
             try:
+                fast = FdStream(stream)  # the handshake is done: now for the hot path
                 async with trio.open_nursery() as nursery:
-                    nursery.start_soon(self._write_loop, link, stream)
+                    nursery.start_soon(self._write_loop, link, fast)
                     self._deliver(peer, early)
-                    await self._read_loop(peer, stream, decoder)
+                    await self._read_loop(peer, fast, decoder)
                     nursery.cancel_scope.cancel()
             except* PeerProtocolError as group:
                 for exc in group.exceptions:
@@ -233,7 +236,7 @@ class PeerTransport:
                     self._on_peer_change(peer, False)
         await trio.aclose_forcefully(stream)
 
-    async def _read_loop(self, peer: int, stream: trio.SocketStream, decoder: FrameDecoder) -> None:
+    async def _read_loop(self, peer: int, stream: FdStream, decoder: FrameDecoder) -> None:
         while True:
             data = await stream.receive_some(_RECEIVE_BYTES)
             if not data:
@@ -247,7 +250,7 @@ class PeerTransport:
             self.frames_received += 1
             self._on_items(peer, frame)
 
-    async def _write_loop(self, link: _Link, stream: trio.SocketStream) -> None:
+    async def _write_loop(self, link: _Link, stream: FdStream) -> None:
         encoder = FrameEncoder()
         try:
             while True:

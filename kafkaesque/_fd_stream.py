@@ -1,20 +1,23 @@
-"""A trio stream over a connected TCP socket's file descriptor, for MQTT device connections.
+"""A trio stream over a connected TCP socket's file descriptor: the broker's MQTT devices, its
+line-protocol clients and its Raft peers all talk through one.
 
 ``trio.SocketStream`` pays on every call for a conflict detector, a context manager that
 translates exceptions, and a trip through the scheduler after each successful ``recv`` or
-``send``, and each wait for data starts with a ``recv`` that fails with EAGAIN. A device that
-sends one reading at a time pays all of that for each reading, twice (the PUBLISH in, the PUBACK
-out). ``python -m bench.device_io`` measures an echo of such readings: 52 us of CPU per message
-on ``trio.SocketStream``, 33 us on this stream.
+``send``, and each wait for data starts with a ``recv`` that fails with EAGAIN. The broker's
+traffic is mostly small messages answered one by one (a reading and its PUBACK, a Raft append
+and its answer), so it paid all of that per message. ``python -m bench.device_io`` measures an
+echo of small messages: 52 us of CPU per message on ``trio.SocketStream``, 33 us on this stream.
 
 ``FdStream`` waits for the socket to be readable and then reads; it writes at once while the
 socket has room and waits only when it has none. It yields to the scheduler when it waits, and
-after ``_YIELD_BYTES`` written without waiting, so that a long burst of deliveries does not
-hold the event loop.
+after ``_YIELD_BYTES`` written without waiting, so that a long burst does not hold the event
+loop. So ``send_all`` is not always a checkpoint, as trio's own streams are: callers that loop
+on it must reach one elsewhere (their wait for more to send is).
 
-The difference from ``trio.SocketStream``'s contract: two tasks receiving (or two sending) at
-once are not detected. The callers never do that: a device has one reader and one writer task,
-and ``trio.SSLStream`` and ``WebSocketStream`` serialize their own calls to their transport.
+The other difference from ``trio.SocketStream``'s contract: two tasks receiving (or two
+sending) at once are not detected. No caller does that: a connection has one reader and one
+writer task, and ``trio.SSLStream`` and ``WebSocketStream`` serialize their own calls to their
+transport.
 """
 
 from __future__ import annotations

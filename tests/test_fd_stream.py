@@ -1,4 +1,4 @@
-"""``FdStream``: the stream of plain MQTT connections, on real loopback sockets."""
+"""``FdStream``: the stream of the broker's TCP connections, on real loopback sockets."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from kafkaesque.broker._fd_stream import FdListener, FdStream
+from kafkaesque._fd_stream import FdListener, FdStream
 
 
 @asynccontextmanager
