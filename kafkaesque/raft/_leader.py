@@ -216,6 +216,11 @@ class LeaderMixin:
                         self.id, m.src, self._term, prev, self._log.term_at(prev), self._log.commit
                     )
                 )
+            else:
+                # Retention deleted the end of the window: nothing there to probe with. Probe
+                # from the match instead, which tells the follower where our log starts now.
+                pr.become_probe()
+                self._send_append(m.src, pr, True)
         else:
             self._send_append(m.src, pr, True)
 

@@ -8,6 +8,7 @@ its log to start there, then receives entries as usual (Raft §7, reduced to the
 from __future__ import annotations
 
 from kafkaesque.raft import (
+    AppendEntries,
     AppendEntriesResponse,
     Configuration,
     HardState,
@@ -62,3 +63,21 @@ def test_an_install_below_the_commit_is_only_acknowledged() -> None:
     n.step(InstallLogStart(1, 3, 1, 3, 1, Configuration.of([1, 2, 3])))
     (ack,) = of_type(drain(n, disk), AppendEntriesResponse)
     assert ack.success and ack.index == 5 and disk.start_offset() == 0
+
+
+def test_a_follower_whose_whole_window_was_lost_behind_the_log_start_is_reset() -> None:
+    """Found by the soak: every append of a full window was lost, then retention deleted where
+    the window ends. There is nothing left to probe with there, so the leader probes from the
+    follower's match, which brings InstallLogStart."""
+    net = Net(max_inflight=2)
+    leader = net.elect(1)
+    net.propose(1, b"a")
+    net.drops.append(lambda m: m.dst == 3 and isinstance(m, AppendEntries))
+    for i in range(4):  # the first two fill node 3's window and are lost; the rest wait
+        net.propose(1, b"%d" % i)
+    net.disks[1].compact(leader.applied + 1)
+    net.heal()
+    net.tick(1, times=5)
+    assert [m.dst for m in of_type(net.sent, InstallLogStart)] == [3]
+    assert net.nodes[3].commit == leader.commit
+    assert net.disks[3].all_entries() == net.disks[1].all_entries()
