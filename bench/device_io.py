@@ -3,7 +3,7 @@
     python -m bench.device_io [--quick]
 
 What a device that sends one reading at a time costs the broker's stream layer: an echo server
-(trio, one task per connection, as the MQTT listener) reads each 20-byte PUBLISH-sized message
+(trio, one task per connection, as the MQTT listener) reads each 18-byte QoS 1 PUBLISH
 and answers 4 bytes (a PUBACK's size). 300 connections on loopback, 5,000 messages a second in
 all, paced by a client process on raw non-blocking sockets. The figure is the server's CPU time
 (user + system) per message, for:
@@ -11,7 +11,7 @@ all, paced by a client process on raw non-blocking sockets. The figure is the se
 * ``socket``: ``trio.SocketStream`` (the baseline);
 * ``socket+timeout``: the same, each read inside its own ``trio.move_on_at`` (how the MQTT reader
   enforced keep-alive before ``_mqtt_deadlines``);
-* ``fd``: ``FdStream`` (what the MQTT listeners use);
+* ``fd``: ``FdStream`` (what MQTT devices, line-protocol clients and Raft peers use);
 * ``fd+timeout``: ``FdStream`` with the per-read timeout.
 
 The four servers alternate over ``ROUNDS`` rounds and the best round of each is kept (the
@@ -23,7 +23,6 @@ saving compares ``fd`` with ``socket+timeout`` (the MQTT device path before and 
 from __future__ import annotations
 
 import argparse
-import os
 import select
 import socket
 import subprocess
@@ -34,6 +33,8 @@ from contextlib import AbstractContextManager, nullcontext
 import trio
 
 from kafkaesque._fd_stream import FdListener
+
+from ._broker_procs import process_cpu_s
 
 CONNECTIONS = 300
 RATE = 5_000
@@ -77,12 +78,6 @@ def _serve(kind: str) -> None:
 # -- the client -----------------------------------------------------------------------------------
 
 
-def _cpu_s(pid: int) -> float:
-    with open(f"/proc/{pid}/stat") as f:
-        fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
 def _round(kind: str, seconds: float) -> float:
     """One server of ``kind`` under the paced load: its CPU microseconds per message."""
     server = subprocess.Popen(
@@ -105,7 +100,7 @@ def _round(kind: str, seconds: float) -> float:
         for s in socks:
             poller.register(s.fileno(), select.EPOLLIN)
         time.sleep(0.3)  # the server accepted them all
-        cpu0, start = _cpu_s(server.pid), time.monotonic()
+        cpu0, start = process_cpu_s(server.pid), time.monotonic()
         sent = answered = 0
         while (now := time.monotonic()) - start < seconds:
             due = int((now - start) * RATE)
@@ -114,7 +109,7 @@ def _round(kind: str, seconds: float) -> float:
                 sent += 1
             for fd, _ in poller.poll(0.001):
                 answered += len(by_fd[fd].recv(65536)) // len(PUBACK)
-        cpu = _cpu_s(server.pid) - cpu0
+        cpu = process_cpu_s(server.pid) - cpu0
         if answered < sent * 0.9:
             raise RuntimeError(f"{kind}: only {answered} of {sent} messages answered")
         return 1e6 * cpu / sent

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from kafkaesque.broker._mqtt_deadlines import Deadlines
 
@@ -19,7 +19,7 @@ class _Conn:
 @dataclass(eq=False)
 class _Device:
     name: str
-    conn: _Conn = field(default_factory=lambda: _Conn(0.0))
+    conn: _Conn
 
 
 def _device(name: str, at: float) -> _Device:
@@ -72,4 +72,4 @@ def test_closed_connections_without_deadline_leave_once_they_are_half_the_heap()
         device.conn.closed = True
         heap.ended()
     assert len(heap) == 149  # just over half: rebuilt without them
-    assert heap.due(float("inf")) == [d for d in devices[151:]]
+    assert heap.due(float("inf")) == devices[151:]
