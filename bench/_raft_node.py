@@ -70,7 +70,8 @@ class Node:
         self.id = args.id
         self.raft = MultiRaft(
             self.id,
-            self._send,
+            self._post,
+            flush=self._flush,
             state_dir=args.data,
             peers=self.peers,
             raft_config=lambda i: RaftConfig(
@@ -89,8 +90,12 @@ class Node:
             self.raft.add_group(f"g{i}", os.path.join(args.data, f"g{i}"), self.peers)
         self.control_port = args.control
 
-    def _send(self, peer: int, item: Any) -> bool:
-        return self.transport.send(peer, item)
+    # The transport is made after the driver (which it calls back): these reach it late.
+    def _post(self, peer: int, item: Any) -> bool:
+        return self.transport.post(peer, item)
+
+    def _flush(self) -> None:
+        self.transport.flush()
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

@@ -82,6 +82,21 @@ class FdStream(trio.abc.Stream):
             self._unyielded = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
 
+    def send_nowait(self, buffers: list[bytes | memoryview]) -> int:
+        """Write what the socket takes of ``buffers`` now, in order; return how many bytes.
+
+        Never waits (0 when the socket is full). Not to be mixed with a ``send_all`` in
+        progress. Raises ``trio.BrokenResourceError`` if the connection is broken.
+        """
+        try:
+            return os.writev(self._fd(), buffers)
+        except BlockingIOError:
+            return 0
+        except trio.ClosedResourceError as exc:
+            raise trio.BrokenResourceError("the stream is closed") from exc
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self._fd())
 

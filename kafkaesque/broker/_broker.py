@@ -107,7 +107,8 @@ class Broker:
         )
         self.raft = MultiRaft(
             config.id,
-            self.transport.send,
+            self.transport.post,
+            flush=self.transport.flush,
             state_dir=os.path.join(broker_dir, "__raft"),
             peers=peers,
             tick_interval=config.tick_interval_s,

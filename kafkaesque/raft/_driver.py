@@ -185,7 +185,8 @@ class MultiRaft:
     """All Raft groups of one broker. Use from one trio thread; ``run`` owns its tasks.
 
     ``send(peer, item)`` queues a transport item (``PeerTransport.send``); the transport calls
-    ``handle_items`` with what arrives.
+    ``handle_items`` with what arrives. With ``flush`` (``PeerTransport.post`` as ``send``,
+    ``PeerTransport.flush``), what a step or a tick queued goes out at its end, from this task.
     """
 
     def __init__(
@@ -193,6 +194,7 @@ class MultiRaft:
         node_id: int,
         send: Callable[[int, Any], bool],
         *,
+        flush: Callable[[], None] | None = None,
         state_dir: str,
         peers: Iterable[int] = (),
         tick_interval: float = 0.05,
@@ -202,6 +204,7 @@ class MultiRaft:
     ) -> None:
         self.node_id = node_id
         self._send = send
+        self._flush = flush or _nothing
         os.makedirs(state_dir, exist_ok=True)
         self.hard_states = HardStateStore(state_dir)
         self._peers = set(peers) - {node_id}
@@ -498,6 +501,7 @@ class MultiRaft:
                 await self._wake.wait()
                 self._wake = trio.Event()
                 await self._process()
+                self._flush()
 
     async def _tick_loop(self) -> None:
         next_at = trio.current_time()
@@ -507,6 +511,7 @@ class MultiRaft:
             if trio.current_time() - next_at > 10 * self.tick_interval:
                 next_at = trio.current_time()  # we fell far behind (a pause): do not burst
             self.tick()
+            self._flush()
 
     def tick(self) -> None:
         """One tick: ping peers, tick active groups, quiesce idle leaders, wake orphaned ones."""
@@ -704,6 +709,7 @@ class MultiRaft:
                 else:
                     glog.maybe_flush()
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
+        self._flush()  # the leaders' appends go out while their entries are made durable here
         if tickets or snapshot is not None:
             started = trio.current_time()
             await self._fsync_workers.run(
@@ -746,6 +752,10 @@ class MultiRaft:
         group.node.advance(rd)
         if group.node.has_ready():
             self._mark(group)
+
+
+def _nothing() -> None:
+    pass
 
 
 def _replicates_only(rd: Ready, persisted: HardState) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import socket
 import struct
 from collections import defaultdict
 from typing import Any
@@ -168,4 +169,86 @@ async def test_items_sent_right_behind_the_handshake_are_delivered() -> None:
         await _until(lambda: node.received[0] == ["first", "items"])
         assert node.transport.rejected == 0
         await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_posted_items_wait_for_flush_which_writes_them_from_the_caller() -> None:
+    ports = free_ports(2)
+    peers = {i: ("127.0.0.1", ports[i]) for i in range(2)}
+    nodes = [Node(i, peers) for i in range(2)]
+    async with trio.open_nursery() as nursery:
+        for i, node in enumerate(nodes):
+            await nursery.start(node.transport.run, "127.0.0.1", ports[i])
+        await _until(lambda: all(n.transport.connected_peers() for n in nodes))
+        sender = nodes[0].transport
+        for k in range(3):
+            assert sender.post(1, ["posted", k])
+        await trio.sleep(0.2)
+        assert nodes[1].received[0] == []  # posting alone sends nothing
+        frames = sender.frames_sent
+        sender.flush()
+        assert sender.frames_sent == frames + 1  # written by flush itself, as one frame
+        assert sender.send(1, ["sent", 3])
+        await _until(lambda: len(nodes[1].received[0]) == 4)
+        assert nodes[1].received[0] == [["posted", 0], ["posted", 1], ["posted", 2], ["sent", 3]]
+        nursery.cancel_scope.cancel()
+
+
+async def _raw_peer_of(node: Node, port: int) -> tuple[trio.SocketStream, FrameDecoder]:
+    """A raw connection that node ``node`` takes for its peer 0, handshake done."""
+    stream = await trio.open_tcp_stream("127.0.0.1", port)
+    hello = Hello("test", 0, 1, new_nonce())
+    await stream.send_all(hello_frame(hello))
+    decoder = FrameDecoder(64 << 20)
+    frames: list[Any] = []
+    while not frames:
+        frames = decoder.feed(await stream.receive_some(4096))
+    await stream.send_all(proof_frame(SECRET, hello, check_challenge(frames[0], SECRET, hello)))
+    await _until(lambda: node.transport.connected_peers() == {0})
+    return stream, decoder
+
+
+async def test_what_a_full_socket_leaves_of_a_flush_is_sent_by_the_writer_in_order() -> None:
+    ports = free_ports(2)
+    node = Node(1, {i: ("127.0.0.1", ports[i]) for i in range(2)})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.transport.run, "127.0.0.1", ports[1])
+        stream, decoder = await _raw_peer_of(node, ports[1])
+        blob = b"x" * 100_000
+        # 12 MB posted while the peer reads nothing: far more than the socket buffers take.
+        for k in range(60):
+            assert node.transport.post(0, [k, blob])
+        node.transport.flush()
+        for k in range(60, 120):  # queued behind the rest, by both paths
+            if k % 2:
+                assert node.transport.send(0, [k, blob])
+            else:
+                assert node.transport.post(0, [k, blob])
+                node.transport.flush()
+        items: list[Any] = []
+        with trio.fail_after(20):
+            while len(items) < 120:
+                for frame in decoder.feed(await stream.receive_some(1 << 20)):
+                    items.extend(frame)
+        assert [item[0] for item in items] == list(range(120))
+        assert all(item[1] == blob for item in items)
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_flush_into_a_closed_connection_closes_it_and_raises_nothing() -> None:
+    ports = free_ports(2)
+    node = Node(1, {i: ("127.0.0.1", ports[i]) for i in range(2)})
+    async with trio.open_nursery() as nursery:
+        await nursery.start(node.transport.run, "127.0.0.1", ports[1])
+        stream, _ = await _raw_peer_of(node, ports[1])
+        stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await stream.aclose()  # a reset, not a polite close
+        with trio.fail_after(5):
+            while node.transport.connected_peers():
+                node.transport.post(0, ["into the void", b"y" * 10_000])
+                node.transport.flush()
+                await trio.sleep(0.01)
+        assert not node.transport.post(0, "after")  # dropped and counted, not queued
+        assert node.transport.dropped >= 1
         nursery.cancel_scope.cancel()
