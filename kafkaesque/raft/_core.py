@@ -669,6 +669,18 @@ class RaftNode(LeaderMixin):
             or SoftState(self._role, self._leader) != self._prev_soft
         )
 
+    def ready_needs_storage(self) -> bool:
+        """Whether the next Ready has something to make durable: log work, a new term or vote.
+
+        One that has not (a commit to expose, commit news, an answer that acknowledges only
+        what is already durable) may be handled, its messages sent, at once.
+        """
+        hard = self._hard_state()
+        return self._log.has_pending() or (hard.term, hard.vote) != (
+            self._prev_hard.term,
+            self._prev_hard.vote,
+        )
+
     def ready(self) -> Ready:
         """Collect the work for the driver (see ``_ready`` for the order it must follow).
 

@@ -24,6 +24,7 @@ from kafkaesque.raft import (
     Role,
 )
 from kafkaesque.raft._driver import MultiRaft, _replicates_only
+from kafkaesque.raft._messages import TAGS
 from kafkaesque.storage import (
     BatchType,
     InvalidBatchError,
@@ -103,6 +104,37 @@ async def test_followers_acknowledge_only_durable_entries_and_the_leader_does_no
     for b in cluster.brokers:
         records = b.groups[GROUP].committed_records()
         assert [r.value for r in records] == [b"v0", b"v1", b"v2"] * 5
+
+
+async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arrives(
+    tmp_path: Path,
+) -> None:
+    """Commit news needs no fsync: the follower exposes the commit while the frame that brings it
+    is handled (``handle_items``), not at a later pass of the driver's loop."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    followers = [b for b in cluster.brokers if b is not leader]
+    leader.propose_nowait(GROUP, _batch(), 3)
+    for _ in range(20):  # the loops' passes, by hand, until the leader commits the batch
+        for b in cluster.brokers:
+            await b._process()
+        queue, cluster.queue = cluster.queue, []
+        for src, dst, item in queue:
+            cluster.brokers[dst].handle_items(src, [item])
+        if leader.groups[GROUP].commit_index == 3:
+            break
+    assert leader.groups[GROUP].commit_index == 3
+    assert [f.groups[GROUP].commit_index for f in followers] == [0, 0]
+    news = [(src, dst, item) for src, dst, item in cluster.queue if item[2][0] == TAGS[Heartbeat]]
+    assert {dst for _, dst, _ in news} == {f.node_id for f in followers}
+    for src, dst, item in news:
+        cluster.brokers[dst].handle_items(src, [item])  # and no pass of the loop after it
+    assert [f.groups[GROUP].commit_index for f in followers] == [3, 3]
+    assert not any(f._dirty for f in followers)
+    await cluster.settle()
+    for b in cluster.brokers:
+        assert [r.value for r in b.groups[GROUP].committed_records()] == [b"v0", b"v1", b"v2"]
 
 
 def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None:
