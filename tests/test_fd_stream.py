@@ -136,3 +136,29 @@ async def test_a_reset_connection_is_a_broken_stream() -> None:
         with pytest.raises(trio.BrokenResourceError):
             for _ in range(100):  # the first writes may still land in the socket buffer
                 await server.send_all(b"x" * 65536)
+
+
+async def test_send_nowait_writes_what_the_socket_takes_and_never_waits() -> None:
+    async with _pair() as (server, client):
+        assert server.send_nowait([b"head ", memoryview(b"and tail")]) == 13
+        assert await _receive_exactly(client, 13) == b"head and tail"
+        # Nobody reads: the socket fills, a write takes part, then nothing (0), never blocking.
+        block = b"y" * (1 << 20)
+        taken = [server.send_nowait([block]) for _ in range(64)]
+        assert 0 < sum(taken) < 64 * len(block)
+        assert taken[-1] == 0
+        got = await _receive_exactly(client, sum(taken))
+        assert got == b"y" * sum(taken)
+
+
+async def test_send_nowait_on_a_broken_or_closed_stream_raises_broken() -> None:
+    async with _pair() as (server, client):
+        client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        await client.aclose()  # a reset
+        with pytest.raises(trio.BrokenResourceError):
+            for _ in range(100):  # the reset reaches the socket after a write or two
+                server.send_nowait([b"z" * 1000])
+                await trio.sleep(0.01)
+        await server.aclose()
+        with pytest.raises(trio.BrokenResourceError):
+            server.send_nowait([b"after close"])

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 
 import trio
 
+from kafkaesque._fd_stream import FdStream
 from kafkaesque.protocol import MqttReasonCode, MqttSubscription, Will
 
 from ._errors import RequestError
@@ -112,8 +113,10 @@ class MqttDevice:
         "stream",
         "subscriptions",
         "unacked",
+        "unsent",
         "wake",
         "will",
+        "writing",
     )
 
     def __init__(
@@ -125,6 +128,8 @@ class MqttDevice:
         # (flight to wait for, bytes to send then, kind of entry)
         self.out: deque[tuple[MqttFlight | None, bytes, int]] = deque()
         self.wake = trio.Event()
+        self.writing = False  # the writer task is sending: nobody else may
+        self.unsent = b""  # what a direct write left (the socket was full): the writer's first
         self.room = trio.Event()
         self.pending = 0  # entries waiting for a flight
         self.deliveries: deque[_Delivery] = deque()  # not sent yet
@@ -370,7 +375,34 @@ class MqttDevice:
         )
 
     def wake_writer(self) -> None:
-        self.wake.set()
+        """A flight this connection waits for is done: send what it freed (its PUBACK, mostly).
+
+        Written from here, by the task that finished the flight, when the writer task is idle
+        and the socket takes it all: under load the writer's pass of the scheduler, which runs
+        every ready connection's task, is what a PUBACK waited for. Else the writer's job.
+        """
+        stream = self.stream
+        if self.writing or self.unsent or type(stream) is not FdStream:
+            self.wake.set()
+            return
+        buf = self._ready_bytes()
+        if buf is None:  # the connection ends here: the writer closes it
+            self.out.appendleft((None, b"", _CLOSE))
+            self.wake.set()
+            return
+        if not buf:
+            return
+        try:
+            sent = stream.send_nowait([buf])
+        except trio.BrokenResourceError:
+            if self.scope is not None:
+                self.scope.cancel()  # the peer is gone: the reader stops too
+            return
+        if sent < len(buf):
+            self.unsent = buf[sent:]
+            self.wake.set()
+        else:
+            self.service.metrics_out()
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         stream = self.stream
@@ -378,6 +410,11 @@ class MqttDevice:
             while True:
                 await self.wake.wait()
                 self.wake = trio.Event()
+                self.writing = True
+                if self.unsent:
+                    unsent, self.unsent = self.unsent, b""
+                    await stream.send_all(unsent)
+                    self.service.metrics_out()
                 while True:
                     buf = self._ready_bytes()
                     if buf is None:  # the connection ends here
@@ -387,9 +424,11 @@ class MqttDevice:
                         break
                     await stream.send_all(buf)
                     self.service.metrics_out()
+                self.writing = False
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             scope.cancel()  # the peer is gone: the reader stops too
         finally:
+            self.writing = False
             self.room.set()
 
     def _ready_bytes(self) -> bytes | None:
