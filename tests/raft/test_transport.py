@@ -6,6 +6,8 @@ import logging
 import socket
 import struct
 from collections import defaultdict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from typing import Any
 
 import pytest
@@ -43,14 +45,22 @@ async def _until(predicate: Any, timeout: float = 5.0) -> None:
             await trio.sleep(0.01)
 
 
-async def test_three_nodes_exchange_messages_over_one_connection_per_pair() -> None:
-    ports = free_ports(3)
-    peers = {i: ("127.0.0.1", ports[i]) for i in range(3)}
-    nodes = [Node(i, peers) for i in range(3)]
+@asynccontextmanager
+async def _connected(n: int) -> AsyncIterator[tuple[list[Node], list[int]]]:
+    """``n`` nodes on loopback ports, each connected to every other; stopped on exit."""
+    ports = free_ports(n)
+    peers = {i: ("127.0.0.1", ports[i]) for i in range(n)}
+    nodes = [Node(i, peers) for i in range(n)]
     async with trio.open_nursery() as nursery:
         for i, node in enumerate(nodes):
             await nursery.start(node.transport.run, "127.0.0.1", ports[i])
-        await _until(lambda: all(len(n.transport.connected_peers()) == 2 for n in nodes))
+        await _until(lambda: all(len(x.transport.connected_peers()) == n - 1 for x in nodes))
+        yield nodes, ports
+        nursery.cancel_scope.cancel()
+
+
+async def test_three_nodes_exchange_messages_over_one_connection_per_pair() -> None:
+    async with _connected(3) as (nodes, _):
         for i, node in enumerate(nodes):
             for j in range(3):
                 if i != j:
@@ -67,7 +77,6 @@ async def test_three_nodes_exchange_messages_over_one_connection_per_pair() -> N
                     assert node.received[i] == [[i, j, k] for k in range(100)]  # in order
             # 200 items sent in one burst travel in few frames (coalescing), not 200.
             assert node.transport.frames_sent < 20
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_stranger_without_the_secret_is_refused_and_logged(
@@ -101,13 +110,7 @@ async def test_a_stranger_without_the_secret_is_refused_and_logged(
 
 
 async def test_garbage_after_the_handshake_closes_only_that_connection() -> None:
-    ports = free_ports(2)
-    peers = {i: ("127.0.0.1", ports[i]) for i in range(2)}
-    nodes = [Node(i, peers) for i in range(2)]
-    async with trio.open_nursery() as nursery:
-        for i, node in enumerate(nodes):
-            await nursery.start(node.transport.run, "127.0.0.1", ports[i])
-        await _until(lambda: nodes[1].transport.connected_peers() == {0})
+    async with _connected(2) as (nodes, ports):
         # Someone who knows the secret, posing as node 0, then sends a corrupt frame.
         stream = await trio.open_tcp_stream("127.0.0.1", ports[1])
         hello = Hello("test", 0, 1, new_nonce())
@@ -128,7 +131,6 @@ async def test_garbage_after_the_handshake_closes_only_that_connection() -> None
         await _until(lambda: nodes[1].transport.connected_peers() == {0})
         await _until(lambda: nodes[0].transport.send(1, "again"))
         await _until(lambda: "again" in nodes[1].received[0])
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_restarted_peer_is_reconnected() -> None:
@@ -173,13 +175,7 @@ async def test_items_sent_right_behind_the_handshake_are_delivered() -> None:
 
 
 async def test_posted_items_wait_for_flush_which_writes_them_from_the_caller() -> None:
-    ports = free_ports(2)
-    peers = {i: ("127.0.0.1", ports[i]) for i in range(2)}
-    nodes = [Node(i, peers) for i in range(2)]
-    async with trio.open_nursery() as nursery:
-        for i, node in enumerate(nodes):
-            await nursery.start(node.transport.run, "127.0.0.1", ports[i])
-        await _until(lambda: all(n.transport.connected_peers() for n in nodes))
+    async with _connected(2) as (nodes, _):
         sender = nodes[0].transport
         for k in range(3):
             assert sender.post(1, ["posted", k])
@@ -191,7 +187,6 @@ async def test_posted_items_wait_for_flush_which_writes_them_from_the_caller() -
         assert sender.send(1, ["sent", 3])
         await _until(lambda: len(nodes[1].received[0]) == 4)
         assert nodes[1].received[0] == [["posted", 0], ["posted", 1], ["posted", 2], ["sent", 3]]
-        nursery.cancel_scope.cancel()
 
 
 async def _raw_peer_of(node: Node, port: int) -> tuple[trio.SocketStream, FrameDecoder]:
