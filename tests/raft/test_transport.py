@@ -189,26 +189,30 @@ async def test_posted_items_wait_for_flush_which_writes_them_from_the_caller() -
         assert nodes[1].received[0] == [["posted", 0], ["posted", 1], ["posted", 2], ["sent", 3]]
 
 
-async def _raw_peer_of(node: Node, port: int) -> tuple[trio.SocketStream, FrameDecoder]:
-    """A raw connection that node ``node`` takes for its peer 0, handshake done."""
-    stream = await trio.open_tcp_stream("127.0.0.1", port)
-    hello = Hello("test", 0, 1, new_nonce())
-    await stream.send_all(hello_frame(hello))
-    decoder = FrameDecoder(64 << 20)
-    frames: list[Any] = []
-    while not frames:
-        frames = decoder.feed(await stream.receive_some(4096))
-    await stream.send_all(proof_frame(SECRET, hello, check_challenge(frames[0], SECRET, hello)))
-    await _until(lambda: node.transport.connected_peers() == {0})
-    return stream, decoder
-
-
-async def test_what_a_full_socket_leaves_of_a_flush_is_sent_by_the_writer_in_order() -> None:
+@asynccontextmanager
+async def _node_and_raw_peer() -> AsyncIterator[tuple[Node, trio.SocketStream, FrameDecoder]]:
+    """Node 1 running, and a raw connection it takes for its peer 0 (handshake done)."""
     ports = free_ports(2)
     node = Node(1, {i: ("127.0.0.1", ports[i]) for i in range(2)})
     async with trio.open_nursery() as nursery:
         await nursery.start(node.transport.run, "127.0.0.1", ports[1])
-        stream, decoder = await _raw_peer_of(node, ports[1])
+        stream = await trio.open_tcp_stream("127.0.0.1", ports[1])
+        hello = Hello("test", 0, 1, new_nonce())
+        await stream.send_all(hello_frame(hello))
+        decoder = FrameDecoder(64 << 20)
+        frames: list[Any] = []
+        while not frames:
+            frames = decoder.feed(await stream.receive_some(4096))
+        nonce = check_challenge(frames[0], SECRET, hello)
+        await stream.send_all(proof_frame(SECRET, hello, nonce))
+        await _until(lambda: node.transport.connected_peers() == {0})
+        yield node, stream, decoder
+        await stream.aclose()
+        nursery.cancel_scope.cancel()
+
+
+async def test_what_a_full_socket_leaves_of_a_flush_is_sent_by_the_writer_in_order() -> None:
+    async with _node_and_raw_peer() as (node, stream, decoder):
         blob = b"x" * 100_000
         # 12 MB posted while the peer reads nothing: far more than the socket buffers take.
         for k in range(60):
@@ -227,16 +231,10 @@ async def test_what_a_full_socket_leaves_of_a_flush_is_sent_by_the_writer_in_ord
                     items.extend(frame)
         assert [item[0] for item in items] == list(range(120))
         assert all(item[1] == blob for item in items)
-        await stream.aclose()
-        nursery.cancel_scope.cancel()
 
 
 async def test_a_flush_into_a_closed_connection_closes_it_and_raises_nothing() -> None:
-    ports = free_ports(2)
-    node = Node(1, {i: ("127.0.0.1", ports[i]) for i in range(2)})
-    async with trio.open_nursery() as nursery:
-        await nursery.start(node.transport.run, "127.0.0.1", ports[1])
-        stream, _ = await _raw_peer_of(node, ports[1])
+    async with _node_and_raw_peer() as (node, stream, _):
         stream.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await stream.aclose()  # a reset, not a polite close
         with trio.fail_after(5):
@@ -246,4 +244,3 @@ async def test_a_flush_into_a_closed_connection_closes_it_and_raises_nothing() -
                 await trio.sleep(0.01)
         assert not node.transport.post(0, "after")  # dropped and counted, not queued
         assert node.transport.dropped >= 1
-        nursery.cancel_scope.cancel()
