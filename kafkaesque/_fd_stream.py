@@ -43,6 +43,7 @@ class FdStream(trio.abc.Stream):
         self._stream = stream
         self._socket = stream.socket
         self._unyielded = 0  # bytes written since send_all last yielded
+        self._kept: list[bytes] = []  # what ``send_now`` could not write yet
 
     def _fd(self) -> int:
         fd = self._socket.fileno()
@@ -82,20 +83,37 @@ class FdStream(trio.abc.Stream):
             self._unyielded = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
 
-    def send_nowait(self, buffers: list[bytes | memoryview]) -> int:
-        """Write what the socket takes of ``buffers`` now, in order; return how many bytes.
+    @property
+    def kept(self) -> bool:
+        """Whether ``send_now`` kept bytes that ``send_kept`` has not sent yet."""
+        return bool(self._kept)
 
-        Never waits (0 when the socket is full). Not to be mixed with a ``send_all`` in
-        progress. Raises ``trio.BrokenResourceError`` if the connection is broken.
+    def send_now(self, buffers: list[bytes | memoryview]) -> bool:
+        """Write ``buffers`` now, in order, as far as the socket takes them; keep the rest for
+        ``send_kept``. True when all was written.
+
+        Never waits. Bytes kept earlier go first, so nothing is written while some are kept.
+        Not to be mixed with a ``send_all`` in progress. Raises ``trio.BrokenResourceError``
+        if the connection is broken.
         """
-        try:
-            return os.writev(self._fd(), buffers)
-        except BlockingIOError:
-            return 0
-        except trio.ClosedResourceError as exc:
-            raise trio.BrokenResourceError("the stream is closed") from exc
-        except OSError as exc:
-            raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+        if not self._kept:
+            try:
+                sent = os.writev(self._fd(), buffers)
+            except BlockingIOError:
+                sent = 0
+            except (trio.ClosedResourceError, OSError) as exc:
+                raise trio.BrokenResourceError(f"send failed: {exc}") from exc
+            if sent == sum(len(buffer) for buffer in buffers):
+                return True
+            self._kept.append(b"".join(buffers)[sent:])
+        else:
+            self._kept.append(b"".join(buffers))
+        return False
+
+    async def send_kept(self) -> None:
+        """Send, waiting as ``send_all`` does, what ``send_now`` kept."""
+        while self._kept:
+            await self.send_all(self._kept.pop(0))
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self._fd())

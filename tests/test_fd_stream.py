@@ -138,27 +138,28 @@ async def test_a_reset_connection_is_a_broken_stream() -> None:
                 await server.send_all(b"x" * 65536)
 
 
-async def test_send_nowait_writes_what_the_socket_takes_and_never_waits() -> None:
+async def test_send_now_writes_what_the_socket_takes_keeps_the_rest_and_never_waits() -> None:
     async with _pair() as (server, client):
-        assert server.send_nowait([b"head ", memoryview(b"and tail")]) == 13
+        assert server.send_now([b"head ", memoryview(b"and tail")])
         assert await _receive_exactly(client, 13) == b"head and tail"
-        # Nobody reads: the socket fills, a write takes part, then nothing (0), never blocking.
-        block = b"y" * (1 << 20)
-        taken = [server.send_nowait([block]) for _ in range(64)]
-        assert 0 < sum(taken) < 64 * len(block)
-        assert taken[-1] == 0
-        got = await _receive_exactly(client, sum(taken))
-        assert got == b"y" * sum(taken)
+        # Nobody reads: the socket fills, a write is cut short, and the rest is kept in order.
+        blocks = [bytes([65 + k]) * (1 << 20) for k in range(32)]
+        written = [server.send_now([block]) for block in blocks]
+        assert not written[-1] and server.kept
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(server.send_kept)
+            got = await _receive_exactly(client, 32 << 20)
+        assert got == b"".join(blocks) and not server.kept
 
 
-async def test_send_nowait_on_a_broken_or_closed_stream_raises_broken() -> None:
+async def test_send_now_on_a_broken_or_closed_stream_raises_broken() -> None:
     async with _pair() as (server, client):
         client.socket.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
         await client.aclose()  # a reset
         with pytest.raises(trio.BrokenResourceError):
             for _ in range(100):  # the reset reaches the socket after a write or two
-                server.send_nowait([b"z" * 1000])
+                server.send_now([b"z" * 1000])
                 await trio.sleep(0.01)
         await server.aclose()
         with pytest.raises(trio.BrokenResourceError):
-            server.send_nowait([b"after close"])
+            server.send_now([b"after close"])

@@ -113,7 +113,6 @@ class MqttDevice:
         "stream",
         "subscriptions",
         "unacked",
-        "unsent",
         "wake",
         "will",
         "writing",
@@ -129,7 +128,6 @@ class MqttDevice:
         self.out: deque[tuple[MqttFlight | None, bytes, int]] = deque()
         self.wake = trio.Event()
         self.writing = False  # the writer task is sending: nobody else may
-        self.unsent = b""  # what a direct write left (the socket was full): the writer's first
         self.room = trio.Event()
         self.pending = 0  # entries waiting for a flight
         self.deliveries: deque[_Delivery] = deque()  # not sent yet
@@ -382,7 +380,7 @@ class MqttDevice:
         every ready connection's task, is what a PUBACK waited for. Else the writer's job.
         """
         stream = self.stream
-        if self.writing or self.unsent or type(stream) is not FdStream:
+        if self.writing or type(stream) is not FdStream or stream.kept:
             self.wake.set()
             return
         buf = self._ready_bytes()
@@ -393,16 +391,13 @@ class MqttDevice:
         if not buf:
             return
         try:
-            sent = stream.send_nowait([buf])
+            if not stream.send_now([buf]):
+                self.wake.set()  # the socket is full: the writer sends the rest
         except trio.BrokenResourceError:
             if self.scope is not None:
                 self.scope.cancel()  # the peer is gone: the reader stops too
             return
-        if sent < len(buf):
-            self.unsent = buf[sent:]
-            self.wake.set()
-        else:
-            self.service.metrics_out()
+        self.service.metrics_out()
 
     async def _write_loop(self, scope: trio.CancelScope) -> None:
         stream = self.stream
@@ -411,10 +406,8 @@ class MqttDevice:
                 await self.wake.wait()
                 self.wake = trio.Event()
                 self.writing = True
-                if self.unsent:
-                    unsent, self.unsent = self.unsent, b""
-                    await stream.send_all(unsent)
-                    self.service.metrics_out()
+                if isinstance(stream, FdStream):
+                    await stream.send_kept()
                 while True:
                     buf = self._ready_bytes()
                     if buf is None:  # the connection ends here

@@ -6,7 +6,7 @@ connection (so N brokers hold N(N-1)/2 connections, whatever the number of Raft 
 queued as one frame, which is how the messages of many groups, heartbeats above all, travel
 together. Items for a peer that is not connected are dropped and counted: Raft retransmits.
 
-``post`` queues without waking the writer, and ``flush`` then writes what was posted at once,
+``post`` queues without waking the writer, and ``flush`` then writes what was posted at once
 from the caller's task, when the writer is idle and the socket takes it (else the writer is
 woken to send it). The Raft driver posts a step's messages and flushes at the step's end: they
 still travel as one frame, and a pass of the scheduler is saved on every hop of a write's
@@ -68,8 +68,6 @@ class _Connection:
     stream: FdStream
     encoder: FrameEncoder = field(default_factory=FrameEncoder)
     writing: bool = False  # the writer task is sending: ``flush`` must leave it the outbox
-    # Bytes a direct write could not send (the socket was full): the writer sends them first.
-    tail: list[bytes] = field(default_factory=list)
 
 
 class PeerTransport:
@@ -146,31 +144,22 @@ class PeerTransport:
             conn = link.live
             if not link.outbox:
                 continue
-            if conn is None or conn.writing or conn.tail:
+            if conn is None or conn.writing or conn.stream.kept:
                 link.wake.set()
                 continue
             items, link.outbox = link.outbox, []
+            written = True
             try:
-                self._write_now(conn, items)
+                for frame in conn.encoder.frames(items):
+                    self.frames_sent += 1
+                    written = conn.stream.send_now(frame) and written
             except trio.BrokenResourceError:
-                conn.tail.clear()
                 if link.scope is not None:
                     link.scope.cancel()  # a broken connection: close it; the dialer redials
-            if conn.tail:
+            finally:
+                conn.encoder.release()
+            if not written:  # the socket is full: the writer sends what it kept
                 link.wake.set()
-
-    def _write_now(self, conn: _Connection, items: list[Any]) -> None:
-        try:
-            for frame in conn.encoder.frames(items):
-                self.frames_sent += 1
-                if conn.tail:  # the socket is full: the rest is the writer's
-                    conn.tail.append(b"".join(frame))
-                    continue
-                sent = conn.stream.send_nowait(frame)
-                if sent < sum(len(buffer) for buffer in frame):
-                    conn.tail.append(b"".join(frame)[sent:])
-        finally:
-            conn.encoder.release()
 
     def connected_peers(self) -> set[int]:
         return {p for p, link in self._links.items() if link.connected}
@@ -327,8 +316,7 @@ class PeerTransport:
             link.wake = trio.Event()
             conn.writing = True
             try:
-                while conn.tail:
-                    await stream.send_all(conn.tail.pop(0))
+                await stream.send_kept()
                 items, link.outbox = link.outbox, []
                 for frame in encoder.frames(items):
                     for buffer in frame:
