@@ -207,7 +207,9 @@ class WritePath:
                 if acks is Acks.LEADER:
                     await trio.sleep(_LEADER_ACK_POLL_S)
                 else:
-                    await group.changed.wait()
+                    await group.wait_committed(last, term)
+                    # Woken at the commit or once the entry was cut: not in the log now is lost.
+                    seen = True
 
     # -- with retries ---------------------------------------------------------------------------
 

@@ -173,6 +173,19 @@ class RaftGroup:
             offset = result.next_offset
         return out
 
+    async def wait_committed(self, last: int, term: int) -> None:
+        """Until the commit index reaches ``last`` (proposed in ``term``), or the entries from
+        ``last`` on are lost here (truncated, the log reset or repaired, the group removed).
+
+        The caller tells which from ``commit_index`` and the log. Unlike ``changed``, it wakes
+        its caller once, not at every move of the commit index: a leader with many writes in
+        flight would otherwise wake each of them at every commit.
+        """
+        done = trio.Event()
+        self._seq += 1
+        heapq.heappush(self._waiters, (last, self._seq, term, done))
+        await done.wait()
+
     def _notify(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
@@ -363,11 +376,8 @@ class MultiRaft:
         group = self.groups[group_id]
         last = self._propose(group, batch, count)
         term = group.node.term
-        done = trio.Event()
-        group._seq += 1
-        heapq.heappush(group._waiters, (last, group._seq, term, done))
         with trio.move_on_after(timeout):
-            await done.wait()
+            await group.wait_committed(last, term)
         if group.commit_index >= last and group.storage.log.term_at(last) == term:
             return last - count + 1, last
         if group.storage.last_index() < last or group.storage.log.term_at(last) != term:
@@ -411,7 +421,7 @@ class MultiRaft:
         """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
 
         The entry is committed once ``group.commit_index >= last`` while the log still holds it
-        in ``term`` (``group.changed`` fires on every move of the commit index); this is the
+        in ``term`` (``group.wait_committed`` waits for that); this is the
         pipelining path (a broker's ingress), ``propose`` the one-at-a-time one. Raises
         ``InvalidBatchError``, ``NotLeader`` or ``ProposalDropped`` (nothing appended).
         """

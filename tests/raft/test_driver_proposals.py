@@ -7,10 +7,13 @@ can be checked against what the sender has made durable at that moment.
 from __future__ import annotations
 
 import struct
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
+import trio.testing
 
 from kafkaesque.raft import (
     AppendEntries,
@@ -23,7 +26,7 @@ from kafkaesque.raft import (
     RequestVoteResponse,
     Role,
 )
-from kafkaesque.raft._driver import MultiRaft, _replicates_only
+from kafkaesque.raft._driver import MultiRaft, RaftGroup, _replicates_only
 from kafkaesque.raft._messages import TAGS
 from kafkaesque.storage import (
     BatchType,
@@ -70,7 +73,8 @@ class Cluster:
         if wire[0] == 3 and wire[7]:  # AppendEntries with entries: [3, s, d, t, p, pt, c, ents]
             self.early_appends += log.flushed_end_offset <= wire[7][-1][2]
 
-    async def settle(self, rounds: int = 50) -> None:
+    async def settle(self, rounds: int = 50, cut_off: int | None = None) -> None:
+        """Process and deliver until quiet; what goes to or from ``cut_off`` is lost."""
         for _ in range(rounds):
             for b in self.brokers:
                 await b._process()
@@ -78,7 +82,8 @@ class Cluster:
                 return
             queue, self.queue = self.queue, []
             for src, dst, item in queue:
-                self.brokers[dst].handle_items(src, [item])
+                if cut_off not in (src, dst):
+                    self.brokers[dst].handle_items(src, [item])
 
     def leader(self) -> MultiRaft:
         (leader,) = [b for b in self.brokers if b.groups[GROUP].role is Role.LEADER]
@@ -204,3 +209,68 @@ async def test_a_batch_proposed_many_times_is_checked_once_each_time(tmp_path: P
     data = glog.read(1).data
     assert struct.unpack_from(">q", data, 0)[0] == 1
     assert [r.offset for r in raft.groups[GROUP].committed_records()] == list(range(1, 13))
+
+
+def _commit_waiter(group: RaftGroup) -> tuple[list[int], Callable[[int, int], Awaitable[None]]]:
+    """A task that waits on ``group.wait_committed``, and the commit indexes it woke at."""
+    woken_at: list[int] = []
+
+    async def wait(last: int, term: int) -> None:
+        await group.wait_committed(last, term)
+        woken_at.append(group.commit_index)
+
+    return woken_at, wait
+
+
+async def test_a_commit_waiter_wakes_when_its_offset_commits_and_not_before(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    group = leader.groups[GROUP]
+    woken_at, wait = _commit_waiter(group)
+    async with trio.open_nursery() as nursery:
+        last, term = leader.propose_nowait(GROUP, _batch(), 3)
+        nursery.start_soon(wait, last + 3, term)  # the next batch's last offset
+        await trio.testing.wait_all_tasks_blocked()
+        await cluster.settle()
+        await trio.testing.wait_all_tasks_blocked()
+        assert group.commit_index == last and woken_at == []
+        leader.propose_nowait(GROUP, _batch(), 3)
+        await cluster.settle()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert woken_at == [last + 3]
+
+
+async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    old = cluster.leader()
+    group = old.groups[GROUP]
+    woken_at, wait = _commit_waiter(group)
+    async with trio.open_nursery() as nursery:
+        last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
+        nursery.start_soon(wait, last, term)
+        others = [b for b in cluster.brokers if b is not old]
+        for _ in range(100):  # election timeouts pass without a word from the old leader
+            if any(b.groups[GROUP].role is Role.LEADER for b in others):
+                break
+            for b in others:
+                b.tick()
+            await cluster.settle(cut_off=old.node_id)
+        new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
+        new.propose_nowait(GROUP, _batch(1), 1)
+        await cluster.settle(cut_off=old.node_id)
+        assert woken_at == []
+        for _ in range(10):  # the new leader's heartbeats reach the old one, which drops its entry
+            for b in cluster.brokers:
+                b.tick()
+            await cluster.settle()
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.cancel_scope.cancel()
+    assert len(woken_at) == 1 and woken_at[0] < last
+    assert group.log.log_end_offset <= last or group.log.term_at(last) != term
