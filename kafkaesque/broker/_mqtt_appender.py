@@ -7,8 +7,8 @@ only once it holds ``_WORTH_PIPELINING_RECORDS`` records or ``_WORTH_PIPELINING_
 otherwise it grows until the batch in flight is done. A trickle therefore goes out record by
 record, a moderate load as one batch per commit round instead of one tiny batch per arrival
 (every batch costs a forward, a Raft entry on three brokers and a commit wait, whatever its
-size: at 5,000 readings/s over 18 appenders that cost filled the machine), and a heavy load
-still keeps up to ``WINDOW`` full batches in flight. Unlike it, every batch is stamped with
+size: at 5,000 readings/s over 18 appenders, batches held two records on average), and a heavy
+load still keeps up to ``WINDOW`` full batches in flight. Unlike it, every batch is stamped with
 the appender's producer id and the sequence number of its first record, as an idempotent
 producer's are (``_producers``): ``WritePath`` retries a batch whose outcome was unknown (the
 leader died after the batch reached it), and the partition's leader, old or new, then answers
