@@ -26,7 +26,7 @@ from kafkaesque.raft import (
     RequestVoteResponse,
     Role,
 )
-from kafkaesque.raft._driver import MultiRaft, RaftGroup, _replicates_only
+from kafkaesque.raft._driver import MultiRaft, _replicates_only
 from kafkaesque.raft._messages import TAGS
 from kafkaesque.storage import (
     BatchType,
@@ -211,25 +211,29 @@ async def test_a_batch_proposed_many_times_is_checked_once_each_time(tmp_path: P
     assert [r.offset for r in raft.groups[GROUP].committed_records()] == list(range(1, 13))
 
 
-def _commit_waiter(group: RaftGroup) -> tuple[list[int], Callable[[int, int], Awaitable[None]]]:
-    """A task that waits on ``group.wait_committed``, and the commit indexes it woke at."""
+async def _leader_with_commit_waiter(
+    tmp_path: Path,
+) -> tuple[Cluster, MultiRaft, list[int], Callable[[int, int], Awaitable[None]]]:
+    """Three brokers with a leader; a task body that waits on the leader's
+    ``group.wait_committed``, and the commit indexes it woke at."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    group = leader.groups[GROUP]
     woken_at: list[int] = []
 
     async def wait(last: int, term: int) -> None:
         await group.wait_committed(last, term)
         woken_at.append(group.commit_index)
 
-    return woken_at, wait
+    return cluster, leader, woken_at, wait
 
 
 async def test_a_commit_waiter_wakes_when_its_offset_commits_and_not_before(
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(tmp_path, 3)
-    await cluster.settle()
-    leader = cluster.leader()
+    cluster, leader, woken_at, wait = await _leader_with_commit_waiter(tmp_path)
     group = leader.groups[GROUP]
-    woken_at, wait = _commit_waiter(group)
     async with trio.open_nursery() as nursery:
         last, term = leader.propose_nowait(GROUP, _batch(), 3)
         nursery.start_soon(wait, last + 3, term)  # the next batch's last offset
@@ -247,11 +251,8 @@ async def test_a_commit_waiter_wakes_when_its_offset_commits_and_not_before(
 async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
     tmp_path: Path,
 ) -> None:
-    cluster = Cluster(tmp_path, 3)
-    await cluster.settle()
-    old = cluster.leader()
+    cluster, old, woken_at, wait = await _leader_with_commit_waiter(tmp_path)
     group = old.groups[GROUP]
-    woken_at, wait = _commit_waiter(group)
     async with trio.open_nursery() as nursery:
         last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
         nursery.start_soon(wait, last, term)
