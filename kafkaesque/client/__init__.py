@@ -35,7 +35,7 @@ from ._consumer_core import (
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._metadata import ClusterMetadata, TopicDescription, parse_bootstrap
-from ._partitioner import StickyPartitioner
+from ._partitioner import Partitioning, RoundRobinPartitioner, StickyPartitioner
 from ._producer_core import (
     DeliveryHandle,
     ProducerConfig,
@@ -82,6 +82,7 @@ __all__ = [
     "KafkaesqueError",
     "ListResponse",
     "OffsetReset",
+    "Partitioning",
     "Pinned",
     "Producer",
     "ProducerConfig",
@@ -91,6 +92,7 @@ __all__ = [
     "Response",
     "RetryDecision",
     "RetryPolicy",
+    "RoundRobinPartitioner",
     "SendRequest",
     "StickyPartitioner",
     "SyncConnection",

@@ -44,7 +44,7 @@ from kafkaesque.storage import HEADER_SIZE, Record
 from ._encoding import Headers, Row, encode_batch
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._metadata import ClusterMetadata, unknown_topic
-from ._partitioner import StickyPartitioner
+from ._partitioner import PARTITIONINGS, Partitioning, RoundRobinPartitioner, StickyPartitioner
 from ._retry import PRODUCER_RETRY, RetryPolicy, retry_decision
 from ._wire import Response
 
@@ -70,6 +70,10 @@ class ProducerConfig:
       payload limit is 8 MiB.
     - ``idempotent``: stamp batches with a producer id and sequences so that a retry is appended
       once (requires ``ordered``).
+    - ``partitioner``: where unkeyed records go (``_partitioner``): ``sticky`` fills one
+      partition's batch at a time (fewest, largest batches); ``round-robin`` sends each record to
+      the next partition in turn, as the seed and the broker's ``PUBS`` do (an even spread even
+      for a short burst, at the cost of smaller batches).
     """
 
     linger_ms: float = 5.0
@@ -84,8 +88,13 @@ class ProducerConfig:
     max_buffered_bytes: int = 32 * 1024 * 1024
     max_request_bytes: int = 8 * 1024 * 1024
     idempotent: bool = True
+    partitioner: Partitioning = "sticky"
 
     def __post_init__(self) -> None:
+        if self.partitioner not in PARTITIONINGS:
+            raise ValueError(
+                f"partitioner must be one of {', '.join(PARTITIONINGS)}, not {self.partitioner}"
+            )
         if self.idempotent and not self.ordered:
             raise ValueError("an idempotent producer keeps one batch in flight per partition")
         if self.linger_ms < 0 or self.batch_size < 1 or self.max_in_flight < 1:
@@ -260,6 +269,10 @@ class ProducerCore:
         self._metadata = ClusterMetadata()
         self._metadata_wanted = False
         self._sticky = StickyPartitioner()
+        # Set when unkeyed records go round-robin; then the sticky partitioner is never asked.
+        self._round_robin = (
+            RoundRobinPartitioner() if self.config.partitioner == "round-robin" else None
+        )
         self._next_id = 0
         # Invariant: every batch not settled is in exactly one place: _open (at most one per
         # partition, still accepting records), a _queued deque (closed, waiting to be sent or
@@ -320,7 +333,8 @@ class ProducerCore:
         return self._buffered_bytes < self.config.max_buffered_bytes
 
     def choose_partition(self, topic: str, key: bytes | None, partition: int | None) -> int:
-        """The partition a record goes to: ``partition`` if given, else by key hash, else sticky.
+        """The partition a record goes to: ``partition`` if given, else by key hash, else by the
+        ``partitioner`` setting (round-robin moves on by one partition at each call).
 
         Raises ``KafkaesqueError``: ``UNKNOWN_TOPIC`` (retriable) if the metadata does not know the
         topic, ``UNKNOWN_PARTITION`` for a partition out of range.
@@ -337,6 +351,8 @@ class ProducerCore:
             return partition
         if key is not None:
             return partition_for_key(key, count)
+        if self._round_robin is not None:
+            return self._round_robin.partition(topic, count)
         return self._sticky.partition(topic, count)
 
     def append(
@@ -376,7 +392,8 @@ class ProducerCore:
     ) -> DeliveryHandle:
         """``append`` of a record given by its fields (the drivers' path: no ``Record`` built)."""
         size = _size(key, value, headers)
-        # The fast path, for most records: unkeyed, into the open batch of the sticky partition.
+        # The fast path, for most records: unkeyed, into the open batch of the sticky partition
+        # (never filled when unkeyed records go round-robin).
         batch = self._sticky_open.get(topic) if key is None and partition is None else None
         if batch is None or batch.size + size > self._batch_limit:
             batch = self._batch_for(topic, key, partition, size, now_ms)
@@ -397,7 +414,7 @@ class ProducerCore:
                 ErrorCode.TOO_LARGE,
                 f"a record of {size} bytes exceeds max_request_bytes ({config.max_request_bytes})",
             )
-        sticky = partition is None and key is None
+        sticky = partition is None and key is None and self._round_robin is None
         chosen = self.choose_partition(topic, key, partition)
         tp = (topic, chosen)
         batch = self._open.get(tp)

@@ -94,6 +94,41 @@ def test_unkeyed_records_stick_to_a_partition_until_its_batch_closes() -> None:
     assert [s.command.partition for s in p.ready(now_ms=10)] == [2]
 
 
+def test_round_robin_sends_each_unkeyed_record_to_the_next_partition() -> None:
+    p = core(partitioner="round-robin")
+    handles = [p.append("t", rec(), now_ms=0) for _ in range(7)]
+    keyed = p.append("t", rec(key=b"k"), now_ms=0)  # a key still picks its own partition
+    pinned = p.append("t", rec(), partition=2, now_ms=0)  # and so does an explicit partition
+    sends = p.ready(now_ms=10)
+    by_partition = {s.command.partition: decode_header(s.command.batch).record_count for s in sends}
+    # 7 unkeyed: 0 1 2 0 1 2 0; then the keyed record and the pinned one join their partitions.
+    expected = {0: 3, 1: 2, 2: 2}
+    expected[partition_for_key(b"k", 3)] += 1
+    expected[2] += 1
+    assert by_partition == expected
+    assert not any(h.done() for h in [*handles, keyed, pinned])
+    # The turn carries on from where it was, for the next records of the topic.
+    assert [p.choose_partition("t", None, None) for _ in range(3)] == [1, 2, 0]
+    # A full batch is closed and a new one opened on the same partition: the turn moves once.
+    small = core(partitioner="round-robin", batch_size=60)  # two records fill a batch
+    for _ in range(7):
+        small.append("t", rec(), now_ms=0)
+    assert [s.command.partition for s in small.ready(now_ms=0)] == [0]  # 0 took a third record
+    assert small.choose_partition("t", None, None) == 1
+
+
+def test_round_robin_follows_a_changed_partition_count() -> None:
+    p = core(partitioner="round-robin")
+    assert [p.choose_partition("t", None, None) for _ in range(2)] == [0, 1]
+    p.update_metadata(cluster(partitions=2))
+    assert [p.choose_partition("t", None, None) for _ in range(3)] == [0, 1, 0]
+
+
+def test_an_unknown_partitioner_is_refused() -> None:
+    with pytest.raises(ValueError, match="round-robin, sticky, not random"):
+        ProducerConfig(partitioner="random")  # type: ignore[arg-type]
+
+
 def test_bad_partitions_and_topics_fail_at_once() -> None:
     p = core()
     with pytest.raises(KafkaesqueError) as info:
