@@ -256,6 +256,8 @@ class MqttService:
         create its session. Returns whether a session was present (for the CONNACK)."""
         accepted = device.accepted
         assert accepted is not None
+        # The connect timeout no longer applies: 1.5 x the keep-alive does, which may be sooner.
+        self._deadlines.moved_earlier(device)
         client_id = accepted.client_id
         old = self._devices.get(client_id)
         if old is not None and old is not device:

@@ -756,6 +756,32 @@ def test_keep_alive_expiry_closes_and_publishes_the_will(cluster: LocalCluster) 
         watcher.close()
 
 
+@pytest.mark.parametrize("version", [MqttVersion.V311, MqttVersion.V5], ids=["3.1.1", "5.0"])
+def test_a_short_keep_alive_holds_from_the_connect_on(
+    cluster: LocalCluster, version: MqttVersion
+) -> None:
+    # A device silent from its CONNECT on is dropped 1.5 x its keep-alive later (MQTT-3.1.2-24,
+    # v5 §3.1.2.10), not when the 10 s connect timeout would have run out.
+    device = unique("phone")
+    watcher = PahoDevice(cluster.mqtt_address(0), unique("w"))
+    try:
+        watcher.wait_connected()
+        watcher.subscribe(f"{device}/gone")
+        raw = RawMqtt(cluster.mqtt_address(0), version)
+        raw.connect(device, keep_alive=1, will=Will(f"{device}/gone", b"silent", qos=1))
+        accepted = time.monotonic()
+        try:
+            if version is MqttVersion.V5:
+                assert raw.receive(timeout=4.0) == Disconnect(0x8D)  # Keep Alive timeout
+            assert raw.closed_by_server(timeout=4.0)
+        finally:
+            raw.close()
+        assert time.monotonic() - accepted < 4.0  # 1.5 s, plus the scan; far below 10 s
+        wait_for(lambda: watcher.payloads() == [b"silent"], 4, "the Will")
+    finally:
+        watcher.close()
+
+
 def test_a_second_connection_with_the_same_client_id_takes_over(cluster: LocalCluster) -> None:
     device = unique("phone")
     first = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
