@@ -120,6 +120,11 @@ def _round(kind: str, seconds: float) -> float:
         server.wait()
 
 
+def echo_cpu_us(seconds: float, rounds: int = ROUNDS) -> float:
+    """The ``fd`` echo server's CPU microseconds per message: the best of ``rounds`` rounds."""
+    return min(_round("fd", seconds) for _ in range(rounds))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.device_io", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="3 s rounds (about 40 s in all)")
