@@ -244,14 +244,41 @@ def unescape(raw: bytes) -> bytes:
     return _UNESCAPE_RE.sub(_unescape_one, raw)
 
 
-# Telnet (RFC 854): IAC IAC is a data byte 0xFF; IAC + command (2 bytes), IAC + WILL/WONT/DO/DONT
-# + option (3 bytes) and IAC SB ... IAC SE are negotiation, which a broker that never negotiates
-# can drop. A telnet client sends them when its user presses Ctrl-C ("IAC IP") and the like.
-_TELNET_RE: Final = re.compile(rb"\xff(?:\xff|\xfa.*?(?:\xff\xf0|\Z)|[\xfb-\xfe].?|.?)", re.DOTALL)
+# Telnet (RFC 854). IAC (0xFF) starts a command: IAC IAC is a data byte 0xFF; IAC + WILL/WONT/
+# DO/DONT (0xFB-0xFE) + an option byte is a 3-byte negotiation, IAC SB ... IAC SE (0xFA ... 0xFF
+# 0xF0, with IAC IAC for a 0xFF inside) a subnegotiation, and IAC + any other command byte
+# (0xF0-0xF9: SE, NOP, DM, BRK, IP, AO, AYT, EC, EL, GA) a 2-byte command. A broker that never
+# negotiates drops the commands; a telnet client sends them when its user presses Ctrl-C ("IAC
+# IP") and the like. Anything else after an IAC (a data byte, the end of the line) is not telnet:
+# the last alternative matches the lone IAC, and the line is refused rather than guessed at.
+_TELNET_RE: Final = re.compile(
+    rb"\xff(?:\xff|[\xfb-\xfe].|\xfa(?:[^\xff]|\xff\xff)*\xff\xf0|[\xf0-\xf9]|)", re.DOTALL
+)
 
 
 def _telnet_one(match: re.Match[bytes]) -> bytes:
-    return b"\xff" if match.group() == b"\xff\xff" else b""
+    """A telnet sequence's replacement: 0xFF for IAC IAC, nothing for a command; raises
+    ``_Reject`` for a lone IAC (see ``_TELNET_RE``)."""
+    sequence = match.group()
+    if sequence == b"\xff\xff":
+        return b"\xff"
+    if len(sequence) > 1:
+        return b""
+    line, at = match.string, match.start()
+    after = line[at + 1 : at + 2]
+    if not after:
+        what = "ends the line"
+    elif after == b"\xfa":
+        what = "starts a subnegotiation (SB) with no IAC SE on the line"
+    elif after[0] >= 0xFB:
+        what = "starts a negotiation with no option byte on the line"
+    else:
+        what = f"is followed by 0x{after[0]:02X}, which is no telnet command"
+    raise _Reject(
+        ErrorCode.BAD_ARGS,
+        f"byte 0xFF (telnet IAC) at column {at + 1} {what}; a data byte 0xFF is sent doubled "
+        "(IAC IAC): the line is refused, not guessed at",
+    )
 
 
 def _show(raw: bytes) -> str:
@@ -634,7 +661,19 @@ class LineDecoder:
     def _parse_line(self, line: bytes) -> LineEvent | _Payload | None:
         """One line (without its LF) into an event; None for a line with nothing on it."""
         if b"\xff" in line:
-            line = _TELNET_RE.sub(_telnet_one, line)
+            try:
+                line = _TELNET_RE.sub(_telnet_one, line)
+            except _Reject as reject:
+                # Refused; but if the line still reads as one announcing a payload, its bytes
+                # must be skipped, or they would be taken for command lines.
+                announced = self._parse_words(line)
+                if isinstance(announced, _Payload):
+                    return _Payload(announced.length, None, reject.event())
+                return reject.event()
+        return self._parse_words(line)
+
+    def _parse_words(self, line: bytes) -> LineEvent | _Payload | None:
+        """``_parse_line`` once telnet commands are out of the line."""
         line = line.rstrip(b"\r")
         parts = line.split(None, 2)
         if not parts:

@@ -427,10 +427,63 @@ def test_telnet_negotiation_is_stripped() -> None:
     assert decode(data) == [Ping(), Ping(), Ping()]
 
 
-def test_telnet_escaped_iac_is_a_data_byte_and_a_lone_one_is_dropped() -> None:
+def test_telnet_escaped_iac_is_a_data_byte() -> None:
     assert one(b"PUBS t a\xff\xffb\r\n") == Pubs("t", b"a\xffb")
-    assert one(b"PUBS t ab\xff\r\n") == Pubs("t", b"ab")
     assert one(encode_command(Pubs("t", b"\xff\xff!"))) == Pubs("t", b"\xff\xff!")
+    # Inside a subnegotiation, IAC IAC is data of the subnegotiation: dropped with it.
+    assert one(b"PUBS t a\xff\xfa\x18\xff\xffx\xff\xf0b\r\n") == Pubs("t", b"ab")
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        b"\xff\xf1",
+        b"\xff\xf9",
+        b"\xff\xf0",
+        b"\xff\xfb\x01",
+        b"\xff\xfe\xff",
+        b"\xff\xfa\x1f\xff\xf0",
+    ],
+    ids=["NOP", "GA", "SE", "WILL ECHO", "DONT 255", "SB ... SE"],
+)
+def test_each_kind_of_telnet_command_is_dropped_whole(command: bytes) -> None:
+    # RFC 854: 2-byte commands, 3-byte negotiations and subnegotiations; nothing else goes.
+    assert one(b"PUBS t a" + command + b"b\r\n") == Pubs("t", b"ab")
+
+
+@pytest.mark.parametrize(
+    ("line", "what"),
+    [
+        (b"PUBS or\xffders x", "at column 8 is followed by 0x64, which is no telnet command"),
+        (b"PUBS t a\xffb", "at column 9 is followed by 0x62"),
+        (b"PUBS t ab\xff", "ends the line"),
+        (b"PUBS t ab\xff\r", "is followed by 0x0D"),
+        (b"PUBS t ab\xff\xfb", "no option byte"),
+        (b"PUBS t a\xff\xfa\x18xterm", "subnegotiation (SB) with no IAC SE"),
+        (b"PI\xff\x00NG", "is followed by 0x00"),
+    ],
+)
+def test_a_lone_iac_refuses_the_line_instead_of_altering_it(line: bytes, what: str) -> None:
+    # 0xFF followed by a byte that is no telnet command is not telnet: neither the IAC nor
+    # its neighbour is dropped (which turned "or\xffders" into the topic "orers").
+    event = bad(line + b"\n")
+    assert event.code is ErrorCode.BAD_ARGS and not event.framing_error
+    assert what in event.message and "IAC IAC" in event.message
+    # The next line is read as usual.
+    assert decode(line + b"\nPING\r\n")[1:] == [Ping()]
+
+
+def test_a_refused_telnet_line_that_announces_a_payload_skips_it() -> None:
+    # The payload must not be read as command lines, even though its line was refused.
+    events = decode(b"PUB t key=a\xffb bytes=6\r\nPING\r\n\r\nPING\r\n")
+    assert len(events) == 2
+    assert isinstance(events[0], BadCommand) and "telnet IAC" in events[0].message
+    assert events[1] == Ping()
+
+
+def test_a_topic_name_with_an_escaped_iac_is_an_invalid_name() -> None:
+    event = bad(b"PUBS or\xff\xffders x\r\n")
+    assert event.code is ErrorCode.INVALID_TOPIC and "invalid topic name" in event.message
 
 
 def test_line_of_only_telnet_negotiation_is_ignored() -> None:

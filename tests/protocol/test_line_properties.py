@@ -208,6 +208,72 @@ def test_commands_survive_any_chunking(
     assert decoder.buffered_bytes == 0
 
 
+# RFC 854's commands, as a telnet client may send them in the middle of a line (none holds LF:
+# the decoder strips telnet inside a line).
+telnet_commands = st.one_of(
+    st.sampled_from([bytes((0xFF, c)) for c in range(0xF0, 0xFA)]),  # SE, NOP, ..., GA
+    st.builds(
+        lambda verb, option: bytes((0xFF, verb, option)),
+        st.integers(0xFB, 0xFE),  # WILL, WONT, DO, DONT
+        st.integers(0, 255).filter(lambda b: b != 0x0A),
+    ),
+    st.binary(max_size=8)
+    .filter(lambda b: b"\n" not in b)
+    .map(lambda b: b"\xff\xfa" + b.replace(b"\xff", b"\xff\xff") + b"\xff\xf0"),
+)
+
+
+def _line_positions(encoded: bytes) -> list[int]:
+    """Where a telnet command may go into an encoded command: in its line (not its payload),
+    not right after a 0xFF (which may be the first half of an IAC IAC)."""
+    line_end = encoded.index(b"\r\n")
+    return [i for i in range(line_end + 1) if i == 0 or encoded[i - 1] != 0xFF]
+
+
+@given(
+    st.lists(st.tuples(commands, st.lists(st.tuples(st.integers(0), telnet_commands))), max_size=8),
+    st.lists(st.integers(0, 10_000), max_size=20),
+)
+def test_telnet_commands_anywhere_in_a_line_are_dropped_whole(
+    items: list[tuple[Command, list[tuple[int, bytes]]]], cuts: list[int]
+) -> None:
+    stream = b""
+    for command, insertions in items:
+        encoded = encode_command(command)
+        positions = _line_positions(encoded)
+        # From the last position back, so that no command goes inside another.
+        for at, telnet in sorted(
+            ((positions[where % len(positions)], telnet) for where, telnet in insertions),
+            key=lambda item: item[0],
+            reverse=True,
+        ):
+            encoded = encoded[:at] + telnet + encoded[at:]
+        stream += encoded
+    decoder = LineDecoder()
+    decoded: list[LineEvent] = []
+    for piece in _cut(stream, cuts):
+        decoder.feed(piece)
+        decoded.extend(decoder.events())
+    assert decoded == [command for command, _ in items]
+
+
+@given(pubs, st.integers(0), st.integers(0, 0xEF))
+def test_a_lone_iac_never_yields_altered_bytes(command: Pubs, where: int, after: int) -> None:
+    # 0xFF followed by a byte that is no telnet command: the line is refused, never decoded
+    # into a message or topic with bytes dropped.
+    encoded = encode_command(command)
+    positions = _line_positions(encoded)
+    at = positions[where % len(positions)]
+    if encoded[at : at + 1] == b"\xff":
+        return  # the inserted IAC would pair with an escaped 0xFF: not a lone one
+    encoded = encoded[:at] + b"\xff" + bytes((after,)) + encoded[at:]
+    decoder = LineDecoder()
+    decoder.feed(encoded + b"PING\r\n")
+    events = list(decoder.events())
+    assert events[-1] == Ping()
+    assert all(isinstance(e, BadCommand) and e.code is ErrorCode.BAD_ARGS for e in events[:-1])
+
+
 texts = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\r\n"), max_size=30)
 next_offsets = st.lists(st.tuples(partitions, offsets), max_size=4, unique_by=lambda p: p[0]).map(
     tuple
