@@ -27,29 +27,28 @@ import os
 import shutil
 import sys
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import trio
+from ._preflight import demo_problems
 
-from kafkaesque.client import Client
+if TYPE_CHECKING:
+    from ._demo_pipeline import DemoPlan
 
-from ._demo_pipeline import (
-    COMMANDS,
-    READINGS,
-    DemoPlan,
-    DemoRunError,
-    devices_command,
-    run_pipeline,
-)
-from ._demo_report import format_table, plot, read_log, summary_rows
-from .cluster import LocalCluster
+# The pipeline's modules (trio, the client, the cluster, Spark, matplotlib) are imported by
+# ``run`` once the preflight found everything: ``kafkaesque demo --help`` and a missing piece
+# answer at once.
 
 DEFAULT_DATA_DIR = ".kafkaesque-data"
+BROKERS = 3
+PORTS_PER_BROKER = 5  # client, peer, controller, admin, MQTT: what LocalCluster picks for each
 
-MQTT_RULES = f"""\
+
+def mqtt_rules(readings: str, commands: str) -> str:
+    """The brokers' MQTT mapping: phones publish readings, the controller's commands go back."""
+    return f"""\
 # kafkaesque demo: phones publish readings, the controller's commands go back to one phone
-phones/+/spectrum -> {READINGS} key=1
-phones/+/commands -> {COMMANDS} key=1
+phones/+/spectrum -> {readings} key=1
+phones/+/commands -> {commands} key=1
 """
 
 
@@ -84,6 +83,8 @@ def plan_for(args: argparse.Namespace) -> DemoPlan:
     interval = 0.5 if args.quick else args.interval
     if args.devices < 1 or interval <= 0 or duration < 10:
         raise DemoError("--devices must be positive, --interval > 0 and --duration >= 10")
+    from ._demo_pipeline import DemoPlan
+
     return DemoPlan(
         devices=args.devices,
         interval_s=interval,
@@ -95,16 +96,34 @@ def plan_for(args: argparse.Namespace) -> DemoPlan:
     )
 
 
+def preflight(args: argparse.Namespace) -> None:
+    """Raise DemoError naming every missing piece (and how to install it) before anything starts."""
+    problems = demo_problems(
+        data_dir=args.data_dir, ports=BROKERS * PORTS_PER_BROKER, spark=not args.no_spark
+    )
+    if problems:
+        raise DemoError("; ".join(problems))
+
+
 def run(args: argparse.Namespace) -> int:
     plan = plan_for(args)
+    preflight(args)
+    import trio
+
+    from kafkaesque.client import Client
+
+    from ._demo_pipeline import COMMANDS, READINGS, DemoRunError, devices_command, run_pipeline
+    from ._demo_report import format_table, plot, read_log, summary_rows
+    from .cluster import LocalCluster
+
     root = os.path.join(os.path.abspath(args.data_dir), "demo")
     shutil.rmtree(root, ignore_errors=True)
     os.makedirs(root)
     out = sys.stdout
-    print(f"starting 3 brokers in {root} ...", file=out, flush=True)
+    print(f"starting {BROKERS} brokers in {root} ...", file=out, flush=True)
     started = time.monotonic()
     with LocalCluster(
-        os.path.join(root, "cluster"), 3, mqtt=True, mqtt_rules=MQTT_RULES
+        os.path.join(root, "cluster"), BROKERS, mqtt=True, mqtt_rules=mqtt_rules(READINGS, COMMANDS)
     ) as cluster:
         mqtt = [f"{host}:{port}" for host, port in cluster.mqtt_addresses]
         with Client(cluster.bootstrap) as client:

@@ -2,52 +2,145 @@
 
 Errors are printed as one clear line on stderr with a non-zero exit status; a traceback means a
 bug in Kafkaesque, not in the user's input.
+
+Starting is cheap: ``kafkaesque --help`` and ``--version`` import no subcommand module, and a
+command imports only its own module (the broker's, the demo's and ``jepsen``'s pull in trio, the
+broker or matplotlib, which take a second to import). The table ``COMMANDS`` names each command's
+module and holds the one-line summary ``kafkaesque --help`` lists (a module's own ``help=`` is
+only seen by a parser built with every module); ``tests/cli/test_main.py`` checks that the table
+names exactly the commands the modules register.
 """
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
+from collections.abc import Iterable, Sequence
+from typing import NamedTuple
 
-from kafkaesque.client import KafkaesqueError
-
-from . import broker, client_commands, cluster, demo, devices, jepsen, mqtt_bridge
+from kafkaesque import __version__
 
 
-def build_parser() -> argparse.ArgumentParser:
+class Command(NamedTuple):
+    """A subcommand: the module (relative to this package) that registers it, and its summary."""
+
+    module: str
+    help: str
+
+
+COMMANDS: dict[str, Command] = {
+    "broker": Command(".broker", "run one broker"),
+    "cluster": Command(".cluster", "run a local cluster of brokers"),
+    "demo": Command(
+        ".demo", "run the end-to-end demo: MQTT phones -> replicated log -> controller -> Spark"
+    ),
+    "devices": Command(
+        ".devices", "simulate MQTT devices publishing readings, and report what reached the log"
+    ),
+    "topic": Command(".client_commands", "create, list, describe or delete topics"),
+    "produce": Command(
+        ".client_commands",
+        "publish stdin (or a file), one record per line, with a batching producer",
+    ),
+    "consume": Command(
+        ".client_commands", "print a topic's records, one value per line (or --format)"
+    ),
+    "status": Command(
+        ".client_commands", "brokers, then every partition's leader, replicas and offsets"
+    ),
+    "jepsen": Command(".jepsen", "run a fault-injection test and check its history"),
+    "mqtt-bridge": Command(
+        ".mqtt_bridge", "bridge an existing MQTT broker into log topics (and back)"
+    ),
+}
+
+# The errors a command raises for the user's input or the cluster's state: printed as one line.
+# (module, class name): a class whose module was never imported cannot have been raised, so
+# ``main`` looks them up in sys.modules instead of importing every command to catch them.
+USER_ERRORS: tuple[tuple[str, str], ...] = (
+    ("kafkaesque.client._errors", "KafkaesqueError"),
+    (".broker", "BrokerCommandError"),
+    (".cluster", "ClusterError"),
+    (".demo", "DemoError"),
+    (".devices", "DevicesError"),
+    (".client_commands", "ClientCommandError"),
+    ("kafkaesque.jepsen_like.runner", "JepsenError"),
+    (".mqtt_bridge", "MqttBridgeError"),
+)
+
+
+def _absolute(module: str) -> str:
+    return importlib.util.resolve_name(module, __package__)
+
+
+def _register(commands: argparse._SubParsersAction[argparse.ArgumentParser], module: str) -> None:
+    """Import ``module`` and let it register its command(s) on ``commands``."""
+    loaded = importlib.import_module(module, __package__)
+    register = getattr(loaded, "add_parser", None) or loaded.add_parsers
+    register(commands)
+
+
+def build_parser(load: Iterable[str] | None = None) -> argparse.ArgumentParser:
+    """The ``kafkaesque`` parser, with full subparsers for the commands in ``load`` (None: all).
+
+    Every other command is listed by name and help only, without importing its module; parsing
+    its arguments needs it loaded (``main`` loads the command it is given).
+    """
+    wanted = {COMMANDS[name].module for name in (COMMANDS if load is None else load)}
     parser = argparse.ArgumentParser(
         prog="kafkaesque",
         description="A Raft-replicated, partitioned log broker.",
     )
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    broker.add_parser(commands)
-    cluster.add_parser(commands)
-    demo.add_parser(commands)
-    devices.add_parser(commands)
-    client_commands.add_parsers(commands)
-    jepsen.add_parser(commands)
-    mqtt_bridge.add_parser(commands)
+    registered: set[str] = set()
+    for name, command in COMMANDS.items():
+        if name in registered:
+            continue
+        if command.module in wanted:
+            # a module may register several commands (client_commands: topic, produce, ...)
+            _register(commands, command.module)
+            registered |= {n for n, c in COMMANDS.items() if c.module == command.module}
+        else:
+            commands.add_parser(name, help=command.help, add_help=False)
+            registered.add(name)
     return parser
 
 
+def _command_in(argv: Sequence[str]) -> str | None:
+    """The subcommand ``argv`` names: its first argument that is not an option, if known.
+
+    The top-level parser has no option that takes a value, so the first non-option is the
+    command; an unknown one is left to argparse, which says which commands exist.
+    """
+    first = next((arg for arg in argv if not arg.startswith("-")), None)
+    return first if first in COMMANDS else None
+
+
+def user_error_types() -> tuple[type[Exception], ...]:
+    """The classes of ``USER_ERRORS`` whose modules are imported (the others were not raised)."""
+    found: list[type[Exception]] = []
+    for module, name in USER_ERRORS:
+        loaded = sys.modules.get(_absolute(module))
+        if loaded is not None:
+            found.append(getattr(loaded, name))
+    return tuple(found)
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = build_parser()
+    if argv is None:
+        argv = sys.argv[1:]
+    command = _command_in(argv)
+    parser = build_parser([command] if command else [])
     args = parser.parse_args(argv)
     try:
         result: int = args.run(args)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
-    except (
-        demo.DemoError,
-        devices.DevicesError,
-        broker.BrokerCommandError,
-        cluster.ClusterError,
-        client_commands.ClientCommandError,
-        jepsen.JepsenError,
-        mqtt_bridge.MqttBridgeError,
-        KafkaesqueError,
-    ) as exc:
+    except user_error_types() as exc:  # evaluated when an exception is raised, after run
         print(f"kafkaesque {args.command}: {exc}", file=sys.stderr)
         return 1
     return result

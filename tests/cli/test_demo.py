@@ -111,3 +111,23 @@ def test_an_unknown_command_is_one_clear_error_and_a_non_zero_exit() -> None:
     assert result.returncode != 0
     assert "invalid choice: 'nosuch'" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_a_missing_piece_stops_the_demo_before_it_starts_anything(tmp_path: Path) -> None:
+    """The preflight's answer: one line naming the piece and how to install it, nothing started."""
+    env = {**_marked_env(tmp_path), "JAVA_HOME": str(tmp_path / "no-java")}
+    result = subprocess.run(
+        [*_kafkaesque(), "demo", "--quick", "--data-dir", str(tmp_path / "data")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+        env=env,
+    )
+    assert result.returncode == 1
+    assert result.stdout == ""
+    [line] = result.stderr.splitlines()
+    assert line.startswith(f"kafkaesque demo: Java 17 or newer is not at JAVA_HOME={tmp_path}")
+    assert "--no-spark" in line
+    assert not (tmp_path / "data").exists()
+    assert not _processes_under(tmp_path)
