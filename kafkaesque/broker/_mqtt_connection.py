@@ -19,6 +19,9 @@ MQTT-3.1.2-24 / v5 §3.1.2.10), tells it about deliveries (``deliver``) and abou
 * ``Accepted``: the CONNECT was accepted: register the session, then send ``connack()``;
 * ``Acked``: the device acknowledged a tagged delivery;
 * ``Released``: a QoS 2 message is complete (PUBREL): send its PUBCOMP;
+
+The driver calls ``answered`` as it sends the PUBACK of an ``Append`` or the PUBCOMP of a
+``Released``: the client may then send one more QoS 1/2 PUBLISH (v5 Receive Maximum).
 * ``Subscribed``: add subscriptions, then send its SUBACK (then the retained messages): the
   driver may first make sure the subscription is live, so that whatever is published after the
   SUBACK reaches the device;
@@ -78,6 +81,11 @@ CONNECT_TIMEOUT_S: Final = 10.0
 MAX_QOS: Final = 2
 TOPIC_ALIAS_MAXIMUM: Final = 100
 """Topic aliases a v5 client may set up on one connection (announced in the CONNACK)."""
+RECEIVE_MAXIMUM: Final = 1000
+"""QoS 1 and 2 PUBLISHes a v5 client may have unanswered (no PUBACK / PUBCOMP sent yet) on one
+connection: announced in the CONNACK (v5 §3.2.2.3.3), and one more is a DISCONNECT 0x93
+(v5 §4.9). Below the driver's bound of acknowledgements waiting for the log (1024), so a client
+within it is seldom made to wait by TCP backpressure."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -171,7 +179,10 @@ class MqttServerConnection:
     """The server side of one MQTT connection (see the module docstring).
 
     ``users`` maps user names to passwords (None: anonymous access). ``max_packet_size`` bounds
-    every packet the peer may send (a larger one is a protocol error, 0x95 in v5).
+    every packet the peer may send (a larger one is a protocol error, 0x95 in v5);
+    ``receive_maximum``, the QoS 1/2 PUBLISHes a v5 client may have unanswered (one more is
+    0x93). A v5 CONNACK announces both (v5 §3.2.2.3.3, §3.2.2.3.6), for a client that trusts
+    the absent values (none, 65535) floods the connection.
     """
 
     def __init__(
@@ -180,8 +191,15 @@ class MqttServerConnection:
         *,
         users: Mapping[str, str] | None = None,
         max_packet_size: int = 1 << 20,
+        receive_maximum: int = RECEIVE_MAXIMUM,
     ) -> None:
+        if not 1 <= receive_maximum <= 0xFFFF:
+            raise ValueError(f"receive_maximum must be 1..65535, not {receive_maximum}")
         self._decoder = MqttDecoder(max_packet_size=max_packet_size, server_side=True)
+        self.inbound_maximum = receive_maximum
+        # The client's QoS 1/2 PUBLISHes on this connection not answered yet (PUBACK or
+        # PUBCOMP not sent). Invariant: 0 <= unanswered; at most inbound_maximum in v5.
+        self.unanswered = 0
         self._users = users
         self.version: MqttVersion | None = None
         self.client_id: str | None = None
@@ -281,6 +299,12 @@ class MqttServerConnection:
             actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
         actions.extend(self._close(why, will=self.connected))
         return actions
+
+    def answered(self) -> None:
+        """The driver sent the PUBACK of a QoS 1 ``Append`` or the PUBCOMP of a ``Released``."""
+        # Never below 0: a PUBREL may complete a QoS 2 message of an earlier connection of the
+        # session, which this one did not count (the quota restarts at each connection, v5 §4.9).
+        self.unanswered = max(0, self.unanswered - 1)
 
     # -- output toward the device ---------------------------------------------------------------
 
@@ -418,7 +442,10 @@ class MqttServerConnection:
         properties = MqttProperties()
         if v5:
             properties = MqttProperties(
-                assigned_client_identifier=assigned, topic_alias_maximum=TOPIC_ALIAS_MAXIMUM
+                receive_maximum=self.inbound_maximum,
+                maximum_packet_size=self._decoder.max_packet_size,
+                assigned_client_identifier=assigned,
+                topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
             )
         if packet.properties.authentication_method is not None:
             actions.extend(self._refuse(ConnackReturnCode.NOT_AUTHORIZED, 0x8C))
@@ -463,9 +490,20 @@ class MqttServerConnection:
                     )
                     return
                 topic = found
+        retransmission = packet.qos == 2 and packet.packet_id in self.awaiting_release
+        if packet.qos and not retransmission:
+            if self.unanswered >= self.inbound_maximum and self.version is MqttVersion.V5:
+                actions.extend(
+                    self._violation(
+                        MqttReasonCode.RECEIVE_MAXIMUM_EXCEEDED,
+                        f"more than {self.inbound_maximum} QoS 1/2 PUBLISHes unanswered",
+                    )
+                )
+                return
+            self.unanswered += 1
         if packet.qos == 2:
             ack = encode_mqtt(Pubrec(packet.packet_id), self._v())
-            if packet.packet_id in self.awaiting_release:
+            if retransmission:
                 # A retransmission of a message already appended: only the PUBREC again
                 # (MQTT-4.3.3-9: no second onward delivery).
                 actions.append(Send(ack))

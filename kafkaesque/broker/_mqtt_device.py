@@ -68,6 +68,7 @@ _DRAIN_S: Final = 2.0
 _CLOSE_S: Final = 1.0  # for a TLS connection's close_notify to go out
 # Kinds of entries of the ``out`` queue.
 _PLAIN: Final = 0
+_ANSWER: Final = 1  # a PUBACK or PUBCOMP: once sent, the client may send one more (conn.answered)
 _CLOSE: Final = 2
 
 
@@ -223,7 +224,7 @@ class MqttDevice:
             elif type(action) is Released:
                 # A persistent session stores the id as free before the PUBCOMP goes.
                 saved = self.service.save_session_nowait(self)
-                self.out.append((saved, action.pubcomp, _PLAIN))
+                self.out.append((saved, action.pubcomp, _ANSWER))
                 self.pending += saved is not None
                 self.wake.set()
             elif type(action) is Unsubscribed:
@@ -302,7 +303,7 @@ class MqttDevice:
         idle = not self.out
         for flight in flights[:-1]:
             self.out.append((flight, b"", _PLAIN))
-        self.out.append((flights[-1], action.ack, _PLAIN))
+        self.out.append((flights[-1], action.ack, _ANSWER if action.qos == 1 else _PLAIN))
         self.pending += len(flights)
         if idle:  # else the writer is busy, or waits for the flight of an entry ahead
             flights[0].notify(self.wake_writer)
@@ -446,7 +447,9 @@ class MqttDevice:
                 if flight.error is not None:
                     self._write_failed(flight.error)
                     continue
-            if kind == _CLOSE:
+            if kind == _ANSWER:
+                self.conn.answered()
+            elif kind == _CLOSE:
                 if buf:  # send these first; the close entry is handled on the next call
                     out.appendleft((None, b"", _CLOSE))
                     break

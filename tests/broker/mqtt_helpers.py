@@ -62,15 +62,25 @@ class PahoDevice:
             self.client.will_set(will[0], will[1], will[2], will[3])
         self.messages: list[paho.MQTTMessage] = []
         self.connack: list[Any] = []
+        self.connack_properties: list[Any] = []  # paho's Properties of each CONNACK (v5)
+        self.disconnect_reasons: list[Any] = []  # paho's ReasonCode of each disconnection
         self.disconnected = threading.Event()
         self._lock = threading.Lock()
         self.client.on_message = self._on_message
-        self.client.on_connect = lambda c, u, flags, rc, props: self.connack.append(rc)
-        self.client.on_disconnect = lambda *a: self.disconnected.set()
+        self.client.on_connect = self._on_connect
+        self.client.on_disconnect = self._on_disconnect
         if configure is not None:
             configure(self.client)
         self.client.connect(address[0], address[1], keepalive=keepalive)
         self.client.loop_start()
+
+    def _on_connect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.connack_properties.append(props)
+        self.connack.append(rc)  # last: a waiter on ``connack`` finds the properties there
+
+    def _on_disconnect(self, client: Any, userdata: Any, flags: Any, rc: Any, props: Any) -> None:
+        self.disconnect_reasons.append(rc)
+        self.disconnected.set()
 
     def _on_message(self, client: Any, userdata: Any, message: paho.MQTTMessage) -> None:
         with self._lock:

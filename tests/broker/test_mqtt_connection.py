@@ -6,6 +6,7 @@ import pytest
 
 from kafkaesque.broker._mqtt_connection import (
     CONNECT_TIMEOUT_S,
+    RECEIVE_MAXIMUM,
     TOPIC_ALIAS_MAXIMUM,
     Accepted,
     Action,
@@ -66,16 +67,25 @@ def connected(
         encode_mqtt(Connect("dev-1", keep_alive=keep_alive, will=will), version), 0.0
     )
     assert [type(a) for a in actions] == [Accepted]
+    max_packet_size = kw.get("max_packet_size", 1 << 20)
+    assert isinstance(max_packet_size, int)
     assert sent([Send(conn.connack(False))], version) == [
-        Connack(False, 0, connack_properties(version))
+        Connack(False, 0, connack_properties(version, max_packet_size, conn.inbound_maximum))
     ]
     return conn
 
 
-def connack_properties(version: MqttVersion) -> MqttProperties:
-    """What a CONNACK announces: to a v5 client, the topic aliases it may set up."""
+def connack_properties(
+    version: MqttVersion, max_packet_size: int = 1 << 20, receive_maximum: int = RECEIVE_MAXIMUM
+) -> MqttProperties:
+    """What a CONNACK announces: to a v5 client, the limits it must keep to (v5 §3.2.2.3.3,
+    §3.2.2.3.6: absent ones would mean none) and the topic aliases it may set up."""
     if version is V5:
-        return MqttProperties(topic_alias_maximum=TOPIC_ALIAS_MAXIMUM)
+        return MqttProperties(
+            receive_maximum=receive_maximum,
+            maximum_packet_size=max_packet_size,
+            topic_alias_maximum=TOPIC_ALIAS_MAXIMUM,
+        )
     return MqttProperties()
 
 
@@ -227,6 +237,46 @@ def test_qos2_is_appended_once_and_released() -> None:
     # After PUBCOMP the id is free: a new PUBLISH with it is a new message.
     new = conn.receive(encode_mqtt(publish, V311), 4.0)
     assert [type(a) for a in new] == [Append]
+
+
+def test_v5_publishes_beyond_the_announced_receive_maximum_get_disconnect_0x93() -> None:
+    conn = connected(V5, receive_maximum=2)
+    topic = "phones/p1/spectrum"
+    first = conn.receive(encode_mqtt(Publish(topic, b"1", qos=1, packet_id=1), V5), 0.0)
+    second = conn.receive(encode_mqtt(Publish(topic, b"2", qos=2, packet_id=2), V5), 0.0)
+    assert [type(a) for a in first + second] == [Append, Append]
+    conn.answered()  # the PUBACK of the first went out: room for one more
+    third = conn.receive(encode_mqtt(Publish(topic, b"3", qos=1, packet_id=3), V5), 0.0)
+    assert [type(a) for a in third] == [Append]
+    # QoS 0 does not count; a retransmission of an unreleased QoS 2 message is not a new one.
+    more = conn.receive(encode_mqtt(Publish(topic, b"q0", qos=0), V5), 0.0)
+    more += conn.receive(encode_mqtt(Publish(topic, b"2", qos=2, dup=True, packet_id=2), V5), 0.0)
+    assert [type(a) for a in more] == [Append, Send]
+    fourth = conn.receive(encode_mqtt(Publish(topic, b"4", qos=1, packet_id=4), V5), 0.0)
+    assert sent(fourth, V5) == [Disconnect(0x93)]
+    assert [c.will for c in closes(fourth)] == [True]
+
+
+def test_v311_has_no_receive_maximum_to_exceed() -> None:
+    conn = connected(V311, receive_maximum=1)
+    topic = "phones/p1/spectrum"
+    for packet_id in (1, 2, 3):
+        actions = conn.receive(encode_mqtt(Publish(topic, b"x", 1, packet_id=packet_id), V311), 0)
+        assert [type(a) for a in actions] == [Append]  # TCP backpressure is its only bound
+
+
+def test_a_pubcomp_for_an_earlier_connection_does_not_lend_quota() -> None:
+    conn = connected(V5, receive_maximum=1)
+    conn.answered()  # the PUBCOMP of a QoS 2 message the session had before this connection
+    topic = "phones/p1/spectrum"
+    conn.receive(encode_mqtt(Publish(topic, b"1", qos=1, packet_id=1), V5), 0.0)
+    second = conn.receive(encode_mqtt(Publish(topic, b"2", qos=1, packet_id=2), V5), 0.0)
+    assert sent(second, V5) == [Disconnect(0x93)]
+
+
+def test_receive_maximum_must_be_a_two_byte_count_above_0() -> None:
+    with pytest.raises(ValueError, match="receive_maximum"):
+        MqttServerConnection(0.0, receive_maximum=0)
 
 
 def test_wildcard_in_publish_topic_closes_the_connection() -> None:

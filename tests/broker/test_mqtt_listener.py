@@ -19,6 +19,8 @@ from kafkaesque.cli.cluster import LocalCluster
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
+from kafkaesque.broker._mqtt_connection import RECEIVE_MAXIMUM
+from kafkaesque.broker._mqtt_listener import MAX_PACKET_SIZE
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
     Disconnect,
@@ -856,6 +858,70 @@ def test_an_oversized_publish_gets_v5_disconnect_0x95(cluster: LocalCluster) -> 
         assert raw.closed_by_server()
     finally:
         raw.close()
+
+
+def test_a_v5_connack_announces_the_limits_the_broker_enforces(cluster: LocalCluster) -> None:
+    """Maximum Packet Size and Receive Maximum are in the CONNACK (absent, they would mean no
+    limit and 65535, v5 §3.2.2.3.3/§3.2.2.3.6); a PUBLISH of exactly the maximum is taken, one
+    byte more gets DISCONNECT 0x95 Packet too large."""
+    device = unique("phone")
+    topic = f"phones/{device}/spectrum"
+    phone = PahoDevice(cluster.mqtt_address(1), device, version=paho.MQTTv5)
+    try:
+        phone.wait_connected()
+        [properties] = phone.connack_properties
+        maximum = properties.MaximumPacketSize
+        assert maximum == MAX_PACKET_SIZE
+        assert properties.ReceiveMaximum == RECEIVE_MAXIMUM
+        # A payload that makes the PUBLISH (as paho frames it: v5, QoS 1, no properties)
+        # exactly the announced maximum.
+        framing = len(encode_mqtt(Publish(topic, b"", 1, packet_id=1), MqttVersion.V5))
+        payload = b"m" * (maximum - framing)
+        payload = payload[: len(payload) - 2]  # the remaining length takes 2 more bytes
+        assert len(encode_mqtt(Publish(topic, payload, 1, packet_id=1), MqttVersion.V5)) == maximum
+        phone.publish(topic, payload, qos=1)  # waits for the PUBACK
+        assert not phone.disconnected.is_set()
+        phone.client.publish(topic, payload + b"!", qos=1)
+        assert phone.disconnected.wait(10)
+        assert [int(rc.value) for rc in phone.disconnect_reasons] == [0x95]
+    finally:
+        phone.close()
+    assert [len(r.value or b"") for r in keyed_records(cluster.bootstrap, "readings", device)] == [
+        len(payload)
+    ]
+
+
+def test_deliveries_keep_to_the_clients_receive_maximum(cluster: LocalCluster) -> None:
+    """At most the v5 client's Receive Maximum of QoS 1 deliveries are unacknowledged at once
+    (MQTT-3.3.4-9); each PUBACK lets one more go."""
+    device = unique("phone")
+    topic = f"phones/{device}/commands"
+    sub = RawMqtt(cluster.mqtt_address(0), MqttVersion.V5)
+    pub = RawMqtt(cluster.mqtt_address(2), MqttVersion.V5)
+    try:
+        sub.connect(unique("sub"), properties=MqttProperties(receive_maximum=2))
+        sub.send(encode_mqtt(Subscribe(1, (MqttSubscription(topic, 1),)), sub.version))
+        assert isinstance(sub.receive(), Suback)
+        pub.connect(unique("pub"))
+        for packet_id in range(1, 6):
+            pub.send(
+                encode_mqtt(Publish(topic, b"%d" % packet_id, 1, packet_id=packet_id), pub.version)
+            )
+            assert pub.receive() == Puback(packet_id)
+        got = [sub.receive(), sub.receive()]
+        assert [p.payload for p in got if isinstance(p, Publish)] == [b"1", b"2"]
+        with pytest.raises(TimeoutError):
+            sub.receive(timeout=1.0)  # a third would exceed the window
+        for expected in (b"3", b"4", b"5"):
+            first = got.pop(0)
+            assert isinstance(first, Publish)
+            sub.send(encode_mqtt(Puback(first.packet_id), sub.version))
+            nxt = sub.receive()
+            assert isinstance(nxt, Publish) and nxt.payload == expected
+            got.append(nxt)
+    finally:
+        sub.close()
+        pub.close()
 
 
 def test_puback_arrives_after_commit_for_pipelined_publishes(cluster: LocalCluster) -> None:
