@@ -3,11 +3,15 @@
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
 # a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
 # mosquitto server and clients when missing.
+#
+# Both commands install the same extras: the main job (`kafkaesque demo`) ends with a Spark step
+# and the suite tests the Spark source, and one set means neither makes the other reinstall.
+# KAFKAESQUE_EXTRAS=dev installs less (then `kafkaesque demo --no-spark`).
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 VENV="$ROOT/.venv"
-EXTRAS="${KAFKAESQUE_EXTRAS:-dev}"
+EXTRAS="${KAFKAESQUE_EXTRAS:-dev,spark}"
 
 _log() { echo "[bootstrap] $*" >&2; }
 
@@ -52,10 +56,19 @@ _ensure_venv() {
 }
 
 _java_major() {
-    # The major version of the java on the PATH (0 if none), e.g. 17.
-    command -v java >/dev/null 2>&1 || { echo 0; return; }
-    java -XshowSettings:properties -version 2>&1 |
-        sed -n 's/^ *java\.specification\.version = \(1\.\)\{0,1\}\([0-9]*\).*/\2/p' | head -n 1
+    # The major version of the java on the PATH (0 if none), e.g. 17. Every run of bin/kafkaesque
+    # asks, so it reads the runtime's release file (JAVA_VERSION="17.0.15") instead of starting a
+    # JVM; a runtime without one is asked for its settings.
+    local java version=""
+    java="$(command -v java 2>/dev/null)" || { echo 0; return; }
+    version="$(sed -n 's/^JAVA_VERSION="\(1\.\)\{0,1\}\([0-9]*\).*/\2/p' \
+        "$(dirname "$(readlink -f "$java")")/../release" 2>/dev/null | head -n 1)" || true
+    if [ -z "$version" ]; then
+        version="$(java -XshowSettings:properties -version 2>&1 |
+            sed -n 's/^ *java\.specification\.version = \(1\.\)\{0,1\}\([0-9]*\).*/\2/p' |
+            head -n 1)" || true
+    fi
+    echo "${version:-0}"
 }
 
 _ensure_java() {
@@ -108,8 +121,8 @@ _ensure_packages() {
     if [ -n "$installed" ] && [ -z "$missing" ]; then
         return 0
     fi
-    # Keep the extras already installed for this pyproject.toml: bin/kafkaesque and bin/test ask
-    # for different ones, and neither should make the other reinstall.
+    # Keep the extras already installed for this pyproject.toml: a run that asked for fewer
+    # (KAFKAESQUE_EXTRAS) must not make the next one reinstall.
     for extra in ${installed//,/ }; do
         case ",$extras," in *",$extra,"*) ;; *) extras="$extras,$extra" ;; esac
     done
