@@ -367,6 +367,33 @@ class RaftNode(LeaderMixin):
         if self._role is Role.FOLLOWER:
             self._leader = None
 
+    def leader_silent_for(self, ticks: int, *, stand_first: bool = False) -> None:
+        """The leader's broker has not been heard from for ``ticks`` ticks (the driver's per-node
+        ping, which runs even while a quiesced group does not tick: its leader sends no
+        heartbeats while idle, so the group's own clock stands still).
+
+        A follower of a known leader counts that silence toward its election timeout as if it
+        had ticked through it: a paused leader (SIGSTOP: connections open, nothing answered) is
+        then replaced within the same timeout as a leader whose heartbeats stopped, instead of
+        the detection delay plus a whole fresh timeout. Leader stickiness ends when it would
+        have; pre-vote still guards a mistaken verdict (a voter that hears the leader refuses).
+
+        The driver names one survivor to ``stand_first``: it campaigns exactly one election
+        timeout after the silence began, when the others' stickiness has just ended, and the
+        others wait at least a tick longer, so that a random tie cannot split the vote and
+        cost a second timeout.
+        """
+        if ticks < 0:
+            raise RaftUsageError(f"negative silence: {ticks} ticks")
+        if self._role is not Role.FOLLOWER or self._leader is None:
+            return
+        self._election_elapsed = max(self._election_elapsed, ticks)
+        tick = self._cfg.election_tick
+        if stand_first:
+            self._randomized_timeout = tick
+        else:
+            self._randomized_timeout = max(self._randomized_timeout, tick + 1)
+
     def _hup(self, transfer: bool) -> None:
         if self._role is Role.LEADER or not self._promotable():
             return

@@ -34,8 +34,10 @@ votes nor campaigns until it has re-replicated what it lost. The broker process 
 Quiescence (CockroachDB's idea): a leader whose followers hold its whole log and know its commit
 index, and that saw no traffic for a few ticks, stops ticking and tells its followers to stop
 too. An idle partition then costs nothing but its share of one ping per peer per tick. Any message
-for a group wakes it; a follower also wakes when the leader's broker stops answering pings, so a
-dead leader is still replaced in about one election timeout.
+for a group wakes it; a follower also wakes when the leader's broker stops answering pings (the
+per-node heartbeat: a killed broker's connection closes, but a paused one's stays open and says
+nothing), and counts the ticks of that silence toward its election timeout, so a dead or paused
+leader is replaced within one election timeout, as a leader of a busy group is.
 """
 
 from __future__ import annotations
@@ -648,29 +650,37 @@ class MultiRaft:
         self._mark(group)
 
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
-        """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep.
+        """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep over the
+        groups it leads here.
 
-        Silence wakes the quiesced groups it leads here, which then elect after their timeout.
-        A closed connection is stronger news (a killed broker's kernel closes it at once), so
-        followers also forget that leader (no stickiness for a leader known gone) and one
-        survivor, the lowest-id other voter, campaigns at once: one candidate, so no split vote
-        and no random wait. Pre-vote still guards a mistaken verdict (a one-way cut): a voter
-        that still hears the leader refuses.
+        Silence wakes the quiesced ones and, in every one, counts the ticks of silence toward
+        the election timeout (their own clock stood still while quiesced; a paused broker keeps
+        its connection open, so silence is all there is to see). A closed connection is
+        stronger news (a killed broker's kernel closes it at once), so followers also forget
+        that leader (no stickiness for a leader known gone). Either way one survivor, the
+        lowest-id other voter, stands first: at once when the leader is gone, one election
+        timeout after the silence began otherwise (the others a tick later at the earliest):
+        one candidate, so no split vote. Pre-vote still guards a mistaken verdict (a one-way
+        cut): a voter that still hears the leader refuses.
         """
         for group in self.groups.values():
             node = group.node
             if node.role is Role.LEADER or node.leader != peer:
                 continue
-            if not (gone or group.quiesced):
-                continue
+            woke = group.quiesced
             self._activate(group)
+            others = [v for v in node.configuration.voters if v != peer]
+            first = bool(others) and min(others) == self.node_id
             if gone:
                 node.forget_leader()
-                voters = [v for v in node.configuration.voters if v != peer]
-                if voters and min(voters) == self.node_id:
+                if first:
                     node.campaign()
+            else:
+                silent = self._ticks - self._last_heard.get(peer, 0)
+                node.leader_silent_for(max(0, silent), stand_first=first)
             self._mark(group)
-            log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
+            if woke:
+                log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
 
     def _quiesce(self, group: RaftGroup) -> None:
         group.quiesced = True

@@ -63,7 +63,7 @@ def test_check_quorum_leader_steps_down_without_a_majority() -> None:
     for _ in range(2 * 10):
         leader.tick()
         net.stabilize()
-    assert leader.role is Role.FOLLOWER
+    assert leader.status().role is Role.FOLLOWER
     with pytest.raises(NotLeader):
         leader.propose(b"x")
 
@@ -200,3 +200,41 @@ def test_a_follower_that_forgets_a_dead_leader_answers_campaigns_at_once() -> No
     n1 = net.nodes[1]
     n1.forget_leader()
     assert n1.role is Role.LEADER and n1.leader == 1
+
+
+def test_a_silent_leaders_followers_count_the_silence_and_one_stands_first() -> None:
+    """Issue 23: quiesced followers do not tick, so the driver tells them how long the
+    leader's broker has been silent. That silence counts toward the election timeout, and the
+    survivor named to stand first campaigns exactly one timeout after the silence began, when
+    the other's stickiness has just ended: elected at once, no random tie to split the vote."""
+    net = Net()
+    net.elect(1)
+    net.isolate(1)  # paused: nothing in or out, and no connection closes
+    silent = 5  # the ticks the driver took to call the leader's broker silent
+    net.nodes[2].leader_silent_for(silent, stand_first=True)
+    net.nodes[3].leader_silent_for(silent)
+    ticks = silent
+    while net.nodes[2].role is not Role.LEADER and ticks < 3 * 10:
+        net.tick_all()
+        ticks += 1
+    assert net.nodes[2].role is Role.LEADER and net.nodes[3].leader == 2
+    assert ticks == 10  # election_tick after the silence began, not silent + a fresh timeout
+
+
+def test_silence_is_ignored_by_a_leader_and_a_leaderless_node_and_must_not_be_negative() -> None:
+    net = Net()
+    leader = net.elect(1)
+    net.isolate(1)
+    leader.leader_silent_for(100)
+    # A leader's clock is its own: check-quorum passes at tick 10 (the election's answers
+    # count) and fails at tick 20 (thesis §6.2), not earlier.
+    net.tick(1, 19)
+    assert leader.role is Role.LEADER
+    net.tick(1)
+    assert leader.status().role is Role.FOLLOWER
+    lone, _ = node(1)
+    lone.leader_silent_for(100, stand_first=True)  # no leader known: nothing to count
+    lone.tick()
+    assert lone.role is Role.FOLLOWER  # its own timeout runs as before: no campaign yet
+    with pytest.raises(RaftUsageError):
+        net.nodes[2].leader_silent_for(-1)
