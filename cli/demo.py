@@ -78,11 +78,17 @@ def add_parser(commands: Any) -> None:
     parser.set_defaults(run=run)
 
 
-def plan_for(args: argparse.Namespace) -> DemoPlan:
+def _sizes(args: argparse.Namespace) -> tuple[float, float]:
+    """``(duration, interval)`` of the run the arguments ask for; DemoError if they make none."""
     duration = 30.0 if args.quick else args.duration
     interval = 0.5 if args.quick else args.interval
     if args.devices < 1 or interval <= 0 or duration < 10:
         raise DemoError("--devices must be positive, --interval > 0 and --duration >= 10")
+    return float(duration), float(interval)
+
+
+def plan_for(args: argparse.Namespace) -> DemoPlan:
+    duration, interval = _sizes(args)
     from ._demo_pipeline import DemoPlan
 
     return DemoPlan(
@@ -106,8 +112,9 @@ def preflight(args: argparse.Namespace) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    plan = plan_for(args)
+    _sizes(args)  # the user's own mistake first, then what the machine lacks
     preflight(args)
+    plan = plan_for(args)
     import trio
 
     from kafkaesque.client import Client

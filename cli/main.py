@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import importlib.util
 import sys
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -72,7 +71,8 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
 
 
 def _absolute(module: str) -> str:
-    return importlib.util.resolve_name(module, __package__)
+    """The full name of ``module``, which may be relative to this package (".demo")."""
+    return f"{__package__}{module}" if module.startswith(".") else module
 
 
 def _register(commands: argparse._SubParsersAction[argparse.ArgumentParser], module: str) -> None:

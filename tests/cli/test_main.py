@@ -5,8 +5,10 @@ from __future__ import annotations
 import importlib
 import importlib.metadata
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 from kafkaesque.cli.main import COMMANDS, USER_ERRORS, build_parser, main
@@ -15,7 +17,7 @@ from kafkaesque.cli.main import COMMANDS, USER_ERRORS, build_parser, main
 HEAVY = ("trio", "kafkaesque.broker", "kafkaesque.jepsen_like", "matplotlib", "pyspark", "numpy")
 
 
-def _modules_after(argv: list[str]) -> list[str]:
+def _modules_after(argv: list[str], env: dict[str, str] | None = None) -> list[str]:
     """The modules a fresh interpreter has imported after ``main(argv)``, our own and heavy ones."""
     code = (
         "import json, sys\n"
@@ -27,7 +29,12 @@ def _modules_after(argv: list[str]) -> list[str]:
         "print(json.dumps(sorted(sys.modules)), file=sys.stderr)\n"
     )
     done = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+        env={**os.environ, **(env or {})},
     )
     names: list[str] = json.loads(done.stderr.splitlines()[-1])
     return names
@@ -46,7 +53,16 @@ def test_help_and_version_import_no_command_module(argv: list[str]) -> None:
     assert "kafkaesque.client" not in modules
 
 
-@pytest.mark.parametrize("argv", [["topic", "--help"], ["status", "--help"], ["demo", "--help"]])
+def test_the_demo_s_help_and_preflight_import_nothing_heavy(tmp_path: Path) -> None:
+    """A demo that lacks a piece says so before it loads (or starts) anything."""
+    assert _heavy(_modules_after(["demo", "--help"])) == []
+    lacking_java = {"JAVA_HOME": str(tmp_path)}
+    modules = _modules_after(["demo", "--quick", "--data-dir", str(tmp_path)], lacking_java)
+    assert "kafkaesque.cli.demo" in modules
+    assert _heavy(modules) == []
+
+
+@pytest.mark.parametrize("argv", [["topic", "--help"], ["status", "--help"]])
 def test_a_command_imports_neither_the_broker_nor_the_plots(argv: list[str]) -> None:
     heavy = _heavy(_modules_after(argv))
     assert [m for m in heavy if not m.startswith("trio")] == []  # the client runs on trio
