@@ -17,9 +17,15 @@ assignment, atomically) and is answered once it is committed; the assignment com
 so any broker knows where its coordinator is.
 
 Liveness: a member is gone when its connection closes (the broker that served its SUBS sends a
-LEAVE) or when the coordinator has not heard from it (SUBS, CONS, COMMIT) for the session timeout.
-A new coordinator (a failover) rebuilds the table from the log and gives every member a fresh
-session timeout, so a failover causes no rebalance.
+LEAVE) or when the coordinator has not heard from it (SUBS, CONS, COMMIT member=) for the session
+timeout. Each member's deadline is the coordinator's memory, never a record: a coordinator that
+loads a table (at its start, or when it takes the partition over) gives every member in it one
+session from then, as Kafka's GroupCoordinator does when it loads a group, so a failover causes
+no rebalance, and a member that died with its connection (no LEAVE: its broker died too) is
+expired one session after the takeover at the latest. The coordinator loads a partition it leads
+on its own timer, without waiting for a request, and evicts on that timer: a partition's
+evictions never wait for a request, nor for another partition's stalled writes, and an eviction
+whose write fails is retried at the next tick (the member stays expired: it gets no new session).
 
 Fencing: the assignment is checked when CONS or COMMIT names a partition, and again when CONS's
 answer is built (after its reads, with no await in between), so a partition is never served to
@@ -88,13 +94,25 @@ class _Group:
 
 @dataclass
 class _Table:
-    """One offsets partition's groups and offsets, read from its log up to ``next_offset``."""
+    """One offsets partition's groups and offsets, read from its log up to ``next_offset``.
+
+    ``deadlines`` is not read from the log: it is when the coordinator must next hear from each
+    member (``trio.current_time()`` clock). Invariant: its keys are exactly ``member_of``'s. A
+    member read from the log gets the time it was read plus the session timeout; a table is
+    built afresh in each term this broker leads, so a takeover gives every member one session.
+    """
 
     term: int
     next_offset: int = 0
     offsets: dict[tuple[str, str, int], int] = field(default_factory=dict)
     groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     member_of: dict[str, tuple[str, str]] = field(default_factory=dict)
+    deadlines: dict[str, float] = field(default_factory=dict)
+
+    def expired(self, now: float) -> list[str]:
+        """The members whose deadline is at or before ``now``, the most overdue first."""
+        late = [(deadline, m) for m, deadline in self.deadlines.items() if deadline <= now]
+        return [m for _, m in sorted(late)]
 
 
 class GroupCoordinator:
@@ -107,7 +125,6 @@ class GroupCoordinator:
         self._locks: dict[int, trio.Lock] = {}
         # One lock per committed key (group, topic, partition): as many as keys ever committed.
         self._commit_locks: dict[tuple[str, str, int], trio.Lock] = {}
-        self._seen: dict[str, float] = {}  # member -> when the coordinator last heard of it
         # Partitions whose owner is changing (written, not yet applied): owned by no one.
         self._moving: dict[tuple[str, str], frozenset[int]] = {}
 
@@ -149,14 +166,13 @@ class GroupCoordinator:
     async def _join(self, partition: int, command: Subs) -> bytes:
         self._topic(command.topic)
         member = f"{partition}.{secrets.token_hex(8)}"
-        self._seen[member] = trio.current_time()
+        # Its deadline is set as its join record is applied (one session from then).
         await self._change(partition, command.group, command.topic, member, command.partitions)
-        return encode_reply(OkReply(member))
+        return encode_reply(OkReply(_subscribed(self._tables.get(partition), command, member)))
 
     async def leave(self, partition: int, member: str) -> None:
         table = await self._table(partition)
         where = table.member_of.get(member)
-        self._seen.pop(member, None)
         if where is not None:
             await self._change(partition, where[0], where[1], member, None, leaving=True)
 
@@ -301,45 +317,66 @@ class GroupCoordinator:
             log.info("leave of %s failed (%s); it will time out", member, exc.message)
 
     async def run_expiry(self) -> None:
-        """Evict members not heard from for the session timeout, on the groups coordinated here."""
-        granted: dict[int, int] = {}  # offsets partition -> term in which we gave grace
+        """Evict the members of the groups coordinated here once past their deadline; forever.
+
+        One timer per offsets partition, so that one partition's stalled writes (its followers
+        are away) delay no other partition's evictions.
+        """
+        async with trio.open_nursery() as nursery:
+            for partition in range(OFFSETS_PARTITIONS):
+                nursery.start_soon(self._expire_forever, partition)
+
+    async def _expire_forever(self, partition: int) -> None:
         while True:
             await trio.sleep(_EXPIRY_EVERY_S)
-            now = trio.current_time()
-            for partition in range(OFFSETS_PARTITIONS):
-                group = self._broker.local_group(OFFSETS_TOPIC, partition)
-                if group is None or group.role is not Role.LEADER:
-                    continue
-                table = self._tables.get(partition)
-                if table is None or table.term != group.node.term:
-                    continue  # not read yet in this term: nothing to evict
-                if granted.get(partition) != table.term:
-                    granted[partition] = table.term  # a new coordinator: everyone gets a session
-                    for member in table.member_of:
-                        self._seen[member] = now
-                expired = [
-                    m
-                    for m in table.member_of
-                    if now - self._seen.setdefault(m, now) > self.session_timeout_s
-                ]
-                for member in expired:
-                    log.info("member %s timed out", member)
-                    try:
-                        await self.leave(partition, member)
-                    except RequestError as exc:
-                        log.info("evicting %s failed (%s); retrying", member, exc.message)
+            await self._expire(partition)
+
+    async def _expire(self, partition: int) -> None:
+        """One tick of ``partition``'s timer: if this broker coordinates it, load its table
+        (a takeover's load starts every member's session: see the module docstring), then
+        evict every member past its deadline.
+
+        Never raises ``RequestError``: a failed eviction is logged and retried at the next
+        tick, and the member keeps its passed deadline meanwhile.
+        """
+        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        if group is None or group.role is not Role.LEADER:
+            return
+        if group.log.term_at(group.commit_index) != group.node.term:
+            return  # no entry of its term committed yet: ``_table`` would wait; look next tick
+        try:
+            table = await self._table(partition)
+        except RequestError:
+            return  # it stopped leading meanwhile
+        for member in table.expired(trio.current_time()):
+            # Earlier evictions awaited: the member may have been heard from, or have left.
+            current = self._tables.get(partition)
+            deadline = None if current is None else current.deadlines.get(member)
+            if deadline is None or deadline > trio.current_time():
+                continue
+            log.info("member %s timed out", member)
+            try:
+                await self.leave(partition, member)
+            except RequestError as exc:
+                log.info("evicting %s failed (%s); retrying", member, exc.message)
 
     # -- the table ------------------------------------------------------------------------------
 
     def _owned(self, table: _Table, member: str, topic: str) -> tuple[str, frozenset[int]]:
         """The member's group and the partitions it owns now (none that is being moved)."""
         where = table.member_of.get(member)
-        if where is None or where[1] != topic:
+        if where is None:
             raise RequestError(
                 ErrorCode.UNKNOWN_SUBSCRIPTION,
                 f"no subscription {member} to {topic} (it left or timed out): SUBS again",
             )
-        self._seen[member] = trio.current_time()
+        if where[1] != topic:  # a live member, named with another topic: it did not leave
+            raise RequestError(
+                ErrorCode.UNKNOWN_SUBSCRIPTION,
+                f"subscription {member} is for topic {where[1]}, not {topic}: name its topic, "
+                f"or SUBS {topic} for a subscription to {topic}",
+            )
+        table.deadlines[member] = trio.current_time() + self.session_timeout_s  # heard from it
         owned = table.groups[where].assignment.get(member, frozenset())
         return where[0], owned - self._moving.get(where, frozenset())
 
@@ -370,11 +407,12 @@ class GroupCoordinator:
         table = self._tables.get(partition)
         if table is None or table.term != group.node.term:
             table = self._tables[partition] = _Table(group.node.term, group.log.log_start_offset)
+        deadline = trio.current_time() + self.session_timeout_s  # of the members read now
         while table.next_offset <= group.commit_index:
             fetched = read_committed(group, table.next_offset, _READ_BYTES)
             if not fetched.data:
                 break
-            _apply(table, fetched.data)
+            _apply(table, fetched.data, deadline)
             table.next_offset = fetched.next_offset
         return table
 
@@ -426,7 +464,8 @@ class GroupCoordinator:
         return info
 
 
-def _apply(table: _Table, data: bytes | memoryview) -> None:
+def _apply(table: _Table, data: bytes | memoryview, deadline: float) -> None:
+    """Apply the committed batches ``data`` to ``table``; members that join get ``deadline``."""
     pos = 0
     for header in iter_batches(data, verify=False):
         batch = data[pos : pos + header.size]
@@ -436,10 +475,10 @@ def _apply(table: _Table, data: bytes | memoryview) -> None:
         for record in decode_records(batch, header):
             if record.offset < table.next_offset or record.key is None:
                 continue
-            _apply_record(table, msgpack.unpackb(record.key), record.value)
+            _apply_record(table, msgpack.unpackb(record.key), record.value, deadline)
 
 
-def _apply_record(table: _Table, key: list[Any], value: bytes | None) -> None:
+def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: float) -> None:
     kind = key[0]
     if kind == "o":
         _, group, topic, partition = key
@@ -450,10 +489,12 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None) -> None:
         if value is None:
             g.members.pop(member, None)
             table.member_of.pop(member, None)
+            table.deadlines.pop(member, None)
         else:
             cap = msgpack.unpackb(value)
             g.members[member] = MemberSpec(member, None if cap < 0 else cap)
             table.member_of[member] = (group, topic)
+            table.deadlines.setdefault(member, deadline)
     elif kind == "a":
         _, group, topic = key
         g = table.groups.setdefault((group, topic), _Group())
@@ -466,6 +507,19 @@ def _partition_of_member(member: str) -> int:
     if not sep or not head.isdigit() or int(head) >= OFFSETS_PARTITIONS:
         raise RequestError(ErrorCode.UNKNOWN_SUBSCRIPTION, f"no subscription {member}: SUBS again")
     return int(head)
+
+
+def _subscribed(table: _Table | None, command: Subs, member: str) -> str:
+    """The text of SUBS's ``+OK``: the subscription id, then, when the member got fewer
+    partitions than the ``<partitions>`` it asked for, ``partitions=<got> asked=<n>`` (the id
+    stays the first word, so readers of ``+OK <id>`` that take the first word read on)."""
+    if command.partitions is None:
+        return member
+    group = None if table is None else table.groups.get((command.group, command.topic))
+    got = 0 if group is None else len(group.assignment.get(member, ()))
+    if got >= command.partitions:
+        return member
+    return f"{member} partitions={got} asked={command.partitions}"
 
 
 def _not_assigned(topic: str, partitions: set[int]) -> RequestError:

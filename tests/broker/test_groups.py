@@ -158,7 +158,8 @@ def test_kill_a_consumer_then_the_coordinators_broker(tmp_path: Path) -> None:
         producer.join(30)
         with LineClient(cluster.client_address(survivor)) as c:
             committed_rows = c.rows("OFFSETS team work")
-            timeline = _assignment_timeline(c, coordinator_partition, "team", "work")
+            timeline = assignment_timeline(c, coordinator_partition, "team", "work")
+    assert timeline is not None
     committed = {r.partition: r.offset for r in committed_rows if isinstance(r, OffsetRow)}
 
     processed: dict[tuple[int, int], str] = {}
@@ -200,14 +201,19 @@ def _ownership_spans(
     return spans
 
 
-def _assignment_timeline(
+def assignment_timeline(
     client: LineClient, partition: int, group: str, topic: str
-) -> list[tuple[float, dict[str, list[int]]]]:
-    """The group's assignment records in ``__consumer_offsets``: (time in s, assignment)."""
+) -> list[tuple[float, dict[str, list[int]]]] | None:
+    """The group's assignment records in ``__consumer_offsets``: (time in s, assignment).
+
+    None when a FETCH is refused (the partition has no leader now, after a restart say).
+    """
     timeline = []
     offset = 0
     while True:
         reply = client.call(f"FETCH __consumer_offsets {partition} {offset}")
+        if isinstance(reply, ErrorReply):
+            return None
         assert isinstance(reply, DataReply)
         pos = 0
         for header in iter_batches(reply.payload):
