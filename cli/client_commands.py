@@ -14,7 +14,7 @@ import re
 import sys
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from typing import IO, Any, BinaryIO
 
 from kafkaesque.client import (
@@ -29,7 +29,7 @@ from kafkaesque.client import (
     ProducerConfig,
     TopicPartition,
 )
-from kafkaesque.protocol import Acks, GroupRow, topic_name_error
+from kafkaesque.protocol import Acks, GroupRow, PartitionRow, topic_name_error
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
@@ -47,7 +47,9 @@ def add_parsers(commands: Any) -> None:
     _add_produce(commands)
     _add_consume(commands)
     status = commands.add_parser(
-        "status", help="brokers, then every partition's leader, replicas and offsets"
+        "status",
+        help="brokers (up or down), then every partition's leader, replicas, offsets and "
+        "state (ok, under-replicated, no-leader)",
     )
     _bootstrap_option(status)
     status.add_argument("--group", help="also show this consumer group (needs --topic)")
@@ -209,16 +211,41 @@ def run_status(args: argparse.Namespace) -> int:
                 for topic in sorted(metadata.partitions)
                 for row in client.describe_topic(topic).partitions
             ]
+        probes = client.probe_brokers(PROBE_TIMEOUT_S)
+    down = {broker for broker, error in probes.items() if error is not None}
     brokers = [
-        (b.broker_id, b.host, b.port, *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)))
+        (
+            b.broker_id,
+            b.host,
+            b.port,
+            *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)),
+            "down" if b.broker_id in down else "up",
+        )
         for _, b in sorted(metadata.brokers.items())
     ]
-    print(f"brokers ({len(brokers)})")
-    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS"), brokers):
+    print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
+    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "STATE"), brokers):
         print(line)
     print()
-    print(f"partitions ({len(rows)})")
-    _print_partitions(rows, with_topic=True)
+    states = [partition_state(row, down) for row in rows]
+    under = sum("under-replicated" in state for state in states)
+    print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
+    header = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE")
+    partition_table = [
+        (
+            row.topic,
+            row.partition,
+            _offset(row.leader),
+            ",".join(map(str, row.replicas)),
+            _offset(row.start_offset),
+            _offset(row.end_offset),
+            ",".join(str(r) for r in row.replicas if r not in down) or "-",
+            state,
+        )
+        for row, state in zip(rows, states, strict=True)
+    ]
+    for line in _table(header, partition_table):
+        print(line)
     if args.group:
         if not args.topic:
             raise ClientCommandError("--group needs --topic")
@@ -232,6 +259,26 @@ def run_status(args: argparse.Namespace) -> int:
         for line in _table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
             print(line)
     return 0
+
+
+PROBE_TIMEOUT_S = 1.0
+"""``status`` shows a broker as down when it does not answer ``PING`` within this long."""
+
+
+def partition_state(row: PartitionRow, down: Container[int]) -> str:
+    """``ok``, or what is wrong with the partition when the brokers in ``down`` are down.
+
+    ``under-replicated``: fewer of its replicas are live than it has (the replication factor):
+    one more failure may stop it. ``no-leader``: no leader is known, or the one the metadata
+    names is down; writes wait for an election. Both may hold (``no-leader,under-replicated``).
+    Words without spaces, so that the column stays one word for ``awk``.
+    """
+    problems = []
+    if row.leader is None or row.leader in down:
+        problems.append("no-leader")
+    if any(replica in down for replica in row.replicas):
+        problems.append("under-replicated")
+    return ",".join(problems) or "ok"
 
 
 def _dash(value: int | None) -> object:

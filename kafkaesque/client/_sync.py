@@ -14,7 +14,16 @@ import time
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
-from kafkaesque.protocol import CreateTopic, ErrorCode, Fetch, GroupRow, PartitionRow, TopicRow
+from kafkaesque.protocol import (
+    CreateTopic,
+    ErrorCode,
+    Fetch,
+    GroupRow,
+    PartitionRow,
+    Ping,
+    RemoteProtocolError,
+    TopicRow,
+)
 
 from . import _calls as calls
 from . import _steps as steps
@@ -27,7 +36,7 @@ from ._consumer_core import (
     TopicPartition,
     decode_fetch,
 )
-from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
+from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, reply_broken
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
 from ._producer_core import (
     DeliveryHandle,
@@ -37,7 +46,7 @@ from ._producer_core import (
     RecordMetadata,
 )
 from ._sync_connection import SyncConnection
-from ._wire import Response, expect_data
+from ._wire import Response, expect_data, expect_ok
 
 T = TypeVar("T")
 
@@ -161,6 +170,47 @@ class Client:
     def ping(self) -> str:
         """``PING`` any broker; returns ``PONG``."""
         return self.call(calls.ping())
+
+    def probe_brokers(self, timeout_s: float = 1.0) -> dict[int, KafkaesqueError | None]:
+        """Every registered broker asked ``PING`` on a connection of its own: broker id → None
+        if it answered ``+OK`` within ``timeout_s``, else the error that says why not.
+
+        The registry (``METADATA``'s brokers, refreshed first if this client has none) lists
+        every broker ever admitted, running or not: this is how a client tells a broker that
+        is down (killed, stopped, cut off, paused) from a live one. Every broker is asked before
+        any answer is awaited, so the answers take ``timeout_s`` at most in all (a connect that
+        hangs, not refused, adds up to ``timeout_s`` each). Never retries; the probe connections
+        are closed before it returns and the client's own connections are left alone.
+        """
+        if not self.state.metadata.brokers:
+            self.refresh_metadata()
+        brokers = sorted(self.state.metadata.brokers.items())
+        deadline = time.monotonic() + timeout_s
+        asked: dict[int, tuple[SyncConnection, int]] = {}
+        result: dict[int, KafkaesqueError | None] = {}
+        try:
+            for broker_id, row in brokers:
+                connection = None
+                try:
+                    connection = SyncConnection((row.host, row.port), connect_timeout_s=timeout_s)
+                    asked[broker_id] = (connection, connection.send(Ping(), timeout_s=timeout_s))
+                except KafkaesqueError as exc:
+                    result[broker_id] = exc
+                    if connection is not None:
+                        connection.close()
+            for broker_id, (connection, ticket) in asked.items():
+                try:
+                    expect_ok(connection.wait(ticket, deadline))
+                    result[broker_id] = None
+                except KafkaesqueError as exc:
+                    result[broker_id] = exc
+                except RemoteProtocolError as exc:
+                    host, port = connection.address
+                    result[broker_id] = reply_broken(f"{host}:{port}", exc)
+        finally:
+            for connection, _ in asked.values():
+                connection.close()
+        return {broker_id: result[broker_id] for broker_id, _ in brokers}
 
     def create_topic(
         self,

@@ -7,7 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from kafkaesque.cli.client_commands import partition_state
 from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.protocol import PartitionRow
 
 
 def _kafkaesque() -> list[str]:
@@ -75,10 +78,10 @@ def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -
 
     status = ok(broker_cluster, "status").splitlines()
     assert status[0] == "brokers (3)"
-    assert status[1].split() == ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS"]
-    assert status[2].split()[3:] == ["-", "-", "-"]  # this cluster has no MQTT listeners
+    assert status[1].split() == ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "STATE"]
+    assert status[2].split()[3:] == ["-", "-", "-", "up"]  # this cluster has no MQTT listeners
     rows = [line.split() for line in status if line.startswith("cli-t ")]
-    assert len(rows) == 2 and all(len(r) == 6 for r in rows)
+    assert len(rows) == 2 and all(len(r) == 8 and r[6:] == [r[3], "ok"] for r in rows)
     assert sum(int(r[5]) for r in rows) >= 502  # end offsets count every record (and no-ops)
 
     assert ok(broker_cluster, "topic", "delete", "cli-t") == "deleted topic cli-t\n"
@@ -118,3 +121,12 @@ def test_an_unreachable_cluster_is_one_clear_error() -> None:
     err = result.stderr.decode()
     assert result.returncode == 1 and "cannot connect to 127.0.0.1:1" in err
     assert len(err.strip().splitlines()) == 1
+
+
+def test_a_partition_with_a_replica_down_is_under_replicated() -> None:
+    row = PartitionRow("t", 0, 1, (1, 2, 0), 0, 5)
+    assert partition_state(row, set()) == "ok"
+    assert partition_state(row, {0}) == "under-replicated"
+    assert partition_state(row, {1}) == "no-leader,under-replicated"
+    assert partition_state(PartitionRow("t", 0, None, (1, 2, 0)), set()) == "no-leader"
+    assert partition_state(row, {7}) == "ok"  # a broker that holds no replica of it
