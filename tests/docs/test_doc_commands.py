@@ -100,6 +100,14 @@ DEVICES_TEST = "tests/cli/test_devices.py::test_no_acknowledged_reading_is_lost_
 MQTT_TLS_TEST = "tests/broker/test_mqtt_tls.py::test_mosquitto_pub_publishes_over_tls"
 BENCH_TEST = "tests/docs/test_doc_commands.py::test_a_benchmark_prints_every_figure_it_documents"
 TOUR = "bin/kafkaesque cluster up -n 3 --mqtt --mqtt-rules examples/mqtt-rules.txt"
+FAILOVER_TEST = (
+    "tests/cli/test_cluster.py::"
+    "test_a_killed_leader_is_named_the_others_serve_and_restart_brings_it_back"
+)
+RESTART_BROKER_TEST = (
+    "tests/cli/test_cluster.py::"
+    "test_without_restart_a_dead_broker_is_down_in_status_until_restart_broker"
+)
 
 REGISTRY: tuple[Entry, ...] = (
     # README.md
@@ -199,6 +207,14 @@ REGISTRY: tuple[Entry, ...] = (
     # docs/operations.md
     Entry("bin/kafkaesque cluster up -n 3", How.UNTIL_READY, while_up="docs/protocol.md"),
     Entry("bin/kafkaesque cluster up -n 3 --base-port 0 --data-dir /tmp/kq", How.UNTIL_READY),
+    # docs/operations.md, watching a failover: the tests take the same steps on a cluster of their
+    # own (the tour's must keep its brokers), reading the pid from the same cluster-up.json
+    by(FAILOVER_TEST, "bin/kafkaesque cluster up -n 3 --restart"),
+    by(
+        FAILOVER_TEST,
+        'kill -9 "$(jq \'.brokers["1"].pid\' .kafkaesque-data/cluster/cluster-up.json)"',
+    ),
+    by(RESTART_BROKER_TEST, ".venv/bin/kafkaesque cluster restart-broker 1"),
     Entry(
         "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
         "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
