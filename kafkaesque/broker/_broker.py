@@ -421,6 +421,8 @@ class Broker:
         last_report = -1e9
         while True:
             await trio.sleep(_LEADER_SCAN_S)
+            # Forwards waiting on a paused old leader end once a new one is known (issue 23).
+            self.forwarder.abandon_replaced(self.writes.leader_of, self.raft.hears)
             led = {g.id: _claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
             for group_id, claim in led.items():
                 old = reported.get(group_id)

@@ -18,8 +18,16 @@ so the Raft driver's own kinds (0-2) stay apart:
   leads (``[start, end]``, or None for a group it does not lead), for ``DESCRIBE``.
 
 Outcomes are kept apart as the error taxonomy demands: ``PeerUnavailable`` means the request was
-never sent (nothing happened there: retry freely); ``ForwardTimeout`` and ``PeerLost`` mean it
-may or may not have been carried out.
+never sent (nothing happened there: retry freely); ``ForwardTimeout``, ``PeerLost`` and
+``LeaderReplaced`` mean it may or may not have been carried out.
+
+A request for one partition (``APPEND``, ``FIND_RESEND``) sent to its leader is not waited on
+past that leader's replacement: a leader paused by SIGSTOP keeps its connection open and answers
+nothing until it resumes (issue 23: writes waited out their whole deadline while a new leader
+had long been elected). ``abandon_replaced``, run every few ticks, ends the calls whose broker is
+silent (it stopped answering the Raft driver's pings) once another leader of their partition is
+known. Only calls to a silent broker: a live old leader's own answer (done, or "not the leader,
+retry") comes soon and is better news than "unknown".
 """
 
 from __future__ import annotations
@@ -61,12 +69,23 @@ class PeerLost(ForwardError):
     """Sent, then the connection closed before the answer: outcome unknown."""
 
 
+class LeaderReplaced(ForwardError):
+    """Sent to a partition's leader, which then went silent and was replaced: outcome unknown
+    (it may have appended the batch, and replicated it, before it stopped)."""
+
+
+# Kinds whose first argument is the partition's group, asked of its leader.
+_LEADER_KINDS = frozenset({APPEND, FIND_RESEND})
+
+
 @dataclass(eq=False)
 class _Call:
     peer: int
+    group: str | None = None  # the partition asked of its leader (``_LEADER_KINDS``)
     done: trio.Event = field(default_factory=trio.Event)
     payload: Any = None
     lost: bool = False
+    replaced: bool = False
 
 
 class Forwarder:
@@ -88,12 +107,14 @@ class Forwarder:
         req = next(self._ids)
         if not self._send(peer, [kind, req, *args]):
             raise PeerUnavailable(f"broker {peer} is not connected")
-        call = _Call(peer)
+        group = args[0] if kind in _LEADER_KINDS and args and isinstance(args[0], str) else None
+        call = _Call(peer, group)
         self._calls[req] = call
         return req, call
 
     async def finish(self, req: int, call: _Call, deadline: float) -> Any:
-        """The answer's payload; ``ForwardTimeout`` or ``PeerLost`` when there is none."""
+        """The answer's payload; ``ForwardTimeout``, ``PeerLost`` or ``LeaderReplaced`` when
+        there is none."""
         try:
             with trio.move_on_at(deadline):
                 await call.done.wait()
@@ -101,6 +122,11 @@ class Forwarder:
             self._calls.pop(req, None)
         if call.lost:
             raise PeerLost(f"the connection to broker {call.peer} closed before it answered")
+        if call.replaced:
+            raise LeaderReplaced(
+                f"broker {call.peer} went silent and {call.group} has a new leader; "
+                "the outcome is unknown"
+            )
         if not call.done.is_set():
             raise ForwardTimeout(f"broker {call.peer} did not answer in time")
         return call.payload
@@ -122,6 +148,33 @@ class Forwarder:
             if call.peer == peer and not call.done.is_set():
                 call.lost = True
                 call.done.set()
+
+    def abandon_replaced(
+        self, leader_of: Callable[[str], int | None], hears: Callable[[int], bool]
+    ) -> int:
+        """End every unanswered call to a partition's leader whose broker is silent (``hears``
+        is False: it stopped answering pings, as a paused broker does with its connection still
+        open) while ``leader_of`` its partition now names another broker. Its ``finish`` raises
+        ``LeaderReplaced``. Returns how many calls were ended.
+
+        Cheap enough to run every tick: calls to brokers that answer cost one lookup each.
+        """
+        ended = 0
+        silent: dict[int, bool] = {}
+        for call in self._calls.values():
+            if call.group is None or call.done.is_set():
+                continue
+            quiet = silent.get(call.peer)
+            if quiet is None:
+                quiet = silent[call.peer] = not hears(call.peer)
+            if not quiet:
+                continue
+            leader = leader_of(call.group)
+            if leader is not None and leader != call.peer:
+                call.replaced = True
+                call.done.set()
+                ended += 1
+        return ended
 
     def reply(self, peer: int, req: int, payload: Any) -> None:
         """Answer request ``req`` of ``peer`` (dropped, and logged, if the peer is gone)."""

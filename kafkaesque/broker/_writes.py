@@ -31,7 +31,15 @@ from kafkaesque.raft._driver import CommitTimeout, MultiRaft, RaftGroup
 from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError
-from ._forwarding import APPEND, FIND_RESEND, Forwarder, ForwardError, PeerUnavailable, _Call
+from ._forwarding import (
+    APPEND,
+    FIND_RESEND,
+    Forwarder,
+    ForwardError,
+    LeaderReplaced,
+    PeerUnavailable,
+    _Call,
+)
 from ._leaders import LeaderTable
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
@@ -182,6 +190,11 @@ class WritePath:
             return await self._finish_local(attempt, acks, deadline)
         try:
             payload = await self._forwarder.finish(attempt.req, attempt.call, deadline)
+        except LeaderReplaced as exc:
+            # The old leader went silent and a new one is known (issue 23): answer the unknown
+            # outcome now rather than wait on it, and do not send the batch again blindly: it
+            # may already be in the new leader's log.
+            raise RequestError(ErrorCode.TIMEOUT, f"{exc}; retry") from exc
         except ForwardError as exc:
             raise _Retry(str(exc), unknown=True) from exc
         return _outcome_of(payload)
