@@ -45,6 +45,9 @@ _FLAGS = {
     "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
     "join": "join",
+    "auto_create_topics": "auto_create_topics",
+    "default_partitions": "default_partitions",
+    "default_replication_factor": "default_replication_factor",
     "write_timeout": "write_timeout_s",
     "segment_bytes": "segment_bytes",
     "retention_check_interval": "retention_check_interval_s",
@@ -99,6 +102,21 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--advertised-host", help="the host name clients are told")
     parser.add_argument("--join", action="store_true", default=None, help="join a running cluster")
+    parser.add_argument(
+        "--no-auto-create-topics",
+        dest="auto_create_topics",
+        action="store_false",
+        default=None,
+        help="a publish or SUBS naming a missing topic answers UNKNOWN_TOPIC (default: creates it)",
+    )
+    parser.add_argument(
+        "--default-partitions", type=int, help="partitions of auto-created topics (3)"
+    )
+    parser.add_argument(
+        "--default-replication-factor",
+        type=int,
+        help="replicas of auto-created topics, capped at the brokers registered (3)",
+    )
     parser.add_argument("--write-timeout", type=float, help="seconds a write may wait (10)")
     parser.add_argument("--segment-bytes", type=int, help="roll segments at this size (64 MiB)")
     parser.add_argument(

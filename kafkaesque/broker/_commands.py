@@ -16,7 +16,9 @@ from __future__ import annotations
 import itertools
 import logging
 import time
+from collections import deque
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, TypeVar
 
 import trio
@@ -60,6 +62,7 @@ from kafkaesque.protocol import (
     TopicRow,
     encode_reply,
     help_replies,
+    is_internal_topic,
     parse_seed_message,
     partition_for_key,
     published_reply,
@@ -69,6 +72,7 @@ from kafkaesque.raft._driver import CommitTimeout, RaftGroup
 from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
 from ._appender import Flight
+from ._config import MAX_PARTITIONS
 from ._errors import RequestError
 from ._metadata import (
     InvalidConfigError,
@@ -96,10 +100,13 @@ log = logging.getLogger("kafkaesque.broker.commands")
 
 _T = TypeVar("_T")
 
-MAX_PARTITIONS = 10_000
 REASSIGN_TIMEOUT_S = 120.0
 _LOG_START_TRIES = 3
 _REASSIGN_POLL_S = 0.05
+# An auto-creation waits this long at most for the brokers it would place replicas on to register
+# (a cluster just started may have registered only some), then creates with those there are.
+AUTO_CREATE_BROKERS_WAIT_S = 5.0
+_BROKERS_POLL_S = 0.05
 
 
 def encode_replies(replies: Sequence[Reply]) -> bytes:
@@ -131,12 +138,41 @@ class PublishSlot:
         return b"+OK %d %d\r\n" % (flight.partition, flight.base + self._index)
 
 
+PublishCommand = Pubs | PublishRecord | PublishBatch
+
+
+@dataclass(eq=False)
+class _Waiting:
+    """A publish that named a topic being auto-created: dispatched once the topic is there."""
+
+    command: PublishCommand
+    nursery: trio.Nursery
+    slot: Slot | None = None  # its reply's slot, once dispatched
+    error: bytes | None = None  # its encoded error, if it could not be dispatched
+
+
+@dataclass(eq=False)
+class _Creation:
+    """A topic this broker is auto-creating, and the publishes waiting for it, in arrival order.
+
+    Invariant: while a ``_Creation`` is in ``CommandHandler._creating``, every publish to its
+    topic joins ``waiting`` (even once the metadata shows the topic), so that records of one
+    connection reach the appender in the order they were sent.
+    """
+
+    topic: str
+    done: trio.Event = field(default_factory=trio.Event)
+    error: RequestError | None = None
+    waiting: deque[_Waiting] = field(default_factory=deque)
+
+
 class CommandHandler:
     """Executes commands against one broker (see the module docstring)."""
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
         self._round_robin: dict[str, itertools.count[int]] = {}
+        self._creating: dict[str, _Creation] = {}  # topics being auto-created, by name
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -160,6 +196,31 @@ class CommandHandler:
     def _dispatch(
         self, command: Command, nursery: trio.Nursery, forwarded: bool, session: Session | None
     ) -> Slot:
+        if isinstance(command, PublishCommand):
+            topic = command.topic
+            if topic in self._creating or (
+                topic not in self._broker.metadata.view.topics and self.auto_creates(topic)
+            ):
+                return self._after_creation(command, nursery)
+            return self._dispatch_publish(command, nursery)
+        match command:
+            case Ping():
+                return _ready(OkReply("PONG"))
+            case Quit():
+                return _ready(OkReply("bye"))
+            case Help(command=word):
+                return _ready(*help_replies(word))
+            case ListTopics():
+                topics = self._broker.metadata.view.topics
+                return _ready(*(_topic_row(topics[n]) for n in sorted(topics)), EndReply())
+            case Metadata(topics=names):
+                return _ready(*self._metadata(names))
+        slot = TaskSlot()
+        nursery.start_soon(self._run, command, slot, forwarded, session)
+        return slot
+
+    def _dispatch_publish(self, command: PublishCommand, nursery: trio.Nursery) -> Slot:
+        """The slot of a publish to a topic that exists (else ``UNKNOWN_TOPIC`` is raised)."""
         match command:
             case Pubs(topic=topic, message=message):
                 seed = parse_seed_message(message)
@@ -179,20 +240,7 @@ class CommandHandler:
                 return self._publish(t, v, k, (), p, acks)
             case PublishBatch():
                 return self._publish_batch(command, nursery)
-            case Ping():
-                return _ready(OkReply("PONG"))
-            case Quit():
-                return _ready(OkReply("bye"))
-            case Help(command=word):
-                return _ready(*help_replies(word))
-            case ListTopics():
-                topics = self._broker.metadata.view.topics
-                return _ready(*(_topic_row(topics[n]) for n in sorted(topics)), EndReply())
-            case Metadata(topics=names):
-                return _ready(*self._metadata(names))
-        slot = TaskSlot()
-        nursery.start_soon(self._run, command, slot, forwarded, session)
-        return slot
+        raise AssertionError(f"not a publish: {command!r}")
 
     async def _run(
         self, command: Command, slot: TaskSlot, forwarded: bool, session: Session | None
@@ -215,7 +263,13 @@ class CommandHandler:
         match command:
             case Fetch():
                 return await self._fetch(command, forwarded)
-            case Subs() | Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
+            case Subs(topic=topic):
+                # The coordinator creates it too when a forwarded SUBS gets there before the
+                # metadata does: an auto-creation of an existing topic is a no-op.
+                if topic not in self._broker.metadata.view.topics and self.auto_creates(topic):
+                    await self.ensure_topic(topic)
+                return await self._broker.groups.execute(command, forwarded)
+            case Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
                 return await self._broker.groups.execute(command, forwarded)
             case DescribeTopic(topic=topic):
                 return await self._describe(topic)
@@ -235,6 +289,148 @@ class CommandHandler:
                 self._broker.admit_peer(broker_id, peer_host, int(peer_port))
                 return encode_reply(OkReply())
         raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
+
+    # -- auto-creation --------------------------------------------------------------------------
+
+    def auto_creates(self, topic: str) -> bool:
+        """Whether a publish or a subscription naming ``topic``, if missing, creates it: when
+        the broker's ``auto_create_topics`` is on and the name is not an internal one."""
+        return self._broker.config.auto_create_topics and not is_internal_topic(topic)
+
+    async def ensure_topic(self, topic: str) -> TopicInfo:
+        """``topic``, auto-created first if it is missing (see ``_create_on_first_use``).
+
+        Raises ``RequestError``: ``NOT_LEADER`` (retriable) when its partitions have no leader
+        in time, ``NO_QUORUM`` when the controller quorum does not answer, ``INVALID_CONFIG``.
+        """
+        creation = self._creating.get(topic)
+        if creation is None:
+            info = self._broker.metadata.view.topics.get(topic)
+            if info is not None:
+                return info
+            creation = self._start_creation(topic, None)
+        await creation.done.wait()
+        if creation.error is not None:
+            raise creation.error
+        return self._topic(topic)
+
+    def _after_creation(self, command: PublishCommand, nursery: trio.Nursery) -> Slot:
+        """A publish to a topic being auto-created: its slot, filled once the topic is there
+        and the publish was dispatched (in the order the publishes arrived)."""
+        creation = self._creating.get(command.topic)
+        if creation is None:
+            creation = self._start_creation(command.topic, nursery)
+        waiting = _Waiting(command, nursery)
+        creation.waiting.append(waiting)
+        slot = TaskSlot()
+        nursery.start_soon(self._reply_after_creation, creation, waiting, slot)
+        return slot
+
+    async def _reply_after_creation(
+        self, creation: _Creation, waiting: _Waiting, slot: TaskSlot
+    ) -> None:
+        try:
+            await creation.done.wait()
+            if waiting.slot is not None:
+                await waiting.slot.wait()
+                slot.set(waiting.slot.encode())
+            else:
+                assert waiting.error is not None  # invariant: one of them is set when done
+                slot.set(waiting.error)
+        finally:
+            # Cancelled before its turn (its connection closed): never dispatched.
+            if waiting in creation.waiting:
+                creation.waiting.remove(waiting)
+
+    def _start_creation(self, topic: str, nursery: trio.Nursery | None) -> _Creation:
+        """Begin auto-creating ``topic`` in a task of the broker (it outlives the connection
+        that asked: others may be waiting for it too)."""
+        creation = self._creating[topic] = _Creation(topic)
+        where = self._broker.nursery or nursery
+        if where is None:  # not serving yet: no task can run, nothing waits
+            del self._creating[topic]
+            raise RequestError(ErrorCode.NOT_LEADER, "the broker is starting; retry")
+        where.start_soon(self._create_on_first_use, creation)
+        return creation
+
+    async def _create_on_first_use(self, creation: _Creation) -> None:
+        """Create ``creation.topic`` with the broker's defaults, wait until its partitions have
+        leaders (up to the write timeout), then dispatch the waiting publishes in order.
+
+        The creation is the metadata's own (``create_topic(auto=True)``): applied on the
+        controller quorum, it answers the existing topic if another broker created it first, so
+        brokers that auto-create one topic at once all end with that one topic.
+        """
+        topic = creation.topic
+        try:
+            info = await self._create_topic_auto(topic)
+            await self._broker.wait_for_leaders(info)
+            leaderless = [
+                p
+                for p in range(info.config.partitions)
+                if self._broker.writes.leader_of(group_name(topic, p)) is None
+            ]
+            if leaderless:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"topic {topic} was created, but partitions {_numbers(leaderless)} have no "
+                    f"leader after {self._broker.config.write_timeout_s:g} s; retry",
+                )
+        except RequestError as exc:
+            creation.error = exc
+        except BaseException:
+            creation.error = RequestError(ErrorCode.NOT_LEADER, f"creating {topic} was cut short")
+            raise
+        finally:
+            # No await from here on: the waiting publishes reach their appenders in order
+            # before any publish that comes after them.
+            del self._creating[topic]
+            while creation.waiting:
+                self._dispatch_waiting(creation, creation.waiting.popleft())
+            creation.done.set()
+
+    def _dispatch_waiting(self, creation: _Creation, waiting: _Waiting) -> None:
+        name = type(waiting.command).__name__
+        try:
+            if creation.error is not None:
+                raise creation.error
+            waiting.slot = self._dispatch_publish(waiting.command, waiting.nursery)
+        except RequestError as exc:
+            self._broker.metrics.error(name, exc.code)
+            waiting.error = encode_reply(exc.reply())
+        except Exception:  # a bug: answer it, log it, keep serving everyone else
+            log.exception("publish %s failed", name)
+            self._broker.metrics.error(name, ErrorCode.INTERNAL)
+            waiting.error = encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)"))
+
+    async def _create_topic_auto(self, topic: str) -> TopicInfo:
+        """The metadata's auto-creation of ``topic`` with this broker's defaults."""
+        broker = self._broker
+        config = broker.config
+        # A broker that starts first waits a little for the others to register, or the topic
+        # would get fewer replicas than the cluster has (the metadata caps them at those there).
+        wanted = min(config.default_replication_factor, len(config.peers))
+        with trio.move_on_after(AUTO_CREATE_BROKERS_WAIT_S):
+            while len(broker.metadata.view.brokers) < wanted:
+                await trio.sleep(_BROKERS_POLL_S)
+        topic_config = TopicConfig(
+            partitions=config.default_partitions,
+            replication_factor=config.default_replication_factor,
+            retention_ms=config.default_retention_ms,
+            retention_bytes=config.default_retention_bytes,
+        )
+        try:
+            info = await self._metadata_call(
+                broker.metadata.create_topic(topic, topic_config, auto=True)
+            )
+        except RequestError as exc:
+            if exc.code is ErrorCode.TIMEOUT:  # nothing of the publish was written
+                raise RequestError(
+                    ErrorCode.NO_QUORUM, f"creating topic {topic}: {exc.message}"
+                ) from exc
+            raise
+        log.info("broker %d: auto-created topic %s", config.id, topic)
+        return info
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -379,7 +575,8 @@ class CommandHandler:
                 return Fetched(data, n, hw if hw is not None else n)
             case [ErrorReply(code=code, message=message)]:
                 raise RequestError(code, message)
-        raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {replies}")
+        shown = encode_replies(replies)[:200].decode("ascii", "replace").replace("\r\n", " | ")
+        raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {shown}")
 
     async def _read_local(
         self, group: RaftGroup, offset: int, max_bytes: int, wait_s: float
@@ -460,8 +657,11 @@ class CommandHandler:
                             topic, partition, offset, DEFAULT_FETCH_BYTES, wait_s
                         )
                 except RequestError as exc:
-                    if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                        errors.append(exc)
+                    failed: RequestError | None = exc
+                    if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
+                        failed = await self._past_the_end(topic, partition, offset, exc)
+                    if failed is not None:
+                        errors.append(failed)
                         nursery.cancel_scope.cancel()
                         return
                     fetched, offset = await self._from_log_start(topic, partition, offset)
@@ -486,6 +686,23 @@ class CommandHandler:
         if leader is None or not self._broker.raft.hears(leader) or beyond_follower(group, offset):
             return None
         return group
+
+    async def _past_the_end(
+        self, topic: str, partition: int, offset: int, out_of_range: RequestError
+    ) -> RequestError | None:
+        """What a CONS answers for an ``offset`` the partition's leader found out of range.
+
+        None below the log start: CONS reads from the start instead (the seed's rule, see
+        ``_from_log_start``). Past the end, the error FETCH answers, naming the partition: an
+        empty read would tell the consumer "nothing yet" and it would wait for ever at an offset
+        the log may never reach (the topic was deleted and created again, say). When the start
+        is unknown now (no leader known), None too: ``_from_log_start`` answers nothing for the
+        partition this time, and the consumer's next CONS asks again.
+        """
+        start = await self._leader_log_start(topic, partition)
+        if start is None or offset < start:
+            return None
+        return RequestError(out_of_range.code, f"{topic}/{partition}: {out_of_range.message}")
 
     async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
         """The seed's CONS takes any offset: below the log start it reads from the start.
@@ -640,7 +857,8 @@ class CommandHandler:
 def _remember_members(session: Session, command: Command, reply: bytes) -> None:
     """Track the group members a connection joined, so that its closing makes them leave."""
     if isinstance(command, Subs) and reply.startswith(b"+OK "):
-        session.members.add(reply[4:].strip().decode("ascii"))
+        # The id is the first word (a note on the partitions granted may follow it).
+        session.members.add(reply[4:].split(None, 1)[0].decode("ascii"))
     elif isinstance(command, Leave):
         session.members.discard(command.subscription_id)
 
@@ -672,6 +890,10 @@ def _topic_row(info: TopicInfo) -> TopicRow:
     return TopicRow(
         info.name, c.partitions, c.replication_factor, c.retention_ms, c.retention_bytes, c.compact
     )
+
+
+def _numbers(values: Sequence[int]) -> str:
+    return ",".join(map(str, values))
 
 
 def _unknown_partition(topic: str, partition: int, count: int) -> RequestError:

@@ -16,6 +16,9 @@ from typing import Any
 
 from kafkaesque.protocol import LineLimits
 
+MAX_PARTITIONS = 10_000  # partitions of one topic (CREATE refuses more)
+INT16_MAX = 2**15 - 1  # the largest replication factor the protocol carries
+
 
 class ConfigError(ValueError):
     """A setting is missing or malformed; the message names it."""
@@ -82,6 +85,12 @@ class BrokerConfig:
     advertised_host: str | None = None  # the host clients are told (default: client.host)
     cluster_secret: str = "kafkaesque-dev-secret"
     join: bool = False  # a broker added to a running cluster
+    # Topics that PUBS, PUB, PUBB and SUBS name are created on first use, as Kafka's
+    # auto.create.topics.enable does, with these partitions and replicas (the replication factor
+    # is capped at the brokers registered when the creation is applied). False: UNKNOWN_TOPIC.
+    auto_create_topics: bool = True
+    default_partitions: int = 3
+    default_replication_factor: int = 3
     # Partition defaults and limits.
     default_retention_ms: int | None = 7 * 24 * 3600 * 1000
     default_retention_bytes: int | None = None
@@ -105,6 +114,10 @@ class BrokerConfig:
             raise ConfigError("peers and controllers must list the same brokers")
         if not self.cluster_secret:
             raise ConfigError("cluster_secret must not be empty")
+        if not 1 <= self.default_partitions <= MAX_PARTITIONS:
+            raise ConfigError(f"default_partitions must be between 1 and {MAX_PARTITIONS}")
+        if not 1 <= self.default_replication_factor <= INT16_MAX:
+            raise ConfigError(f"default_replication_factor must be between 1 and {INT16_MAX}")
         if self.write_timeout_s <= 0:
             raise ConfigError("write_timeout_s must be positive")
         if self.mqtt_tls is not None and self.mqtt_tls_cert is None:

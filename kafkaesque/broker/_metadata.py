@@ -62,6 +62,7 @@ __all__ = [
     "ControllerSettings",
     "MetadataState",
     "assign_replicas",
+    "describe_config",
     "ClusterMetadata",
 ]
 
@@ -220,6 +221,21 @@ def assign_replicas(
     return tuple(assignment)
 
 
+def describe_config(config: TopicConfig) -> str:
+    """``config`` as people read it in an error line: ``partitions=3 replication_factor=3
+    retention_ms=604800000 retention_bytes=unlimited compact=no``."""
+
+    def limit(value: int | None) -> str:
+        return "unlimited" if value is None else str(value)
+
+    return (
+        f"partitions={config.partitions} replication_factor={config.replication_factor} "
+        f"retention_ms={limit(config.retention_ms)} "
+        f"retention_bytes={limit(config.retention_bytes)} "
+        f"compact={'yes' if config.compact else 'no'}"
+    )
+
+
 def _config_problem(name: str, config: TopicConfig) -> str | None:
     """Why ``name``/``config`` cannot be a topic, whatever the cluster holds; None if they can."""
     if not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
@@ -255,21 +271,35 @@ class MetadataState:
             self.brokers[info.id] = info
             self.version += 1
 
-    def create_topic(self, name: str, config: TopicConfig) -> TopicInfo | MetadataError:
+    def create_topic(
+        self, name: str, config: TopicConfig, *, auto: bool = False
+    ) -> TopicInfo | MetadataError:
         """Create a topic, assigned over the registered brokers by :func:`assign_replicas`.
 
         Idempotent: the same config gives back the existing topic; a different one is a
         :class:`TopicExistsError`. :class:`InvalidConfigError` for a bad name or numbers, or a
         replication factor above the number of registered brokers.
+
+        ``auto`` is a creation on first use (a publish or a subscription named the topic): any
+        existing topic is the answer, whatever its config (two brokers that auto-create one topic
+        at once, each with its own defaults, end with the one applied first), and the replication
+        factor is capped at the brokers registered now. Deciding here, as the command is applied,
+        is what makes it one topic: a check on one broker before sending could not.
         """
         existing = self.topics.get(name)
         if existing is not None:
-            if existing.config == config:
+            if auto or existing.config == config:
                 return existing
-            return TopicExistsError(f"topic {name!r} exists with {existing.config}")
+            return TopicExistsError(
+                f"topic {name!r} exists with {describe_config(existing.config)}, "
+                f"not {describe_config(config)}"
+            )
         problem = _config_problem(name, config)
         if problem is not None:
             return InvalidConfigError(problem)
+        if auto and self.brokers:
+            replication = min(config.replication_factor, len(self.brokers))
+            config = dataclasses.replace(config, replication_factor=replication)
         if config.replication_factor > len(self.brokers):
             return InvalidConfigError(
                 f"replication_factor {config.replication_factor} > "
@@ -304,10 +334,11 @@ class MetadataState:
         if not 0 <= partition < len(info.replicas):
             return InvalidConfigError(f"topic {topic!r} has no partition {partition}")
         if not replicas or len(set(replicas)) != len(replicas):
-            return InvalidConfigError(f"replicas must be distinct and not empty: {replicas}")
+            shown = ",".join(map(str, replicas)) or "none"
+            return InvalidConfigError(f"replicas must be distinct and not empty, not {shown}")
         unknown = sorted(set(replicas) - set(self.brokers))
         if unknown:
-            return InvalidConfigError(f"unregistered brokers {unknown}")
+            return InvalidConfigError(f"unregistered brokers {','.join(map(str, unknown))}")
         if info.replicas[partition] == replicas:
             return info
         assignment = list(info.replicas)
@@ -402,9 +433,12 @@ class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is u
         self.state.register_broker(BrokerInfo(*fields))
         return self._applied(None)
 
+    # ``auto`` was added after journals existed: an old entry has two arguments, and a new
+    # argument (rather than a new replicated method, which would renumber pysyncobj's methods,
+    # numbered in name order) keeps them readable.
     @_replicated
-    def create_topic(self, name: str, config: tuple[Any, ...]) -> _Applied:
-        return self._applied(self.state.create_topic(name, TopicConfig(*config)))
+    def create_topic(self, name: str, config: tuple[Any, ...], auto: bool = False) -> _Applied:
+        return self._applied(self.state.create_topic(name, TopicConfig(*config), auto=auto))
 
     @_replicated
     def delete_topic(self, name: str) -> _Applied:
@@ -752,17 +786,24 @@ class ClusterMetadata:
         """Register or update a broker (idempotent)."""
         await self._command("register_broker", dataclasses.astuple(info))
 
-    async def create_topic(self, name: str, config: TopicConfig) -> TopicInfo:
+    async def create_topic(
+        self, name: str, config: TopicConfig, *, auto: bool = False
+    ) -> TopicInfo:
         """Create a topic, assigned over the registered brokers when the command is applied.
 
         Idempotent: the same config returns the existing topic. Raises :class:`TopicExistsError`
         for a different config, :class:`InvalidConfigError` (see
-        :meth:`MetadataState.create_topic`), :class:`MetadataUnavailable`.
+        :meth:`MetadataState.create_topic`), :class:`MetadataUnavailable`. With ``auto`` (a
+        creation on first use), any existing topic is returned, and the replication factor is
+        capped at the registered brokers, both decided as the command is applied.
         """
         problem = _config_problem(name, config)
         if problem is not None:  # fail fast; apply checks it again
             raise InvalidConfigError(problem)
-        answer = await self._command("create_topic", name, dataclasses.astuple(config))
+        fields = dataclasses.astuple(config)
+        # A plain CREATE keeps the two-argument entry that older brokers apply too.
+        args = (name, fields, True) if auto else (name, fields)
+        answer = await self._command("create_topic", *args)
         return _expect(TopicInfo, answer)
 
     async def delete_topic(self, name: str) -> None:

@@ -162,10 +162,11 @@ def subscribe(
 
 
 def _subscription_id(response: Response) -> str:
-    text = expect_ok(response).text
-    if not text or " " in text:
-        raise RemoteProtocolError(f"SUBS answered '+OK {text}'")
-    return text
+    # "+OK <id>", or "+OK <id> partitions=<got> asked=<n>" when it got fewer than it asked for.
+    words = expect_ok(response).text.split(" ")
+    if not words[0] or any("=" not in w for w in words[1:]):
+        raise RemoteProtocolError(f"SUBS answered '+OK {' '.join(words)}'")
+    return words[0]
 
 
 def consume(

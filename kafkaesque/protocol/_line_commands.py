@@ -64,13 +64,15 @@ class ErrorCode(Enum):
     BAD_ARGS = (
         False,
         False,
-        "The command's arguments do not follow its syntax (the message gives the usage). Fix them.",
+        "The command's arguments do not follow its syntax (the message gives the usage), or the "
+        "line holds a byte 0xFF that starts no telnet command. Fix them.",
     )
     UNKNOWN_TOPIC = (
         True,
         False,
-        "The topic does not exist on this broker. Create it, or, if it was just created, retry "
-        "after a short backoff: topic metadata reaches every broker a moment later (as Kafka's "
+        "The topic does not exist on this broker. Create it (a publish or SUBS creates it unless "
+        "the broker runs with --no-auto-create-topics), or, if it was just created, retry after "
+        "a short backoff: topic metadata reaches every broker a moment later (as Kafka's "
         "retriable UNKNOWN_TOPIC_OR_PARTITION).",
     )
     UNKNOWN_PARTITION = (
@@ -150,7 +152,9 @@ class ErrorCode(Enum):
     UNKNOWN_SUBSCRIPTION = (
         False,
         False,
-        "The subscription id is unknown or expired. Subscribe again (SUBS) and use the new id.",
+        "The subscription id is unknown or expired, or belongs to another topic (the message "
+        "names it). Subscribe again (SUBS) and use the new id, or name the subscription's own "
+        "topic.",
     )
     NOT_ASSIGNED = (
         False,

@@ -76,3 +76,22 @@ def test_ten_thousand_connections_opened_and_dropped(broker_cluster: LocalCluste
         assert c.ok("PING") == "PONG"
         rows = c.rows("METADATA")
     assert len(rows) >= 4  # three brokers and the end
+
+
+def test_telnet_bytes_are_never_silently_altered(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(1)) as c:
+        c.ok("CREATE telnet-bytes 1 3")
+        # IAC IAC is one data byte 0xFF; negotiation (Ctrl-C: IAC IP, IAC DO TIMING-MARK) goes.
+        escaped = c.ok(b"PUBS telnet-bytes a\xff\xffb\xff\xf4\xff\xfd\x06c")
+        lone = c.call(b"PUBS telnet-bytes a\xffb")
+        topic = c.call(b"PUBS or\xffders x")
+        doubled_topic = c.call(b"PUBS or\xff\xffders x")
+        rows = c.rows("FETCH telnet-bytes 0 0 format=text")
+        listed = c.rows("LIST")
+    assert escaped.split()[0] == "0"
+    assert [getattr(r, "value", None) for r in rows[:-1]] == [b"a\xffbc"]
+    for reply in (lone, topic):
+        assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.BAD_ARGS
+        assert "telnet IAC" in reply.message
+    assert isinstance(doubled_topic, ErrorReply) and doubled_topic.code is ErrorCode.INVALID_TOPIC
+    assert not any("orers" in str(r) or "ders" in str(r) for r in listed)

@@ -130,7 +130,7 @@ def test_delete_then_recreate_starts_empty(broker_cluster: LocalCluster) -> None
         c.ok("CREATE doomed 1 3")
         c.ok("PUBS doomed old")
         c.ok("DELETE doomed")
-        assert _code(c.call("PUBS doomed x")) is ErrorCode.UNKNOWN_TOPIC
+        assert _code(c.call("FETCH doomed 0 0")) is ErrorCode.UNKNOWN_TOPIC
         c.ok("CREATE doomed 1 3")
         c.ok("PUBS doomed new")
         rows = c.rows("FETCH doomed 0 0 format=text")
@@ -184,12 +184,73 @@ def test_describe_gives_the_leaders_end_whichever_broker_answers(
             assert [(r.start_offset, r.end_offset) for r in described] == [(0, offset + 1)]
 
 
+def test_cons_past_the_end_is_out_of_range_as_fetch_says(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE beyond 1 3")
+        end = int(c.ok("PUBS beyond only").split()[1]) + 1
+        sub = c.ok("SUBS beyond readers")
+        at_end = c.rows(f"CONS beyond {sub} {end}")  # valid: nothing there yet
+        past = c.call(f"CONS beyond {sub} {end + 1}")
+        pairs = c.call(f"CONS beyond {sub} 0:999999999")
+        fetched = c.call(f"FETCH beyond 0 {end + 1}")
+        below = c.rows(f"CONS beyond {sub} 0")  # still fine: from the log start
+    assert at_end == [EndReply(((0, end),))]
+    for reply in (past, pairs, fetched):
+        assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.OFFSET_OUT_OF_RANGE
+        assert "is outside the log" in reply.message
+    assert isinstance(past, ErrorReply) and past.message.startswith(f"beyond/0: offset {end + 1} ")
+    assert [m.value for m in messages(below)] == [b"only"]
+
+
+def test_subs_says_how_many_partitions_it_got_when_fewer_than_asked(
+    broker_cluster: LocalCluster,
+) -> None:
+    with LineClient(broker_cluster.client_address(1)) as c:
+        c.ok("CREATE capped 2 3")
+        c.ok("PUB capped partition=0 zero")
+        c.ok("PUB capped partition=1 one")
+        first = c.ok("SUBS capped crew 2")  # the whole topic: as asked
+        second = c.ok("SUBS capped crew 2")  # two members share two partitions
+        greedy = c.ok("SUBS capped others 5")  # the topic has two
+        second_id = second.split()[0]
+        rows = c.rows(f"CONS capped {second_id} 0")
+    assert " " not in first
+    assert second.split()[1:] == ["partitions=1", "asked=2"]
+    assert greedy.split()[1:] == ["partitions=2", "asked=5"]
+    assert len(messages(rows)) == 1  # the id before the note is the subscription
+
+
+def test_cons_with_a_subscription_to_another_topic_says_so(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(2)) as c:
+        c.ok("CREATE mine 1 3")
+        c.ok("CREATE theirs 1 3")
+        sub = c.ok("SUBS mine readers")
+        wrong = c.call(f"CONS theirs {sub} 0")
+        still = c.rows(f"CONS mine {sub} 0")  # the member did not leave
+    assert isinstance(wrong, ErrorReply) and wrong.code is ErrorCode.UNKNOWN_SUBSCRIPTION
+    assert f"subscription {sub} is for topic mine, not theirs" in wrong.message
+    assert "left" not in wrong.message
+    assert isinstance(still[-1], EndReply)
+
+
+def test_topic_exists_error_shows_values_not_reprs(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE configured 1 3 retention_ms=60000")
+        reply = c.call("CREATE configured 2 3 compact=yes")
+    assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.TOPIC_EXISTS
+    assert "TopicConfig" not in reply.message and "None" not in reply.message
+    assert "exists with partitions=1 replication_factor=3 retention_ms=60000" in reply.message
+    assert (
+        "not partitions=2 replication_factor=3" in reply.message and "compact=yes" in reply.message
+    )
+
+
 @pytest.mark.parametrize(
     ("line", "code"),
     [
         ("FROB x", ErrorCode.UNKNOWN_COMMAND),
         ("PUBS", ErrorCode.BAD_ARGS),
-        ("PUBS no-such-topic hello", ErrorCode.UNKNOWN_TOPIC),
+        ("FETCH no-such-topic 0 0", ErrorCode.UNKNOWN_TOPIC),
         ("PUBS bad/name hello", ErrorCode.INVALID_TOPIC),
         ("CREATE __mine 1 1", ErrorCode.INVALID_TOPIC),
         ("CREATE toomany 1 4", ErrorCode.INVALID_CONFIG),

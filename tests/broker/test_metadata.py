@@ -39,6 +39,7 @@ from kafkaesque.broker._metadata import (
     MetadataView,
     TopicConfig,
     TopicExistsError,
+    TopicInfo,
     UnknownTopicError,
     assign_replicas,
 )
@@ -219,6 +220,38 @@ def test_create_topic_is_idempotent_and_rejects_another_config() -> None:
     assert isinstance(state.create_topic("t", TopicConfig(4, 3)), TopicExistsError)
     assert isinstance(state.create_topic("t", TopicConfig(4, 2, compact=True)), TopicExistsError)
     assert state.topics == {"t": created}
+
+
+def test_a_different_config_is_refused_with_readable_values() -> None:
+    state = _state_with_brokers(1, 2, 3)
+    state.create_topic("t", TopicConfig(4, 2, retention_ms=60_000))
+    refused = state.create_topic("t", TopicConfig(3, 3, compact=True))
+    assert isinstance(refused, TopicExistsError)
+    assert str(refused) == (
+        "topic 't' exists with partitions=4 replication_factor=2 retention_ms=60000 "
+        "retention_bytes=unlimited compact=no, not partitions=3 replication_factor=3 "
+        "retention_ms=unlimited retention_bytes=unlimited compact=yes"
+    )
+    assert "TopicConfig" not in str(state.set_replicas("t", 0, (1, 1)))
+
+
+def test_auto_create_answers_any_existing_topic_and_caps_replicas_at_the_brokers() -> None:
+    state = _state_with_brokers(1, 2)
+    created = state.create_topic("t", TopicConfig(3, 3), auto=True)
+    assert isinstance(created, TopicInfo)
+    assert created.config == TopicConfig(3, 2)  # two brokers registered: two replicas
+    version = state.version
+    # Another broker's auto-create with other defaults: the topic that exists, unchanged.
+    assert state.create_topic("t", TopicConfig(6, 1), auto=True) == created
+    assert state.version == version
+    # A plain CREATE keeps its rules: another config is refused, too many replicas too.
+    assert isinstance(state.create_topic("t", TopicConfig(6, 1)), TopicExistsError)
+    assert isinstance(state.create_topic("u", TopicConfig(1, 3)), InvalidConfigError)
+    # An auto-create of an invalid name is refused like any other.
+    assert isinstance(state.create_topic("a/b", TopicConfig(1, 1), auto=True), InvalidConfigError)
+    assert isinstance(
+        MetadataState().create_topic("t", TopicConfig(1, 1), auto=True), InvalidConfigError
+    )
 
 
 @pytest.mark.parametrize(
@@ -436,6 +469,31 @@ async def test_three_controllers_elect_replicate_and_converge(tmp_path: Path) ->
                 await trio.sleep(0.01)
         versions = [v.version for v in seen]
         assert versions == sorted(versions)
+
+
+async def test_concurrent_auto_creates_on_two_controllers_make_one_topic(tmp_path: Path) -> None:
+    async with open_cluster(tmp_path, 3) as cluster:
+        await cluster.ready()
+        one, two = cluster.running[1], cluster.running[2]
+        await cluster.register_all(via=one)
+        await cluster.converged()
+        answers: dict[int, TopicInfo] = {}
+
+        async def create(md: ClusterMetadata, key: int, config: TopicConfig) -> None:
+            answers[key] = await md.create_topic("raced", config, auto=True)
+
+        # Each with its own defaults, at once: the first applied wins, the other gets it.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(create, one, 1, TopicConfig(3, 3))
+            nursery.start_soon(create, two, 2, TopicConfig(5, 2))
+        assert answers[1] == answers[2]
+        assert answers[1].config in (TopicConfig(3, 3), TopicConfig(5, 2))
+        view = await cluster.converged()
+        assert view.topics == {"raced": answers[1]}
+        # A plain CREATE of the same topic with another config is still refused.
+        other = TopicConfig(4, 3) if answers[1].config != TopicConfig(4, 3) else TopicConfig(6, 3)
+        with pytest.raises(TopicExistsError):
+            await one.create_topic("raced", other)
 
 
 async def test_restart_keeps_the_state_from_journal_and_dump(tmp_path: Path) -> None:
