@@ -62,6 +62,7 @@ from ._mqtt_egress import Egress, Share, deliver_to, origin_of
 from ._mqtt_filters import log_topics_for
 from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
 from ._mqtt_sessions import (
+    HANDOVER_S,
     SAVE_EVERY_S,
     SESSIONS_TOPIC,
     Position,
@@ -157,6 +158,9 @@ class MqttService:
         self.retained = RetainedStore(broker, self.ensure_topic)
         self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
         self._devices: dict[str, MqttDevice] = {}  # connected sessions, by client id
+        # The last state of sessions whose connection here ended, until the table has it (or a
+        # newer epoch): what a takeover through another broker is handed (``_hand_over``).
+        self._final: dict[str, StoredSession] = {}
         self._deadlines: Deadlines[MqttDevice] = Deadlines()  # every connection, even unnamed
         self._appenders: dict[tuple[str, int], IdempotentAppender] = {}
         self._routes: dict[str, Route] = {}
@@ -261,7 +265,10 @@ class MqttService:
         client_id = accepted.client_id
         old = self._devices.get(client_id)
         if old is not None and old is not device:
-            await self.save_session(old)  # what it acknowledged so far
+            # Its last state, recorded as ended, is in the table before this connection reads
+            # it (nothing to hand over between brokers, see ``_mqtt_sessions``).
+            self.closing(old)
+            await self.save_session(old)
             old.owner_lost = True
             old.perform_nowait(old.conn.take_over())
             self.egress.drop(old)
@@ -283,6 +290,16 @@ class MqttService:
         present = (
             stored is not None and not stored.deleted and not expired and not accepted.clean_start
         )
+        if present and stored is not None and stored.ended_ms is None:
+            # Its last connection is not known to have ended: its broker may hold a newer state
+            # of it than the table's (see ``_mqtt_sessions``, handing a session over).
+            handed = await self._take_over(client_id, stored, epoch, device.conn.session_expiry_s)
+            if handed is None:  # another connection took the session meanwhile
+                device.owner_lost = True
+                device.perform_nowait(device.conn.take_over())
+                return False
+            stored = handed
+            present = not stored.deleted
         if present:
             device.restored = stored
         if accepted.persistent:
@@ -296,6 +313,51 @@ class MqttService:
             flight = await self._append_session(client_id, ended)
             await flight.done.wait()
         return present
+
+    async def _take_over(
+        self, client_id: str, stored: StoredSession, epoch: int, expiry_s: int | None
+    ) -> StoredSession | None:
+        """Take over the session ``stored`` at ``epoch``, owned by a connection that is not known
+        to have ended: its state once its previous owner handed it over (or ``HANDOVER_S``
+        later, the newest the table has), or None if another connection took it meanwhile."""
+        me = self._broker.config.id
+        takeover = replace(
+            stored,
+            owner=me,
+            epoch=epoch,
+            expiry_s=expiry_s,
+            ended_ms=None,
+            awaiting_owner=stored.owner,
+            handed_by=None,
+        )
+        await self.ensure_topic(SESSIONS_TOPIC)
+        record = session_record(client_id, takeover, int(time.time() * 1000))
+        flight, index = self._appender(SESSIONS_TOPIC, 0).add(record)
+        await flight.done.wait()
+        if flight.error is not None:
+            log.info("mqtt %s: taking the session over failed: %s", client_id, flight.error)
+            return stored  # resumed from what the table has: at least once
+        tail = self.sessions.tail
+        # A previous owner that is not reachable cannot answer: the table's state it is.
+        answers = stored.owner == me or stored.owner in self._broker.transport.connected_peers()
+        with trio.move_on_after(HANDOVER_S):
+            await tail.reach(flight.base + index + 1)
+            while (
+                answers
+                and (now := self.sessions.sessions.get(client_id)) is not None
+                and now.epoch == epoch
+                and now.owner == me
+                and now.awaiting_owner is not None
+            ):
+                await tail.moved()
+        if tail.offset <= flight.base + index:
+            return takeover  # not read back in time: the state read at the CONNECT
+        now = self.sessions.sessions.get(client_id)
+        if now is None or now.epoch != epoch or now.owner != me:
+            return None
+        if now.awaiting_owner is not None:
+            log.info("mqtt %s: no handover from broker %d in time", client_id, stored.owner)
+        return now
 
     async def restore(self, device: MqttDevice) -> None:
         """After the CONNACK: the restored session's subscriptions, then its redeliveries."""
@@ -311,14 +373,63 @@ class MqttService:
             self._nursery.start_soon(self._redeliver, device)
 
     def _session_changed(self, client_id: str, session: StoredSession) -> None:
-        """A session record was applied: a newer epoch elsewhere closes our connection."""
-        if session.owner == self._broker.config.id:
+        """A session record was applied: a newer epoch elsewhere closes our connection; a
+        takeover that awaits this broker gets the session's last state (``_hand_over``)."""
+        me = self._broker.config.id
+        final = self._final.get(client_id)
+        if final is not None and (
+            session.epoch > final.epoch
+            or (session.owner == me and (session.ended_ms is not None or session.deleted))
+        ):
+            del self._final[client_id]  # its last state is in the table, or superseded
+        else:
+            final = None
+        if session.awaiting_owner == me:
+            # (Taken over by this broker itself: the connection here is the new one.)
+            device = None if session.owner == me else self._devices.get(client_id)
+            self._hand_over(client_id, session, device, final)
+            return
+        if session.owner == me:
             return
         device = self._devices.get(client_id)
         if device is not None and device.known_epoch < session.epoch:
             log.info("mqtt %s: taken over by broker %d", client_id, session.owner)
             device.owner_lost = True
             device.perform_nowait(device.conn.take_over())
+
+    def _hand_over(
+        self,
+        client_id: str,
+        takeover: StoredSession,
+        device: MqttDevice | None,
+        final: StoredSession | None,
+    ) -> None:
+        """Another broker took over a session this one owned: end its connection here if it
+        is still on, and write the session's last state for the new owner (a handover record)."""
+        state = takeover  # this broker knows nothing newer than the table
+        if device is not None and device.known_epoch < takeover.epoch:
+            log.info("mqtt %s: taken over by broker %d", client_id, takeover.owner)
+            if device.session_epoch is not None:
+                self.closing(device)  # its state now, as it ends
+                state = device.frozen or state
+            device.owner_lost = True
+            device.perform_nowait(device.conn.take_over())
+        elif final is not None:
+            state = final  # its connection ended; that last write is not in the table yet
+        handover = replace(
+            state,
+            owner=takeover.owner,
+            epoch=takeover.epoch,
+            expiry_s=takeover.expiry_s,
+            ended_ms=None,
+            awaiting_owner=None,
+            handed_by=self._broker.config.id,
+        )
+        try:
+            record = session_record(client_id, handover, int(time.time() * 1000))
+            self._appender(SESSIONS_TOPIC, 0).add(record)
+        except RequestError as exc:
+            log.info("mqtt %s: handing the session over failed: %s", client_id, exc)
 
     def save_session_nowait(self, device: MqttDevice) -> MqttFlight | None:
         """Start writing a persistent session's state; its flight (None: nothing to write)."""
@@ -516,6 +627,14 @@ class MqttService:
         client_id = device.client_id
         if client_id is not None and self._devices.get(client_id) is device:
             del self._devices[client_id]
+        if (
+            client_id is not None
+            and device.frozen is not None
+            and device.session_epoch is not None
+            and not device.owner_lost
+        ):
+            # Until the table has it: a takeover through another broker may need it sooner.
+            self._final[client_id] = device.frozen
         try:
             await self.save_session(device, wait=False)
         except RequestError as exc:

@@ -20,13 +20,33 @@ When a broker sees a newer epoch of a session it has a connection for, owned by 
 it closes that connection: a client id has one connection in the whole cluster.
 
 Records of an older epoch than the table's are ignored, so a late write of the previous owner
-cannot undo a takeover.
+cannot undo a takeover; so is a record of the table's epoch by another owner (two connections
+that raced for the same epoch: the first in the log has it).
+
+Handing a session over between brokers. The device decides when it moves: it may send
+DISCONNECT to broker A and its CONNECT to broker B at once, and B may read the table before A has
+written the session's last state (what the device acknowledged last): resuming from an earlier
+save, B would deliver again QoS 2 messages whose exchange was complete, which MQTT-4.3.3 forbids.
+So a session whose table record does not say its connection ended (``ended_ms``) is taken over
+in two steps:
+
+1. B writes a takeover record: the next epoch, owner B, ``awaiting_owner`` A. Applied over the
+   record before it (the newest of the previous epoch, A's), it takes that record's state, and
+   if that record is A's last (the connection ended), the handover is done (nothing awaited).
+2. Otherwise A, applying the takeover, ends its connection if it still has it and writes a
+   handover record: the same epoch, owner B, ``handed_by`` A, with the session's last state as
+   A knows it (frozen when the connection ended, or the table's if A knows nothing newer). It is
+   applied only over the takeover record still awaiting A, so a late one changes nothing.
+
+B resumes delivery once the handover is done, or after ``HANDOVER_S`` (A is down, say: then from
+the last state in the table, at least once), and then writes the session as its own (nothing
+awaited). Every broker applies the same records in the same order, so every table agrees.
 """
 
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Final
 
 import msgpack
@@ -42,6 +62,8 @@ if TYPE_CHECKING:
 
 SESSIONS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_sessions"
 SAVE_EVERY_S: Final = 1.0
+HANDOVER_S: Final = 3.0
+"""How long a broker taking a session over waits for the previous owner's last state."""
 
 Position = tuple[str, int]  # (log topic, partition)
 
@@ -56,6 +78,10 @@ class StoredSession:
     deleted: bool = False  # ended by a clean start: kept as a marker so its epoch is known
     expiry_s: int | None = None  # how long it outlives its connection (None: for ever)
     ended_ms: int | None = None  # when its connection ended (None: connected)
+    # A takeover record: the previous owner, whose last state of the session it awaits.
+    awaiting_owner: int | None = None
+    # A handover record: the previous owner, which wrote this last state for the new owner.
+    handed_by: int | None = None
 
     def expired(self, now_ms: int) -> bool:
         """Whether its connection ended more than ``expiry_s`` ago (v5 Session Expiry)."""
@@ -88,6 +114,8 @@ def encode_session(session: StoredSession) -> bytes:
             session.deleted,
             session.expiry_s,
             session.ended_ms,
+            session.awaiting_owner,
+            session.handed_by,
         ]
     )
     return data
@@ -98,7 +126,7 @@ def decode_session(data: bytes) -> StoredSession | None:
     try:
         owner, epoch, subs, positions, awaiting, deleted, *more = msgpack.unpackb(data)
         # Fields added later: records written before them have none.
-        expiry, ended = (*more, None, None)[:2]
+        expiry, ended, awaited_owner, handed_by = (*more, None, None, None, None)[:4]
         return StoredSession(
             int(owner),
             int(epoch),
@@ -108,6 +136,8 @@ def decode_session(data: bytes) -> StoredSession | None:
             bool(deleted),
             None if expiry is None else int(expiry),
             None if ended is None else int(ended),
+            None if awaited_owner is None else int(awaited_owner),
+            None if handed_by is None else int(handed_by),
         )
     except (ValueError, TypeError, msgpack.UnpackException):
         return None
@@ -153,10 +183,49 @@ class SessionStore:
         if session is None:
             return
         old = self.sessions.get(client_id)
-        if old is not None and session.epoch < old.epoch:
-            return  # a late write of an earlier owner
+        if session.handed_by is not None:
+            if not _awaits(old, session):
+                return  # the new owner stopped waiting for it (or never asked its writer)
+            session = replace(session, awaiting_owner=None)
+        elif old is not None:
+            if session.epoch < old.epoch:
+                return  # a late write of an earlier owner
+            if session.epoch == old.epoch and session.owner != old.owner:
+                return  # two connections raced for one epoch: the first in the log has it
+            if session.awaiting_owner is not None and session.epoch > old.epoch:
+                session = _taken_over(session, old)
         self.sessions[client_id] = session
         self._on_change(client_id, session)
+
+
+def _awaits(current: StoredSession | None, handover: StoredSession) -> bool:
+    """Whether ``current`` is a takeover record awaiting ``handover``."""
+    return (
+        current is not None
+        and current.awaiting_owner is not None
+        and current.awaiting_owner == handover.handed_by
+        and current.epoch == handover.epoch
+        and current.owner == handover.owner
+    )
+
+
+def _taken_over(takeover: StoredSession, previous: StoredSession) -> StoredSession:
+    """A takeover record as applied over ``previous``, the newest record of the epoch before it:
+    with that record's state (at least as new as what the new owner read), and awaiting nothing
+    if it is the previous connection's last one (its end is recorded) or the session is gone."""
+    if previous.deleted:
+        return replace(takeover, awaiting_owner=None)
+    if previous.owner != takeover.awaiting_owner:
+        return takeover
+    return replace(
+        previous,
+        owner=takeover.owner,
+        epoch=takeover.epoch,
+        expiry_s=takeover.expiry_s,
+        ended_ms=None,
+        awaiting_owner=None if previous.ended_ms is not None else takeover.awaiting_owner,
+        handed_by=None,
+    )
 
 
 def session_record(client_id: str, session: StoredSession | None, timestamp: int) -> Record:

@@ -89,6 +89,15 @@ class TopicTail:
                         self._apply(record)
             self.offset = max(self.offset, header.next_offset)
 
+    async def reach(self, offset: int) -> None:
+        """Wait until every record before ``offset`` is applied."""
+        while self.offset < offset:
+            await self._moved.wait()
+
+    async def moved(self) -> None:
+        """Wait for the next read of the topic (new records applied, or a long poll ended)."""
+        await self._moved.wait()
+
     async def catch_up(self) -> bool:
         """Wait until everything committed now is applied; False if that took too long."""
         with trio.move_on_after(_CATCH_UP_S):

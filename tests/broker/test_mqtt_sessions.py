@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from typing import Any, cast
 
 import msgpack
 import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.broker._mqtt_sessions import StoredSession, decode_session, encode_session
+from kafkaesque.broker._mqtt_sessions import (
+    SessionStore,
+    StoredSession,
+    decode_session,
+    encode_session,
+    session_record,
+)
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
     Disconnect,
@@ -27,7 +34,7 @@ from kafkaesque.protocol import (
     encode_mqtt,
 )
 
-from .mqtt_helpers import RULES, RawMqtt, read_topic, wait_for
+from .mqtt_helpers import RULES, PahoDevice, RawMqtt, read_topic, wait_for
 
 V311 = MqttVersion.V311
 V5 = MqttVersion.V5
@@ -197,6 +204,54 @@ def test_qos2_exactly_once_across_a_reconnect_to_another_broker(cluster: LocalCl
     assert values == [b"first", b"second"]
 
 
+def receive_qos2(raw: RawMqtt, count: int) -> list[bytes]:
+    """Receive ``count`` QoS 2 messages, each through its whole exchange (PUBREC, PUBREL,
+    PUBCOMP), as a device does."""
+    payloads: list[bytes] = []
+    for publish in publishes(raw, count):
+        assert publish.qos == 2, publish
+        raw.send(encode_mqtt(Pubrec(publish.packet_id), raw.version))
+        assert raw.receive() == Pubrel(publish.packet_id)
+        raw.send(encode_mqtt(Pubcomp(publish.packet_id), raw.version))
+        payloads.append(publish.payload)
+    return payloads
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_completed_qos2_deliveries_are_not_repeated_after_a_quick_move_to_another_broker(
+    cluster: LocalCluster, version: MqttVersion
+) -> None:
+    # A device that completed its QoS 2 exchanges, disconnected and at once reconnected through
+    # another broker must not get those messages again (exactly once, MQTT-4.3.3): the new
+    # broker resumes from the old one's last state of the session, not from an earlier save.
+    device = f"phone-s0006-{version.name}"
+    properties = MqttProperties(session_expiry_interval=3600 if version is V5 else None)
+    topic = f"phones/{device}/commands"
+    controller = PahoDevice(cluster.mqtt_address(2), f"controller-s0006-{version.name}")
+    raw = RawMqtt(cluster.mqtt_address(0), version)
+    raw.connect(device, clean_start=False, properties=properties)
+    subscribe(raw, topic, qos=2)
+    try:
+        controller.wait_connected()
+        for trial in range(4):
+            for i in range(5):
+                controller.publish(topic, b"t%d-%d" % (trial, i), qos=2)
+            assert receive_qos2(raw, 5) == [b"t%d-%d" % (trial, i) for i in range(5)]
+            raw.send(encode_mqtt(Disconnect(), version))
+            raw.close()
+            raw = RawMqtt(cluster.mqtt_address((trial + 1) % 3), version)
+            connack = raw.connect(device, clean_start=False, properties=properties)
+            assert connack.session_present is True
+            try:
+                again = raw.receive(timeout=1.5)
+            except TimeoutError:
+                again = None
+            assert again is None, f"trial {trial}: delivered again: {again}"
+    finally:
+        raw.close()
+        controller.close()
+
+
 # -- v5 Session Expiry Interval ---------------------------------------------------------------
 
 
@@ -346,3 +401,90 @@ def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
     assert session.subscriptions == (MqttSubscription("a/+", 1),)  # identifier 0: none
     assert session.expiry_s is None and session.ended_ms is None
     assert not session.expired(10**15)
+
+
+# -- handing a session over between brokers: the table's rules --------------------------------
+
+
+class Table:
+    """A ``SessionStore`` fed records directly, as its tail would, in log order."""
+
+    def __init__(self) -> None:
+        self.changes: list[StoredSession] = []
+
+        async def no_topic(name: str) -> Any:
+            raise AssertionError("not used")
+
+        self.store = SessionStore(
+            cast(Any, None), no_topic, lambda _client, session: self.changes.append(session)
+        )
+
+    def write(self, session: StoredSession) -> None:
+        self.store._apply(session_record("dev", session, 0))
+
+    @property
+    def now(self) -> StoredSession:
+        return self.store.sessions["dev"]
+
+
+SUBS = (MqttSubscription("phones/dev/#", 2),)
+
+
+def test_a_takeover_after_the_last_write_of_the_previous_connection_takes_that_state() -> None:
+    table = Table()
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))  # a periodic save
+    last = StoredSession(0, 1, SUBS, {("commands", 0): 10}, ended_ms=1_000)  # at DISCONNECT
+    table.write(last)
+    # Broker 1 read the table before the last write: its takeover carries the older state.
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 10})  # done: awaits no one
+
+
+def test_a_takeover_before_the_last_write_waits_for_the_previous_owners_handover() -> None:
+    table = Table()
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
+    assert table.now.awaiting_owner == 0
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 10}, ended_ms=1_000))  # too late
+    assert table.now.positions == {("commands", 0): 5}
+    table.write(StoredSession(2, 2, SUBS, {("commands", 0): 10}, handed_by=2))  # not awaited
+    assert table.now.awaiting_owner == 0
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0)
+    # The new owner's own writes go on; a second handover is late and changes nothing.
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 12}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 12})
+
+
+def test_a_handover_after_the_new_owner_gave_up_waiting_is_ignored() -> None:
+    table = Table()
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 7}))  # resumed without it
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 7})
+
+
+def test_two_owners_racing_for_one_epoch_the_first_in_the_log_has_it() -> None:
+    table = Table()
+    table.write(StoredSession(0, 1, SUBS))
+    table.write(StoredSession(1, 2, SUBS))
+    table.write(StoredSession(2, 2, SUBS, {("commands", 0): 99}))
+    assert table.now == StoredSession(1, 2, SUBS)
+    assert [s.owner for s in table.changes] == [0, 1]
+
+
+def test_a_takeover_of_a_session_deleted_meanwhile_awaits_no_one() -> None:
+    table = Table()
+    table.write(StoredSession(0, 1, deleted=True))
+    table.write(StoredSession(1, 2, SUBS, awaiting_owner=0))
+    assert table.now == StoredSession(1, 2, SUBS)
+
+
+def test_a_session_record_keeps_who_it_awaits_and_who_handed_it_over() -> None:
+    for session in (
+        StoredSession(1, 3, SUBS, {("t", 0): 4}, (7,), awaiting_owner=0),
+        StoredSession(1, 3, SUBS, {("t", 0): 4}, (7,), expiry_s=60, handed_by=0),
+    ):
+        assert decode_session(encode_session(session)) == session
