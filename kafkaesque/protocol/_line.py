@@ -104,12 +104,13 @@ NEED_DATA: Final = NeedData.NEED_DATA
 _HELP: Final[dict[str, tuple[str, str]]] = {
     "PUBS": (
         "PUBS <topic> <message>",
-        'Publish the rest of the line (the seed\'s {"Header","Key","Body"} JSON is understood). '
-        "Replies +OK <partition> <offset>.",
+        'Publish the rest of the line (the seed\'s {"Header","Key","Body"} JSON is understood); '
+        "a missing topic is created. Replies +OK <partition> <offset>.",
     ),
     "SUBS": (
         "SUBS <topic> <group> [<partitions>]",
-        "Join a consumer group. Replies +OK <subscription_id>.",
+        "Join a consumer group (a missing topic is created). Replies +OK <subscription_id>, "
+        "then partitions=<got> asked=<partitions> if it got fewer partitions than asked.",
     ),
     "CONS": (
         "CONS <topic> <subscription_id> <offset>|<p>:<o>,... [max=<n>] [wait_ms=<ms>]",

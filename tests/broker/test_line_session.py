@@ -6,18 +6,22 @@ Each test uses its own topic on the module's cluster (``broker_cluster``), over 
 from __future__ import annotations
 
 import json
+import time
 import urllib.request
 
 import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.client._calls import subscribe
 from kafkaesque.protocol import (
     DataReply,
     EndReply,
     ErrorCode,
     ErrorReply,
+    GroupRow,
     MessageRow,
     OffsetRow,
+    OkReply,
     PartitionRow,
     Reply,
     partition_for_key,
@@ -218,6 +222,33 @@ def test_subs_says_how_many_partitions_it_got_when_fewer_than_asked(
     assert second.split()[1:] == ["partitions=1", "asked=2"]
     assert greedy.split()[1:] == ["partitions=2", "asked=5"]
     assert len(messages(rows)) == 1  # the id before the note is the subscription
+
+
+def test_a_subscription_with_a_note_leaves_when_its_connection_closes(
+    broker_cluster: LocalCluster,
+) -> None:
+    # The connection remembers the id, not the note after it: closing it makes the member leave
+    # at once, long before the session timeout (10 s) would.
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE noted 2 3")
+        c.ok("SUBS noted crew")
+        with LineClient(broker_cluster.client_address(2)) as leaving:
+            noted = leaving.ok("SUBS noted crew 2")
+        member = noted.split()[0]
+        assert noted.split()[1:] == ["partitions=1", "asked=2"]
+        deadline = time.monotonic() + 5
+        while True:
+            owners = {r.owner for r in c.rows("GROUPS crew noted") if isinstance(r, GroupRow)}
+            if member not in owners or time.monotonic() > deadline:
+                break
+            time.sleep(0.1)
+    assert member not in owners
+
+
+def test_the_client_library_reads_the_id_before_the_note() -> None:
+    call = subscribe("t", "g", 2)
+    assert call.parse(OkReply("0.abc partitions=1 asked=2")) == "0.abc"
+    assert call.parse(OkReply("0.abc")) == "0.abc"
 
 
 def test_cons_with_a_subscription_to_another_topic_says_so(broker_cluster: LocalCluster) -> None:
