@@ -139,6 +139,7 @@ class PublishSlot:
 
 
 PublishCommand = Pubs | PublishRecord | PublishBatch
+_PUBLISH_TYPES = (Pubs, PublishRecord, PublishBatch)  # a tuple: isinstance's fastest form
 
 
 @dataclass(eq=False)
@@ -196,7 +197,7 @@ class CommandHandler:
     def _dispatch(
         self, command: Command, nursery: trio.Nursery, forwarded: bool, session: Session | None
     ) -> Slot:
-        if isinstance(command, PublishCommand):
+        if isinstance(command, _PUBLISH_TYPES):
             topic = command.topic
             if topic in self._creating or (
                 topic not in self._broker.metadata.view.topics and self.auto_creates(topic)
@@ -378,8 +379,13 @@ class CommandHandler:
                 )
         except RequestError as exc:
             creation.error = exc
-        except BaseException:
-            creation.error = RequestError(ErrorCode.NOT_LEADER, f"creating {topic} was cut short")
+        except Exception:  # a bug: answer it, log it, keep the broker serving
+            log.exception("auto-creating topic %s failed", topic)
+            creation.error = RequestError(ErrorCode.INTERNAL, "internal error (logged)")
+        except BaseException:  # cancelled: the broker is stopping
+            creation.error = RequestError(
+                ErrorCode.NOT_LEADER, f"creating topic {topic} was cut short; retry"
+            )
             raise
         finally:
             # No await from here on: the waiting publishes reach their appenders in order
