@@ -1,15 +1,41 @@
-"""Coalescing single-record publishes (PUBS, PUB) into batches, one appender per partition.
+"""Coalescing single-record publishes into idempotent batches, one appender per partition.
 
-A telnet client or a pipelining program sends one record a line; one Raft entry per record would
-cost a proposal, a log write and an acknowledgement each. Every record bound for a partition
-therefore joins the appender's open batch; the appender's task closes the batch whenever it gets
-to run (by then the session has decoded everything the socket delivered), starts its write at
-once, in order, and moves on to the next batch while that one commits. No timer adds latency:
-the batch is whatever arrived while the previous step ran (Nagle without the delay).
+Every producer of single records goes through here: PUBS and PUB lines, MQTT PUBLISHes, the MQTT
+session store. A telnet client or a device sends one record at a time; one Raft entry per record
+would cost a proposal, a log write and an acknowledgement each. Every record bound for a
+partition therefore joins the appender's open batch, and no timer adds latency. When the batch is
+sealed follows Nagle's rule: at once if no batch of this appender is in flight, else only once it
+holds ``_WORTH_PIPELINING_RECORDS`` records or ``_WORTH_PIPELINING_BYTES`` bytes; otherwise it
+grows until the batch in flight is done. A trickle therefore goes out record by record, a
+moderate load as one batch per commit round instead of one tiny batch per arrival (every batch
+costs a forward, a Raft entry on three brokers and a commit wait, whatever its size), and a heavy
+load still keeps up to ``WINDOW`` full batches in flight.
+
+Every batch is stamped with the appender's producer id and the sequence number of its first
+record, as an idempotent producer's are (``_producers``). ``WritePath`` retries a batch whose
+outcome was unknown (the leader died after the batch reached it), and the partition's leader, old
+or new, then answers the retry with the offsets of the first append instead of appending it
+again. A request the broker acknowledges, or retries on its own, is therefore in the log once:
+the broker's retries never duplicate a record (only a client's own resend of a record without a
+producer id can).
+
+The leader remembers the last ``WINDOW`` batches of a producer, so at most that many batches are
+in flight at once (more wait sealed, in order; with up to 4096 records a batch that is no limit
+on throughput). Each batch is retried on its own by ``WritePath``: when an earlier one has not
+reached the leader yet (it is being retried: a new partition's first leader, a failover), the
+leader refuses a later one as out of order, and the later one simply waits for the earlier ones
+and tries again; if the gap does not fill, its records go again under a new producer id (see
+``_after_refusal``). When a batch fails for good, its flight carries the error: a line-protocol
+client gets it as its reply; an MQTT device's connection closes, so it resends what was not
+acknowledged.
 """
 
 from __future__ import annotations
 
+import logging
+import secrets
+from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import trio
@@ -18,24 +44,58 @@ from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.storage import Record, build_batch
 
 from ._errors import RequestError
+from ._producers import WINDOW
 from ._writes import Attempt, WritePath
+
+log = logging.getLogger("kafkaesque.broker.appender")
 
 _MAX_BATCH_RECORDS = 4096
 _MAX_BATCH_BYTES = 1 << 20
+# A batch this big is sealed even while another is in flight (below it, it waits: Nagle).
+_WORTH_PIPELINING_RECORDS = 64
+_WORTH_PIPELINING_BYTES = 64 << 10
+_RECORD_OVERHEAD_BYTES = 64  # what a record adds to a batch beyond its key and value, about
+_REORDER_TRIES = 5
+_REORDER_PAUSE_S = 0.002
 
 
 @dataclass(eq=False, slots=True)
 class Flight:
-    """One batch of records on its way into the log; every record's reply waits on it."""
+    """One batch of records on its way into the log.
+
+    Whoever waits for it either awaits ``done`` (a line-protocol reply) or registers a callback
+    with ``notify`` (an MQTT connection, whose writer has other work than this flight). Once
+    done, ``base`` is the offset of its first record, or ``error`` says why it failed."""
 
     partition: int
     done: trio.Event = field(default_factory=trio.Event)
     base: int = -1
     error: RequestError | None = None
+    waiters: list[Callable[[], None]] = field(default_factory=list)
+
+    def notify(self, waiter: Callable[[], None]) -> None:
+        """Call ``waiter`` once the flight is done (at once if it is)."""
+        if self.done.is_set():
+            waiter()
+        elif not self.waiters or self.waiters[-1] != waiter:  # == for bound methods
+            self.waiters.append(waiter)
+
+    def finish(self) -> None:
+        """Mark the flight done (``base`` or ``error`` set) and call its waiters."""
+        self.done.set()
+        waiters, self.waiters = self.waiters, []
+        for waiter in waiters:
+            waiter()
+
+
+def new_producer_id() -> int:
+    """A random 62-bit producer id (as the client library's: collisions are negligible)."""
+    return secrets.randbits(62)
 
 
 class PartitionAppender:
-    """The open batch of one partition and acks level, and the task that writes batches."""
+    """The open batch of one partition and acks level, and the task that writes sealed batches
+    in order."""
 
     def __init__(self, group_id: str, partition: int, acks: Acks, writes: WritePath) -> None:
         self._group_id = group_id
@@ -45,8 +105,11 @@ class PartitionAppender:
         self._records: list[Record] = []
         self._bytes = 0
         self._flight = Flight(partition)
-        self._sealed: list[tuple[Flight, bytes, int]] = []  # batches not yet started, in order
+        self._sealed: deque[tuple[Flight, list[Record]]] = deque()
+        self._order: list[Flight] = []  # batches started and not finished, in order
         self._wake = trio.Event()
+        self._producer_id = new_producer_id()
+        self._sequence = 0
         self.closed = False
 
     def add(self, record: Record) -> tuple[Flight, int]:
@@ -57,50 +120,113 @@ class PartitionAppender:
             self._seal()
         index = len(self._records)
         self._records.append(record)
-        self._bytes += len(record.value or b"") + len(record.key or b"") + 16
+        self._bytes += len(record.value or b"") + len(record.key or b"") + _RECORD_OVERHEAD_BYTES
         self._wake.set()
         return self._flight, index
 
+    async def settled(self) -> None:
+        """Until every record added so far has its outcome (committed, or failed)."""
+        flights = [*self._order, *(flight for flight, _ in self._sealed)]
+        if self._records:
+            flights.append(self._flight)
+        for flight in flights:
+            await flight.done.wait()
+
     def _seal(self) -> None:
         if self._records:
-            records, flight = self._records, self._flight
+            self._sealed.append((self._flight, self._records))
             self._records, self._bytes, self._flight = [], 0, Flight(self._partition)
-            self._sealed.append((flight, build_batch(records), len(records)))
 
     async def run(self, nursery: trio.Nursery) -> None:
         """Write batches until cancelled; each batch's outcome is awaited in ``nursery``."""
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
-            self._seal()
-            sealed, self._sealed = self._sealed, []
-            for flight, batch, count in sealed:
+            if not self._order or (
+                len(self._order) < WINDOW
+                and (
+                    len(self._records) >= _WORTH_PIPELINING_RECORDS
+                    or self._bytes >= _WORTH_PIPELINING_BYTES
+                )
+            ):
+                self._seal()
+            while self._sealed and len(self._order) < WINDOW:
+                flight, records = self._sealed.popleft()
+                # The sequence is assigned at start, so batches carry increasing sequences in
+                # the order they are proposed (forwarded ones too: the leader starts them in the
+                # order they arrive, ``WritePath.start_forwarded``).
+                stamp = (self._producer_id, self._sequence)
+                self._sequence += len(records)
+                batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
                 deadline = trio.current_time() + self._writes.timeout
-                attempt = self._writes.start(self._group_id, batch, count, self._acks, deadline)
-                nursery.start_soon(self._complete, flight, batch, count, attempt, deadline)
+                attempt = self._writes.start(
+                    self._group_id, batch, len(records), self._acks, deadline
+                )
+                self._order.append(flight)
+                nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
 
     async def _complete(
-        self, flight: Flight, batch: bytes, count: int, attempt: Attempt, deadline: float
+        self,
+        flight: Flight,
+        records: list[Record],
+        batch: bytes,
+        attempt: Attempt | None,
+        deadline: float,
     ) -> None:
+        count = len(records)
+        refusals = 0
         try:
-            flight.base, _ = await self._writes.write(
-                self._group_id,
-                batch,
-                count,
-                self._acks,
-                first=attempt,
-                deadline=deadline,
-            )
+            while True:
+                try:
+                    flight.base, _ = await self._writes.write(
+                        self._group_id, batch, count, self._acks, first=attempt, deadline=deadline
+                    )
+                    return
+                except RequestError as exc:
+                    refusals += 1
+                    if exc.code is not ErrorCode.OUT_OF_ORDER_SEQUENCE or refusals > _REORDER_TRIES:
+                        raise
+                    batch = await self._after_refusal(flight, records, batch, refusals)
+                    attempt = None
         except RequestError as exc:
+            log.info("%s: a batch of %d records failed: %s", self._group_id, count, exc)
             flight.error = exc
         finally:
-            flight.done.set()
+            self._order.remove(flight)
+            flight.finish()
+            self._wake.set()
+
+    async def _after_refusal(
+        self, flight: Flight, records: list[Record], batch: bytes, refusals: int
+    ) -> bytes:
+        """The batch to send after the leader refused ``batch`` as out of order.
+
+        The leader has not appended it (a batch it holds would be in its window, which no more
+        than ``WINDOW`` batches of ours can pass). Either an earlier batch overtaken on the way
+        is not in yet (it is being retried, or was forwarded in the same frame and started after
+        this one on the leader's side): once the earlier ones are done, the same batch is next.
+        Or the sequence has a gap that will not fill (a new leader accepted a later batch of
+        ours first, as it accepts any first sequence of a producer it does not know): then the
+        records go again under a new producer id, at sequence 0, alone; so do later batches.
+        """
+        earlier = self._order[: self._order.index(flight)]
+        log.debug(
+            "%s: refused out of order (%d); %d earlier", self._group_id, refusals, len(earlier)
+        )
+        for other in earlier:
+            await other.done.wait()
+        if refusals == 1:
+            if not earlier:
+                await trio.sleep(_REORDER_PAUSE_S)
+            return batch
+        self._producer_id, self._sequence = new_producer_id(), 0
+        return build_batch(records, producer_id=new_producer_id(), base_sequence=0)
 
     def fail_all(self, error: RequestError) -> None:
         """The topic went away: fail what is queued, refuse what comes."""
         self.closed = True
         self._seal()
-        for flight, _, _ in self._sealed:
+        for flight, _ in self._sealed:
             flight.error = error
-            flight.done.set()
-        self._sealed = []
+            flight.finish()
+        self._sealed.clear()

@@ -35,8 +35,8 @@ import trio
 from kafkaesque._fd_stream import FdStream
 from kafkaesque.protocol import MqttReasonCode, MqttSubscription, Will
 
+from ._appender import Flight
 from ._errors import RequestError
-from ._mqtt_appender import MqttFlight
 from ._mqtt_connection import (
     Accepted,
     Acked,
@@ -126,7 +126,7 @@ class MqttDevice:
         self.stream = stream
         self.conn = conn
         # (flight to wait for, bytes to send then, kind of entry)
-        self.out: deque[tuple[MqttFlight | None, bytes, int]] = deque()
+        self.out: deque[tuple[Flight | None, bytes, int]] = deque()
         self.wake = trio.Event()
         self.writing = False  # the writer task is sending: nobody else may
         self.room = trio.Event()

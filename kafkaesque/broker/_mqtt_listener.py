@@ -3,7 +3,7 @@
 ``MqttService`` accepts connections on ``--mqtt-listen`` and runs each with an ``MqttDevice``
 (one reader task and one writer task). Ingress: a PUBLISH is routed by the topic mapping
 (``--mqtt-rules``; default ``# -> mqtt key=topic``) to a log topic, partition (by the rule's
-key) and appended through one ``IdempotentAppender`` per partition, shared by every connection
+key) and appended through one ``PartitionAppender`` per partition, shared by every connection
 of the broker: the records of thousands of devices become a few batches, each appended exactly
 once even when retried across a leader failover. Records carry the headers ``mqtt.topic`` and
 ``mqtt.qos``, and a v5 message's properties (``message_headers``). A log topic the mapping
@@ -36,6 +36,7 @@ from kafkaesque.protocol import (
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
     MQTT_TOPIC_HEADER,
+    Acks,
     ErrorCode,
     InvalidMappingError,
     MqttSubscription,
@@ -48,12 +49,12 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
+from ._appender import Flight, PartitionAppender
 from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
-from ._mqtt_appender import IdempotentAppender, MqttFlight
 from ._mqtt_connection import Close, MqttServerConnection
 from ._mqtt_deadlines import SCAN_S as DEADLINE_SCAN_S
 from ._mqtt_deadlines import Deadlines
@@ -162,7 +163,6 @@ class MqttService:
         # newer epoch): what a takeover through another broker is handed (``_hand_over``).
         self._final: dict[str, StoredSession] = {}
         self._deadlines: Deadlines[MqttDevice] = Deadlines()  # every connection, even unnamed
-        self._appenders: dict[tuple[str, int], IdempotentAppender] = {}
         self._routes: dict[str, Route] = {}
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, trio.Event] = {}
@@ -431,7 +431,7 @@ class MqttService:
         except RequestError as exc:
             log.info("mqtt %s: handing the session over failed: %s", client_id, exc)
 
-    def save_session_nowait(self, device: MqttDevice) -> MqttFlight | None:
+    def save_session_nowait(self, device: MqttDevice) -> Flight | None:
         """Start writing a persistent session's state; its flight (None: nothing to write)."""
         if device.session_epoch is None or device.owner_lost or device.client_id is None:
             return None
@@ -502,7 +502,7 @@ class MqttService:
                 positions[where] = min(positions.get(where, first), first)
         return positions
 
-    async def _append_session(self, client_id: str, session: StoredSession | None) -> MqttFlight:
+    async def _append_session(self, client_id: str, session: StoredSession | None) -> Flight:
         await self.ensure_topic(SESSIONS_TOPIC)
         record = session_record(client_id, session, int(time.time() * 1000))
         flight, _ = self._appender(SESSIONS_TOPIC, 0).add(record)
@@ -710,7 +710,7 @@ class MqttService:
         client_id: str = "",
         packet_id: int = 0,
         property_headers: tuple[tuple[str, bytes], ...] = (),
-    ) -> list[MqttFlight] | None:
+    ) -> list[Flight] | None:
         """Append one PUBLISH of ``client_id`` (``property_headers``: the headers that keep its
         v5 message properties, ``message_headers``); the flights its acknowledgement waits for
         (the last is the record's own). None when its log topic must be created first
@@ -758,7 +758,7 @@ class MqttService:
         client_id: str,
         packet_id: int,
         property_headers: tuple[tuple[str, bytes], ...] = (),
-    ) -> list[MqttFlight] | None:
+    ) -> list[Flight] | None:
         """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
         log holds the first copy already, nothing is appended and the flight returned is done,
         at that copy's offset (see ``_resends``). If the lookup fails, the resend is appended
@@ -785,7 +785,7 @@ class MqttService:
                 topic, payload, 1, retain, client_id, packet_id, property_headers
             )
         self.stats["resends_found"] += 1
-        flight = MqttFlight(partition)
+        flight = Flight(partition)
         flight.base = offset
         flight.finish()
         return [flight]
@@ -807,19 +807,10 @@ class MqttService:
         counter = self._round_robin.setdefault(route.log_topic, itertools.count())
         return route, next(counter) % count
 
-    def _appender(self, topic: str, partition: int) -> IdempotentAppender:
-        key = (topic, partition)
-        appender = self._appenders.get(key)
-        if appender is None:
-            nursery = self._broker.nursery
-            if nursery is None:
-                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
-            appender = IdempotentAppender(
-                group_name(topic, partition), partition, self._broker.writes
-            )
-            self._appenders[key] = appender
-            nursery.start_soon(appender.run, nursery)
-        return appender
+    def _appender(self, topic: str, partition: int) -> PartitionAppender:
+        """The partition's appender, shared with the line protocol's quorum-acked publishes:
+        one open batch per partition on this broker, whoever the records come from."""
+        return self._broker.appender(topic, partition, Acks.QUORUM)
 
     async def ensure_route(self, topic: str) -> TopicInfo:
         """The log topic of MQTT topic ``topic`` (and the retained topic), created if missing;
