@@ -7,6 +7,12 @@ Kinds: ``producer`` (the client library's batching ``Producer``, as fast as it g
 message stamped with the time it was due), ``consume`` (a ``GroupConsumer`` measuring each
 message's latency at delivery) and ``loopback`` (a TCP sink and echo server, the baseline).
 
+The peer, NATS JetStream, through its Python client ``nats-py`` (asyncio): ``nats-producer``
+(async publishes with a window of acknowledgements in flight, as fast as it goes),
+``nats-publish`` (the same at a fixed rate, stamped like ``publish``; ``--window=0`` publishes
+synchronously, one acknowledgement at a time) and ``nats-consume`` (a push consumer on the
+stream, no acknowledgements, as ``consume`` commits none). ``nats`` is imported only by these.
+
 A process prints JSON lines on stdout: ``{"event": "ready"}`` once it can be measured (the
 consumer: subscribed), ``{"event": "measuring"}`` when its measured window opens (after the
 warm-up), and last ``{"event": "result", ...}``. Every loop is bounded in time and count.
@@ -17,6 +23,7 @@ CLOCK_MONOTONIC).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import collections
 import functools
 import json
@@ -25,7 +32,7 @@ import selectors
 import socket
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from kafkaesque.client import Client, DeliveryHandle, GroupConsumer, Producer, ProducerConfig
@@ -214,10 +221,23 @@ class _Pacer:
             due_ns = start_ns + int(seq * self.interval_ns)
             while (wait_ns := due_ns - time.monotonic_ns()) > 0:
                 wait(wait_ns / 1e9)
-            behind_ms = (time.monotonic_ns() - due_ns) / 1e6
-            self.lateness_max_ms = max(self.lateness_max_ms, behind_ms)
-            self.late += behind_ms > 1.0
+            self._sending(due_ns)
             send(due_ns, seq)
+
+    async def run_async(self, send: Callable[[int, int], Awaitable[None]]) -> None:
+        """``run`` on an asyncio loop: the loop reads replies while the pacer sleeps."""
+        start_ns = time.monotonic_ns() + 20_000_000
+        for seq in range(self.count):
+            due_ns = start_ns + int(seq * self.interval_ns)
+            while (wait_ns := due_ns - time.monotonic_ns()) > 0:
+                await asyncio.sleep(wait_ns / 1e9)
+            self._sending(due_ns)
+            await send(due_ns, seq)
+
+    def _sending(self, due_ns: int) -> None:
+        behind_ms = (time.monotonic_ns() - due_ns) / 1e6
+        self.lateness_max_ms = max(self.lateness_max_ms, behind_ms)
+        self.late += behind_ms > 1.0
 
     def acked(self, due_ns: int, seq: int) -> None:
         if seq >= self.skip:
@@ -306,42 +326,219 @@ def run_publish_pubs(args: argparse.Namespace) -> None:
     pacer.result(delivered=pacer.count - errors - len(in_flight), failed=errors + len(in_flight))
 
 
+class _Receipts:
+    """What a consumer received of ``expect`` stamped messages: each one's due-to-delivery
+    latency (the first ``skip`` are warm-up), duplicates, and values that are not stamps."""
+
+    def __init__(self, expect: int, skip: int) -> None:
+        self.expect = expect
+        self.skip = skip
+        self.seen = bytearray(expect)
+        self.latencies: list[float] = []
+        self.received = self.duplicates = self.foreign = 0
+
+    def add(self, value: bytes, now_ns: int) -> None:
+        try:
+            due_ns, seq = read_stamp(value)
+        except ValueError:
+            self.foreign += 1
+            return
+        if not 0 <= seq < self.expect or self.seen[seq]:
+            self.duplicates += 1
+            return
+        self.seen[seq] = 1
+        self.received += 1
+        if seq >= self.skip:
+            self.latencies.append((now_ns - due_ns) / 1e6)
+
+    @property
+    def complete(self) -> bool:
+        return self.received >= self.expect
+
+    def result(self) -> None:
+        latencies = self.latencies
+        emit(
+            "result",
+            received=self.received,
+            missing=self.expect - self.received,
+            duplicates=self.duplicates,
+            foreign=self.foreign,
+            samples=len(latencies),
+            p50_ms=percentile(latencies, 0.50),
+            p99_ms=percentile(latencies, 0.99),
+            p999_ms=percentile(latencies, 0.999),
+            max_ms=max(latencies, default=float("nan")),
+        )
+
+
 def run_consume(args: argparse.Namespace) -> None:
-    seen = bytearray(args.expect)
-    latencies: list[float] = []
-    received = duplicates = foreign = 0
+    receipts = _Receipts(args.expect, args.skip)
     with GroupConsumer(args.bootstrap, args.topic, args.group) as consumer:
         consumer.poll(0)  # subscribes, and learns where each partition ends
         emit("ready")
         deadline = time.monotonic() + args.timeout
-        while received < args.expect and time.monotonic() < deadline:
+        while not receipts.complete and time.monotonic() < deadline:
             records = consumer.poll(args.poll_ms / 1000)
             now_ns = time.monotonic_ns()
             for record in records:
-                try:
-                    due_ns, seq = read_stamp(record.value or b"")
-                except ValueError:
-                    foreign += 1
-                    continue
-                if not 0 <= seq < args.expect or seen[seq]:
-                    duplicates += 1
-                    continue
-                seen[seq] = 1
-                received += 1
-                if seq >= args.skip:
-                    latencies.append((now_ns - due_ns) / 1e6)
-    emit(
-        "result",
-        received=received,
-        missing=args.expect - received,
-        duplicates=duplicates,
-        foreign=foreign,
-        samples=len(latencies),
-        p50_ms=percentile(latencies, 0.50),
-        p99_ms=percentile(latencies, 0.99),
-        p999_ms=percentile(latencies, 0.999),
-        max_ms=max(latencies, default=float("nan")),
-    )
+                receipts.add(record.value or b"", now_ns)
+    receipts.result()
+
+
+# -- the peer: NATS JetStream through nats-py -----------------------------------------------------
+
+
+def _servers(args: argparse.Namespace) -> list[str]:
+    return [s for s in args.servers.split(",") if s]
+
+
+async def _within(seconds: float, awaitable: Awaitable[object]) -> bool:
+    """Awaits ``awaitable`` for at most ``seconds``: whether it finished in time."""
+    try:
+        await asyncio.wait_for(awaitable, seconds)
+    except TimeoutError:
+        return False
+    return True
+
+
+async def _nats_producer(args: argparse.Namespace) -> None:
+    """Async publishes to a stream's subject as fast as they go, ``window`` unacknowledged at
+    most; counts the acknowledgements that arrive in the measured window."""
+    import nats
+
+    value = bytes(i % 251 for i in range(MESSAGE_BYTES))
+    max_records = int(2_000_000 * (args.warmup + args.seconds))  # far above any real rate
+    acked = failed = 0
+
+    def done(future: asyncio.Future[Any]) -> None:
+        nonlocal acked, failed
+        if future.cancelled() or future.exception() is not None:
+            failed += 1
+        else:
+            acked += 1
+
+    nc = await nats.connect(servers=_servers(args), connect_timeout=10)
+    try:
+        js = nc.jetstream(publish_async_max_pending=args.window)
+        emit("ready")
+        start = time.monotonic()
+        measure_at, end_at = start + args.warmup, start + args.warmup + args.seconds
+        first: tuple[float, int] | None = None
+        sent = 0
+        while sent < max_records:
+            for _ in range(1000):
+                future = await js.publish_async(args.subject, value)
+                future.add_done_callback(done)
+            sent += 1000
+            now = time.monotonic()
+            if first is None and now >= measure_at:
+                first = (now, acked)
+                emit("measuring")
+            if now >= end_at:
+                break
+        last = (time.monotonic(), acked)
+        await _within(60, js.publish_async_completed())  # what is still pending has failed
+        first = first or (start, 0)
+        emit(
+            "result",
+            msgs_per_s=(last[1] - first[1]) / (last[0] - first[0]),
+            window_s=last[0] - first[0],
+            sent=sent,
+            delivered=acked,
+            failed=failed + js.publish_async_pending(),
+        )
+    finally:
+        await nc.close()
+
+
+async def _nats_publish(args: argparse.Namespace) -> None:
+    """Publishes at a fixed rate, stamped; async with a window, or one at a time (window 0)."""
+    import nats
+
+    pacer = _Pacer(args.rate, args.seconds, args.skip)
+    failed = 0
+    calls: list[float] = []  # synchronous: send to acknowledgement, without the queueing
+
+    def on_ack(due_ns: int, seq: int, future: asyncio.Future[Any]) -> None:
+        nonlocal failed
+        if future.cancelled() or future.exception() is not None:
+            failed += 1
+        else:
+            pacer.acked(due_ns, seq)
+
+    nc = await nats.connect(servers=_servers(args), connect_timeout=10)
+    try:
+        js = nc.jetstream(publish_async_max_pending=max(args.window, 1))
+
+        async def send_async(due_ns: int, seq: int) -> None:
+            future = await js.publish_async(args.subject, stamped(due_ns, seq))
+            future.add_done_callback(functools.partial(on_ack, due_ns, seq))
+
+        async def send_sync(due_ns: int, seq: int) -> None:
+            nonlocal failed
+            began = time.perf_counter()
+            try:
+                await js.publish(args.subject, stamped(due_ns, seq), timeout=10)
+            except (nats.errors.Error, TimeoutError):
+                failed += 1
+            else:
+                pacer.acked(due_ns, seq)
+                if seq >= pacer.skip:
+                    calls.append((time.perf_counter() - began) * 1000)
+
+        emit("ready")
+        emit("measuring")
+        await pacer.run_async(send_async if args.window else send_sync)
+        await _within(60, js.publish_async_completed())  # what is still pending has failed
+        pending = js.publish_async_pending()
+        pacer.result(
+            delivered=pacer.count - failed - pending,
+            failed=failed + pending,
+            window=args.window,
+            call_p50_ms=percentile(calls, 0.50),
+            call_p99_ms=percentile(calls, 0.99),
+        )
+    finally:
+        await nc.close()
+
+
+async def _nats_consume(args: argparse.Namespace) -> None:
+    """A push consumer on the stream from its first message, without acknowledgements (the
+    group consumer of ``consume`` commits no offsets either): due-to-delivery latency."""
+    import nats
+    from nats.aio.msg import Msg
+    from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
+
+    receipts = _Receipts(args.expect, args.skip)
+    complete = asyncio.Event()
+
+    async def on_message(msg: Msg) -> None:
+        receipts.add(msg.data, time.monotonic_ns())
+        if receipts.complete:
+            complete.set()
+
+    nc = await nats.connect(servers=_servers(args), connect_timeout=10)
+    try:
+        config = ConsumerConfig(ack_policy=AckPolicy.NONE, deliver_policy=DeliverPolicy.ALL)
+        js = nc.jetstream()
+        await js.subscribe(args.subject, stream=args.stream, cb=on_message, config=config)
+        emit("ready")
+        await _within(args.timeout, complete.wait())  # what is missing is counted
+    finally:
+        await nc.close()
+    receipts.result()
+
+
+def run_nats_producer(args: argparse.Namespace) -> None:
+    asyncio.run(_nats_producer(args))
+
+
+def run_nats_publish(args: argparse.Namespace) -> None:
+    asyncio.run(_nats_publish(args))
+
+
+def run_nats_consume(args: argparse.Namespace) -> None:
+    asyncio.run(_nats_consume(args))
 
 
 # -- the baseline: raw loopback TCP -------------------------------------------------------------
@@ -411,6 +608,24 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, required=True)
     p.add_argument("--poll-ms", type=int, default=500, help="CONS wait_ms (long poll)")
     p.set_defaults(run=run_consume)
+    p = kinds.add_parser("nats-producer", parents=[timed])
+    p.add_argument("servers", help="nats://host:port,...")
+    p.add_argument("subject")
+    p.add_argument("--window", type=int, required=True, help="async publishes unacknowledged")
+    p.set_defaults(run=run_nats_producer)
+    p = kinds.add_parser("nats-publish", parents=[paced])
+    p.add_argument("servers", help="nats://host:port,...")
+    p.add_argument("subject")
+    p.add_argument("--window", type=int, required=True, help="0: synchronous publishes")
+    p.set_defaults(run=run_nats_publish)
+    p = kinds.add_parser("nats-consume")
+    p.add_argument("servers", help="nats://host:port,...")
+    p.add_argument("stream")
+    p.add_argument("subject")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p.add_argument("--timeout", type=float, required=True)
+    p.set_defaults(run=run_nats_consume)
     p = kinds.add_parser("loopback")
     p.set_defaults(run=run_loopback)
     args = parser.parse_args(argv)

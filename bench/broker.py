@@ -20,6 +20,22 @@ phase has its own 3-partition topic.
   10,000 msg/s and at 1,000 msg/s. The publisher is the library's ``Producer`` (linger as
   printed); the first half second of messages is warm-up, left out of the percentiles.
 
+The peer, NATS JetStream, is measured in the same run after the brokers stop, on the same machine:
+3 ``nats-server`` processes on loopback (a cluster with JetStream on file storage), a stream of 3
+replicas per phase, the Python client ``nats-py`` (asyncio), the same 100-byte messages, warm-up
+and pacing. A JetStream publish is acknowledged once a quorum has written the message, without
+fsync (nats-server 2.9 has no setting for one); our brokers fsync before acknowledging.
+
+* (a') async publishes flat out, one process, 4,000 unacknowledged at most (the client's
+  default): acknowledgements per second over the same window as (a); ratios ours / NATS.
+* (c') end to end as (c): the same pacer publishing async with that window, and a push consumer
+  on the stream (no acknowledgements, as ours commits no offsets) computing due-to-delivery
+  latency at 10,000 and 1,000 msg/s; then synchronous publishes (one acknowledgement at a time,
+  no consumer) at 1,000 msg/s: due-to-acknowledged and each call's p50/p99.
+
+Without ``nats-server`` (or ``nats-py``) the peer is skipped, with the reason printed, and its
+RESULT fields are ``nan``.
+
 The machine is shared (two cores for three brokers and the load), so each phase also prints the
 CPU used by the brokers, the load generators and the rest of the machine (other people's work).
 ``--profile DIR`` records each broker with py-spy during each phase (raw files in DIR) and prints
@@ -28,12 +44,19 @@ the hottest functions per phase; the sampling costs CPU, so profiled figures run
 Ends with ``RESULT producer_msgs_per_s=… producer_mb_per_s=… pubs_msgs_per_s=… e2e_p50_ms=…
 e2e_p99_ms=… e2e_p999_ms=… e2e_1k_p99_ms=… loopback_mb_per_s=…`` (then a few extra fields:
 ``steal_pct`` is the CPU time the hypervisor gave to other guests during the run, in percent;
-above 2 the machine was contended and the latency figures are unreliable).
+above 2 the machine was contended and the latency figures are unreliable), then the peer's:
+``nats_e2e_1k_p99_ms=… nats_e2e_10k_p99_ms=…`` ((c') p99), ``e2e_1k_p99_vs_nats=…
+e2e_10k_p99_vs_nats=…`` (our p99 / NATS's: above 1, ours is slower), ``nats_async_pub_msgs_per_s=…``
+((a')), ``producer_vs_nats=… pubs_vs_nats=…`` ((a) and (b) / (a'): above 1, ours is faster),
+``nats_e2e_1k_p50_ms=… nats_e2e_10k_p50_ms=…``, and of the synchronous publishes
+``nats_sync_ack_p50_ms=… nats_sync_ack_p99_ms=…`` (due to acknowledged) and
+``nats_sync_call_p99_ms=…`` (one call).
 """
 
 from __future__ import annotations
 
 import argparse
+import math
 import shutil
 import signal
 import socket
@@ -49,7 +72,16 @@ from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.client import Client
 
 from ._broker_load import MESSAGE_BYTES, percentile
-from ._broker_procs import CpuShare, CpuWindow, Load, Profiles, StealWindow, make_scratch
+from ._broker_procs import (
+    CpuShare,
+    CpuWindow,
+    Load,
+    LoadError,
+    Profiles,
+    StealWindow,
+    make_scratch,
+)
+from ._nats import ACK_DURABILITY, NatsCluster, NatsError, nats_missing, nats_version
 
 MB = 1_000_000
 BROKERS = 3
@@ -60,6 +92,8 @@ PRODUCER_BUFFER_BYTES = 32 * 1024 * 1024
 PUBS_WINDOW = 2000  # lines in flight per connection (the broker reads up to 4,096 ahead)
 E2E_WARMUP_S = 0.5
 E2E_RUNS = ((10_000, 1.0), (1_000, 0.0))  # (messages/s, the publisher's linger_ms)
+NATS_WINDOW = 4000  # async publishes in flight: nats-py's default (publish_async_max_pending)
+NATS_SYNC_RATE = 1_000  # synchronous publishes, one acknowledgement at a time
 TARGETS = {"producer": 300_000, "pubs": 50_000, "e2e_10k_p99_ms": 10.0, "e2e_1k_p99_ms": 3.0}
 
 
@@ -80,15 +114,12 @@ FULL = Durations(warmup=2.0, producer=15.0, pubs=10.0, e2e=20.0, loopback=3.0)
 
 @dataclass
 class Phase:
-    """What a phase needs from the run: the cluster, the brokers' pids, the profile switch."""
+    """What a phase needs from the run: the servers' pids (Kafkaesque's brokers or NATS's), how
+    long it lasts, the profile switch."""
 
-    cluster: LocalCluster
+    broker_pids: list[int]
     durations: Durations
     profile_dir: Path | None
-
-    @property
-    def broker_pids(self) -> list[int]:
-        return [self.cluster.procs[i].pid for i in range(self.cluster.n)]
 
     def measure(
         self, name: str, primary: Load, loads: list[Load], seconds: float
@@ -151,12 +182,12 @@ def flat_out_phase(phase: Phase, name: str, seconds: float, *args: str) -> dict[
     return result
 
 
-def producer_phase(phase: Phase, topic: str) -> dict[str, Any]:
+def producer_phase(phase: Phase, bootstrap: str, topic: str) -> dict[str, Any]:
     return flat_out_phase(
         phase,
         "producer",
         phase.durations.producer,
-        phase.cluster.bootstrap,
+        bootstrap,
         topic,
         f"--batch-size={PRODUCER_BATCH_BYTES}",
         f"--linger-ms={PRODUCER_LINGER_MS}",
@@ -164,45 +195,160 @@ def producer_phase(phase: Phase, topic: str) -> dict[str, Any]:
     )
 
 
-def pubs_phase(phase: Phase, topic: str) -> dict[str, Any]:
-    addresses = [":".join(map(str, phase.cluster.client_address(i))) for i in range(BROKERS)]
+def pubs_phase(phase: Phase, cluster: LocalCluster, topic: str) -> dict[str, Any]:
+    addresses = [":".join(map(str, cluster.client_address(i))) for i in range(BROKERS)]
     return flat_out_phase(
         phase, "pubs", phase.durations.pubs, topic, *addresses, f"--window={PUBS_WINDOW}"
     )
 
 
-def e2e_phase(phase: Phase, topic: str, rate: int, linger_ms: float) -> dict[str, Any]:
+def paced_pair(
+    phase: Phase, name: str, rate: int, consumer_args: list[str], publisher_args: list[str]
+) -> dict[str, Any]:
+    """A consumer expecting ``rate`` x the e2e seconds messages, then a publisher sending them
+    at ``rate`` (the first ``E2E_WARMUP_S`` of them left out of both sides' percentiles): the
+    consumer's result, with the publisher's under ``publisher`` and the CPU shares."""
     seconds = phase.durations.e2e
     count = int(rate * seconds)
-    bootstrap = phase.cluster.bootstrap
+    skip = f"--skip={int(rate * E2E_WARMUP_S)}"
     with Load(
-        "consumer",
-        "consume",
-        bootstrap,
-        topic,
-        f"group-{topic}",
-        f"--expect={count}",
-        f"--skip={int(rate * E2E_WARMUP_S)}",
-        f"--timeout={seconds + 60}",
+        "consumer", *consumer_args, f"--expect={count}", skip, f"--timeout={seconds + 60}"
     ) as consumer:
         consumer.expect("ready", timeout=60)
         with Load(
-            "publisher",
-            "publish",
-            bootstrap,
-            topic,
-            f"--rate={rate}",
-            f"--seconds={seconds}",
-            f"--linger-ms={linger_ms}",
-            f"--skip={int(rate * E2E_WARMUP_S)}",
+            "publisher", *publisher_args, f"--rate={rate}", f"--seconds={seconds}", skip
         ) as publisher:
-            published, share = phase.measure(
-                f"e2e-{rate}", publisher, [publisher, consumer], seconds
-            )
+            published, share = phase.measure(name, publisher, [publisher, consumer], seconds)
             result = consumer.expect("result", timeout=90)
     result["publisher"] = published
     result["cpu"] = share
     return result
+
+
+def e2e_phase(
+    phase: Phase, bootstrap: str, topic: str, rate: int, linger_ms: float
+) -> dict[str, Any]:
+    return paced_pair(
+        phase,
+        f"e2e-{rate}",
+        rate,
+        ["consume", bootstrap, topic, f"group-{topic}"],
+        ["publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
+    )
+
+
+# -- the peer: NATS JetStream ---------------------------------------------------------------------
+
+
+def nats_phases(
+    root: Path, durations: Durations, ours: dict[str, Any], out: dict[str, Any], started: float
+) -> None:
+    """The peer measured like (a) and (c): a 3-server JetStream cluster, a stream of 3 replicas
+    on file storage per phase, the same message size, pacing, warm-up and windows; each phase is
+    printed beside ``ours`` (``producer``, ``pubs``, ``e2e`` by rate) as it ends. Results go into
+    ``out`` as they come (``producer``, ``e2e`` by rate, ``sync``), so a failure keeps what was
+    measured before it; raises ``NatsError`` or ``LoadError``."""
+    with NatsCluster(root / "nats", BROKERS) as nats:
+        servers = ",".join(nats.servers)
+        names = ["producer", *(f"e2e-{rate}" for rate, _ in E2E_RUNS), "sync"]
+        for name in names:
+            nats.create_stream(f"bench-{name}", f"bench.{name}")
+        print(
+            f"the peer: NATS JetStream {nats_version()}, {BROKERS} servers, a stream of {BROKERS} "
+            f"replicas on file storage per phase, client nats-py (Python, asyncio) "
+            f"[{time.monotonic() - started:.0f} s]"
+        )
+        print(f"      a publish is acknowledged once {ACK_DURABILITY}; ours after fsync")
+        phase = Phase(nats.pids, durations, None)
+        out["producer"] = p = flat_out_phase(
+            phase,
+            "nats-producer",
+            durations.producer,
+            servers,
+            "bench.producer",
+            f"--window={NATS_WINDOW}",
+        )
+        _print_nats_producer(p, ours, started)
+        print(
+            "(c') NATS end to end, due time to delivery: async publishes (window "
+            f"{NATS_WINDOW}) -> push consumer (no acknowledgements, as ours commits no offsets)"
+        )
+        out["e2e"] = e2e = {}
+        for rate, _ in E2E_RUNS:
+            subject = f"bench.e2e-{rate}"
+            e2e[rate] = paced_pair(
+                phase,
+                f"nats-e2e-{rate}",
+                rate,
+                ["nats-consume", servers, f"bench-e2e-{rate}", subject],
+                ["nats-publish", servers, subject, f"--window={NATS_WINDOW}"],
+            )
+            _print_nats_e2e(rate, e2e[rate], ours["e2e"][rate], started)
+        with Load(
+            "nats-sync",
+            "nats-publish",
+            servers,
+            "bench.sync",
+            "--window=0",
+            f"--rate={NATS_SYNC_RATE}",
+            f"--seconds={durations.e2e}",
+            f"--skip={int(NATS_SYNC_RATE * E2E_WARMUP_S)}",
+        ) as load:
+            out["sync"], share = phase.measure("nats-sync", load, [load], durations.e2e)
+        _print_nats_sync(out["sync"], share, started)
+
+
+def _print_nats_producer(p: dict[str, Any], ours: dict[str, Any], started: float) -> None:
+    rate = float(p["msgs_per_s"])
+    print(
+        f"(a') NATS async publishes flat out, 1 process, {NATS_WINDOW:,} unacknowledged at most, "
+        f"{p['window_s']:.1f} s window:"
+    )
+    print(
+        f"      {rate:10,.0f} msg/s; ours / NATS: Producer "
+        f"{_ratio(ours['producer']['msgs_per_s'], rate):.2f}, "
+        f"PUBS {_ratio(ours['pubs']['msgs_per_s'], rate):.2f}"
+    )
+    print(f"      {p['cpu']} (brokers: the NATS servers)  [{time.monotonic() - started:.0f} s]")
+    if p["failed"] or p["delivered"] != p["sent"]:
+        print(f"      WARNING: {p['failed']} failed, {p['sent'] - p['delivered']} not acknowledged")
+
+
+def _print_nats_e2e(rate: int, c: dict[str, Any], ours: dict[str, Any], started: float) -> None:
+    pub = c["publisher"]
+    print(
+        f"  {rate:6,} msg/s: p50 {c['p50_ms']:6.2f}  p99 {c['p99_ms']:6.2f}  p999 "
+        f"{c['p999_ms']:6.2f}  max {c['max_ms']:6.2f} ms ({c['samples']:,} samples); ours / "
+        f"NATS: p50 {_ratio(ours['p50_ms'], c['p50_ms']):.2f}, "
+        f"p99 {_ratio(ours['p99_ms'], c['p99_ms']):.2f}"
+    )
+    print(
+        f"      of which due to acknowledged: p50 {pub['ack_p50_ms']:6.2f}  p99 "
+        f"{pub['ack_p99_ms']:6.2f} ms; {pub['late_over_1ms']} messages sent > 1 ms late "
+        f"(max {pub['lateness_max_ms']:.1f} ms)"
+    )
+    print(f"      {c['cpu']}  [{time.monotonic() - started:.0f} s]")
+    if c["missing"] or c["duplicates"] or pub["failed"]:
+        print(
+            f"      WARNING: {c['missing']} missing, {c['duplicates']} duplicates, "
+            f"{pub['failed']} failed publishes"
+        )
+
+
+def _print_nats_sync(sync: dict[str, Any], share: CpuShare, started: float) -> None:
+    print(
+        f"  {NATS_SYNC_RATE:6,} msg/s, synchronous publishes (one acknowledgement at a time, "
+        "no consumer):"
+    )
+    print(
+        f"      due to acknowledged p50 {sync['ack_p50_ms']:.2f}  p99 {sync['ack_p99_ms']:.2f} "
+        f"ms; each publish call p50 {_field(sync, 'call_p50_ms'):.2f}  p99 "
+        f"{_field(sync, 'call_p99_ms'):.2f} ms; {sync['late_over_1ms']} sent > 1 ms late "
+        f"(max {sync['lateness_max_ms']:.1f} ms)"
+    )
+    print(f"      {share}  [{time.monotonic() - started:.0f} s]")
+    if sync["failed"]:
+        print(f"      WARNING: {sync['failed']} failed publishes")
 
 
 # -- the run --------------------------------------------------------------------------------------
@@ -248,9 +394,9 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
             f"{PARTITIONS} partitions a topic, {MESSAGE_BYTES}-byte messages "
             f"[{time.monotonic() - started:.0f} s]"
         )
-        phase = Phase(cluster, durations, profile_dir)
+        phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], durations, profile_dir)
 
-        a = producer_phase(phase, topics[0])
+        a = producer_phase(phase, cluster.bootstrap, topics[0])
         a_mb = _print_throughput(
             f"(a) batching Producer, 1 process (batch {PRODUCER_BATCH_BYTES // 1024} KiB, "
             f"linger {PRODUCER_LINGER_MS:g} ms, ordered)",
@@ -262,7 +408,7 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
         if a["failed"] or a["delivered"] != a["sent"]:
             problems.append(f"(a) {a['failed']} failed, {a['sent'] - a['delivered']} undelivered")
 
-        b = pubs_phase(phase, topics[1])
+        b = pubs_phase(phase, cluster, topics[1])
         _print_throughput(
             f"(b) pipelined PUBS lines, {BROKERS} connections (one per broker), "
             f"{PUBS_WINDOW} lines in flight each",
@@ -282,7 +428,7 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
         )
         e2e: dict[int, dict[str, Any]] = {}
         for (rate, linger_ms), topic in zip(E2E_RUNS, topics[2:], strict=True):
-            c = e2e[rate] = e2e_phase(phase, topic, rate, linger_ms)
+            c = e2e[rate] = e2e_phase(phase, cluster.bootstrap, topic, rate, linger_ms)
             target = TARGETS["e2e_10k_p99_ms" if rate == 10_000 else "e2e_1k_p99_ms"]
             pub = c["publisher"]
             print(
@@ -302,19 +448,55 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
                     f"(c) {rate}/s: {c['missing']} missing, {c['duplicates']} duplicates, "
                     f"{pub['failed']} failed publishes"
                 )
+    nats: dict[str, Any] = {}
+    if (missing := nats_missing()) is not None:
+        print(f"NATS JetStream not measured: {missing} (its RESULT fields are nan)")
+    else:
+        try:
+            nats_phases(root, durations, {"producer": a, "pubs": b, "e2e": e2e}, nats, started)
+        except (NatsError, LoadError) as error:
+            problems.append(f"NATS JetStream: {error}")
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
     hi, lo = e2e[10_000], e2e[1_000]
+    nats_hi, nats_lo = (nats.get("e2e", {}).get(rate, {}) for rate in (10_000, 1_000))
+    nats_pub = _field(nats.get("producer"), "msgs_per_s")
+    sync = nats.get("sync")
     print(
         f"RESULT producer_msgs_per_s={a['msgs_per_s']:.0f} producer_mb_per_s={a_mb:.1f} "
         f"pubs_msgs_per_s={b['msgs_per_s']:.0f} e2e_p50_ms={hi['p50_ms']:.2f} "
         f"e2e_p99_ms={hi['p99_ms']:.2f} e2e_p999_ms={hi['p999_ms']:.2f} "
         f"e2e_1k_p99_ms={lo['p99_ms']:.2f} loopback_mb_per_s={loop_mb:.0f} "
         f"e2e_1k_p50_ms={lo['p50_ms']:.2f} loopback_rtt_p50_ms={rtt_p50:.3f} "
-        f"steal_pct={steal.percent():.1f}"
+        f"steal_pct={steal.percent():.1f} "
+        f"nats_e2e_1k_p99_ms={_field(nats_lo, 'p99_ms'):.2f} "
+        f"nats_e2e_10k_p99_ms={_field(nats_hi, 'p99_ms'):.2f} "
+        f"e2e_1k_p99_vs_nats={_ratio(lo['p99_ms'], _field(nats_lo, 'p99_ms')):.2f} "
+        f"e2e_10k_p99_vs_nats={_ratio(hi['p99_ms'], _field(nats_hi, 'p99_ms')):.2f} "
+        f"nats_async_pub_msgs_per_s={nats_pub:.0f} "
+        f"producer_vs_nats={_ratio(a['msgs_per_s'], nats_pub):.3f} "
+        f"pubs_vs_nats={_ratio(b['msgs_per_s'], nats_pub):.3f} "
+        f"nats_e2e_1k_p50_ms={_field(nats_lo, 'p50_ms'):.2f} "
+        f"nats_e2e_10k_p50_ms={_field(nats_hi, 'p50_ms'):.2f} "
+        f"nats_sync_ack_p50_ms={_field(sync, 'ack_p50_ms'):.2f} "
+        f"nats_sync_ack_p99_ms={_field(sync, 'ack_p99_ms'):.2f} "
+        f"nats_sync_call_p99_ms={_field(sync, 'call_p99_ms'):.2f}"
     )
     return 1 if problems else 0
+
+
+def _field(result: dict[str, Any] | None, key: str) -> float:
+    """``result[key]`` as a float; nan if the phase did not run (or gave no figure)."""
+    value = (result or {}).get(key)
+    return float("nan") if value is None else float(value)
+
+
+def _ratio(ours: float, theirs: float) -> float:
+    """ours / theirs; nan when either is missing, or theirs is 0."""
+    if math.isnan(ours) or math.isnan(theirs) or theirs == 0:
+        return float("nan")
+    return ours / theirs
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:
@@ -327,7 +509,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="a shorter run (under 60 s)")
+    parser.add_argument("--quick", action="store_true", help="a shorter run (about 70 s)")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)

@@ -15,7 +15,13 @@ created before the run. A PUBACK means the record is committed by its partition'
   the paced 5,000 msg/s of (b).
 * (a) QoS 1 ingress into the cluster, flat out: PUBACKs per second after a warm-up, and the
   ratio to mosquitto's.
-* (b) PUBACK latency p50/p99 at a paced 5,000 msg/s (500 devices, one reading each 0.1 s).
+* the peer: nats-server's MQTT listeners (3 servers in a JetStream cluster on file storage, MQTT
+  streams of 3 replicas: a QoS 1 PUBLISH is acknowledged once a quorum has written it to the
+  ``$MQTT_msgs`` stream, without fsync in nats-server 2.9; ours fsync), with the same generator,
+  devices and pacing as (b), at 1,000 and 5,000 msg/s; it prints how many of the readings the
+  stream took. Skipped, with the reason printed, without ``nats-server`` or ``nats-py``.
+* (b) PUBACK latency p50/p99 at a paced 5,000 msg/s (500 devices, one reading each 0.1 s), and at
+  1,000 msg/s (the same 500 devices, one reading each 0.5 s), beside the peer's.
 * (c) command delivery: records published to the log topic ``commands`` with the client
   ``Producer`` (keyed by device id, ``ts_ms`` in the payload) and delivered over MQTT to the
   subscribed devices: p50/p99 from ``ts_ms`` to arrival.
@@ -23,8 +29,8 @@ created before the run. A PUBACK means the record is committed by its partition'
   round-robin) and by one broker alone; RSS of the brokers before and after, per connection.
   The generator's sockets are spread over several processes, each with its open-file limit
   raised to the hard limit (20,000 here).
-* lost: readings of (a) and (b) acknowledged but absent from ``readings`` when read back through
-  the line protocol (must be 0).
+* lost: readings of (a) and (b) (both rates) acknowledged but absent from ``readings`` when read
+  back through the line protocol (must be 0).
 
 Each phase prints the CPU used by the brokers, the load generators and the rest of the machine.
 ``--profile DIR`` records the brokers with py-spy during (a) and prints the hottest functions.
@@ -32,7 +38,11 @@ Each phase prints the CPU used by the brokers, the load generators and the rest 
 Ends with ``RESULT qos1_msgs_per_s=… mosquitto_qos1_msgs_per_s=… ratio_vs_mosquitto=…
 connections=… kib_per_connection=… puback_p50_ms=… puback_p99_ms=… command_p99_ms=… lost=…``
 (then a few extra fields: ``steal_pct`` is the CPU time the hypervisor gave to other guests
-during the run, in percent; above 2 the machine was contended and latency figures suffer).
+during the run, in percent; above 2 the machine was contended and latency figures suffer), then
+the peer's and (b) at 1,000 msg/s: ``nats_puback_1k_p99_ms=… nats_puback_p99_ms=…
+puback_1k_p99_ms=… puback_1k_p99_vs_nats=… puback_p99_vs_nats=…`` (unsuffixed: at 5,000 msg/s;
+``_vs_nats`` is ours / NATS's, above 1 ours is slower) and ``nats_puback_1k_p50_ms=…
+nats_puback_p50_ms=… puback_1k_p50_ms=…``; ``nan`` where the peer was not measured.
 """
 
 from __future__ import annotations
@@ -52,7 +62,7 @@ from types import FrameType
 from typing import Any
 
 from kafkaesque.cli._devices_core import DeviceConfig, device_id
-from kafkaesque.cli._devices_fleet import Fleet, FleetSpec, Readiness
+from kafkaesque.cli._devices_fleet import Fleet, FleetError, FleetSpec, Readiness
 from kafkaesque.cli._devices_report import check_log, end_offsets, percentile, read_run
 from kafkaesque.cli.cluster import LocalCluster
 
@@ -67,12 +77,17 @@ from ._mqtt_procs import (
     settle_open_files,
     total_rss_kib,
 )
+from ._nats import ACK_DURABILITY, NatsCluster, NatsError, nats_missing, nats_version
 
 BROKERS = 3
 RULES = "phones/+/spectrum -> readings key=1\nphones/+/commands -> commands key=1\n"
 READINGS_PARTITIONS = 6
 COMMANDS_PARTITIONS = 3
 SOCKETS_PER_PROCESS = 4000
+PACED_DEVICES = 500
+PACED_RATE = 5_000  # msg/s of (b), and of the unsuffixed puback_* fields
+PACED_RATES = (1_000, PACED_RATE)  # (b) runs at each, and so does the peer
+NATS_MQTT_STREAM = "$MQTT_msgs"  # where nats-server stores MQTT QoS 1 messages
 TARGETS = {
     "qos1": 65_000,
     "ratio": 0.5,
@@ -135,6 +150,13 @@ def _verdict(ok: bool) -> str:
 
 def _f(value: float | None, fmt: str = ".2f") -> str:
     return "nan" if value is None else format(value, fmt)
+
+
+def _ratio(ours: float | None, theirs: float | None) -> float | None:
+    """ours / theirs; None when either is missing, or theirs is 0."""
+    if ours is None or theirs is None or theirs == 0 or math.isnan(ours) or math.isnan(theirs):
+        return None
+    return ours / theirs
 
 
 class Clock:
@@ -204,14 +226,15 @@ def ingress(
 
 
 def paced_latency(
-    addresses: tuple[tuple[str, int], ...], plan: Plan, brokers: list[int]
+    addresses: tuple[tuple[str, int], ...], plan: Plan, brokers: list[int], rate: int = PACED_RATE
 ) -> tuple[dict[str, Any], CpuShare]:
-    """PUBACK latency at 5,000 msg/s: 500 devices, each one reading every 0.1 s."""
+    """PUBACK latency at ``rate`` msg/s: ``PACED_DEVICES`` devices, each one reading every
+    ``PACED_DEVICES / rate`` s (0.1 s at 5,000 msg/s)."""
     spec = FleetSpec(
         addresses=addresses,
-        devices=500,
+        devices=PACED_DEVICES,
         config=DeviceConfig(run=secrets.token_hex(4), window=100, subscribe=False),
-        interval=0.1,
+        interval=PACED_DEVICES / rate,
         duration=plan.warmup + plan.latency_s,
         warmup=plan.warmup,
         drain=30.0,
@@ -240,7 +263,37 @@ def paced_latency(
         "p99": percentile(r.puback_ms, 0.99),
         "max": percentile(r.puback_ms, 1.0),
         "devices": r.devices,
+        "connected": r.connected,
+        "failed": r.failed,
     }, window.share
+
+
+def nats_paced(root: Path, plan: Plan, clock: Clock, out: dict[int, dict[str, Any]]) -> None:
+    """The peer: PUBACK latency of nats-server's MQTT listeners (3 servers, JetStream on file
+    storage, MQTT streams of 3 replicas) at each of ``PACED_RATES``, with the same generator,
+    devices and pacing as (b). Each result also says how many of its QoS 1 messages the
+    ``$MQTT_msgs`` stream took (``stored``): that the PUBACK waited for a replicated store.
+    Results go into ``out`` by rate as they come; raises ``NatsError`` or ``FleetError``."""
+    with NatsCluster(root / "nats", BROKERS, mqtt=True) as nats:
+        print(
+            f"the peer: NATS {nats_version()} MQTT, {BROKERS} servers, JetStream on file storage, "
+            f"MQTT streams of {BROKERS} replicas (stream_replicas), devices spread over the "
+            f"{BROKERS} listeners {clock}"
+        )
+        print(f"      a QoS 1 PUBLISH is acknowledged once {ACK_DURABILITY}; ours after fsync")
+        stored_before = 0
+        for rate in PACED_RATES:
+            result, share = paced_latency(nats.mqtt_addresses, plan, nats.pids, rate)
+            stored = nats.stream_last_seq(NATS_MQTT_STREAM)
+            result["stored"], stored_before = stored - stored_before, stored
+            out[rate] = result
+            print(
+                f"  NATS at a paced {rate:,} msg/s ({result['msgs_per_s']:,.0f} acknowledged/s, "
+                f"{result['connected']} devices): PUBACK p50 {_f(result['p50'])} ms, p99 "
+                f"{_f(result['p99'])} ms, max {_f(result['max'])} ms; {result['stored']:,} of "
+                f"{result['sent']:,} readings stored in {NATS_MQTT_STREAM} {clock}"
+            )
+            print(f"      {share} (brokers: the NATS servers)")
 
 
 def commands(
@@ -349,6 +402,14 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         f"    mosquitto at a paced 5,000 msg/s: PUBACK p50 {_f(base_paced['p50'])} ms, "
         f"p99 {_f(base_paced['p99'])} ms"
     )
+    nats: dict[int, dict[str, Any]] = {}
+    if (missing := nats_missing()) is not None:
+        print(f"NATS MQTT not measured: {missing} (its RESULT fields are nan)")
+    else:
+        try:
+            nats_paced(root, plan, clock, nats)
+        except (NatsError, FleetError) as error:
+            problems.append(f"NATS MQTT: {error}")
     if not _has_mqtt_listener():
         print("the broker has no MQTT listener yet (LocalCluster(mqtt=True)): cluster not measured")
         print(
@@ -385,16 +446,29 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         )
         print(f"      {a_cpu}")
 
-        b, b_cpu = paced_latency(addresses, plan, brokers)
-        print(
-            f"(b) PUBACK latency at a paced 5,000 msg/s ({b['msgs_per_s']:,.0f} acknowledged/s): "
-            f"p50 {_f(b['p50'])} ms, p99 {_f(b['p99'])} ms, max {_f(b['max'])} ms (mosquitto "
-            f"p99 {_f(base_paced['p99'])} ms); target p99 < "
-            f"{TARGETS['puback_p99_ms']:g} ms: "
-            f"{_verdict(b['p99'] is not None and b['p99'] < TARGETS['puback_p99_ms'])} {clock}"
-        )
-        print(f"      {b_cpu}; connections dropped by the brokers {b['dropped']}")
-        for name, phase in (("(a)", a), ("(b)", b)):
+        paced: dict[int, dict[str, Any]] = {}
+        for rate in PACED_RATES:
+            b, b_cpu = paced_latency(addresses, plan, brokers, rate)
+            paced[rate] = b
+            peer = nats.get(rate, {}).get("p99")
+            beside = f"NATS p99 {_f(peer)} ms, ours / NATS {_f(_ratio(b['p99'], peer))}"
+            if rate == PACED_RATE:
+                beside = f"mosquitto p99 {_f(base_paced['p99'])} ms, {beside}"
+            print(
+                f"(b) PUBACK latency at a paced {rate:,} msg/s ({b['msgs_per_s']:,.0f} "
+                f"acknowledged/s): p50 {_f(b['p50'])} ms, p99 {_f(b['p99'])} ms, max "
+                f"{_f(b['max'])} ms ({beside})"
+                + (
+                    f"; target p99 < {TARGETS['puback_p99_ms']:g} ms: "
+                    f"{_verdict(b['p99'] is not None and b['p99'] < TARGETS['puback_p99_ms'])}"
+                    if rate == PACED_RATE
+                    else ""
+                )
+                + f" {clock}"
+            )
+            print(f"      {b_cpu}; connections dropped by the brokers {b['dropped']}")
+        b, b1k = paced[PACED_RATE], paced[1_000]
+        for name, phase in (("(a)", a), ("(b)", b), ("(b) at 1,000/s", b1k)):
             if phase["dropped"]:
                 problems.append(
                     f"{name} {phase['dropped']} connections dropped by the brokers: "
@@ -436,7 +510,7 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
 
         with Client(cluster.bootstrap) as client:
             lost = duplicated = 0
-            for phase in (a, b):
+            for phase in (a, b, b1k):
                 pairs, _ = read_run(client, "readings", phase["run"], start)
                 check = check_log(phase["devices"], pairs)
                 lost += check.lost
@@ -450,6 +524,7 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
+    nats_1k, nats_b = nats.get(1_000, {}), nats.get(PACED_RATE, {})
     print(
         f"RESULT qos1_msgs_per_s={a['msgs_per_s']:.0f} "
         f"mosquitto_qos1_msgs_per_s={base['msgs_per_s']:.0f} ratio_vs_mosquitto={ratio:.3f} "
@@ -459,7 +534,15 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         f"one_broker_connections={one['connected']} "
         f"one_broker_kib_per_connection={_f(one['kib'], '.1f')} command_p50_ms={_f(c['p50'])} "
         f"dropped={a['dropped'] + b['dropped']} duplicated={duplicated} "
-        f"steal_pct={steal.percent():.1f}"
+        f"steal_pct={steal.percent():.1f} "
+        f"nats_puback_1k_p99_ms={_f(nats_1k.get('p99'))} "
+        f"nats_puback_p99_ms={_f(nats_b.get('p99'))} "
+        f"puback_1k_p99_ms={_f(b1k['p99'])} "
+        f"puback_1k_p99_vs_nats={_f(_ratio(b1k['p99'], nats_1k.get('p99')))} "
+        f"puback_p99_vs_nats={_f(_ratio(b['p99'], nats_b.get('p99')))} "
+        f"nats_puback_1k_p50_ms={_f(nats_1k.get('p50'))} "
+        f"nats_puback_p50_ms={_f(nats_b.get('p50'))} "
+        f"puback_1k_p50_ms={_f(b1k['p50'])}"
     )
     return 1 if problems or lost else 0
 
@@ -474,7 +557,7 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="a shorter run (under 60 s)")
+    parser.add_argument("--quick", action="store_true", help="a shorter run (about a minute)")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers in (a)")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)

@@ -1,0 +1,115 @@
+"""``bench._nats``: the NATS JetStream cluster the benchmarks measure beside ours, and the load
+generators that drive it (``bench._broker_load``'s ``nats-*`` kinds)."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from kafkaesque.cli.cluster import free_ports
+
+from bench._broker_procs import Load
+from bench._nats import NatsCluster, NatsError, nats_missing
+from bench.broker import _field, _ratio
+
+pytestmark = pytest.mark.skipif(nats_missing() is not None, reason=str(nats_missing()))
+
+
+@pytest.fixture(scope="module")
+def nats(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NatsCluster]:
+    with NatsCluster(tmp_path_factory.mktemp("nats"), 3, mqtt=True) as cluster:
+        yield cluster
+
+
+def _refused(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=2).close()
+    except OSError:
+        return True
+    return False
+
+
+async def _publish_and_read(servers: list[str], subject: str, stream: str) -> tuple[int, bytes]:
+    import nats
+
+    nc = await nats.connect(servers=servers, connect_timeout=5)
+    try:
+        js = nc.jetstream(timeout=10)
+        ack = await js.publish(subject, b"one message", timeout=10)
+        assert ack.stream == stream
+        stored = await js.get_msg(stream, ack.seq)
+        return ack.seq, stored.data or b""
+    finally:
+        await nc.close()
+
+
+def test_a_published_message_is_acknowledged_and_read_back_from_the_replicated_stream(
+    nats: NatsCluster,
+) -> None:
+    nats.create_stream("t-one", "t.one")
+    seq, data = asyncio.run(_publish_and_read(nats.servers, "t.one", "t-one"))
+    assert (seq, data) == (1, b"one message")
+    assert nats.stream_last_seq("t-one") == 1
+
+
+def test_every_node_listens_for_mqtt_when_asked(nats: NatsCluster) -> None:
+    assert len(nats.mqtt_addresses) == 3
+    for address in nats.mqtt_addresses:
+        socket.create_connection(address, timeout=5).close()
+
+
+def test_the_paced_publisher_and_the_consumer_see_every_message(nats: NatsCluster) -> None:
+    nats.create_stream("t-paced", "t.paced")
+    servers = ",".join(nats.servers)
+    paced = ["--rate=1000", "--seconds=0.2", "--skip=20"]
+    with Load(
+        "consumer",
+        "nats-consume",
+        servers,
+        "t-paced",
+        "t.paced",
+        "--expect=200",
+        "--skip=20",
+        "--timeout=30",
+    ) as consumer:
+        consumer.expect("ready", timeout=30)
+        with Load("publisher", "nats-publish", servers, "t.paced", *paced, "--window=50") as pub:
+            published = pub.expect("result", timeout=30)
+        received = consumer.expect("result", timeout=30)
+    assert (published["delivered"], published["failed"]) == (200, 0)
+    assert (received["received"], received["missing"], received["duplicates"]) == (200, 0, 0)
+    assert received["samples"] == 180  # the first 20 are warm-up
+    assert received["p50_ms"] >= 0
+    # Synchronous publishes: one acknowledgement at a time, each call timed.
+    with Load("sync", "nats-publish", servers, "t.paced", *paced, "--window=0") as sync:
+        result = sync.expect("result", timeout=30)
+    assert (result["delivered"], result["failed"]) == (200, 0)
+    assert result["call_p50_ms"] > 0
+    assert nats.stream_last_seq("t-paced") == 400
+
+
+def test_a_server_that_cannot_start_is_reported_and_no_process_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.create_server(("127.0.0.1", 0)) as taken:
+        busy = taken.getsockname()[1]
+        # Node 0's client port is already taken: that server exits at once.
+        monkeypatch.setattr("bench._nats.free_ports", lambda n: [busy, *free_ports(n - 1)])
+        cluster = NatsCluster(tmp_path, 3, ready_timeout=20)
+        with pytest.raises(NatsError, match="n0 exited"), cluster:
+            pass
+    assert cluster.procs and all(proc.poll() is not None for proc in cluster.procs)
+    assert all(_refused(node.client_port) for node in cluster.nodes[1:])
+
+
+def test_the_result_fields_are_nan_without_the_peer() -> None:
+    assert math.isnan(_field(None, "p99_ms"))
+    assert math.isnan(_field({}, "p99_ms"))
+    assert _field({"p99_ms": 2}, "p99_ms") == 2.0
+    assert math.isnan(_ratio(3.0, float("nan")))
+    assert math.isnan(_ratio(3.0, 0.0))
+    assert _ratio(3.0, 2.0) == 1.5
