@@ -12,7 +12,9 @@ keeps receiving messages, and a crash in between loses it. A crash loses everyth
 not persist: its unstable entries and any hard state not yet in a Ready that was made durable.
 
 Faults: message loss, duplication, reordering and delay; symmetric and one-way partitions (a cut
-link drops packets in flight too, as a reset TCP connection does); crashes and restarts. The
+link drops packets in flight too, as a reset TCP connection does); crashes and restarts; pauses
+(SIGSTOP: the node neither ticks nor acts, packets to it wait, as in its socket buffer, and are
+delivered in order when it resumes; nothing is dropped, no connection closes). The
 safety checker runs after every event; ``check_liveness`` heals everything and demands a leader
 and a committed proposal within a bounded number of ticks.
 """
@@ -130,6 +132,7 @@ class Cluster:
         self._voted: list[int] = []
         self._leaders_seen: dict[int, tuple[int, int]] = {}  # node -> (term, commit) as leader
         self.blocked: set[tuple[int, int]] = set()
+        self.paused: set[int] = set()
         self.packets: list[_Packet] = []
         self._seq = 0
         self._values = 0
@@ -183,8 +186,23 @@ class Cluster:
         self.checker.restarted(node)
 
     def live(self) -> list[SimNode]:
-        """Nodes currently running."""
+        """Nodes currently running (paused ones included: their process is alive)."""
         return [n for n in self.nodes.values() if n.core is not None]
+
+    def _running(self) -> list[SimNode]:
+        return [n for n in self.live() if n.id not in self.paused]
+
+    def pause(self, node_id: int) -> None:
+        """SIGSTOP a node: it stops ticking and acting; what is sent to it waits."""
+        if self.nodes[node_id].core is not None and node_id not in self.paused:
+            self.paused.add(node_id)
+            self.note("pause", f"n{node_id}")
+
+    def resume(self, node_id: int) -> None:
+        """SIGCONT: the node reads what waited for it and runs on from where it stopped."""
+        if node_id in self.paused:
+            self.paused.discard(node_id)
+            self.note("resume", f"n{node_id}")
 
     def crash(self, node_id: int) -> None:
         """Kill a node: what it did not persist is lost."""
@@ -194,6 +212,7 @@ class Cluster:
         node.core = None
         node.pending = None
         node.incarnation += 1
+        self.paused.discard(node_id)  # kill -9 ends a pause too
         self.note("crash", f"n{node_id}")
 
     def restart(self, node_id: int) -> None:
@@ -232,7 +251,7 @@ class Cluster:
     def leader(self) -> SimNode | None:
         """The live leader of the highest term, if any."""
         best = None
-        for node in self.live():
+        for node in self._running():  # a paused leader takes no requests
             assert node.core is not None
             if node.core.role is Role.LEADER and (
                 best is None or best.core is None or node.core.term > best.core.term
@@ -331,23 +350,24 @@ class Cluster:
         """Advance the simulation by one step."""
         self.now += 1
         if self.now % self.config.tick_every == 0:
-            for node in self.live():
+            for node in self._running():
                 assert node.core is not None
                 try:
                     node.core.tick()
                 except RaftInvariantError as exc:
                     raise self.violation(f"n{node.id} tick: {exc}") from exc
                 self._after(node)
-        due = [p for p in self.packets if p.due <= self.now]
+        due = [p for p in self.packets if p.due <= self.now and p.msg.dst not in self.paused]
         if due:
-            self.packets = [p for p in self.packets if p.due > self.now]
+            taken = {id(p) for p in due}
+            self.packets = [p for p in self.packets if id(p) not in taken]
             if self.faults.reorder:
                 self.rng.shuffle(due)
             else:
                 due.sort()
             for packet in due:
                 self._deliver(packet)
-        for node in self.live():
+        for node in self._running():
             self._process_ready(node)
         if self.nemesis.active:
             self._nemesis_step()
@@ -425,7 +445,7 @@ class Cluster:
     def propose(self, node_id: int) -> None:
         """Propose a fresh value at a node (refusals are part of the game)."""
         node = self.nodes[node_id]
-        if node.core is None:
+        if node.core is None or node_id in self.paused:
             return
         self._values += 1
         value = b"v%d" % self._values
@@ -467,7 +487,7 @@ class Cluster:
     def compact(self, node_id: int) -> None:
         """Retention on one node: delete everything it has applied."""
         node = self.nodes[node_id]
-        if node.core is None:
+        if node.core is None or node_id in self.paused:
             return
         to = node.core.applied + 1
         if to > node.disk.start_offset():
@@ -477,7 +497,7 @@ class Cluster:
     def read(self, node_id: int) -> None:
         """Ask a node for a read index."""
         node = self.nodes[node_id]
-        if node.core is None:
+        if node.core is None or node_id in self.paused:
             return
         self._reads += 1
         ctx = b"r%d" % self._reads
@@ -502,6 +522,7 @@ class Cluster:
         self.set_faults(Faults())
         self.nemesis = Nemesis()
         for node_id in self.nodes:
+            self.resume(node_id)
             self.restart(node_id)
         try:
             return self._await_commit_everywhere()
