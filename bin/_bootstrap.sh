@@ -2,7 +2,7 @@
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
 # a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
-# mosquitto server and clients when missing.
+# mosquitto server and clients and nats-server (the benchmarks' peer) when missing.
 #
 # Both commands install the same extras: the main job (`kafkaesque demo`) ends with a Spark step
 # and the suite tests the Spark source, and one set means neither makes the other reinstall.
@@ -138,8 +138,25 @@ _ensure_packages() {
     echo "$hash extras=$extras" >"$stamp_file"
 }
 
+_ensure_nats() {
+    # bench/broker and bench/mqtt measure NATS JetStream (and its MQTT listener) in the same run
+    # as our brokers: Debian's nats-server. Like mosquitto's, a daemon the package starts is
+    # stopped again; the benchmarks start their own servers on free ports.
+    if [ -x /usr/sbin/nats-server ] || command -v nats-server >/dev/null 2>&1; then
+        return 0
+    fi
+    _log "installing nats-server (the benchmarks' peer)"
+    local running_before=""
+    pgrep -x nats-server >/dev/null 2>&1 && running_before=1
+    _apt_install nats-server
+    if [ -z "$running_before" ] && pgrep -x nats-server >/dev/null 2>&1; then
+        service nats-server stop >/dev/null 2>&1 || pkill -x nats-server || true
+    fi
+}
+
 _ensure_venv
 _ensure_packages
 _ensure_java
 _ensure_mosquitto
+_ensure_nats
 export PATH="$VENV/bin:$PATH"
