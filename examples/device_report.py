@@ -18,6 +18,10 @@ transforms live in ``kafkaesque.spark_source.device_report``. For each device:
 Runs on an embedded ``local[*]`` Spark by default (its Python workers are this interpreter, which
 has kafkaesque), or unchanged on a cluster under spark-submit: the executors then need kafkaesque
 installed and network access to the brokers.
+
+Most of a small run's time is Spark's own: starting the JVM, then, for the first query of the
+session, starting the Python workers and compiling the plan; the last line (on stderr) says how
+long each part took. docs/spark.md has measured figures.
 """
 
 from __future__ import annotations
@@ -93,25 +97,30 @@ def main(argv: Sequence[str] | None = None, spark: SparkSession | None = None) -
     if args.demo == bool(args.bootstrap):
         parser.error("give either --bootstrap or --demo")
     own = spark is None
+    started = time.monotonic()
     if spark is None:
         if "PYSPARK_GATEWAY_PORT" in os.environ:  # under spark-submit: its master and settings
             spark = SparkSession.builder.appName("device-report").getOrCreate()
             register(spark)
         else:
             spark = local_session("device-report", master=args.master)
+    session_s = time.monotonic() - started if own else None
     try:
         if args.demo:
             with demo_cluster(args.topic) as bootstrap:
                 sent = publish_demo_readings(bootstrap, args.topic, args.devices, args.readings)
                 print(f"published {sent:,} demo readings to {args.topic}")
-                return _report(spark, bootstrap, args.topic)
-        return _report(spark, args.bootstrap, args.topic)
+                return _report(spark, bootstrap, args.topic, session_s)
+        return _report(spark, args.bootstrap, args.topic, session_s)
     finally:
         if own:
             stop_session(spark)
 
 
-def _report(spark: SparkSession, bootstrap: str, topic: str) -> int:
+def _report(spark: SparkSession, bootstrap: str, topic: str, session_s: float | None) -> int:
+    """Print the per-device table and the totals; then, on stderr, where the time went
+    (``session_s``: how long starting Spark took, None when the session was given)."""
+    started = time.monotonic()
     report = device_report(readings(spark, bootstrap, topic)).cache()
     report.show(n=1000, truncate=False)
     totals = report.agg(
@@ -126,6 +135,10 @@ def _report(spark: SparkSession, bootstrap: str, topic: str) -> int:
         f"{totals['lost']} lost, {totals['duplicated']} duplicated"
     )
     report.unpersist()
+    timing = f"report {time.monotonic() - started:.1f} s"
+    if session_s is not None:
+        timing = f"Spark session started in {session_s:.1f} s; {timing}"
+    print(timing, file=sys.stderr)
     return 0
 
 

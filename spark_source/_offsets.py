@@ -137,6 +137,20 @@ def data_loss_message(tp: TopicPartition, lost_from: int, lost_until: int, now: 
     )
 
 
+def check_starts(start: PartitionOffsets, bounds: Mapping[TopicPartition, Bounds]) -> None:
+    """Refuse a resolved ``startingOffsets`` that lies past a partition's end (its high
+    watermark): ``OptionError`` naming the partition, the offset and the end. Batch and streaming
+    queries give the same message for this mistake (a stream would otherwise wait for the
+    partition to reach the offset, and ``merge_latest`` would take it for a recreated topic)."""
+    for tp in sorted(start):
+        b = bounds.get(tp)
+        if b is not None and start[tp] > b.end:
+            raise OptionError(
+                f"startingOffsets for {name(tp)} is {start[tp]}, but the partition ends at "
+                f"{b.end} (committed offsets only)"
+            )
+
+
 def check_batch_range(
     start: PartitionOffsets,
     end: PartitionOffsets,
@@ -148,9 +162,11 @@ def check_batch_range(
     starts to read from (moved up to the log start where retention deleted the beginning and
     ``fail_on_data_loss`` is false; that gap is logged).
 
-    Raises ``OptionError`` when a start lies after its end or an end after what is committed,
-    and ``DataLossError`` when a range begins below the log start and ``fail_on_data_loss``.
+    Raises ``OptionError`` when a start lies after what is committed (``check_starts``) or
+    after its end, or an end after what is committed, and ``DataLossError`` when a range begins
+    below the log start and ``fail_on_data_loss``.
     """
+    check_starts(start, bounds)
     starts = dict(start)
     for tp in sorted(end):
         b, lo, hi = bounds[tp], start[tp], end[tp]

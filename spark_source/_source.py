@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 from pyspark.sql.datasource import (
     DataSource,
@@ -44,6 +44,7 @@ from ._offsets import (
     PartitionOffsets,
     cap_offsets,
     check_batch_range,
+    check_starts,
     ends_of,
     from_json,
     merge_latest,
@@ -80,8 +81,20 @@ class KafkaesqueDataSource(DataSource):
         return KafkaesqueBatchReader(options)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        options = parse_options(self.options, Mode.STREAMING)
-        _check_schema(schema, options)
+        """The stream's reader; for options a stream refuses, a reader that raises their
+        ``OptionError`` at Spark's first call.
+
+        Why not raise here: PySpark's stream runner calls ``reader.stop()`` in a ``finally``
+        around this call, so an exception raised here comes out as PySpark's own
+        ``UnboundLocalError`` with ours buried in its context. And not at ``load()``: Spark
+        only asks a Python source for its ``schema()`` then, without saying whether the query
+        is a stream (the options, process and environment are those of a batch ``load()``),
+        so the checks of streaming alone can run no earlier than the query's start."""
+        try:
+            options = parse_options(self.options, Mode.STREAMING)
+            _check_schema(schema, options)
+        except OptionError as exc:
+            return _RefusedStreamReader(exc)
         return KafkaesqueStreamReader(options)
 
 
@@ -145,7 +158,9 @@ class KafkaesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         return discover(self._client, self.options.subscription)
 
     def initialOffset(self) -> dict[str, Any]:
-        offsets = resolve(self.options.starting, self._bounds(), "startingOffsets")
+        bounds = self._bounds()
+        offsets = resolve(self.options.starting, bounds, "startingOffsets")
+        check_starts(offsets, bounds)
         self._last_end = offsets
         return to_json(offsets)
 
@@ -212,3 +227,43 @@ class KafkaesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
         if self._client is not None:
             self._client.close()
             self._client = None
+
+
+class _RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options were refused: every call Spark makes raises that ``OptionError``
+    (``stop`` excepted, which has nothing to release). It offers what the real reader offers
+    (Trigger.AvailableNow, the ``latestOffset(start, limit)`` signature), so Spark's feature
+    checks pass and the first call it makes reports the options' error, not a missing feature.
+    """
+
+    def __init__(self, error: OptionError) -> None:
+        self.error = error
+
+    def _refuse(self) -> NoReturn:
+        raise self.error
+
+    def initialOffset(self) -> dict[str, Any]:
+        self._refuse()
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._refuse()
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        self._refuse()
+
+    def latestOffset(
+        self, start: dict[str, Any] | None = None, limit: ReadLimit | None = None
+    ) -> dict[str, Any]:
+        self._refuse()
+
+    def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> Sequence[InputPartition]:
+        self._refuse()
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        self._refuse()
+
+    def commit(self, end: dict[str, Any]) -> None:
+        self._refuse()
+
+    def stop(self) -> None:
+        pass

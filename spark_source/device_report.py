@@ -41,9 +41,16 @@ def readings(
     ).where(F.col("serial").isNotNull() & F.col("device").isNotNull())
 
 
+LATENCY_DECIMALS = 2
+"""Latency percentiles are rounded to hundredths of a millisecond: both timestamps are whole
+milliseconds, so more digits would only show the interpolation's float noise
+(``3.8200000000000003``)."""
+
+
 def device_report(rows: DataFrame) -> DataFrame:
     """One row per device, sorted by device: ``messages``, ``duplicated``, ``lost``,
-    ``first_serial``, ``last_serial``, ``latency_p50_ms``, ``latency_p99_ms``."""
+    ``first_serial``, ``last_serial``, ``latency_p50_ms``, ``latency_p99_ms`` (interpolated
+    percentiles, rounded to ``LATENCY_DECIMALS``)."""
     latency = F.col("logged_ms") - F.col("sent_ms")
     per_device = rows.groupBy("device").agg(
         F.count(F.lit(1)).alias("messages"),
@@ -59,6 +66,6 @@ def device_report(rows: DataFrame) -> DataFrame:
         (F.col("last_serial") - F.col("first_serial") + 1 - F.col("distinct")).alias("lost"),
         "first_serial",
         "last_serial",
-        F.col("latency")[0].alias("latency_p50_ms"),
-        F.col("latency")[1].alias("latency_p99_ms"),
+        F.round(F.col("latency")[0], LATENCY_DECIMALS).alias("latency_p50_ms"),
+        F.round(F.col("latency")[1], LATENCY_DECIMALS).alias("latency_p99_ms"),
     ).orderBy("device")

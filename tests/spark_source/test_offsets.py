@@ -13,6 +13,7 @@ from kafkaesque.spark_source._offsets import (
     OffsetRange,
     cap_offsets,
     check_batch_range,
+    check_starts,
     from_json,
     merge_latest,
     plan_ranges,
@@ -57,6 +58,16 @@ def test_batch_ranges_are_checked_against_the_partitions(caplog: pytest.LogCaptu
     with caplog.at_level(logging.WARNING, "kafkaesque.spark_source"):
         assert check_batch_range(below, end, BOUNDS, fail_on_data_loss=False)[A1] == 10
     assert "offsets 3 to 9 are no longer available" in caplog.text
+
+
+def test_a_start_past_the_end_is_refused_the_same_way_in_batch_and_streaming() -> None:
+    beyond = {A0: 10_000_000, A1: 10, B0: 0}
+    message = r"startingOffsets for a/0 is 10000000, but the partition ends at 100 \(committed"
+    with pytest.raises(OptionError, match=message):
+        check_starts(beyond, BOUNDS)  # what a stream's initialOffset checks
+    with pytest.raises(OptionError, match=message):  # and a batch query, whatever its end
+        check_batch_range(beyond, {A0: 100, A1: 50, B0: 0}, BOUNDS, fail_on_data_loss=True)
+    check_starts({A0: 100, A1: 50, B0: 0}, BOUNDS)  # at the end is fine: nothing yet to read
 
 
 def test_one_range_per_partition_then_split_for_min_partitions() -> None:

@@ -16,7 +16,9 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kafkaesque.cli.cluster import LocalCluster
+from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.query import StreamingQuery
@@ -148,3 +150,36 @@ def test_restart_from_checkpoint_delivers_every_record_exactly_once(
             assert (partition, offset) not in delivered, "a record was delivered twice"
             delivered[partition, offset] = value
     assert delivered == {k: v.decode() for k, (_, v, _) in published.items()}
+
+
+def test_a_streams_bad_offsets_fail_the_query_with_the_sources_own_message(
+    spark: SparkSession, cluster: LocalCluster, tmp_path: Path
+) -> None:
+    """endingOffsets (batch only) and a startingOffsets past the end: the query's error is the
+    source's OptionError, not PySpark's UnboundLocalError nor a "topic recreated?" guess."""
+    publish(cluster.bootstrap, "refused", 5, partitions=1)
+    cases = [
+        ({"endingOffsets": "latest"}, "endingOffsets is not valid in a streaming query"),
+        (
+            {"startingOffsets": '{"refused": {"0": 10000000}}'},
+            "startingOffsets for refused/0 is 10000000, but the partition ends at ",
+        ),
+    ]
+    for number, (options, message) in enumerate(cases):
+        reader = spark.readStream.format("kafkaesque").option("bootstrap", cluster.bootstrap)
+        for key, value in {"subscribe": "refused", **options}.items():
+            reader = reader.option(key, value)
+        query = (
+            reader.load()
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / f"checkpoint-{number}"))
+            .start()
+        )
+        try:
+            with pytest.raises(StreamingQueryException) as failed:
+                query.awaitTermination(120)  # raises the query's error
+        finally:
+            query.stop()
+        error = str(failed.value)
+        assert message in error, error
+        assert "UnboundLocalError" not in error and "recreated" not in error, error
