@@ -167,7 +167,8 @@ def run_topic_describe(args: argparse.Namespace) -> int:
     t = description.topic
     settings = [f"partitions={t.partitions}", f"replication_factor={t.replication_factor}"]
     settings += [f"retention_ms={_offset(t.retention_ms)}"]
-    settings += [f"retention_bytes={_offset(t.retention_bytes)}", f"compact={t.compact}"]
+    settings += [f"retention_bytes={_offset(t.retention_bytes)}"]
+    settings += [f"compact={'yes' if t.compact else 'no'}"]  # as `topic list` says it
     print(f"topic {t.topic}: {' '.join(settings)}")
     _print_partitions(description.partitions, with_topic=False)
     return 0
@@ -294,7 +295,9 @@ def _lag(row: GroupRow) -> object:
 
 def _add_produce(commands: Any) -> None:
     produce = commands.add_parser(
-        "produce", help="publish stdin (or a file), one record per line, with a batching producer"
+        "produce",
+        help="publish stdin (or a file), one record per line, with a batching producer; "
+        "records without --key go to the partitions in turn (round-robin)",
     )
     produce.add_argument("topic")
     produce.add_argument("--key", help="the key of every record (picks their partition)")
@@ -347,8 +350,13 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
 def run_produce(args: argparse.Namespace) -> int:
     _check_topic(args.topic, writes=True)
     key = None if args.key is None else os.fsencode(args.key)
+    # Unkeyed lines go round-robin, record by record, as the seed and the broker's PUBS do: a
+    # short burst (``seq 1000``) spreads over every partition instead of filling one batch.
     config = ProducerConfig(
-        linger_ms=args.linger_ms, batch_size=args.batch_size, acks=Acks(args.acks)
+        linger_ms=args.linger_ms,
+        batch_size=args.batch_size,
+        acks=Acks(args.acks),
+        partitioner="round-robin",
     )
     try:
         source: BinaryIO = open(args.file, "rb") if args.file else sys.stdin.buffer  # noqa: SIM115
@@ -397,6 +405,8 @@ def run_produce(args: argparse.Namespace) -> int:
 # -- consume -------------------------------------------------------------------------------------
 
 _FIELD = re.compile(r"\{(topic|partition|offset|key|value|timestamp)\}")
+LONG_FORMAT = "{partition} {offset} {key} {value}"
+"""``--long``: where each record is, then what it holds (a missing key prints as -)."""
 
 
 def _add_consume(commands: Any) -> None:
@@ -415,7 +425,17 @@ def _add_consume(commands: Any) -> None:
         "--follow", action="store_true", help="keep waiting for new records (until Ctrl-C)"
     )
     consume.add_argument("--max", type=int, help="stop after this many records")
-    consume.add_argument(
+    shape = consume.add_mutually_exclusive_group()
+    shape.add_argument(
+        "-l",
+        "--long",
+        action="store_const",
+        const=LONG_FORMAT,
+        dest="format",
+        default="{value}",  # the first action of a dest gives its default
+        help="print `partition offset key value` for each record",
+    )
+    shape.add_argument(
         "--format",
         default="{value}",
         help="how to print a record: {topic} {partition} {offset} {key} {value} {timestamp} "
@@ -461,12 +481,32 @@ def run_consume(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # The reader (e.g. ``head``) went away: stop quietly, as ``cat`` does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-    print(f"consumed {printer.count:,} records", file=sys.stderr)
+    print(consumed_summary(printer.seen, hint=args.format == "{value}"), file=sys.stderr)
     return 0
 
 
+def consumed_summary(seen: dict[int, tuple[int, int, int]], *, hint: bool) -> str:
+    """The line ``consume`` ends with, on stderr: how many records, from which partitions.
+
+    ``seen`` maps partition -> (records, first offset, last offset). Records of several
+    partitions interleave in the output (each partition's own are in offset order), so that is
+    said when it happened, with ``hint`` adding how to see each record's place (``--long``)."""
+    total = sum(count for count, _, _ in seen.values())
+    records = f"{total:,} record{'' if total == 1 else 's'}"
+    if len(seen) <= 1:
+        for partition, (_, first, last) in seen.items():
+            where = f"offset {first}" if first == last else f"offsets {first} to {last}"
+            return f"consumed {records} from partition {partition}, {where}"
+        return f"consumed {records}"
+    parts = ", ".join(f"{seen[p][0]:,} from partition {p}" for p in sorted(seen))
+    text = f"consumed {records}: {parts}; in offset order within a partition, not across them"
+    return text + (" (--long prints each record's partition and offset)" if hint else "")
+
+
 class _Printer:
-    """Writes records to stdout; ``emit`` says whether more are wanted (``--max``)."""
+    """Writes records to stdout; ``emit`` says whether more are wanted (``--max``).
+
+    ``seen``: per partition, the records printed and the first and last offset printed."""
 
     def __init__(
         self, render: Callable[[ConsumerRecord], bytes], limit: int | None, *, flush: bool
@@ -475,6 +515,7 @@ class _Printer:
         self.limit = limit
         self.flush = flush
         self.count = 0
+        self.seen: dict[int, tuple[int, int, int]] = {}
 
     def remaining(self) -> int | None:
         return None if self.limit is None else self.limit - self.count
@@ -485,6 +526,8 @@ class _Printer:
         if self.flush:
             out.flush()
         self.count += 1
+        count, first, _ = self.seen.get(record.partition, (0, record.offset, 0))
+        self.seen[record.partition] = (count + 1, first, record.offset)
         return self.limit is None or self.count < self.limit
 
 
