@@ -15,6 +15,7 @@ must keep it across restarts so that it finds its queued messages again.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import os
 import signal
@@ -24,7 +25,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, MqttBridge
+from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge
 from kafkaesque.broker._mqtt_client_core import DEFAULT_SESSION_EXPIRY_S, MqttClientOptions
 from kafkaesque.broker._mqtt_converters import CONVERTER_NAMES, make_converter
 from kafkaesque.protocol import (
@@ -197,7 +198,15 @@ async def _on_signals(bridge: MqttBridge, scope: trio.CancelScope, drain_timeout
             scope.deadline = trio.current_time() + drain_timeout
 
 
+def stats_line(stats: BridgeStats) -> str:
+    """The counters as words and numbers (``received 10, appended 10, ...``), not a repr."""
+    return ", ".join(
+        f"{field.name.replace('_', ' ')} {getattr(stats, field.name):,}"
+        for field in dataclasses.fields(stats)
+    )
+
+
 async def _print_stats(bridge: MqttBridge, interval: float) -> None:
     while True:
         await trio.sleep(interval)
-        print(f"mqtt-bridge: {bridge.stats}", file=sys.stderr, flush=True)
+        print(f"mqtt-bridge: {stats_line(bridge.stats)}", file=sys.stderr, flush=True)

@@ -29,7 +29,7 @@ from kafkaesque.protocol import (
 from kafkaesque.storage import BatchType, InvalidBatchError, decode_records, iter_batches
 
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
-from ._wire import ListResponse, Response
+from ._wire import ListResponse, Response, shown
 
 
 class TopicPartition(NamedTuple):
@@ -107,7 +107,7 @@ def decode_messages(topic: str, response: ListResponse) -> list[ConsumerRecord]:
     records: list[ConsumerRecord] = []
     for row in response.rows:
         if not isinstance(row, MessageRow):
-            raise RemoteProtocolError(f"expected +MSG rows, got {row!r}")
+            raise RemoteProtocolError(f"expected +MSG rows, got {shown(row)}")
         records.append(ConsumerRecord(topic, row.partition, row.offset, row.key, row.value))
     return records
 
@@ -202,7 +202,7 @@ class ConsumerCore:
                 return FetchResult((), fetch.offset, None)
             raise error
         if not isinstance(response, DataReply):
-            raise RemoteProtocolError(f"FETCH answered {response!r}")
+            raise RemoteProtocolError(f"FETCH answered {shown(response)}")
         result = decode_fetch(tp.topic, tp.partition, fetch.offset, response)
         if result.high_watermark is not None:
             self.high_watermarks[tp] = result.high_watermark

@@ -84,6 +84,12 @@ def connection_closed(where: str, failure: KafkaesqueError) -> KafkaesqueConnect
     )
 
 
+def os_reason(exc: BaseException) -> str:
+    """A socket error in plain words: ``Broken pipe``, not ``[Errno 32] Broken pipe``; the
+    exception's kind when it has no text (trio's ``BrokenResourceError()``)."""
+    return getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+
+
 def connection_lost(where: str, what: str) -> KafkaesqueConnectionError:
     """The connection broke with requests in flight (``what`` says how)."""
     return KafkaesqueConnectionError(f"{where}: {what}", sent=True)

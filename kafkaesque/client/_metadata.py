@@ -20,7 +20,7 @@ from kafkaesque.protocol import (
 )
 
 from ._errors import KafkaesqueError
-from ._wire import ListResponse
+from ._wire import ListResponse, shown
 
 DEFAULT_PORT = 9092
 
@@ -81,7 +81,7 @@ class ClusterMetadata:
             elif isinstance(row, PartitionRow):
                 by_topic.setdefault(row.topic, []).append(row)
             else:
-                raise RemoteProtocolError(f"unexpected row in METADATA: {row!r}")
+                raise RemoteProtocolError(f"unexpected row in METADATA: {shown(row)}")
         return cls(
             brokers,
             {t: tuple(sorted(rows, key=lambda r: r.partition)) for t, rows in by_topic.items()},
@@ -133,7 +133,7 @@ class TopicDescription:
         topics = [r for r in response.rows if isinstance(r, TopicRow)]
         partitions = [r for r in response.rows if isinstance(r, PartitionRow)]
         if len(topics) != 1 or len(topics) + len(partitions) != len(response.rows):
-            raise RemoteProtocolError(f"DESCRIBE answered {response.rows!r}")
+            raise RemoteProtocolError(f"DESCRIBE answered {shown(response)}")
         return cls(topics[0], tuple(sorted(partitions, key=lambda r: r.partition)))
 
 
@@ -141,7 +141,7 @@ def topics_from_response(response: ListResponse) -> list[TopicRow]:
     """The ``+TOPIC`` rows of a ``LIST`` reply, sorted by name."""
     rows = [r for r in response.rows if isinstance(r, TopicRow)]
     if len(rows) != len(response.rows):
-        raise RemoteProtocolError(f"LIST answered {response.rows!r}")
+        raise RemoteProtocolError(f"LIST answered {shown(response)}")
     return sorted(rows, key=lambda r: r.topic)
 
 
@@ -149,10 +149,10 @@ def offsets_from_response(response: ListResponse) -> dict[int, int | None]:
     """Partition → committed offset (None: none committed) from an ``OFFSETS`` reply."""
     rows = [r for r in response.rows if isinstance(r, OffsetRow)]
     if len(rows) != len(response.rows):
-        raise RemoteProtocolError(f"OFFSETS answered {response.rows!r}")
+        raise RemoteProtocolError(f"OFFSETS answered {shown(response)}")
     return {r.partition: r.offset for r in rows}
 
 
 def unknown_topic(topic: str) -> KafkaesqueError:
     """The error for a topic the cluster's metadata does not list (retriable, as the broker's)."""
-    return KafkaesqueError(ErrorCode.UNKNOWN_TOPIC, f"topic {topic!r} is not in the metadata")
+    return KafkaesqueError(ErrorCode.UNKNOWN_TOPIC, f"topic {topic} is not in the metadata")

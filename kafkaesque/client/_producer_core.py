@@ -46,7 +46,7 @@ from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._metadata import ClusterMetadata, unknown_topic
 from ._partitioner import PARTITIONINGS, Partitioning, RoundRobinPartitioner, StickyPartitioner
 from ._retry import PRODUCER_RETRY, RetryPolicy, retry_decision
-from ._wire import Response
+from ._wire import Response, shown
 
 RECORD_OVERHEAD = 16
 """Bytes a record costs beyond its key, value and headers (msgpack framing, deltas): an estimate
@@ -346,7 +346,7 @@ class ProducerCore:
             if not 0 <= partition < count:
                 raise KafkaesqueError(
                     ErrorCode.UNKNOWN_PARTITION,
-                    f"topic {topic!r} has partitions 0 to {count - 1}, not {partition}",
+                    f"topic {topic} has partitions 0 to {count - 1}, not {partition}",
                 )
             return partition
         if key is not None:
@@ -546,7 +546,7 @@ class ProducerCore:
             return
         try:
             if not isinstance(response, OkReply):
-                raise RemoteProtocolError(f"PUBB answered {response!r}")
+                raise RemoteProtocolError(f"PUBB answered {shown(response)}")
             partition, base_offset = parse_published_reply(response)
         except RemoteProtocolError as exc:
             violation = KafkaesqueConnectionError(str(exc), sent=True, retriable=False)

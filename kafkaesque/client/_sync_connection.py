@@ -22,6 +22,7 @@ from ._errors import (
     client_timeout,
     connection_closed,
     connection_lost,
+    os_reason,
     reply_broken,
 )
 from ._metadata import Address
@@ -88,7 +89,9 @@ class SyncConnection:
             self._sock.settimeout(timeout_s)
             self._sock.sendall(data)
         except OSError as exc:
-            raise self._fail(connection_lost(self._where, f"send to failed: {exc}")) from exc
+            raise self._fail(
+                connection_lost(self._where, f"sending failed: {os_reason(exc)}")
+            ) from exc
         return ticket
 
     def wait(self, ticket: int, deadline: float) -> Response:
@@ -122,7 +125,9 @@ class SyncConnection:
         except (TimeoutError, BlockingIOError):
             return False
         except OSError as exc:
-            raise self._fail(connection_lost(self._where, f"receive from failed: {exc}")) from exc
+            raise self._fail(
+                connection_lost(self._where, f"receiving failed: {os_reason(exc)}")
+            ) from exc
         if not data:
             raise self._fail(connection_lost(self._where, "the broker closed the connection"))
         try:

@@ -27,6 +27,7 @@ from ._errors import (
     client_timeout,
     connection_closed,
     connection_lost,
+    os_reason,
     reply_broken,
 )
 from ._metadata import Address
@@ -102,7 +103,9 @@ class TrioConnection:
                 self._fail(KafkaesqueConnectionError("send cancelled", sent=True))
                 raise
             except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-                raise self._fail(connection_lost(self._where, f"send to failed: {exc}")) from exc
+                raise self._fail(
+                    connection_lost(self._where, f"sending failed: {os_reason(exc)}")
+                ) from exc
             return ticket
 
     async def wait(self, ticket: int, deadline: float = math.inf) -> Response:
@@ -137,7 +140,9 @@ class TrioConnection:
                 assert self._failure is not None  # only _fail cancels the reader
                 raise self._failure
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError) as exc:
-            raise self._fail(connection_lost(self._where, f"receive from failed: {exc}")) from exc
+            raise self._fail(
+                connection_lost(self._where, f"receiving failed: {os_reason(exc)}")
+            ) from exc
         if not data:
             raise self._fail(connection_lost(self._where, "the broker closed the connection"))
         try:

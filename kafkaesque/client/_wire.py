@@ -25,6 +25,7 @@ from kafkaesque.protocol import (
     FetchOffsets,
     Help,
     ListTopics,
+    LocalProtocolError,
     Metadata,
     OkReply,
     RemoteProtocolError,
@@ -32,6 +33,7 @@ from kafkaesque.protocol import (
     ReplyDecoder,
     Row,
     encode_command,
+    encode_reply,
 )
 
 from ._errors import KafkaesqueError
@@ -51,6 +53,28 @@ Response: TypeAlias = OkReply | ErrorReply | DataReply | ListResponse
 """The whole answer to one command."""
 
 _LIST_COMMANDS = (Cons, ListTopics, DescribeTopic, FetchOffsets, DescribeGroup, Metadata, Help)
+
+
+def shown(answer: Response | Reply | tuple[Reply, ...], limit: int = 160) -> str:
+    """``answer`` as the protocol lines the broker sent (``+OK 0 1``, rows joined by `` | ``),
+    cut at ``limit`` characters: what error messages quote, instead of a dataclass's repr.
+
+    ``+DATA`` shows its line, not its payload; a reply the encoder refuses shows its kind."""
+    if isinstance(answer, ListResponse):
+        replies: list[Reply] = [*answer.rows, answer.end]
+    elif isinstance(answer, tuple):
+        replies = list(answer)
+    else:
+        replies = [answer]
+    lines = []
+    for reply in replies:
+        try:
+            raw = encode_reply(reply).split(b"\r\n", 1)[0]
+            lines.append(raw.decode("utf-8", "replace"))
+        except LocalProtocolError:
+            lines.append(f"(a malformed {type(reply).__name__})")
+    text = " | ".join(lines) or "nothing"
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def expects_list(command: Command) -> bool:
@@ -118,7 +142,7 @@ class ConnectionCore(Generic[T]):
 
     def _collect(self, reply: Reply) -> Response | None:
         if not self._pending:
-            raise RemoteProtocolError(f"a reply nobody asked for: {reply!r}")
+            raise RemoteProtocolError(f"a reply nobody asked for: {shown(reply)}")
         wants_list = self._pending[0][1]
         if isinstance(reply, ErrorReply):
             if self._rows:
@@ -127,12 +151,12 @@ class ConnectionCore(Generic[T]):
         if not wants_list:
             if isinstance(reply, OkReply | DataReply):
                 return reply
-            raise RemoteProtocolError(f"expected one line, got {reply!r}")
+            raise RemoteProtocolError(f"expected one line, got {shown(reply)}")
         if isinstance(reply, EndReply):
             rows, self._rows = tuple(self._rows), []
             return ListResponse(rows, reply)
         if isinstance(reply, OkReply | DataReply):
-            raise RemoteProtocolError(f"expected rows and +END, got {reply!r}")
+            raise RemoteProtocolError(f"expected rows and +END, got {shown(reply)}")
         self._rows.append(reply)
         return None
 
@@ -147,7 +171,7 @@ def expect_ok(response: Response) -> OkReply:
     """The ``+OK`` of ``response``; ``KafkaesqueError`` for ``-ERR``, protocol error otherwise."""
     raise_for_error(response)
     if not isinstance(response, OkReply):
-        raise RemoteProtocolError(f"expected +OK, got {response!r}")
+        raise RemoteProtocolError(f"expected +OK, got {shown(response)}")
     return response
 
 
@@ -155,7 +179,7 @@ def expect_list(response: Response) -> ListResponse:
     """The rows of ``response``; ``KafkaesqueError`` for ``-ERR``, protocol error otherwise."""
     raise_for_error(response)
     if not isinstance(response, ListResponse):
-        raise RemoteProtocolError(f"expected rows and +END, got {response!r}")
+        raise RemoteProtocolError(f"expected rows and +END, got {shown(response)}")
     return response
 
 
@@ -163,5 +187,5 @@ def expect_data(response: Response) -> DataReply:
     """The ``+DATA`` of ``response``; ``KafkaesqueError`` for ``-ERR``, protocol error otherwise."""
     raise_for_error(response)
     if not isinstance(response, DataReply):
-        raise RemoteProtocolError(f"expected +DATA, got {response!r}")
+        raise RemoteProtocolError(f"expected +DATA, got {shown(response)}")
     return response

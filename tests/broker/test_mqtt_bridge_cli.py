@@ -6,6 +6,9 @@ from pathlib import Path
 
 import pytest
 from kafkaesque.cli.main import main
+from kafkaesque.cli.mqtt_bridge import stats_line
+
+from kafkaesque.broker._mqtt_bridge import BridgeStats
 
 
 @pytest.mark.parametrize(
@@ -33,3 +36,9 @@ def test_a_bad_rule_names_its_line(tmp_path: Path, capsys: pytest.CaptureFixture
     rules.write_text("phones/+/spectrum -> readings key=1\nphones/# readings\n")
     assert main(["mqtt-bridge", "--upstream", "h:1", "--rules", str(rules)]) == 1
     assert "line 2" in capsys.readouterr().err
+
+
+def test_the_counters_print_as_words_and_numbers() -> None:
+    line = stats_line(BridgeStats(received=1200, appended=1200, dead_lettered=3))
+    assert line.startswith("received 1,200, appended 1,200, acked 0, dead lettered 3, ")
+    assert "BridgeStats" not in line and "=" not in line

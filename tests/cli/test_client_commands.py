@@ -87,6 +87,49 @@ def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -
     assert ok(broker_cluster, "topic", "delete", "cli-t") == "deleted topic cli-t\n"
 
 
+def test_unkeyed_lines_go_round_robin_and_consume_says_where_records_are(
+    broker_cluster: LocalCluster,
+) -> None:
+    ok(
+        broker_cluster,
+        "topic",
+        "create",
+        "cli-rr",
+        "--partitions",
+        "3",
+        "--replication-factor",
+        "3",
+    )
+    described = ok(broker_cluster, "topic", "describe", "cli-rr").splitlines()[0]
+    assert described.endswith(" compact=no"), described  # words, not Python's False
+    lines = b"".join(b"%d\n" % i for i in range(1, 31))
+    summary = ok(broker_cluster, "produce", "cli-rr", stdin=lines)
+    assert summary.rstrip().endswith("partition:records 0:10, 1:10, 2:10"), summary
+
+    result = run(broker_cluster, "consume", "cli-rr", "--from-beginning", "--long")
+    assert result.returncode == 0, result.stderr.decode()
+    rows = [line.split(" ") for line in result.stdout.decode().splitlines()]
+    assert all(len(row) == 4 and row[2] == "-" for row in rows)  # partition offset key value
+    for partition in range(3):
+        mine = [row for row in rows if row[0] == str(partition)]
+        # Line i went to partition (i - 1) % 3, and each partition's records are in order.
+        assert [int(row[3]) for row in mine] == list(range(partition + 1, 31, 3))
+        offsets = [int(row[1]) for row in mine]
+        assert offsets == sorted(offsets)
+    err = result.stderr.decode()
+    assert "consumed 30 records: 10 from partition 0, 10 from partition 1" in err, err
+    assert "not across them" in err and "--long prints" not in err  # it is --long already
+
+    hinted = run(broker_cluster, "consume", "cli-rr", "--from-beginning", "--max", "12")
+    assert len(hinted.stdout.splitlines()) == 12
+    assert "--long prints each record's partition and offset" in hinted.stderr.decode()
+    one = run(
+        broker_cluster, "consume", "cli-rr", "--partition", "1", "--offset", "0", "--max", "1"
+    )
+    assert one.stdout == b"2\n"
+    assert "consumed 1 record from partition 1, offset " in one.stderr.decode()
+
+
 def test_group_consume_commits_and_resumes(broker_cluster: LocalCluster) -> None:
     ok(broker_cluster, "topic", "create", "cli-g", "--partitions", "1", "--replication-factor", "3")
     ok(broker_cluster, "produce", "cli-g", stdin=b"a\nb\nc\n")

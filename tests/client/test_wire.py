@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kafkaesque.client import ConnectionCore, ListResponse
+from kafkaesque.client._wire import expect_ok, shown
 from kafkaesque.protocol import (
     BrokerRow,
     DataReply,
@@ -94,3 +95,23 @@ def test_replies_out_of_shape_break_the_connection(
         core.receive_data(server_bytes(*replies))
     with pytest.raises(RemoteProtocolError):  # and for good
         core.send(Ping(), 2)
+
+
+def test_a_reply_out_of_shape_is_quoted_as_the_broker_sent_it() -> None:
+    core: ConnectionCore[int] = ConnectionCore()
+    core.send(ListTopics(), 1)
+    with pytest.raises(RemoteProtocolError) as info:
+        core.receive_data(server_bytes(OkReply("0 1")))
+    assert str(info.value) == "expected rows and +END, got +OK 0 1"
+    with pytest.raises(RemoteProtocolError) as info:
+        expect_ok(ListResponse((TopicRow("t", 3, 3),), EndReply()))
+    assert str(info.value).startswith("expected +OK, got +TOPIC t 3 3")
+    assert str(info.value).endswith(" | +END")
+    assert "TopicRow(" not in str(info.value)
+
+
+def test_shown_cuts_long_answers() -> None:
+    rows = tuple(PartitionRow("topic", p, 0, (0, 1, 2)) for p in range(50))
+    text = shown(ListResponse(rows, EndReply()), limit=60)
+    assert len(text) == 60 and text.endswith("...") and text.startswith("+PARTITION topic 0 ")
+    assert shown(()) == "nothing"
