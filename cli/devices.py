@@ -7,31 +7,40 @@ serial-numbered, timestamped reading to ``phones/<device>/spectrum`` every ``--i
 The load generator writes pre-encoded packets on raw non-blocking sockets, many connections per
 process, over ``--processes`` processes.
 
+The MQTT addresses are ``--mqtt`` when given; else the plain MQTT listeners the cluster's
+brokers advertise (``+BROKER ... mqtt=port`` in its metadata), the cluster being found as the
+other client commands find it: ``--bootstrap``, else ``$KAFKAESQUE_BOOTSTRAP``, else
+127.0.0.1:9092.
+
 The report: devices connected, readings sent and acknowledged, PUBACK latency p50/p99, commands
-received and their delivery latency. With ``--bootstrap`` it then reads the log topic
-(``--topic``, default ``readings``) back through the line protocol, from the offsets the run
-started at, and counts the readings consumed, duplicated, lost (acknowledged but not in the log:
-must be 0) and missing without an acknowledgement, with the end-to-end latency (ts_ms to the
-record's timestamp). Exits 1 if an acknowledged reading is lost. ``--json`` prints the report as
-one JSON object. Conventions: docs/devices.md.
+received and their delivery latency. When the run talked to the cluster (``--bootstrap`` given,
+or the MQTT addresses found through it) it then reads the log topic (``--topic``, default
+``readings``) back through the line protocol, from the offsets the run started at, and counts
+the readings consumed, duplicated, lost (acknowledged but not in the log: must be 0) and missing
+without an acknowledgement, with the end-to-end latency (ts_ms to the record's timestamp). With
+``--mqtt`` and no ``--bootstrap`` (devices against any MQTT broker) the log is not read. Exits 1
+if an acknowledged reading is lost. ``--json`` prints the report as one JSON object.
+Conventions: docs/devices.md.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import secrets
 import sys
 from typing import Any
 
-from kafkaesque.client import Client, parse_bootstrap
+from kafkaesque.client import Client, ClusterMetadata, KafkaesqueError, parse_bootstrap
 
 from ._devices_core import DeviceConfig
 from ._devices_fleet import Fleet, FleetError, FleetSpec
 from ._devices_report import Report, check_log, end_offsets, read_run
 
 SOCKETS_PER_PROCESS = 4000
-DEFAULT_MQTT = "127.0.0.1:9096,127.0.0.1:9106,127.0.0.1:9116"  # `cluster up --mqtt`'s ports
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # as the client commands (cli/client_commands.py)
+BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
 
 
 class DevicesError(Exception):
@@ -47,9 +56,8 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--mqtt",
-        default=DEFAULT_MQTT,
         help="MQTT host:port[,host:port...]; devices spread over them round-robin (default: "
-        "the listeners of `kafkaesque cluster up --mqtt`)",
+        "the MQTT listeners the cluster's brokers advertise)",
     )
     parser.add_argument("-n", "--devices", type=int, default=200, help="how many devices (200)")
     parser.add_argument(
@@ -70,7 +78,10 @@ def add_parser(commands: Any) -> None:
         help=f"load processes (default: one per {SOCKETS_PER_PROCESS} devices)",
     )
     parser.add_argument(
-        "--bootstrap", help="line-protocol host:port,... to read the log back and count losses"
+        "--bootstrap",
+        metavar="HOST:PORT,...",
+        help="the cluster: where its MQTT listeners are, and the log read back to count losses "
+        f"(${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
     )
     parser.add_argument("--topic", default="readings", help="the log topic of the readings")
     parser.add_argument("--username", help="MQTT user name")
@@ -91,8 +102,9 @@ def run(args: argparse.Namespace) -> int:
         raise DevicesError("--devices must be at least 1")
     if args.interval < 0 or args.duration <= 0 or args.warmup < 0:
         raise DevicesError("--interval and --warmup must be >= 0, --duration > 0")
+    cluster = args.bootstrap or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
     try:
-        addresses = tuple(parse_bootstrap(args.mqtt))
+        addresses = tuple(parse_bootstrap(args.mqtt)) if args.mqtt else find_mqtt(cluster)
         config = DeviceConfig(
             run=secrets.token_hex(4),
             qos=args.qos,
@@ -112,14 +124,52 @@ def run(args: argparse.Namespace) -> int:
         duration=args.duration,
         warmup=min(args.warmup, args.duration / 2),
     )
+    if not args.mqtt and not args.json:
+        where = ",".join(f"{host}:{port}" for host, port in addresses)
+        print(f"MQTT listeners of the cluster at {cluster}: {where}", file=sys.stderr)
     processes = args.processes or math.ceil(args.devices / SOCKETS_PER_PROCESS)
-    report = run_devices(spec, processes, args.bootstrap, args.topic, quiet=args.json)
+    # The log is read back whenever the run talked to the cluster; --mqtt alone may name any
+    # MQTT broker (mosquitto), which has no log.
+    check = args.bootstrap or (cluster if not args.mqtt else None)
+    report = run_devices(spec, processes, check, args.topic, quiet=args.json)
     if args.json:
         print(report.to_json())
     else:
         for line in report.lines():
             print(line)
     return 1 if report.lost else 0
+
+
+def find_mqtt(bootstrap: str) -> tuple[tuple[str, int], ...]:
+    """The MQTT listeners of the cluster at ``bootstrap`` (``mqtt_listeners`` of its metadata).
+
+    Raises ``DevicesError`` when the cluster cannot be asked (saying to give ``--mqtt``) or
+    advertises no listener; ``ValueError`` for a malformed ``bootstrap``."""
+    try:
+        with Client(bootstrap) as client:
+            metadata = client.refresh_metadata()
+    except KafkaesqueError as exc:
+        raise DevicesError(
+            f"cannot ask the cluster at {bootstrap} for its MQTT listeners ({exc}); "
+            "give --bootstrap, or the MQTT addresses with --mqtt host:port,..."
+        ) from None
+    listeners = mqtt_listeners(metadata)
+    if not listeners:
+        raise DevicesError(
+            f"no broker of the cluster at {bootstrap} listens for MQTT (start the brokers with "
+            "--mqtt), or give the MQTT addresses with --mqtt host:port,..."
+        )
+    return listeners
+
+
+def mqtt_listeners(metadata: ClusterMetadata) -> tuple[tuple[str, int], ...]:
+    """``(host, mqtt_port)`` of every broker that advertises a plain MQTT listener, by broker
+    id (the devices spread over them in this order). Empty when none does."""
+    return tuple(
+        (row.host, row.mqtt_port)
+        for _, row in sorted(metadata.brokers.items())
+        if row.mqtt_port is not None
+    )
 
 
 def run_devices(

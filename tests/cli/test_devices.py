@@ -28,10 +28,11 @@ from kafkaesque.cli._devices_core import (
 from kafkaesque.cli._devices_fleet import Fleet, FleetSpec
 from kafkaesque.cli._devices_report import Report, check_log, parse_reading
 from kafkaesque.cli.cluster import LocalCluster, free_ports
-from kafkaesque.cli.devices import run_devices
+from kafkaesque.cli.devices import mqtt_listeners, run_devices
 
-from kafkaesque.client import Client, Producer, ProducerConfig
+from kafkaesque.client import Client, ClusterMetadata, Producer, ProducerConfig
 from kafkaesque.protocol import (
+    BrokerRow,
     Connack,
     Connect,
     MqttDecoder,
@@ -314,6 +315,34 @@ def test_the_command_prints_a_json_report(mosquitto: tuple[str, int]) -> None:
     assert report["lost"] is None  # no --bootstrap: the log was not read
 
 
+def test_the_mqtt_listeners_are_the_ones_the_brokers_advertise_in_broker_order() -> None:
+    brokers = {
+        2: BrokerRow(2, "10.0.0.2", 9112, mqtt_port=9116),
+        0: BrokerRow(0, "10.0.0.0", 9092, mqtt_port=9096, mqtt_tls_port=8883),
+        1: BrokerRow(1, "10.0.0.1", 9102),  # no MQTT listener on this one
+    }
+    assert mqtt_listeners(ClusterMetadata(brokers)) == (("10.0.0.0", 9096), ("10.0.0.2", 9116))
+    assert mqtt_listeners(ClusterMetadata({1: brokers[1]})) == ()
+
+
+def test_without_a_cluster_to_ask_the_command_says_to_give_mqtt() -> None:
+    (port,) = free_ports(1)  # nobody listens there
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", "devices", "-n", "1", "--duration", "1"],
+        cwd=REPO,
+        env={**os.environ, "KAFKAESQUE_BOOTSTRAP": f"127.0.0.1:{port}"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert result.returncode == 1
+    assert result.stderr.startswith(
+        f"kafkaesque devices: cannot ask the cluster at 127.0.0.1:{port} for its MQTT listeners"
+    ), result.stderr
+    assert "--mqtt host:port" in result.stderr and len(result.stderr.splitlines()) == 1
+
+
 def test_unreachable_devices_are_reported_as_failed() -> None:
     (port,) = free_ports(1)  # nobody listens there
     spec = _spec(("127.0.0.1", port), devices=3, connect_timeout=5.0)
@@ -358,6 +387,27 @@ def test_no_acknowledged_reading_is_lost_by_the_cluster(mqtt_cluster: LocalClust
     # Every reading sent is in the log once, or missing without an acknowledgement.
     assert report.consumed - report.duplicated + report.missing_unacknowledged == report.sent
     assert report.e2e_p50_ms is not None
+
+
+@needs_mqtt_listener
+def test_the_command_finds_the_clusters_mqtt_listeners_and_reads_the_log_back(
+    mqtt_cluster: LocalCluster,
+) -> None:
+    # As a user runs it: no --mqtt and no --bootstrap, the cluster named by the environment
+    # as for the other client commands.
+    options = ["-n", "6", "--interval", "0.1", "--duration", "1", "--processes", "1", "--json"]
+    out = subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", "devices", *options],
+        cwd=REPO,
+        env={**os.environ, "KAFKAESQUE_BOOTSTRAP": mqtt_cluster.bootstrap},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=True,
+    )
+    report = json.loads(out.stdout)
+    assert report["connected"] == 6 and report["sent"] > 0
+    assert report["lost"] == 0 and report["consumed"] > 0  # the log was read back
 
 
 @needs_mqtt_listener

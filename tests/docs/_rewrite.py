@@ -10,9 +10,9 @@ free block of ports and in a temporary directory, so every command is rewritten 
   points into the scratch directory;
 * the "existing MQTT broker" of docs/mqtt-bridge.md, documented on mosquitto's port 1883, is
   a mosquitto the test started (``upstream_mqtt``);
-* ``kafkaesque devices`` without ``--mqtt`` gets the cluster's MQTT listeners, which is what its
-  default (the documented ports) names; client commands without ``--bootstrap`` need no rewrite,
-  their default comes from ``$KAFKAESQUE_BOOTSTRAP``, which the runner sets.
+* client commands without ``--bootstrap`` need no rewrite, their default comes from
+  ``$KAFKAESQUE_BOOTSTRAP``, which the runner sets; ``kafkaesque devices`` without ``--mqtt``
+  asks that cluster where its MQTT listeners are.
 
 Nothing else is changed: a command that needs more than this to run is a doc to fix.
 """
@@ -58,10 +58,6 @@ class Rewriter:
             return self.base_port + offset
         return documented
 
-    @property
-    def mqtt(self) -> str:
-        return ",".join(f"127.0.0.1:{self.port(doc_port(i, 4))}" for i in range(DOC_BROKERS))
-
     def command(self, text: str) -> str:
         """``text`` made to run against the test's cluster (see the module docstring)."""
         text = _PORT.sub(lambda m: str(self.port(int(m.group(1)))), text)
@@ -71,8 +67,6 @@ class Rewriter:
             if "--data-dir" not in text:
                 text += " --data-dir cluster"
         text = _DATA_DIR.sub(lambda m: f"--data-dir {self.data_dir(m.group(1))}", text)
-        if re.search(r"\bkafkaesque devices\b", text) and "--mqtt " not in text:
-            text += f" --mqtt {self.mqtt}"
         return text
 
     def data_dir(self, documented: str) -> str:
