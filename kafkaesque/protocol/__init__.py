@@ -140,3 +140,33 @@ from ._mqtt_topics import validate_mqtt_topic_name as validate_mqtt_topic_name
 
 # --- Partitioning: which partition a key goes to (the broker and every client share the rule).
 from ._partitioning import partition_for_key as partition_for_key
+
+# --- Broker-to-broker messages: frozen dataclasses with a strict codec (_peer).
+from ._peer import PEER_TAG_MIN as PEER_TAG_MIN
+from ._peer import Absent as Absent
+from ._peer import Answer as Answer
+from ._peer import Appended as Appended
+from ._peer import AppendRequest as AppendRequest
+from ._peer import Bounds as Bounds
+from ._peer import BoundsRequest as BoundsRequest
+from ._peer import CommandReply as CommandReply
+from ._peer import FindResendRequest as FindResendRequest
+from ._peer import Found as Found
+from ._peer import GroupCommand as GroupCommand
+from ._peer import GroupCommandRequest as GroupCommandRequest
+from ._peer import LeaderClaim as LeaderClaim
+from ._peer import LeaderClaims as LeaderClaims
+from ._peer import MalformedPeerMessage as MalformedPeerMessage
+from ._peer import PeerCall as PeerCall
+from ._peer import PeerMessage as PeerMessage
+from ._peer import PeerReply as PeerReply
+from ._peer import ReadRequest as ReadRequest
+from ._peer import ReadResult as ReadResult
+from ._peer import Refused as Refused
+from ._peer import Request as Request
+from ._peer import Retry as Retry
+from ._peer import Shares as Shares
+from ._peer import Unknown as Unknown
+from ._peer import is_peer_item as is_peer_item
+from ._peer import peer_from_wire as peer_from_wire
+from ._peer import peer_to_wire as peer_to_wire

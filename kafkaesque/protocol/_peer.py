@@ -1,0 +1,613 @@
+"""Broker-to-broker messages: frozen dataclasses and their msgpack-ready wire form, sans I/O.
+
+A broker forwards what it cannot do itself (a write to a partition's leader, a read to a replica,
+a group command to its coordinator) and tells its peers what they need to route (the partitions
+it leads, its MQTT shared-subscription groups). These items share each peer's one TCP connection
+with Raft's messages (``kafkaesque.raft``'s frames carry lists of items); a broker item is a list
+whose first element is an int tag of ``TAGS`` (at least ``PEER_TAG_MIN``, so the Raft driver's
+own kinds, 0-2, stay apart).
+
+Top-level messages (``PeerMessage``):
+
+* ``PeerCall(req, request)``: run ``request`` and answer with ``PeerReply(req, ...)``; the request's
+  type is the item's tag: ``[tag, req, ...request fields]``;
+* ``PeerReply(req, answer)``: ``[REPLY, req, [answer tag, ...answer fields]]``;
+* ``LeaderClaims``: every group the sender leads now, with its members (``LeaderTable``);
+* ``Shares``: the MQTT shared-subscription groups with members on the sender.
+
+``to_wire`` maps a message to a list of msgpack-encodable values and ``from_wire`` maps it back,
+checking every field's type (and the few values that can be checked alone: a count is positive,
+a deadline finite). Anything else raises ``MalformedPeerMessage``: the peer broke the protocol;
+the receiver drops that item and logs it (the connection and the broker go on).
+
+Wire tags are never reused or renumbered: peers of different versions must agree. Tags 10-16
+were the positional lists of the first broker-to-broker protocol (retired: a peer still sending
+them is told apart, its items dropped as unknown, never misread).
+
+A forwarded line-protocol reply (``CommandReply``) is the encoded reply, made once by the broker
+that ran the command and relayed to the client as it is.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any, Final, TypeAlias
+
+from ._line_commands import (
+    Acks,
+    Commit,
+    Cons,
+    ConsOffsets,
+    DescribeGroup,
+    ErrorCode,
+    FetchOffsets,
+    Leave,
+    Subs,
+)
+
+PEER_TAG_MIN: Final = 10
+"""Items whose first element is an int at or above this are the broker's, not Raft's."""
+
+
+class MalformedPeerMessage(Exception):
+    """A peer broker sent an item that breaks this protocol (unknown tag, wrong arity, a field
+    of the wrong type): drop the item and log it; never a crash."""
+
+
+# -- requests (inside a ``PeerCall``) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class AppendRequest:
+    """Append ``batch`` (``count`` offsets) as the leader of ``group``; answer within
+    ``seconds`` with ``Appended``, ``Retry`` (not appended), ``Unknown`` or ``Refused``."""
+
+    group: str
+    batch: bytes
+    count: int
+    acks: Acks
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class FindResendRequest:
+    """As the leader of ``group``, look an MQTT QoS 1 resend up in its log (its client id,
+    packet id and payload digest); answer ``Found``, ``Absent`` or ``Retry`` within ``seconds``."""
+
+    group: str
+    client: bytes
+    packet: bytes
+    digest: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class BoundsRequest:
+    """The log start and high watermark of each group the receiver leads (``Bounds``)."""
+
+    groups: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadRequest:
+    """Read committed batches of ``topic``/``partition`` from ``offset`` on the receiver's own
+    replica (it never forwards again), waiting up to ``wait_ms`` for some; answer ``ReadResult``
+    or ``Refused``."""
+
+    topic: str
+    partition: int
+    offset: int
+    max_bytes: int
+    wait_ms: int
+
+
+GroupCommand: TypeAlias = Subs | Cons | Commit | FetchOffsets | Leave | DescribeGroup
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommandRequest:
+    """Run this consumer-group command as the group's coordinator (it never forwards again);
+    answer ``CommandReply`` with the encoded line-protocol reply."""
+
+    command: GroupCommand
+
+
+Request: TypeAlias = (
+    AppendRequest | FindResendRequest | BoundsRequest | ReadRequest | GroupCommandRequest
+)
+
+
+# -- answers (inside a ``PeerReply``) -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Appended:
+    """The batch is written at offsets ``first``..``last``."""
+
+    first: int
+    last: int
+
+
+@dataclass(frozen=True, slots=True)
+class Retry:
+    """Not carried out (not the leader, no read point yet): send it again, freely."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """Maybe carried out (appended, then not committed in time): only an idempotent retry."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """Refused for good, with the error its client gets (a bad batch, an unknown topic)."""
+
+    code: ErrorCode
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Found:
+    """The committed first copy of the resend is at ``offset``."""
+
+    offset: int
+
+
+@dataclass(frozen=True, slots=True)
+class Absent:
+    """The log holds no copy of the resend."""
+
+
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """``(log start, high watermark)`` of each asked group, in order; None for a group the
+    receiver does not lead."""
+
+    bounds: tuple[tuple[int, int] | None, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ReadResult:
+    """Committed batches read from the replica, the offset to read next, and its high
+    watermark."""
+
+    data: bytes
+    next_offset: int
+    high_watermark: int
+
+
+@dataclass(frozen=True, slots=True)
+class CommandReply:
+    """A forwarded command's encoded line-protocol reply: relayed to the client as it is."""
+
+    data: bytes
+
+
+Answer: TypeAlias = (
+    Appended | Retry | Unknown | Refused | Found | Absent | Bounds | ReadResult | CommandReply
+)
+
+
+# -- top-level messages -------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PeerCall:
+    """Request ``req`` of the sender (its ids are its own; the answer names it)."""
+
+    req: int
+    request: Request
+
+
+@dataclass(frozen=True, slots=True)
+class PeerReply:
+    """The answer to the receiver's request ``req``."""
+
+    req: int
+    answer: Answer
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderClaim:
+    """A leader's report of one group: its term, its members, and whether they are committed
+    (False while a membership change is in flight)."""
+
+    term: int
+    voters: frozenset[int]
+    learners: frozenset[int]
+    committed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderClaims:
+    """The sender leads exactly these groups now."""
+
+    claims: Mapping[str, LeaderClaim]
+
+
+@dataclass(frozen=True, slots=True)
+class Shares:
+    """The MQTT shared-subscription groups ``(share name, inner filter)`` with members on the
+    sender (none: an empty tuple)."""
+
+    shares: tuple[tuple[str, str], ...]
+
+
+PeerMessage: TypeAlias = PeerCall | PeerReply | LeaderClaims | Shares
+
+# Wire tags: never reuse or renumber one (10-16: the retired positional protocol).
+REQUEST_TAGS: Final[dict[type, int]] = {
+    AppendRequest: 20,
+    FindResendRequest: 21,
+    BoundsRequest: 22,
+    ReadRequest: 23,
+    GroupCommandRequest: 24,
+}
+REPLY_TAG: Final = 30
+LEADER_CLAIMS_TAG: Final = 31
+SHARES_TAG: Final = 32
+ANSWER_TAGS: Final[dict[type, int]] = {
+    Appended: 40,
+    Retry: 41,
+    Unknown: 42,
+    Refused: 43,
+    Found: 44,
+    Absent: 45,
+    Bounds: 46,
+    ReadResult: 47,
+    CommandReply: 48,
+}
+# Consumer-group commands inside a ``GroupCommandRequest`` (a tag space of their own).
+COMMAND_TAGS: Final[dict[type, int]] = {
+    Subs: 1,
+    Cons: 2,
+    Commit: 3,
+    FetchOffsets: 4,
+    Leave: 5,
+    DescribeGroup: 6,
+}
+TAGS: Final[frozenset[int]] = frozenset(
+    {*REQUEST_TAGS.values(), REPLY_TAG, LEADER_CLAIMS_TAG, SHARES_TAG}
+)
+"""Every tag a top-level broker item may carry."""
+
+
+# -- field decoders ------------------------------------------------------------------------------
+
+
+def _int(x: object) -> int:
+    if type(x) is not int:
+        raise MalformedPeerMessage(f"expected an int, got {x!r:.60}")
+    return x
+
+
+def _natural(x: object) -> int:
+    if type(x) is not int or x < 0:
+        raise MalformedPeerMessage(f"expected an int >= 0, got {x!r:.60}")
+    return x
+
+
+def _opt_natural(x: object) -> int | None:
+    return None if x is None else _natural(x)
+
+
+def _positive(x: object) -> int:
+    if type(x) is not int or x < 1:
+        raise MalformedPeerMessage(f"expected an int >= 1, got {x!r:.60}")
+    return x
+
+
+def _opt_positive(x: object) -> int | None:
+    return None if x is None else _positive(x)
+
+
+def _str(x: object) -> str:
+    if type(x) is not str:
+        raise MalformedPeerMessage(f"expected a string, got {x!r:.60}")
+    return x
+
+
+def _opt_str(x: object) -> str | None:
+    return None if x is None else _str(x)
+
+
+def _bytes(x: object) -> bytes:
+    if type(x) is not bytes:
+        raise MalformedPeerMessage(f"expected bytes, got {type(x).__name__}")
+    return x
+
+
+def _bool(x: object) -> bool:
+    if type(x) is not bool:
+        raise MalformedPeerMessage(f"expected a bool, got {x!r:.60}")
+    return x
+
+
+def _seconds(x: object) -> float:
+    if type(x) is not float and type(x) is not int:
+        raise MalformedPeerMessage(f"expected a number of seconds, got {x!r:.60}")
+    if not 0 <= x < math.inf:  # NaN fails too
+        raise MalformedPeerMessage(f"expected a finite number of seconds >= 0, got {x!r}")
+    return float(x)
+
+
+def _acks(x: object) -> Acks:
+    try:
+        return Acks(_str(x))
+    except ValueError:
+        raise MalformedPeerMessage(f"unknown acks {x!r:.60}") from None
+
+
+def _code(x: object) -> ErrorCode:
+    try:
+        return ErrorCode[_str(x)]
+    except KeyError:
+        raise MalformedPeerMessage(f"unknown error code {x!r:.60}") from None
+
+
+def _list(x: object, what: str) -> list[Any] | tuple[Any, ...]:
+    if not isinstance(x, list | tuple):
+        raise MalformedPeerMessage(f"expected a list of {what}, got {type(x).__name__}")
+    return x
+
+
+def _pair(x: object, what: str) -> tuple[int, int]:
+    if not isinstance(x, list | tuple) or len(x) != 2:
+        raise MalformedPeerMessage(f"expected a pair of {what}, got {x!r:.60}")
+    return _natural(x[0]), _natural(x[1])
+
+
+def _arity(obj: list[Any] | tuple[Any, ...], n: int, name: str) -> None:
+    if len(obj) != n + 1:
+        raise MalformedPeerMessage(f"{name} needs {n} fields, got {len(obj) - 1}")
+
+
+# -- requests -------------------------------------------------------------------------------------
+
+
+def _cons_offsets(x: object) -> ConsOffsets:
+    if type(x) is int:
+        return _natural(x)
+    return tuple(_pair(p, "partition and offset") for p in _list(x, "partition offsets"))
+
+
+# Each group command's fields in declaration order, with the decoder of each.
+_COMMAND_FIELDS: Final[dict[type, tuple[Callable[[object], Any], ...]]] = {
+    Subs: (_str, _str, _opt_positive),
+    Cons: (_str, _str, _cons_offsets, _opt_positive, _opt_natural),
+    Commit: (_str, _str, _natural, _natural, _opt_str),
+    FetchOffsets: (_str, _str),
+    Leave: (_str,),
+    DescribeGroup: (_str, _str),
+}
+_COMMAND_NAMES: Final[dict[type, tuple[str, ...]]] = {
+    cls: tuple(f.name for f in fields(cls)) for cls in COMMAND_TAGS
+}
+_COMMAND_BY_TAG: Final[dict[int, type]] = {tag: cls for cls, tag in COMMAND_TAGS.items()}
+
+
+def _command_to_wire(command: GroupCommand) -> list[object]:
+    return [
+        COMMAND_TAGS[type(command)],
+        *(getattr(command, n) for n in _COMMAND_NAMES[type(command)]),
+    ]
+
+
+def _command(x: object) -> GroupCommand:
+    obj = _list(x, "command fields")
+    tag = obj[0] if obj else None
+    cls = _COMMAND_BY_TAG.get(tag) if type(tag) is int else None
+    if cls is None:
+        raise MalformedPeerMessage(f"unknown group command tag {tag!r:.60}")
+    decoders = _COMMAND_FIELDS[cls]
+    _arity(obj, len(decoders), cls.__name__)
+    command: GroupCommand = cls(*(d(v) for d, v in zip(decoders, obj[1:], strict=True)))
+    return command
+
+
+def _append(o: list[Any] | tuple[Any, ...]) -> AppendRequest:
+    _arity(o, 6, "AppendRequest")
+    return AppendRequest(_str(o[2]), _bytes(o[3]), _positive(o[4]), _acks(o[5]), _seconds(o[6]))
+
+
+def _find_resend(o: list[Any] | tuple[Any, ...]) -> FindResendRequest:
+    _arity(o, 6, "FindResendRequest")
+    return FindResendRequest(_str(o[2]), _bytes(o[3]), _bytes(o[4]), _int(o[5]), _seconds(o[6]))
+
+
+def _bounds_request(o: list[Any] | tuple[Any, ...]) -> BoundsRequest:
+    _arity(o, 2, "BoundsRequest")
+    return BoundsRequest(tuple(_str(g) for g in _list(o[2], "groups")))
+
+
+def _read(o: list[Any] | tuple[Any, ...]) -> ReadRequest:
+    _arity(o, 6, "ReadRequest")
+    return ReadRequest(_str(o[2]), _natural(o[3]), _natural(o[4]), _positive(o[5]), _natural(o[6]))
+
+
+def _group_command(o: list[Any] | tuple[Any, ...]) -> GroupCommandRequest:
+    _arity(o, 2, "GroupCommandRequest")
+    return GroupCommandRequest(_command(o[2]))
+
+
+_REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Request]]] = {
+    REQUEST_TAGS[AppendRequest]: _append,
+    REQUEST_TAGS[FindResendRequest]: _find_resend,
+    REQUEST_TAGS[BoundsRequest]: _bounds_request,
+    REQUEST_TAGS[ReadRequest]: _read,
+    REQUEST_TAGS[GroupCommandRequest]: _group_command,
+}
+
+
+def _request_fields(request: Request) -> list[object]:
+    match request:
+        case AppendRequest(group, batch, count, acks, seconds):
+            return [group, batch, count, acks.value, seconds]
+        case FindResendRequest(group, client, packet, digest, seconds):
+            return [group, client, packet, digest, seconds]
+        case BoundsRequest(groups):
+            return [list(groups)]
+        case ReadRequest(topic, partition, offset, max_bytes, wait_ms):
+            return [topic, partition, offset, max_bytes, wait_ms]
+        case GroupCommandRequest(command):
+            return [_command_to_wire(command)]
+    raise TypeError(f"not a peer request: {request!r}")
+
+
+# -- answers ---------------------------------------------------------------------------------------
+
+
+def answer_to_wire(answer: Answer) -> list[object]:
+    """``[tag, ...fields]`` of an answer (inside a ``PeerReply``)."""
+    match answer:
+        case Appended(first, last):
+            return [ANSWER_TAGS[Appended], first, last]
+        case Retry(reason) | Unknown(reason):
+            return [ANSWER_TAGS[type(answer)], reason]
+        case Refused(code, message):
+            return [ANSWER_TAGS[Refused], code.name, message]
+        case Found(offset):
+            return [ANSWER_TAGS[Found], offset]
+        case Absent():
+            return [ANSWER_TAGS[Absent]]
+        case Bounds(bounds):
+            return [ANSWER_TAGS[Bounds], [None if b is None else list(b) for b in bounds]]
+        case ReadResult(data, next_offset, high_watermark):
+            return [ANSWER_TAGS[ReadResult], data, next_offset, high_watermark]
+        case CommandReply(data):
+            return [ANSWER_TAGS[CommandReply], data]
+    raise TypeError(f"not a peer answer: {answer!r}")
+
+
+def _bound(x: object) -> tuple[int, int] | None:
+    return None if x is None else _pair(x, "offsets")
+
+
+def answer_from_wire(obj: object) -> Answer:
+    """Inverse of ``answer_to_wire``; raises ``MalformedPeerMessage``."""
+    o = _list(obj, "answer fields")
+    tag = o[0] if o else None
+    if type(tag) is not int:
+        raise MalformedPeerMessage(f"unknown answer tag {tag!r:.60}")
+    if tag == 40:
+        _arity(o, 2, "Appended")
+        return Appended(_natural(o[1]), _natural(o[2]))
+    if tag in (41, 42):
+        _arity(o, 1, "Retry" if tag == 41 else "Unknown")
+        return Retry(_str(o[1])) if tag == 41 else Unknown(_str(o[1]))
+    if tag == 43:
+        _arity(o, 2, "Refused")
+        return Refused(_code(o[1]), _str(o[2]))
+    if tag == 44:
+        _arity(o, 1, "Found")
+        return Found(_natural(o[1]))
+    if tag == 45:
+        _arity(o, 0, "Absent")
+        return Absent()
+    if tag == 46:
+        _arity(o, 1, "Bounds")
+        return Bounds(tuple(_bound(b) for b in _list(o[1], "bounds")))
+    if tag == 47:
+        _arity(o, 3, "ReadResult")
+        return ReadResult(_bytes(o[1]), _natural(o[2]), _natural(o[3]))
+    if tag == 48:
+        _arity(o, 1, "CommandReply")
+        return CommandReply(_bytes(o[1]))
+    raise MalformedPeerMessage(f"unknown answer tag {tag}")
+
+
+# -- leader claims, shares -------------------------------------------------------------------------
+
+
+def _claims_to_wire(claims: Mapping[str, LeaderClaim]) -> dict[str, list[object]]:
+    # msgpack has no sets: sorted lists.
+    return {
+        g: [c.term, sorted(c.voters), sorted(c.learners), c.committed] for g, c in claims.items()
+    }
+
+
+def _claims(x: object) -> dict[str, LeaderClaim]:
+    if not isinstance(x, dict):
+        raise MalformedPeerMessage(f"expected a map of claims, got {type(x).__name__}")
+    out: dict[str, LeaderClaim] = {}
+    for group, value in x.items():
+        v = _list(value, "claim fields")
+        if len(v) != 4:
+            raise MalformedPeerMessage(f"a claim needs 4 fields, got {len(v)}")
+        out[_str(group)] = LeaderClaim(
+            _int(v[0]),
+            frozenset(_natural(n) for n in _list(v[1], "voters")),
+            frozenset(_natural(n) for n in _list(v[2], "learners")),
+            _bool(v[3]),
+        )
+    return out
+
+
+def _share(x: object) -> tuple[str, str]:
+    if not isinstance(x, list | tuple) or len(x) != 2:
+        raise MalformedPeerMessage(f"expected a share name and filter, got {x!r:.60}")
+    return _str(x[0]), _str(x[1])
+
+
+# -- messages --------------------------------------------------------------------------------------
+
+
+def to_wire(msg: PeerMessage) -> list[object]:
+    """The message as a list of msgpack-encodable values (``[tag, ...]``, see the module doc)."""
+    if type(msg) is PeerCall:
+        request = msg.request
+        return [REQUEST_TAGS[type(request)], msg.req, *_request_fields(request)]
+    if type(msg) is PeerReply:
+        return [REPLY_TAG, msg.req, answer_to_wire(msg.answer)]
+    if type(msg) is LeaderClaims:
+        return [LEADER_CLAIMS_TAG, _claims_to_wire(msg.claims)]
+    if type(msg) is Shares:
+        return [SHARES_TAG, [list(s) for s in msg.shares]]
+    raise TypeError(f"not a peer message: {msg!r}")
+
+
+def is_peer_item(item: object) -> bool:
+    """Whether a transport item is the broker's (a list tagged at or above ``PEER_TAG_MIN``),
+    not Raft's. Cheap: it runs for every item of every frame."""
+    if type(item) is not list or not item:
+        return False
+    tag = item[0]
+    return type(tag) is int and tag >= PEER_TAG_MIN
+
+
+def from_wire(obj: object) -> PeerMessage:
+    """Inverse of ``to_wire`` (lists or tuples, as msgpack may give either).
+
+    Raises ``MalformedPeerMessage``: an unknown tag, a wrong arity, a field of the wrong type.
+    """
+    if not isinstance(obj, list | tuple) or not obj:
+        raise MalformedPeerMessage(f"expected a non-empty list, got {type(obj).__name__}")
+    tag = obj[0]
+    if type(tag) is not int:
+        raise MalformedPeerMessage(f"unknown peer message tag {tag!r:.60}")
+    decode = _REQUEST_DECODERS.get(tag)
+    if decode is not None:
+        if len(obj) < 2:
+            raise MalformedPeerMessage("a request needs an id")
+        return PeerCall(_int(obj[1]), decode(obj))
+    if tag == REPLY_TAG:
+        _arity(obj, 2, "PeerReply")
+        return PeerReply(_int(obj[1]), answer_from_wire(obj[2]))
+    if tag == LEADER_CLAIMS_TAG:
+        _arity(obj, 1, "LeaderClaims")
+        return LeaderClaims(_claims(obj[1]))
+    if tag == SHARES_TAG:
+        _arity(obj, 1, "Shares")
+        return Shares(tuple(_share(s) for s in _list(obj[1], "shares")))
+    raise MalformedPeerMessage(f"unknown peer message tag {tag}")
+
+
+# The package exports them under these names (``kafkaesque.protocol`` holds other codecs too).
+peer_to_wire = to_wire
+peer_from_wire = from_wire

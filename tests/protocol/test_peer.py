@@ -1,0 +1,204 @@
+"""Broker-to-broker messages: every message survives msgpack both ways, and anything a peer
+could send that is not one is a ``MalformedPeerMessage`` (never another exception)."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from typing import Any
+
+import msgpack
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from kafkaesque.protocol import (
+    Absent,
+    Acks,
+    Appended,
+    AppendRequest,
+    Bounds,
+    BoundsRequest,
+    CommandReply,
+    Commit,
+    Cons,
+    DescribeGroup,
+    ErrorCode,
+    FetchOffsets,
+    FindResendRequest,
+    Found,
+    GroupCommandRequest,
+    LeaderClaim,
+    LeaderClaims,
+    Leave,
+    MalformedPeerMessage,
+    PeerCall,
+    PeerMessage,
+    PeerReply,
+    ReadRequest,
+    ReadResult,
+    Refused,
+    Retry,
+    Shares,
+    Subs,
+    Unknown,
+    is_peer_item,
+    peer_from_wire,
+    peer_to_wire,
+)
+from kafkaesque.protocol._peer import ANSWER_TAGS, COMMAND_TAGS, PEER_TAG_MIN, REQUEST_TAGS, TAGS
+
+naturals = st.integers(min_value=0, max_value=2**63 - 1)
+positives = st.integers(min_value=1, max_value=2**31 - 1)
+ints = st.integers(min_value=-(2**63), max_value=2**63 - 1)
+names = st.text(max_size=20)
+seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
+
+group_commands = st.one_of(
+    st.builds(Subs, names, names, st.none() | positives),
+    st.builds(
+        Cons,
+        names,
+        names,
+        naturals | st.tuples(*[st.tuples(naturals, naturals)] * 2),
+        st.none() | positives,
+        st.none() | naturals,
+    ),
+    st.builds(Commit, names, names, naturals, naturals, st.none() | names),
+    st.builds(FetchOffsets, names, names),
+    st.builds(Leave, names),
+    st.builds(DescribeGroup, names, names),
+)
+requests = st.one_of(
+    st.builds(AppendRequest, names, st.binary(), positives, st.sampled_from(Acks), seconds),
+    st.builds(FindResendRequest, names, st.binary(), st.binary(), ints, seconds),
+    st.builds(BoundsRequest, st.lists(names).map(tuple)),
+    st.builds(ReadRequest, names, naturals, naturals, positives, naturals),
+    st.builds(GroupCommandRequest, group_commands),
+)
+answers = st.one_of(
+    st.builds(Appended, naturals, naturals),
+    st.builds(Retry, names),
+    st.builds(Unknown, names),
+    st.builds(Refused, st.sampled_from(ErrorCode), names),
+    st.builds(Found, naturals),
+    st.just(Absent()),
+    st.builds(Bounds, st.lists(st.none() | st.tuples(naturals, naturals)).map(tuple)),
+    st.builds(ReadResult, st.binary(), naturals, naturals),
+    st.builds(CommandReply, st.binary()),
+)
+node_sets = st.frozensets(st.integers(min_value=0, max_value=1000))
+messages: st.SearchStrategy[PeerMessage] = st.one_of(
+    st.builds(PeerCall, ints, requests),
+    st.builds(PeerReply, ints, answers),
+    st.builds(
+        LeaderClaims,
+        st.dictionaries(names, st.builds(LeaderClaim, ints, node_sets, node_sets, st.booleans())),
+    ),
+    st.builds(Shares, st.lists(st.tuples(names, names)).map(tuple)),
+)
+
+
+def _through_msgpack(value: Any) -> Any:
+    """What the peer's ``FrameDecoder`` hands over (``kafkaesque.raft._wire``'s settings)."""
+    packed = msgpack.packb(value, use_bin_type=True)
+    return msgpack.unpackb(packed, raw=False, strict_map_key=False)
+
+
+@given(messages)
+def test_every_message_survives_the_wire(msg: PeerMessage) -> None:
+    wire = peer_to_wire(msg)
+    assert is_peer_item(_through_msgpack(wire))
+    assert peer_from_wire(_through_msgpack(wire)) == msg
+    assert peer_from_wire(wire) == msg  # unpacked as it was packed (tuples kept) too
+
+
+def test_tags_are_distinct_and_clear_of_raft_kinds() -> None:
+    top = [*REQUEST_TAGS.values(), *(TAGS - set(REQUEST_TAGS.values()))]
+    every = [*top, *ANSWER_TAGS.values()]
+    assert len(set(every)) == len(every)
+    assert min(every) >= PEER_TAG_MIN > 2  # the Raft driver's kinds are 0-2
+    assert not set(every) & set(range(10, 17))  # the retired positional protocol's
+    assert len(set(COMMAND_TAGS.values())) == len(COMMAND_TAGS)
+
+
+def test_raft_items_are_not_peer_items() -> None:
+    assert not is_peer_item([0, "t/0", [5, 1, 2, 3, 0]])
+    assert not is_peer_item([2, "t/0", 3, 4])
+    assert not is_peer_item([])
+    assert not is_peer_item(["x"])
+    assert not is_peer_item({"t": 20})
+    assert is_peer_item([20, 1])  # a broker item, malformed or not: from_wire judges it
+
+
+APPEND = REQUEST_TAGS[AppendRequest]
+REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
+
+
+@pytest.mark.parametrize(
+    "item",
+    [
+        None,
+        [],
+        "text",
+        [None],
+        ["20"],
+        [True, 1],  # a bool is not a tag
+        [99, 1],  # an unknown tag
+        [10, 1, "t/0", b"b", 1, "quorum", 5.0],  # the retired positional APPEND
+        [APPEND],  # no request id
+        [APPEND, 1, "t/0", b"batch", 1, "quorum"],  # a field short
+        [APPEND, 1, "t/0", b"batch", 1, "quorum", 5.0, "extra"],
+        [APPEND, "1", "t/0", b"batch", 1, "quorum", 5.0],  # request id as text
+        [APPEND, 1, b"t/0", b"batch", 1, "quorum", 5.0],  # group as bytes
+        [APPEND, 1, "t/0", "batch", 1, "quorum", 5.0],  # batch as text
+        [APPEND, 1, "t/0", b"batch", 0, "quorum", 5.0],  # no offsets
+        [APPEND, 1, "t/0", b"batch", True, "quorum", 5.0],  # a bool count
+        [APPEND, 1, "t/0", b"batch", 1, "all", 5.0],  # unknown acks
+        [APPEND, 1, "t/0", b"batch", 1, "quorum", -1.0],
+        [APPEND, 1, "t/0", b"batch", 1, "quorum", math.nan],
+        [APPEND, 1, "t/0", b"batch", 1, "quorum", math.inf],
+        [APPEND, 1, "t/0", b"batch", 1, "quorum", "5"],
+        [REQUEST_TAGS[BoundsRequest], 1, "t/0"],  # groups not a list
+        [REQUEST_TAGS[BoundsRequest], 1, [1]],
+        [REQUEST_TAGS[ReadRequest], 1, "t", -1, 0, 1, 0],  # a negative partition
+        [REQUEST_TAGS[GroupCommandRequest], 1, [99, "g"]],  # unknown command
+        [REQUEST_TAGS[GroupCommandRequest], 1, []],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Leave]]],  # a field short
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Cons], "t", "m", [[1]], None, None]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t", "g", 0]],
+        [REPLY, 1],  # no answer
+        [REPLY, 1, "ok"],
+        [REPLY, 1, []],
+        [REPLY, 1, [ANSWER_TAGS[Appended], 1]],
+        [REPLY, 1, [ANSWER_TAGS[Appended], 1, "2"]],
+        [REPLY, 1, [ANSWER_TAGS[Refused], "NO_SUCH_CODE", "m"]],
+        [REPLY, 1, [ANSWER_TAGS[Bounds], [[1, 2, 3]]]],
+        [REPLY, 1, [ANSWER_TAGS[ReadResult], "data", 1, 1]],
+        [REPLY, 1, [REQUEST_TAGS[AppendRequest], 1, 1]],  # a request is no answer
+        [REPLY, 1, [99]],
+        [peer_to_wire(LeaderClaims({}))[0], {"t/0": [1, [0], [], 1]}],  # committed as an int
+        [peer_to_wire(LeaderClaims({}))[0], {"t/0": [1, [0], []]}],
+        [peer_to_wire(LeaderClaims({}))[0], {1: [1, [0], [], True]}],
+        [peer_to_wire(LeaderClaims({}))[0], [["t/0", 1]]],
+        [peer_to_wire(Shares(()))[0], [["a"]]],
+        [peer_to_wire(Shares(()))[0], [[1, 2]]],
+    ],
+)
+def test_malformed_items_are_refused_as_such(item: Any) -> None:
+    with pytest.raises(MalformedPeerMessage):
+        peer_from_wire(item)
+
+
+@given(messages, st.data())
+def test_a_changed_field_is_refused_or_read_as_a_message(msg: PeerMessage, data: Any) -> None:
+    """Whatever a peer puts in any field, decoding raises ``MalformedPeerMessage`` or gives a
+    message: never another exception (the receiver's item loop catches only that)."""
+    wire = peer_to_wire(msg)
+    index = data.draw(st.integers(min_value=0, max_value=len(wire) - 1))
+    junk = data.draw(
+        st.one_of(st.none(), st.booleans(), ints, st.floats(), names, st.binary(), st.just([]))
+    )
+    wire[index] = junk
+    with contextlib.suppress(MalformedPeerMessage):
+        peer_from_wire(_through_msgpack(wire))
