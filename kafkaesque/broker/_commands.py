@@ -42,6 +42,7 @@ from kafkaesque.protocol import (
     Fetch,
     FetchFormat,
     FetchOffsets,
+    FetchReplica,
     Help,
     Idempotence,
     Leave,
@@ -526,7 +527,18 @@ class CommandHandler:
             raise _unknown_partition(command.topic, command.partition, info.config.partitions)
         max_bytes = command.max_bytes or DEFAULT_FETCH_BYTES
         wait_s = (command.wait_ms or 0) / 1000
-        if forwarded:  # a peer chose this replica: answer from it, never forward again
+        if command.replica is FetchReplica.LOCAL:
+            # This replica's own log, whatever its role: how checkers and operators compare
+            # replicas (a read served by the leader shows only the leader's).
+            group = self._broker.local_group(command.topic, command.partition)
+            if group is None:
+                raise RequestError(
+                    ErrorCode.NO_REPLICA,
+                    f"broker {self._broker.config.id} holds no replica of "
+                    f"{command.topic}/{command.partition}",
+                )
+            fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
+        elif forwarded:  # a peer chose this replica: answer from it, never forward again
             group = self._broker.local_group(command.topic, command.partition)
             if group is None:
                 raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")

@@ -33,6 +33,7 @@ from ._line_commands import ErrorReply as ErrorReply
 from ._line_commands import Fetch as Fetch
 from ._line_commands import FetchFormat as FetchFormat
 from ._line_commands import FetchOffsets as FetchOffsets
+from ._line_commands import FetchReplica as FetchReplica
 from ._line_commands import GroupRow as GroupRow
 from ._line_commands import Help as Help
 from ._line_commands import Idempotence as Idempotence

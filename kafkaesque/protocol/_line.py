@@ -53,6 +53,7 @@ from ._line_commands import (
     Fetch,
     FetchFormat,
     FetchOffsets,
+    FetchReplica,
     GroupRow,
     Help,
     Idempotence,
@@ -129,9 +130,11 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
         "<base_offset>.",
     ),
     "FETCH": (
-        "FETCH <topic> <partition> <offset> [max_bytes=<n>] [wait_ms=<ms>] [format=batch|text]",
+        "FETCH <topic> <partition> <offset> [max_bytes=<n>] [wait_ms=<ms>] [format=batch|text] "
+        "[replica=any|local]",
         "Read committed data. Replies +DATA <next_offset> <nbytes> and the bytes, or with "
-        "format=text +MSG rows and +END.",
+        "format=text +MSG rows and +END. replica=local reads this broker's own replica (up to "
+        "its own commit index), never forwarded.",
     ),
     "CREATE": (
         "CREATE <topic> <partitions> <replication_factor> [retention_ms=<ms>] "
@@ -866,12 +869,15 @@ class LineDecoder:
         return _Payload(length, lambda batch: PublishBatch(topic, partition, batch, acks), None)
 
     def _parse_fetch(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "FETCH", 3, 3)
-        options = _arg_options(tokens[3:], frozenset({"max_bytes", "wait_ms", "format"}), "FETCH")
-        max_bytes, wait_ms, fmt = (
+        tokens = _arg_tokens(line, "FETCH", 3, 4)
+        options = _arg_options(
+            tokens[3:], frozenset({"max_bytes", "wait_ms", "format", "replica"}), "FETCH"
+        )
+        max_bytes, wait_ms, fmt, replica = (
             options.get("max_bytes"),
             options.get("wait_ms"),
             options.get("format"),
+            options.get("replica"),
         )
         return Fetch(
             self._topic(tokens[0], True),
@@ -880,6 +886,7 @@ class LineDecoder:
             None if max_bytes is None else _arg_int(max_bytes, "max_bytes", 1, INT32_MAX),
             None if wait_ms is None else _arg_int(wait_ms, "wait_ms", 0, INT32_MAX),
             FetchFormat.BATCH if fmt is None else _arg_enum(fmt, FetchFormat, "format"),
+            FetchReplica.ANY if replica is None else _arg_enum(replica, FetchReplica, "replica"),
         )
 
     def _parse_commit(self, parts: list[bytes], line: bytes) -> LineEvent:
@@ -1166,6 +1173,10 @@ def encode_command(command: Command) -> bytes:
                 raise _bad("format", command.format, "a FetchFormat")
             if command.format is not FetchFormat.BATCH:
                 words.append(b"format=" + command.format.value.encode())
+            if not isinstance(command.replica, FetchReplica):
+                raise _bad("replica", command.replica, "a FetchReplica")
+            if command.replica is not FetchReplica.ANY:
+                words.append(b"replica=" + command.replica.value.encode())
             return b" ".join(words) + _CRLF
         case Commit(group=group, topic=topic, partition=partition, offset=offset):
             words = [

@@ -53,19 +53,22 @@ class ErrorCode(Enum):
 
     Each member carries ``retriable`` (the same request may succeed if sent again, after the
     backoff the guidance names), ``outcome_unknown`` (for a write: it may or may not have been
-    applied, so only an idempotent retry is safe; "failed" and "maybe" are never conflated) and
-    ``guidance`` (what a client must do, also the member's ``__doc__``).
+    applied, so only an idempotent retry is safe; "failed" and "maybe" are never conflated),
+    ``guidance`` (what a client must do, also the member's ``__doc__``) and ``on_read`` (what
+    the code means as the answer to a read, ``FETCH`` or ``CONS``; None when no read is ever
+    answered with it). A read changes no data, so none of the codes leaves a read half-done.
 
     A write that fails with a code whose ``outcome_unknown`` is False was definitely not applied.
-    Look a wire code up by name: ``ErrorCode["TIMEOUT"]`` (the values are the triples).
+    Look a wire code up by name: ``ErrorCode["TIMEOUT"]`` (the values are the tuples).
     """
 
-    UNKNOWN_COMMAND = (False, False, "The first word is no command. Fix the line (see HELP).")
+    UNKNOWN_COMMAND = (False, False, "The first word is no command. Fix the line (see HELP).", None)
     BAD_ARGS = (
         False,
         False,
         "The command's arguments do not follow its syntax (the message gives the usage), or the "
         "line holds a byte 0xFF that starts no telnet command. Fix them.",
+        "The same (an unknown option, an offset that is no number...): nothing was read.",
     )
     UNKNOWN_TOPIC = (
         True,
@@ -74,42 +77,57 @@ class ErrorCode(Enum):
         "the broker runs with --no-auto-create-topics), or, if it was just created, retry after "
         "a short backoff: topic metadata reaches every broker a moment later (as Kafka's "
         "retriable UNKNOWN_TOPIC_OR_PARTITION).",
+        "The topic does not exist on this broker; a read creates none.",
     )
     UNKNOWN_PARTITION = (
         False,
         False,
         "The topic has no such partition. Use a partition in [0, partitions) (see DESCRIBE).",
+        "FETCH named a partition the topic does not have.",
     )
     INVALID_TOPIC = (
         False,
         False,
         "The topic name breaks the naming rules, or names an internal topic (prefix '__') in a "
         "command that writes or administers it. Pick a valid name.",
+        "The topic name breaks the naming rules (reads accept internal names).",
     )
-    TOPIC_EXISTS = (False, False, "CREATE named a topic that already exists. Nothing was changed.")
+    TOPIC_EXISTS = (
+        False,
+        False,
+        "CREATE named a topic that already exists. Nothing was changed.",
+        None,
+    )
     INVALID_CONFIG = (
         False,
         False,
         "CREATE asked for a configuration the cluster cannot honour (for example more replicas "
         "than brokers). Change the configuration.",
+        None,
     )
     TOO_LARGE = (
         False,
         False,
         "A line, payload or message exceeds a limit of the broker. Nothing was applied; send "
         "smaller pieces (split the batch).",
+        "The command line exceeds the line limit: nothing was read.",
     )
     INVALID_BATCH = (
         False,
         False,
         "The PUBB payload is not a valid record batch (length, CRC, magic or counts). Nothing was "
         "written; fix the encoder that built it.",
+        None,
     )
     NOT_LEADER = (
         True,
         False,
         "The broker refused the write before appending it (leadership moved or is unknown). "
         "Nothing was written; refresh METADATA and retry.",
+        "The replica that got the read cannot serve it now: the group's coordinator moved "
+        "(CONS), a follower asked by another broker is behind the offset asked for, or a leader "
+        "that found the offset past its log could not confirm it still leads (its log may be "
+        "behind its successor's). Nothing was read; retry (refresh METADATA first).",
     )
     TIMEOUT = (
         True,
@@ -117,30 +135,40 @@ class ErrorCode(Enum):
         "The request did not complete in time. A write may or may not have been applied: retry "
         "only idempotently (PUB with pid/epoch/seq, or a batch with a producer id) or accept "
         "possible duplicates.",
+        "A CONS forwarded to the group's coordinator got no answer in time. A read changes no "
+        "data: retrying is safe.",
     )
     NO_QUORUM = (
         True,
         False,
         "The partition's leader cannot reach a quorum of replicas and refused the write before "
         "appending it. Nothing was written; retry after a backoff.",
+        "No broker holding a replica of the partition answered the read this broker forwarded "
+        "(the leader and every follower are out of its reach, and it holds no replica that may "
+        "serve). Nothing was read; retry after a backoff, or through another broker.",
     )
     BUSY = (
         True,
         False,
         "The broker shed load before doing anything (too many requests in flight). Retry after a "
         "backoff.",
+        "The same: nothing was read; retry after a backoff.",
     )
     OFFSET_OUT_OF_RANGE = (
         False,
         False,
         "The offset is below the log start or above the log end. Reset to a valid offset (DESCRIBE "
         "gives start and end).",
+        "FETCH: the offset is below the log start or past the end (with replica=local: this "
+        "replica's log, which may be behind the leader's). CONS: past the end only; below the "
+        "start it reads from the start.",
     )
     FENCED = (
         False,
         False,
         "Another producer with the same producer id has a newer epoch. This producer is fenced: "
         "stop producing with this id/epoch; nothing of this request was written.",
+        None,
     )
     OUT_OF_ORDER_SEQUENCE = (
         False,
@@ -148,6 +176,7 @@ class ErrorCode(Enum):
         "The sequence number is not the next one the broker expects for this producer and "
         "partition: an earlier write was lost or reordered. Nothing of this request was written; "
         "bump the epoch (or get a new producer id) and resend the unacknowledged writes in order.",
+        None,
     )
     UNKNOWN_SUBSCRIPTION = (
         False,
@@ -155,6 +184,7 @@ class ErrorCode(Enum):
         "The subscription id is unknown or expired, or belongs to another topic (the message "
         "names it). Subscribe again (SUBS) and use the new id, or name the subscription's own "
         "topic.",
+        "CONS named a subscription that is unknown, expired or of another topic.",
     )
     NOT_ASSIGNED = (
         False,
@@ -162,18 +192,31 @@ class ErrorCode(Enum):
         "The partition is not, or no longer, assigned to this member of the group: a rebalance "
         "gave it to another member. Nothing was read or committed; read on with a single offset "
         "or the partitions of your last +END (which lists what you own now).",
+        "CONS named a partition the member does not own (any more).",
+    )
+    NO_REPLICA = (
+        False,
+        False,
+        "FETCH replica=local went to a broker that holds no replica of the partition. Nothing was "
+        "read; ask a broker that holds one (METADATA lists the replicas).",
+        "FETCH replica=local only: this broker holds no replica of the partition.",
     )
     INTERNAL = (
         False,
         True,
         "The broker failed unexpectedly (a bug; it is logged). A write may or may not have been "
         "applied. Report it; an idempotent producer may retry.",
+        "A bug, or a corrupt batch in the replica read: that replica cuts its log before the "
+        "batch and copies it again from the leader. Retry, here or at another replica.",
     )
 
-    def __init__(self, retriable: bool, outcome_unknown: bool, guidance: str) -> None:
+    def __init__(
+        self, retriable: bool, outcome_unknown: bool, guidance: str, on_read: str | None
+    ) -> None:
         self.retriable = retriable
         self.outcome_unknown = outcome_unknown
         self.guidance = guidance
+        self.on_read = on_read
         self.__doc__ = guidance
 
     @property
@@ -182,7 +225,7 @@ class ErrorCode(Enum):
         return self.name
 
     def __repr__(self) -> str:
-        # The value is the (retriable, outcome_unknown, guidance) triple: too long for a repr.
+        # The value is the (retriable, outcome_unknown, guidance, on_read) tuple: too long.
         return f"<ErrorCode.{self.name}>"
 
 
@@ -202,6 +245,18 @@ class FetchFormat(StrEnum):
     """``+DATA next_offset nbytes`` then the raw record batches (for client libraries)."""
     TEXT = "text"
     """One ``+MSG`` line per record then ``+END`` (for people in telnet)."""
+
+
+class FetchReplica(StrEnum):
+    """Which replica serves a FETCH."""
+
+    ANY = "any"
+    """The partition's leader when it can be reached (it knows of every commit first), else
+    another replica: what consumers use."""
+    LOCAL = "local"
+    """This broker's own replica, never forwarded: what it holds committed as far as its own
+    commit index goes (a follower's may lag the leader's). For checkers and operators comparing
+    replicas; a broker without a replica of the partition answers ``NO_REPLICA``."""
 
 
 # ---------------------------------------------------------------------------------------------
@@ -428,10 +483,11 @@ class PublishBatch:
 
 @dataclass(frozen=True, slots=True)
 class Fetch:
-    """``FETCH topic partition offset [max_bytes=N] [wait_ms=W] [format=batch|text]``.
+    """``FETCH topic partition offset [max_bytes=N] [wait_ms=W] [format=batch|text]
+    [replica=any|local]``.
 
     Reads committed data from ``offset``; waits up to ``wait_ms`` for some to arrive (None: the
-    broker's default, no wait).
+    broker's default, no wait). ``replica`` says which replica serves it (``FetchReplica``).
     """
 
     topic: str
@@ -440,6 +496,7 @@ class Fetch:
     max_bytes: int | None = None
     wait_ms: int | None = None
     format: FetchFormat = FetchFormat.BATCH
+    replica: FetchReplica = FetchReplica.ANY
 
 
 @dataclass(frozen=True, slots=True)

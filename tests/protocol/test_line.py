@@ -24,6 +24,7 @@ from kafkaesque.protocol import (
     Fetch,
     FetchFormat,
     FetchOffsets,
+    FetchReplica,
     Help,
     Idempotence,
     InfoRow,
@@ -135,6 +136,12 @@ VALID_LINES: list[tuple[bytes, Command]] = [
         b"FETCH t 2 100 max_bytes=4096 wait_ms=500 format=text",
         Fetch("t", 2, 100, 4096, 500, FetchFormat.TEXT),
     ),
+    (b"FETCH t 0 5 replica=local", Fetch("t", 0, 5, replica=FetchReplica.LOCAL)),
+    (
+        b"FETCH t 0 5 max_bytes=1 wait_ms=2 format=text replica=local",
+        Fetch("t", 0, 5, 1, 2, FetchFormat.TEXT, FetchReplica.LOCAL),
+    ),
+    (b"FETCH t 0 5 REPLICA=Any", Fetch("t", 0, 5)),
     (b"COMMIT g t 1 99", Commit("g", "t", 1, 99)),
     (b"OFFSETS g t", FetchOffsets("g", "t")),
     (b"METADATA", Metadata()),
@@ -215,6 +222,7 @@ BAD_LINES: list[tuple[bytes, ErrorCode, str]] = [
     (b"FETCH t 0", ErrorCode.BAD_ARGS, "usage: FETCH"),
     (b"FETCH t 0 0 format=json", ErrorCode.BAD_ARGS, "format must be batch|text"),
     (b"FETCH t 0 0 max_bytes=0", ErrorCode.BAD_ARGS, "max_bytes must be"),
+    (b"FETCH t 0 0 replica=leader", ErrorCode.BAD_ARGS, "replica must be any|local"),
     (b"COMMIT g t 0", ErrorCode.BAD_ARGS, "usage: COMMIT"),
     (b"OFFSETS g", ErrorCode.BAD_ARGS, "usage: OFFSETS"),
     (b"HELP NOPE", ErrorCode.BAD_ARGS, "no command 'NOPE'"),
@@ -538,6 +546,7 @@ ENCODINGS: list[tuple[Command, bytes]] = [
     (PublishBatch("t", 1, b"\r\n"), b"PUBB t 1 2\r\n\r\n\r\n"),
     (CreateTopic("t", 3, 1, compact=True), b"CREATE t 3 1 compact=yes\r\n"),
     (Fetch("t", 0, 9, format=FetchFormat.TEXT), b"FETCH t 0 9 format=text\r\n"),
+    (Fetch("t", 0, 9, replica=FetchReplica.LOCAL), b"FETCH t 0 9 replica=local\r\n"),
     (Metadata(("a", "b")), b"METADATA a b\r\n"),
     (Help("PUB"), b"HELP PUB\r\n"),
 ]
@@ -575,6 +584,7 @@ UNENCODABLE: list[Command] = [
     PublishBatch("t", 0, bytearray(b"x")),  # type: ignore[arg-type]
     Fetch("t", 0, 0, max_bytes=0),
     Fetch("t", 0, 0, format="text"),  # type: ignore[arg-type]
+    Fetch("t", 0, 0, replica="local"),  # type: ignore[arg-type]
     Commit("g", "t", 0, 2**63),
     Metadata(["a"]),  # type: ignore[arg-type]
     Help("pubs"),

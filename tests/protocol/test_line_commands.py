@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from kafkaesque.protocol import (
@@ -122,7 +124,7 @@ def test_error_codes_are_distinct_and_documented() -> None:
         "UNKNOWN_COMMAND", "BAD_ARGS", "UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "INVALID_TOPIC",
         "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
         "NO_QUORUM", "BUSY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
-        "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "INTERNAL",
+        "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "INTERNAL",
     ]  # fmt: skip
     assert [code.name for code in ErrorCode] == names
     for code in ErrorCode:
@@ -140,3 +142,40 @@ def test_retriable_and_unknown_outcome_codes() -> None:
 def test_bad_command_reply() -> None:
     event = BadCommand(ErrorCode.BAD_ARGS, "usage: PING", framing_error=True)
     assert event.reply() == ErrorReply(ErrorCode.BAD_ARGS, "usage: PING")
+
+
+def _documented_error_rows() -> dict[str, list[str]]:
+    """The rows of docs/protocol.md's error table: code -> the other cells."""
+    page = Path(__file__).parents[2] / "docs" / "protocol.md"
+    section = page.read_text(encoding="utf-8").split("\n## Errors\n", 1)[1].split("\n## ", 1)[0]
+    rows: dict[str, list[str]] = {}
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            cells = [cell.strip() for cell in line.strip("|").split(" | ")]
+            rows[cells[0].strip("`")] = cells[1:]
+    return rows
+
+
+def test_the_documented_error_table_is_the_error_codes() -> None:
+    rows = _documented_error_rows()
+    assert list(rows) == [code.name for code in ErrorCode]
+    for code in ErrorCode:
+        retriable, applied, on_read, guidance = rows[code.name]
+        assert retriable == ("yes" if code.retriable else "no"), code
+        assert applied == ("**maybe**" if code.outcome_unknown else "no"), code
+        assert on_read == (code.on_read or "-"), code
+        assert guidance == code.guidance, code
+
+
+def test_every_code_a_read_can_meet_says_what_it_means_for_a_read() -> None:
+    # The codes FETCH and CONS answer (kafkaesque/broker/_commands.py, _reads.py, _groups.py,
+    # Broker.forward_to and forward_to_replica): none may be documented for writes only.
+    read_codes = {
+        ErrorCode.BAD_ARGS, ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION,
+        ErrorCode.INVALID_TOPIC, ErrorCode.TOO_LARGE, ErrorCode.NOT_LEADER, ErrorCode.TIMEOUT,
+        ErrorCode.NO_QUORUM, ErrorCode.BUSY, ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.UNKNOWN_SUBSCRIPTION, ErrorCode.NOT_ASSIGNED, ErrorCode.NO_REPLICA,
+        ErrorCode.INTERNAL,
+    }  # fmt: skip
+    assert {code for code in ErrorCode if code.on_read is not None} == read_codes
+    assert "write" not in " ".join(str(code.on_read) for code in read_codes)
