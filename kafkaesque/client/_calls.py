@@ -22,7 +22,9 @@ from kafkaesque.protocol import (
     DescribeGroup,
     DescribeTopic,
     EndReply,
+    Fetch,
     FetchOffsets,
+    FetchReplica,
     GroupRow,
     ListTopics,
     Metadata,
@@ -35,7 +37,13 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.protocol import Command as WireCommand
 
-from ._consumer_core import ConsumerRecord, TopicPartition, decode_messages
+from ._consumer_core import (
+    ConsumerRecord,
+    FetchResult,
+    TopicPartition,
+    decode_fetch,
+    decode_messages,
+)
 from ._metadata import (
     Address,
     ClusterMetadata,
@@ -43,7 +51,7 @@ from ._metadata import (
     offsets_from_response,
     topics_from_response,
 )
-from ._wire import Response, expect_list, expect_ok
+from ._wire import Response, expect_data, expect_list, expect_ok
 
 T = TypeVar("T")
 
@@ -209,3 +217,28 @@ def publish(
 
     route = None if partition is None else TopicPartition(topic, partition)
     return Call(PublishRecord(topic, value, key, partition, acks), parse, route, idempotent=False)
+
+
+def fetch(
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_bytes: int | None = None,
+    wait_ms: int | None = None,
+    replica: Address | None = None,
+) -> Call[FetchResult]:
+    """``FETCH``: records at or after ``offset``. Without ``replica``, sent to the partition's
+    leader (any broker would forward it there); with a broker's address, ``replica=local`` to
+    that broker: its own replica's committed records (``NO_REPLICA`` if it holds none)."""
+    if replica is None:
+        command = Fetch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+        route: Route = TopicPartition(topic, partition)
+    else:
+        command = Fetch(topic, partition, offset, max_bytes, wait_ms, replica=FetchReplica.LOCAL)
+        route = Pinned(replica)
+
+    def parse(response: Response) -> FetchResult:
+        return decode_fetch(topic, partition, offset, expect_data(response))
+
+    return Call(command, parse, route, extra_timeout_s=(wait_ms or 0) / 1000)

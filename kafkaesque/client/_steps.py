@@ -29,6 +29,7 @@ from . import _calls as calls
 from ._consumer_core import (
     ConsumerCore,
     ConsumerRecord,
+    FetchResult,
     OffsetReset,
     TopicPartition,
 )
@@ -191,6 +192,42 @@ def refresh_metadata(
         return None
     state.update_metadata(snapshot, topics)
     return snapshot
+
+
+def broker_address(state: ClusterState, config: ClientConfig, broker_id: int) -> Steps[Address]:
+    """Where broker ``broker_id`` takes clients (from metadata, re-read once if it is not
+    known). Raises ``KafkaesqueError`` (not retriable) if the cluster has no such broker."""
+    row = state.metadata.brokers.get(broker_id)
+    if row is None:
+        yield from refresh_metadata(state, config)
+        row = state.metadata.brokers.get(broker_id)
+    if row is None:
+        raise KafkaesqueError(
+            None,
+            f"broker {broker_id} is not registered in the cluster",
+            retriable=False,
+            outcome_unknown=False,
+        )
+    return (row.host, row.port)
+
+
+def fetch(
+    state: ClusterState,
+    config: ClientConfig,
+    topic: str,
+    partition: int,
+    offset: int,
+    *,
+    max_bytes: int | None = None,
+    wait_ms: int | None = None,
+    replica: int | None = None,
+) -> Steps[FetchResult]:
+    """One ``FETCH`` (see ``Client.fetch``), with retries; ``replica`` a broker id."""
+    address = None if replica is None else (yield from broker_address(state, config, replica))
+    call = calls.fetch(
+        topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms, replica=address
+    )
+    return (yield from run_call(state, config, call))
 
 
 def reset_positions(state: ClusterState, config: ClientConfig, core: ConsumerCore) -> Steps[None]:

@@ -17,7 +17,6 @@ from typing import Any, TypeVar
 from kafkaesque.protocol import (
     CreateTopic,
     ErrorCode,
-    Fetch,
     GroupRow,
     PartitionRow,
     Ping,
@@ -34,7 +33,6 @@ from ._consumer_core import (
     FetchResult,
     OffsetReset,
     TopicPartition,
-    decode_fetch,
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, reply_broken
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
@@ -46,7 +44,7 @@ from ._producer_core import (
     RecordMetadata,
 )
 from ._sync_connection import SyncConnection
-from ._wire import Response, expect_data, expect_ok
+from ._wire import Response, expect_ok
 
 T = TypeVar("T")
 
@@ -256,15 +254,27 @@ class Client:
         *,
         max_bytes: int | None = None,
         wait_ms: int | None = None,
+        replica: int | None = None,
     ) -> FetchResult:
-        """One ``FETCH`` from the partition's leader: records at or after ``offset``."""
-        fetch = Fetch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
-        tp = TopicPartition(topic, partition)
+        """One ``FETCH``: records at or after ``offset``, from the partition's leader.
 
-        def parse(response: Response) -> FetchResult:
-            return decode_fetch(topic, partition, offset, expect_data(response))
-
-        return self.call(calls.Call(fetch, parse, tp, extra_timeout_s=(wait_ms or 0) / 1000))
+        With ``replica`` (a broker id), from that broker's own replica instead (``FETCH ...
+        replica=local``, never forwarded): what it holds committed, up to its own commit index,
+        which a follower learns a moment after the leader (``high_watermark`` is that replica's).
+        For checkers and operators comparing replicas; ``NO_REPLICA`` if it holds none.
+        """
+        return self.run(
+            steps.fetch(
+                self.state,
+                self.config,
+                topic,
+                partition,
+                offset,
+                max_bytes=max_bytes,
+                wait_ms=wait_ms,
+                replica=replica,
+            )
+        )
 
     def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Store ``offset`` as the next offset ``group`` reads from the partition."""

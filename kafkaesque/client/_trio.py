@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from kafkaesque.protocol import CreateTopic, Fetch, PartitionRow, TopicRow
+from kafkaesque.protocol import CreateTopic, PartitionRow, TopicRow
 from kafkaesque.storage import wall_clock_ms
 
 from . import _calls as calls
@@ -26,7 +26,6 @@ from ._consumer_core import (
     FetchResult,
     OffsetReset,
     TopicPartition,
-    decode_fetch,
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
@@ -39,7 +38,7 @@ from ._producer_core import (
     SendRequest,
 )
 from ._trio_connection import TrioConnection
-from ._wire import Response, expect_data
+from ._wire import Response
 
 T = TypeVar("T")
 
@@ -217,16 +216,26 @@ class AsyncClient:
         *,
         max_bytes: int | None = None,
         wait_ms: int | None = None,
+        replica: int | None = None,
     ) -> FetchResult:
-        """One ``FETCH`` from the partition's leader: records at or after ``offset``."""
-        fetch = Fetch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+        """One ``FETCH``: records at or after ``offset``, from the partition's leader.
 
-        def parse(response: Response) -> FetchResult:
-            return decode_fetch(topic, partition, offset, expect_data(response))
-
-        route = TopicPartition(topic, partition)
-        return await self.call(
-            calls.Call(fetch, parse, route, extra_timeout_s=(wait_ms or 0) / 1000)
+        With ``replica`` (a broker id), from that broker's own replica instead (``FETCH ...
+        replica=local``, never forwarded): what it holds committed, up to its own commit index,
+        which a follower learns a moment after the leader (``high_watermark`` is that replica's).
+        For checkers and operators comparing replicas; ``NO_REPLICA`` if it holds none.
+        """
+        return await self.run(
+            steps.fetch(
+                self.state,
+                self.config,
+                topic,
+                partition,
+                offset,
+                max_bytes=max_bytes,
+                wait_ms=wait_ms,
+                replica=replica,
+            )
         )
 
     async def commit(self, group: str, topic: str, partition: int, offset: int) -> None:

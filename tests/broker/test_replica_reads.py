@@ -12,8 +12,10 @@ import os
 import time
 from pathlib import Path
 
+import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.client import Client, KafkaesqueError
 from kafkaesque.protocol import DataReply, ErrorCode, ErrorReply, MessageRow, PartitionRow
 
 from .line_client import LineClient
@@ -91,6 +93,20 @@ def test_every_replica_reads_its_own_log_and_a_broker_without_one_says_so(
             assert missing.code is ErrorCode.UNKNOWN_PARTITION
         for b in pair_replicas:
             assert list(_local_read(cluster, b, "pair", 0).values()) == [b"p0"]
+
+        # The client library: fetch(..., replica=<broker id>) is that broker's replica=local.
+        with Client(cluster.bootstrap) as client:
+            for b in range(3):
+                got = client.fetch("full", 0, 0, replica=b)
+                assert [r.value for r in got.records] == list(leader_view.values())
+                assert got.high_watermark is not None
+                assert got.high_watermark > max(leader_view)
+            with pytest.raises(KafkaesqueError) as refused:
+                client.fetch("pair", 0, 0, replica=outsider)
+            assert refused.value.code is ErrorCode.NO_REPLICA
+            assert not refused.value.retriable
+            with pytest.raises(KafkaesqueError, match="broker 7 is not registered"):
+                client.fetch("full", 0, 0, replica=7)
 
         # A follower stopped while records are committed holds them only once it caught up.
         [(leader, _)] = _replicas(cluster, "full").values()
