@@ -124,6 +124,16 @@ def test_every_replica_reads_its_own_log_and_a_broker_without_one_says_so(
         cluster.wait_ready(brokers=[0, 1, 2])
         reads = _until_converged(cluster, [0, 1, 2], "full", leader_view)
 
+        # A read no replica can serve: every broker holding one is down. The broker that got it
+        # holds none and answers NO_QUORUM, the read-side meaning documented in the error table.
+        for b in pair_replicas:
+            cluster.stop(b)
+        with LineClient(cluster.client_address(outsider)) as c:
+            reply = c.call("FETCH pair 0 0")
+            assert isinstance(reply, ErrorReply), reply
+            assert reply.code is ErrorCode.NO_QUORUM and reply.code.retriable
+            assert "pair/0" in reply.message
+
         # What each broker answered is what its own disk holds.
         cluster.stop_all()
         for b in range(3):
