@@ -21,7 +21,7 @@ UNSEEN: Final = "unseen"
 
 KINDS: Final[dict[str, str]] = {
     LOST: "a committed value is missing from the complete final read of its partition",
-    DUPLICATE: "a value is at more than one offset (an anomaly only for idempotent sends)",
+    DUPLICATE: "a value is at more than one offset (the harness sends each value once)",
     INCONSISTENT_OFFSETS: "one offset holds different values for different observers",
     NONMONOTONIC: "a consumer's next record is not after its previous one",
     SKIPPED: "a consumer passed over an offset that holds a value",
@@ -53,8 +53,8 @@ class Anomaly:
 
     ``ops`` are the events that together prove it, in history order; ``explanation`` says in a
     sentence how. ``allowed`` anomalies are reported and counted but do not make the history
-    invalid (a duplicate of a non-idempotent send, an unseen value, a subscribe-mode jump that the
-    history gives no way to tell from a rebalance).
+    invalid (an unseen value, a subscribe-mode jump that the history gives no way to tell from a
+    rebalance).
     """
 
     kind: str

@@ -16,7 +16,9 @@ Rules, per topic-partition (see ``_anomalies.KINDS`` for the one-line versions):
   and the partition is listed in ``CheckResult.unchecked_partitions``.
 * ``unseen`` (allowed): an ok send no read ever saw. With a complete final read these are lost.
 * ``duplicate``: a value observed at more than one offset (the acknowledgement counts as an
-  observation). An anomaly when the value's send had idempotence on, allowed (counted) when off.
+  observation). Always an anomaly, with idempotence on or off: the harness never resends a value
+  (its plain producers do not retry an unknown outcome), and the broker appends each request
+  once (its own retries carry its producer id), so a second copy is the broker's doing.
 * ``inconsistent_offsets``: one offset observed with different values (reads, or an ack vs reads).
 * ``nonmonotonic`` / ``skipped``: one consumer's successive records of one partition must be
   successive entries of the version order: going back or repeating is nonmonotonic, passing over
@@ -798,16 +800,20 @@ class _Checker:
             rec = self.sends.get(value)
             shown = ", ".join(f"{_show(t)}@{o} (line {n})" for t, o, n in places)
             lines = [n for _, _, n in places] + ([] if rec is None else [rec.line])
-            idempotent = rec is not None and rec.idempotent
+            why = (
+                ""
+                if rec is None
+                else " though its producer was idempotent"
+                if rec.idempotent
+                else " though nobody resent it"
+            )
             self._report(
                 DUPLICATE,
-                f"{value!r} was observed at {shown}"
-                + (" though its producer was idempotent" if idempotent else ""),
+                f"{value!r} was observed at {shown}{why}",
                 lines,
                 tp=tp,
                 value=value,
                 offset=offset,
-                allowed=not idempotent,
             )
 
     # ---- groups and faults --------------------------------------------------------------------
