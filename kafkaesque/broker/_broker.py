@@ -21,16 +21,31 @@ import trio
 
 from kafkaesque._fd_stream import FdListener
 from kafkaesque.protocol import (
-    NEED_DATA,
     Acks,
-    BadCommand,
-    Command,
+    Answer,
+    AppendRequest,
+    Bounds,
+    BoundsRequest,
+    CommandReply,
     ErrorCode,
     ErrorReply,
-    LineDecoder,
-    LineLimits,
-    encode_command,
+    FindResendRequest,
+    GroupCommand,
+    GroupCommandRequest,
+    LeaderClaims,
+    MalformedPeerMessage,
+    PeerCall,
+    PeerReply,
+    ReadRequest,
+    ReadResult,
+    Refused,
+    Request,
+    Retry,
+    Shares,
     encode_reply,
+    is_peer_item,
+    peer_from_wire,
+    peer_to_wire,
 )
 from kafkaesque.raft import (
     InvalidConfigChange,
@@ -49,24 +64,14 @@ from ._appender import PartitionAppender
 from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
 from ._errors import RequestError
-from ._forwarding import (
-    APPEND,
-    BOUNDS,
-    BROKER_KINDS,
-    COMMAND,
-    FIND_RESEND,
-    LEADERS,
-    REPLY,
-    SHARES,
-    Forwarder,
-    ForwardError,
-)
+from ._forwarding import Forwarder, ForwardError
 from ._groups import GroupCoordinator
-from ._leaders import Claim, LeaderTable, decode_claims, encode_claims
+from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics
 from ._mqtt_listener import MqttService
+from ._reads import Fetched
 from ._session import serve_session
 from ._writes import ForwardedAppend, WritePath
 
@@ -85,8 +90,6 @@ _FORWARD_SLACK_S = 5.0
 _READ_SLACK_S = 1.0
 _READ_PASS_OVER_S = 5.0
 _BOUNDS_WAIT_S = 1.0  # DESCRIBE falls back to this broker's replica after that
-# Forwarded commands carry whole batches: the decoder on that side must accept what a client may.
-_FORWARD_LIMITS = LineLimits(max_line_length=1 << 20, max_payload=64 << 20)
 
 
 class Broker:
@@ -430,31 +433,33 @@ class Broker:
                     self.metrics.elections.inc()
             now = trio.current_time()
             if led != reported or now - last_report >= _LEADER_REPORT_EVERY_S:
-                wire = encode_claims(led)
-                for peer in self._known_peers:
-                    self.transport.send(peer, [LEADERS, wire])
+                self.tell_peers(LeaderClaims(led))
                 reported, last_report = led, now
 
-    def tell_peers(self, item: list[Any]) -> None:
-        """Send ``item`` to every known peer broker (dropped for those not connected)."""
+    def tell_peers(self, message: LeaderClaims | Shares) -> None:
+        """Send ``message`` to every known peer broker (dropped for those not connected)."""
+        item = peer_to_wire(message)  # encoded once for all of them
         for peer in self._known_peers:
             self.transport.send(peer, item)
 
     # -- forwarding -------------------------------------------------------------------------------
 
-    async def forward_to(
-        self, broker: int, command: Command, wait_s: float = 0.0, slack_s: float = _FORWARD_SLACK_S
-    ) -> bytes:
-        """Run ``command`` on ``broker``; its encoded reply. ``RequestError`` if it does not
-        answer within ``wait_s + slack_s``."""
-        deadline = trio.current_time() + wait_s + slack_s
+    async def forward_to(self, broker: int, command: GroupCommand, wait_s: float = 0.0) -> bytes:
+        """Run a consumer-group command on ``broker`` (its coordinator); its encoded reply, to
+        relay to the client as it is. ``RequestError`` if it does not answer within ``wait_s``
+        and ``_FORWARD_SLACK_S``."""
+        deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
         try:
-            reply: bytes = await self.forwarder.call(
-                broker, COMMAND, encode_command(command), deadline=deadline
+            answer = await self.forwarder.call(
+                broker, GroupCommandRequest(command), deadline=deadline
             )
         except ForwardError as exc:
             raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
-        return reply
+        if not isinstance(answer, CommandReply):
+            raise RequestError(
+                ErrorCode.INTERNAL, f"broker {broker} answered a command with {answer!r:.200}"
+            )
+        return answer.data
 
     async def leader_bounds(self, group_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
         """The log start and high watermark of each group as its leader has them now (what a
@@ -475,17 +480,18 @@ class Broker:
         async def ask(leader: int, asked: list[str]) -> None:
             deadline = trio.current_time() + _BOUNDS_WAIT_S
             try:
-                answers = await self.forwarder.call(leader, BOUNDS, asked, deadline=deadline)
+                answer = await self.forwarder.call(
+                    leader, BoundsRequest(tuple(asked)), deadline=deadline
+                )
             except ForwardError as exc:
                 log.info("broker %d: no bounds from broker %d: %s", self.config.id, leader, exc)
                 return
-            if not isinstance(answers, list) or len(answers) != len(asked):
-                log.warning("broker %d: malformed BOUNDS answer of %d", self.config.id, leader)
+            if not isinstance(answer, Bounds) or len(answer.bounds) != len(asked):
+                log.warning("broker %d: malformed bounds answer of %d", self.config.id, leader)
                 return
-            for group_id, answer in zip(asked, answers, strict=True):
-                match answer:
-                    case [int(start), int(end)]:
-                        found[group_id] = (start, end)
+            for group_id, bounds in zip(asked, answer.bounds, strict=True):
+                if bounds is not None:
+                    found[group_id] = bounds
 
         async with trio.open_nursery() as nursery:
             for leader, asked in remote.items():
@@ -500,9 +506,11 @@ class Broker:
         return group.log.log_start_offset, group.commit_index + 1
 
     async def forward_to_replica(
-        self, info: TopicInfo, partition: int, command: Command, *, local_replica: bool
-    ) -> bytes:
-        """Run a read on a broker holding a replica: the leader first, then the others.
+        self, info: TopicInfo, partition: int, request: ReadRequest, *, local_replica: bool
+    ) -> Fetched | RequestError:
+        """Read on a broker holding a replica: the leader first, then the others. What the first
+        that answers read, or the error it answered (returned: the caller tells it apart from
+        ``NO_QUORUM``, raised when none answered).
 
         A replica that let a read go unanswered lately (a one-way cut: its connection looks up,
         but nothing from here reaches it) is tried last, and not at all when the caller has a
@@ -517,93 +525,122 @@ class Broker:
         answering = [b for b in reachable if self._unanswered_reads.get(b, now) <= now]
         if not local_replica:
             answering += [b for b in reachable if b not in answering]
-        wait_s = (getattr(command, "wait_ms", None) or 0) / 1000
         last_error = "no replica is reachable"
         for broker in answering:
+            deadline = trio.current_time() + request.wait_ms / 1000 + _READ_SLACK_S
             try:
-                return await self.forward_to(broker, command, wait_s, _READ_SLACK_S)
-            except RequestError as exc:
+                answer = await self.forwarder.call(broker, request, deadline=deadline)
+            except ForwardError as exc:
                 self._unanswered_reads[broker] = trio.current_time() + _READ_PASS_OVER_S
-                last_error = exc.message
+                last_error = f"forwarding to broker {broker}: {exc}"
+                continue
+            match answer:
+                case ReadResult(data, next_offset, high_watermark):
+                    return Fetched(data, next_offset, high_watermark)
+                case Refused(code, message):
+                    return RequestError(code, message)
+            raise RequestError(
+                ErrorCode.INTERNAL, f"broker {broker} answered a read with {answer!r:.200}"
+            )
         raise RequestError(ErrorCode.NO_QUORUM, f"{info.name}/{partition}: {last_error}; retry")
 
     def _on_items(self, peer: int, items: list[Any]) -> None:
         raft_items = []
         for item in items:
-            if isinstance(item, list) and item and item[0] in BROKER_KINDS:
-                self._on_broker_item(peer, item)
+            if is_peer_item(item):
+                self._on_peer_item(peer, item)
             else:
                 raft_items.append(item)
         if raft_items:
             self.raft.handle_items(peer, raft_items)
 
-    def _on_broker_item(self, peer: int, item: list[Any]) -> None:
-        try:
-            kind = item[0]
-            if kind == REPLY:
-                self.forwarder.answered(int(item[1]), item[2])
-            elif kind == LEADERS:
-                self.leaders.report(peer, decode_claims(item[1]))
-            elif kind == SHARES:
-                if self.mqtt is not None:
-                    self.mqtt.egress.peer_shares(peer, item[1])
-            elif kind == BOUNDS:
-                _, req, group_ids = item
-                self.forwarder.reply(peer, int(req), [self._led_bounds(str(g)) for g in group_ids])
-            elif self._nursery is None:
-                return
-            elif kind == APPEND:
-                _, req, group_id, batch, count, acks, seconds = item
-                # Started here, in arrival order, not in the task (see start_forwarded).
-                started = self.writes.start_forwarded(
-                    group_id, batch, count, Acks(acks), float(seconds)
-                )
-                self._nursery.start_soon(self._serve_append, peer, req, started)
-            elif kind == COMMAND:
-                self._nursery.start_soon(self._serve_command, peer, int(item[1]), item[2])
-            elif kind == FIND_RESEND:
-                _, req, group_id, client, packet, digest, seconds = item
-                self._nursery.start_soon(
-                    self._serve_find_resend,
-                    peer,
-                    int(req),
-                    str(group_id),
-                    (bytes(client), bytes(packet)),
-                    int(digest),
-                    float(seconds),
-                )
-        except (ValueError, TypeError, IndexError, AttributeError) as exc:
-            log.warning(
-                "broker %d: dropped a malformed request of broker %d: %s", self.config.id, peer, exc
-            )
+    def _on_peer_item(self, peer: int, item: list[Any]) -> None:
+        """One broker-to-broker message: decoded once here, then handled (see ``_peer``).
 
-    async def _serve_append(
-        self, peer: int, req: int, started: ForwardedAppend | list[Any]
-    ) -> None:
+        A malformed one is the peer's protocol violation: dropped and logged, nothing else.
+        """
+        try:
+            msg = peer_from_wire(item)
+        except MalformedPeerMessage as exc:
+            log.warning(
+                "broker %d: dropped a malformed message of broker %d: %s", self.config.id, peer, exc
+            )
+            return
+        match msg:
+            case PeerReply(req, answer):
+                self.forwarder.answered(req, answer)
+            case LeaderClaims(claims):
+                self.leaders.report(peer, claims)
+            case Shares(shares):
+                if self.mqtt is not None:
+                    self.mqtt.egress.peer_shares(peer, shares)
+            case PeerCall(req, request):
+                self._serve_call(peer, req, request)
+
+    def _serve_call(self, peer: int, req: int, request: Request) -> None:
+        """Answer a peer's request: at once, or from a task of the broker's nursery (none
+        while it is stopping: the request is dropped, the peer's call times out)."""
+        if isinstance(request, BoundsRequest):
+            bounds = Bounds(tuple(self._led_bounds(g) for g in request.groups))
+            self.forwarder.reply(peer, req, bounds)
+            return
+        nursery = self._nursery
+        if nursery is None:
+            return
+        match request:
+            case AppendRequest(group_id, batch, count, acks, seconds):
+                # Started here, in arrival order, not in the task (see start_forwarded).
+                started = self.writes.start_forwarded(group_id, batch, count, acks, seconds)
+                nursery.start_soon(self._serve_append, peer, req, started)
+            case FindResendRequest(group_id, client, packet, digest, seconds):
+                nursery.start_soon(
+                    self._serve_find_resend, peer, req, group_id, (client, packet), digest, seconds
+                )
+            case ReadRequest():
+                nursery.start_soon(self._serve_read, peer, req, request)
+            case GroupCommandRequest(command):
+                nursery.start_soon(self._serve_group_command, peer, req, command)
+
+    async def _serve_append(self, peer: int, req: int, started: ForwardedAppend | Retry) -> None:
         if isinstance(started, ForwardedAppend):
-            payload = await self.writes.finish_forwarded(started)
+            answer: Answer = await self.writes.finish_forwarded(started)
         else:
-            payload = started
-        self.forwarder.reply(peer, req, payload)
+            answer = started
+        self.forwarder.reply(peer, req, answer)
 
     async def _serve_find_resend(
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
     ) -> None:
-        payload = await self.writes.serve_find_resend(group_id, key, digest, s)
-        self.forwarder.reply(peer, req, payload)
+        answer = await self.writes.serve_find_resend(group_id, key, digest, s)
+        self.forwarder.reply(peer, req, answer)
 
-    async def _serve_command(self, peer: int, req: int, data: bytes) -> None:
-        decoder = LineDecoder(_FORWARD_LIMITS)
-        decoder.feed(data)
-        event = decoder.next_event()
+    async def _serve_read(self, peer: int, req: int, request: ReadRequest) -> None:
+        """A peer chose this replica for a read: served from it, never forwarded again."""
+        answer: Answer
+        try:
+            fetched = await self.commands.read_replica(
+                request.topic,
+                request.partition,
+                request.offset,
+                request.max_bytes,
+                request.wait_ms / 1000,
+            )
+        except RequestError as exc:
+            answer = Refused(exc.code, exc.message)
+        except Exception:  # a bug: answer it, log it, keep serving everyone else
+            log.exception("broker %d: a read for broker %d failed", self.config.id, peer)
+            answer = Refused(ErrorCode.INTERNAL, "internal error (logged)")
+        else:
+            answer = ReadResult(bytes(fetched.data), fetched.next_offset, fetched.high_watermark)
+        self.forwarder.reply(peer, req, answer)
+
+    async def _serve_group_command(self, peer: int, req: int, command: GroupCommand) -> None:
+        """A peer's client sent a group command that this broker coordinates: its reply is
+        encoded here, once, and relayed by the peer as it is."""
         assert self._nursery is not None
-        if event is NEED_DATA or isinstance(event, BadCommand):
-            reply = ErrorReply(ErrorCode.BAD_ARGS, "malformed forwarded command")
-            self.forwarder.reply(peer, req, encode_reply(reply))
-            return
-        slot = self.commands.dispatch(event, self._nursery, None, forwarded=True)
+        slot = self.commands.dispatch(command, self._nursery, None, forwarded=True)
         await slot.wait()
-        self.forwarder.reply(peer, req, slot.encode())
+        self.forwarder.reply(peer, req, CommandReply(slot.encode()))
 
     def _on_peer_change(self, peer: int, connected: bool) -> None:
         self.raft.peer_changed(peer, connected)

@@ -24,7 +24,6 @@ from typing import TYPE_CHECKING, TypeVar
 import trio
 
 from kafkaesque.protocol import (
-    NEED_DATA,
     Acks,
     AddBroker,
     BrokerRow,
@@ -55,10 +54,9 @@ from kafkaesque.protocol import (
     PublishRecord,
     Pubs,
     Quit,
+    ReadRequest,
     Reassign,
-    RemoteProtocolError,
     Reply,
-    ReplyDecoder,
     Subs,
     TopicRow,
     encode_reply,
@@ -264,7 +262,7 @@ class CommandHandler:
     async def _execute(self, command: Command, forwarded: bool) -> bytes:
         match command:
             case Fetch():
-                return await self._fetch(command, forwarded)
+                return await self._fetch(command)
             case Subs(topic=topic):
                 # The coordinator creates it too when a forwarded SUBS gets there before the
                 # metadata does: an auto-creation of an existing topic is a no-op.
@@ -521,7 +519,7 @@ class CommandHandler:
 
     # -- reading --------------------------------------------------------------------------------
 
-    async def _fetch(self, command: Fetch, forwarded: bool) -> bytes:
+    async def _fetch(self, command: Fetch) -> bytes:
         info = self._topic(command.topic)
         if command.partition >= info.config.partitions:
             raise _unknown_partition(command.topic, command.partition, info.config.partitions)
@@ -538,19 +536,6 @@ class CommandHandler:
                     f"{command.topic}/{command.partition}",
                 )
             fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
-        elif forwarded:  # a peer chose this replica: answer from it, never forward again
-            group = self._broker.local_group(command.topic, command.partition)
-            if group is None:
-                raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
-            if beyond_follower(group, command.offset):
-                # Behind, not out of range: a consumer told OFFSET_OUT_OF_RANGE resets its
-                # position (to the log start), and would read again what it had read.
-                raise RequestError(
-                    ErrorCode.NOT_LEADER,
-                    f"this replica's log ends at {group.log.log_end_offset}, before offset "
-                    f"{command.offset}: it is behind the leader; retry",
-                )
-            fetched = await self._read_local(group, command.offset, max_bytes, wait_s)
         else:
             fetched = await self.fetch_batches(
                 command.topic, command.partition, command.offset, max_bytes, wait_s
@@ -578,23 +563,42 @@ class CommandHandler:
         if group is not None and group.role is Role.LEADER:
             return await self._read_local(group, offset, max_bytes, wait_s)
         info = self._topic(topic)
-        fetch = Fetch(topic, partition, offset, max_bytes, int(wait_s * 1000))
+        read = ReadRequest(topic, partition, offset, max_bytes, int(wait_s * 1000))
         local = group is not None and not beyond_follower(group, offset)
         try:
-            replies = decode_replies(
-                await self._broker.forward_to_replica(info, partition, fetch, local_replica=local)
+            answer = await self._broker.forward_to_replica(
+                info, partition, read, local_replica=local
             )
         except RequestError:
             if group is None or beyond_follower(group, offset):
                 raise
             return await self._read_local(group, offset, max_bytes, wait_s)
-        match replies:
-            case [DataReply(next_offset=n, payload=data, high_watermark=hw)]:
-                return Fetched(data, n, hw if hw is not None else n)
-            case [ErrorReply(code=code, message=message)]:
-                raise RequestError(code, message)
-        shown = encode_replies(replies)[:200].decode("ascii", "replace").replace("\r\n", " | ")
-        raise RequestError(ErrorCode.INTERNAL, f"unexpected answer to a forwarded fetch: {shown}")
+        if isinstance(answer, RequestError):  # the replica's own answer: no fallback
+            raise answer
+        return answer
+
+    async def read_replica(
+        self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
+    ) -> Fetched:
+        """A read a peer chose this replica for (``ReadRequest``): served from it, never
+        forwarded again. Raises ``RequestError``; ``NOT_LEADER`` when this broker holds no
+        replica, or its log ends before ``offset`` (behind the leader: not out of range).
+        """
+        info = self._topic(topic)
+        if partition >= info.config.partitions:
+            raise _unknown_partition(topic, partition, info.config.partitions)
+        group = self._broker.local_group(topic, partition)
+        if group is None:
+            raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
+        if beyond_follower(group, offset):
+            # Behind, not out of range: a consumer told OFFSET_OUT_OF_RANGE resets its
+            # position (to the log start), and would read again what it had read.
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"this replica's log ends at {group.log.log_end_offset}, before offset "
+                f"{offset}: it is behind the leader; retry",
+            )
+        return await self._read_local(group, offset, max_bytes, wait_s)
 
     async def _read_local(
         self, group: RaftGroup, offset: int, max_bytes: int, wait_s: float
@@ -884,19 +888,6 @@ def _remember_members(session: Session, command: Command, reply: bytes) -> None:
 def group_name(topic: str, partition: int) -> str:
     """The Raft group id of a partition: ``topic/partition`` (a topic name has no ``/``)."""
     return f"{topic}/{partition}"
-
-
-def decode_replies(data: bytes) -> list[Reply]:
-    """The replies in ``data`` (a forwarded command's answer)."""
-    decoder = ReplyDecoder()
-    decoder.feed(data)
-    out: list[Reply] = []
-    try:
-        while (event := decoder.next_event()) is not NEED_DATA:
-            out.append(event)
-    except RemoteProtocolError as exc:
-        raise RequestError(ErrorCode.INTERNAL, f"a peer broker answered garbage: {exc}") from exc
-    return out
 
 
 def _ready(*replies: Reply) -> ReadySlot:

@@ -12,16 +12,12 @@ group first: it hears of elections directly.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
 
+from kafkaesque.protocol import LeaderClaim
 
-class Claim(NamedTuple):
-    """A leader's report of one group: its term, its members, and whether they are committed."""
-
-    term: int
-    voters: frozenset[int]
-    learners: frozenset[int]
-    committed: bool  # False while a membership change is in flight
+Claim = LeaderClaim
+"""A leader's report of one group: its term, its members, and whether they are committed (the
+peer message's own type: what a peer reports is what the table holds)."""
 
 
 class LeaderTable:
@@ -63,21 +59,3 @@ class LeaderTable:
             self._best[group] = max(claims, key=lambda c: (c[0].term, c[1]))
         else:
             self._best.pop(group, None)
-
-
-def encode_claims(led: Mapping[str, Claim]) -> dict[str, list[object]]:
-    """The wire form of a report (msgpack has no sets)."""
-    return {g: [c.term, sorted(c.voters), sorted(c.learners), c.committed] for g, c in led.items()}
-
-
-def decode_claims(raw: Mapping[Any, Any]) -> dict[str, Claim]:
-    """Read a peer's report; ``TypeError``/``ValueError`` if malformed."""
-    out: dict[str, Claim] = {}
-    for group, value in raw.items():
-        if not isinstance(group, str) or not isinstance(value, list) or len(value) != 4:
-            raise ValueError(f"malformed leadership claim {group!r}: {value!r}")
-        term, voters, learners, committed = value
-        out[group] = Claim(
-            int(term), frozenset(map(int, voters)), frozenset(map(int, learners)), bool(committed)
-        )
-    return out

@@ -41,6 +41,7 @@ from kafkaesque.protocol import (
     InvalidMappingError,
     MqttSubscription,
     Route,
+    Shares,
     TopicMapping,
     Will,
     message_headers,
@@ -53,7 +54,6 @@ from ._appender import Flight, PartitionAppender
 from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
-from ._forwarding import SHARES
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from ._mqtt_connection import Close, MqttServerConnection
 from ._mqtt_deadlines import SCAN_S as DEADLINE_SCAN_S
@@ -238,7 +238,7 @@ class MqttService:
             shares = self.egress.local_shares()
             now = trio.current_time()
             if shares != told or now - told_at >= _SHARES_EVERY_S:
-                self._broker.tell_peers([SHARES, [list(share) for share in sorted(shares)]])
+                self._broker.tell_peers(Shares(tuple(sorted(shares))))
                 told, told_at = shares, now
 
     async def _serve(self, stream: trio.abc.Stream) -> None:

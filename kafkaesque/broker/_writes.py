@@ -21,19 +21,28 @@ import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 import trio
 
-from kafkaesque.protocol import Acks, ErrorCode
+from kafkaesque.protocol import (
+    Absent,
+    Acks,
+    Answer,
+    Appended,
+    AppendRequest,
+    ErrorCode,
+    FindResendRequest,
+    Found,
+    Refused,
+    Retry,
+    Unknown,
+)
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
 from kafkaesque.raft._driver import CommitTimeout, MultiRaft, RaftGroup
 from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError
 from ._forwarding import (
-    APPEND,
-    FIND_RESEND,
     Forwarder,
     ForwardError,
     LeaderReplaced,
@@ -134,7 +143,7 @@ class WritePath:
         remaining = max(0.0, deadline - trio.current_time())
         try:
             req, call = self._forwarder.start(
-                leader, APPEND, group_id, batch, count, acks.value, remaining
+                leader, AppendRequest(group_id, batch, count, acks, remaining)
             )
         except PeerUnavailable as exc:
             return _Failed(str(exc))
@@ -189,7 +198,7 @@ class WritePath:
         if isinstance(attempt, _Local):
             return await self._finish_local(attempt, acks, deadline)
         try:
-            payload = await self._forwarder.finish(attempt.req, attempt.call, deadline)
+            answer = await self._forwarder.finish(attempt.req, attempt.call, deadline)
         except LeaderReplaced as exc:
             # The old leader went silent and a new one is known (issue 23): answer the unknown
             # outcome now rather than wait on it, and do not send the batch again blindly: it
@@ -197,7 +206,7 @@ class WritePath:
             raise RequestError(ErrorCode.TIMEOUT, f"{exc}; retry") from exc
         except ForwardError as exc:
             raise _Retry(str(exc), unknown=True) from exc
-        return _outcome_of(payload)
+        return _outcome_of(answer)
 
     async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
         group, last, term = a.group, a.last, a.term
@@ -315,10 +324,12 @@ class WritePath:
                 if leader is None or leader == self.node_id:
                     raise _Retry("the partition has no leader yet")
                 remaining = max(0.0, deadline - trio.current_time())
-                payload = await self._forwarder.call(
-                    leader, FIND_RESEND, group_id, *key, digest, remaining, deadline=deadline
+                answer = await self._forwarder.call(
+                    leader,
+                    FindResendRequest(group_id, *key, digest, remaining),
+                    deadline=deadline,
                 )
-                return _found_of(payload)
+                return _found_of(answer)
             except (_Retry, ForwardError) as exc:
                 reason = str(exc)
             now = trio.current_time()
@@ -331,16 +342,16 @@ class WritePath:
 
     async def serve_find_resend(
         self, group_id: str, key: tuple[bytes, bytes], digest: int, seconds: float
-    ) -> list[Any]:
-        """A peer's ``find_resend``, as this leader: the payload to answer it with."""
+    ) -> Found | Absent | Retry:
+        """A peer's ``find_resend``, as this leader: the answer to send it."""
         group = self._raft.groups.get(group_id)
         if group is None or group.role is not Role.LEADER:
-            return ["retry", "not the leader here"]
+            return Retry("not the leader here")
         try:
             offset = await self._find_resend_here(group, key, digest, trio.current_time() + seconds)
         except _Retry as retry:
-            return ["retry", str(retry)]
-        return ["absent"] if offset is None else ["found", offset]
+            return Retry(str(retry))
+        return Absent() if offset is None else Found(offset)
 
     async def _find_resend_here(
         self, group: RaftGroup, key: tuple[bytes, bytes], digest: int, deadline: float
@@ -377,8 +388,8 @@ class WritePath:
 
     def start_forwarded(
         self, group_id: str, batch: bytes, count: int, acks: Acks, seconds: float
-    ) -> ForwardedAppend | list[Any]:
-        """Start a peer's append as the leader, at once; or the payload to answer it with now.
+    ) -> ForwardedAppend | Retry:
+        """Start a peer's append as the leader, at once; or the answer to send it now.
 
         Called in the order the peer's requests arrive, before any task switch: the batches a
         producer pipelines through one broker are then proposed in the order they were sent, so
@@ -386,19 +397,21 @@ class WritePath:
         """
         group = self._raft.groups.get(group_id)
         if group is None or group.role is not Role.LEADER:
-            return ["retry", "not the leader here"]
+            return Retry("not the leader here")
         deadline = trio.current_time() + seconds
         return ForwardedAppend(self.start(group_id, batch, count, acks, deadline), acks, deadline)
 
-    async def finish_forwarded(self, append: ForwardedAppend) -> list[Any]:
-        """Wait for a started peer's append; the payload to answer it with."""
+    async def finish_forwarded(
+        self, append: ForwardedAppend
+    ) -> Appended | Retry | Unknown | Refused:
+        """Wait for a started peer's append; the answer to send it."""
         try:
             first, last = await self.finish(append.attempt, append.acks, append.deadline)
         except _Retry as retry:
-            return ["unknown" if retry.unknown else "retry", str(retry)]
+            return Unknown(str(retry)) if retry.unknown else Retry(str(retry))
         except RequestError as exc:
-            return ["error", exc.code.name, exc.message]
-        return ["ok", first, last]
+            return Refused(exc.code, exc.message)
+        return Appended(first, last)
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,28 +423,27 @@ class ForwardedAppend:
     deadline: float
 
 
-def _found_of(payload: Any) -> int | None:
-    """Read a leader's answer to ``FIND_RESEND`` (see ``serve_find_resend``)."""
-    match payload:
-        case ["found", int(offset)]:
+def _found_of(answer: Answer) -> int | None:
+    """Read a leader's answer to a ``FindResendRequest`` (see ``serve_find_resend``)."""
+    match answer:
+        case Found(offset):
             return offset
-        case ["absent"]:
+        case Absent():
             return None
-        case ["retry", reason]:
+        case Retry(reason):
             raise _Retry(f"leader: {reason}")
-    raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True)
+    raise _Retry(f"an answer that does not fit the request: {answer!r:.200}", unknown=True)
 
 
-def _outcome_of(payload: Any) -> tuple[int, int]:
-    """Read a leader's answer to a forwarded append (see ``serve_forwarded``)."""
-    try:
-        status = payload[0]
-        if status == "ok":
-            return int(payload[1]), int(payload[2])
-        if status in ("retry", "unknown"):
-            raise _Retry(f"leader: {payload[1]}", unknown=status == "unknown")
-        if status == "error":
-            raise RequestError(ErrorCode[payload[1]], str(payload[2]))
-    except (IndexError, KeyError, TypeError, ValueError) as exc:
-        raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True) from exc
-    raise _Retry(f"malformed answer from the leader: {payload!r}", unknown=True)
+def _outcome_of(answer: Answer) -> tuple[int, int]:
+    """Read a leader's answer to a forwarded append (see ``finish_forwarded``)."""
+    match answer:
+        case Appended(first, last):
+            return first, last
+        case Retry(reason):
+            raise _Retry(f"leader: {reason}")
+        case Unknown(reason):
+            raise _Retry(f"leader: {reason}", unknown=True)
+        case Refused(code, message):
+            raise RequestError(code, message)
+    raise _Retry(f"an answer that does not fit the request: {answer!r:.200}", unknown=True)

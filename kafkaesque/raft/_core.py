@@ -141,7 +141,6 @@ class RaftNode(LeaderMixin):
         self._round_unsent = False  # a round was opened and its heartbeats are not out yet
         self._reads_before_commit: list[bytes] = []
         self._needs_bcast = False  # new entries or progress: send what followers lack
-        self._commit_changed = False  # tell followers the new commit at the next flush
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
         self._dropped_reads: list[bytes] = []
@@ -247,7 +246,6 @@ class RaftNode(LeaderMixin):
         self._tracker.votes = {}
         self._tracker.progress = {}
         self._needs_bcast = False
-        self._commit_changed = False
         self._round_unsent = False
         self._read_round = 0
         self._dropped_reads.extend(self._read_only.drop_all())
@@ -684,9 +682,7 @@ class RaftNode(LeaderMixin):
         """Whether ``ready()`` would ask something of the driver (False while one is out)."""
         if self._ready_out is not None:
             return False
-        leader_work = self._role is Role.LEADER and (
-            self._needs_bcast or self._commit_changed or self._round_unsent
-        )
+        leader_work = self._role is Role.LEADER and (self._needs_bcast or self._round_unsent)
         return (
             bool(self._msgs or self._read_states or self._dropped_reads)
             or leader_work
@@ -694,6 +690,29 @@ class RaftNode(LeaderMixin):
             or self._log.commit > self._log.applied
             or self._hard_state() != self._prev_hard
             or SoftState(self._role, self._leader) != self._prev_soft
+        )
+
+    def quiescent(self) -> bool:
+        """Whether this leader has nothing left to tell its group, which may then stop ticking:
+        everything it holds is committed, durable here and held by every member, every member
+        was told the commit, no transfer runs and no Ready is pending or out.
+
+        A follower not yet told the commit must hear it first (by the tick's heartbeat): a
+        quiesced group sends nothing more, and the follower would otherwise stay behind.
+        """
+        if (
+            self._role is not Role.LEADER
+            or self._transferee is not None
+            or self._ready_out is not None
+            or self.has_ready()
+        ):
+            return False
+        last = self._log.last_index()
+        if self._log.commit != last:
+            return False
+        return all(
+            pr.match == last and (node == self.id or pr.sent_commit >= last)
+            for node, pr in self._tracker.progress.items()
         )
 
     def ready_needs_storage(self) -> bool:

@@ -691,18 +691,15 @@ class MultiRaft:
         self._active.add(group)
 
     def _maybe_quiesce_leader(self, group: RaftGroup) -> bool:
-        """Quiesce ``group`` if its followers hold the whole log and know the commit index."""
+        """Quiesce ``group`` if its followers hold the whole log and were told the commit index
+        (``RaftNode.quiescent``)."""
         node = group.node
-        status = node.status()
-        last = status.last_index
-        if status.commit != last or node.has_ready() or status.lead_transferee is not None:
-            return False
-        followers = [p for p in status.progress if p != self.node_id]
-        if any(status.progress[p].match != last for p in followers):
+        if not node.quiescent():
             return False
         self._quiesce(group)
-        for peer in followers:
-            self._send(peer, [_QUIESCE, group.id, status.term, status.commit])
+        for peer in node.configuration.members:
+            if peer != self.node_id:
+                self._send(peer, [_QUIESCE, group.id, node.term, node.commit])
         return True
 
     def _mark(self, group: RaftGroup) -> None:

@@ -57,7 +57,6 @@ class LeaderMixin:
         _reads_before_commit: list[bytes]
         _read_states: list[ReadState]
         _needs_bcast: bool
-        _commit_changed: bool
         _heartbeat_elapsed: int
         _election_elapsed: int
         _leader: int | None
@@ -107,14 +106,11 @@ class LeaderMixin:
             return False
         prev = pr.next - 1
         if not entries and pr.state is ProgressState.REPLICATE and prev == pr.match:
-            # It holds everything we have: only the commit is news, and needs no answer (an
-            # empty AppendEntries would cost the follower a response and us a step to read it).
-            commit = min(log.commit, pr.match)
-            if commit <= pr.sent_commit:
-                return False  # it was told already
-            pr.sent_commit = commit
-            self._send(Heartbeat(self.id, to, self._term, commit, reply=False))
-            return True
+            # It holds everything we have: only the commit could be news, and that rides on
+            # what is sent anyway (§5.3: "in future AppendEntries RPCs (including
+            # heartbeats)"): the next AppendEntries or the tick's heartbeat. An empty
+            # AppendEntries would cost the follower an answer and us a step to read it.
+            return False
         self._send(
             AppendEntries(
                 self.id, to, self._term, prev, log.term_at(prev), log.commit, tuple(entries)
@@ -128,25 +124,24 @@ class LeaderMixin:
             pr.probe_sent = True
         return True
 
-    def _bcast_append(self, send_if_empty: bool) -> None:
-        last = self._log.last_index()
+    def _bcast_append(self) -> None:
+        """Send every follower the entries it lacks, and probe each follower being probed with
+        no probe out (a member just added, say). Nothing to a replicating follower that holds
+        every entry or has them on their way: a commit alone waits for what is sent anyway."""
         for node, pr in self._tracker.progress.items():
             if node == self.id:
                 continue
-            # A follower with all our entries on their way needs no empty AppendEntries for a
-            # new commit (one more answer, one more step on each side): the commit goes to it
-            # without a reply once it answers them (``_handle_append_response``).
-            in_flight = pr.state is ProgressState.REPLICATE and pr.match < last < pr.next
             # Fill the window: each call sends at most max_msg_bytes.
-            sent = self._send_append(node, pr, send_if_empty and not in_flight)
+            sent = self._send_append(node, pr, pr.state is ProgressState.PROBE)
             while sent and pr.state is ProgressState.REPLICATE:
                 sent = self._send_append(node, pr, False)
 
     def _bcast_heartbeat(self, *, skip_answering: bool = False) -> None:
         """Heartbeat every follower; with ``skip_answering``, not those that answered an
-        AppendEntries since the last heartbeat, hold our whole log and know its commit: their
-        answer shows both sides alive, and a heartbeat would tell them nothing. Unless reads wait
-        for a round (only heartbeats carry rounds)."""
+        AppendEntries since the last heartbeat and hold our whole log: their answer shows both
+        sides alive. Such a follower that was not told our commit yet gets it in a heartbeat
+        that asks no answer (the commit's only carrier when no AppendEntries follows). Unless
+        reads wait for a round (only heartbeats carry rounds, and their answers confirm it)."""
         commit = self._log.commit
         last = self._log.last_index()
         skip_answering = skip_answering and not len(self._read_only)
@@ -154,14 +149,13 @@ class LeaderMixin:
             if node == self.id:
                 continue
             answered, pr.answered = pr.answered, False
-            if (
-                skip_answering
-                and answered
-                and pr.match == last
-                and pr.sent_commit >= min(last, commit)
-            ):
-                continue
             told = min(pr.match, commit)
+            if skip_answering and answered and pr.match == last:
+                if pr.sent_commit >= told:
+                    continue
+                pr.sent_commit = told
+                self._send(Heartbeat(self.id, node, self._term, told, self._read_round, False))
+                continue
             pr.sent_commit = max(pr.sent_commit, told)
             self._send(Heartbeat(self.id, node, self._term, told, self._read_round))
 
@@ -189,9 +183,9 @@ class LeaderMixin:
                 pr.become_replicate()
             else:
                 pr.inflights.free_le(m.index)
-            if not self._maybe_commit() and pr.sent_commit < min(self._log.commit, pr.match):
-                # It caught up after the commit moved: tell it now, not at the next heartbeat.
-                self._send_append(m.src, pr, True)
+            # A new commit is not sent on its own: it rides on the next AppendEntries or the
+            # tick's heartbeat (a follower's commit lags by at most a heartbeat period).
+            self._maybe_commit()
             if pr.next <= self._log.last_index():
                 self._needs_bcast = True  # the window opened on entries not sent yet: send them
             if m.src == self._transferee and pr.match == self._log.last_index():
@@ -238,7 +232,6 @@ class LeaderMixin:
             return False
         was_term_committed = log.term_at(log.commit) == self._term
         log.commit_to(index)
-        self._commit_changed = True
         if not was_term_committed and log.term_at(index) == self._term:
             reads, self._reads_before_commit = self._reads_before_commit, []
             for ctx in reads:
@@ -289,10 +282,9 @@ class LeaderMixin:
             self._round_unsent = False
             self._heartbeat_elapsed = 0
             self._bcast_heartbeat()
-        if self._needs_bcast or self._commit_changed:
-            self._bcast_append(send_if_empty=self._commit_changed)
-        self._needs_bcast = False
-        self._commit_changed = False
+        if self._needs_bcast:
+            self._needs_bcast = False
+            self._bcast_append()
 
     # -- the application's requests ----------------------------------------------------------
 

@@ -8,6 +8,7 @@ the retriable ``TIMEOUT`` instead of appending the batch a second time blindly.
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 from typing import Any
 
@@ -15,18 +16,31 @@ import pytest
 import trio
 import trio.testing
 
+from kafkaesque.broker._broker import Broker
+from kafkaesque.broker._config import Address, BrokerConfig
 from kafkaesque.broker._errors import RequestError
-from kafkaesque.broker._forwarding import (
-    APPEND,
-    COMMAND,
-    FIND_RESEND,
-    Forwarder,
-    LeaderReplaced,
-    _Call,
-)
+from kafkaesque.broker._forwarding import Forwarder, LeaderReplaced, _Call
 from kafkaesque.broker._leaders import Claim, LeaderTable
 from kafkaesque.broker._writes import WritePath
-from kafkaesque.protocol import Acks, ErrorCode
+from kafkaesque.protocol import (
+    Acks,
+    Appended,
+    AppendRequest,
+    Bounds,
+    BoundsRequest,
+    CommandReply,
+    ErrorCode,
+    FetchOffsets,
+    FindResendRequest,
+    GroupCommandRequest,
+    LeaderClaims,
+    Leave,
+    PeerCall,
+    PeerReply,
+    peer_from_wire,
+    peer_to_wire,
+)
+from kafkaesque.protocol._peer import REQUEST_TAGS
 from kafkaesque.raft._driver import MultiRaft
 from kafkaesque.storage import Record, build_batch
 
@@ -35,6 +49,20 @@ PAUSED = 2
 
 def _claim(term: int) -> Claim:
     return Claim(term, frozenset({0, 1, 2}), frozenset(), True)
+
+
+def _append(group: str) -> AppendRequest:
+    return AppendRequest(group, b"batch", 1, Acks.QUORUM, 5.0)
+
+
+def _requests(wire: Wire) -> list[tuple[int, type]]:
+    """Where each request sent went, and its type (read back as the peer would)."""
+    out: list[tuple[int, type]] = []
+    for peer, item in wire.sent:
+        call = peer_from_wire(item)
+        assert isinstance(call, PeerCall)
+        out.append((peer, type(call.request)))
+    return out
 
 
 def _hears(peer: int) -> bool:
@@ -62,11 +90,11 @@ async def _ends_within(call: _Call, seconds: float) -> bool:
 async def test_only_calls_to_a_silent_replaced_leader_are_ended() -> None:
     forwarder = Forwarder(Wire().send)
     leaders = {"t/0": 1, "t/1": PAUSED}  # t/0 has a new leader; t/1 none yet
-    replaced = forwarder.start(PAUSED, APPEND, "t/0", b"batch", 1, 1, 5.0)
-    waiting = forwarder.start(PAUSED, APPEND, "t/1", b"batch", 1, 1, 5.0)
-    resend = forwarder.start(PAUSED, FIND_RESEND, "t/0", b"c", b"p", 7, 5.0)
-    live = forwarder.start(0, APPEND, "t/0", b"batch", 1, 1, 5.0)  # its answer will come
-    command = forwarder.start(PAUSED, COMMAND, b"GROUPS")  # not a partition's: untouched
+    replaced = forwarder.start(PAUSED, _append("t/0"))
+    waiting = forwarder.start(PAUSED, _append("t/1"))
+    resend = forwarder.start(PAUSED, FindResendRequest("t/0", b"c", b"p", 7, 5.0))
+    live = forwarder.start(0, _append("t/0"))  # its answer will come
+    command = forwarder.start(PAUSED, GroupCommandRequest(Leave("0.x")))  # not a partition's
 
     assert forwarder.abandon_replaced(leaders.get, _hears) == 2
     assert replaced[1].done.is_set() and resend[1].done.is_set()
@@ -79,11 +107,11 @@ async def test_only_calls_to_a_silent_replaced_leader_are_ended() -> None:
     assert forwarder.abandon_replaced(leaders.get, _hears) == 1
     assert await _ends_within(waiting[1], 1)
     # A late answer from the resumed broker is ignored; the live broker's answer is taken.
-    forwarder.answered(waiting[0], ["ok", 5, 5])
+    forwarder.answered(waiting[0], Appended(5, 5))
     with pytest.raises(LeaderReplaced):
         await forwarder.finish(*waiting, deadline)
-    forwarder.answered(live[0], ["ok", 3, 3])
-    assert await forwarder.finish(*live, deadline) == ["ok", 3, 3]
+    forwarder.answered(live[0], Appended(3, 3))
+    assert await forwarder.finish(*live, deadline) == Appended(3, 3)
 
 
 async def test_a_write_forwarded_to_a_replaced_leader_is_answered_timeout_not_resent(
@@ -107,7 +135,7 @@ async def test_a_write_forwarded_to_a_replaced_leader_is_answered_timeout_not_re
     async with trio.open_nursery() as nursery:
         nursery.start_soon(write)
         await trio.testing.wait_all_tasks_blocked()
-        assert [(peer, item[0]) for peer, item in wire.sent] == [(PAUSED, APPEND)]
+        assert _requests(wire) == [(PAUSED, AppendRequest)]
         table.report(1, {"t/0": _claim(4)})  # a new leader, and broker 2 stays silent
         started = trio.current_time()
         forwarder.abandon_replaced(writes.leader_of, _hears)
@@ -116,5 +144,80 @@ async def test_a_write_forwarded_to_a_replaced_leader_is_answered_timeout_not_re
     assert isinstance(error, RequestError) and error.code is ErrorCode.TIMEOUT
     assert error.code.retriable
     # The batch was not sent again to the new leader: it may already be in its log.
-    assert [(peer, item[0]) for peer, item in wire.sent] == [(PAUSED, APPEND)]
+    assert _requests(wire) == [(PAUSED, AppendRequest)]
     raft.close()
+
+
+def _idle_broker(tmp_path: Path) -> Broker:
+    """A broker that is built but not run: its peer-item handling can be driven by hand."""
+    local = Address("127.0.0.1", 1)  # never bound: the broker does not run
+    config = BrokerConfig(
+        id=0,
+        data_dir=str(tmp_path),
+        client=local,
+        peers={0: local, 1: local},
+        controllers={0: local, 1: local},
+    )
+    return Broker(config)
+
+
+async def test_a_malformed_peer_message_is_dropped_and_logged_and_the_rest_are_served(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    broker = _idle_broker(tmp_path)
+    wire = Wire()
+    sent = wire.sent
+    broker.forwarder._send = wire.send  # what it sends to peers is recorded
+    req, call = broker.forwarder.start(1, _append("t/0"))
+    claims = LeaderClaims({"t/0": _claim(3)})
+    items: list[Any] = [
+        [REQUEST_TAGS[AppendRequest], 7, "t/0", "not bytes", 1, "quorum", 1.0],
+        [10, 1, "t/0", b"b", 1, "quorum", 5.0],  # the retired positional APPEND
+        [peer_to_wire(PeerReply(req, Appended(1, 1)))[0], req, "garbage"],
+        peer_to_wire(claims),
+        peer_to_wire(PeerCall(9, BoundsRequest(("t/0",)))),
+        peer_to_wire(PeerReply(req, Appended(4, 4))),
+    ]
+    with caplog.at_level(logging.WARNING, "kafkaesque.broker"):
+        broker._on_items(1, items)
+    try:
+        dropped = [r for r in caplog.records if "dropped a malformed message" in r.message]
+        assert len(dropped) == 3
+        assert broker.leaders.leader("t/0") == 1  # the claims after them were taken
+        # The bounds request was answered (this broker leads nothing), the call's answer taken.
+        assert [(p, peer_from_wire(i)) for p, i in sent[1:]] == [(1, PeerReply(9, Bounds((None,))))]
+        assert await broker.forwarder.finish(req, call, trio.current_time() + 1) == Appended(4, 4)
+    finally:
+        broker.raft.close()
+
+
+async def test_a_forwarded_group_command_reply_is_relayed_as_the_coordinator_encoded_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    broker = _idle_broker(tmp_path)
+    wire = Wire()
+    sent = wire.sent
+    broker.forwarder._send = wire.send  # what it sends to peers is recorded
+    coordinator_reply = b"+OFFSET t 0 5\r\n+END\r\n"
+    try:
+        async with trio.open_nursery() as nursery:
+
+            async def forward() -> None:
+                got = await broker.forward_to(1, FetchOffsets("g", "t"))
+                assert got is coordinator_reply or got == coordinator_reply
+                nursery.cancel_scope.cancel()
+
+            nursery.start_soon(forward)
+            await trio.testing.wait_all_tasks_blocked()
+            ((peer, item),) = sent
+            call = peer_from_wire(item)
+            assert isinstance(call, PeerCall)
+            assert peer == 1
+            assert call.request == GroupCommandRequest(FetchOffsets("g", "t"))
+            broker._on_items(
+                1, [peer_to_wire(PeerReply(call.req, CommandReply(coordinator_reply)))]
+            )
+            await trio.sleep(5)
+            raise AssertionError("the forwarded command was not answered")
+    finally:
+        broker.raft.close()

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaesque.broker._leaders import Claim, LeaderTable, decode_claims, encode_claims
+from kafkaesque.broker._leaders import Claim, LeaderTable
+from kafkaesque.protocol import LeaderClaims, MalformedPeerMessage, peer_from_wire, peer_to_wire
 
 
 def claim(term: int, voters: tuple[int, ...] = (0, 1, 2), committed: bool = True) -> Claim:
@@ -32,6 +33,6 @@ def test_a_new_report_replaces_the_old_one_and_forget_drops_a_broker() -> None:
 
 def test_claims_survive_the_wire_and_garbage_is_refused() -> None:
     led = {"t/0": Claim(7, frozenset({1, 3}), frozenset({4}), False)}
-    assert decode_claims(encode_claims(led)) == led
-    with pytest.raises(ValueError):
-        decode_claims({"t/0": [1, [0]]})
+    assert peer_from_wire(peer_to_wire(LeaderClaims(led))) == LeaderClaims(led)
+    with pytest.raises(MalformedPeerMessage):
+        peer_from_wire([*peer_to_wire(LeaderClaims({}))[:1], {"t/0": [1, [0]]}])

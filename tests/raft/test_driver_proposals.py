@@ -106,6 +106,8 @@ async def test_followers_acknowledge_only_durable_entries_and_the_leader_does_no
     assert leader.groups[GROUP].commit_index == 15  # the no-op at 0, then 5 batches of 3
     # The leader replicated its entries before its own fsync of them (thesis §10.2.1).
     assert cluster.early_appends > 0
+    leader.tick()  # the followers learn the last commit from the tick's heartbeat
+    await cluster.settle()
     for b in cluster.brokers:
         records = b.groups[GROUP].committed_records()
         assert [r.value for r in records] == [b"v0", b"v1", b"v2"] * 5
@@ -115,7 +117,8 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
     tmp_path: Path,
 ) -> None:
     """Commit news needs no fsync: the follower exposes the commit while the frame that brings it
-    is handled (``handle_items``), not at a later pass of the driver's loop."""
+    (the leader's next heartbeat, here) is handled (``handle_items``), not at a later pass of
+    the driver's loop."""
     cluster = Cluster(tmp_path, 3)
     await cluster.settle()
     leader = cluster.leader()
@@ -131,7 +134,14 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
             break
     assert leader.groups[GROUP].commit_index == 3
     assert [f.groups[GROUP].commit_index for f in followers] == [0, 0]
-    news = [(src, dst, item) for src, dst, item in cluster.queue if item[2][0] == TAGS[Heartbeat]]
+    assert cluster.queue == []  # a commit is not sent on its own: it waits for the heartbeat
+    leader.tick()
+    await leader._process()
+    news = [
+        (src, dst, item)
+        for src, dst, item in cluster.queue
+        if item[0] == 0 and item[2][0] == TAGS[Heartbeat]  # Raft messages, not the tick's pings
+    ]
     assert {dst for _, dst, _ in news} == {f.node_id for f in followers}
     for src, dst, item in news:
         cluster.brokers[dst].handle_items(src, [item])  # and no pass of the loop after it

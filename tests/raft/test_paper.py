@@ -216,12 +216,14 @@ def test_vote_only_for_up_to_date_logs(cand_index: int, cand_term: int, granted:
 def test_leader_replicates_then_commits_on_majority() -> None:
     """§5.3: "The leader appends the command to its log ... issues AppendEntries RPCs in parallel
     ... When the entry has been safely replicated ... the leader applies the entry"; "the leader
-    ... includes [the commit index] in future AppendEntries RPCs"."""
+    ... includes [the commit index] in future AppendEntries RPCs (including heartbeats)"."""
     net = Net()
     leader = net.elect(1)
     index = leader.propose(b"hello", 3)
     assert index == 3  # the leader's no-op took offset 0, the batch takes [1, 3]
     net.stabilize()
+    assert leader.commit == 3
+    net.tick(1)  # the followers learn the commit from the leader's next heartbeat
     for n in net.nodes.values():
         assert n.commit == 3
         assert n.log.entries_between(1, 3)[0].data == b"hello"
@@ -320,6 +322,7 @@ def test_leader_brings_every_figure7_follower_in_line(follower_log: list[int]) -
     assert [(e.term, e.last) for e in net.disks[2].all_entries()] == [
         (e.term, e.last) for e in net.disks[1].all_entries()
     ]
+    net.tick(1)  # the commit reaches the follower with the next heartbeat (§5.3)
     assert net.nodes[2].commit == net.nodes[1].commit == len(leader_terms)
 
 
@@ -381,6 +384,7 @@ def test_new_leader_appends_a_noop() -> None:
     net.elect(2)
     (noop,) = net.disks[1].all_entries()
     assert noop.kind is EntryKind.NOOP and noop.term == 1 and (noop.first, noop.last) == (0, 0)
+    net.tick(2)  # followers learn the commit with the next heartbeat
     assert all(n.commit == 0 for n in net.nodes.values())
 
 

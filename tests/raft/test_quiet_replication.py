@@ -1,5 +1,6 @@
-"""What a leader leaves unsaid: a commit that is the only news asks no answer, and a follower
-that replication already shows alive gets no heartbeat.
+"""What a leader leaves unsaid: a commit that is the only news is not sent on its own (it goes
+with the next AppendEntries or heartbeat, and asks no answer), and a follower that replication
+already shows alive gets no heartbeat.
 
 Each message costs both brokers a decode, a step and often a driver turn; at a few hundred
 writes a second, answers to commit news and heartbeats beside a steady flow of appends were a
@@ -20,19 +21,52 @@ def _heartbeats_of_a_tick(net: Net) -> set[int]:
     return {m.dst for m in of_type(net.sent, Heartbeat) if m.src == 1 and m.reply}
 
 
-def test_a_commit_that_is_the_only_news_asks_no_answer() -> None:
+def test_a_commit_that_is_the_only_news_waits_for_what_is_sent_anyway() -> None:
+    """§5.3: the leader includes its commit index "in future AppendEntries RPCs (including
+    heartbeats)". A write costs four messages (to each follower the append and its answer),
+    not six: the commit goes with the next AppendEntries or the tick's heartbeat."""
     net = Net()
     leader = net.elect(1)
+    net.tick(1)  # the followers learn the no-op's commit
+    before = leader.commit
     net.sent.clear()
     index = net.propose(1, b"x")
     appends = of_type(net.sent, AppendEntries)
     assert all(m.entries for m in appends), "no empty AppendEntries: the commit goes alone"
-    notices = of_type(net.sent, Heartbeat)
-    assert {(m.dst, m.commit, m.reply) for m in notices} == {(2, index, False), (3, index, False)}
-    assert of_type(net.sent, HeartbeatResponse) == []
-    assert len(net.sent) == 6  # to each follower: the append, its answer, the commit
-    assert [net.nodes[n].commit for n in (1, 2, 3)] == [index] * 3
+    assert of_type(net.sent, Heartbeat) == [] and of_type(net.sent, HeartbeatResponse) == []
+    assert len(net.sent) == 4  # to each follower: the append and its answer
     assert leader.commit == index
+    assert [net.nodes[n].commit for n in (2, 3)] == [before] * 2
+    # The next write's AppendEntries brings it ...
+    net.sent.clear()
+    second = net.propose(1, b"y")
+    assert {(m.dst, m.commit) for m in of_type(net.sent, AppendEntries)} == {(2, index), (3, index)}
+    assert [net.nodes[n].commit for n in (2, 3)] == [index] * 2
+    # ... or the tick's heartbeat, which asks no answer of a follower whose answer is in.
+    net.sent.clear()
+    net.tick(1)
+    beats = of_type(net.sent, Heartbeat)
+    assert {(m.dst, m.commit, m.reply) for m in beats} == {(2, second, False), (3, second, False)}
+    assert of_type(net.sent, HeartbeatResponse) == []
+    assert [net.nodes[n].commit for n in (2, 3)] == [second] * 2
+    # Told once: the next tick sends them the usual heartbeat (they answered nothing since).
+    net.sent.clear()
+    net.tick(1)
+    assert {(m.dst, m.reply) for m in of_type(net.sent, Heartbeat)} == {(2, True), (3, True)}
+
+
+def test_a_leader_is_quiescent_only_once_every_follower_was_told_the_commit() -> None:
+    """The driver stops ticking a quiescent group: a follower not told the latest commit by
+    then would never hear it (its commit would stay behind while the group sleeps)."""
+    net = Net()
+    leader = net.elect(1)
+    net.propose(1, b"x")
+    assert [n.log.last_index() for n in net.nodes.values()] == [leader.commit] * 3
+    assert not leader.quiescent()  # everyone holds everything, but the commit was not told
+    net.tick(1)
+    assert leader.quiescent()
+    assert all(n.commit == leader.commit for n in net.nodes.values())
+    assert not net.nodes[2].quiescent()  # only a leader quiesces its group
 
 
 def test_a_follower_that_answered_and_holds_everything_gets_no_heartbeat() -> None:
@@ -59,10 +93,11 @@ def test_a_follower_that_answered_but_lags_still_gets_its_heartbeat() -> None:
     assert net.nodes[2].commit == leader.commit
 
 
-def test_a_follower_whose_answer_is_on_its_way_hears_the_commit_once_it_answers() -> None:
+def test_a_follower_whose_answer_is_on_its_way_hears_the_commit_at_the_next_heartbeat() -> None:
     """The first answer commits. The other follower has the entry on its way: an empty
-    AppendEntries now would cost it an answer and the leader a step to read it. It hears the
-    commit once its own answer is in, in a heartbeat that needs no reply."""
+    AppendEntries now would cost it an answer and the leader a step to read it, and so would
+    commit news once its answer is in. Both hear the commit with the tick's heartbeat, which
+    needs no reply."""
     net = Net()
     leader = net.elect(1)
     nodes, disks = net.nodes, net.disks
@@ -72,13 +107,16 @@ def test_a_follower_whose_answer_is_on_its_way_hears_the_commit_once_it_answers(
         nodes[append.dst].step(append)
         [answers[append.dst]] = drain(nodes[append.dst], disks[append.dst])
     leader.step(answers[2])
-    news = drain(leader, disks[1])
+    assert drain(leader, disks[1]) == []  # nothing for anybody yet
     assert leader.commit == index
-    assert [(type(m), m.dst) for m in news] == [(Heartbeat, 2)]  # nothing for node 3 yet
     leader.step(answers[3])
-    [late] = drain(leader, disks[1])
-    assert isinstance(late, Heartbeat)
-    assert (late.dst, late.commit, late.reply) == (3, index, False)
-    nodes[3].step(late)
-    assert drain(nodes[3], disks[3]) == []
-    assert nodes[3].commit == index
+    assert drain(leader, disks[1]) == []
+    leader.tick()
+    beats = drain(leader, disks[1])
+    assert {(type(m), m.dst) for m in beats} == {(Heartbeat, 2), (Heartbeat, 3)}
+    for beat in beats:
+        assert isinstance(beat, Heartbeat)
+        assert (beat.commit, beat.reply) == (index, False)
+        nodes[beat.dst].step(beat)
+        assert drain(nodes[beat.dst], disks[beat.dst]) == []
+        assert nodes[beat.dst].commit == index
