@@ -121,8 +121,16 @@ REGISTRY: tuple[Entry, ...] = (
         ".venv/bin/kafkaesque topic create readings --partitions 6 --replication-factor 3",
         "created topic readings: 6 partitions, replication factor 3",
     ),
-    here("seq 1000 | .venv/bin/kafkaesque produce orders", "produced 1,000 of 1,000 records"),
-    here(".venv/bin/kafkaesque consume orders --from-beginning --max 5", "consumed 5 records"),
+    here(
+        "seq 1000 | .venv/bin/kafkaesque produce orders",
+        "produced 1,000 of 1,000 records",
+        "partition:records 0:334, 1:333, 2:333",
+    ),
+    here(
+        ".venv/bin/kafkaesque consume orders --partition 0 --from-beginning --max 5 --long",
+        "0 1 - hello",
+        "consumed 5 records from partition 0",
+    ),
     here(".venv/bin/kafkaesque status", "brokers (3)"),
     here(
         "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -t 'phones/phone-00007/commands' -C 1 -W 30 &",
@@ -142,7 +150,7 @@ REGISTRY: tuple[Entry, ...] = (
         '{"device": "phone-tour", "serial": 0, "ts_ms": ',  # the reading landed
     ),
     here(
-        ".venv/bin/kafkaesque devices -n 20 --duration 10 --bootstrap 127.0.0.1:9092",
+        ".venv/bin/kafkaesque devices -n 20 --duration 10",
         "20 of 20 devices connected",
         "lost (acknowledged, not in the log) 0",
     ),
