@@ -18,6 +18,7 @@ UNEXPECTED: Final = "unexpected"
 DOUBLE_ASSIGNMENT: Final = "double_assignment"
 COMMIT_REGRESSION: Final = "commit_regression"
 UNSEEN: Final = "unseen"
+REPLICA_GAP: Final = "replica_gap"
 
 KINDS: Final[dict[str, str]] = {
     LOST: "a committed value is missing from the complete final read of its partition",
@@ -30,6 +31,7 @@ KINDS: Final[dict[str, str]] = {
     UNEXPECTED: "a read observed a value that nobody sent",
     DOUBLE_ASSIGNMENT: "two members of a group owned one partition at once",
     COMMIT_REGRESSION: "a group's committed offset for a partition went backwards",
+    REPLICA_GAP: "a replica's own committed log, read to its end, lacks a value placed below it",
     UNSEEN: "an acknowledged send was never read by anyone (lost, or not yet read)",
 }
 """Every kind the checker reports, in report order, with what it means."""

@@ -142,8 +142,16 @@ def write_report(
         f"<tr><td>{e(w.fault)}</td><td>{e(','.join(w.targets))}</td>"
         f"<td>{w.start_ns / _NS:.2f}</td>"
         f"<td>{'-' if w.end_ns is None else f'{w.end_ns / _NS:.2f}'}</td>"
-        f"<td>{w.unavailable_s:.2f}{'' if w.recovered else ' (never)'}</td></tr>"
+        f"<td>{w.unavailable_s:.2f}{'' if w.recovered else ' (never)'}</td>"
+        f"<td>{e(w.gaps_text())}</td></tr>"
         for w in result.fault_windows
+    )
+    pause = ", ".join(f"{t}/{p} {g:.2f} s" for (t, p), g in sorted(result.pause_gaps.items()))
+    pause_line = (
+        f"<p>Pauses (SIGSTOP of a leader), longest stretch with no ok send, per partition: "
+        f"{e(pause)}.</p>"
+        if pause
+        else ""
     )
     log = "".join(f"<li>{e(line)}</li>" for line in nemesis_log)
     imgs = "".join(f'<p><img src="{e(name)}" alt="{e(name)}"></p>' for name in images)
@@ -163,9 +171,11 @@ failed); broker logs in <code>logs/</code>.</p>
 {"".join(rows)}</table>
 <h2>Faults and unavailability</h2>
 <p>Unavailability: from a fault's start to the first ok send invoked after it.
-Max {result.max_unavailable_s:.2f} s.</p>
+Max {result.max_unavailable_s:.2f} s. Per partition: the longest stretch of the fault's window
+with no ok send to the partition.</p>
+{pause_line}
 <table><tr><th>fault</th><th>targets</th><th>start (s)</th><th>stop (s)</th>
-<th>unavailable (s)</th></tr>{faults}</table>
+<th>unavailable (s)</th><th>longest gap per partition</th></tr>{faults}</table>
 <h2>What the nemesis did</h2><ul>{log}</ul>
 <h2>Plots</h2>{imgs}
 <h2>Terminal summary</h2><pre>{e(result.summary())}</pre>

@@ -5,7 +5,9 @@ Two workloads, both checked by ``checker.check``:
 * ``queue``: producer processes append unique values (``p<process>-<seq>``) to keyed partitions,
   half of them with idempotence on and half off; assign-mode consumers read every partition from
   the start, over and over (each pass is a new ``Assign`` session); and, once faults are healed,
-  one ``FinalRead`` of every partition to its high watermark decides what was lost.
+  one ``FinalRead`` of every partition to its high watermark decides what was lost, and one
+  ``ReplicaRead`` per broker reads its own replicas (``FETCH ... replica=local``) so that the
+  checker compares them.
 * ``groups``: members of one consumer group join (``Subscribe``), poll, commit what they read
   (with their member id, so a member that lost a partition is fenced), read the committed
   offsets back (``FetchCommitted``), and now and then leave (``LEAVE``) or crash (vanish
@@ -47,9 +49,11 @@ from .history import (
     FinalRead,
     HistoryWriter,
     Op,
+    PartitionEnd,
     Poll,
     Process,
     Read,
+    ReplicaRead,
     Seek,
     Send,
     Subscribe,
@@ -362,3 +366,106 @@ async def final_read(
             return False
     rec.record("ok", process, FinalRead(tps, tuple(reads)))
     return True
+
+
+REPLICA_CONVERGE_S = 30.0
+"""How long the replica reads wait for the replicas of a partition to report one end."""
+_REPLICA_READ_S = 120.0  # one broker's whole read
+_REPLICA_FETCH_BYTES = 1 << 20
+
+
+async def replica_reads(
+    rec: Recorder,
+    brokers: Mapping[int, tuple[str, int]],
+    opts: WorkloadOptions,
+    high_watermarks: Callable[[], Awaitable[Mapping[int, int]]],
+) -> None:
+    """Read every broker's own replica of every partition (``FETCH ... replica=local``), one
+    ``ReplicaRead`` per broker (process ``replica-<id>``, node ``n<id>``).
+
+    First waits, up to ``REPLICA_CONVERGE_S``, until every replica of each partition reports
+    one end at least the partition's high watermark (``high_watermarks``): replicas that have
+    converged are compared over the whole log. One that has not is read anyway, up to its own
+    end: the checker holds it only to what it says it committed. A partition a broker holds no
+    replica of (``NO_REPLICA``) is left out of its read; any other failure ends that broker's
+    read ``info``.
+    """
+    async with _client([f"{h}:{p}" for h, p in brokers.values()]) as client:
+
+        async def end_of(node: int, partition: int) -> int | None:
+            """The replica's high watermark; None if the broker holds no replica."""
+            try:
+                with trio.fail_after(10):
+                    got = await client.call(
+                        calls.fetch(opts.topic, partition, 0, max_bytes=1, replica=brokers[node])
+                    )
+            except KafkaesqueError as exc:
+                if exc.code_name == "NO_REPLICA":
+                    return None
+                raise
+            return got.high_watermark if got.high_watermark is not None else got.next_offset
+
+        with trio.move_on_after(REPLICA_CONVERGE_S):
+            while True:
+                try:
+                    target = await high_watermarks()
+                    ends = {
+                        (node, p): await end_of(node, p)
+                        for node in brokers
+                        for p in range(opts.partitions)
+                    }
+                except (KafkaesqueError, trio.TooSlowError):
+                    await trio.sleep(0.5)
+                    continue
+                if all(
+                    end is None or end >= target.get(p, 0) for (_, p), end in ends.items()
+                ) and all(
+                    len({e for (_, q), e in ends.items() if q == p and e is not None}) <= 1
+                    for p in range(opts.partitions)
+                ):
+                    break
+                await trio.sleep(0.5)
+
+        for node in sorted(brokers):
+            await _replica_read(rec, client, node, brokers[node], opts, end_of)
+
+
+async def _replica_read(
+    rec: Recorder,
+    client: AsyncClient,
+    node: int,
+    address: tuple[str, int],
+    opts: WorkloadOptions,
+    end_of: Callable[[int, int], Awaitable[int | None]],
+) -> None:
+    process, where = f"replica-{node}", f"n{node}"
+    rec.record("invoke", process, ReplicaRead(), where)
+    reads: list[Read] = []
+    ends: list[PartitionEnd] = []
+    try:
+        with trio.fail_after(_REPLICA_READ_S):
+            for partition in range(opts.partitions):
+                end = await end_of(node, partition)
+                if end is None:
+                    continue  # no replica here
+                offset = 0
+                while offset < end:
+                    got = await client.call(
+                        calls.fetch(
+                            opts.topic,
+                            partition,
+                            offset,
+                            max_bytes=_REPLICA_FETCH_BYTES,
+                            replica=address,
+                        )
+                    )
+                    reads.extend(_reads([r for r in got.records if r.offset < end]))
+                    if got.next_offset <= offset:
+                        raise KafkaesqueError(None, f"no progress at offset {offset}",
+                                              retriable=False, outcome_unknown=False)  # fmt: skip
+                    offset = got.next_offset
+                ends.append(PartitionEnd(opts.topic, partition, end))
+    except (KafkaesqueError, trio.TooSlowError):
+        rec.record("info", process, ReplicaRead(tuple(ends), tuple(reads)), where)
+        return
+    rec.record("ok", process, ReplicaRead(tuple(ends), tuple(reads)), where)

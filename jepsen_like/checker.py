@@ -38,6 +38,14 @@ Rules, per topic-partition (see ``_anomalies.KINDS`` for the one-line versions):
 * ``double_assignment``: two members of a group owned one partition in the same generation, or
   in time windows that overlap (an ``Assignment`` starts a window; the member's next
   Assignment, Crash, Assign or Subscribe ends it).
+* ``replica_gap``: every broker's own replicas are read at the end (``ReplicaRead``, ``FETCH
+  ... replica=local``), each up to its own high watermark (a follower may be behind: it is held
+  only to what it says it has committed). Raft's log matching makes every replica's committed
+  log a prefix of one history, so a value placed at an offset below a replica's end (by an ack
+  or any read) must be at that offset in that replica's read; missing there, it is a gap (one
+  anomaly per replica and partition, naming the first offsets). Replicas that hold different
+  values at one offset are ``inconsistent_offsets``, a value at two offsets a ``duplicate``:
+  replica reads are observations like any other read.
 * ``commit_regression``: for one (group, partition), an ok ``Commit`` or an ok ``FetchCommitted``
   invoked after an ok commit completed carries a lower offset than that commit (a read of
   "nothing committed" counts as lower). Commits in flight together may land in either order.
@@ -47,16 +55,25 @@ Rules, per topic-partition (see ``_anomalies.KINDS`` for the one-line versions):
 completed (a send in flight when the fault began proves nothing about availability after it);
 the maximum over faults, and until the end of the history for a fault after which no send
 succeeded.
+
+Per partition (``FaultWindow.partition_gaps``): the longest stretch of a fault's window, from its
+start to its stop (or the end of the history), in which no send to the partition was
+acknowledged. A fault that stalls one partition (a paused leader holds its partitions, not the
+others) shows there, where the whole-cluster figure above is cut short by the first write that
+any other partition takes. ``CheckResult.pause_gaps`` is each partition's longest over the
+``pause`` faults.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import os
 import sys
 from bisect import bisect_left
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import pairwise
 from typing import NamedTuple, TypeAlias
 
 from ._anomalies import (
@@ -69,6 +86,7 @@ from ._anomalies import (
     LOST,
     NONMONOTONIC,
     NONMONOTONIC_SEND,
+    REPLICA_GAP,
     SKIPPED,
     UNEXPECTED,
     UNSEEN,
@@ -88,6 +106,7 @@ from .history import (
     Nemesis,
     Poll,
     Process,
+    ReplicaRead,
     Send,
     Subscribe,
     TopicPartition,
@@ -133,6 +152,9 @@ class FaultWindow:
     end_line: int | None
     unavailable_s: float
     recovered: bool
+    partition_gaps: tuple[tuple[TopicPartition, float], ...] = ()
+    """Per partition written in the history, the longest stretch of the window (seconds) with
+    no acknowledged send to it, sorted by partition."""
 
     def describe(self) -> str:
         """One line for reports."""
@@ -143,10 +165,15 @@ class FaultWindow:
             if self.end_line is None
             else f"lines {self.start_line}, {self.end_line}"
         )
+        gaps = f"; per partition {self.gaps_text()}" if self.partition_gaps else ""
         return (
             f"{self.fault} {','.join(self.targets) or '-'} from {self.start_ns / _NS:.3f} s to "
-            f"{end}: {after} {self.unavailable_s:.3f} s [{lines}]"
+            f"{end}: {after} {self.unavailable_s:.3f} s{gaps} [{lines}]"
         )
+
+    def gaps_text(self) -> str:
+        """``t/0 3.2 s, t/1 0.1 s``: the longest gap without an ok send, per partition."""
+        return ", ".join(f"{t}/{p} {gap:.1f} s" for (t, p), gap in self.partition_gaps)
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,6 +207,8 @@ class CheckResult:
     unseen: int
     fault_windows: tuple[FaultWindow, ...]
     unchecked_partitions: tuple[TopicPartition, ...]
+    pause_gaps: Mapping[TopicPartition, float] = dataclasses.field(default_factory=dict)
+    """Per partition, the longest stretch of a ``pause`` fault with no ok send to it (s)."""
 
     def count(self, kind: str) -> int:
         """How many anomalies of ``kind`` were found (allowed ones included)."""
@@ -217,6 +246,9 @@ class CheckResult:
             if len(found) > examples:
                 out.append(f"  ... and {len(found) - examples} more")
         out.append(f"faults: {self.faults}, max unavailable {self.max_unavailable_s:.3f} s")
+        if self.pause_gaps:
+            gaps = ", ".join(f"{t}/{p} {g:.1f} s" for (t, p), g in sorted(self.pause_gaps.items()))
+            out.append(f"pause: longest stretch with no ok send, per partition: {gaps}")
         worst = sorted(self.fault_windows, key=lambda w: -w.unavailable_s)[:examples]
         out.extend(f"  {w.describe()}" for w in worst)
         if len(self.fault_windows) > examples:
@@ -302,6 +334,7 @@ class _Checker:
         self.acked = 0
         self.last_send: dict[tuple[Process, TPKey], tuple[int, int]] = {}  # -> (offset, line)
         self.ok_send_times: list[tuple[int, int]] = []  # (invoked, completed) of ok sends
+        self.ok_times_by_tp: dict[TPKey, list[int]] = {}  # completions of ok sends, in order
         # The version order and who observed it. Invariant: every offset in versions[tp] was
         # observed holding versions[tp][offset][0] by line versions[tp][offset][1].
         self.versions: dict[TPKey, dict[int, tuple[str, int]]] = {}
@@ -311,6 +344,7 @@ class _Checker:
         self.first_read: dict[str, int] = {}  # value -> line of the first read that saw it
         self.final_values: dict[int, set[str]] = {}  # line of an ok final read -> its values
         self.final_complete: dict[TPKey, list[int]] = {}  # tp -> lines of ok final reads of it
+        self.replica_reads: list[int] = []  # event indexes of ok replica reads
         # Consumers, groups, faults.
         self.consumer_steps: list[int] = []  # event indexes pass 2 replays
         self.owning: dict[Process, int] = {}  # process -> index of its current Assignment
@@ -325,6 +359,7 @@ class _Checker:
         self._check_positions()
         self._check_values()
         self._check_groups()
+        self._check_replicas()
         windows = self._fault_windows()
         found = {k: tuple(v) for k, v in self.found.items()}
         sends = self.sends.values()
@@ -350,6 +385,7 @@ class _Checker:
             unseen=len(found[UNSEEN]),
             fault_windows=windows,
             unchecked_partitions=tuple(_tp(k) for k in sorted(touched - set(self.final_complete))),
+            pause_gaps=_longest_gaps(w for w in windows if w.fault == "pause"),
         )
 
     def _ref(self, line: int) -> OpRef:
@@ -455,6 +491,12 @@ class _Checker:
                 self.final_values[line] = {r.value for r in op.reads}
                 for tp in op.partitions:
                     self.final_complete.setdefault(tp, []).append(line)
+        elif isinstance(op, ReplicaRead):
+            if ev.type != "fail":
+                self._observe_reads(op.reads, line)
+                self.consumer_steps.append(i)
+            if ev.type == "ok":
+                self.replica_reads.append(i)
         elif isinstance(op, (Assign, Subscribe)):
             # The process polls only after this completes, and a proof should cite the line that
             # shows the outcome, so the reading session is reset here rather than at invocation.
@@ -503,6 +545,7 @@ class _Checker:
         rec.offset = op.offset
         self.acked += 1
         self.ok_send_times.append((rec.invoke_time, ev.time))
+        self.ok_times_by_tp.setdefault(tp, []).append(ev.time)
         self._observe(tp, op.offset, op.value, line)
         key = (ev.process, tp)
         prev = self.last_send.get(key)
@@ -623,7 +666,7 @@ class _Checker:
                 if c.mode == "subscribe" and op.offset is not None:
                     # ...but only to where the group committed, when the member says so.
                     c.seeks[(op.topic, op.partition)] = (op.offset, i + 1)
-            elif isinstance(op, FinalRead):
+            elif isinstance(op, (FinalRead, ReplicaRead)):
                 self._check_final_order(i, op)
 
     def _check_poll(
@@ -704,7 +747,7 @@ class _Checker:
             allowed=allowed,
         )
 
-    def _check_final_order(self, i: int, op: FinalRead) -> None:
+    def _check_final_order(self, i: int, op: FinalRead | ReplicaRead) -> None:
         last: dict[TPKey, int] = {}
         for topic, partition, offset, value in op.reads:
             tp = (topic, partition)
@@ -816,6 +859,39 @@ class _Checker:
                 offset=offset,
             )
 
+    # ---- replicas -----------------------------------------------------------------------------
+
+    def _check_replicas(self) -> None:
+        ordered: dict[TPKey, list[int]] = {}
+        for i in self.replica_reads:
+            ev = self.events[i]
+            op = ev.op
+            assert isinstance(op, ReplicaRead)  # replica_reads only holds ReplicaRead events
+            held: dict[TPKey, set[int]] = {}
+            for topic, partition, offset, _ in op.reads:
+                held.setdefault((topic, partition), set()).add(offset)
+            for topic, partition, end in op.ends:
+                tp = (topic, partition)
+                versions = self.versions.get(tp, {})
+                offsets = ordered.get(tp)
+                if offsets is None:
+                    offsets = ordered[tp] = sorted(versions)
+                has = held.get(tp, set())
+                missing = [o for o in offsets[: bisect_left(offsets, end)] if o not in has]
+                if not missing:
+                    continue
+                first = missing[0]
+                self._report(
+                    REPLICA_GAP,
+                    f"the replica of {_show(tp)} on {ev.node or '?'} read to its end {end} lacks "
+                    f"{'offset' if len(missing) == 1 else 'offsets'} {_offsets_text(missing)}, "
+                    f"which {'holds a value' if len(missing) == 1 else 'hold values'}",
+                    (i + 1, versions[first][1]),
+                    tp=tp,
+                    value=versions[first][0],
+                    offset=first,
+                )
+
     # ---- groups and faults --------------------------------------------------------------------
 
     def _check_groups(self) -> None:
@@ -868,6 +944,7 @@ class _Checker:
             k = bisect_left(invoked, start)
             recovered = k < len(sends)
             until = soonest[k] if recovered else self.end_time
+            stop = self.end_time if end is None else end
             out.append(
                 FaultWindow(
                     fault=op.fault,
@@ -878,9 +955,31 @@ class _Checker:
                     end_line=end_line,
                     unavailable_s=max(0, until - start) / _NS,
                     recovered=recovered,
+                    partition_gaps=self._gaps(start, stop),
                 )
             )
         return tuple(out)
+
+    def _gaps(self, start: int, stop: int) -> tuple[tuple[TopicPartition, float], ...]:
+        """Per partition of the history, the longest part of [start, stop] without an ok send
+        completing to it (the whole window for one that took none)."""
+        out = []
+        for tp in sorted(self.versions):
+            times = self.ok_times_by_tp.get(tp, [])
+            inside = times[bisect_left(times, start) : bisect_left(times, stop)]
+            edges = [start, *inside, stop]
+            longest = max((b - a for a, b in pairwise(edges)), default=0)
+            out.append((_tp(tp), max(0, longest) / _NS))
+        return tuple(out)
+
+
+def _longest_gaps(windows: Iterable[FaultWindow]) -> dict[TopicPartition, float]:
+    """Per partition, the longest ``partition_gaps`` entry over ``windows``."""
+    out: dict[TopicPartition, float] = {}
+    for w in windows:
+        for tp, gap in w.partition_gaps:
+            out[tp] = max(out.get(tp, 0.0), gap)
+    return out
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -197,6 +197,30 @@ def _seeks(d: Mapping[str, Any], key: str) -> tuple[Seek, ...]:
     return tuple(out)
 
 
+class PartitionEnd(NamedTuple):
+    """How far a read of one replica went: offsets below ``end``. JSON: ``[topic, partition,
+    end]``."""
+
+    topic: str
+    partition: int
+    end: int
+
+
+def _ends(d: Mapping[str, Any], key: str) -> tuple[PartitionEnd, ...]:
+    out = []
+    for r in _list(d, key):
+        if (
+            type(r) is not list
+            or len(r) != 3
+            or type(r[0]) is not str
+            or type(r[1]) is not int
+            or type(r[2]) is not int
+        ):
+            raise _missing(key, "a list of [topic, partition, end]")
+        out.append(PartitionEnd(sys.intern(r[0]), r[1], r[2]))
+    return tuple(out)
+
+
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in d.items() if v is not None}
 
@@ -487,6 +511,32 @@ class FinalRead:
 
 
 @dataclass(frozen=True, slots=True)
+class ReplicaRead:
+    """A read of one broker's own replicas (``FETCH ... replica=local``), after the final read:
+    every record each replica holds committed, from offset 0 up to ``end`` (that replica's own
+    high watermark when its read began), in log order. The event's ``node`` names the broker.
+
+    An ``ok`` completion promises that each partition of ``ends`` was read whole below its end,
+    so a committed value placed below that end and missing here is missing from this replica;
+    partitions the broker holds no replica of are absent. An ``info`` completion carries what was
+    read before giving up: observations, proof of nothing missing.
+    """
+
+    F: ClassVar[str] = "replica_read"
+    ends: tuple[PartitionEnd, ...] = ()
+    reads: tuple[Read, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"ends": self.ends, "reads": self.reads}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> ReplicaRead:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        return cls(ends=_ends(d, "ends"), reads=_reads(d, "reads"))
+
+
+@dataclass(frozen=True, slots=True)
 class Nemesis:
     """A fault being started or stopped (``phase``) by the nemesis, on ``targets`` (nodes).
 
@@ -526,6 +576,7 @@ Op: TypeAlias = (
     | FetchCommitted
     | Assignment
     | FinalRead
+    | ReplicaRead
     | Nemesis
 )
 
@@ -539,6 +590,7 @@ _OP_CLASSES: tuple[type[Op], ...] = (
     FetchCommitted,
     Assignment,
     FinalRead,
+    ReplicaRead,
     Nemesis,
 )
 _BY_F: dict[str, type[Op]] = {c.F: c for c in _OP_CLASSES}
@@ -619,7 +671,7 @@ class Event:
             where = op.topic if op.partition is None else f"{op.topic}/{op.partition}"
             at = "" if op.offset is None else f" @{op.offset}"
             return f"{self.type} send {where} {op.value!r}{at} {who}"
-        if isinstance(op, (Poll, FinalRead)):
+        if isinstance(op, (Poll, FinalRead, ReplicaRead)):
             return f"{self.type} {op.F} of {len(op.reads)} records {who}"
         if isinstance(op, (Commit, FetchCommitted)):
             at = "" if op.offset is None else f" @{op.offset}"

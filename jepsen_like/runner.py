@@ -38,6 +38,7 @@ from ._workload import (
     final_read,
     group_member,
     producer,
+    replica_reads,
 )
 from .checker import CheckResult, check_file
 from .history import HistoryWriter
@@ -203,6 +204,14 @@ async def _run(
                 ):
                     break
                 await trio.sleep(5)
+            # Every replica on its own: a record missing from one follower is invisible to
+            # reads served by the leader (Jepsen's NATS analysis found loss only per node).
+            await replica_reads(
+                rec,
+                {i: cluster.client_address(i) for i in cluster.alive()},
+                options.workload,
+                lambda: cluster.high_watermarks(topic),
+            )
         finally:
             cluster.stop_all()
             services.cancel_scope.cancel()

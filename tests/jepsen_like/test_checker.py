@@ -31,9 +31,11 @@ from kafkaesque.jepsen_like.history import (
     HistoryError,
     Nemesis,
     Op,
+    PartitionEnd,
     Poll,
     Process,
     Read,
+    ReplicaRead,
     Seek,
     Send,
     Subscribe,
@@ -116,6 +118,18 @@ class H:
         tps = tuple(TopicPartition("t", p) for p in partitions)
         self.add("invoke", "final", FinalRead(tps))
         return self.add("ok", "final", FinalRead(tps, tuple(Read("t", 0, o, v) for o, v in reads)))
+
+    def replica(
+        self, node: str, end: int, *reads: tuple[int, str], outcome: EventType = "ok"
+    ) -> int:
+        """Broker ``node``'s own replica of t/0, read below ``end`` (``FETCH replica=local``)."""
+        op = ReplicaRead((PartitionEnd("t", 0, end),))
+        self.now += MS
+        self.events.append(Event("invoke", f"replica-{node}", self.now, op, node))
+        got = replace(op, reads=tuple(Read("t", 0, o, v) for o, v in reads))
+        self.now += MS
+        self.events.append(Event(outcome, f"replica-{node}", self.now, got, node))
+        return len(self.events)
 
     def nemesis(self, phase: str, at: float, fault: str = "partition") -> int:
         op = Nemesis(fault, "start" if phase == "start" else "stop", ("n1",))
@@ -341,6 +355,48 @@ def test_duplicate_of_an_indeterminate_idempotent_send() -> None:
     assert only(check(h.events), "duplicate") == (d, final)
 
 
+def test_replicas_that_agree_up_to_their_own_ends_are_valid() -> None:
+    h, _ = clean()
+    drained(h)
+    h.replica("n0", 4, (0, "p1-0"), (1, "p1-1"), (3, "p2-0"))
+    h.replica("n1", 4, (0, "p1-0"), (1, "p1-1"), (3, "p2-0"))
+    h.replica("n2", 2, (0, "p1-0"), (1, "p1-1"))  # behind: committed only up to offset 1
+    result = check(h.events)
+    assert result.valid, result.summary()
+
+
+def test_replica_gap_a_replica_lacks_a_committed_value_below_its_end() -> None:
+    h, lines = clean()
+    drained(h)
+    h.replica("n0", 4, (0, "p1-0"), (1, "p1-1"), (3, "p2-0"))
+    gap = h.replica("n2", 4, (0, "p1-0"), (3, "p2-0"))  # its end is past offset 1
+    result = check(h.events)
+    assert only(result, "replica_gap") == (lines["b"], gap)
+    [found] = result.anomalies["replica_gap"]
+    assert "t/0 on n2 read to its end 4 lacks offset 1" in found.explanation
+    assert (found.offset, found.value) == (1, "p1-1")
+
+
+def test_an_incomplete_replica_read_proves_no_gap() -> None:
+    h, _ = clean()
+    drained(h)
+    h.replica("n2", 4, (0, "p1-0"), outcome="info")
+    assert check(h.events).valid
+
+
+def test_replicas_that_disagree_at_an_offset_are_inconsistent() -> None:
+    h, _ = clean()
+    h.send(3, "p3-0", outcome="info")  # never acknowledged: only one replica holds it
+    drained(h)
+    h.replica("n0", 4, (0, "p1-0"), (1, "p1-1"), (3, "p2-0"))
+    other = h.replica("n1", 4, (0, "p1-0"), (1, "p1-1"), (3, "p3-0"))
+    result = check(h.events)
+    # n1's offset 3 is committed as n1 says, so p3-0 is also missing from the final read: lost.
+    assert result.invalid_kinds == ("lost", "inconsistent_offsets"), result.summary()
+    [found] = result.anomalies["inconsistent_offsets"]
+    assert other in found.lines and found.offset == 3
+
+
 def test_inconsistent_offsets_between_two_readers() -> None:
     h, lines = clean()
     h.send(3, "p3-0", outcome="info")
@@ -541,6 +597,31 @@ def test_unavailability_runs_to_the_first_ok_send_invoked_after_the_fault() -> N
     assert (last.start_line, last.end_line, last.recovered) == (second - 1, None, False)
     assert last.unavailable_s == pytest.approx(h.now / S - 20.0)
     assert result.max_unavailable_s == pytest.approx(last.unavailable_s)
+
+
+def test_a_pause_reports_the_longest_stretch_without_an_ok_send_per_partition() -> None:
+    # The paused leader holds t/1: t/0 keeps taking writes, so the cluster-wide figure (the
+    # first ok send after the start) says 0.2 s while t/1 got nothing for 4 s.
+    h, _ = clean()
+    h.send(3, "q-0", 1, partition=1, at=9.0)
+    h.nemesis("start", at=10.0, fault="pause")
+    h.send(4, "q-1", 4, at=10.2)
+    h.send(4, "q-2", 5, at=11.0)
+    h.send(3, "q-3", 2, partition=1, at=14.0)  # t/1 again, after the pause's start + 4 s
+    h.send(4, "q-4", 6, at=14.5)
+    h.nemesis("stop", at=15.0, fault="pause")
+    h.nemesis("start", at=20.0)  # a partition fault: not a pause
+    h.send(3, "q-5", 3, partition=1, at=29.0)
+    h.nemesis("stop", at=30.0)
+    result = check(h.events)
+    pause, other = result.fault_windows
+    assert pause.unavailable_s == pytest.approx(0.201)
+    gaps = dict(pause.partition_gaps)
+    assert gaps[TopicPartition("t", 0)] == pytest.approx(3.5, abs=0.01)  # 11.0 to 14.5
+    assert gaps[TopicPartition("t", 1)] == pytest.approx(4.0, abs=0.01)  # 10.0 to 14.0
+    assert dict(other.partition_gaps)[TopicPartition("t", 1)] == pytest.approx(9.0, abs=0.01)
+    assert dict(result.pause_gaps) == gaps  # the partition fault is not counted
+    assert "t/0 3.5 s, t/1 4.0 s" in result.summary()
 
 
 def test_a_failed_fault_start_is_not_a_fault() -> None:

@@ -19,8 +19,10 @@ from kafkaesque.jepsen_like.history import (
     HistoryError,
     HistoryWriter,
     Nemesis,
+    PartitionEnd,
     Poll,
     Read,
+    ReplicaRead,
     Seek,
     Send,
     Subscribe,
@@ -42,6 +44,13 @@ ONE_OF_EACH = [
     Event("ok", 7, 27, Assignment("g", "m7", 3, (TopicPartition("t", 0),))),
     Event("ok", "final", 28, FinalRead((TopicPartition("t", 0),), (Read("t", 0, 0, "p1-0"),))),
     Event("invoke", "nemesis", 29, Nemesis("partition", "start", ("n1", "n2"))),
+    Event(
+        "ok",
+        "replica-1",
+        30,
+        ReplicaRead((PartitionEnd("t", 0, 5),), (Read("t", 0, 1, "p1-0"),)),
+        "n1",
+    ),
 ]
 
 
@@ -184,6 +193,7 @@ _ops = st.one_of(
     st.builds(FetchCommitted, _text, _text, _int, st.none() | _int),
     st.builds(Assignment, _text, _text, _int, _tps),
     st.builds(FinalRead, _tps, _reads),
+    st.builds(ReplicaRead, st.lists(st.builds(PartitionEnd, _text, _int, _int)).map(tuple), _reads),
     st.builds(Nemesis, _text, st.sampled_from(["start", "stop"]), st.lists(_text).map(tuple)),
 )
 _events = st.builds(

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from kafkaesque.jepsen_like._nemesis import NEMESES
 from kafkaesque.jepsen_like._workload import WorkloadOptions
+from kafkaesque.jepsen_like.history import ReplicaRead, read_history
 from kafkaesque.jepsen_like.runner import RunOptions, RunOutcome, run
 
 pytestmark = pytest.mark.jepsen
@@ -51,6 +52,14 @@ def test_a_short_run_with_kill_leader_and_partitions_is_valid(tmp_path: Path) ->
     assert result.acked > 100, "the clients must have written through the faults"
     assert result.valid, result.summary()
     assert not result.unchecked_partitions, "the final read must be complete"
+    # Every broker's own replicas were read whole (FETCH replica=local) and compared.
+    replica_reads = [ev for ev in read_history(outcome.history) if isinstance(ev.op, ReplicaRead)]
+    done = {ev.node: ev.op for ev in replica_reads if ev.type == "ok"}
+    assert set(done) == {"n0", "n1", "n2"}, replica_reads
+    for op in done.values():
+        assert isinstance(op, ReplicaRead)
+        assert {(t, p) for t, p, _ in op.ends} == {("jepsen", p) for p in range(4)}
+        assert op.reads, "each replica holds records"
 
 
 def test_a_broker_that_acks_before_commit_is_caught_losing_writes(tmp_path: Path) -> None:
