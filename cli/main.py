@@ -41,13 +41,16 @@ COMMANDS: dict[str, Command] = {
     "topic": Command(".client_commands", "create, list, describe or delete topics"),
     "produce": Command(
         ".client_commands",
-        "publish stdin (or a file), one record per line, with a batching producer",
+        "publish stdin (or a file), one record per line, with a batching producer; "
+        "records without --key go to the partitions in turn (round-robin)",
     ),
     "consume": Command(
         ".client_commands", "print a topic's records, one value per line (or --format)"
     ),
     "status": Command(
-        ".client_commands", "brokers, then every partition's leader, replicas and offsets"
+        ".client_commands",
+        "brokers (up or down), then every partition's leader, replicas, offsets and "
+        "state (ok, under-replicated, no-leader)",
     ),
     "jepsen": Command(".jepsen", "run a fault-injection test and check its history"),
     "mqtt-bridge": Command(
