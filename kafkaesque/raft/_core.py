@@ -110,6 +110,7 @@ class RaftNode(LeaderMixin):
         self._cfg = config
         self._rng = rng
         self._bugs = config.testing_bugs
+        self._forget_vote = BUG_FORGET_VOTE in self._bugs  # read at every step: looked up once
         init = storage.initial_state()
         # Invariant: the term never decreases during the life of the node (persisted ones too).
         self._term = init.hard_state.term
@@ -674,22 +675,26 @@ class RaftNode(LeaderMixin):
 
     # -- Ready / advance ---------------------------------------------------------------------------
 
-    def _hard_state(self) -> HardState:
-        vote = None if BUG_FORGET_VOTE in self._bugs else self._vote
-        return HardState(self._term, vote, self._log.commit)
-
     def has_ready(self) -> bool:
         """Whether ``ready()`` would ask something of the driver (False while one is out)."""
+        # Asked after every step, often several times: cheapest and likeliest causes first,
+        # and the hard and soft states compared field by field, not built to be compared.
         if self._ready_out is not None:
             return False
-        leader_work = self._role is Role.LEADER and (self._needs_bcast or self._round_unsent)
-        return (
-            bool(self._msgs or self._read_states or self._dropped_reads)
-            or leader_work
-            or self._log.has_pending()
-            or self._log.commit > self._log.applied
-            or self._hard_state() != self._prev_hard
-            or SoftState(self._role, self._leader) != self._prev_soft
+        log = self._log
+        if self._msgs or log.commit > log.applied or log.has_pending():
+            return True
+        if self._role is Role.LEADER and (self._needs_bcast or self._round_unsent):
+            return True
+        hard, soft = self._prev_hard, self._prev_soft
+        return bool(
+            self._read_states
+            or self._dropped_reads
+            or self._term != hard.term
+            or (None if self._forget_vote else self._vote) != hard.vote
+            or log.commit != hard.commit
+            or self._role is not soft.role
+            or self._leader != soft.leader
         )
 
     def quiescent(self) -> bool:
@@ -721,10 +726,11 @@ class RaftNode(LeaderMixin):
         One that has not (a commit to expose, commit news, an answer that acknowledges only
         what is already durable) may be handled, its messages sent, at once.
         """
-        hard = self._hard_state()
-        return self._log.has_pending() or (hard.term, hard.vote) != (
-            self._prev_hard.term,
-            self._prev_hard.vote,
+        prev = self._prev_hard
+        return (
+            self._log.has_pending()
+            or self._term != prev.term
+            or (None if self._forget_vote else self._vote) != prev.vote
         )
 
     def ready(self) -> Ready:
@@ -736,13 +742,19 @@ class RaftNode(LeaderMixin):
         if self._ready_out is not None:
             raise RaftUsageError("advance() the previous Ready before asking for another")
         self._flush()
-        hard = self._hard_state()
-        soft = SoftState(self._role, self._leader)
-        reset, truncate_from, entries = self._log.take_pending()
         log = self._log
+        prev_hard, prev_soft = self._prev_hard, self._prev_soft
+        vote = None if self._forget_vote else self._vote
+        hard: HardState | None = None
+        if (self._term, vote, log.commit) != (prev_hard.term, prev_hard.vote, prev_hard.commit):
+            hard = self._prev_hard = HardState(self._term, vote, log.commit)
+        soft: SoftState | None = None
+        if self._role is not prev_soft.role or self._leader != prev_soft.leader:
+            soft = self._prev_soft = SoftState(self._role, self._leader)
+        reset, truncate_from, entries = log.take_pending()
         rd = Ready(
-            soft_state=soft if soft != self._prev_soft else None,
-            hard_state=hard if hard != self._prev_hard else None,
+            soft_state=soft,
+            hard_state=hard,
             log_reset=reset,
             truncate_from=truncate_from,
             entries=entries,
@@ -751,7 +763,6 @@ class RaftNode(LeaderMixin):
             read_states=tuple(self._read_states),
             dropped_reads=tuple(self._dropped_reads),
         )
-        self._prev_hard, self._prev_soft = hard, soft
         self._msgs, self._read_states, self._dropped_reads = [], [], []
         self._ready_out = rd
         return rd

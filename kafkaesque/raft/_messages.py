@@ -10,6 +10,7 @@ else (the transport then closes the connection).
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass, fields
 from typing import Any, Final, TypeAlias
@@ -226,8 +227,8 @@ _FIELDS: Final[dict[type, tuple[str, ...]]] = {
 }
 
 
-def to_wire(msg: Message) -> list[object]:
-    """``[tag, src, dst, term, ...fields in declaration order]``, msgpack-encodable."""
+def _generic_to_wire(msg: Message) -> list[object]:
+    """``to_wire`` for any message, driven by its dataclass fields (the reference form)."""
     out: list[object] = [TAGS[type(msg)]]
     for name in _FIELDS[type(msg)]:
         value = getattr(msg, name)
@@ -239,6 +240,115 @@ def to_wire(msg: Message) -> list[object]:
     return out
 
 
+def _generic_from_wire(cls: type, obj: list[Any] | tuple[Any, ...]) -> Message:
+    """``from_wire`` for any message class, field by field (the reference form: its errors
+    name the field that is wrong)."""
+    names = _FIELDS[cls]
+    if len(obj) != len(names) + 1:
+        raise MalformedMessage(f"{cls.__name__} needs {len(names)} fields, got {len(obj) - 1}")
+    kwargs = {name: _DECODERS[name](value) for name, value in zip(names, obj[1:], strict=True)}
+    msg: Message = cls(**kwargs)
+    return msg
+
+
+# The messages of every write's round (an append, its answer; heartbeats and their answers
+# every tick) have hand-written encoders and decoders: the generic ones cost a getattr and an
+# append per field and a decoder call per field, and these run for every message a broker
+# sends or receives. They produce and accept exactly what the generic ones do (same tags, same
+# layout, same checks; tests/raft/test_messages.py compares them), and leave the error message
+# of a malformed one to the generic decoder.
+
+
+def _append_to_wire(m: AppendEntries) -> list[object]:
+    return [
+        3,
+        m.src,
+        m.dst,
+        m.term,
+        m.prev_index,
+        m.prev_term,
+        m.commit,
+        [[e.term, e.first, e.last, int(e.kind), e.data] for e in m.entries],
+    ]
+
+
+def _append_response_to_wire(m: AppendEntriesResponse) -> list[object]:
+    return [4, m.src, m.dst, m.term, m.success, m.index, m.conflict_term, m.conflict_index]
+
+
+def _heartbeat_to_wire(m: Heartbeat) -> list[object]:
+    return [5, m.src, m.dst, m.term, m.commit, m.round, m.reply]
+
+
+def _heartbeat_response_to_wire(m: HeartbeatResponse) -> list[object]:
+    return [6, m.src, m.dst, m.term, m.round]
+
+
+def _append_from_wire(obj: list[Any] | tuple[Any, ...]) -> Message:
+    if len(obj) == 8:
+        _, src, dst, term, prev_index, prev_term, commit, entries = obj
+        if type(src) is type(dst) is type(term) is type(prev_index) is int and (
+            type(prev_term) is type(commit) is int
+        ):
+            return AppendEntries(src, dst, term, prev_index, prev_term, commit, _entries(entries))
+    return _generic_from_wire(AppendEntries, obj)
+
+
+def _append_response_from_wire(obj: list[Any] | tuple[Any, ...]) -> Message:
+    if len(obj) == 8:
+        _, src, dst, term, success, index, conflict_term, conflict_index = obj
+        if (
+            type(src) is type(dst) is type(term) is type(index) is type(conflict_index) is int
+            and type(success) is bool
+            and (conflict_term is None or type(conflict_term) is int)
+        ):
+            return AppendEntriesResponse(
+                src, dst, term, success, index, conflict_term, conflict_index
+            )
+    return _generic_from_wire(AppendEntriesResponse, obj)
+
+
+def _heartbeat_from_wire(obj: list[Any] | tuple[Any, ...]) -> Message:
+    if len(obj) == 7:
+        _, src, dst, term, commit, round_, reply = obj
+        if type(src) is type(dst) is type(term) is type(commit) is type(round_) is int and (
+            type(reply) is bool
+        ):
+            return Heartbeat(src, dst, term, commit, round_, reply)
+    return _generic_from_wire(Heartbeat, obj)
+
+
+def _heartbeat_response_from_wire(obj: list[Any] | tuple[Any, ...]) -> Message:
+    if len(obj) == 5:
+        _, src, dst, term, round_ = obj
+        if type(src) is type(dst) is type(term) is type(round_) is int:
+            return HeartbeatResponse(src, dst, term, round_)
+    return _generic_from_wire(HeartbeatResponse, obj)
+
+
+_TO_WIRE: Final[dict[type, Callable[[Any], list[object]]]] = {
+    cls: _generic_to_wire for cls in TAGS
+} | {
+    AppendEntries: _append_to_wire,
+    AppendEntriesResponse: _append_response_to_wire,
+    Heartbeat: _heartbeat_to_wire,
+    HeartbeatResponse: _heartbeat_response_to_wire,
+}
+_FROM_WIRE: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Message]]] = {
+    tag: functools.partial(_generic_from_wire, cls) for cls, tag in TAGS.items()
+} | {
+    TAGS[AppendEntries]: _append_from_wire,
+    TAGS[AppendEntriesResponse]: _append_response_from_wire,
+    TAGS[Heartbeat]: _heartbeat_from_wire,
+    TAGS[HeartbeatResponse]: _heartbeat_response_from_wire,
+}
+
+
+def to_wire(msg: Message) -> list[object]:
+    """``[tag, src, dst, term, ...fields in declaration order]``, msgpack-encodable."""
+    return _TO_WIRE[type(msg)](msg)
+
+
 def from_wire(obj: object) -> Message:
     """Inverse of ``to_wire`` (accepts lists or tuples, as msgpack may give either).
 
@@ -248,15 +358,10 @@ def from_wire(obj: object) -> Message:
     if not isinstance(obj, list | tuple) or not obj:
         raise MalformedMessage(f"expected a non-empty list, got {type(obj).__name__}")
     tag = obj[0]
-    cls = _BY_TAG.get(tag) if type(tag) is int else None
-    if cls is None:
+    decode = _FROM_WIRE.get(tag) if type(tag) is int else None
+    if decode is None:
         raise MalformedMessage(f"unknown message tag {tag!r}")
-    names = _FIELDS[cls]
-    if len(obj) != len(names) + 1:
-        raise MalformedMessage(f"{cls.__name__} needs {len(names)} fields, got {len(obj) - 1}")
-    kwargs = {name: _DECODERS[name](value) for name, value in zip(names, obj[1:], strict=True)}
-    msg: Message = cls(**kwargs)
-    return msg
+    return decode(obj)
 
 
 def describe(msg: Message) -> str:
