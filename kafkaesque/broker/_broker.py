@@ -6,6 +6,20 @@ controller quorum's replica (pysyncobj, bridged into trio), the client listener 
 the admin HTTP listener (``/metrics``), and the loops that keep the local Raft groups in step
 with the metadata and tell peers which partitions this broker leads. Cancelling ``run`` stops
 all of it and closes every log.
+
+Readiness (issue 23). A broker that has just started knows nothing of the cluster: its metadata
+replica replays its journal and catches up with the controller quorum's leader only after its
+listeners are open. Until then its view may lack topics that exist, so answering from it would
+say ``UNKNOWN_TOPIC`` for a topic that exists (or auto-create one). The broker is **ready** once
+its registration (sent after pysyncobj says this replica caught up with a leader) has been
+committed by the controller quorum and applied by this replica: everything the quorum committed
+before the registration is then applied here (the registration is a read barrier through the
+quorum), and the broker is in the registry with its current addresses. Ready is reached once
+and never lost: a broker cut off from the quorum later serves from the metadata it has, as
+before. Until ready, every command that needs the metadata answers the retriable ``NOT_READY``
+(``CommandHandler.dispatch``) and MQTT CONNECTs get "server unavailable"; PING, HELP and QUIT
+are answered, and the ports are open, so that a broker that cannot reach a controller quorum
+still says why instead of refusing connections.
 """
 
 from __future__ import annotations
@@ -14,6 +28,7 @@ import contextlib
 import logging
 import os
 import shutil
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -84,6 +99,7 @@ _RECONCILE_EVERY_S = 1.0
 _COMPACTED_SEGMENT_BYTES = 1 << 20
 _MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
+_STARTUP_LOG_S = 60.0  # the start-up timeline (INFO lines "... s after start") ends then
 _FORWARD_SLACK_S = 5.0
 # A read may be served by any replica, so a forwarded one waits less for its answer; a replica
 # that let one go unanswered is passed over by the reads of the next _READ_PASS_OVER_S seconds.
@@ -140,12 +156,29 @@ class Broker:
         self._nursery: trio.Nursery | None = None
         self._connections = 0
         self._known_peers = set(config.peers) - {config.id}
+        # Peers (re)connected since the last leadership report: told at once, not at the next
+        # periodic report (a restarted broker routes nothing before it knows the leaders).
+        self._unreported_peers: set[int] = set()
         self.client_port = config.client.port
         self.admin_port: int | None = None
         # The MQTT listeners (--mqtt-listen, --mqtt-tls-listen), if any; their rules, users and
         # certificates are read now.
         self.mqtt = MqttService(self) if config.mqtt_enabled else None
         self.mqtt_port: int | None = None
+        # Set once this broker knows the cluster (see the module docstring); never cleared.
+        self._ready = trio.Event()
+        self._started_at = time.monotonic()
+
+    @property
+    def ready(self) -> bool:
+        """Whether this broker knows the cluster: its own registration, sent once its metadata
+        replica caught up with a controller leader, is applied here (see the module docstring).
+        False until then; once True, True for good."""
+        return self._ready.is_set()
+
+    async def wait_ready(self) -> None:
+        """Return once :attr:`ready`. Unbounded: wrap it in ``trio.fail_after``."""
+        await self._ready.wait()
 
     # -- lifetime -------------------------------------------------------------------------------
 
@@ -180,10 +213,11 @@ class Broker:
                 nursery.start_soon(self._retention_loop)
                 nursery.start_soon(self.groups.run_expiry)
                 log.info(
-                    "broker %d serving clients on %s:%d",
+                    "broker %d serving clients on %s:%d (%.2f s after start)",
                     config.id,
                     config.client.host,
                     self.client_port,
+                    self._since_start(),
                 )
                 task_status.started(self)
         finally:
@@ -222,7 +256,8 @@ class Broker:
         )
 
     async def _register(self) -> None:
-        """Put this broker in the registry (retrying while the controller quorum forms)."""
+        """Put this broker in the registry (retrying while the controller quorum forms), then
+        be ready: the registration is applied here, so is everything committed before it."""
         c = self.config
         info = BrokerInfo(
             id=c.id,
@@ -238,11 +273,28 @@ class Broker:
         while True:
             try:
                 await self.metadata.wait_ready()
+                log.info(
+                    "broker %d: metadata replica caught up with the controller leader "
+                    "(%.2f s after start)",
+                    c.id,
+                    self._since_start(),
+                )
                 await self.metadata.register_broker(info)
-                return
+                break
             except MetadataError as exc:
                 log.info("broker %d: registering failed (%s); retrying", c.id, exc)
                 await trio.sleep(_REGISTER_RETRY_S)
+        self._ready.set()
+        log.info(
+            "broker %d ready: registered, metadata version %d (%.2f s after start)",
+            c.id,
+            self.metadata.view.version,
+            self._since_start(),
+        )
+
+    def _since_start(self) -> float:
+        """Seconds since this broker was built (for the start-up timeline in the log)."""
+        return time.monotonic() - self._started_at
 
     # -- partitions -------------------------------------------------------------------------------
 
@@ -419,11 +471,15 @@ class Broker:
     # -- leadership reports -----------------------------------------------------------------------
 
     async def _leader_loop(self) -> None:
-        """Tell every peer which groups this broker leads: on change, and every second."""
+        """Tell every peer which groups this broker leads: on change, to a peer as soon as it
+        (re)connects, and every second."""
         reported: dict[str, Claim] = {}
         last_report = -1e9
+        settled = False  # every hosted group had a known leader once (logged, for the timeline)
         while True:
             await trio.sleep(_LEADER_SCAN_S)
+            if not settled and self.ready and self.raft.groups:
+                settled = self._leaders_settled()
             # Forwards waiting on a paused old leader end once a new one is known (issue 23).
             self.forwarder.abandon_replaced(self.writes.leader_of, self.raft.hears)
             led = {g.id: _claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
@@ -435,6 +491,28 @@ class Broker:
             if led != reported or now - last_report >= _LEADER_REPORT_EVERY_S:
                 self.tell_peers(LeaderClaims(led))
                 reported, last_report = led, now
+                self._unreported_peers.clear()
+            elif self._unreported_peers:
+                item = peer_to_wire(LeaderClaims(led))
+                for peer in self._unreported_peers:
+                    self.transport.send(peer, item)
+                self._unreported_peers.clear()
+
+    def _leaders_settled(self) -> bool:
+        """Whether the start-up's lookout for leaders is over: every hosted group has a known
+        leader (logged, for the start-up timeline), or the start-up is long past (a group left
+        leaderless would otherwise have every group looked at 20 times a second)."""
+        if self._since_start() > _STARTUP_LOG_S:
+            return True
+        if any(self.writes.leader_of(g) is None for g in self.raft.groups):
+            return False
+        log.info(
+            "broker %d: each of the %d partitions hosted here has a leader (%.2f s after start)",
+            self.config.id,
+            len(self.raft.groups),
+            self._since_start(),
+        )
+        return True
 
     def tell_peers(self, message: LeaderClaims | Shares) -> None:
         """Send ``message`` to every known peer broker (dropped for those not connected)."""
@@ -644,6 +722,8 @@ class Broker:
 
     def _on_peer_change(self, peer: int, connected: bool) -> None:
         self.raft.peer_changed(peer, connected)
+        if connected:
+            self._unreported_peers.add(peer)
         if not connected:
             self.forwarder.peer_gone(peer)
             self.leaders.forget(peer)

@@ -139,6 +139,9 @@ class PublishSlot:
 
 PublishCommand = Pubs | PublishRecord | PublishBatch
 _PUBLISH_TYPES = (Pubs, PublishRecord, PublishBatch)  # a tuple: isinstance's fastest form
+# What a broker that does not know the cluster yet still answers (see ``Broker.ready``).
+_WITHOUT_METADATA = (Ping, Help, Quit)
+NOT_READY_MESSAGE = "the broker is still loading the cluster's metadata; retry"
 
 
 @dataclass(eq=False)
@@ -196,6 +199,11 @@ class CommandHandler:
     def _dispatch(
         self, command: Command, nursery: trio.Nursery, forwarded: bool, session: Session | None
     ) -> Slot:
+        # Before anything reads the metadata (a publish's auto-creation included): a broker that
+        # has not caught up with the controller quorum would answer from a view that may lack
+        # topics that exist (issue 23). See ``Broker.ready``.
+        if not self._broker.ready and not isinstance(command, _WITHOUT_METADATA):
+            raise RequestError(ErrorCode.NOT_READY, NOT_READY_MESSAGE)
         if isinstance(command, _PUBLISH_TYPES):
             topic = command.topic
             if topic in self._creating or (
@@ -414,10 +422,7 @@ class CommandHandler:
         config = broker.config
         # A broker that starts first waits a little for the others to register, or the topic
         # would get fewer replicas than the cluster has (the metadata caps them at those there).
-        wanted = min(config.default_replication_factor, len(config.peers))
-        with trio.move_on_after(AUTO_CREATE_BROKERS_WAIT_S):
-            while len(broker.metadata.view.brokers) < wanted:
-                await trio.sleep(_BROKERS_POLL_S)
+        await self._wait_registered(min(config.default_replication_factor, len(config.peers)))
         topic_config = TopicConfig(
             partitions=config.default_partitions,
             replication_factor=config.default_replication_factor,
@@ -760,12 +765,36 @@ class CommandHandler:
 
     # -- administration -------------------------------------------------------------------------
 
+    async def _wait_registered(self, wanted: int) -> int:
+        """Wait up to ``AUTO_CREATE_BROKERS_WAIT_S`` until ``wanted`` brokers are registered (a
+        cluster just started may have registered only some); how many are registered then."""
+        metadata = self._broker.metadata
+        with trio.move_on_after(AUTO_CREATE_BROKERS_WAIT_S):
+            while len(metadata.view.brokers) < wanted:
+                await trio.sleep(_BROKERS_POLL_S)
+        return len(metadata.view.brokers)
+
     async def _create(self, command: CreateTopic) -> bytes:
+        """CREATE. A replication factor above the brokers registered is a transient state
+        while the cluster starts, as long as the cluster was configured with that many brokers
+        (``--peers``): it waits for them to register, then answers the retriable ``NOT_READY``.
+        Above the configured size too, the metadata refuses it (``INVALID_CONFIG``)."""
         config = self._broker.config
         if not 1 <= command.partitions <= MAX_PARTITIONS:
             raise RequestError(
                 ErrorCode.INVALID_CONFIG, f"partitions must be between 1 and {MAX_PARTITIONS}"
             )
+        wanted = command.replication_factor
+        configured = len(config.peers)
+        view = self._broker.metadata.view
+        if command.topic not in view.topics and len(view.brokers) < wanted <= configured:
+            registered = await self._wait_registered(wanted)
+            if registered < wanted:
+                raise RequestError(
+                    ErrorCode.NOT_READY,
+                    f"replication_factor {wanted} needs {wanted} brokers; {registered} of the "
+                    f"{configured} configured have registered so far; retry",
+                )
         topic_config = TopicConfig(
             partitions=command.partitions,
             replication_factor=command.replication_factor,

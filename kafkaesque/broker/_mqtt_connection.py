@@ -300,6 +300,15 @@ class MqttServerConnection:
         actions.extend(self._close(why, will=self.connected))
         return actions
 
+    def unavailable(self) -> list[Action]:
+        """Refuse the CONNECT just ``Accepted``, before its CONNACK went: the server cannot
+        serve yet (a broker that does not know its cluster). CONNACK "server unavailable"
+        (3.1.1 return code 3, v5 0x88), then close; the connection never was, so no Will."""
+        if self.closed:
+            return []
+        self.connected = False
+        return self._refuse(ConnackReturnCode.SERVER_UNAVAILABLE, MqttReasonCode.SERVER_UNAVAILABLE)
+
     def answered(self) -> None:
         """The driver sent the PUBACK of a QoS 1 ``Append`` or the PUBCOMP of a ``Released``."""
         # Never below 0: a PUBREL may complete a QoS 2 message of an earlier connection of the

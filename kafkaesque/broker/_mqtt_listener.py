@@ -257,9 +257,17 @@ class MqttService:
 
     async def accept(self, device: MqttDevice) -> bool:
         """A CONNECT was accepted: take the client id over from an older connection, find or
-        create its session. Returns whether a session was present (for the CONNACK)."""
+        create its session. Returns whether a session was present (for the CONNACK).
+
+        A broker that is not ready yet refuses it instead (CONNACK "server unavailable") and
+        the CONNACK that the caller then queues behind the close is never sent."""
         accepted = device.accepted
         assert accepted is not None
+        if not self._broker.ready:
+            # It could not find the device's session, nor place its records, from metadata it
+            # has not loaded yet (see ``Broker.ready``): the device is told to come back.
+            device.perform_nowait(device.conn.unavailable())
+            return False
         # The connect timeout no longer applies: 1.5 x the keep-alive does, which may be sooner.
         self._deadlines.moved_earlier(device)
         client_id = accepted.client_id

@@ -15,7 +15,9 @@ from ._errors import KafkaesqueError
 
 REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER, ErrorCode.NO_QUORUM, ErrorCode.UNKNOWN_TOPIC})
 """Codes after which the client re-reads METADATA before retrying: the leader may have moved.
-A connection failure (``code`` None) is treated the same way."""
+A connection failure (``code`` None) is treated the same way. ``NOT_READY`` (a broker that has
+just started and does not know the cluster yet) is retried after the backoff without a refresh:
+the broker that said it would answer METADATA with ``NOT_READY`` too."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -154,6 +154,15 @@ class ErrorCode(Enum):
         "backoff.",
         "The same: nothing was read; retry after a backoff.",
     )
+    NOT_READY = (
+        True,
+        False,
+        "The broker has just started and does not know the cluster yet: its copy of the "
+        "metadata has not caught up with the controller quorum (or, for CREATE, fewer brokers "
+        "than the replication factor have registered in a cluster configured with enough). "
+        "Nothing was done; retry after a short backoff, here or through another broker.",
+        "The same: the broker does not know the cluster yet; nothing was read. Retry.",
+    )
     OFFSET_OUT_OF_RANGE = (
         False,
         False,

@@ -114,6 +114,7 @@ RETRIABLE = {
     ErrorCode.TIMEOUT,
     ErrorCode.NO_QUORUM,
     ErrorCode.BUSY,
+    ErrorCode.NOT_READY,
 }
 OUTCOME_UNKNOWN = {ErrorCode.TIMEOUT, ErrorCode.INTERNAL}
 
@@ -123,7 +124,7 @@ def test_error_codes_are_distinct_and_documented() -> None:
     names = [
         "UNKNOWN_COMMAND", "BAD_ARGS", "UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "INVALID_TOPIC",
         "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
-        "NO_QUORUM", "BUSY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
+        "NO_QUORUM", "BUSY", "NOT_READY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
         "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "INTERNAL",
     ]  # fmt: skip
     assert [code.name for code in ErrorCode] == names
@@ -173,7 +174,7 @@ def test_every_code_a_read_can_meet_says_what_it_means_for_a_read() -> None:
     read_codes = {
         ErrorCode.BAD_ARGS, ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION,
         ErrorCode.INVALID_TOPIC, ErrorCode.TOO_LARGE, ErrorCode.NOT_LEADER, ErrorCode.TIMEOUT,
-        ErrorCode.NO_QUORUM, ErrorCode.BUSY, ErrorCode.OFFSET_OUT_OF_RANGE,
+        ErrorCode.NO_QUORUM, ErrorCode.BUSY, ErrorCode.NOT_READY, ErrorCode.OFFSET_OUT_OF_RANGE,
         ErrorCode.UNKNOWN_SUBSCRIPTION, ErrorCode.NOT_ASSIGNED, ErrorCode.NO_REPLICA,
         ErrorCode.INTERNAL,
     }  # fmt: skip
