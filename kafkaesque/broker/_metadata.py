@@ -169,16 +169,18 @@ class ControllerSettings:
     Elections start after ``raft_min_timeout``..``raft_max_timeout`` without a leader; a leader
     that heard from no majority for ``leader_fallback_timeout`` steps down (pysyncobj's default of
     30 s keeps a cut-off leader in office that long); ``connection_retry_time`` is the reconnection
-    period (pysyncobj's default is 5 s). ``tick_period`` bounds how long the controller thread
-    sleeps in ``poll``, hence how fast it notices a stop request. The log is compacted into the
-    full dump after ``log_compaction_min_entries`` entries or ``log_compaction_min_time`` seconds.
+    period (pysyncobj's default is 5 s; a restarted controller is not heard before a member
+    reconnects to it, and a broker is not ready before that: 0.2 s, issue 23). ``tick_period``
+    bounds how long the controller thread sleeps in ``poll``, hence how fast it notices a stop
+    request. The log is compacted into the full dump after ``log_compaction_min_entries``
+    entries or ``log_compaction_min_time`` seconds.
     """
 
     raft_min_timeout: float = 0.4
     raft_max_timeout: float = 1.4
     append_entries_period: float = 0.1
     connection_timeout: float = 3.5
-    connection_retry_time: float = 0.5
+    connection_retry_time: float = 0.2
     leader_fallback_timeout: float = 3.0
     tick_period: float = 0.05
     log_compaction_min_entries: int = 5000
