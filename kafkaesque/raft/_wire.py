@@ -83,16 +83,19 @@ class FrameEncoder:
         least one item. The buffers of a frame stay valid until the next frame is taken or
         ``release`` is called, which reuse their memory.
         """
-        i = 0
-        while i < len(items):
+        i, n, target = 0, len(items), self._target
+        while i < n:
             self.release()
-            packer, count, size = self._packer, 0, 0
-            while i < len(items) and (count == 0 or size < self._target):
+            packer, count = self._packer, 0
+            while True:
                 packer.pack(items[i])
                 i += 1
                 count += 1
+                if i == n:
+                    break  # the last item: no need to measure the frame
                 with packer.getbuffer() as view:
-                    size = len(view)
+                    if len(view) >= target:
+                        break
             yield self._frame(count)
 
     def _frame(self, count: int) -> list[bytes | memoryview]:
