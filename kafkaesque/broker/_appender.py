@@ -28,10 +28,20 @@ and tries again; if the gap does not fill, its records go again under a new prod
 ``_after_refusal``). When a batch fails for good, its flight carries the error: a line-protocol
 client gets it as its reply; an MQTT device's connection closes, so it resends what was not
 acknowledged.
+
+No task waits for a batch that this broker's own Raft group commits in time, the common case at
+a leader: ``WritePath.when_written`` has the group call the appender back when the commit index
+reaches it, and the task that saw the commit (the Raft driver's, or the peer connection's that
+brought the news) finishes the flight, whose waiters write the replies it freed. A task per
+batch and its passes of the scheduler cost far more than that work. A batch goes the task way
+(``_complete``: ``WritePath.write`` and its retries) when it is forwarded to another broker,
+acknowledged by the leader alone, cut from the log before it committed, or still untold at its
+deadline (``_watch_deadlines``).
 """
 
 from __future__ import annotations
 
+import functools
 import logging
 import secrets
 from collections import deque
@@ -88,6 +98,18 @@ class Flight:
             waiter()
 
 
+@dataclass(eq=False, slots=True)
+class _Told:
+    """A started batch whose outcome its Raft group will tell (``WritePath.when_written``)."""
+
+    flight: Flight
+    records: list[Record]
+    batch: bytes
+    attempt: Attempt
+    deadline: float
+    waiting: bool = True  # False once told, or handed to a task at its deadline
+
+
 def new_producer_id() -> int:
     """A random 62-bit producer id (as the client library's: collisions are negligible)."""
     return secrets.randbits(62)
@@ -108,6 +130,9 @@ class PartitionAppender:
         self._sealed: deque[tuple[Flight, list[Record]]] = deque()
         self._order: list[Flight] = []  # batches started and not finished, in order
         self._wake = trio.Event()
+        # Batches waiting to be told their outcome, in start order, so in deadline order.
+        self._told: deque[_Told] = deque()
+        self._nursery: trio.Nursery | None = None  # ``run``'s, for the batches that need a task
         self._producer_id = new_producer_id()
         self._sequence = 0
         self.closed = False
@@ -138,7 +163,10 @@ class PartitionAppender:
             self._records, self._bytes, self._flight = [], 0, Flight(self._partition)
 
     async def run(self, nursery: trio.Nursery) -> None:
-        """Write batches until cancelled; each batch's outcome is awaited in ``nursery``."""
+        """Write batches until cancelled; a batch whose outcome needs awaiting is awaited in
+        ``nursery`` (see the module docstring)."""
+        self._nursery = nursery
+        nursery.start_soon(self._watch_deadlines)
         while True:
             await self._wake.wait()
             self._wake = trio.Event()
@@ -163,7 +191,59 @@ class PartitionAppender:
                     self._group_id, batch, len(records), self._acks, deadline
                 )
                 self._order.append(flight)
-                nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
+                told = _Told(flight, records, batch, attempt, deadline)
+                self._told.append(told)  # before: the group may tell at once
+                if not self._writes.when_written(
+                    attempt, self._acks, deadline, functools.partial(self._was_told, told)
+                ):
+                    self._told.pop()
+                    nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
+
+    def _was_told(self, told: _Told, outcome: tuple[int, int] | Attempt) -> None:
+        """The group's news of a batch (``WritePath.when_written``): finish its flight here, or
+        hand the batch to a task that retries it."""
+        if not told.waiting:
+            return  # its deadline passed first: a task has it
+        told.waiting = False
+        if self._told[0] is told:
+            self._told.popleft()  # the usual case: commits come in offset order
+        else:
+            self._told.remove(told)
+        if isinstance(outcome, tuple):
+            told.flight.base = outcome[0]
+            self._finished(told.flight)
+        else:
+            self._to_task(told, outcome)
+
+    def _to_task(self, told: _Told, attempt: Attempt) -> None:
+        """Have a task await ``told``'s outcome from ``attempt`` on, with ``write``'s retries."""
+        assert self._nursery is not None  # set by ``run``, which started the batch
+        self._nursery.start_soon(
+            self._complete, told.flight, told.records, told.batch, attempt, told.deadline
+        )
+
+    async def _watch_deadlines(self) -> None:
+        """Hand each batch still untold at its deadline to a task, where ``WritePath.write``
+        answers it as it would have (``TIMEOUT``: the outcome is unknown).
+
+        Deadlines are one write timeout after their batch started, so the oldest batch's is the
+        next: this wakes once per timeout while nothing is late, not once per batch.
+        """
+        while True:
+            now = trio.current_time()
+            told = self._told
+            while told and told[0].deadline <= now:
+                late = told.popleft()
+                late.waiting = False
+                self._to_task(late, late.attempt)
+            await trio.sleep_until(told[0].deadline if told else now + self._writes.timeout)
+
+    def _finished(self, flight: Flight) -> None:
+        """``flight`` has its outcome: tell its waiters, and let the next batch go."""
+        self._order.remove(flight)
+        flight.finish()
+        if self._records or self._sealed:
+            self._wake.set()  # else nothing waits to be started: no pass of ``run`` for it
 
     async def _complete(
         self,
@@ -192,9 +272,7 @@ class PartitionAppender:
             log.info("%s: a batch of %d records failed: %s", self._group_id, count, exc)
             flight.error = exc
         finally:
-            self._order.remove(flight)
-            flight.finish()
-            self._wake.set()
+            self._finished(flight)
 
     async def _after_refusal(
         self, flight: Flight, records: list[Record], batch: bytes, refusals: int

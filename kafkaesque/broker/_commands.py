@@ -128,6 +128,9 @@ class PublishSlot:
     async def wait(self) -> None:
         await self._flight.done.wait()
 
+    def notify(self, waiter: Callable[[], None]) -> None:
+        self._flight.notify(waiter)
+
     def encode(self) -> bytes:
         flight = self._flight
         if flight.error is not None:

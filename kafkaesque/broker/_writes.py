@@ -208,6 +208,50 @@ class WritePath:
             raise _Retry(str(exc), unknown=True) from exc
         return _outcome_of(answer)
 
+    def when_written(
+        self,
+        attempt: Attempt,
+        acks: Acks,
+        deadline: float,
+        callback: Callable[[tuple[int, int] | Attempt], None],
+    ) -> bool:
+        """Have ``callback`` told the outcome of ``attempt`` with no task waiting for it, when
+        it is this leader's own proposal acknowledged at its commit (``Acks.QUORUM``); else
+        return False, register nothing, and let the caller await ``write(first=attempt)``.
+
+        ``callback`` is called once, from the task that sees the commit index reach the entry
+        or the entry cut (``RaftGroup.on_committed``; at once if it has committed already),
+        with the ``(first, last)`` offsets once written (``on_written`` was told), or with the
+        attempt to go on with through ``write(first=...)``: a failed one when the entry was cut
+        before it committed (``write`` proposes again, as it would have), or ``attempt`` itself
+        when the group woke it with the entry neither committed nor cut (the group was
+        removed). Nothing here watches ``deadline``: the caller hands ``attempt`` to ``write``
+        once it passes, which then answers as it would have (``TIMEOUT``, mostly). So the
+        common case, a commit within the deadline, costs no task and no pass of the scheduler.
+        The callback runs inside a Raft step: it must be quick and must not raise.
+        """
+        if not isinstance(attempt, _Local) or acks is not Acks.QUORUM:
+            return False
+        if self.unsafe_ack_before_commit:
+            return False  # every ack is a leader-only ack: ``_finish_local`` polls for it
+        started = deadline - self.timeout
+        group, last, term = attempt.group, attempt.last, attempt.term
+
+        def committed() -> None:
+            log_ = group.log
+            in_log = log_.log_end_offset > last and log_.term_at(last) == term
+            if in_log and group.commit_index >= last:
+                if self.on_written is not None:
+                    self.on_written(trio.current_time() - started)
+                callback((last - attempt.count + 1, last))
+            elif not in_log:
+                callback(_Failed(f"offset {last} of term {term} was cut before it committed"))
+            else:
+                callback(attempt)
+
+        group.on_committed(last, term, committed)
+        return True
+
     async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
         group, last, term = a.group, a.last, a.term
         if self.unsafe_ack_before_commit:

@@ -124,8 +124,9 @@ class RaftGroup:
     commit_index: int = -1
     quiesced: bool = False
     idle_ticks: int = 0
-    # (offset, term, event): proposals waiting for their offset to commit in their term.
-    _waiters: list[tuple[int, int, int, trio.Event]] = field(default_factory=list)
+    # (offset, seq, term, callback): who waits for an offset to commit in its term, a heap.
+    # Invariant: each callback is in it once, and is called once, as it leaves it.
+    _waiters: list[tuple[int, int, int, Callable[[], None]]] = field(default_factory=list)
     _seq: int = 0
     # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
     changed: trio.Event = field(default_factory=trio.Event)
@@ -184,20 +185,43 @@ class RaftGroup:
         flight would otherwise wake each of them at every commit.
         """
         done = trio.Event()
-        self._seq += 1
-        heapq.heappush(self._waiters, (last, self._seq, term, done))
+        self.on_committed(last, term, done.set)
         await done.wait()
+
+    def on_committed(self, last: int, term: int, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once, when the commit index reaches ``last`` (proposed in
+        ``term``) or the entries from ``last`` on are lost here, as ``wait_committed`` wakes:
+        at once if the commit index is already there.
+
+        No task waits: the callback runs in whichever task moves the commit index or cuts the
+        log (the driver's loop, a peer connection's reader handling commit news, the task
+        removing the group), in the middle of its step. So it must be quick, must not raise,
+        and tells what happened from ``commit_index`` and the log, as ``wait_committed``'s
+        caller does. Callbacks run in the order of their offsets.
+        """
+        if self.commit_index >= last:
+            callback()
+            return
+        self._seq += 1
+        heapq.heappush(self._waiters, (last, self._seq, term, callback))
 
     def _notify(self) -> None:
         self.changed.set()
         self.changed = trio.Event()
-        while self._waiters and self._waiters[0][0] <= self.commit_index:
-            heapq.heappop(self._waiters)[3].set()
+        waiters = self._waiters
+        while waiters and waiters[0][0] <= self.commit_index:
+            heapq.heappop(waiters)[3]()  # popped first: a callback may add waiters
 
     def _fail_waiters_above(self, offset: int) -> None:
-        for item in self._waiters:
-            if item[0] >= offset:
-                item[3].set()  # they wake, see their entry gone, and raise ProposalLost
+        """Call the waiters of offsets from ``offset`` on: their entries are gone (they see
+        that from the log: ``ProposalLost`` for ``propose``)."""
+        cut = [item for item in self._waiters if item[0] >= offset]
+        if not cut:
+            return
+        self._waiters = [item for item in self._waiters if item[0] < offset]
+        heapq.heapify(self._waiters)
+        for item in sorted(cut):  # (offset, seq) are unique: callbacks are never compared
+            item[3]()
 
 
 class MultiRaft:

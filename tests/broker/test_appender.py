@@ -1,18 +1,24 @@
 """The partition appender (PUBS, PUB, MQTT): when it seals its open batch (Nagle's rule) and how
 it stamps batches, over a write path that commits only when the test says so (a pure unit: the
-appender's logic, no broker)."""
+appender's logic, no broker); and how a batch's outcome reaches its flight over a real write path
+and Raft groups whose messages the test delivers by hand (no sockets)."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any, cast
 
 import trio
 import trio.testing
 
 from kafkaesque.broker._appender import Flight, PartitionAppender
+from kafkaesque.broker._forwarding import Forwarder
+from kafkaesque.broker._leaders import LeaderTable
 from kafkaesque.broker._writes import WritePath
-from kafkaesque.protocol import Acks
-from kafkaesque.storage import NO_PRODUCER_ID, Record, decode_header
+from kafkaesque.protocol import Acks, ErrorCode
+from kafkaesque.raft import Role
+from kafkaesque.raft._driver import MultiRaft
+from kafkaesque.storage import NO_PRODUCER_ID, Record, build_batch, decode_header
 
 
 class _HeldWrites:
@@ -30,6 +36,9 @@ class _HeldWrites:
         self.started.append(count)
         header = decode_header(batch)
         self.stamps.append((header.producer_id, header.base_sequence))
+
+    def when_written(self, *args: Any) -> bool:
+        return False  # every write is awaited, by ``write``
 
     async def write(self, group_id: str, batch: bytes, count: int, *args: Any, **kw: Any) -> Any:
         committed, offsets = trio.Event(), list[int]()
@@ -93,3 +102,186 @@ async def test_every_batch_carries_the_appenders_producer_id_and_its_next_sequen
         assert len(producer_ids) == 1 and NO_PRODUCER_ID not in producer_ids
         assert [seq for _, seq in writes.stamps] == [0, 1, 4]
         nursery.cancel_scope.cancel()
+
+
+# -- the outcome of a batch, over real Raft groups -----------------------------------------------
+
+GROUP = "readings/0"
+
+
+class _Brokers:
+    """``n`` Raft drivers whose transport items the test delivers (``settle``), and each one's
+    write path; no broker is connected to another for forwarding (a forward fails at once)."""
+
+    def __init__(self, root: Path, n: int, timeout: float = 30.0) -> None:
+        self.queue: list[tuple[int, int, Any]] = []
+        self.rafts = [
+            MultiRaft(i, self._sender(i), state_dir=str(root / f"s{i}"), peers=range(n))
+            for i in range(n)
+        ]
+        for raft in self.rafts:
+            raft.add_group(GROUP, str(root / f"b{raft.node_id}"), range(n))
+        self.writes = [
+            WritePath(
+                r.node_id, r, LeaderTable(), Forwarder(lambda peer, item: False), timeout=timeout
+            )
+            for r in self.rafts
+        ]
+
+    def _sender(self, src: int) -> Any:
+        def send(dst: int, item: Any) -> bool:
+            self.queue.append((src, dst, item))
+            return True
+
+        return send
+
+    async def settle(self, cut_off: int | None = None, ticks: int = 0) -> None:
+        """Tick ``ticks`` times, then process and deliver until quiet; what goes to or from
+        ``cut_off`` is lost."""
+        for _ in range(ticks):
+            for raft in self.rafts:
+                if raft.node_id != cut_off:
+                    raft.tick()
+        for _ in range(50):
+            for raft in self.rafts:
+                await raft._process()
+            if not self.queue and not any(raft._dirty for raft in self.rafts):
+                return
+            queue, self.queue = self.queue, []
+            for src, dst, item in queue:
+                if cut_off not in (src, dst):
+                    self.rafts[dst].handle_items(src, [item])
+
+    def leader(self) -> MultiRaft:
+        (leader,) = [r for r in self.rafts if r.groups[GROUP].role is Role.LEADER]
+        return leader
+
+    def close(self) -> None:
+        for raft in self.rafts:
+            raft.close()
+
+
+def _unconnected(peer: int, item: Any) -> bool:
+    return False  # the transport's answer for a broker it is not connected to
+
+
+class _Spawns(trio.abc.Instrument):
+    """The names of the tasks spawned while it is installed."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name)
+
+
+def _values(raft: MultiRaft) -> list[bytes | None]:
+    return [r.value for r in raft.groups[GROUP].committed_records()]
+
+
+async def test_a_batch_its_own_leader_commits_finishes_its_flight_with_no_task(
+    tmp_path: Path,
+) -> None:
+    # Issue 22: a task per batch, awaiting the commit, cost two passes of the scheduler per
+    # write; the group now calls the appender back from the step that sees the commit.
+    brokers = _Brokers(tmp_path, 1)
+    await brokers.settle()
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0])
+    written: list[float] = []
+    brokers.writes[0].on_written = written.append
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(appender.run, nursery)
+            await trio.testing.wait_all_tasks_blocked()
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            try:
+                flight, index = appender.add(Record(value=b"reading"))
+                await trio.testing.wait_all_tasks_blocked()  # the appender proposes it
+                assert not flight.done.is_set()
+                await brokers.settle()  # the group commits it, and tells the appender
+                assert flight.done.is_set()
+            finally:
+                trio.lowlevel.remove_instrument(spawns)
+            assert spawns.names == []
+            assert flight.error is None and flight.base + index == 1  # the leader's no-op is 0
+            assert _values(brokers.rafts[0]) == [b"reading"]
+            assert len(written) == 1  # the write path's latency metric heard of it
+            nursery.cancel_scope.cancel()
+    finally:
+        brokers.close()
+
+
+async def _elect_another(brokers: _Brokers, old: MultiRaft) -> MultiRaft:
+    """Election timeouts pass without a word from ``old``: another broker leads."""
+    others = [r for r in brokers.rafts if r is not old]
+    for _ in range(100):
+        if any(r.groups[GROUP].role is Role.LEADER for r in others):
+            break
+        await brokers.settle(cut_off=old.node_id, ticks=1)
+    return next(r for r in others if r.groups[GROUP].role is Role.LEADER)
+
+
+async def test_a_batch_cut_before_it_commits_is_retried_by_a_task_and_gets_its_offset(
+    tmp_path: Path,
+) -> None:
+    brokers = _Brokers(tmp_path, 3)
+    await brokers.settle()
+    old = brokers.leader()
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[old.node_id])
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(appender.run, nursery)
+            await trio.testing.wait_all_tasks_blocked()
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            flight, index = appender.add(Record(value=b"reading"))
+            await trio.testing.wait_all_tasks_blocked()  # proposed; it never leaves ``old``
+            new = await _elect_another(brokers, old)
+            new.propose_nowait(GROUP, _one_record_batch(), 1)
+            await brokers.settle(cut_off=old.node_id)
+            assert spawns.names == []  # told nothing yet
+            # The new leader's heartbeats reach the old one, which cuts the entry: the group
+            # tells the appender, and the batch goes the task way (forwarding fails here).
+            for _ in range(10):
+                await brokers.settle(ticks=1)
+            trio.lowlevel.remove_instrument(spawns)
+            assert [name.rsplit(".", 1)[-1] for name in spawns.names] == ["_complete"]
+            assert not flight.done.is_set()
+            # The old leader leads again: the task's next attempt proposes it there.
+            new.transfer_leadership(GROUP, old.node_id)
+            with trio.fail_after(10):
+                while not flight.done.is_set():
+                    await brokers.settle(ticks=1)
+                    await trio.sleep(0.01)  # the task's backoff
+            assert flight.error is None
+            values = _values(old)
+            assert values.count(b"reading") == 1
+            records = old.groups[GROUP].committed_records()
+            assert [r.offset for r in records if r.value == b"reading"] == [flight.base + index]
+            nursery.cancel_scope.cancel()
+    finally:
+        brokers.close()
+
+
+async def test_a_batch_untold_at_its_deadline_is_answered_timeout(tmp_path: Path) -> None:
+    brokers = _Brokers(tmp_path, 3, timeout=0.5)
+    await brokers.settle()
+    leader = brokers.leader()
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[leader.node_id])
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(appender.run, nursery)
+            flight, _ = appender.add(Record(value=b"reading"))
+            await trio.testing.wait_all_tasks_blocked()
+            await brokers.settle(cut_off=leader.node_id)  # a quorum never hears of it
+            with trio.fail_after(5):
+                await flight.done.wait()
+            assert flight.error is not None and flight.error.code is ErrorCode.TIMEOUT
+            nursery.cancel_scope.cancel()
+    finally:
+        brokers.close()
+
+
+def _one_record_batch() -> bytes:
+    return build_batch([Record(value=b"other")])

@@ -6,19 +6,26 @@ Each test uses its own topic on the module's cluster (``broker_cluster``), over 
 from __future__ import annotations
 
 import json
+import socket
 import time
 import urllib.request
 
 import pytest
+import trio
+import trio.testing
 from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque._fd_stream import FdStream
+from kafkaesque.broker._session import Session, Slot, TaskSlot, serve_session
 from kafkaesque.client._calls import subscribe
 from kafkaesque.protocol import (
+    Command,
     DataReply,
     EndReply,
     ErrorCode,
     ErrorReply,
     GroupRow,
+    LineLimits,
     MessageRow,
     OffsetRow,
     OkReply,
@@ -301,3 +308,72 @@ def test_bad_commands_get_clear_errors(
 
 def _code(reply: Reply | list[Reply]) -> ErrorCode | None:
     return reply.code if isinstance(reply, ErrorReply) else None
+
+
+# -- who writes a reply (in process, no broker) ----------------------------------------------
+
+
+async def _session_with_held_replies(
+    nursery: trio.Nursery,
+) -> tuple[socket.socket, list[TaskSlot]]:
+    """A session over an ``FdStream`` whose every command's reply the test sets (``slots``);
+    the client's end is a plain non-blocking socket, read without any checkpoint."""
+    server_end, client = socket.socketpair()
+    client.setblocking(False)
+    stream = FdStream(trio.SocketStream(trio.socket.from_stdlib_socket(server_end)))
+    slots: list[TaskSlot] = []
+
+    def dispatch(command: Command, nursery: trio.Nursery, session: Session) -> Slot:
+        slot = TaskSlot()
+        slots.append(slot)
+        return slot
+
+    nursery.start_soon(serve_session, stream, dispatch, LineLimits(), 64, lambda session: None)
+    return client, slots
+
+
+def _received(client: socket.socket) -> bytes:
+    """What the session wrote so far, read now (no checkpoint: no other task runs)."""
+    got = b""
+    while True:
+        try:
+            data = client.recv(1 << 20)
+        except BlockingIOError:
+            return got
+        if not data:
+            return got
+        got += data
+
+
+async def test_a_reply_is_written_by_the_task_that_makes_it_ready_in_command_order() -> None:
+    # Issue 22: the writer task's pass of the scheduler for each reply cost more than the write.
+    async with trio.open_nursery() as nursery:
+        client, slots = await _session_with_held_replies(nursery)
+        client.sendall(b"PUBS t one\r\nPUBS t two\r\nPUBS t three\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        assert len(slots) == 3
+        slots[1].set(b"+OK 0 1\r\n")
+        assert _received(client) == b""  # the first reply is not ready: the second waits
+        slots[0].set(b"+OK 0 0\r\n")  # written from here, before any other task runs
+        assert _received(client) == b"+OK 0 0\r\n+OK 0 1\r\n"
+        slots[2].set(b"+OK 0 2\r\n")
+        assert _received(client) == b"+OK 0 2\r\n"
+        client.close()  # the session ends: it owes nothing
+
+
+async def test_what_a_full_socket_does_not_take_the_writer_sends_in_order() -> None:
+    async with trio.open_nursery() as nursery:
+        client, slots = await _session_with_held_replies(nursery)
+        client.sendall(b"PUBS t one\r\nPUBS t two\r\nPUBS t three\r\n")
+        await trio.testing.wait_all_tasks_blocked()
+        big = [bytes([65 + k]) * (4 << 20) + b"\r\n" for k in range(2)]
+        slots[0].set(big[0])  # more than the socket takes: the rest is kept for the writer
+        slots[1].set(big[1])  # the writer has not run yet: this goes after what was kept
+        slots[2].set(b"+OK 0 2\r\n")
+        got = b""
+        with trio.fail_after(10):
+            while len(got) < 2 * len(big[0]) + 9:
+                await trio.sleep(0.001)  # the writer sends as the client reads
+                got += _received(client)
+        assert got == big[0] + big[1] + b"+OK 0 2\r\n"
+        client.close()

@@ -285,3 +285,61 @@ async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
         nursery.cancel_scope.cancel()
     assert len(woken_at) == 1 and woken_at[0] < last
     assert group.log.log_end_offset <= last or group.log.term_at(last) != term
+
+
+async def test_commit_callbacks_run_once_in_offset_order_from_the_step_that_commits(
+    tmp_path: Path,
+) -> None:
+    # Issue 22: the broker's appender finishes a batch from the callback, with no task waiting.
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    group = leader.groups[GROUP]
+    heard: list[tuple[str, int]] = []
+    first, term = leader.propose_nowait(GROUP, _batch(), 3)
+    second, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    group.on_committed(second, term, lambda: heard.append(("second", group.commit_index)))
+    group.on_committed(first, term, lambda: heard.append(("first", group.commit_index)))
+    assert heard == []
+    await cluster.settle()
+    assert [name for name, _ in heard] == ["first", "second"]
+    assert heard[0][1] >= first and heard[1][1] >= second
+    group.on_committed(first, term, lambda: heard.append(("late", group.commit_index)))
+    assert heard[-1] == ("late", second)  # already committed: called at once
+    leader.propose_nowait(GROUP, _batch(), 3)
+    await cluster.settle()
+    assert len(heard) == 3 and group._waiters == []  # each called once
+
+
+async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
+    tmp_path: Path,
+) -> None:
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    old = cluster.leader()
+    group = old.groups[GROUP]
+    heard: list[tuple[int, int]] = []  # (commit index, log end) when called
+    last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
+    group.on_committed(
+        last, term, lambda: heard.append((group.commit_index, group.log.log_end_offset))
+    )
+    others = [b for b in cluster.brokers if b is not old]
+    for _ in range(100):  # election timeouts pass without a word from the old leader
+        if any(b.groups[GROUP].role is Role.LEADER for b in others):
+            break
+        for b in others:
+            b.tick()
+        await cluster.settle(cut_off=old.node_id)
+    new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
+    new.propose_nowait(GROUP, _batch(1), 1)
+    await cluster.settle(cut_off=old.node_id)
+    assert heard == []
+    for _ in range(10):  # the new leader's heartbeats reach the old one, which drops its entry
+        for b in cluster.brokers:
+            b.tick()
+        await cluster.settle()
+    assert len(heard) == 1
+    commit, end = heard[0]
+    assert commit < last and end <= last  # called at the cut, not at a later commit
+    assert group.log.log_end_offset <= last or group.log.term_at(last) != term
+    assert group._waiters == []  # and it is called no more
