@@ -10,9 +10,13 @@ as latency, never as an error, unless the partition stays without a quorum for t
 timeout (``NO_QUORUM``: definitely not written) or the outcome stays unknown (``TIMEOUT``).
 
 An attempt whose outcome was unknown (the leader's connection closed after the batch was sent)
-is retried too, so a batch may be appended twice across a failover: at-least-once, the
-acknowledged offset being the one of the attempt that succeeded. Idempotent producers (their
-sequence numbers in the batch header) remove the duplicate; that is the exactly-once issue.
+is retried only when the batch carries a producer id and sequence: the leader, old or new,
+recognises the retry and answers it with the first copy's offsets (``_producers``). Every batch
+the broker builds itself carries its own (``PartitionAppender``), and so do an idempotent
+client's. A client's batch without one is not sent again after an unknown outcome: the client
+gets ``TIMEOUT`` and decides, since the broker cannot stamp a producer id into a batch whose body
+CRC the client computed. So the broker never appends one request twice; only a client that
+resends a batch without a producer id can make a duplicate.
 """
 
 from __future__ import annotations
@@ -305,6 +309,12 @@ class WritePath:
             try:
                 written = await self.finish(attempt, acks, deadline)
             except _Retry as retry:
+                if retry.unknown and not _carries_producer_id(batch):
+                    raise RequestError(
+                        ErrorCode.TIMEOUT,
+                        f"{group_id}: outcome unknown ({retry}); a batch without a producer id "
+                        "is not sent again by the broker, since a second copy could be appended",
+                    ) from None
                 unknown |= retry.unknown
                 reason = str(retry)
             else:
@@ -491,3 +501,11 @@ def _outcome_of(answer: Answer) -> tuple[int, int]:
         case Refused(code, message):
             raise RequestError(code, message)
     raise _Retry(f"an answer that does not fit the request: {answer!r:.200}", unknown=True)
+
+
+def _carries_producer_id(batch: bytes) -> bool:
+    """Whether the leader can tell a retry of ``batch`` from a new batch (its producer id)."""
+    try:
+        return decode_header(batch, verify=False).producer_id != NO_PRODUCER_ID
+    except InvalidBatchError:
+        return False

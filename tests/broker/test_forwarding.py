@@ -148,6 +148,50 @@ async def test_a_write_forwarded_to_a_replaced_leader_is_answered_timeout_not_re
     raft.close()
 
 
+@pytest.mark.parametrize("producer_id", [None, 77], ids=["no-producer-id", "producer-id"])
+async def test_after_a_lost_connection_only_a_batch_with_a_producer_id_is_sent_again(
+    tmp_path: Path, producer_id: int | None
+) -> None:
+    # Issue 23: the leader died after the batch reached it, and the new leader may hold it. A
+    # batch with a producer id is sent again (the leader answers a duplicate with the first
+    # copy's offsets); one without is answered TIMEOUT, never appended a second time.
+    wire = Wire()
+    forwarder = Forwarder(wire.send)
+    table = LeaderTable()
+    table.report(PAUSED, {"t/0": _claim(3)})
+    raft = MultiRaft(0, wire.send, state_dir=str(tmp_path))  # hosts no replica of t/0
+    writes = WritePath(0, raft, table, forwarder, timeout=30.0)
+    if producer_id is None:
+        batch = build_batch([Record(value=b"x")])
+    else:
+        batch = build_batch([Record(value=b"x")], producer_id=producer_id, base_sequence=0)
+    outcome: list[object] = []
+
+    async def write() -> None:
+        try:
+            outcome.append(await writes.write("t/0", batch, 1, Acks.QUORUM))
+        except RequestError as exc:
+            outcome.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(write)
+        await trio.testing.wait_all_tasks_blocked()
+        assert _requests(wire) == [(PAUSED, AppendRequest)]
+        table.report(1, {"t/0": _claim(4)})
+        forwarder.peer_gone(PAUSED)  # its connection closed before it answered
+        with trio.move_on_after(2):  # the retry comes after a short back-off
+            while producer_id is not None and len(wire.sent) < 2:
+                await trio.sleep(0.01)
+        if producer_id is not None:
+            assert _requests(wire) == [(PAUSED, AppendRequest), (1, AppendRequest)]
+            nursery.cancel_scope.cancel()
+    if producer_id is None:
+        (error,) = outcome
+        assert isinstance(error, RequestError) and error.code is ErrorCode.TIMEOUT
+        assert _requests(wire) == [(PAUSED, AppendRequest)]
+    raft.close()
+
+
 def _idle_broker(tmp_path: Path) -> Broker:
     """A broker that is built but not run: its peer-item handling can be driven by hand."""
     local = Address("127.0.0.1", 1)  # never bound: the broker does not run
