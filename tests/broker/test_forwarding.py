@@ -114,38 +114,45 @@ async def test_only_calls_to_a_silent_replaced_leader_are_ended() -> None:
     assert await forwarder.finish(*live, deadline) == Appended(3, 3)
 
 
+class _ForwardingWrites:
+    """A write path on broker 0, which hosts no replica of ``t/0``: its writes are forwarded
+    to broker ``PAUSED``, the partition's leader at term 3. ``outcome`` collects each write's
+    offsets or ``RequestError``."""
+
+    def __init__(self, tmp_path: Path) -> None:
+        self.wire = Wire()
+        self.forwarder = Forwarder(self.wire.send)
+        self.table = LeaderTable()
+        self.table.report(PAUSED, {"t/0": _claim(3)})
+        self.raft = MultiRaft(0, self.wire.send, state_dir=str(tmp_path))
+        self.writes = WritePath(0, self.raft, self.table, self.forwarder, timeout=30.0)
+        self.outcome: list[object] = []
+
+    async def write(self, batch: bytes) -> None:
+        try:
+            self.outcome.append(await self.writes.write("t/0", batch, 1, Acks.QUORUM))
+        except RequestError as exc:
+            self.outcome.append(exc)
+
+
 async def test_a_write_forwarded_to_a_replaced_leader_is_answered_timeout_not_resent(
     tmp_path: Path,
 ) -> None:
-    wire = Wire()
-    forwarder = Forwarder(wire.send)
-    table = LeaderTable()
-    table.report(PAUSED, {"t/0": _claim(3)})
-    raft = MultiRaft(0, wire.send, state_dir=str(tmp_path))  # hosts no replica of t/0
-    writes = WritePath(0, raft, table, forwarder, timeout=30.0)
-    batch = build_batch([Record(value=b"x")])
-    outcome: list[BaseException] = []
-
-    async def write() -> None:
-        try:
-            await writes.write("t/0", batch, 1, Acks.QUORUM)
-        except RequestError as exc:
-            outcome.append(exc)
-
+    f = _ForwardingWrites(tmp_path)
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write)
+        nursery.start_soon(f.write, build_batch([Record(value=b"x")]))
         await trio.testing.wait_all_tasks_blocked()
-        assert _requests(wire) == [(PAUSED, AppendRequest)]
-        table.report(1, {"t/0": _claim(4)})  # a new leader, and broker 2 stays silent
+        assert _requests(f.wire) == [(PAUSED, AppendRequest)]
+        f.table.report(1, {"t/0": _claim(4)})  # a new leader, and broker 2 stays silent
         started = trio.current_time()
-        forwarder.abandon_replaced(writes.leader_of, _hears)
+        f.forwarder.abandon_replaced(f.writes.leader_of, _hears)
     assert trio.current_time() - started < 5  # not the 30 s deadline
-    (error,) = outcome
+    (error,) = f.outcome
     assert isinstance(error, RequestError) and error.code is ErrorCode.TIMEOUT
     assert error.code.retriable
     # The batch was not sent again to the new leader: it may already be in its log.
-    assert _requests(wire) == [(PAUSED, AppendRequest)]
-    raft.close()
+    assert _requests(f.wire) == [(PAUSED, AppendRequest)]
+    f.raft.close()
 
 
 @pytest.mark.parametrize("producer_id", [None, 77], ids=["no-producer-id", "producer-id"])
@@ -155,41 +162,28 @@ async def test_after_a_lost_connection_only_a_batch_with_a_producer_id_is_sent_a
     # Issue 23: the leader died after the batch reached it, and the new leader may hold it. A
     # batch with a producer id is sent again (the leader answers a duplicate with the first
     # copy's offsets); one without is answered TIMEOUT, never appended a second time.
-    wire = Wire()
-    forwarder = Forwarder(wire.send)
-    table = LeaderTable()
-    table.report(PAUSED, {"t/0": _claim(3)})
-    raft = MultiRaft(0, wire.send, state_dir=str(tmp_path))  # hosts no replica of t/0
-    writes = WritePath(0, raft, table, forwarder, timeout=30.0)
+    f = _ForwardingWrites(tmp_path)
     if producer_id is None:
         batch = build_batch([Record(value=b"x")])
     else:
         batch = build_batch([Record(value=b"x")], producer_id=producer_id, base_sequence=0)
-    outcome: list[object] = []
-
-    async def write() -> None:
-        try:
-            outcome.append(await writes.write("t/0", batch, 1, Acks.QUORUM))
-        except RequestError as exc:
-            outcome.append(exc)
-
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(write)
+        nursery.start_soon(f.write, batch)
         await trio.testing.wait_all_tasks_blocked()
-        assert _requests(wire) == [(PAUSED, AppendRequest)]
-        table.report(1, {"t/0": _claim(4)})
-        forwarder.peer_gone(PAUSED)  # its connection closed before it answered
+        assert _requests(f.wire) == [(PAUSED, AppendRequest)]
+        f.table.report(1, {"t/0": _claim(4)})
+        f.forwarder.peer_gone(PAUSED)  # its connection closed before it answered
         with trio.move_on_after(2):  # the retry comes after a short back-off
-            while producer_id is not None and len(wire.sent) < 2:
+            while producer_id is not None and len(f.wire.sent) < 2:
                 await trio.sleep(0.01)
         if producer_id is not None:
-            assert _requests(wire) == [(PAUSED, AppendRequest), (1, AppendRequest)]
+            assert _requests(f.wire) == [(PAUSED, AppendRequest), (1, AppendRequest)]
             nursery.cancel_scope.cancel()
     if producer_id is None:
-        (error,) = outcome
+        (error,) = f.outcome
         assert isinstance(error, RequestError) and error.code is ErrorCode.TIMEOUT
-        assert _requests(wire) == [(PAUSED, AppendRequest)]
-    raft.close()
+        assert _requests(f.wire) == [(PAUSED, AppendRequest)]
+    f.raft.close()
 
 
 def _idle_broker(tmp_path: Path) -> Broker:
