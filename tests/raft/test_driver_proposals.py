@@ -258,6 +258,30 @@ async def test_a_commit_waiter_wakes_when_its_offset_commits_and_not_before(
     assert woken_at == [last + 3]
 
 
+async def _elect_another_leader(cluster: Cluster, old: MultiRaft) -> None:
+    """Cut ``old`` off until another broker leads ``GROUP``, which then commits a batch of its own
+    (over ``old``'s uncommitted entries at the same offsets)."""
+    others = [b for b in cluster.brokers if b is not old]
+    for _ in range(100):  # election timeouts pass without a word from the old leader
+        if any(b.groups[GROUP].role is Role.LEADER for b in others):
+            break
+        for b in others:
+            b.tick()
+        await cluster.settle(cut_off=old.node_id)
+    new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
+    new.propose_nowait(GROUP, _batch(1), 1)
+    await cluster.settle(cut_off=old.node_id)
+
+
+async def _let_the_new_leader_reach(cluster: Cluster) -> None:
+    """Ticks with every broker connected: the new leader's heartbeats reach the old one, which
+    drops its cut entries."""
+    for _ in range(10):
+        for b in cluster.brokers:
+            b.tick()
+        await cluster.settle()
+
+
 async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
     tmp_path: Path,
 ) -> None:
@@ -266,21 +290,9 @@ async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
     async with trio.open_nursery() as nursery:
         last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
         nursery.start_soon(wait, last, term)
-        others = [b for b in cluster.brokers if b is not old]
-        for _ in range(100):  # election timeouts pass without a word from the old leader
-            if any(b.groups[GROUP].role is Role.LEADER for b in others):
-                break
-            for b in others:
-                b.tick()
-            await cluster.settle(cut_off=old.node_id)
-        new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
-        new.propose_nowait(GROUP, _batch(1), 1)
-        await cluster.settle(cut_off=old.node_id)
+        await _elect_another_leader(cluster, old)
         assert woken_at == []
-        for _ in range(10):  # the new leader's heartbeats reach the old one, which drops its entry
-            for b in cluster.brokers:
-                b.tick()
-            await cluster.settle()
+        await _let_the_new_leader_reach(cluster)
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert len(woken_at) == 1 and woken_at[0] < last
@@ -323,21 +335,9 @@ async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
     group.on_committed(
         last, term, lambda: heard.append((group.commit_index, group.log.log_end_offset))
     )
-    others = [b for b in cluster.brokers if b is not old]
-    for _ in range(100):  # election timeouts pass without a word from the old leader
-        if any(b.groups[GROUP].role is Role.LEADER for b in others):
-            break
-        for b in others:
-            b.tick()
-        await cluster.settle(cut_off=old.node_id)
-    new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
-    new.propose_nowait(GROUP, _batch(1), 1)
-    await cluster.settle(cut_off=old.node_id)
+    await _elect_another_leader(cluster, old)
     assert heard == []
-    for _ in range(10):  # the new leader's heartbeats reach the old one, which drops its entry
-        for b in cluster.brokers:
-            b.tick()
-        await cluster.settle()
+    await _let_the_new_leader_reach(cluster)
     assert len(heard) == 1
     commit, end = heard[0]
     assert commit < last and end <= last  # called at the cut, not at a later commit
