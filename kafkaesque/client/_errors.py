@@ -95,6 +95,16 @@ def connection_lost(where: str, what: str) -> KafkaesqueConnectionError:
     return KafkaesqueConnectionError(f"{where}: {what}", sent=True)
 
 
+def leader_moved(where: str, waited_ms: float) -> KafkaesqueConnectionError:
+    """A broker left a request unanswered for ``waited_ms`` while the metadata, read from another
+    broker, names another leader of the request's partition: the client gives up on that
+    connection as if it had been lost (retriable; outcome unknown, the request was sent)."""
+    return KafkaesqueConnectionError(
+        f"{where}: no reply within {waited_ms:g} ms and the partition has another leader now",
+        sent=True,
+    )
+
+
 def reply_broken(where: str, exc: Exception) -> KafkaesqueConnectionError:
     """The broker broke the reply grammar: not retriable, the connection is unusable."""
     return KafkaesqueConnectionError(

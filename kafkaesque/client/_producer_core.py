@@ -20,6 +20,18 @@ Without it, a retried batch may be stored twice (at least once). Records of one 
 in order because, by default (``ordered``), a partition has at most one batch in flight: a retried
 batch is never overtaken. A batch that fails for good leaves a gap in its partition's sequences, so
 the producer takes a new random producer id for the batches it closes after that.
+
+A silent leader. A broker paused (SIGSTOP) or cut off keeps its connections open and answers
+nothing, and the partition's other replicas elect a new leader within about an election timeout.
+So a batch that waits ``leader_check_ms`` for its reply makes the core ask for fresh metadata
+(``check_leaders``; the driver reads it from another broker). If that metadata names another
+leader for the batch's partition, ``replaced_leaders`` tells the driver to give up on the silent
+broker's connection, exactly as if it had been lost: every request on it ends with an
+outcome-unknown ``KafkaesqueConnectionError`` (reported through ``on_error``, once per send, as
+any lost connection's are) and the usual retry rules resend it to the new leader, or fail it
+when ``retry_unknown_outcome`` is False. If the metadata still names the same leader, the batch
+keeps waiting (until ``request_timeout_ms``) and the check is repeated every
+``leader_check_ms / 4`` while it waits.
 """
 
 from __future__ import annotations
@@ -65,6 +77,11 @@ class ProducerConfig:
     - ``retry``: backoff and attempt budget; ``delivery_timeout_ms`` bounds the time from
       ``send`` to the outcome, retries included; ``request_timeout_ms`` bounds one attempt.
     - ``retry_unknown_outcome``: retry after an outcome-unknown error (may store duplicates).
+    - ``leader_check_ms``: a batch unanswered this long makes the producer re-read the metadata;
+      if its partition has another leader by then, the request is given up as a lost
+      connection's would be (and resent to the new leader, or failed, as the two settings above
+      say). About one election timeout of the brokers; a value at or above
+      ``request_timeout_ms`` turns the check off.
     - ``max_buffered_bytes``: ``send`` waits while the records not yet delivered exceed this.
     - ``max_request_bytes``: a larger record is refused (``TOO_LARGE``); the broker's default
       payload limit is 8 MiB.
@@ -85,6 +102,7 @@ class ProducerConfig:
     retry_unknown_outcome: bool = True
     request_timeout_ms: float = 10_000.0
     delivery_timeout_ms: float = 30_000.0
+    leader_check_ms: float = 1_000.0
     max_buffered_bytes: int = 32 * 1024 * 1024
     max_request_bytes: int = 8 * 1024 * 1024
     idempotent: bool = True
@@ -99,7 +117,7 @@ class ProducerConfig:
             raise ValueError("an idempotent producer keeps one batch in flight per partition")
         if self.linger_ms < 0 or self.batch_size < 1 or self.max_in_flight < 1:
             raise ValueError("need linger_ms >= 0, batch_size >= 1 and max_in_flight >= 1")
-        if self.request_timeout_ms <= 0 or self.delivery_timeout_ms <= 0:
+        if min(self.request_timeout_ms, self.delivery_timeout_ms, self.leader_check_ms) <= 0:
             raise ValueError("timeouts must be positive")
         if self.max_request_bytes <= HEADER_SIZE or self.max_buffered_bytes < 1:
             raise ValueError("max_request_bytes and max_buffered_bytes are too small")
@@ -279,7 +297,13 @@ class ProducerCore:
         # retried, oldest first) or _in_flight (sent, not answered).
         self._open: dict[tuple[str, int], ProducerBatch] = {}
         self._queued: dict[tuple[str, int], deque[ProducerBatch]] = {}
-        self._in_flight: dict[int, tuple[ProducerBatch, int | None]] = {}
+        # Batch id -> (batch, the broker it went to, when it was sent).
+        self._in_flight: dict[int, tuple[ProducerBatch, int | None, float]] = {}
+        # Batches in flight whose broker the driver was told to give up on (replaced_leaders):
+        # each is still in _in_flight until the driver reports its end, so it is not resent
+        # before then, and it is not reported twice.
+        self._abandoned: set[int] = set()
+        self._next_leader_check_ms = 0.0  # a leader check is asked for at most this often
         self._in_flight_per_broker: dict[int | None, int] = {}
         self._busy_partitions: set[tuple[str, int]] = set()
         self._producer_id = _new_producer_id()
@@ -508,7 +532,7 @@ class ProducerCore:
             while queue and queue[0].retry_at_ms <= now_ms and self._may_send(tp, broker_id):
                 batch = queue.popleft()
                 batch.attempts += 1
-                self._in_flight[batch.batch_id] = (batch, broker_id)
+                self._in_flight[batch.batch_id] = (batch, broker_id, now_ms)
                 in_flight = self._in_flight_per_broker.get(broker_id, 0) + 1
                 self._in_flight_per_broker[broker_id] = in_flight
                 self._busy_partitions.add(tp)
@@ -534,7 +558,70 @@ class ProducerCore:
                 times.append(queue[0].retry_at_ms)
             # The head is the oldest (a retried batch goes back to the head): it expires first.
             times.append(queue[0].created_ms + self.config.delivery_timeout_ms)
+        oldest = self._oldest_watched_send()
+        if oldest is not None:  # the next leader check (``check_leaders``)
+            times.append(max(oldest + self.config.leader_check_ms, self._next_leader_check_ms))
         return max(min(times), now_ms) if times else None
+
+    # -- silent leaders ------------------------------------------------------------------------
+
+    def _oldest_watched_send(self) -> float | None:
+        """When the oldest batch in flight to a known broker, not given up on, was sent."""
+        abandoned = self._abandoned
+        times = [
+            sent_ms
+            for batch_id, (_, broker_id, sent_ms) in self._in_flight.items()
+            if broker_id is not None and batch_id not in abandoned
+        ]
+        return min(times) if times else None
+
+    def _silent(self, now_ms: float) -> dict[int, tuple[ProducerBatch, int]]:
+        """Batch id -> (batch, broker) of the batches unanswered for ``leader_check_ms`` or
+        more, sent to a known broker and not given up on yet."""
+        limit = now_ms - self.config.leader_check_ms
+        abandoned = self._abandoned
+        return {
+            batch_id: (batch, broker_id)
+            for batch_id, (batch, broker_id, sent_ms) in self._in_flight.items()
+            if broker_id is not None and sent_ms <= limit and batch_id not in abandoned
+        }
+
+    def check_leaders(self, now_ms: float) -> frozenset[int]:
+        """The brokers that have left a batch unanswered for ``leader_check_ms`` or more.
+
+        When there are some and a check is due (at most every ``leader_check_ms / 4``), asks for
+        a metadata refresh (``metadata_wanted``). The driver reads it from a broker not in this
+        set (it tries them last), gives it to ``update_metadata``, then calls
+        ``replaced_leaders``. A driver calls this whenever it wakes, before it refreshes."""
+        silent = frozenset(broker_id for _, broker_id in self._silent(now_ms).values())
+        if silent and now_ms >= self._next_leader_check_ms:
+            self._metadata_wanted = True
+            self._next_leader_check_ms = now_ms + self.config.leader_check_ms / 4
+        return silent
+
+    def replaced_leaders(self, now_ms: float) -> frozenset[int]:
+        """The brokers to give up on: each has left a batch unanswered for ``leader_check_ms``
+        or more while the metadata now names another broker as its partition's leader.
+
+        The driver ends every request in flight on such a broker's connection as a lost
+        connection's (``on_error`` with an outcome-unknown, retriable error, once per send) and
+        does not send on that connection again: a late reply is never read. Each batch in flight
+        there is returned once; it stays in flight (its partition busy, so it is not resent)
+        until the driver reports its end.
+        """
+        silent = self._silent(now_ms)
+        moved = frozenset(
+            broker_id
+            for batch, broker_id in silent.values()
+            if self._leader_id((batch.topic, batch.partition)) not in (None, broker_id)
+        )
+        if moved:
+            self._abandoned.update(
+                batch_id
+                for batch_id, (_, broker_id, _) in self._in_flight.items()
+                if broker_id in moved
+            )
+        return moved
 
     # -- outcomes ------------------------------------------------------------------------------
 
@@ -612,7 +699,8 @@ class ProducerCore:
         entry = self._in_flight.pop(batch_id, None)
         if entry is None:
             return None
-        batch, broker_id = entry
+        batch, broker_id, _ = entry
+        self._abandoned.discard(batch_id)
         self._in_flight_per_broker[broker_id] -= 1
         self._busy_partitions.discard((batch.topic, batch.partition))
         return batch

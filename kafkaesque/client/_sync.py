@@ -34,7 +34,13 @@ from ._consumer_core import (
     OffsetReset,
     TopicPartition,
 )
-from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, reply_broken
+from ._errors import (
+    KafkaesqueConnectionError,
+    KafkaesqueError,
+    client_timeout,
+    leader_moved,
+    reply_broken,
+)
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
 from ._producer_core import (
     DeliveryHandle,
@@ -128,6 +134,15 @@ class Client:
             raise
         self._connections[address] = connection
         return connection
+
+    def abandon(self, address: Address, error: KafkaesqueError) -> None:
+        """Give up on the connection to ``address`` as if it had been lost: it is closed with
+        ``error`` as the reason (requests waiting on it fail with it; a late reply is never
+        read), and the next request to ``address`` opens a new one. Tried last from now on."""
+        connection = self._connections.get(address)
+        if connection is not None:
+            connection.abort(error)
+        self.state.connection_failed(address)
 
     def existing_connection(self, address: Address) -> SyncConnection | None:
         """The connection to ``address`` if one was opened (it may have failed since)."""
@@ -462,10 +477,15 @@ class Producer(ProducerCounters):
 
     def _send_ready(self) -> None:
         core, client = self._core, self._client
+        silent = core.check_leaders(_now_ms())
         if core.metadata_wanted and time.monotonic() >= self._metadata_backoff_until:
             self._metadata_backoff_until = time.monotonic() + core.config.retry.backoff_s(1)
+            for address in self._addresses(silent):
+                client.state.connection_failed(address)  # ask another broker
             client.run(steps.refresh_metadata(client.state, client.config))
             core.update_metadata(client.state.metadata)
+            for address in self._addresses(core.replaced_leaders(_now_ms())):
+                self._abandon(address)
         now = _now_ms()
         for send in core.ready(now):
             broker = (
@@ -482,6 +502,21 @@ class Producer(ProducerCounters):
                 continue
             self._in_flight[(address, ticket)] = send.batch_id
             self._deadlines[(address, ticket)] = now + core.config.request_timeout_ms
+
+    def _addresses(self, broker_ids: Iterable[int]) -> list[Address]:
+        brokers = self._core.metadata.brokers
+        return [(b.host, b.port) for b in map(brokers.get, broker_ids) if b is not None]
+
+    def _abandon(self, address: Address) -> None:
+        """Give up on ``address``'s connection (its broker is silent and another leads):
+        close it, and end each batch in flight on it as a lost connection's, now, before a
+        new connection to ``address`` can reuse its tickets."""
+        error = leader_moved(f"{address[0]}:{address[1]}", self._core.config.leader_check_ms)
+        self._client.abandon(address, error)
+        now = _now_ms()
+        for key in [key for key in self._in_flight if key[0] == address]:
+            del self._deadlines[key]
+            self._core.on_error(self._in_flight.pop(key), error, now)
 
     def _readable(self, connections: list[SyncConnection], wait_s: float) -> list[object]:
         """Which of ``connections`` have bytes to read, waiting up to ``wait_s``."""

@@ -77,6 +77,11 @@ class SyncConnection:
         """Close the socket; commands still waiting fail. Idempotent."""
         self._fail(KafkaesqueConnectionError("connection closed by the client", sent=True))
 
+    def abort(self, error: KafkaesqueError) -> None:
+        """Close the socket now with ``error`` as the reason (if it is still open): commands
+        still waiting fail with it, and a late reply is never read."""
+        self._fail(error)
+
     def send(self, command: Command, *, timeout_s: float = 10.0) -> int:
         """Write ``command``; return its ticket for ``wait``. ``LocalProtocolError`` for a
         command that cannot be encoded; ``KafkaesqueConnectionError`` if the connection failed."""

@@ -27,7 +27,7 @@ from ._consumer_core import (
     OffsetReset,
     TopicPartition,
 )
-from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout
+from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, leader_moved
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
 from ._producer_core import (
     DeliveryHandle,
@@ -122,6 +122,15 @@ class AsyncClient:
                 raise
             self._connections[address] = connection
             return connection
+
+    def abandon(self, address: Address, error: KafkaesqueError) -> None:
+        """Give up on the connection to ``address`` as if it had been lost: every request
+        waiting on it fails with ``error`` at once, a late reply is never read, and the next
+        request to ``address`` opens a new connection. The address is tried last from now on."""
+        connection = self._connections.get(address)
+        if connection is not None:
+            connection.abort(error)
+        self.state.connection_failed(address)
 
     async def request(self, address: Address, command: Any, timeout_s: float) -> Response:
         """One attempt of ``command`` on ``address``, no retry; marks the address's health."""
@@ -383,13 +392,19 @@ class AsyncProducer(ProducerCounters):
         self._notify()
 
     async def _sender(self) -> None:
-        core = self._core
+        core, client = self._core, self._client
         while True:
+            silent = core.check_leaders(_now_ms())
             if core.metadata_wanted and trio.current_time() >= self._metadata_backoff_until:
                 self._metadata_backoff_until = trio.current_time() + core.config.retry.backoff_s(1)
-                client = self._client
+                for address in self._addresses(silent):
+                    client.state.connection_failed(address)  # ask another broker
                 await client.run(steps.refresh_metadata(client.state, client.config))
                 core.update_metadata(client.state.metadata)
+                for host, port in self._addresses(core.replaced_leaders(_now_ms())):
+                    # The _send_one tasks waiting on it report their batches' end.
+                    error = leader_moved(f"{host}:{port}", core.config.leader_check_ms)
+                    client.abandon((host, port), error)
             now = _now_ms()
             for send in core.ready(now):
                 self._nursery.start_soon(self._send_one, send)
@@ -401,6 +416,10 @@ class AsyncProducer(ProducerCounters):
             self._wakeup = trio.Event()
             with trio.move_on_at(wake_s):
                 await self._wakeup.wait()
+
+    def _addresses(self, broker_ids: Iterable[int]) -> list[Address]:
+        brokers = self._core.metadata.brokers
+        return [(b.host, b.port) for b in map(brokers.get, broker_ids) if b is not None]
 
     async def _send_one(self, send: SendRequest) -> None:
         broker = None if send.broker_id is None else self._core.metadata.brokers.get(send.broker_id)

@@ -87,6 +87,12 @@ class TrioConnection:
         self._fail(KafkaesqueConnectionError("connection closed by the client", sent=True))
         await trio.aclose_forcefully(self._stream)
 
+    def abort(self, error: KafkaesqueError) -> None:
+        """Fail the connection now with ``error`` (if it is still open): every waiter raises it,
+        later sends are refused, and nothing more is read from the stream (``aclose`` releases
+        it). For a broker that stopped answering: its late replies must not be taken."""
+        self._fail(error)
+
     async def send(self, command: Command) -> int:
         """Write ``command``; return its ticket for ``wait``. ``LocalProtocolError`` for a
         command that cannot be encoded; ``KafkaesqueConnectionError`` if the connection failed."""

@@ -16,6 +16,7 @@ from kafkaesque.client import (
     RetryPolicy,
     SendRequest,
 )
+from kafkaesque.client._errors import leader_moved
 from kafkaesque.protocol import (
     BrokerRow,
     DataReply,
@@ -297,7 +298,8 @@ def test_a_lingering_batch_of_a_busy_partition_keeps_filling_until_it_can_go() -
     (first,) = p.ready(now_ms=1)
     waiting = [p.append("t", rec(), partition=0, now_ms=2 + i) for i in range(3)]
     assert p.ready(now_ms=10) == []  # lingered, but partition 0 is busy: the batch stays open
-    assert p.next_wakeup_ms(now_ms=10) is None  # only the reply can move it: no busy wake-ups
+    # Only the reply can move it: no busy wake-ups, just the leader check of the batch in flight.
+    assert p.next_wakeup_ms(now_ms=10) == 1 + p.config.leader_check_ms
     waiting.append(p.append("t", rec(), partition=0, now_ms=11))  # it still takes records
     p.on_response(first.batch_id, OkReply("0 0"), now_ms=12)
     (second,) = p.ready(now_ms=12)  # freed: the grown batch goes at once, as one batch
@@ -349,12 +351,13 @@ def test_records_keep_their_own_timestamps_in_the_metadata() -> None:
 
 
 def test_unordered_batches_of_a_partition_go_together_up_to_the_broker_bound() -> None:
-    p = core(batch_size=1, max_in_flight=3, ordered=False, idempotent=False)
+    p = core(batch_size=1, max_in_flight=3, ordered=False, idempotent=False, leader_check_ms=4e4)
     for _ in range(5):
         p.append("t", rec(), partition=0, now_ms=0)
     sends = p.ready(now_ms=0)
     assert [s.command.partition for s in sends] == [0, 0, 0]
-    # Broker 0 is full: only a reply frees it, so the next wake-up is the delivery deadline.
+    # Broker 0 is full: only a reply frees it, so the next wake-up is the delivery deadline
+    # (the leader check, later, is not due before it).
     assert p.next_wakeup_ms(now_ms=1) == 30_000.0
     p.on_response(sends[0].batch_id, OkReply("0 0"), now_ms=2)
     assert len(p.ready(now_ms=2)) == 1
@@ -388,3 +391,98 @@ def test_idempotence_needs_ordered_batches() -> None:
     with pytest.raises(ValueError, match="one batch in flight"):
         ProducerConfig(ordered=False)
     assert not ProducerConfig(ordered=False, idempotent=False).idempotent
+
+
+# -- a silent leader (a paused broker answers nothing, its partitions elect another leader) ---
+
+
+def asks_metadata(p: ProducerCore) -> bool:
+    """``metadata_wanted`` read through a call (mypy would narrow the property between asserts)."""
+    return p.metadata_wanted
+
+
+def test_a_batch_left_unanswered_by_a_replaced_leader_ends_unknown_and_goes_to_the_new_one() -> (
+    None
+):
+    p = core(retry=RetryPolicy(backoff_ms=100, backoff_max_ms=100))
+    handle = p.append("t", rec(), partition=1, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    assert send.broker_id == 1 and p.next_wakeup_ms(now_ms=11) == 1010
+    assert p.check_leaders(now_ms=1009) == frozenset() and not asks_metadata(p)
+    assert p.check_leaders(now_ms=1010) == {1} and asks_metadata(p)  # silent a whole check
+    p.update_metadata(cluster(leaders=(0, 0, 0)))  # read from broker 0: partition 1 moved
+    assert p.replaced_leaders(now_ms=1010) == {1}
+    assert p.replaced_leaders(now_ms=1500) == frozenset()  # given up on once
+    # Until the driver reports the end of the attempt, the batch is not sent again.
+    assert p.ready(now_ms=1500) == [] and not handle.done()
+    p.on_error(send.batch_id, leader_moved("h1:2", 1000), now_ms=1501)
+    assert not handle.done() and asks_metadata(p)  # retried like a lost connection
+    assert p.ready(now_ms=1600) == []  # the backoff
+    (retry,) = p.ready(now_ms=1601)
+    assert retry.broker_id == 0 and retry.command.batch == send.command.batch  # same sequence
+    p.on_response(retry.batch_id, OkReply("1 3"), now_ms=1602)
+    assert handle.result().offset == 3
+
+
+def test_a_silent_broker_still_named_leader_keeps_its_batch_and_is_checked_again() -> None:
+    p = core()
+    handle = p.append("t", rec(), partition=1, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    assert p.check_leaders(now_ms=1010) == {1} and asks_metadata(p)
+    p.update_metadata(cluster())  # still broker 1 (no election yet)
+    assert p.replaced_leaders(now_ms=1010) == frozenset()
+    assert p.in_flight_ids() == [send.batch_id] and not handle.done()
+    # The next check comes a quarter of leader_check_ms later, not at every wake-up.
+    assert p.next_wakeup_ms(now_ms=1011) == 1260
+    assert p.check_leaders(now_ms=1100) == {1} and not asks_metadata(p)
+    assert p.check_leaders(now_ms=1260) == {1} and asks_metadata(p)
+    p.on_response(send.batch_id, OkReply("1 0"), now_ms=1300)  # it was only slow
+    assert handle.result().offset == 0
+    assert p.check_leaders(now_ms=5000) == frozenset() and p.next_wakeup_ms(5000) is None
+
+
+def test_a_replaced_leader_without_idempotent_retries_fails_with_an_unknown_outcome() -> None:
+    p = core(idempotent=False, retry_unknown_outcome=False)
+    handle = p.append("t", rec(), partition=1, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.check_leaders(now_ms=1010)
+    p.update_metadata(cluster(leaders=(0, 0, 0)))
+    assert p.replaced_leaders(now_ms=1010) == {1}
+    p.on_error(send.batch_id, leader_moved("h1:2", 1000), now_ms=1011)
+    error = handle.exception()
+    assert isinstance(error, KafkaesqueConnectionError)
+    assert error.outcome_unknown and error.retriable and "another leader" in error.message
+    assert p.ready(now_ms=5000) == [] and p.pending == 0
+
+
+def test_giving_up_on_a_broker_ends_every_batch_on_its_connection() -> None:
+    p = core()
+    p.update_metadata(cluster(leaders=(1, 1, 0)))
+    p.append("t", rec(), partition=0, now_ms=0)
+    (old,) = p.ready(now_ms=10)
+    p.append("t", rec(), partition=1, now_ms=800)
+    (young,) = p.ready(now_ms=810)  # in flight for less than leader_check_ms
+    p.check_leaders(now_ms=1010)
+    p.update_metadata(cluster(leaders=(0, 1, 0)))  # only partition 0 moved
+    assert p.replaced_leaders(now_ms=1010) == {1}
+    # Both ride the connection that is closed: the driver reports both; neither is named again.
+    assert p.replaced_leaders(now_ms=2000) == frozenset()
+    for send in (old, young):
+        p.on_error(send.batch_id, leader_moved("h1:2", 1000), now_ms=2001)
+    assert {s.broker_id for s in p.ready(now_ms=3000)} == {0, 1}
+
+
+def test_a_batch_sent_to_any_broker_is_left_to_that_broker() -> None:
+    p = core()
+    p.update_metadata(cluster(leaders=(None, 1, 1)))
+    p.append("t", rec(), partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    assert send.broker_id is None
+    p.update_metadata(cluster())
+    assert p.check_leaders(now_ms=5000) == frozenset() and not asks_metadata(p)
+    assert p.replaced_leaders(now_ms=5000) == frozenset()
+
+
+def test_leader_check_ms_must_be_positive() -> None:
+    with pytest.raises(ValueError, match="positive"):
+        ProducerConfig(leader_check_ms=0)
