@@ -12,17 +12,22 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
+import trio
 from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import (
+    AsyncClient,
+    AsyncRecordFuture,
     Client,
     Consumer,
     DeliveryHandle,
     Producer,
     ProducerConfig,
     RecordFuture,
+    open_producer,
 )
 
 PAUSE_S = 8.0
@@ -40,7 +45,7 @@ def test_an_idempotent_producer_moves_to_the_new_leader_of_a_paused_one(tmp_path
         acked_at: dict[bytes, float] = {}
         sent: list[tuple[bytes, float, RecordFuture]] = []
 
-        def on_ack(value: bytes) -> object:
+        def on_ack(value: bytes) -> Callable[[DeliveryHandle], None]:
             def done(handle: DeliveryHandle) -> None:
                 if handle.exception() is None:
                     acked_at[value] = time.monotonic()
@@ -56,7 +61,7 @@ def test_an_idempotent_producer_moves_to_the_new_leader_of_a_paused_one(tmp_path
                 while time.monotonic() < end:
                     value = b"v%d" % len(sent)
                     future = producer.send("paused", value)
-                    future.handle.add_done_callback(on_ack(value))  # type: ignore[arg-type]
+                    future.handle.add_done_callback(on_ack(value))
                     sent.append((value, time.monotonic(), future))
                     producer.poll(SEND_EVERY_S)
 
@@ -86,13 +91,75 @@ def test_an_idempotent_producer_moves_to_the_new_leader_of_a_paused_one(tmp_path
         failed = [(v, f.handle.exception()) for v, _, f in sent if f.handle.exception()]
         assert not failed, failed[:3]
 
-        # Every record is in the log once, at the offset its acknowledgement named.
-        with Consumer(client) as consumer:
-            consumer.assign_topic("paused")
-            stored = {r.offset: r.value for r in consumer.records(follow=False)}
-        counts = Counter(stored.values())
-        assert not [v for v, n in counts.items() if n > 1], "a resent batch was stored twice"
-        for value, _, future in sent:
-            offset = future.get().offset
-            assert stored.get(offset) == value, f"acknowledged {value!r} at {offset} lost"
-        assert len(stored) == len(sent)
+        _check_log(client, {value: future.handle for value, _, future in sent})
+
+
+def _check_log(client: Client, sent: dict[bytes, DeliveryHandle]) -> None:
+    """Every record is in the log once, at the offset its acknowledgement named."""
+    with Consumer(client) as consumer:
+        consumer.assign_topic("paused")
+        stored = {r.offset: r.value for r in consumer.records(follow=False)}
+    counts = Counter(stored.values())
+    assert not [v for v, n in counts.items() if n > 1], "a resent batch was stored twice"
+    for value, handle in sent.items():
+        offset = handle.result().offset
+        assert stored.get(offset) == value, f"acknowledged {value!r} at {offset} lost"
+    assert len(stored) == len(sent)
+
+
+def test_the_trio_producer_moves_to_the_new_leader_of_a_paused_one(tmp_path: Path) -> None:
+    """The same with ``open_producer``: its send tasks waiting on the silent broker end when
+    the connection is given up on, and the sender resends their batches."""
+    with LocalCluster(str(tmp_path), 3) as cluster, Client(cluster.bootstrap) as client:
+        client.create_topic("paused", 1, 3)
+        leader = client.refresh_metadata(["paused"]).leader("paused", 0)
+        assert leader is not None
+        victim = leader.broker_id
+        sent: list[tuple[bytes, float, AsyncRecordFuture]] = []
+        acked_at: dict[bytes, float] = {}
+
+        def on_ack(value: bytes) -> Callable[[DeliveryHandle], None]:
+            def done(handle: DeliveryHandle) -> None:
+                if handle.exception() is None:
+                    acked_at[value] = trio.current_time()
+
+            return done
+
+        async def produce() -> float:
+            async with (
+                AsyncClient(cluster.bootstrap) as own,
+                open_producer(own, ProducerConfig(linger_ms=1.0)) as producer,
+            ):
+
+                async def produce_until(end: float) -> None:
+                    while trio.current_time() < end:
+                        value = b"v%d" % len(sent)
+                        future = await producer.send("paused", value)
+                        future.handle.add_done_callback(on_ack(value))
+                        sent.append((value, trio.current_time(), future))
+                        await trio.sleep(SEND_EVERY_S)
+
+                await produce_until(trio.current_time() + 1.0)
+                await producer.flush()
+                paused_at = trio.current_time()
+                cluster.pause(victim)
+                try:
+                    await produce_until(paused_at + PAUSE_S)
+                finally:
+                    cluster.resume(victim)
+                await produce_until(trio.current_time() + 1.0)
+                await producer.flush(30.0)
+                return paused_at
+
+        try:
+            paused_at = trio.run(produce)
+        finally:
+            cluster.resume(victim)
+        first_value = next(value for value, at, _ in sent if at > paused_at)
+        assert first_value in acked_at, "the first record sent during the pause failed"
+        waited = acked_at[first_value] - paused_at
+        print(f"first ack after the pause (trio): {waited:.2f} s")
+        assert waited < ACK_WITHIN_S, waited
+        failed = [(v, f.handle.exception()) for v, _, f in sent if f.handle.exception()]
+        assert not failed, failed[:3]
+        _check_log(client, {value: future.handle for value, _, future in sent})
