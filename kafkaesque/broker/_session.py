@@ -259,19 +259,23 @@ class _Pipeline:
         ``_SEND_COALESCE_BYTES``), taken from it; the first one not ready will ``flush`` when
         it is."""
         queue = self.queue
-        out = b""
+        parts: list[bytes] = []  # joined once: += on bytes would copy the run for each reply
+        size = 0
         while queue:
             slot = queue[0]
             if not slot.ready():
                 slot.notify(self.flush)
                 break
             queue.popleft()
-            out += slot.encode()
-            if len(out) >= _SEND_COALESCE_BYTES:
+            reply = slot.encode()
+            parts.append(reply)
+            size += len(reply)
+            if size >= _SEND_COALESCE_BYTES:
                 break
-        if out:
-            self._room.set()
-        return out
+        if not parts:
+            return b""
+        self._room.set()
+        return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def writer_idle(self) -> None:
         await self._writer_wake.wait()
