@@ -29,14 +29,24 @@ and tries again; if the gap does not fill, its records go again under a new prod
 client gets it as its reply; an MQTT device's connection closes, so it resends what was not
 acknowledged.
 
+No task and no pass of the scheduler stands between a record and its batch's start: ``add``
+seals and starts what Nagle's rule lets go, from the caller's own context (a connection's
+reader), and a batch that finishes starts the next one from whoever finished it. A task per
+appender woken by each write would cost a pass of the scheduler per record, several times the
+work of the start itself. Starting is guarded against re-entrance: ``WritePath.when_written`` may
+tell a batch's outcome at once (a duplicate the log holds already), which finishes it and would
+start the next one from inside the start; the nested call only asks the outer one to go on, so
+batches start in order, one at a time, never more than ``WINDOW`` in flight.
+
 No task waits for a batch that this broker's own Raft group commits in time, the common case at
-a leader: ``WritePath.when_written`` has the group call the appender back when the commit index
-reaches it, and the task that saw the commit (the Raft driver's, or the peer connection's that
-brought the news) finishes the flight, whose waiters write the replies it freed. A task per
-batch and its passes of the scheduler cost far more than that work. A batch goes the task way
-(``_complete``: ``WritePath.write`` and its retries) when it is forwarded to another broker,
-acknowledged by the leader alone, cut from the log before it committed, or still untold at its
-deadline (``_watch_deadlines``).
+a leader either: ``WritePath.when_written`` has the group call the appender back when the commit
+index reaches it, and the task that saw the commit (the Raft driver's, or the peer connection's
+that brought the news) finishes the flight, whose waiters write the replies it freed, and starts
+the next batch. A batch goes the task way (``_complete``: ``WritePath.write`` and its retries)
+when it is forwarded to another broker, acknowledged by the leader alone, cut from the log before
+it committed, or still untold at its deadline. ``run`` is the appender's one task: it watches
+those deadlines and gives the nursery the ``_complete`` tasks run in; a batch that needs such a
+task before ``run`` started is started all the same and gets its task once ``run`` runs.
 """
 
 from __future__ import annotations
@@ -116,8 +126,8 @@ def new_producer_id() -> int:
 
 
 class PartitionAppender:
-    """The open batch of one partition and acks level, and the task that writes sealed batches
-    in order."""
+    """The open batch of one partition and acks level; it seals and starts batches in order,
+    from the context of whoever adds a record or finishes a batch (no task per write)."""
 
     def __init__(self, group_id: str, partition: int, acks: Acks, writes: WritePath) -> None:
         self._group_id = group_id
@@ -129,25 +139,34 @@ class PartitionAppender:
         self._flight = Flight(partition)
         self._sealed: deque[tuple[Flight, list[Record]]] = deque()
         self._order: list[Flight] = []  # batches started and not finished, in order
-        self._wake = trio.Event()
+        # Invariant: at most ``WINDOW`` batches in ``_order``; open records only wait while one is.
+        self._starting = False  # ``_start_what_may_go`` is running: a nested call defers to it
+        self._again = False  # a nested call asked the running one to look again
         # Batches waiting to be told their outcome, in start order, so in deadline order.
         self._told: deque[_Told] = deque()
         self._nursery: trio.Nursery | None = None  # ``run``'s, for the batches that need a task
+        # ``_complete``'s arguments for batches that needed a task before ``run`` gave the nursery.
+        self._unspawned: list[tuple[Flight, list[Record], bytes, Attempt, float]] = []
         self._producer_id = new_producer_id()
         self._sequence = 0
         self.closed = False
 
     def add(self, record: Record) -> tuple[Flight, int]:
-        """Queue ``record``; its offset will be ``flight.base + index`` once ``flight.done``."""
+        """Queue ``record``; its offset will be ``flight.base + index`` once ``flight.done``.
+
+        Before returning, starts what Nagle's rule lets go (the batch this record joined, when
+        no batch is in flight), without awaiting. Raises ``RequestError`` (``UNKNOWN_TOPIC``)
+        once the topic was deleted (``fail_all``).
+        """
         if self.closed:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted")
         if len(self._records) >= _MAX_BATCH_RECORDS or self._bytes >= _MAX_BATCH_BYTES:
             self._seal()
-        index = len(self._records)
+        flight, index = self._flight, len(self._records)
         self._records.append(record)
         self._bytes += len(record.value or b"") + len(record.key or b"") + _RECORD_OVERHEAD_BYTES
-        self._wake.set()
-        return self._flight, index
+        self._start_what_may_go()
+        return flight, index
 
     async def settled(self) -> None:
         """Until every record added so far has its outcome (committed, or failed)."""
@@ -162,42 +181,69 @@ class PartitionAppender:
             self._sealed.append((self._flight, self._records))
             self._records, self._bytes, self._flight = [], 0, Flight(self._partition)
 
-    async def run(self, nursery: trio.Nursery) -> None:
-        """Write batches until cancelled; a batch whose outcome needs awaiting is awaited in
-        ``nursery`` (see the module docstring)."""
-        self._nursery = nursery
-        nursery.start_soon(self._watch_deadlines)
-        while True:
-            await self._wake.wait()
-            self._wake = trio.Event()
-            if not self._order or (
-                len(self._order) < WINDOW
-                and (
-                    len(self._records) >= _WORTH_PIPELINING_RECORDS
-                    or self._bytes >= _WORTH_PIPELINING_BYTES
-                )
-            ):
-                self._seal()
-            while self._sealed and len(self._order) < WINDOW:
-                flight, records = self._sealed.popleft()
-                # The sequence is assigned at start, so batches carry increasing sequences in
-                # the order they are proposed (forwarded ones too: the leader starts them in the
-                # order they arrive, ``WritePath.start_forwarded``).
-                stamp = (self._producer_id, self._sequence)
-                self._sequence += len(records)
-                batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
-                deadline = trio.current_time() + self._writes.timeout
-                attempt = self._writes.start(
-                    self._group_id, batch, len(records), self._acks, deadline
-                )
-                self._order.append(flight)
-                told = _Told(flight, records, batch, attempt, deadline)
-                self._told.append(told)  # before: the group may tell at once
-                if not self._writes.when_written(
-                    attempt, self._acks, deadline, functools.partial(self._was_told, told)
+    def _start_what_may_go(self) -> None:
+        """Seal the open batch if Nagle's rule says so, and start sealed batches in order while
+        fewer than ``WINDOW`` are in flight.
+
+        Re-entrant calls (a batch told its outcome inside ``when_written``, finishing it; a
+        flight's waiter adding a record) do not start anything themselves: they ask the running
+        call to look again once the current start is done, so batches never start out of order
+        and no recursion grows with the number of batches.
+        """
+        if self._starting:
+            self._again = True
+            return
+        self._starting = True
+        try:
+            while True:
+                self._again = False
+                if self._records and (
+                    not self._order
+                    or (
+                        len(self._order) < WINDOW
+                        and (
+                            len(self._records) >= _WORTH_PIPELINING_RECORDS
+                            or self._bytes >= _WORTH_PIPELINING_BYTES
+                        )
+                    )
                 ):
-                    self._told.pop()
-                    nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
+                    self._seal()
+                while self._sealed and len(self._order) < WINDOW:
+                    self._start(*self._sealed.popleft())
+                if not self._again:
+                    return
+        finally:
+            self._starting = False
+
+    def _start(self, flight: Flight, records: list[Record]) -> None:
+        """Stamp, build and start one sealed batch; have the group tell its outcome, or a task
+        await it."""
+        # The sequence is assigned at start, so batches carry increasing sequences in the order
+        # they are proposed (forwarded ones too: the leader starts them in the order they
+        # arrive, ``WritePath.start_forwarded``).
+        stamp = (self._producer_id, self._sequence)
+        self._sequence += len(records)
+        batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
+        deadline = trio.current_time() + self._writes.timeout
+        attempt = self._writes.start(self._group_id, batch, len(records), self._acks, deadline)
+        self._order.append(flight)
+        told = _Told(flight, records, batch, attempt, deadline)
+        self._told.append(told)  # before: the group may tell at once
+        if not self._writes.when_written(
+            attempt, self._acks, deadline, functools.partial(self._was_told, told)
+        ):
+            self._told.pop()
+            self._spawn_complete(flight, records, batch, attempt, deadline)
+
+    async def run(self, nursery: trio.Nursery) -> None:
+        """Watch the deadlines of started batches until cancelled; a batch whose outcome needs
+        awaiting is awaited in ``nursery`` (see the module docstring). Records added before this
+        runs are started all the same; only their tasks, if any need one, wait for it."""
+        self._nursery = nursery
+        unspawned, self._unspawned = self._unspawned, []
+        for args in unspawned:
+            nursery.start_soon(self._complete, *args)
+        await self._watch_deadlines()
 
     def _was_told(self, told: _Told, outcome: tuple[int, int] | Attempt) -> None:
         """The group's news of a batch (``WritePath.when_written``): finish its flight here, or
@@ -217,10 +263,16 @@ class PartitionAppender:
 
     def _to_task(self, told: _Told, attempt: Attempt) -> None:
         """Have a task await ``told``'s outcome from ``attempt`` on, with ``write``'s retries."""
-        assert self._nursery is not None  # set by ``run``, which started the batch
-        self._nursery.start_soon(
-            self._complete, told.flight, told.records, told.batch, attempt, told.deadline
-        )
+        self._spawn_complete(told.flight, told.records, told.batch, attempt, told.deadline)
+
+    def _spawn_complete(
+        self, flight: Flight, records: list[Record], batch: bytes, attempt: Attempt, deadline: float
+    ) -> None:
+        """Start ``_complete`` in ``run``'s nursery, or once ``run`` gives it."""
+        if self._nursery is None:
+            self._unspawned.append((flight, records, batch, attempt, deadline))
+        else:
+            self._nursery.start_soon(self._complete, flight, records, batch, attempt, deadline)
 
     async def _watch_deadlines(self) -> None:
         """Hand each batch still untold at its deadline to a task, where ``WritePath.write``
@@ -239,11 +291,11 @@ class PartitionAppender:
             await trio.sleep_until(told[0].deadline if told else now + self._writes.timeout)
 
     def _finished(self, flight: Flight) -> None:
-        """``flight`` has its outcome: tell its waiters, and let the next batch go."""
+        """``flight`` has its outcome: tell its waiters, and start what may go now."""
         self._order.remove(flight)
         flight.finish()
         if self._records or self._sealed:
-            self._wake.set()  # else nothing waits to be started: no pass of ``run`` for it
+            self._start_what_may_go()
 
     async def _complete(
         self,

@@ -1,19 +1,25 @@
-"""The partition appender (PUBS, PUB, MQTT): when it seals its open batch (Nagle's rule) and how
-it stamps batches, over a write path that commits only when the test says so (a pure unit: the
+"""The partition appender (PUBS, PUB, MQTT): when it seals its open batch (Nagle's rule), that
+it starts batches from ``add`` and from the outcome of the batch before (no task, no await; in
+order and within ``WINDOW`` when an outcome is told inside a start), and how it stamps batches,
+over a write path that commits only when the test says so (a pure unit: the
 appender's logic, no broker); and how a batch's outcome reaches its flight over a real write path
 and Raft groups whose messages the test delivers by hand (no sockets)."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Any, cast
 
+import pytest
 import trio
 import trio.testing
 
-from kafkaesque.broker._appender import Flight, PartitionAppender
+from kafkaesque.broker._appender import _MAX_BATCH_RECORDS, Flight, PartitionAppender
+from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._forwarding import Forwarder
 from kafkaesque.broker._leaders import LeaderTable
+from kafkaesque.broker._producers import WINDOW
 from kafkaesque.broker._writes import WritePath
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import Role
@@ -101,6 +107,189 @@ async def test_every_batch_carries_the_appenders_producer_id_and_its_next_sequen
         producer_ids = {pid for pid, _ in writes.stamps}
         assert len(producer_ids) == 1 and NO_PRODUCER_ID not in producer_ids
         assert [seq for _, seq in writes.stamps] == [0, 1, 4]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_batch_starts_inside_add_and_the_next_inside_the_outcome_with_no_task() -> None:
+    # Issue 22: a task woken by every ``add`` cost a pass of the scheduler per write; ``add``
+    # now starts what may go before it returns, and the outcome of a batch starts the next
+    # one from the context that tells it. Nothing here awaits, and no task is spawned.
+    writes = _ToldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    spawns = _Spawns()
+    trio.lowlevel.add_instrument(spawns)
+    try:
+        first, _ = appender.add(Record(value=b"reading"))
+        assert writes.started == [1]  # started in ``add``: no await since
+        second, index = appender.add(Record(value=b"reading"))
+        third, _ = appender.add(Record(value=b"reading"))
+        assert second is third and writes.started == [1]  # growing behind the one in flight
+        writes.tell()
+        assert first.done.is_set() and first.base == 0
+        assert writes.started == [1, 2]  # started by the outcome of the first
+        writes.tell()
+        assert second.done.is_set() and second.base + index == 1
+    finally:
+        trio.lowlevel.remove_instrument(spawns)
+    assert spawns.names == []
+
+
+async def test_a_pipelined_burst_goes_as_few_batches_not_one_per_record() -> None:
+    # A chunk of PUBS read at once is added with no await between the records: the first goes
+    # alone (nothing in flight), the rest grow behind it (Nagle) and go in pipelining-sized
+    # batches, never one batch per record.
+    writes = _HeldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appender.run, nursery)
+        flights = [appender.add(Record(value=b"reading %d" % i))[0] for i in range(150)]
+        assert writes.started == [1, 64, 64]  # 21 left open: the batch in flight is small
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(3):
+            writes.commit()
+            await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 64, 64, 21]  # sealed when nothing was in flight any more
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(f.done.is_set() and f.error is None for f in flights)
+        assert [seq for _, seq in writes.stamps] == [0, 1, 65, 129]
+        nursery.cancel_scope.cancel()
+
+
+class _ToldWrites:
+    """Tells every batch's outcome by the ``when_written`` callback: at once (inside the call)
+    while ``at_once``, else when ``tell`` is called. Records, for each start, how many batches
+    were in flight and how deep inside a callback it came."""
+
+    timeout = 5.0
+
+    def __init__(self) -> None:
+        self.at_once = False
+        self.started: list[int] = []
+        self.stamps: list[int] = []  # base sequences, in start order
+        self.in_flight = 0
+        self.most_in_flight = 0
+        self.depth = 0  # callbacks running now
+        self.deepest_start = 0
+        self._held: list[tuple[int, Any]] = []  # count, callback
+        self._next = 0
+
+    def start(self, group_id: str, batch: bytes, count: int, *args: Any) -> object:
+        self.started.append(count)
+        self.stamps.append(decode_header(batch).base_sequence)
+        self.in_flight += 1
+        self.most_in_flight = max(self.most_in_flight, self.in_flight)
+        self.deepest_start = max(self.deepest_start, self.depth)
+        return object()
+
+    def when_written(self, attempt: object, acks: Acks, deadline: float, callback: Any) -> bool:
+        if self.at_once:
+            self._call(len(self.started) and self.started[-1], callback)
+        else:
+            self._held.append((self.started[-1], callback))
+        return True
+
+    def tell(self) -> None:
+        """Tell the oldest untold batch it was written."""
+        self._call(*self._held.pop(0))
+
+    def _call(self, count: int, callback: Any) -> None:
+        first, self._next = self._next, self._next + count
+        self.in_flight -= 1
+        self.depth += 1
+        try:
+            callback((first, first + count - 1))
+        finally:
+            self.depth -= 1
+
+
+async def test_an_outcome_told_inside_the_start_starts_the_next_batch_from_the_outer_loop() -> None:
+    # ``when_written`` may call back at once (a duplicate the log holds already): that finishes
+    # the flight and would start the next batch from inside the start. Batches must still go
+    # in order, one start at a time, never more than WINDOW in flight.
+    writes = _ToldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appender.run, nursery)
+        total = 1 + 64 * (WINDOW - 1) + 2 * _MAX_BATCH_RECORDS + 10
+        flights = [appender.add(Record(value=b"%d" % i))[0] for i in range(total)]
+        assert writes.started == [1] + [64] * (WINDOW - 1)  # the window is full: more wait
+        assert len(appender._sealed) == 2  # full batches, waiting for room in the window
+        writes.at_once = True
+        writes.tell()  # finishes the first: the full ones start, each told inside its start
+        assert writes.started == [1] + [64] * (WINDOW - 1) + [_MAX_BATCH_RECORDS] * 2
+        assert writes.deepest_start == 1  # started from the first callback's loop, not deeper
+        assert writes.most_in_flight <= WINDOW
+        for _ in range(WINDOW - 1):
+            writes.tell()  # the last one seals and starts the 10 left, told at once too
+        assert sum(writes.started) == total
+        assert writes.stamps == [0, *itertools.accumulate(writes.started[:-1])]
+        assert all(f.done.is_set() and f.error is None for f in flights)
+        # (this fake hands out offsets in the order it tells, which is not the start order)
+        assert [flights[i].base for i in (0, total - 1)] == [0, total - 10]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_record_added_inside_an_outcome_told_at_once_goes_after_it_in_order() -> None:
+    # A flight's waiter may add a record from inside the outcome of its batch, told inside the
+    # batch's start: that record's batch starts from the loop already running, after it.
+    writes = _ToldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    offsets: list[int] = []
+
+    def add_more(flight: Flight, index: int, left: int) -> None:
+        offsets.append(flight.base + index)
+        if left:
+            more, more_index = appender.add(Record(value=b"more"))
+            more.notify(lambda: add_more(more, more_index, left - 1))
+
+    appender.add(Record(value=b"first"))  # in flight, held
+    flight, index = appender.add(Record(value=b"second"))
+    flight.notify(lambda: add_more(flight, index, 200))
+    writes.at_once = True
+    writes.tell()  # starts the second, told at once: its waiter adds the next one, and so on
+    assert offsets == list(range(1, 202))  # each one started and told after the one before
+    assert writes.started == [1] * 202 and writes.stamps == list(range(202))
+    assert writes.deepest_start == 1  # a flat loop in the first callback, not 200 nested starts
+
+
+async def test_records_added_before_run_are_started_and_get_their_task_once_it_runs() -> None:
+    # Broker.appender starts ``run`` with start_soon, so a publish may reach ``add`` first: the
+    # batch starts at once; a batch that needs a task gets it when ``run`` gives the nursery.
+    writes = _HeldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    flight, _ = appender.add(Record(value=b"early"))
+    waiting, _ = appender.add(Record(value=b"second"))
+    assert writes.started == [1]  # started with no nursery; the second grows meanwhile
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appender.run, nursery)
+        await trio.testing.wait_all_tasks_blocked()
+        writes.commit()  # held by the task ``run`` spawned for it
+        await trio.testing.wait_all_tasks_blocked()
+        assert flight.done.is_set() and flight.error is None and flight.base == 0
+        assert writes.started == [1, 1]
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert waiting.done.is_set() and waiting.base == 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_fail_all_fails_what_waits_and_refuses_what_comes() -> None:
+    writes = _HeldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appender.run, nursery)
+        in_flight, _ = appender.add(Record(value=b"a"))
+        queued, _ = appender.add(Record(value=b"b"))
+        await trio.testing.wait_all_tasks_blocked()
+        appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
+        assert queued.done.is_set() and queued.error is not None
+        with pytest.raises(RequestError):
+            appender.add(Record(value=b"c"))
+        writes.commit()
+        with trio.fail_after(5):
+            await appender.settled()
+        assert in_flight.error is None and writes.started == [1]
         nursery.cancel_scope.cancel()
 
 
@@ -197,7 +386,7 @@ async def test_a_batch_its_own_leader_commits_finishes_its_flight_with_no_task(
             trio.lowlevel.add_instrument(spawns)
             try:
                 flight, index = appender.add(Record(value=b"reading"))
-                await trio.testing.wait_all_tasks_blocked()  # the appender proposes it
+                await trio.testing.wait_all_tasks_blocked()  # proposed in ``add`` already
                 assert not flight.done.is_set()
                 await brokers.settle()  # the group commits it, and tells the appender
                 assert flight.done.is_set()
@@ -208,6 +397,33 @@ async def test_a_batch_its_own_leader_commits_finishes_its_flight_with_no_task(
             assert _values(brokers.rafts[0]) == [b"reading"]
             assert len(written) == 1  # the write path's latency metric heard of it
             nursery.cancel_scope.cancel()
+    finally:
+        brokers.close()
+
+
+async def test_a_leaders_writes_need_no_task_of_the_appender_at_all(tmp_path: Path) -> None:
+    # ``run`` is not even started: ``add`` proposes, and the step that commits a batch starts
+    # the next one (a proposal from inside the Raft step's callback).
+    brokers = _Brokers(tmp_path, 1)
+    await brokers.settle()
+    group = brokers.rafts[0].groups[GROUP]
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0])
+    try:
+        spawns = _Spawns()
+        trio.lowlevel.add_instrument(spawns)
+        try:
+            first, _ = appender.add(Record(value=b"one"))
+            assert group.node.log.last_index() == 1  # proposed inside ``add``
+            second, index = appender.add(Record(value=b"two"))
+            third, _ = appender.add(Record(value=b"three"))
+            assert group.node.log.last_index() == 1  # growing behind the one in flight
+            await brokers.settle()  # commits the first, which proposes the next; commits it
+            assert first.done.is_set() and first.error is None and first.base == 1
+            assert second is third and second.done.is_set() and second.base + index == 2
+        finally:
+            trio.lowlevel.remove_instrument(spawns)
+        assert spawns.names == []
+        assert _values(brokers.rafts[0]) == [b"one", b"two", b"three"]
     finally:
         brokers.close()
 
