@@ -16,9 +16,18 @@ every peer. Its loop follows each core's ``Ready`` contract for all groups at on
    it is durable), expose the newly committed offsets and wake whoever waits for them;
 4. advance every core.
 
+Steps 1 and 2 (a round's start) run in the task that caused the round, as soon as no round is in
+flight: a proposer's (``propose_nowait``), the peer connection's that brought the entries
+(``handle_items``), the tick's. Steps 3 and 4 (its end) run in the driver's loop, which does
+nothing but wait for the fsync worker's eventfd; a round's end then starts the next round of what
+was marked meanwhile (group commit). A round therefore costs the scheduler one pass, at its end:
+a follower's write is two passes in all (the frame that brings it, the fsync's end that
+acknowledges it). One round at a time is in flight; a step, tick or round's end that marks several
+groups starts one round for all of them, at its end (``_kick``).
+
 A Ready with nothing to make durable (no log work, no new term or vote: a commit to expose and
-commit news, mostly) is handled at once where the message that caused it is received, not in the
-loop: the loop's pass of the scheduler is saved on the steps that most often end a write's round.
+commit news, mostly) is handled at once where the message that caused it is received, not in a
+round: the steps that most often end a write's round cost no round at all.
 
 Proposals are checked (one valid batch of data spanning the count given) before they join the
 log: a bad batch is refused to its proposer, never found when the log is written.
@@ -259,7 +268,11 @@ class MultiRaft:
         # Invariant: exactly the groups that are not quiesced (only these are ticked).
         self._active: set[RaftGroup] = set()
         self._silent: set[int] = set()  # peers not heard from lately
-        self._wake = trio.Event()
+        # The round in flight: Readys written and handed to the fsync worker, not yet finished.
+        # Invariant: at most one; a group has at most one Ready out, in it or being settled.
+        self._round: _Round | None = None
+        self._running = False  # ``run``'s loop collects the rounds' ends (tests call ``_process``)
+        self._busy = 0  # inside a step, tick or round's end: the kick waits for its end
         self._ticks = 0
         self._read_seq = 0  # read-index request ids (ctx), unique in this driver
         self._last_heard: dict[int, int] = {}
@@ -485,6 +498,15 @@ class MultiRaft:
     def handle_items(self, peer: int, items: list[Any]) -> None:
         """Take a frame's items from ``peer`` (the transport's ``on_items`` callback)."""
         self._last_heard[peer] = self._ticks
+        self._busy += 1
+        try:
+            self._handle_items(peer, items)
+        finally:
+            self._busy -= 1
+        self._kick()
+        self._flush()
+
+    def _handle_items(self, peer: int, items: list[Any]) -> None:
         stepped: dict[RaftGroup, None] = {}  # in order, once each
         for item in items:
             try:
@@ -512,7 +534,6 @@ class MultiRaft:
         for group in stepped:
             if group.corrupt is None and self.groups.get(group.id) is group:
                 self._settle(group)
-        self._flush()
 
     def _settle(self, group: RaftGroup) -> None:
         """Handle ``group``'s Ready here and now if it has nothing to make durable (a commit
@@ -557,15 +578,25 @@ class MultiRaft:
     # -- the loop -----------------------------------------------------------------------------
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Tick and process Readys until cancelled."""
+        """Tick, and finish each round as its durability work ends, until cancelled.
+
+        Rounds start where their cause is handled (``_kick``): this task only waits for the
+        fsync worker's eventfd, so a round costs it one pass of the scheduler, at its end.
+        """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._tick_loop)
-            task_status.started()
-            while True:
-                await self._wake.wait()
-                self._wake = trio.Event()
-                await self._process()
+            self._running = True
+            try:
+                task_status.started()
+                self._kick()  # what was marked before the loop ran (groups added, say)
                 self._flush()
+                while True:
+                    await self._fsync_workers.wait()
+                    self._collect()
+                    self._kick()
+                    self._flush()
+            finally:
+                self._running = False
 
     async def _tick_loop(self) -> None:
         next_at = trio.current_time()
@@ -579,6 +610,14 @@ class MultiRaft:
 
     def tick(self) -> None:
         """One tick: ping peers, tick active groups, quiesce idle leaders, wake orphaned ones."""
+        self._busy += 1
+        try:
+            self._tick()
+        finally:
+            self._busy -= 1
+        self._kick()
+
+    def _tick(self) -> None:
         self._ticks += 1
         live_after = self._ticks - max(2, math.ceil(self._election_tick / 3))
         for peer in self._peers:
@@ -648,7 +687,7 @@ class MultiRaft:
         self._active.discard(group)
         self._dirty.discard(group)
         self._corrupt.add(group)
-        self._wake.set()
+        self._kick()
 
     def _repair(self, group: RaftGroup) -> None:
         """Cut ``group``'s log before the bad batch and start a new core over it (no Ready of
@@ -730,7 +769,7 @@ class MultiRaft:
         if self.groups.get(group.id) is not group:
             return  # removed while a step was in flight: its log is closed
         self._dirty.add(group)
-        self._wake.set()
+        self._kick()
 
     def _wake_group(self, group: RaftGroup) -> None:
         if group in self._dirty and not group.quiesced:
@@ -740,7 +779,28 @@ class MultiRaft:
         group.idle_ticks = 0
         self._mark(group)
 
-    async def _process(self) -> None:
+    def _kick(self) -> None:
+        """Start a round if work is marked, none is in flight, and no step, tick or round's
+        end is under way (that one kicks at its end, so a frame's or a tick's groups go in one
+        round). A round therefore starts in the task that caused it (a proposer's, the peer
+        connection's that brought the entries): no pass of the scheduler of its own."""
+        idle = self._running and not self._busy and self._round is None
+        if idle and (self._dirty or self._corrupt):
+            self._start_round()
+
+    def _start_round(self) -> None:
+        """Write the Readys of the marked groups and hand their fsyncs to the worker as one
+        job (group commit); a round with nothing to make durable is finished here and now."""
+        self._busy += 1
+        try:
+            while self._round is None and (self._dirty or self._corrupt):
+                if not self._begin_round():
+                    break
+        finally:
+            self._busy -= 1
+
+    def _begin_round(self) -> bool:
+        """One round's start; False if no marked group had a Ready."""
         # Here no Ready is in flight: the groups set aside for corruption can be repaired.
         corrupt, self._corrupt = self._corrupt, set()
         for group in corrupt:
@@ -765,32 +825,67 @@ class MultiRaft:
                 continue
             readies.append((group, rd, early))
         if not readies:
-            return
+            return False
         self.readies += len(readies)
-        tickets: list[FlushTicket] = []
-        owners: list[PartitionLog] = []
+        tickets: list[tuple[PartitionLog, FlushTicket]] = []
         for group, rd, _ in readies:
             glog = group.storage.log
             if rd.entries or rd.truncate_from is not None or rd.log_reset is not None:
                 if glog.config.fsync is FsyncPolicy.ALWAYS:
-                    tickets.append(glog.flush_ticket())
-                    owners.append(glog)
+                    tickets.append((glog, glog.flush_ticket()))
                 else:
                     glog.maybe_flush()
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
-        if tickets or snapshot is not None:
-            started = trio.current_time()
-            await self._fsync_workers.run(
-                [functools.partial(_make_durable, tickets, self.hard_states, snapshot)]
-            )
-            self.fsyncs += len(tickets) + (snapshot is not None)
+        rnd = _Round(readies, tickets, snapshot is not None, trio.current_time())
+        if not tickets and snapshot is None:
+            self._end_round(rnd)
+            return True
+        self._round = rnd
+        self._fsync_workers.submit(
+            functools.partial(_make_durable, [t for _, t in tickets], self.hard_states, snapshot)
+        )
+        return True
+
+    def _collect(self) -> None:
+        """Finish the round in flight if its job has ended (``run``'s loop, after a wake-up).
+
+        A failed fsync is fatal: it is raised, and stops the driver (the log's durability is
+        unknown: no acknowledgement may follow)."""
+        for error in self._fsync_workers.take_ends():
+            if error is not None:
+                raise error
+            rnd, self._round = self._round, None
+            if rnd is None:
+                raise AssertionError("a durability job ended with no round in flight")
+            self.fsyncs += len(rnd.tickets) + rnd.hard_states
             if self.on_group_commit is not None:
-                self.on_group_commit(trio.current_time() - started)
-            for glog, ticket in zip(owners, tickets, strict=True):
+                self.on_group_commit(trio.current_time() - rnd.started)
+            for glog, ticket in rnd.tickets:
                 glog.flushed(ticket)
-        for group, rd, sent in readies:
+            self._busy += 1
+            try:
+                self._end_round(rnd)
+            finally:
+                self._busy -= 1
+
+    def _end_round(self, rnd: _Round) -> None:
+        for group, rd, sent in rnd.readies:
             self._after_persist(group, rd, sent)
+
+    async def _process(self) -> None:
+        """One round by hand, for tests that drive brokers without ``run``: start a round
+        from what is marked (if none is in flight), wait until it is durable, finish it."""
+        if self._round is None:
+            self._busy += 1
+            try:
+                if self._dirty or self._corrupt:
+                    self._begin_round()
+            finally:
+                self._busy -= 1
+        while self._round is not None:
+            await self._fsync_workers.wait()
+            self._collect()
 
     def _send_messages(self, group: RaftGroup, rd: Ready) -> None:
         for msg in rd.messages:
@@ -821,6 +916,16 @@ class MultiRaft:
         group.node.advance(rd)
         if group.node.has_ready():
             self._mark(group)
+
+
+@dataclass(eq=False, slots=True)
+class _Round:
+    """Readys written to their logs, waiting for their durability work to end."""
+
+    readies: list[tuple[RaftGroup, Ready, bool]]  # (group, Ready, its messages already sent)
+    tickets: list[tuple[PartitionLog, FlushTicket]]  # the fsyncs, by log
+    hard_states: bool  # whether the hard-state file is written too
+    started: float
 
 
 def _nothing() -> None:

@@ -11,8 +11,8 @@ waiter, one more pass of the scheduler. Under load a pass runs every ready conne
 (hundreds of devices), so each pass saved is milliseconds of every write's latency.
 
 Lifetime: threads start on first use and stop at ``close()`` (the driver's), or with the
-process; a job still running at close finishes first. Not thread-safe on the trio side: one
-trio task at a time may call ``run`` (the driver's loop).
+process; a job still running at close finishes first. Not thread-safe on the trio side: any task
+of the trio thread may ``submit``, one task at a time may ``wait`` (the driver's loop).
 """
 
 from __future__ import annotations
@@ -39,32 +39,53 @@ class FsyncWorkers:
         self._done_fd = -1
         self._threads: list[threading.Thread] = []
 
+    def submit(self, job: Job) -> None:
+        """Queue ``job`` for a worker and return at once; its end is told by ``take_ends``
+        once ``wait`` returns (the caller must collect every end it submitted)."""
+        self._ensure_started()
+        self._jobs.put(job)
+
+    async def wait(self) -> None:
+        """Until at least one job submitted has ended since the last ``take_ends``.
+
+        Not cancelled by a job's end alone: this is a plain wait on the eventfd, cancellable
+        like any trio wait (a job still runs on; ``close`` waits for it)."""
+        self._ensure_started()
+        while True:
+            await trio.lowlevel.wait_readable(self._done_fd)
+            try:
+                os.eventfd_read(self._done_fd)
+                return
+            except BlockingIOError:
+                continue  # a spurious wake-up
+
+    def take_ends(self) -> list[BaseException | None]:
+        """The ends of the jobs that finished since the last call, in the order they ended:
+        None for a job that returned, else what it raised. Never blocks."""
+        ends: list[BaseException | None] = []
+        while True:
+            try:
+                ends.append(self._ends.get_nowait())
+            except queue.Empty:
+                return ends
+
     async def run(self, jobs: Sequence[Job]) -> None:
         """Run ``jobs`` on the workers, concurrently; return when all are done.
 
         Re-raises the first job's exception, after every job has finished (a job is never left
         running behind its caller's back, so an fsync's file descriptor is not reused early).
+        Not to be mixed with another caller's ``submit``: the ends are not told apart.
         """
         if not jobs:
             return
-        if not self._threads:
-            self._start()
         for job in jobs:
-            self._jobs.put(job)
+            self.submit(job)
         pending = len(jobs)
         error: BaseException | None = None
         with trio.CancelScope(shield=True):  # the jobs run on regardless: wait for them
             while pending:
-                await trio.lowlevel.wait_readable(self._done_fd)
-                try:
-                    os.eventfd_read(self._done_fd)
-                except BlockingIOError:
-                    continue  # a spurious wake-up
-                while pending:
-                    try:
-                        end = self._ends.get_nowait()
-                    except queue.Empty:
-                        break
+                await self.wait()
+                for end in self.take_ends():
                     pending -= 1
                     if error is None:
                         error = end
@@ -82,7 +103,9 @@ class FsyncWorkers:
             os.close(self._done_fd)
             self._done_fd = -1
 
-    def _start(self) -> None:
+    def _ensure_started(self) -> None:
+        if self._threads:
+            return
         if self._done_fd < 0:
             self._done_fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
         for i in range(self._size):

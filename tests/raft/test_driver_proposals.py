@@ -343,3 +343,58 @@ async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
     assert commit < last and end <= last  # called at the cut, not at a later commit
     assert group.log.log_end_offset <= last or group.log.term_at(last) != term
     assert group._waiters == []  # and it is called no more
+
+
+async def _deliver_forever(cluster: Cluster) -> None:
+    """The running brokers' network: deliver what was sent, as a peer connection's task would."""
+    while True:
+        queue, cluster.queue = cluster.queue, []
+        for src, dst, item in queue:
+            cluster.brokers[dst].handle_items(src, [item])
+        await trio.sleep(0.001)
+
+
+async def test_a_round_starts_where_its_cause_is_handled_and_acks_wait_for_the_disk(
+    tmp_path: Path,
+) -> None:
+    """With the loops running, a proposal is written, replicated and handed to the fsync worker
+    before ``propose_nowait`` returns, and a follower writes what a frame brings before
+    ``handle_items`` returns: neither waits for a pass of the driver's loop. Every
+    acknowledgement is still checked durable as it is sent (``Cluster._check``)."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    followers = [b for b in cluster.brokers if b is not leader]
+    async with trio.open_nursery() as nursery:
+        for b in cluster.brokers:
+            await nursery.start(b.run)
+        glog = leader.groups[GROUP].log
+        end = glog.log_end_offset
+        last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+        assert glog.log_end_offset == end + 3  # written, no await in between
+        appends = [
+            (dst, item) for src, dst, item in cluster.queue if item[0] == 0 and item[2][0] == 3
+        ]
+        assert sorted(dst for dst, _ in appends) == sorted(f.node_id for f in followers)
+        assert leader._round is not None  # its fsync is in flight
+        follower = followers[0]
+        flog = follower.groups[GROUP].log
+        (item,) = [item for dst, item in appends if dst == follower.node_id]
+        cluster.queue.clear()
+        follower.handle_items(leader.node_id, [item])
+        assert flog.log_end_offset == end + 3 and follower._round is not None
+        assert not [i for s, _, i in cluster.queue if s == follower.node_id and i[0] == 0]
+        nursery.start_soon(_deliver_forever, cluster)
+        with trio.fail_after(10):
+            while leader.groups[GROUP].commit_index < last:
+                await trio.sleep(0.005)
+        for i in range(20):  # and a stream of proposals, each committed in order
+            last, _ = leader.propose_nowait(GROUP, build_batch([Record(value=b"s%d" % i)]), 1)
+            with trio.fail_after(10):
+                while leader.groups[GROUP].commit_index < last:
+                    await trio.sleep(0.001)
+        nursery.cancel_scope.cancel()
+    values = [r.value for r in leader.groups[GROUP].committed_records()]
+    assert values == [b"v0", b"v1", b"v2"] + [b"s%d" % i for i in range(20)]
+    for b in cluster.brokers:
+        b.close()
