@@ -17,6 +17,11 @@ Three real brokers on loopback (``LocalCluster``), replication factor 3, each br
   leader (no forwarding, no batching by the client). The brokers' CPU (``/proc``, all threads) per
   acknowledged write is printed as a ratio to the CPU a ``FdStream`` echo server spends per small
   message (``bench.device_io``'s ``fd`` server), measured in the same run.
+* **The floor of that ratio.** What no design that fsyncs every write on each of three replicas and
+  reads each network message in a pass of the event loop can go below: the CPU of one
+  ``write`` + ``fsync`` of a small record on the brokers' file system (plain file I/O, measured in
+  the same run) three times, plus ``MIN_PASSES`` echoes (the leader reads the request, its fsync's
+  end and two acknowledgements; each follower the append and its fsync's end), over the echo.
 
 Ends with ``RESULT calls_per_write_leader=… calls_per_write_follower=…
 mqtt_calls_per_write_leader=… mqtt_calls_per_write_follower=… cpu_per_write_vs_echo=…
@@ -26,6 +31,7 @@ cpu_us_per_write=… echo_us=… …`` (the follower figure is the larger of the
 from __future__ import annotations
 
 import argparse
+import os
 import pstats
 import shutil
 import signal
@@ -49,6 +55,8 @@ BROKERS = 3
 RATE = 1_000
 MQTT_RULES = "wp/+ -> wp-mqtt\n"
 TARGETS = {"leader": 500, "follower": 250, "cpu_vs_echo": 9.0}
+MIN_PASSES = 4 + 2 + 2  # passes of the event loops per write in a design of no waste (docstring)
+FSYNC_SAMPLES = 2_000
 
 
 @dataclass(frozen=True)
@@ -263,6 +271,23 @@ def paced_cpu_us(cluster: LocalCluster, client: Client, seconds: float) -> float
     return 1e6 * cpu / acked
 
 
+def fsync_cpu_us(directory: Path, samples: int = FSYNC_SAMPLES) -> float:
+    """CPU microseconds (user + system, this thread) of appending 100 bytes to a file in
+    ``directory`` and fsyncing it, per append: what each replica's log pays per unbatched write."""
+    path = directory / "fsync-probe"
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        record = b"r" * 100
+        began = time.thread_time()
+        for _ in range(samples):
+            os.write(fd, record)
+            os.fsync(fd)
+        return 1e6 * (time.thread_time() - began) / samples
+    finally:
+        os.close(fd)
+        path.unlink()
+
+
 def _drain(conns: list[LineSocket]) -> int:
     """Replies read from every connection without blocking; raises on an -ERR."""
     got = 0
@@ -298,11 +323,17 @@ def run(root: Path, plan: Plan) -> int:
         print(f"    per write: leader {mqtt_leader:.0f}, follower (max) {mqtt_follower:.0f}")
         cpu_us = paced_cpu_us(cluster, client, plan.paced_s)
     echo_us = echo_cpu_us(plan.echo_s)
+    fsync_us = fsync_cpu_us(root)
     ratio = cpu_us / echo_us
+    floor = (BROKERS * fsync_us + MIN_PASSES * echo_us) / echo_us
     print(
         f"CPU per write at {RATE:,} paced PUB/s to the leaders: {cpu_us:,.0f} us (3 brokers); "
         f"FdStream echo: {echo_us:.1f} us per message; ratio {ratio:.1f} "
         f"(target <= {TARGETS['cpu_vs_echo']:g})"
+    )
+    print(
+        f"floor: write + fsync of a record {fsync_us:.1f} us of CPU; {BROKERS} of them and "
+        f"{MIN_PASSES} echoes = {floor:.1f} echoes per write"
     )
     print(steal)
     print(
@@ -311,6 +342,7 @@ def run(root: Path, plan: Plan) -> int:
         f"mqtt_calls_per_write_leader={mqtt_leader:.0f} "
         f"mqtt_calls_per_write_follower={mqtt_follower:.0f} "
         f"cpu_per_write_vs_echo={ratio:.1f} cpu_us_per_write={cpu_us:.0f} echo_us={echo_us:.1f} "
+        f"fsync_cpu_us={fsync_us:.1f} cpu_floor_vs_echo={floor:.1f} "
         f"steal_pct={steal.percent():.1f}"
     )
     return 0
