@@ -128,12 +128,15 @@ class LeaderMixin:
         """Send every follower the entries it lacks, and probe each follower being probed with
         no probe out (a member just added, say). Nothing to a replicating follower that holds
         every entry or has them on their way: a commit alone waits for what is sent anyway."""
+        last = self._log.last_index()  # the log does not change while we send
         for node, pr in self._tracker.progress.items():
             if node == self.id:
                 continue
-            # Fill the window: each call sends at most max_msg_bytes.
+            # Fill the window: each call sends at most max_msg_bytes. Once the follower's next
+            # offset is past our last, another call would send nothing (nothing is empty-sent
+            # here): stop without making it.
             sent = self._send_append(node, pr, pr.state is ProgressState.PROBE)
-            while sent and pr.state is ProgressState.REPLICATE:
+            while sent and pr.state is ProgressState.REPLICATE and pr.next <= last:
                 sent = self._send_append(node, pr, False)
 
     def _bcast_heartbeat(self, *, skip_answering: bool = False) -> None:
@@ -228,11 +231,13 @@ class LeaderMixin:
             return False
         # Figure 8: an entry of an older term replicated on a majority may still be overwritten
         # by a future leader; only counting replicas of a current-term entry is safe.
-        if log.term_at(index) != self._term and BUG_COMMIT_OLD_TERM not in self._bugs:
+        term = log.term_at(index)
+        if term != self._term and BUG_COMMIT_OLD_TERM not in self._bugs:
             return False
-        was_term_committed = log.term_at(log.commit) == self._term
+        # The first commit of this term releases the reads that waited for it.
+        first_of_term = term == self._term and log.term_at(log.commit) != self._term
         log.commit_to(index)
-        if not was_term_committed and log.term_at(index) == self._term:
+        if first_of_term:
             reads, self._reads_before_commit = self._reads_before_commit, []
             for ctx in reads:
                 self._add_read(ctx)
@@ -242,9 +247,10 @@ class LeaderMixin:
     def _after_commit(self) -> None:
         # Forget configurations below the log start (keep the one in force there: a follower
         # caught up through InstallLogStart needs it).
-        start = self._log.start_offset()
-        while len(self._configs) > 1 and self._configs[1][0] <= start - 1:
-            self._configs.pop(0)
+        if len(self._configs) > 1:  # (the log start is only read when there is one to drop)
+            start = self._log.start_offset()
+            while len(self._configs) > 1 and self._configs[1][0] <= start - 1:
+                self._configs.pop(0)
         if (
             self._role is Role.LEADER
             and self.id not in self._conf.voters

@@ -87,25 +87,42 @@ class RaftLog:
             if index > self.last_index():
                 raise RaftInvariantError(f"term_at({index}) beyond last {self.last_index()}")
             return self._unstable[self._upos(index)].term
-        start = self.start_offset()
-        if index < start - 1:
+        term = self._stored_term(index)
+        if term is None:
+            start = self.start_offset()
             raise RaftInvariantError(f"term_at({index}) below start - 1 = {start - 1}")
+        return term
+
+    def _stored_term(self, index: int) -> int | None:
+        """The term at ``index < _offset`` (durable, or the pending reset's ``start - 1``);
+        None below ``start - 1``.
+
+        Storage reports an offset below its ``start - 1`` itself (``IndexError``; it holds every
+        offset from there to ``_offset - 1``): asking it for its start first would cost a call
+        through its layers on every lookup, and the leader looks terms up several times a write.
+        """
         if self._reset is not None:
-            return self._reset.prev_term  # index == start - 1 here
-        return self._storage.term_at(index)
+            return self._reset.prev_term if index == self._reset.start - 1 else None
+        try:
+            return self._storage.term_at(index)
+        except IndexError:
+            return None
 
     def match_term(self, index: int, term: int) -> bool:
         """Whether the log holds ``index`` (or it is ``start - 1``) with term ``term``."""
-        if index < self.start_offset() - 1 or index > self.last_index():
-            return False
-        return self.term_at(index) == term
+        if index >= self._offset:
+            return index <= self.last_index() and self._unstable[self._upos(index)].term == term
+        return self._stored_term(index) == term
 
     def entries(self, lo: int, max_bytes: int) -> list[Entry]:
         """Entries from the one covering ``lo`` (``start <= lo <= last``), within ``max_bytes``.
 
         At least one entry is returned; see ``RaftStorage.entries`` for the budget rule.
         """
-        if not self.start_offset() <= lo <= self.last_index():
+        # Storage's start is only read when ``lo`` is below the unstable tail: it never lies
+        # above ``_offset`` (retention deletes only committed entries that storage holds, and
+        # a log reset starts at ``_offset``), and a leader mostly sends from the unstable tail.
+        if lo > self.last_index() or (lo < self._offset and lo < self.start_offset()):
             raise RaftInvariantError(f"entries({lo}) outside [{self.start_offset()}, last]")
         out: list[Entry] = []
         size = 0

@@ -38,7 +38,7 @@ class Inflights:
 
     def add(self, last: int) -> None:
         """Record a message whose last entry is ``last``."""
-        if self.full():
+        if len(self._lasts) >= self._capacity:  # full()
             raise RaftInvariantError("sending beyond the in-flight window")
         if self._lasts and last <= self._lasts[-1]:
             raise RaftInvariantError(f"in-flight offsets must grow: {last} after {self._lasts[-1]}")
@@ -118,7 +118,8 @@ class Progress:
         if updated:
             self.match = index
             self.probe_sent = False
-        self.next = max(self.next, index + 1)
+        if index >= self.next:
+            self.next = index + 1
         return updated
 
     def lost_to(self, last: int) -> None:
@@ -187,10 +188,11 @@ class ProgressTracker:
 
     def quorum_match(self, config: Configuration) -> int:
         """The highest offset a majority of voters hold (the commit candidate)."""
-        return quorum_value(
-            (self.progress[v].match if v in self.progress else -1 for v in config.voters),
-            len(config.voters),
-        )
+        # A list, not a generator: asked on every acknowledgement, and a generator costs a
+        # resumption per voter.
+        progress = self.progress
+        matches = [progress[v].match if v in progress else -1 for v in config.voters]
+        return quorum_value(matches, len(matches))
 
     def quorum_round(self, config: Configuration) -> int:
         """The highest read-index round a majority of voters have echoed."""

@@ -399,7 +399,7 @@ class PartitionLog:
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended batch gets (one past the last offset)."""
-        return self._active.next_offset
+        return self._segments[-1].next_offset  # not ``_active``: read on every Raft lookup
 
     @property
     def active_base_offset(self) -> int:
@@ -435,7 +435,10 @@ class PartitionLog:
         Offset -1 of a log that starts at 0 has term 0 (Raft's sentinel) unless a reset said
         otherwise. None outside that range.
         """
-        if offset < self.log_start_offset - 1 or offset >= self.log_end_offset:
+        # The bounds come straight from the segments (``log_start_offset``, ``log_end_offset``):
+        # Raft asks this several times per write, and each property would be a call more.
+        segments = self._segments
+        if offset < segments[0].base_offset - 1 or offset >= segments[-1].next_offset:
             return None
         term = self._terms.term_at(offset)
         if term is None and offset == -1:

@@ -11,6 +11,7 @@ import shutil
 import tempfile
 
 import hypothesis.strategies as st
+import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
@@ -130,6 +131,12 @@ class StorageMachine(RuleBasedStateMachine):
         assert r.last_index() == m.last_index()
         for i in range(m.start_offset() - 1, m.last_index() + 1):
             assert r.term_at(i) == m.term_at(i), i
+        # Outside [start - 1, last], both refuse: the core's log view relies on it to find
+        # out-of-range lookups without asking for the start first.
+        for i in (m.start_offset() - 2, m.last_index() + 1):
+            for storage in (m, r):
+                with pytest.raises(IndexError):
+                    storage.term_at(i)
         got = list(r.entries(m.start_offset(), 1 << 30))
         want = list(m.entries(m.start_offset(), 1 << 30))
         assert [(e.term, e.first, e.last, e.kind) for e in got] == [

@@ -95,6 +95,35 @@ def test_log_refuses_impossible_requests() -> None:
         log.truncate_and_append([entry(5, 6)])  # splits the entry 5-9
 
 
+def test_log_view_bounds_after_retention_and_under_a_pending_reset() -> None:
+    disk = _disk()
+    log = RaftLog(disk, commit=9, applied=9)
+    log.append([entry(3, 10, 11)])  # unstable
+    disk.compact(5)  # retention, behind the view's back (as the broker's is): start - 1 = 4
+    assert [log.term_at(i) for i in (4, 5, 9, 10, 11)] == [2, 3, 3, 3, 3]
+    for outside in (3, 12):
+        with pytest.raises(RaftInvariantError):
+            log.term_at(outside)
+    assert log.match_term(4, 2) and log.match_term(9, 3) and log.match_term(11, 3)
+    for index, term in ((3, 1), (4, 1), (9, 2), (11, 2), (12, 3)):
+        assert not log.match_term(index, term), (index, term)
+    assert [e.first for e in log.entries(5, 1 << 20)] == [5, 10]
+    assert [e.first for e in log.entries(11, 0)] == [10]
+    for outside in (4, 12):
+        with pytest.raises(RaftInvariantError):
+            log.entries(outside, 1 << 20)
+
+    log.restore(LogReset(100, 7, Configuration.of([1, 2, 3])))  # empty until it is durable
+    assert log.term_at(99) == 7 and log.match_term(99, 7)
+    assert not log.match_term(99, 6) and not log.match_term(98, 7) and not log.match_term(100, 7)
+    for outside in (98, 100):
+        with pytest.raises(RaftInvariantError):
+            log.term_at(outside)
+    for outside in (99, 100):
+        with pytest.raises(RaftInvariantError):
+            log.entries(outside, 1 << 20)
+
+
 def test_restart_commit_is_at_least_start_minus_one() -> None:
     disk = _disk()
     disk.compact(5)
