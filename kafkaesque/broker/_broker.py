@@ -55,7 +55,6 @@ from kafkaesque.protocol import (
     ReadResult,
     Refused,
     Request,
-    Retry,
     Shares,
     encode_reply,
     is_peer_item,
@@ -88,7 +87,7 @@ from ._metrics import BrokerMetrics
 from ._mqtt_listener import MqttService
 from ._reads import Fetched
 from ._session import serve_session
-from ._writes import ForwardedAppend, WritePath
+from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
 
@@ -666,10 +665,9 @@ class Broker:
         if nursery is None:
             return
         match request:
-            case AppendRequest(group_id, batch, count, acks, seconds):
-                # Started here, in arrival order, not in the task (see start_forwarded).
-                started = self.writes.start_forwarded(group_id, batch, count, acks, seconds)
-                nursery.start_soon(self._serve_append, peer, req, started)
+            case AppendRequest():
+                # Started here, in arrival order; answered with no task in the common case.
+                self.writes.serve_forwarded(peer, req, request, nursery)
             case FindResendRequest(group_id, client, packet, digest, seconds):
                 nursery.start_soon(
                     self._serve_find_resend, peer, req, group_id, (client, packet), digest, seconds
@@ -678,13 +676,6 @@ class Broker:
                 nursery.start_soon(self._serve_read, peer, req, request)
             case GroupCommandRequest(command):
                 nursery.start_soon(self._serve_group_command, peer, req, command)
-
-    async def _serve_append(self, peer: int, req: int, started: ForwardedAppend | Retry) -> None:
-        if isinstance(started, ForwardedAppend):
-            answer: Answer = await self.writes.finish_forwarded(started)
-        else:
-            answer = started
-        self.forwarder.reply(peer, req, answer)
 
     async def _serve_find_resend(
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float

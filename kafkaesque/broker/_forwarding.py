@@ -18,6 +18,10 @@ new leader had long been elected). ``abandon_replaced``, run every few ticks, en
 whose broker is silent (it stopped answering the Raft driver's pings) once another leader of
 their partition is known. Only calls to a silent broker: a live old leader's own answer (done,
 or "not the leader, retry") comes soon and is better news than "unknown".
+
+A call's end can be told by callback (``on_done``) instead of awaited: the appender's batch
+forwarded to the leader then finishes from the task that reads the leader's answer, with no task
+of its own waiting (``WritePath.when_written``).
 """
 
 from __future__ import annotations
@@ -64,14 +68,25 @@ class LeaderReplaced(ForwardError):
     (it may have appended the batch, and replicated it, before it stopped)."""
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Call:
+    """One request sent and not yet ended. It ends once: answered (``answer``), ``lost`` or
+    ``replaced``; then ``done`` is set and ``on_done``, if any, is called."""
+
     peer: int
     group: str | None = None  # the partition asked of its leader (append, find-resend)
     done: trio.Event = field(default_factory=trio.Event)
     answer: Answer | None = None
     lost: bool = False
     replaced: bool = False
+    on_done: Callable[[], None] | None = None
+
+    def end(self) -> None:
+        """Mark the call ended (its outcome fields set) and tell ``on_done``, once."""
+        self.done.set()
+        on_done, self.on_done = self.on_done, None
+        if on_done is not None:
+            on_done()
 
 
 class Forwarder:
@@ -100,7 +115,8 @@ class Forwarder:
 
     async def finish(self, req: int, call: _Call, deadline: float) -> Answer:
         """The answer; ``ForwardTimeout``, ``PeerLost`` or ``LeaderReplaced`` when there is
-        none."""
+        none. The call's ``on_done`` callback, if any, is dropped: its awaiter has it now."""
+        call.on_done = None
         try:
             with trio.move_on_at(deadline):
                 await call.done.wait()
@@ -117,6 +133,19 @@ class Forwarder:
             raise ForwardTimeout(f"broker {call.peer} did not answer in time")
         return call.answer
 
+    def on_done(self, call: _Call, callback: Callable[[], None]) -> None:
+        """Call ``callback`` once ``call`` ends (answered, lost or replaced; at once if it has),
+        from the task that ends it, in the middle of its work: it must be quick and must not
+        raise. It reads the outcome from ``call``, or has a task await ``finish`` (which then
+        returns or raises at once) for the usual taxonomy. Nothing here watches a deadline: a
+        caller that has one awaits ``finish`` once it passes, which drops the callback (never
+        called then) and raises ``ForwardTimeout``. Replaces an earlier callback of ``call``.
+        """
+        if call.done.is_set():
+            callback()
+        else:
+            call.on_done = callback
+
     async def call(self, peer: int, request: Request, *, deadline: float) -> Answer:
         """``start`` then ``finish``."""
         req, call = self.start(peer, request)
@@ -124,17 +153,19 @@ class Forwarder:
 
     def answered(self, req: int, answer: Answer) -> None:
         """A ``PeerReply`` arrived (late answers to abandoned calls are ignored)."""
-        call = self._calls.get(req)
+        # Popped here: a call told by callback may never be ``finish``ed (its pop is a no-op).
+        call = self._calls.pop(req, None)
         if call is not None and not call.done.is_set():
             call.answer = answer
-            call.done.set()
+            call.end()
 
     def peer_gone(self, peer: int) -> None:
         """The connection to ``peer`` closed: its unanswered calls will never be answered."""
-        for call in self._calls.values():
-            if call.peer == peer and not call.done.is_set():
-                call.lost = True
-                call.done.set()
+        # Collected first: a callback may start new calls.
+        gone = [c for c in self._calls.values() if c.peer == peer and not c.done.is_set()]
+        for call in gone:
+            call.lost = True
+            call.end()
 
     def abandon_replaced(
         self, leader_of: Callable[[str], int | None], hears: Callable[[int], bool]
@@ -146,7 +177,7 @@ class Forwarder:
 
         Cheap enough to run every tick: calls to brokers that answer cost one lookup each.
         """
-        ended = 0
+        ended: list[_Call] = []
         silent: dict[int, bool] = {}
         for call in self._calls.values():
             if call.group is None or call.done.is_set():
@@ -158,10 +189,11 @@ class Forwarder:
                 continue
             leader = leader_of(call.group)
             if leader is not None and leader != call.peer:
-                call.replaced = True
-                call.done.set()
-                ended += 1
-        return ended
+                ended.append(call)
+        for call in ended:  # after the loop: a callback may start new calls
+            call.replaced = True
+            call.end()
+        return len(ended)
 
     def reply(self, peer: int, req: int, answer: Answer) -> None:
         """Answer request ``req`` of ``peer`` (dropped, and logged, if the peer is gone)."""

@@ -17,14 +17,24 @@ client's. A client's batch without one is not sent again after an unknown outcom
 gets ``TIMEOUT`` and decides, since the broker cannot stamp a producer id into a batch whose body
 CRC the client computed. So the broker never appends one request twice; only a client that
 resends a batch without a producer id can make a duplicate.
+
+No task waits for a write in the common case, at either end of a forward. ``when_written`` has
+the outcome told by callback: for this leader's own proposal, from the Raft step that sees it
+commit; for a forwarded attempt, from the task that reads the leader's answer. The leader answers
+a peer's append the same way (``serve_forwarded``). A task is left only for the rare paths (a
+failure to retry, an outcome still unknown at the deadline), where ``write`` or
+``finish_forwarded`` answer exactly as they always have.
 """
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import logging
+import math
 import os
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import trio
 
@@ -122,6 +132,13 @@ class WritePath:
         self._resends: dict[str, ResendIndex] = {}  # by group, for the term we lead it
         # Deliberately broken mode (see UNSAFE_ACK_ENV): every ack is a leader-only ack.
         self.unsafe_ack_before_commit = os.environ.get(UNSAFE_ACK_ENV) == "1"
+        # Peers' appends waiting for their commit (``serve_forwarded``): a heap by deadline,
+        # whose entries that were answered are dropped lazily, from its top.
+        self._forwards: list[tuple[float, int, _ForwardWaiter]] = []
+        self._forward_seq = itertools.count()
+        self._forward_watch: trio.CancelScope | None = None  # the watcher's sleep, while it runs
+        self._forward_watching = False
+        self._forward_wake_at = math.inf  # the watch's deadline
         if self.unsafe_ack_before_commit:
             log.warning("UNSAFE: acknowledging writes before they commit (%s=1)", UNSAFE_ACK_ENV)
 
@@ -220,41 +237,84 @@ class WritePath:
         callback: Callable[[tuple[int, int] | Attempt], None],
     ) -> bool:
         """Have ``callback`` told the outcome of ``attempt`` with no task waiting for it, when
-        it is this leader's own proposal acknowledged at its commit (``Acks.QUORUM``); else
+        it is this leader's own proposal acknowledged at its commit (``Acks.QUORUM``) or an
+        attempt forwarded to the leader's broker (any ``acks``: the leader applies them); else
         return False, register nothing, and let the caller await ``write(first=attempt)``.
 
-        ``callback`` is called once, from the task that sees the commit index reach the entry
-        or the entry cut (``RaftGroup.on_committed``; at once if it has committed already),
-        with the ``(first, last)`` offsets once written (``on_written`` was told), or with the
-        attempt to go on with through ``write(first=...)``: a failed one when the entry was cut
-        before it committed (``write`` proposes again, as it would have), or ``attempt`` itself
-        when the group woke it with the entry neither committed nor cut (the group was
-        removed). Nothing here watches ``deadline``: the caller hands ``attempt`` to ``write``
-        once it passes, which then answers as it would have (``TIMEOUT``, mostly). So the
-        common case, a commit within the deadline, costs no task and no pass of the scheduler.
-        The callback runs inside a Raft step: it must be quick and must not raise.
+        ``callback`` is called once, with the ``(first, last)`` offsets once written
+        (``on_written`` was told), or with the attempt to go on with through
+        ``write(first=...)``, which then answers and retries exactly as it would have awaited
+        from the start. A proposal is told from the task that sees the commit index reach the
+        entry or the entry cut (``RaftGroup.on_committed``; at once if it has committed
+        already): a failed attempt when the entry was cut before it committed (``write``
+        proposes again, as it would have), or ``attempt`` itself when the group woke it with
+        the entry neither committed nor cut (the group was removed). A forwarded attempt is
+        told from the task that reads the leader's answer or sees the call end
+        (``Forwarder.on_done``): the offsets when the leader appended it, else ``attempt``
+        itself (the leader's "retry", "unknown" or refusal, a lost connection, a replaced
+        leader), whose ``finish`` then returns at once. Nothing here watches ``deadline``: the
+        caller hands ``attempt`` to ``write`` once it passes, which then answers as it would
+        have (``TIMEOUT``, mostly; ``callback`` is then never called for a forwarded one). So
+        the common case costs no task and no pass of the scheduler. The callback runs inside
+        another task's step (Raft's, or the peer reader's): it must be quick and must not
+        raise.
         """
-        if not isinstance(attempt, _Local) or acks is not Acks.QUORUM:
-            return False
-        if self.unsafe_ack_before_commit:
-            return False  # every ack is a leader-only ack: ``_finish_local`` polls for it
         started = deadline - self.timeout
+        if isinstance(attempt, _Remote):
+            call = attempt.call
+
+            def answered() -> None:
+                answer = call.answer
+                if isinstance(answer, Appended):  # ``_outcome_of``'s one success
+                    if self.on_written is not None:
+                        self.on_written(trio.current_time() - started)
+                    callback((answer.first, answer.last))
+                else:
+                    callback(attempt)
+
+            self._forwarder.on_done(call, answered)
+            return True
+        if not self._commit_tells(attempt, acks):
+            return False
+        assert isinstance(attempt, _Local)  # ``_commit_tells`` says so
+
+        def committed(outcome: tuple[int, int] | Attempt) -> None:
+            if isinstance(outcome, tuple) and self.on_written is not None:
+                self.on_written(trio.current_time() - started)
+            callback(outcome)
+
+        self._on_commit(attempt, committed)
+        return True
+
+    def _commit_tells(self, attempt: Attempt, acks: Acks) -> bool:
+        """Whether ``attempt``'s outcome is its commit in this leader's group."""
+        # Under the unsafe mode every ack is a leader-only ack: ``_finish_local`` polls for it.
+        return (
+            isinstance(attempt, _Local)
+            and acks is Acks.QUORUM
+            and not self.unsafe_ack_before_commit
+        )
+
+    def _on_commit(
+        self, attempt: _Local, callback: Callable[[tuple[int, int] | Attempt], None]
+    ) -> None:
+        """Tell ``callback`` once the group commits ``attempt``'s entry or loses it (see
+        ``when_written``, which adds the metrics)."""
         group, last, term = attempt.group, attempt.last, attempt.term
 
         def committed() -> None:
             log_ = group.log
             in_log = log_.log_end_offset > last and log_.term_at(last) == term
             if in_log and group.commit_index >= last:
-                if self.on_written is not None:
-                    self.on_written(trio.current_time() - started)
                 callback((last - attempt.count + 1, last))
             elif not in_log:
-                callback(_Failed(f"offset {last} of term {term} was cut before it committed"))
+                # The reason ``_finish_local`` would give, woken by the same cut.
+                how = "replaced" if group.commit_index >= last else "truncated"
+                callback(_Failed(f"offset {last} of term {term} was {how} before it committed"))
             else:
                 callback(attempt)
 
         group.on_committed(last, term, committed)
-        return True
 
     async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
         group, last, term = a.group, a.last, a.term
@@ -467,6 +527,89 @@ class WritePath:
             return Refused(exc.code, exc.message)
         return Appended(first, last)
 
+    def serve_forwarded(
+        self, peer: int, req: int, request: AppendRequest, nursery: trio.Nursery
+    ) -> None:
+        """Start peer ``peer``'s append ``req`` as the leader now, in arrival order
+        (``start_forwarded``), and answer it once, through the forwarder.
+
+        In the common case (this leader's proposal, ``Acks.QUORUM``, committed in time) the
+        answer is sent from the Raft step that sees the commit, with no task: a task per
+        forwarded append and its passes of the scheduler cost far more than the answer. The
+        rare paths go to a task of ``nursery`` that awaits ``finish_forwarded``, as every
+        append did before, so their answers are the same: another ``acks``, an attempt that
+        failed at once (or a refusal), the group removed under it, or no commit by the
+        deadline (a watcher, started in ``nursery`` the first time, hands it over then; the
+        task answers ``Unknown``, or the offsets if it committed just then). An entry cut
+        before it committed is answered ``Retry`` at once, with ``_finish_local``'s reason.
+        """
+        started = self.start_forwarded(
+            request.group, request.batch, request.count, request.acks, request.seconds
+        )
+        if isinstance(started, Retry):
+            self._forwarder.reply(peer, req, started)
+            return
+        attempt = started.attempt
+        if not self._commit_tells(attempt, started.acks):
+            nursery.start_soon(self._answer_forwarded, peer, req, started)
+            return
+        assert isinstance(attempt, _Local)  # ``_commit_tells`` says so
+        waiter = _ForwardWaiter(peer, req, started, nursery)
+
+        def committed(outcome: tuple[int, int] | Attempt) -> None:
+            if not waiter.waiting:
+                return  # its deadline passed first: a task answers it
+            waiter.waiting = False
+            forwards = self._forwards
+            while forwards and not forwards[0][2].waiting:
+                heapq.heappop(forwards)  # the usual case: commits come in deadline order
+            if isinstance(outcome, tuple):
+                self._forwarder.reply(peer, req, Appended(*outcome))
+            elif isinstance(outcome, _Failed):
+                self._forwarder.reply(peer, req, Retry(outcome.reason))
+            else:  # neither committed nor cut (the group was removed): as the task would
+                nursery.start_soon(self._answer_forwarded, peer, req, started)
+
+        self._on_commit(attempt, committed)
+        if not waiter.waiting:
+            return  # told at once (a duplicate of a committed batch)
+        deadline = started.deadline
+        heapq.heappush(self._forwards, (deadline, next(self._forward_seq), waiter))
+        watch = self._forward_watch
+        if watch is None:
+            if not self._forward_watching:
+                self._forward_watching = True
+                nursery.start_soon(self._watch_forwarded)
+        elif deadline < self._forward_wake_at:  # later ones wait for the watcher's next look
+            self._forward_wake_at = watch.deadline = deadline
+
+    async def _answer_forwarded(self, peer: int, req: int, append: ForwardedAppend) -> None:
+        self._forwarder.reply(peer, req, await self.finish_forwarded(append))
+
+    async def _watch_forwarded(self) -> None:
+        """Hand each peer's append still unanswered at its deadline to a task of the nursery
+        it came with (``serve_forwarded``). Sleeps until the earliest deadline, which a new
+        earlier one moves forward; answered entries leave the heap from its top."""
+        try:
+            while True:
+                forwards = self._forwards
+                now = trio.current_time()
+                while forwards and (not forwards[0][2].waiting or forwards[0][0] <= now):
+                    _, _, late = heapq.heappop(forwards)
+                    if late.waiting:
+                        late.waiting = False
+                        late.nursery.start_soon(
+                            self._answer_forwarded, late.peer, late.req, late.append
+                        )
+                self._forward_wake_at = forwards[0][0] if forwards else math.inf
+                with trio.CancelScope(deadline=self._forward_wake_at) as watch:
+                    self._forward_watch = watch
+                    await trio.sleep_forever()
+                self._forward_watch = None
+        finally:
+            self._forward_watch = None
+            self._forward_watching = False
+
 
 @dataclass(frozen=True, slots=True)
 class ForwardedAppend:
@@ -475,6 +618,17 @@ class ForwardedAppend:
     attempt: Attempt
     acks: Acks
     deadline: float
+
+
+@dataclass(eq=False, slots=True)
+class _ForwardWaiter:
+    """A peer's append whose commit this leader's group will tell (``serve_forwarded``)."""
+
+    peer: int
+    req: int
+    append: ForwardedAppend
+    nursery: trio.Nursery = field(repr=False)
+    waiting: bool = True  # False once answered, or handed to a task at its deadline
 
 
 def _found_of(answer: Answer) -> int | None:

@@ -16,10 +16,16 @@ import pytest
 import trio
 import trio.testing
 
+from kafkaesque.broker._appender import PartitionAppender
 from kafkaesque.broker._broker import Broker
 from kafkaesque.broker._config import Address, BrokerConfig
 from kafkaesque.broker._errors import RequestError
-from kafkaesque.broker._forwarding import Forwarder, LeaderReplaced, _Call
+from kafkaesque.broker._forwarding import (
+    Forwarder,
+    ForwardTimeout,
+    LeaderReplaced,
+    _Call,
+)
 from kafkaesque.broker._leaders import Claim, LeaderTable
 from kafkaesque.broker._writes import WritePath
 from kafkaesque.protocol import (
@@ -37,10 +43,14 @@ from kafkaesque.protocol import (
     Leave,
     PeerCall,
     PeerReply,
+    Retry,
+    Unknown,
+    is_peer_item,
     peer_from_wire,
     peer_to_wire,
 )
 from kafkaesque.protocol._peer import REQUEST_TAGS
+from kafkaesque.raft import Role
 from kafkaesque.raft._driver import MultiRaft
 from kafkaesque.storage import Record, build_batch
 
@@ -112,6 +122,37 @@ async def test_only_calls_to_a_silent_replaced_leader_are_ended() -> None:
         await forwarder.finish(*waiting, deadline)
     forwarder.answered(live[0], Appended(3, 3))
     assert await forwarder.finish(*live, deadline) == Appended(3, 3)
+
+
+async def test_a_calls_end_is_told_once_by_callback_unless_its_finish_took_it_over() -> None:
+    forwarder = Forwarder(Wire().send)
+    told: list[str] = []
+    answered = forwarder.start(1, _append("t/0"))
+    forwarder.on_done(answered[1], lambda: told.append("answered"))
+    lost = forwarder.start(PAUSED, _append("t/0"))
+
+    def start_another() -> None:  # a callback may start calls while the forwarder loops
+        told.append("lost")
+        forwarder.start(1, _append("t/0"))
+
+    forwarder.on_done(lost[1], start_another)
+    awaited = forwarder.start(1, _append("t/1"))
+    forwarder.on_done(awaited[1], lambda: told.append("awaited"))
+
+    forwarder.answered(answered[0], Appended(2, 2))
+    forwarder.answered(answered[0], Appended(9, 9))  # a second answer changes nothing
+    assert told == ["answered"] and answered[1].answer == Appended(2, 2)
+    forwarder.peer_gone(PAUSED)
+    forwarder.peer_gone(PAUSED)
+    assert told == ["answered", "lost"] and lost[1].lost
+    with pytest.raises(ForwardTimeout):  # its deadline passed: the awaiter took it over
+        await forwarder.finish(*awaited, trio.current_time())
+    forwarder.answered(awaited[0], Appended(3, 3))
+    assert told == ["answered", "lost"]
+    # Told at once when it has ended already; a told call's finish answers at once too.
+    forwarder.on_done(answered[1], lambda: told.append("again"))
+    assert told[-1] == "again"
+    assert await forwarder.finish(*answered, trio.current_time() + 1) == Appended(2, 2)
 
 
 class _ForwardingWrites:
@@ -259,3 +300,276 @@ async def test_a_forwarded_group_command_reply_is_relayed_as_the_coordinator_enc
             raise AssertionError("the forwarded command was not answered")
     finally:
         broker.raft.close()
+
+
+# -- a forwarded append over real Raft groups, with no task per request ---------------------------
+# Issue 22: the leader spawned a task per forwarded append to await its commit, and the forwarding
+# broker's appender one per batch to await the leader's answer. Both are now told by callback: the
+# leader answers from the Raft step that sees the commit, the forwarder finishes the flight from
+# the task that reads the answer. Brokers here are Raft drivers, write paths and forwarders whose
+# items (Raft's and the peer messages) the test delivers by hand: no sockets.
+
+GROUP = "readings/0"
+
+
+class _Cluster:
+    """``n`` brokers' Raft drivers, write paths and forwarders, wired through one queue that
+    ``settle`` delivers. A broker in ``dead`` neither sends nor receives (its peers' transports
+    say it is not connected)."""
+
+    def __init__(self, root: Path, n: int, nursery: trio.Nursery, timeout: float = 30.0) -> None:
+        self.queue: list[tuple[int, int, Any]] = []
+        self.dead: set[int] = set()
+        self.drop_replies_of: int | None = None  # answers this broker sends are lost
+        self.nursery = nursery  # where the leaders' rare-path tasks run
+        self.rafts = [
+            MultiRaft(i, self._sender(i), state_dir=str(root / f"s{i}"), peers=range(n))
+            for i in range(n)
+        ]
+        for raft in self.rafts:
+            raft.add_group(GROUP, str(root / f"b{raft.node_id}"), range(n))
+        self.forwarders = [Forwarder(self._sender(i)) for i in range(n)]
+        self.writes = [
+            WritePath(i, self.rafts[i], LeaderTable(), self.forwarders[i], timeout=timeout)
+            for i in range(n)
+        ]
+        self.replies: list[tuple[int, int, Any]] = []  # (from, to, PeerReply) as sent
+
+    def _sender(self, src: int) -> Any:
+        def send(dst: int, item: Any) -> bool:
+            if src in self.dead or dst in self.dead:
+                return False
+            self.queue.append((src, dst, item))
+            return True
+
+        return send
+
+    def _deliver(self, src: int, dst: int, item: Any) -> None:
+        if not is_peer_item(item):
+            self.rafts[dst].handle_items(src, [item])
+            return
+        msg = peer_from_wire(item)
+        if isinstance(msg, PeerReply):
+            self.replies.append((src, dst, item))
+            if src != self.drop_replies_of:
+                self.forwarders[dst].answered(msg.req, msg.answer)
+        elif isinstance(msg, PeerCall) and isinstance(msg.request, AppendRequest):
+            self.writes[dst].serve_forwarded(src, msg.req, msg.request, self.nursery)
+        else:
+            raise AssertionError(f"unexpected peer message {msg!r}")
+
+    async def settle(self, ticks: int = 0) -> None:
+        """Tick ``ticks`` times, then process and deliver until quiet."""
+        for _ in range(ticks):
+            for raft in self.rafts:
+                if raft.node_id not in self.dead:
+                    raft.tick()
+        for _ in range(50):
+            for raft in self.rafts:
+                if raft.node_id not in self.dead:
+                    await raft._process()
+            if not self.queue and not any(raft._dirty for raft in self.rafts):
+                return
+            queue, self.queue = self.queue, []
+            for src, dst, item in queue:
+                if src not in self.dead and dst not in self.dead:
+                    self._deliver(src, dst, item)
+
+    def leader(self) -> int:
+        (leader,) = [
+            r.node_id
+            for r in self.rafts
+            if r.node_id not in self.dead and r.groups[GROUP].role is Role.LEADER
+        ]
+        return leader
+
+    def values(self, broker: int) -> list[bytes | None]:
+        return [r.value for r in self.rafts[broker].groups[GROUP].committed_records()]
+
+    def close(self) -> None:
+        for raft in self.rafts:
+            raft.close()
+
+
+class _Spawns(trio.abc.Instrument):
+    """The names of the tasks spawned while it is installed (their last dotted part)."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+
+    def task_spawned(self, task: trio.lowlevel.Task) -> None:
+        self.names.append(task.name.rsplit(".", 1)[-1])
+
+
+async def test_a_forwarded_append_is_answered_and_its_flight_finished_with_no_task(
+    tmp_path: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = _Cluster(tmp_path, 3, nursery)
+        try:
+            await cluster.settle()
+            leader = cluster.leader()
+            via = (leader + 1) % 3
+            appender = PartitionAppender(GROUP, 0, Acks.QUORUM, cluster.writes[via])
+            nursery.start_soon(appender.run, nursery)
+            appender.add(Record(value=b"warm-up"))  # the leader starts its one deadline watcher
+            await trio.testing.wait_all_tasks_blocked()
+            await cluster.settle()
+            await trio.testing.wait_all_tasks_blocked()
+            cluster.replies.clear()
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            try:
+                flight, index = appender.add(Record(value=b"reading"))
+                await trio.testing.wait_all_tasks_blocked()
+                assert not flight.done.is_set()
+                await cluster.settle()  # forwarded, proposed, committed, answered
+                assert flight.done.is_set()
+                await trio.testing.wait_all_tasks_blocked()
+            finally:
+                trio.lowlevel.remove_instrument(spawns)
+            assert spawns.names == []  # neither the leader nor the forwarder spawned a task
+            assert flight.error is None and flight.base + index == 2  # the leader's no-op is 0
+            assert cluster.values(leader) == [b"warm-up", b"reading"]
+            # The answer is what the task used to send: the offsets, nothing else.
+            ((src, dst, item),) = cluster.replies
+            assert (src, dst) == (leader, via)
+            reply = peer_from_wire(item)
+            assert isinstance(reply, PeerReply)
+            assert item == peer_to_wire(PeerReply(reply.req, Appended(2, 2)))
+            nursery.cancel_scope.cancel()
+        finally:
+            cluster.close()
+
+
+def _request(batch: bytes, seconds: float) -> AppendRequest:
+    return AppendRequest(GROUP, batch, 1, Acks.QUORUM, seconds)
+
+
+def _answers(cluster: _Cluster) -> list[Any]:
+    return [peer_from_wire(item) for _, _, item in cluster.replies]
+
+
+async def test_a_forwarded_append_not_committed_by_its_deadline_is_answered_unknown_by_a_task(
+    tmp_path: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = _Cluster(tmp_path, 3, nursery)
+        try:
+            await cluster.settle()
+            leader = cluster.leader()
+            writes = cluster.writes[leader]
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            try:
+                writes.serve_forwarded(
+                    1, 7, _request(build_batch([Record(value=b"a")]), 0.3), nursery
+                )
+                writes.serve_forwarded(
+                    1, 8, _request(build_batch([Record(value=b"b")]), 0.2), nursery
+                )
+                cluster.dead |= {b for b in range(3) if b != leader}  # no quorum hears of them
+                await cluster.settle()
+                assert spawns.names == ["_watch_forwarded"]  # one watcher, no task per append
+                with trio.fail_after(5):
+                    while len(_answers(cluster)) < 2:
+                        await cluster.settle()
+                        await trio.sleep(0.01)
+            finally:
+                trio.lowlevel.remove_instrument(spawns)
+            # Each answered at its own deadline, the earlier one first, by a task of its own.
+            assert spawns.names == ["_watch_forwarded", "_answer_forwarded", "_answer_forwarded"]
+            first, second = _answers(cluster)
+            assert first == PeerReply(8, Unknown("offset 2 not committed in time"))
+            assert second == PeerReply(7, Unknown("offset 1 not committed in time"))
+            nursery.cancel_scope.cancel()
+        finally:
+            cluster.close()
+
+
+async def test_a_forwarded_append_cut_before_it_commits_is_answered_retry_at_once(
+    tmp_path: Path,
+) -> None:
+    async with trio.open_nursery() as nursery:
+        cluster = _Cluster(tmp_path, 3, nursery)
+        try:
+            await cluster.settle()
+            old = cluster.leader()
+            term = cluster.rafts[old].groups[GROUP].node.term
+            cluster.writes[old].serve_forwarded(
+                1, 7, _request(build_batch([Record(value=b"a")]), 30.0), nursery
+            )
+            cluster.dead.add(old)  # it never leaves the old leader
+            await cluster.settle()
+            for _ in range(100):
+                await cluster.settle(ticks=1)
+                if any(
+                    r.groups[GROUP].role is Role.LEADER for r in cluster.rafts if r.node_id != old
+                ):
+                    break
+            new = cluster.leader()
+            cluster.rafts[new].propose_nowait(GROUP, build_batch([Record(value=b"b")]), 1)
+            await cluster.settle()
+            assert cluster.replies == []
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            try:
+                cluster.dead.clear()  # the new leader's appends reach the old one, which cuts
+                for _ in range(10):
+                    await cluster.settle(ticks=1)
+            finally:
+                trio.lowlevel.remove_instrument(spawns)
+            assert "_answer_forwarded" not in spawns.names
+            ((_, to, item),) = cluster.replies
+            reply = peer_from_wire(item)
+            assert to == 1 and isinstance(reply, PeerReply) and reply.req == 7
+            assert isinstance(reply.answer, Retry)  # definitely not written: the peer retries
+            assert f"offset 1 of term {term} was" in reply.answer.reason
+            assert cluster.values(new) == [b"b"]
+            nursery.cancel_scope.cancel()
+        finally:
+            cluster.close()
+
+
+async def test_a_forward_whose_leader_dies_before_answering_is_retried_and_written_once(
+    tmp_path: Path,
+) -> None:
+    # The leader commits the batch, then dies before its answer arrives: the forwarder's call
+    # ends lost, the flight goes the task way, and the retry (same producer id and sequence)
+    # is answered by the new leader with the first copy's offset instead of a second copy.
+    async with trio.open_nursery() as nursery:
+        cluster = _Cluster(tmp_path, 3, nursery)
+        try:
+            await cluster.settle()
+            old = cluster.leader()
+            via = (old + 1) % 3
+            appender = PartitionAppender(GROUP, 0, Acks.QUORUM, cluster.writes[via])
+            nursery.start_soon(appender.run, nursery)
+            cluster.drop_replies_of = old
+            flight, index = appender.add(Record(value=b"reading"))
+            await trio.testing.wait_all_tasks_blocked()
+            await cluster.settle()  # proposed, replicated, committed; the answer is lost
+            assert len(cluster.replies) == 1 and not flight.done.is_set()
+            assert cluster.values(old) == [b"reading"]
+            spawns = _Spawns()
+            trio.lowlevel.add_instrument(spawns)
+            try:
+                cluster.dead.add(old)
+                cluster.forwarders[via].peer_gone(old)  # its connection closed: outcome unknown
+                await trio.testing.wait_all_tasks_blocked()
+                assert spawns.names == ["_complete"]  # the retries go the task way
+                with trio.fail_after(10):
+                    while not flight.done.is_set():
+                        await cluster.settle(ticks=1)
+                        await trio.sleep(0.005)  # the task's back-off
+            finally:
+                trio.lowlevel.remove_instrument(spawns)
+            assert flight.error is None
+            new = cluster.leader()
+            assert new != old
+            records = cluster.rafts[new].groups[GROUP].committed_records()
+            assert [r.value for r in records].count(b"reading") == 1
+            assert [r.offset for r in records if r.value == b"reading"] == [flight.base + index]
+            nursery.cancel_scope.cancel()
+        finally:
+            cluster.close()
