@@ -160,11 +160,18 @@ class PartitionAppender:
         """
         if self.closed:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted")
-        if len(self._records) >= _MAX_BATCH_RECORDS or self._bytes >= _MAX_BATCH_BYTES:
+        index = len(self._records)
+        if index >= _MAX_BATCH_RECORDS or self._bytes >= _MAX_BATCH_BYTES:
             self._seal()
-        flight, index = self._flight, len(self._records)
+            index = 0
+        flight = self._flight
         self._records.append(record)
-        self._bytes += len(record.value or b"") + len(record.key or b"") + _RECORD_OVERHEAD_BYTES
+        size = _RECORD_OVERHEAD_BYTES  # (no ``len`` of a missing key: calls count here, issue 22)
+        if record.value:
+            size += len(record.value)
+        if record.key:
+            size += len(record.key)
+        self._bytes += size
         self._start_what_may_go()
         return flight, index
 
@@ -221,11 +228,12 @@ class PartitionAppender:
         # The sequence is assigned at start, so batches carry increasing sequences in the order
         # they are proposed (forwarded ones too: the leader starts them in the order they
         # arrive, ``WritePath.start_forwarded``).
+        count = len(records)
         stamp = (self._producer_id, self._sequence)
-        self._sequence += len(records)
+        self._sequence += count
         batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
         deadline = trio.current_time() + self._writes.timeout
-        attempt = self._writes.start(self._group_id, batch, len(records), self._acks, deadline)
+        attempt = self._writes.start(self._group_id, batch, count, self._acks, deadline)
         self._order.append(flight)
         told = _Told(flight, records, batch, attempt, deadline)
         self._told.append(told)  # before: the group may tell at once

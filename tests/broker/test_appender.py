@@ -156,6 +156,20 @@ async def test_a_pipelined_burst_goes_as_few_batches_not_one_per_record() -> Non
         nursery.cancel_scope.cancel()
 
 
+async def test_a_batch_of_big_records_is_pipelined_by_its_bytes_keys_included() -> None:
+    writes = _ToldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    big = b"x" * (40 << 10)  # two of them pass the pipelining size in bytes, not in records
+    appender.add(Record(value=big))
+    appender.add(Record(value=big))
+    assert writes.started == [1]
+    appender.add(Record(value=big))
+    assert writes.started == [1, 2]
+    appender.add(Record(key=big, value=None))
+    appender.add(Record(key=big, value=b""))
+    assert writes.started == [1, 2, 2]
+
+
 class _ToldWrites:
     """Tells every batch's outcome by the ``when_written`` callback: at once (inside the call)
     while ``at_once``, else when ``tell`` is called. Records, for each start, how many batches
