@@ -29,7 +29,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -70,23 +70,36 @@ class LeaderReplaced(ForwardError):
 
 @dataclass(eq=False, slots=True)
 class _Call:
-    """One request sent and not yet ended. It ends once: answered (``answer``), ``lost`` or
-    ``replaced``; then ``done`` is set and ``on_done``, if any, is called."""
+    """One request sent. It ends once: answered (``answer``), ``lost`` or ``replaced``; then
+    ``ended`` is True, ``wait`` returns and ``on_done``, if any, is called."""
 
     peer: int
     group: str | None = None  # the partition asked of its leader (append, find-resend)
-    done: trio.Event = field(default_factory=trio.Event)
+    ended: bool = False
     answer: Answer | None = None
     lost: bool = False
     replaced: bool = False
     on_done: Callable[[], None] | None = None
+    # Made only once someone awaits the end: a call told by callback needs none.
+    _ended_event: trio.Event | None = None
 
     def end(self) -> None:
-        """Mark the call ended (its outcome fields set) and tell ``on_done``, once."""
-        self.done.set()
+        """Mark the call ended (its outcome fields set), wake ``wait`` and tell ``on_done``."""
+        self.ended = True
+        if self._ended_event is not None:
+            self._ended_event.set()
         on_done, self.on_done = self.on_done, None
         if on_done is not None:
             on_done()
+
+    async def wait(self) -> None:
+        """Until the call ended (a checkpoint even if it has)."""
+        if self.ended:
+            await trio.lowlevel.checkpoint()
+            return
+        if self._ended_event is None:
+            self._ended_event = trio.Event()
+        await self._ended_event.wait()
 
 
 class Forwarder:
@@ -119,7 +132,7 @@ class Forwarder:
         call.on_done = None
         try:
             with trio.move_on_at(deadline):
-                await call.done.wait()
+                await call.wait()
         finally:
             self._calls.pop(req, None)
         if call.lost:
@@ -141,7 +154,7 @@ class Forwarder:
         caller that has one awaits ``finish`` once it passes, which drops the callback (never
         called then) and raises ``ForwardTimeout``. Replaces an earlier callback of ``call``.
         """
-        if call.done.is_set():
+        if call.ended:
             callback()
         else:
             call.on_done = callback
@@ -155,14 +168,14 @@ class Forwarder:
         """A ``PeerReply`` arrived (late answers to abandoned calls are ignored)."""
         # Popped here: a call told by callback may never be ``finish``ed (its pop is a no-op).
         call = self._calls.pop(req, None)
-        if call is not None and not call.done.is_set():
+        if call is not None and not call.ended:
             call.answer = answer
             call.end()
 
     def peer_gone(self, peer: int) -> None:
         """The connection to ``peer`` closed: its unanswered calls will never be answered."""
         # Collected first: a callback may start new calls.
-        gone = [c for c in self._calls.values() if c.peer == peer and not c.done.is_set()]
+        gone = [c for c in self._calls.values() if c.peer == peer and not c.ended]
         for call in gone:
             call.lost = True
             call.end()
@@ -180,7 +193,7 @@ class Forwarder:
         ended: list[_Call] = []
         silent: dict[int, bool] = {}
         for call in self._calls.values():
-            if call.group is None or call.done.is_set():
+            if call.group is None or call.ended:
                 continue
             quiet = silent.get(call.peer)
             if quiet is None:

@@ -274,41 +274,34 @@ class WritePath:
 
             self._forwarder.on_done(call, answered)
             return True
-        if not self._commit_tells(attempt, acks):
+        # Under the unsafe mode every ack is a leader-only ack: ``_finish_local`` polls for it.
+        if not isinstance(attempt, _Local) or acks is not Acks.QUORUM:
             return False
-        assert isinstance(attempt, _Local)  # ``_commit_tells`` says so
-
-        def committed(outcome: tuple[int, int] | Attempt) -> None:
-            if isinstance(outcome, tuple) and self.on_written is not None:
-                self.on_written(trio.current_time() - started)
-            callback(outcome)
-
-        self._on_commit(attempt, committed)
+        if self.unsafe_ack_before_commit:
+            return False
+        self._on_commit(attempt, callback, started)
         return True
 
-    def _commit_tells(self, attempt: Attempt, acks: Acks) -> bool:
-        """Whether ``attempt``'s outcome is its commit in this leader's group."""
-        # Under the unsafe mode every ack is a leader-only ack: ``_finish_local`` polls for it.
-        return (
-            isinstance(attempt, _Local)
-            and acks is Acks.QUORUM
-            and not self.unsafe_ack_before_commit
-        )
-
     def _on_commit(
-        self, attempt: _Local, callback: Callable[[tuple[int, int] | Attempt], None]
+        self,
+        attempt: _Local,
+        callback: Callable[[tuple[int, int] | Attempt], None],
+        started: float | None,
     ) -> None:
         """Tell ``callback`` once the group commits ``attempt``'s entry or loses it (see
-        ``when_written``, which adds the metrics)."""
+        ``when_written``); ``on_written`` too, of a write ``started`` then, if not None."""
         group, last, term = attempt.group, attempt.last, attempt.term
 
         def committed() -> None:
             log_ = group.log
             in_log = log_.log_end_offset > last and log_.term_at(last) == term
             if in_log and group.commit_index >= last:
+                if started is not None and self.on_written is not None:
+                    self.on_written(trio.current_time() - started)
                 callback((last - attempt.count + 1, last))
             elif not in_log:
-                # The reason ``_finish_local`` would give, woken by the same cut.
+                # Worded as ``_finish_local`` words it (which reads the commit index later,
+                # once the step that cut the entry is over).
                 how = "replaced" if group.commit_index >= last else "truncated"
                 callback(_Failed(f"offset {last} of term {term} was {how} before it committed"))
             else:
@@ -543,18 +536,22 @@ class WritePath:
         task answers ``Unknown``, or the offsets if it committed just then). An entry cut
         before it committed is answered ``Retry`` at once, with ``_finish_local``'s reason.
         """
-        started = self.start_forwarded(
-            request.group, request.batch, request.count, request.acks, request.seconds
-        )
-        if isinstance(started, Retry):
-            self._forwarder.reply(peer, req, started)
+        # ``start_forwarded``, inline: this runs once per forwarded write.
+        group = self._raft.groups.get(request.group)
+        if group is None or group.role is not Role.LEADER:
+            self._forwarder.reply(peer, req, Retry("not the leader here"))
             return
-        attempt = started.attempt
-        if not self._commit_tells(attempt, started.acks):
+        deadline = trio.current_time() + request.seconds
+        attempt = self._start_local(group, request.batch, request.count)
+        if (
+            not isinstance(attempt, _Local)
+            or request.acks is not Acks.QUORUM
+            or self.unsafe_ack_before_commit
+        ):
+            started = ForwardedAppend(attempt, request.acks, deadline)
             nursery.start_soon(self._answer_forwarded, peer, req, started)
             return
-        assert isinstance(attempt, _Local)  # ``_commit_tells`` says so
-        waiter = _ForwardWaiter(peer, req, started, nursery)
+        waiter = _ForwardWaiter(peer, req, attempt, deadline, nursery)
 
         def committed(outcome: tuple[int, int] | Attempt) -> None:
             if not waiter.waiting:
@@ -568,12 +565,11 @@ class WritePath:
             elif isinstance(outcome, _Failed):
                 self._forwarder.reply(peer, req, Retry(outcome.reason))
             else:  # neither committed nor cut (the group was removed): as the task would
-                nursery.start_soon(self._answer_forwarded, peer, req, started)
+                nursery.start_soon(self._answer_forwarded, peer, req, waiter.append())
 
-        self._on_commit(attempt, committed)
+        self._on_commit(attempt, committed, None)  # the peer's own write path times it
         if not waiter.waiting:
             return  # told at once (a duplicate of a committed batch)
-        deadline = started.deadline
         heapq.heappush(self._forwards, (deadline, next(self._forward_seq), waiter))
         watch = self._forward_watch
         if watch is None:
@@ -599,7 +595,7 @@ class WritePath:
                     if late.waiting:
                         late.waiting = False
                         late.nursery.start_soon(
-                            self._answer_forwarded, late.peer, late.req, late.append
+                            self._answer_forwarded, late.peer, late.req, late.append()
                         )
                 self._forward_wake_at = forwards[0][0] if forwards else math.inf
                 with trio.CancelScope(deadline=self._forward_wake_at) as watch:
@@ -626,9 +622,15 @@ class _ForwardWaiter:
 
     peer: int
     req: int
-    append: ForwardedAppend
+    attempt: _Local
+    deadline: float
     nursery: trio.Nursery = field(repr=False)
     waiting: bool = True  # False once answered, or handed to a task at its deadline
+
+    def append(self) -> ForwardedAppend:
+        """For ``finish_forwarded``, on the rare paths (built only then: it is frozen, so
+        dearer to build)."""
+        return ForwardedAppend(self.attempt, Acks.QUORUM, self.deadline)
 
 
 def _found_of(answer: Answer) -> int | None:

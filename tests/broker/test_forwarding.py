@@ -92,7 +92,7 @@ class Wire:
 
 async def _ends_within(call: _Call, seconds: float) -> bool:
     with trio.move_on_after(seconds):
-        await call.done.wait()
+        await call.wait()
         return True
     return False
 
@@ -107,8 +107,8 @@ async def test_only_calls_to_a_silent_replaced_leader_are_ended() -> None:
     command = forwarder.start(PAUSED, GroupCommandRequest(Leave("0.x")))  # not a partition's
 
     assert forwarder.abandon_replaced(leaders.get, _hears) == 2
-    assert replaced[1].done.is_set() and resend[1].done.is_set()
-    assert not any(c.done.is_set() for _, c in (waiting, live, command))
+    assert replaced[1].ended and resend[1].ended
+    assert not any(c.ended for _, c in (waiting, live, command))
     deadline = trio.current_time() + 30
     with pytest.raises(LeaderReplaced, match="outcome is unknown"):
         await forwarder.finish(*replaced, deadline)
