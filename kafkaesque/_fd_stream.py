@@ -34,31 +34,41 @@ _YIELD_BYTES: Final = 256 * 1024
 class FdStream(trio.abc.Stream):
     """``stream``'s bytes, read and written on its file descriptor (see the module docstring).
 
-    Closing goes through ``stream``, which tells the tasks waiting on the descriptor
-    (``trio.ClosedResourceError``) before it closes it; every call checks the descriptor is
-    still open, so a number the kernel gave to a newer socket is never touched.
+    The stream owns ``stream``: close it through ``aclose`` only, never ``stream`` itself.
+    Closing marks this object closed, then closes ``stream``, which tells the tasks waiting on
+    the descriptor (``trio.ClosedResourceError``); every call checks the mark, so a number the
+    kernel gave to a newer socket is never touched.
     """
 
     def __init__(self, stream: trio.SocketStream) -> None:
         self._stream = stream
         self._socket = stream.socket
+        # The descriptor is read once: ``socket.fileno()`` costs two calls, and every read and
+        # write needs it (several per message). The number stays ours until ``aclose``, which
+        # sets ``_closed`` before it closes the socket.
+        self._fileno = stream.socket.fileno()
+        self._closed = self._fileno < 0
         self._unyielded = 0  # bytes written since send_all last yielded
         self._kept: list[bytes] = []  # what ``send_now`` could not write yet
 
     def _fd(self) -> int:
-        fd = self._socket.fileno()
-        if fd < 0:
+        if self._closed:
             raise trio.ClosedResourceError("the stream is closed")
-        return fd
+        return self._fileno
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         size = _RECEIVE_BYTES if max_bytes is None else max_bytes
         if size < 1:
             raise ValueError("max_bytes must be >= 1")
+        # ``_closed`` is tested inline, not through ``_fd``: a call less per read.
         while True:
-            await trio.lowlevel.wait_readable(self._fd())
+            if self._closed:
+                raise trio.ClosedResourceError("the stream is closed")
+            await trio.lowlevel.wait_readable(self._fileno)
+            if self._closed:  # closed while this task was woken but not yet run
+                raise trio.ClosedResourceError("the stream is closed")
             try:
-                return os.read(self._fd(), size)
+                return os.read(self._fileno, size)
             except BlockingIOError:
                 continue  # a spurious wake-up: wait again
             except OSError as exc:
@@ -97,13 +107,15 @@ class FdStream(trio.abc.Stream):
         if the connection is broken.
         """
         if not self._kept:
+            if self._closed:
+                raise trio.BrokenResourceError("send failed: the stream is closed")
             try:
-                sent = os.writev(self._fd(), buffers)
+                sent = os.writev(self._fileno, buffers)
             except BlockingIOError:
                 sent = 0
-            except (trio.ClosedResourceError, OSError) as exc:
+            except OSError as exc:
                 raise trio.BrokenResourceError(f"send failed: {exc}") from exc
-            if sent == sum(len(buffer) for buffer in buffers):
+            if sent == sum(map(len, buffers)):
                 return True
             self._kept.append(b"".join(buffers)[sent:])
         else:
@@ -119,6 +131,7 @@ class FdStream(trio.abc.Stream):
         await trio.lowlevel.wait_writable(self._fd())
 
     async def aclose(self) -> None:
+        self._closed = True  # first: the descriptor's number may be reused once it is closed
         await self._stream.aclose()
 
 

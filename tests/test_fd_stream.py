@@ -163,3 +163,28 @@ async def test_send_now_on_a_broken_or_closed_stream_raises_broken() -> None:
         await server.aclose()
         with pytest.raises(trio.BrokenResourceError):
             server.send_now([b"after close"])
+
+
+async def test_a_closed_stream_never_touches_a_socket_that_reuses_its_descriptor() -> None:
+    async with _pair() as (server, _client):
+        number = server._fileno  # (the descriptor the stream caches)
+        await server.aclose()
+        # The kernel hands out the lowest free number: the next sockets get the old one back.
+        a, b = socket.socketpair()
+        try:
+            assert number in (a.fileno(), b.fileno())
+            a.send(b"to b")
+            b.send(b"to a")
+            with pytest.raises(trio.BrokenResourceError):
+                server.send_now([b"stale"])
+            with pytest.raises(trio.ClosedResourceError):
+                await server.send_all(b"stale")
+            with pytest.raises(trio.ClosedResourceError):
+                await server.receive_some()
+            with pytest.raises(trio.ClosedResourceError):
+                await server.wait_send_all_might_not_block()
+            # Nothing was written to, or read from, the new sockets.
+            assert (a.recv(100), b.recv(100)) == (b"to a", b"to b")
+        finally:
+            a.close()
+            b.close()

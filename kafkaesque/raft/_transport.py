@@ -268,6 +268,9 @@ class PeerTransport:
         self, peer: int, stream: trio.SocketStream, decoder: FrameDecoder, early: list[Any]
     ) -> None:
         link = self._links[peer]
+        # The handshake is done: now for the hot path. The FdStream owns ``stream`` from here
+        # on, and closes it (it must know: it caches the descriptor).
+        fast = FdStream(stream)
         with trio.CancelScope() as scope:
             link.scope = scope
             link.connected = True
@@ -275,7 +278,6 @@ class PeerTransport:
             if self._on_peer_change is not None:
                 self._on_peer_change(peer, True)
             try:
-                fast = FdStream(stream)  # the handshake is done: now for the hot path
                 conn = link.live = _Connection(fast)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop, link, conn)
@@ -297,7 +299,7 @@ class PeerTransport:
                 log.info("node %d: disconnected from node %d", self.node_id, peer)
                 if self._on_peer_change is not None and link.scope is None:
                     self._on_peer_change(peer, False)
-        await trio.aclose_forcefully(stream)
+        await trio.aclose_forcefully(fast)
 
     async def _read_loop(self, peer: int, stream: FdStream, decoder: FrameDecoder) -> None:
         while True:

@@ -85,7 +85,8 @@ class FrameEncoder:
         """
         i, n, target = 0, len(items), self._target
         while i < n:
-            self.release()
+            if self._view is not None:  # (tested here: most frames are small, and never held)
+                self.release()
             packer, count = self._packer, 0
             while True:
                 packer.pack(items[i])
@@ -101,8 +102,9 @@ class FrameEncoder:
     def _frame(self, count: int) -> list[bytes | memoryview]:
         head: bytes = self._head.pack_array_header(count)
         view = self._packer.getbuffer()
-        header = _FRAME.pack(len(head) + len(view), crc32c(view, crc32c(head))) + head
-        if len(view) < _JOIN_BELOW:
+        size = len(view)
+        header = _FRAME.pack(len(head) + size, crc32c(view, crc32c(head))) + head
+        if size < _JOIN_BELOW:
             frame = header + bytes(view)
             view.release()
             self._packer.reset()
@@ -139,27 +141,25 @@ class FrameDecoder:
         buf += data
         out: list[Any] = []
         pos = 0
-        # Payloads are checked and unpacked in place (through a view): copying a frame of
-        # replicated batches out of the buffer first would cost as much as unpacking it. The
-        # views are released before the buffer is resized.
-        with memoryview(buf) as view:
-            while len(buf) - pos >= FRAME_HEADER:
-                length, want_crc = _FRAME.unpack_from(buf, pos)
-                if length > self._max_frame:
-                    raise PeerProtocolError(
-                        f"frame of {length} bytes over the {self._max_frame} limit"
-                    )
-                end = pos + FRAME_HEADER + length
-                if end > len(buf):
-                    break
-                with view[pos + FRAME_HEADER : end] as payload:
-                    if crc32c(payload) != want_crc:
-                        raise PeerProtocolError("frame CRC mismatch")
-                    try:
-                        out.append(msgpack.unpackb(payload, raw=False, strict_map_key=False))
-                    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
-                        raise PeerProtocolError(f"frame payload is not msgpack: {exc}") from exc
-                pos = end
+        size = len(buf)  # the buffer is only resized after the loop
+        # Payloads are checked and unpacked in place (through a view of the frame): copying a
+        # frame of replicated batches out of the buffer first would cost as much as unpacking
+        # it. Each view is released before the buffer is resized.
+        while size - pos >= FRAME_HEADER:
+            length, want_crc = _FRAME.unpack_from(buf, pos)
+            if length > self._max_frame:
+                raise PeerProtocolError(f"frame of {length} bytes over the {self._max_frame} limit")
+            end = pos + FRAME_HEADER + length
+            if end > size:
+                break
+            with memoryview(buf)[pos + FRAME_HEADER : end] as payload:
+                if crc32c(payload) != want_crc:
+                    raise PeerProtocolError("frame CRC mismatch")
+                try:
+                    out.append(msgpack.unpackb(payload, raw=False, strict_map_key=False))
+                except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
+                    raise PeerProtocolError(f"frame payload is not msgpack: {exc}") from exc
+            pos = end
         del buf[:pos]
         return out
 
