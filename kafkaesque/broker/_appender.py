@@ -34,19 +34,21 @@ seals and starts what Nagle's rule lets go, from the caller's own context (a con
 reader), and a batch that finishes starts the next one from whoever finished it. A task per
 appender woken by each write would cost a pass of the scheduler per record, several times the
 work of the start itself. Starting is guarded against re-entrance: ``WritePath.when_written`` may
-tell a batch's outcome at once (a duplicate the log holds already), which finishes it and would
-start the next one from inside the start; the nested call only asks the outer one to go on, so
-batches start in order, one at a time, never more than ``WINDOW`` in flight.
+tell a batch's outcome at once (a duplicate the log holds already, a forward whose call ended
+already), which finishes it and would start the next one from inside the start; the nested call
+only asks the outer one to go on, so batches start in order, one at a time, never more than
+``WINDOW`` in flight.
 
-No task waits for a batch that this broker's own Raft group commits in time, the common case at
-a leader either: ``WritePath.when_written`` has the group call the appender back when the commit
-index reaches it, and the task that saw the commit (the Raft driver's, or the peer connection's
-that brought the news) finishes the flight, whose waiters write the replies it freed, and starts
-the next batch. A batch goes the task way (``_complete``: ``WritePath.write`` and its retries)
-when it is forwarded to another broker, acknowledged by the leader alone, cut from the log before
-it committed, or still untold at its deadline. ``run`` is the appender's one task: it watches
-those deadlines and gives the nursery the ``_complete`` tasks run in; a batch that needs such a
-task before ``run`` started is started all the same and gets its task once ``run`` runs.
+No task waits for a batch in the common case either: ``WritePath.when_written`` has whoever
+learns the outcome call the appender back (the Raft step that sees this leader's commit reach
+it, or the peer reader that brings the leader's answer to a forwarded batch), and that task
+finishes the flight, whose waiters write the replies it freed, and starts the next batch. A
+batch goes the task way (``_complete``: ``WritePath.write`` and its retries) when the write path
+cannot tell its outcome (see ``when_written``), when it tells an attempt to go on with instead
+(cut from the log before it committed, refused or lost on its way to the leader), or when it is
+still untold at its deadline. ``run`` is the appender's one task: it watches those deadlines and
+gives the nursery the ``_complete`` tasks run in; a batch that needs such a task before ``run``
+started is started all the same and gets its task once ``run`` runs.
 """
 
 from __future__ import annotations
