@@ -234,8 +234,13 @@ class LeaderMixin:
         term = log.term_at(index)
         if term != self._term and BUG_COMMIT_OLD_TERM not in self._bugs:
             return False
-        # The first commit of this term releases the reads that waited for it.
-        first_of_term = term == self._term and log.term_at(log.commit) != self._term
+        # The first commit of this term releases the reads that waited for it (none wait once
+        # it happened: the list is tested first, so that the usual commit looks up no term).
+        first_of_term = (
+            bool(self._reads_before_commit)
+            and term == self._term
+            and log.term_at(log.commit) != self._term
+        )
         log.commit_to(index)
         if first_of_term:
             reads, self._reads_before_commit = self._reads_before_commit, []

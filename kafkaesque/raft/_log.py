@@ -40,6 +40,11 @@ class RaftLog:
         self._reset_handed = False  # ... and already handed out in a Ready
         # Invariant: storage holds (validly) every offset in [start, _offset - 1].
         self._offset = storage.last_index() + 1
+        # Invariant: the term at ``_offset - 1`` (the last durable entry, or ``start - 1``). It
+        # is the term asked for most (a leader's prev_term and commit check, a follower's
+        # match), kept here so that those cost no trip through storage's layers. Only a Ready
+        # changes storage below ``_offset`` (a reset), and retention keeps ``start - 1``'s term.
+        self._stable_term = storage.term_at(self._offset - 1)
         # Invariant: contiguous, _unstable[0].first == _offset.
         self._unstable: list[Entry] = []
         # Entries of _unstable handed out in the current Ready (0 outside ready()/advance()).
@@ -68,7 +73,7 @@ class RaftLog:
 
     def last_term(self) -> int:
         """The term of the last entry (or of ``start - 1`` when the log is empty)."""
-        return self._unstable[-1].term if self._unstable else self.term_at(self._offset - 1)
+        return self._unstable[-1].term if self._unstable else self._stable_term
 
     def stable_last(self) -> int:
         """The last offset known durable (what a leader may count for itself)."""
@@ -101,8 +106,10 @@ class RaftLog:
         offset from there to ``_offset - 1``): asking it for its start first would cost a call
         through its layers on every lookup, and the leader looks terms up several times a write.
         """
+        if index == self._offset - 1:
+            return self._stable_term
         if self._reset is not None:
-            return self._reset.prev_term if index == self._reset.start - 1 else None
+            return None  # a reset log holds nothing below its start - 1 (= _offset - 1)
         try:
             return self._storage.term_at(index)
         except IndexError:
@@ -214,9 +221,12 @@ class RaftLog:
                 f"entry {after}-{entries[0].last}/{entries[0].term} conflicts with the committed "
                 f"prefix (commit {self.commit})"
             )
-        if after > self.last_index() + 1:
-            raise RaftInvariantError(f"append at {after} leaves a gap after {self.last_index()}")
-        if after >= self._offset:
+        last = self.last_index()
+        if after > last + 1:
+            raise RaftInvariantError(f"append at {after} leaves a gap after {last}")
+        if after == last + 1:
+            pass  # nothing to cut: the common case, a follower's next entries
+        elif after >= self._offset:
             keep = self._upos(after)
             if keep < len(self._unstable) and self._unstable[keep].first != after:
                 raise RaftInvariantError(f"truncation at {after} splits an entry")
@@ -226,6 +236,7 @@ class RaftLog:
             if self._storage.entries(after, 0)[0].first != after:
                 raise RaftInvariantError(f"truncation at {after} splits an entry")
             self._offset = after
+            self._stable_term = self._storage.term_at(after - 1)  # after - 1 >= commit >= start - 1
             self._unstable = []
             self._handed = 0
         self.append(entries)
@@ -252,6 +263,7 @@ class RaftLog:
         self._reset = reset
         self._reset_handed = False
         self._offset = reset.start
+        self._stable_term = reset.prev_term
         self._unstable = []
         self._handed = 0
         self.commit = reset.start - 1
@@ -296,9 +308,12 @@ class RaftLog:
         for e in reversed(entries):
             if e.last >= self._offset and e.last <= self.last_index():
                 pos = self._upos(e.last)
-                if self._unstable[pos] == e:
+                # Mostly the very entry handed out (``is`` spares the field-by-field ``==``);
+                # an equal one that replaced it after a truncation holds the same, too.
+                if self._unstable[pos] is e or self._unstable[pos] == e:
                     del self._unstable[: pos + 1]
                     self._offset = e.last + 1
+                    self._stable_term = e.term
                     break
 
     def applied_to(self, index: int) -> None:

@@ -124,6 +124,33 @@ def test_log_view_bounds_after_retention_and_under_a_pending_reset() -> None:
             log.entries(outside, 1 << 20)
 
 
+def test_log_view_term_at_its_durable_end_follows_truncation_persistence_and_reset() -> None:
+    # The view keeps the term of its last durable entry (the one asked for most): every way
+    # that entry changes must change it too.
+    disk = _disk()
+    log = RaftLog(disk, commit=3, applied=None)
+    assert (log.term_at(9), log.last_term(), log.match_term(9, 3)) == (3, 3, True)
+    log.truncate_and_append([entry(4, 5, 6)])  # cuts into the durable part: 4 is its end now
+    assert (log.term_at(4), log.match_term(4, 2), log.match_term(4, 3)) == (2, True, False)
+    assert (log.term_at(6), log.last_term()) == (4, 4)
+    _, truncate_from, entries = log.take_pending()
+    assert truncate_from == 5
+    disk.truncate(5)
+    disk.append(entries)
+    log.persisted(None, entries)
+    assert (log.stable_last(), log.term_at(6), log.last_term(), log.match_term(6, 4)) == (
+        6,
+        4,
+        4,
+        True,
+    )
+    log.append([entry(5, 7)])  # unstable: the durable end's term stays
+    assert (log.term_at(6), log.term_at(7), log.last_term()) == (4, 5, 5)
+    log.restore(LogReset(100, 7, Configuration.of([1, 2, 3])))
+    assert (log.term_at(99), log.last_term(), log.match_term(99, 7)) == (7, 7, True)
+    assert RaftLog(disk, commit=6, applied=None).last_term() == 4  # read from storage at start
+
+
 def test_restart_commit_is_at_least_start_minus_one() -> None:
     disk = _disk()
     disk.compact(5)
