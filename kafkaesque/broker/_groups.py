@@ -319,17 +319,46 @@ class GroupCoordinator:
     async def run_expiry(self) -> None:
         """Evict the members of the groups coordinated here once past their deadline; forever.
 
-        One timer per offsets partition, so that one partition's stalled writes (its followers
-        are away) delay no other partition's evictions.
+        One timer for every offsets partition (an idle broker wakes ``1 / _EXPIRY_EVERY_S``
+        times a second, not that many per partition): each tick looks, without awaiting, which
+        partitions have work (:meth:`_expiry_due`) and runs each one's in a task of its own, one
+        at a time per partition, so that one partition's stalled writes (its followers are away)
+        delay no other partition's evictions, nor the timer. ``_EXPIRY_EVERY_S`` is the
+        guarantee: a member is evicted at most that long after its deadline (plus the write),
+        and a partition taken over is loaded at most that long after its first commit.
         """
+        busy: set[int] = set()
         async with trio.open_nursery() as nursery:
-            for partition in range(OFFSETS_PARTITIONS):
-                nursery.start_soon(self._expire_forever, partition)
+            while True:
+                await trio.sleep(_EXPIRY_EVERY_S)
+                now = trio.current_time()
+                for partition in range(OFFSETS_PARTITIONS):
+                    if partition not in busy and self._expiry_due(partition, now):
+                        busy.add(partition)
+                        nursery.start_soon(self._expire_alone, partition, busy)
 
-    async def _expire_forever(self, partition: int) -> None:
-        while True:
-            await trio.sleep(_EXPIRY_EVERY_S)
+    def _expiry_due(self, partition: int, now: float) -> bool:
+        """Whether ``partition``'s tick has work: this broker leads it with an entry of its term
+        committed, and its table is not loaded in this term, lags the commit index, or has a
+        member past its deadline at ``now``."""
+        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        if group is None or group.role is not Role.LEADER:
+            return False
+        if group.log.term_at(group.commit_index) != group.node.term:
+            return False  # no entry of its term committed yet: ``_table`` would wait
+        table = self._tables.get(partition)
+        if table is None or table.term != group.node.term:
+            return True
+        if table.next_offset <= group.commit_index:
+            return True
+        return any(deadline <= now for deadline in table.deadlines.values())
+
+    async def _expire_alone(self, partition: int, busy: set[int]) -> None:
+        """``_expire(partition)``, then ``partition`` may be ticked again."""
+        try:
             await self._expire(partition)
+        finally:
+            busy.discard(partition)
 
     async def _expire(self, partition: int) -> None:
         """One tick of ``partition``'s timer: if this broker coordinates it, load its table

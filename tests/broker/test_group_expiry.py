@@ -327,6 +327,36 @@ async def test_a_member_heard_from_stays_and_expires_one_session_after_its_last_
         nursery.cancel_scope.cancel()
 
 
+def _tasks_under(nursery: trio.Nursery) -> int:
+    """Every task that runs inside ``nursery``, at any depth."""
+    return sum(
+        1 + sum(_tasks_under(child) for child in task.child_nurseries)
+        for task in nursery.child_tasks
+    )
+
+
+async def test_an_idle_expiry_is_one_timer_and_work_runs_only_where_there_is_some(
+    broker: _Broker, autojump_clock: trio.testing.MockClock
+) -> None:
+    """Not a task per offsets partition (an idle broker woke eight timers four times a second):
+    one timer, and a partition's eviction in a task of its own only while it has one to do."""
+    group = _group_on(4)
+    replica = broker.replicas[4]
+    _joined_earlier(replica, group, "4.dead", [0, 1, 2])
+    coordinator = _coordinator(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.run_expiry)
+        await trio.sleep(SESSION_S)  # a follower everywhere: nothing to do
+        assert _tasks_under(nursery) == 1
+        replica.take_over()
+        took_over = trio.current_time()
+        gone = await _until_gone(replica, group, "4.dead", 5 * SESSION_S)
+        assert took_over + SESSION_S <= gone <= took_over + SESSION_S + 1
+        await trio.sleep(SESSION_S)  # the table loaded, nobody left: nothing to do again
+        assert _tasks_under(nursery) == 1
+        nursery.cancel_scope.cancel()
+
+
 # -- real brokers ----------------------------------------------------------------------------------
 
 PROCESS_SESSION_S = 2.0
