@@ -95,6 +95,7 @@ class Egress:
             MqttSubscriptionTrie()
         )
         self._groups: dict[_SharedKey, _ShareGroup] = {}
+        self.shares_changed = trio.Event()  # set when local_shares() changes; replaced by readers
         self._reading: dict[str, trio.Event] = {}  # log topic -> set once positioned
         # (log topic, partition) -> the next offset its reader delivers: every record before
         # it has been handed to the matching devices.
@@ -136,6 +137,7 @@ class Egress:
                 group = self._groups.get(key)
                 if group is None:
                     group = self._groups[key] = _ShareGroup()
+                    self.shares_changed.set()
                     self._trie.add(shared.topic_filter, key, None)
                 group.members[device] = sub
             device.subscriptions[sub.topic_filter] = sub
@@ -166,6 +168,7 @@ class Egress:
             group.members.pop(device, None)
             if not group.members:
                 del self._groups[key]
+                self.shares_changed.set()
                 self._trie.remove(shared.topic_filter, key)
 
     # -- shared subscriptions across brokers -----------------------------------------------------

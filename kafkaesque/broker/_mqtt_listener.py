@@ -83,7 +83,6 @@ MAX_PACKET_SIZE: Final = 1 << 20
 _QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
 _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
-_SHARES_SCAN_S: Final = 0.05
 _SHARES_EVERY_S: Final = 1.0
 EXPIRY_SWEEP_S: Final = 1.0  # how often owners look for expired sessions
 _CATCHING_UP: Final = sys.maxsize  # a connection's known epoch while it looks its session up
@@ -229,12 +228,15 @@ class MqttService:
             task_status.started(self.port)
 
     async def _shares_loop(self) -> None:
-        """Tell the peers which shared-subscription groups have members here: on change (seen
-        within ``_SHARES_SCAN_S``) and every ``_SHARES_EVERY_S`` (a peer that reconnected)."""
+        """Tell the peers which shared-subscription groups have members here: as soon as they
+        change (``Egress.shares_changed``), and every ``_SHARES_EVERY_S`` (a peer that
+        reconnected meanwhile hears them by then): an idle broker wakes once a second."""
         told: frozenset[Share] | None = None
         told_at = -1e9
         while True:
-            await trio.sleep(_SHARES_SCAN_S)
+            with trio.move_on_at(told_at + _SHARES_EVERY_S):
+                await self.egress.shares_changed.wait()
+            self.egress.shares_changed = trio.Event()
             shares = self.egress.local_shares()
             now = trio.current_time()
             if shares != told or now - told_at >= _SHARES_EVERY_S:

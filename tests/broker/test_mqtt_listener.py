@@ -11,15 +11,17 @@ import time
 import urllib.request
 import uuid
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import paho.mqtt.client as paho
 import pytest
+import trio
 from kafkaesque.cli.cluster import LocalCluster
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from kafkaesque.broker._mqtt_connection import RECEIVE_MAXIMUM
+from kafkaesque.broker._mqtt_egress import Egress
 from kafkaesque.broker._mqtt_listener import MAX_PACKET_SIZE
 from kafkaesque.client import Client, Producer
 from kafkaesque.protocol import (
@@ -33,6 +35,7 @@ from kafkaesque.protocol import (
     Publish,
     Suback,
     Subscribe,
+    TopicMapping,
     Will,
     encode_mqtt,
 )
@@ -1050,3 +1053,38 @@ def test_metrics_count_connections_and_messages(cluster: LocalCluster) -> None:
     assert figures["kafkaesque_mqtt_messages_in_total"] >= 1
     assert figures["kafkaesque_mqtt_connected"] >= 1
     assert "kafkaesque_mqtt_dropped_total" in figures
+
+
+class _Device:
+    """What ``Egress`` uses of a device when it only subscribes and drops."""
+
+    def __init__(self) -> None:
+        self.subscriptions: dict[str, Any] = {}
+
+
+async def test_egress_says_when_its_shared_groups_change_and_only_then() -> None:
+    """The listener tells its peers its shared groups when ``shares_changed`` is set (it no
+    longer looks 20 times a second): set by a group's first member and by its last leaving."""
+
+    async def no_topic(name: str) -> Any:
+        raise AssertionError("not asked for")
+
+    egress = Egress(cast(Any, None), TopicMapping.default(), no_topic)
+    reading = trio.Event()
+    reading.set()
+    egress._start_reading = lambda log_topic: reading  # type: ignore[method-assign]
+    one, two = _Device(), _Device()
+    shared = MqttSubscription("$share/crew/a/b", qos=1)
+
+    await egress.subscribe(cast(Any, one), [MqttSubscription("a/b", qos=1)])
+    assert not egress.shares_changed.is_set()  # a plain subscription
+    await egress.subscribe(cast(Any, one), [shared])
+    assert egress.shares_changed.is_set()
+    assert egress.local_shares() == {("crew", "a/b")}
+    egress.shares_changed = trio.Event()  # as the listener does once it told its peers
+    await egress.subscribe(cast(Any, two), [shared])
+    egress.drop(cast(Any, one))
+    assert not egress.shares_changed.is_set()  # the group still has a member
+    egress.drop(cast(Any, two))
+    assert egress.shares_changed.is_set()
+    assert egress.local_shares() == frozenset()
