@@ -50,6 +50,9 @@ class FdStream(trio.abc.Stream):
         self._closed = self._fileno < 0
         self._unyielded = 0  # bytes written since send_all last yielded
         self._kept: list[bytes] = []  # what ``send_now`` could not write yet
+        #: Whether ``send_now`` kept bytes that ``send_kept`` has not sent yet (``_kept`` is
+        #: not empty). An attribute, not a property: every flush of a connection asks.
+        self.kept = False
 
     def _fd(self) -> int:
         if self._closed:
@@ -93,11 +96,6 @@ class FdStream(trio.abc.Stream):
             self._unyielded = 0
             await trio.lowlevel.cancel_shielded_checkpoint()
 
-    @property
-    def kept(self) -> bool:
-        """Whether ``send_now`` kept bytes that ``send_kept`` has not sent yet."""
-        return bool(self._kept)
-
     def send_now(self, buffers: list[bytes | memoryview]) -> bool:
         """Write ``buffers`` now, in order, as far as the socket takes them; keep the rest for
         ``send_kept``. True when all was written.
@@ -120,12 +118,15 @@ class FdStream(trio.abc.Stream):
             self._kept.append(b"".join(buffers)[sent:])
         else:
             self._kept.append(b"".join(buffers))
+        self.kept = True
         return False
 
     async def send_kept(self) -> None:
         """Send, waiting as ``send_all`` does, what ``send_now`` kept."""
         while self._kept:
-            await self.send_all(self._kept.pop(0))
+            data = self._kept.pop(0)
+            self.kept = bool(self._kept)
+            await self.send_all(data)
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self._fd())

@@ -786,6 +786,11 @@ class RaftNode(LeaderMixin):
             self._log.applied_to(rd.committed[1])
         if self._role is Role.LEADER:
             me = self._tracker.progress.get(self.id)
-            # The leader counts itself only for what it has made durable.
-            if me is not None and me.maybe_update(self._log.stable_last()):
+            # The leader counts itself only for what it has made durable (and a match at or
+            # below the commit cannot move it: see _maybe_commit).
+            if (
+                me is not None
+                and me.maybe_update(self._log.stable_last())
+                and me.match > self._log.commit
+            ):
                 self._maybe_commit()

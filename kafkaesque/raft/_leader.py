@@ -187,8 +187,10 @@ class LeaderMixin:
             else:
                 pr.inflights.free_le(m.index)
             # A new commit is not sent on its own: it rides on the next AppendEntries or the
-            # tick's heartbeat (a follower's commit lags by at most a heartbeat period).
-            self._maybe_commit()
+            # tick's heartbeat (a follower's commit lags by at most a heartbeat period). A
+            # match at or below the commit cannot move the quorum past it (see _maybe_commit).
+            if pr.match > self._log.commit:
+                self._maybe_commit()
             if pr.next <= self._log.last_index():
                 self._needs_bcast = True  # the window opened on entries not sent yet: send them
             if m.src == self._transferee and pr.match == self._log.last_index():
@@ -222,7 +224,12 @@ class LeaderMixin:
             self._send_append(m.src, pr, True)
 
     def _maybe_commit(self) -> bool:
-        """Commit the offset a majority of voters hold, if it is of this term (§5.4.2)."""
+        """Commit the offset a majority of voters hold, if it is of this term (§5.4.2).
+
+        Called whenever a match rises or the voters change, so between calls the quorum's
+        match is at most the commit or not of this term: a match that rises to at most the
+        commit leaves it so, and its caller may skip this call.
+        """
         if self._role is not Role.LEADER:
             return False
         index = self._tracker.quorum_match(self._conf)

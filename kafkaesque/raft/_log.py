@@ -80,7 +80,11 @@ class RaftLog:
         return self._offset - 1
 
     def _upos(self, index: int) -> int:
-        return bisect_left(self._unstable, index, key=_last_of)
+        """The position of the unstable entry covering ``index`` (``len`` if beyond)."""
+        unstable = self._unstable
+        if unstable and index <= unstable[0].last:
+            return 0  # the usual case (often the only entry): no bisection, no key calls
+        return bisect_left(unstable, index, key=_last_of)
 
     def term_at(self, index: int) -> int:
         """The term at ``index`` for ``start - 1 <= index <= last``.

@@ -282,8 +282,10 @@ class PeerTransport:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop, link, conn)
                     self._deliver(peer, early)
-                    await self._read_loop(peer, fast, decoder)
-                    nursery.cancel_scope.cancel()
+                    # The reader is a task of its own rather than awaited here: a coroutine
+                    # woken resumes every frame of its task's await chain, so each read would
+                    # also resume this function and the handshake's (a call each per read).
+                    nursery.start_soon(self._read_loop, peer, fast, decoder, nursery.cancel_scope)
             except* PeerProtocolError as group:
                 for exc in group.exceptions:
                     self._refuse(peer, link.address, exc)
@@ -301,16 +303,21 @@ class PeerTransport:
                     self._on_peer_change(peer, False)
         await trio.aclose_forcefully(fast)
 
-    async def _read_loop(self, peer: int, stream: FdStream, decoder: FrameDecoder) -> None:
+    async def _read_loop(
+        self, peer: int, stream: FdStream, decoder: FrameDecoder, connection: trio.CancelScope
+    ) -> None:
+        """Deliver what ``peer`` sends until it closes the connection, then end the
+        connection (``connection``: its writer too). Raises what reading raises."""
         while True:
             data = await stream.receive_some(_RECEIVE_BYTES)
             if not data:
+                connection.cancel()
                 return
             self._deliver(peer, decoder.feed(data))
 
     def _deliver(self, peer: int, frames: list[Any]) -> None:
         for frame in frames:
-            if not isinstance(frame, list):
+            if type(frame) is not list:  # (msgpack gives plain lists: no isinstance call)
                 raise PeerProtocolError(f"expected a list of items, got {type(frame).__name__}")
             self.frames_received += 1
             self._on_items(peer, frame)

@@ -58,6 +58,7 @@ class BatchType(IntEnum):
 
 
 _BATCH_TYPES = tuple(BatchType)  # indexable by the wire value (values are 0, 1, 2...)
+_BATCH_TYPE_COUNT = len(_BATCH_TYPES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -234,7 +235,7 @@ def decode_header(
     if size < HEADER_SIZE:
         raise InvalidBatchError(f"batch length {length} is shorter than the header")
     if verify:
-        if not isinstance(buf, memoryview):
+        if type(buf) is not memoryview:  # (a final class: no isinstance call needed)
             buf = memoryview(buf)  # slicing bytes would copy the whole body for the CRC
         if size > avail:
             raise InvalidBatchError(f"batch length says {size} bytes but only {avail} are there")
@@ -245,7 +246,7 @@ def decode_header(
                 raise InvalidBatchError(f"header CRC mismatch at offset {base_offset}")
         if crc32c(buf[pos + _BODY_POS : pos + size]) != body_crc:
             raise InvalidBatchError(f"body CRC mismatch in batch at offset {base_offset}")
-    if btype >= len(_BATCH_TYPES):
+    if btype >= _BATCH_TYPE_COUNT:
         raise InvalidBatchError(f"unknown batch type {btype}")
     batch_type = _BATCH_TYPES[btype]
     if count < 0 or last_delta < 0 or (count > 0 and last_delta < count - 1):
