@@ -616,7 +616,7 @@ class PartitionLog:
             self._maybe_roll(w.size, now)
             if w.term != self._terms.last_term:
                 self._terms.assign(w.term, w.base)  # durable at the next roll (or recovery)
-            self._active.append(writes, now)
+            self._segments[-1].append(writes, now)  # (the active one, after any roll)
             return
         segment_ms, limit = self.config.segment_ms, self.config.segment_bytes
         i = 0
@@ -640,7 +640,7 @@ class PartitionLog:
             i = j
 
     def _maybe_roll(self, incoming: int, now: float) -> None:
-        active = self._active
+        active = self._segments[-1]  # (``_active``, a call less on every append)
         if active.size == 0:
             return
         too_big = active.size + incoming > self.config.segment_bytes
