@@ -50,6 +50,8 @@ _FLAGS = {
     "default_replication_factor": "default_replication_factor",
     "write_timeout": "write_timeout_s",
     "segment_bytes": "segment_bytes",
+    "fsync": "fsync",
+    "fsync_interval_ms": "fsync_interval_ms",
     "retention_check_interval": "retention_check_interval_s",
     "session_timeout": "group_session_timeout_s",
     "max_line_length": "max_line_length",
@@ -119,6 +121,16 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--write-timeout", type=float, help="seconds a write may wait (10)")
     parser.add_argument("--segment-bytes", type=int, help="roll segments at this size (64 MiB)")
+    parser.add_argument(
+        "--fsync",
+        choices=("always", "interval", "never"),
+        help="when partition logs are fsynced: before acknowledging (always, the default), every "
+        "--fsync-interval-ms, or when the OS decides; a topic's fsync= overrides it "
+        "(docs/operations.md)",
+    )
+    parser.add_argument(
+        "--fsync-interval-ms", type=int, help="fsync period of --fsync interval (1000)"
+    )
     parser.add_argument(
         "--retention-check-interval", type=float, help="seconds between retention passes (30)"
     )

@@ -29,7 +29,7 @@ from kafkaesque.client import (
     ProducerConfig,
     TopicPartition,
 )
-from kafkaesque.protocol import Acks, GroupRow, PartitionRow, topic_name_error
+from kafkaesque.protocol import Acks, Fsync, GroupRow, PartitionRow, TopicRow, topic_name_error
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
@@ -98,7 +98,7 @@ def _offset(value: int | None) -> str:
 
 
 def _add_topic(commands: Any) -> None:
-    topic = commands.add_parser("topic", help="create, list, describe or delete topics")
+    topic = commands.add_parser("topic", help="create, alter, list, describe or delete topics")
     actions = topic.add_subparsers(dest="action", required=True, metavar="ACTION")
     create = actions.add_parser("create", help="create a topic")
     create.add_argument("name")
@@ -109,7 +109,29 @@ def _add_topic(commands: Any) -> None:
     create.add_argument("--retention-ms", type=int, help="keep records this long (-1: forever)")
     create.add_argument("--retention-bytes", type=int, help="keep this much per partition (-1)")
     create.add_argument("--compact", action="store_true", help="keep the latest record per key")
+    create.add_argument(
+        "--fsync",
+        choices=[f.value for f in Fsync],
+        help="this topic's fsync policy (default: each broker's --fsync; docs/operations.md)",
+    )
     create.set_defaults(run=run_topic_create)
+    alter = actions.add_parser(
+        "alter",
+        help="change a live topic: add partitions, change retention or compaction",
+        description="Change a live topic on every broker, without restart. Partitions can only "
+        "be added; keys then map to partitions by the new count, so a key's new records may go "
+        "to another partition than its old ones (docs/operations.md).",
+    )
+    alter.add_argument("name")
+    alter.add_argument("--partitions", type=int, help="the new partition count (never fewer)")
+    alter.add_argument("--retention-ms", type=int, help="keep records this long (-1: forever)")
+    alter.add_argument("--retention-bytes", type=int, help="keep this much per partition (-1)")
+    alter.add_argument(
+        "--cleanup-policy",
+        choices=("delete", "compact"),
+        help="delete: only retention removes records; compact: also keep the latest per key",
+    )
+    alter.set_defaults(run=run_topic_alter)
     listing = actions.add_parser("list", help="list topics")
     listing.set_defaults(run=run_topic_list)
     describe = actions.add_parser("describe", help="a topic's settings and partitions")
@@ -118,7 +140,7 @@ def _add_topic(commands: Any) -> None:
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
-    for parser in (create, listing, describe, delete):
+    for parser in (create, alter, listing, describe, delete):
         _bootstrap_option(parser)
 
 
@@ -132,12 +154,53 @@ def run_topic_create(args: argparse.Namespace) -> int:
             retention_ms=args.retention_ms,
             retention_bytes=args.retention_bytes,
             compact=args.compact,
+            fsync=None if args.fsync is None else Fsync(args.fsync),
         )
     print(
         f"created topic {args.name}: {args.partitions} partitions, "
         f"replication factor {args.replication_factor}"
     )
     return 0
+
+
+def run_topic_alter(args: argparse.Namespace) -> int:
+    _check_topic(args.name, writes=True)
+    compact = None if args.cleanup_policy is None else args.cleanup_policy == "compact"
+    asked = (args.partitions, args.retention_ms, args.retention_bytes, compact)
+    if asked == (None, None, None, None):
+        raise ClientCommandError(
+            "nothing to change: give --partitions, --retention-ms, --retention-bytes or "
+            "--cleanup-policy"
+        )
+    if args.partitions is not None and args.partitions < 1:
+        raise ClientCommandError(f"--partitions must be at least 1, not {args.partitions}")
+    for flag, value in (
+        ("--retention-ms", args.retention_ms),
+        ("--retention-bytes", args.retention_bytes),
+    ):
+        if value is not None and value < -1:
+            raise ClientCommandError(f"{flag} must be -1 (unlimited) or more, not {value}")
+    with _client(args) as client:
+        changed = client.alter_topic(
+            args.name,
+            partitions=args.partitions,
+            retention_ms=args.retention_ms,
+            retention_bytes=args.retention_bytes,
+            compact=compact,
+        )
+        topic = client.describe_topic(args.name).topic
+    print(f"{'altered' if changed else 'unchanged'} topic {args.name}: {_settings(topic)}")
+    return 0
+
+
+def _settings(t: TopicRow) -> str:
+    """A ``TopicRow``'s settings as ``topic describe`` prints them."""
+    settings = [f"partitions={t.partitions}", f"replication_factor={t.replication_factor}"]
+    settings += [f"retention_ms={_offset(t.retention_ms)}"]
+    settings += [f"retention_bytes={_offset(t.retention_bytes)}"]
+    settings += [f"compact={'yes' if t.compact else 'no'}"]  # as `topic list` says it
+    settings += [f"fsync={'broker' if t.fsync is None else t.fsync.value}"]
+    return " ".join(settings)
 
 
 def run_topic_list(args: argparse.Namespace) -> int:
@@ -151,10 +214,19 @@ def run_topic_list(args: argparse.Namespace) -> int:
             _offset(t.retention_ms),
             _offset(t.retention_bytes),
             "yes" if t.compact else "no",
+            "broker" if t.fsync is None else t.fsync.value,
         )
         for t in topics
     ]
-    header = ("TOPIC", "PARTITIONS", "REPLICATION", "RETENTION_MS", "RETENTION_BYTES", "COMPACT")
+    header = (
+        "TOPIC",
+        "PARTITIONS",
+        "REPLICATION",
+        "RETENTION_MS",
+        "RETENTION_BYTES",
+        "COMPACT",
+        "FSYNC",
+    )
     for line in _table(header, rows):
         print(line)
     return 0
@@ -165,11 +237,7 @@ def run_topic_describe(args: argparse.Namespace) -> int:
     with _client(args) as client:
         description = client.describe_topic(args.name)
     t = description.topic
-    settings = [f"partitions={t.partitions}", f"replication_factor={t.replication_factor}"]
-    settings += [f"retention_ms={_offset(t.retention_ms)}"]
-    settings += [f"retention_bytes={_offset(t.retention_bytes)}"]
-    settings += [f"compact={'yes' if t.compact else 'no'}"]  # as `topic list` says it
-    print(f"topic {t.topic}: {' '.join(settings)}")
+    print(f"topic {t.topic}: {_settings(t)}")
     _print_partitions(description.partitions, with_topic=False)
     return 0
 

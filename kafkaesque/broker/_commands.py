@@ -26,6 +26,7 @@ import trio
 from kafkaesque.protocol import (
     Acks,
     AddBroker,
+    AlterTopic,
     BrokerRow,
     Command,
     Commit,
@@ -42,6 +43,7 @@ from kafkaesque.protocol import (
     FetchFormat,
     FetchOffsets,
     FetchReplica,
+    Fsync,
     Help,
     Idempotence,
     Leave,
@@ -286,6 +288,8 @@ class CommandHandler:
                 return await self._describe(topic)
             case CreateTopic():
                 return await self._create(command)
+            case AlterTopic():
+                return await self._alter(command)
             case DeleteTopic(topic=topic):
                 await self._metadata_call(self._broker.metadata.delete_topic(topic))
                 return encode_reply(OkReply())
@@ -804,6 +808,7 @@ class CommandHandler:
             retention_ms=_retention(command.retention_ms, config.default_retention_ms),
             retention_bytes=_retention(command.retention_bytes, config.default_retention_bytes),
             compact=command.compact,
+            fsync=None if command.fsync is None else command.fsync.value,
         )
         existed = command.topic in self._broker.metadata.view.topics
         info = await self._metadata_call(
@@ -811,6 +816,39 @@ class CommandHandler:
         )
         await self._broker.wait_for_leaders(info)
         return encode_reply(OkReply("exists" if existed else "created"))
+
+    async def _alter(self, command: AlterTopic) -> bytes:
+        """ALTER: change a live topic through the metadata, so every broker applies the same
+        (each broker's reconciliation hosts the new partitions it is given and hands the open
+        logs their new retention). Answers once every partition has a leader; ``+OK altered``,
+        or ``+OK unchanged`` when the topic had these settings already."""
+        info = self._topic(command.topic)
+        changes: dict[str, int | bool | None] = {}
+        if command.partitions is not None:
+            if command.partitions > MAX_PARTITIONS:
+                raise RequestError(
+                    ErrorCode.INVALID_CONFIG, f"partitions must be at most {MAX_PARTITIONS}"
+                )
+            changes["partitions"] = command.partitions
+        if command.retention_ms is not None:
+            changes["retention_ms"] = _retention(command.retention_ms, None)
+        if command.retention_bytes is not None:
+            changes["retention_bytes"] = _retention(command.retention_bytes, None)
+        if command.compact is not None:
+            changes["compact"] = command.compact
+        altered = await self._metadata_call(
+            self._broker.metadata.alter_topic(command.topic, changes)
+        )
+        if altered.config.partitions > info.config.partitions:
+            log.info(
+                "broker %d: topic %s grew from %d to %d partitions",
+                self._broker.config.id,
+                command.topic,
+                info.config.partitions,
+                altered.config.partitions,
+            )
+        await self._broker.wait_for_leaders(altered)
+        return encode_reply(OkReply("unchanged" if altered == info else "altered"))
 
     async def _reassign(self, command: Reassign) -> bytes:
         info = self._topic(command.topic)
@@ -929,7 +967,13 @@ def _ready(*replies: Reply) -> ReadySlot:
 def _topic_row(info: TopicInfo) -> TopicRow:
     c = info.config
     return TopicRow(
-        info.name, c.partitions, c.replication_factor, c.retention_ms, c.retention_bytes, c.compact
+        info.name,
+        c.partitions,
+        c.replication_factor,
+        c.retention_ms,
+        c.retention_bytes,
+        c.compact,
+        None if c.fsync is None else Fsync(c.fsync),
     )
 
 

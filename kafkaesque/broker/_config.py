@@ -16,6 +16,8 @@ from typing import Any
 
 from kafkaesque.protocol import LineLimits
 
+from ._metadata import FSYNC_POLICIES
+
 MAX_PARTITIONS = 10_000  # partitions of one topic (CREATE refuses more)
 INT16_MAX = 2**15 - 1  # the largest replication factor the protocol carries
 
@@ -95,6 +97,11 @@ class BrokerConfig:
     default_retention_ms: int | None = 7 * 24 * 3600 * 1000
     default_retention_bytes: int | None = None
     segment_bytes: int = 64 * 1024 * 1024
+    # When partition logs are fsynced (docs/operations.md, "Durability settings"): "always"
+    # (before acknowledging), "interval" (every fsync_interval_ms), "never" (the OS decides).
+    # A topic's own fsync setting overrides it.
+    fsync: str = "always"
+    fsync_interval_ms: int = 1000
     limits: LineLimits = field(default_factory=LineLimits)
     # How long a write may wait for a leader with a quorum before NO_QUORUM / TIMEOUT.
     write_timeout_s: float = 10.0
@@ -120,6 +127,15 @@ class BrokerConfig:
             raise ConfigError(f"default_replication_factor must be between 1 and {INT16_MAX}")
         if self.write_timeout_s <= 0:
             raise ConfigError("write_timeout_s must be positive")
+        if self.fsync not in FSYNC_POLICIES:
+            raise ConfigError(
+                f"fsync must be one of {', '.join(FSYNC_POLICIES)}, not {self.fsync!r}"
+            )
+        if type(self.fsync_interval_ms) is not int or self.fsync_interval_ms < 1:
+            raise ConfigError(
+                f"fsync_interval_ms must be a whole number of milliseconds >= 1, "
+                f"not {self.fsync_interval_ms!r}"
+            )
         if self.mqtt_tls is not None and self.mqtt_tls_cert is None:
             raise ConfigError("mqtt_tls needs mqtt_tls_cert (and mqtt_tls_key unless in it)")
         return self

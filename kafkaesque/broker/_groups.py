@@ -180,6 +180,12 @@ class GroupCoordinator:
         handler = self._broker.commands
         table = await self._table(partition)
         group, owned = self._owned(table, command.subscription_id, command.topic)
+        if self._grown(table, group, command.topic):
+            # The topic has partitions the group was never given (an ALTER added them): the
+            # first member to read after that rebalances, so the group picks them up.
+            await self._change(partition, group, command.topic, None, None)
+            table = self._tables[partition]
+            group, owned = self._owned(table, command.subscription_id, command.topic)
         wanted = self._positions(table, group, command, owned)
         limit = command.max_messages or DEFAULT_CONS_MESSAGES
         deadline = trio.current_time() + (command.wait_ms or 0) / 1000
@@ -248,23 +254,45 @@ class GroupCoordinator:
 
     # -- membership -----------------------------------------------------------------------------
 
+    def _grown(self, table: _Table, group: str, topic: str) -> bool:
+        """Whether ``group`` leaves some of ``topic``'s partitions unowned although a member
+        could take them: the topic grew since the assignment was made. Cheap when nothing is
+        unowned, the usual case (a CONS asks it every time)."""
+        current = table.groups.get((group, topic))
+        info = self._broker.metadata.view.topics.get(topic)
+        if current is None or not current.members or info is None:
+            return False
+        owned = sum(len(ps) for ps in current.assignment.values())
+        if owned >= info.config.partitions:
+            return False
+        partitions = range(info.config.partitions)
+        return assign(partitions, list(current.members.values()), current.assignment) != (
+            current.assignment
+        )
+
     async def _change(
         self,
         partition: int,
         group: str,
         topic: str,
-        member: str,
+        member: str | None,
         cap: int | None,
         *,
         leaving: bool = False,
     ) -> None:
-        """Add (or, ``leaving``, remove) ``member`` and write the new assignment, atomically."""
+        """Add (or, ``leaving``, remove) ``member`` and write the new assignment, atomically.
+
+        ``member`` None: nobody joins or leaves, the assignment is made again over the topic's
+        partitions now (more of them after an ALTER); nothing is written if it stays the same.
+        """
         info = self._topic(topic)
         async with self._locks.setdefault(partition, trio.Lock()):
             table = await self._table(partition)
             current = table.groups.get((group, topic), _Group())
             members = dict(current.members)
-            if leaving:
+            if member is None:
+                pass
+            elif leaving:
                 if members.pop(member, None) is None:
                     return
             else:
@@ -272,6 +300,8 @@ class GroupCoordinator:
             assignment = assign(
                 range(info.config.partitions), list(members.values()), current.assignment
             )
+            if member is None and assignment == current.assignment:
+                return  # another reader rebalanced it first
             # Fence first: from now until the new assignment is applied, a partition that
             # changes owner has none (its old owner's next CONS or COMMIT is refused).
             moving = frozenset(
@@ -284,22 +314,25 @@ class GroupCoordinator:
             stamp = int(time.time() * 1000)  # when the old owners were fenced (for histories)
             records = [
                 Record(
-                    key=msgpack.packb(["m", group, topic, member]),
-                    value=None if leaving else msgpack.packb(-1 if cap is None else cap),
-                    timestamp=stamp,
-                ),
-                Record(
                     key=msgpack.packb(["a", group, topic]),
                     value=msgpack.packb({m: sorted(ps) for m, ps in assignment.items()}),
                     timestamp=stamp,
                 ),
             ]
+            if member is not None:  # before the assignment, as it always was
+                membership = Record(
+                    key=msgpack.packb(["m", group, topic, member]),
+                    value=None if leaving else msgpack.packb(-1 if cap is None else cap),
+                    timestamp=stamp,
+                )
+                records.insert(0, membership)
             try:
                 await self._write(partition, records)
             finally:
                 self._moving.pop((group, topic), None)
             log.info("group %s/%s: %s %s; now %s", group, topic,
-                     "left" if leaving else "joined", member,
+                     "rebalanced" if member is None else "left" if leaving else "joined",
+                     member or "over its new partitions",
                      {m: sorted(ps) for m, ps in assignment.items()})  # fmt: skip
 
     def connection_closed(self, members: set[str]) -> None:

@@ -60,6 +60,8 @@ __all__ = [
     "TopicExistsError",
     "UnknownTopicError",
     "InvalidConfigError",
+    "FSYNC_POLICIES",
+    "ALTERABLE",
     "MetadataUnavailable",
     "ControllerSettings",
     "MetadataState",
@@ -105,13 +107,27 @@ class BrokerInfo:
 
 @dataclass(frozen=True)
 class TopicConfig:
-    """A topic's configuration; fixed at creation (a different one is a different topic)."""
+    """A topic's configuration: set at creation (a CREATE with another one is refused), then
+    changed only by :meth:`ClusterMetadata.alter_topic` (more partitions, retention, compaction).
+
+    ``fsync`` is the topic's fsync policy (``always``, ``interval`` or ``never``: the words of
+    ``kafkaesque.storage.FsyncPolicy``, kept as a plain str in the journal); None: each broker's
+    own ``--fsync``.
+    """
 
     partitions: int
     replication_factor: int
     retention_ms: int | None = None
     retention_bytes: int | None = None
     compact: bool = False
+    fsync: str | None = None
+
+
+FSYNC_POLICIES = ("always", "interval", "never")
+"""The values of :attr:`TopicConfig.fsync` (besides None)."""
+
+# What ALTER may change, as the keyword arguments of MetadataState.alter_topic.
+ALTERABLE = frozenset({"partitions", "retention_ms", "retention_bytes", "compact"})
 
 
 @dataclass(frozen=True)
@@ -247,6 +263,7 @@ def describe_config(config: TopicConfig) -> str:
         f"retention_ms={limit(config.retention_ms)} "
         f"retention_bytes={limit(config.retention_bytes)} "
         f"compact={'yes' if config.compact else 'no'}"
+        + ("" if config.fsync is None else f" fsync={config.fsync}")
     )
 
 
@@ -262,6 +279,8 @@ def _config_problem(name: str, config: TopicConfig) -> str | None:
         return f"retention_ms must be >= 1 or None, not {config.retention_ms}"
     if config.retention_bytes is not None and config.retention_bytes < 1:
         return f"retention_bytes must be >= 1 or None, not {config.retention_bytes}"
+    if config.fsync is not None and config.fsync not in FSYNC_POLICIES:
+        return f"fsync must be one of {', '.join(FSYNC_POLICIES)} or None, not {config.fsync!r}"
     return None
 
 
@@ -320,6 +339,53 @@ class MetadataState:
                 f"{len(self.brokers)} registered brokers"
             )
         replicas = assign_replicas(name, config.partitions, config.replication_factor, self.brokers)
+        info = TopicInfo(name, config, replicas)
+        self.topics[name] = info
+        self.version += 1
+        return info
+
+    def alter_topic(self, name: str, changes: Mapping[str, object]) -> TopicInfo | MetadataError:
+        """Change a live topic's settings: ``changes`` maps names of :data:`ALTERABLE` to their
+        new values (those absent stay as they are; a retention of None is unlimited).
+
+        Partitions only grow: the new ones are assigned as if the topic had been created with
+        the new count (:func:`assign_replicas` over the brokers registered now, its first
+        partitions' windows left as they are). Idempotent: values already in force change
+        nothing (the same info, no new version). :class:`UnknownTopicError`;
+        :class:`InvalidConfigError` for an unknown setting, fewer partitions, a bad value, or a
+        replication factor above the brokers registered when partitions must be added.
+        """
+        info = self.topics.get(name)
+        if info is None:
+            return UnknownTopicError(f"no topic {name!r}")
+        unknown = sorted(set(changes) - ALTERABLE)
+        if unknown:
+            return InvalidConfigError(f"cannot alter {', '.join(unknown)} of a topic")
+        try:
+            config = dataclasses.replace(info.config, **changes)  # type: ignore[arg-type]
+        except TypeError as exc:  # not reachable through alter_topic's typed arguments
+            return InvalidConfigError(str(exc))
+        if config.partitions < info.config.partitions:
+            return InvalidConfigError(
+                f"topic {name!r} has {info.config.partitions} partitions: they can be added, "
+                f"not removed ({config.partitions} asked)"
+            )
+        problem = _config_problem(name, config)
+        if problem is not None:
+            return InvalidConfigError(problem)
+        if config == info.config:
+            return info
+        replicas = info.replicas
+        if config.partitions > len(replicas):
+            if config.replication_factor > len(self.brokers):
+                return InvalidConfigError(
+                    f"replication_factor {config.replication_factor} > "
+                    f"{len(self.brokers)} registered brokers: cannot place new partitions"
+                )
+            grown = assign_replicas(
+                name, config.partitions, config.replication_factor, self.brokers
+            )
+            replicas = replicas + grown[len(replicas) :]
         info = TopicInfo(name, config, replicas)
         self.topics[name] = info
         self.version += 1
@@ -461,6 +527,13 @@ class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is u
     @_replicated
     def set_replicas(self, topic: str, partition: int, replicas: tuple[int, ...]) -> _Applied:
         return self._applied(self.state.set_replicas(topic, partition, replicas))
+
+    # pysyncobj numbers replicated methods in name order, and a journal holds the numbers: a
+    # new method whose name sorts after every older one (hence "update_", not "alter_") leaves
+    # the older ones' numbers, so journals written before it still read.
+    @_replicated
+    def update_topic(self, name: str, changes: tuple[tuple[str, Any], ...]) -> _Applied:
+        return self._applied(self.state.alter_topic(name, dict(changes)))
 
     def _serialize(self) -> dict[str, Any]:
         return self.state.to_primitive()
@@ -864,6 +937,18 @@ class ClusterMetadata:
         # A plain CREATE keeps the two-argument entry that older brokers apply too.
         args = (name, fields, True) if auto else (name, fields)
         answer = await self._command("create_topic", *args)
+        return _expect(TopicInfo, answer)
+
+    async def alter_topic(self, name: str, changes: Mapping[str, int | bool | None]) -> TopicInfo:
+        """Change a live topic (see :meth:`MetadataState.alter_topic`); returns the topic as
+        changed. Idempotent (the values are absolute). Raises :class:`UnknownTopicError`,
+        :class:`InvalidConfigError`, :class:`MetadataUnavailable`.
+        """
+        unknown = sorted(set(changes) - ALTERABLE)
+        if unknown:  # fail fast; apply checks it again
+            raise InvalidConfigError(f"cannot alter {', '.join(unknown)} of a topic")
+        # Sorted pairs: plain values in the journal, the same bytes for the same request.
+        answer = await self._command("update_topic", name, tuple(sorted(changes.items())))
         return _expect(TopicInfo, answer)
 
     async def delete_topic(self, name: str) -> None:

@@ -14,6 +14,7 @@ from typing import Generic, TypeVar
 
 from kafkaesque.protocol import (
     Acks,
+    AlterTopic,
     Commit,
     Cons,
     ConsOffsets,
@@ -115,6 +116,12 @@ def create_topic(spec: CreateTopic) -> Call[None]:
     """``CREATE``. Not idempotent: a retry after an outcome-unknown error could meet
     ``TOPIC_EXISTS`` for the topic the first attempt created, so it is not retried then."""
     return Call(spec, _ok, idempotent=False)
+
+
+def alter_topic(spec: AlterTopic) -> Call[str]:
+    """``ALTER``; the result is the reply's text (``altered`` or ``unchanged``). Idempotent:
+    its values are absolute, so a retry after an outcome-unknown error changes nothing more."""
+    return Call(spec, _pong)
 
 
 def list_topics() -> Call[list[TopicRow]]:

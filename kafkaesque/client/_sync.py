@@ -15,8 +15,10 @@ from collections.abc import Iterable, Iterator, Sequence
 from typing import Any, TypeVar
 
 from kafkaesque.protocol import (
+    AlterTopic,
     CreateTopic,
     ErrorCode,
+    Fsync,
     GroupRow,
     PartitionRow,
     Ping,
@@ -234,13 +236,34 @@ class Client:
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
         compact: bool = False,
+        fsync: Fsync | None = None,
     ) -> None:
         """Create a topic (``TOPIC_EXISTS`` if it exists, ``INVALID_CONFIG`` if the cluster
-        cannot honour it). Retention None takes the broker's default; -1 is unlimited."""
+        cannot honour it). Retention None takes the broker's default; -1 is unlimited.
+        ``fsync`` None takes each broker's ``--fsync`` (docs/operations.md)."""
         spec = CreateTopic(
-            topic, partitions, replication_factor, retention_ms, retention_bytes, compact
+            topic, partitions, replication_factor, retention_ms, retention_bytes, compact, fsync
         )
         self.call(calls.create_topic(spec))
+
+    def alter_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        compact: bool | None = None,
+    ) -> bool:
+        """Change a live topic (``ALTER``): more partitions (never fewer), retention (-1:
+        unlimited), compaction; None leaves a setting as it is, and at least one must be given
+        (``ValueError`` otherwise). Returns whether anything changed. ``INVALID_CONFIG`` for
+        fewer partitions than the topic has; ``UNKNOWN_TOPIC``. Keys map by the new partition
+        count once the producer's metadata shows it (docs/operations.md)."""
+        if (partitions, retention_ms, retention_bytes, compact) == (None, None, None, None):
+            raise ValueError("alter_topic: give at least one setting to change")
+        spec = AlterTopic(topic, partitions, retention_ms, retention_bytes, compact)
+        return self.call(calls.alter_topic(spec)) != "unchanged"
 
     def list_topics(self) -> list[TopicRow]:
         """Every topic's settings, sorted by name."""

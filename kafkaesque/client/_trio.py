@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 
 import trio
 
-from kafkaesque.protocol import CreateTopic, PartitionRow, TopicRow
+from kafkaesque.protocol import AlterTopic, CreateTopic, Fsync, PartitionRow, TopicRow
 from kafkaesque.storage import wall_clock_ms
 
 from . import _calls as calls
@@ -189,15 +189,28 @@ class AsyncClient:
         retention_ms: int | None = None,
         retention_bytes: int | None = None,
         compact: bool = False,
+        fsync: Fsync | None = None,
     ) -> None:
         """Create a topic (see ``Client.create_topic``)."""
-        await self.call(
-            calls.create_topic(
-                CreateTopic(
-                    topic, partitions, replication_factor, retention_ms, retention_bytes, compact
-                )
-            )
+        spec = CreateTopic(
+            topic, partitions, replication_factor, retention_ms, retention_bytes, compact, fsync
         )
+        await self.call(calls.create_topic(spec))
+
+    async def alter_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int | None = None,
+        retention_ms: int | None = None,
+        retention_bytes: int | None = None,
+        compact: bool | None = None,
+    ) -> bool:
+        """Change a live topic (see ``Client.alter_topic``); whether anything changed."""
+        if (partitions, retention_ms, retention_bytes, compact) == (None, None, None, None):
+            raise ValueError("alter_topic: give at least one setting to change")
+        spec = AlterTopic(topic, partitions, retention_ms, retention_bytes, compact)
+        return await self.call(calls.alter_topic(spec)) != "unchanged"
 
     async def list_topics(self) -> list[TopicRow]:
         """Every topic's settings, sorted by name."""

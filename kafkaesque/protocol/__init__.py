@@ -16,6 +16,7 @@ from ._line_commands import INTERNAL_TOPIC_PREFIX as INTERNAL_TOPIC_PREFIX
 from ._line_commands import MAX_TOPIC_NAME_LENGTH as MAX_TOPIC_NAME_LENGTH
 from ._line_commands import Acks as Acks
 from ._line_commands import AddBroker as AddBroker
+from ._line_commands import AlterTopic as AlterTopic
 from ._line_commands import BadCommand as BadCommand
 from ._line_commands import BrokerRow as BrokerRow
 from ._line_commands import Command as Command
@@ -34,6 +35,7 @@ from ._line_commands import Fetch as Fetch
 from ._line_commands import FetchFormat as FetchFormat
 from ._line_commands import FetchOffsets as FetchOffsets
 from ._line_commands import FetchReplica as FetchReplica
+from ._line_commands import Fsync as Fsync
 from ._line_commands import GroupRow as GroupRow
 from ._line_commands import Help as Help
 from ._line_commands import Idempotence as Idempotence

@@ -36,6 +36,7 @@ from ._line_commands import (
     DEFAULT_REPLY_LIMITS,
     Acks,
     AddBroker,
+    AlterTopic,
     BadCommand,
     BrokerRow,
     Command,
@@ -54,6 +55,7 @@ from ._line_commands import (
     FetchFormat,
     FetchOffsets,
     FetchReplica,
+    Fsync,
     GroupRow,
     Help,
     Idempotence,
@@ -138,8 +140,14 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
     ),
     "CREATE": (
         "CREATE <topic> <partitions> <replication_factor> [retention_ms=<ms>] "
-        "[retention_bytes=<n>] [compact=yes|no]",
-        "Create a topic (-1 retention: unlimited). Replies +OK.",
+        "[retention_bytes=<n>] [compact=yes|no] [fsync=always|interval|never]",
+        "Create a topic (-1 retention: unlimited; fsync: the brokers' --fsync if absent). "
+        "Replies +OK.",
+    ),
+    "ALTER": (
+        "ALTER <topic> [partitions=<n>] [retention_ms=<ms>] [retention_bytes=<n>] [compact=yes|no]",
+        "Change a live topic: add partitions (never fewer; keys then map by the new count), "
+        "retention (-1: unlimited), compaction. Replies +OK.",
     ),
     "LIST": ("LIST", "List the topics: +TOPIC rows, then +END."),
     "DESCRIBE": (
@@ -740,12 +748,14 @@ class LineDecoder:
         )
 
     def _parse_create(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "CREATE", 3, 3)
+        tokens = _arg_tokens(line, "CREATE", 3, 4)
         options = _arg_options(
-            tokens[3:], frozenset({"retention_ms", "retention_bytes", "compact"}), "CREATE"
+            tokens[3:],
+            frozenset({"retention_ms", "retention_bytes", "compact", "fsync"}),
+            "CREATE",
         )
         retention_ms, retention_bytes = options.get("retention_ms"), options.get("retention_bytes")
-        compact = options.get("compact")
+        compact, fsync = options.get("compact"), options.get("fsync")
         return CreateTopic(
             self._topic(tokens[0], False),
             _arg_int(tokens[1], "partitions", 1, INT32_MAX),
@@ -755,6 +765,24 @@ class LineDecoder:
             if retention_bytes is None
             else _arg_int(retention_bytes, "retention_bytes", -1, INT64_MAX),
             False if compact is None else _arg_bool(compact, "compact"),
+            None if fsync is None else _arg_enum(fsync, Fsync, "fsync"),
+        )
+
+    def _parse_alter(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "ALTER", 1, 4)
+        options = _arg_options(tokens[1:], _ALTER_OPTIONS, "ALTER")
+        if not options:
+            raise _Reject(ErrorCode.BAD_ARGS, f"nothing to change; {_usage('ALTER')}")
+        partitions, compact = options.get("partitions"), options.get("compact")
+        retention_ms, retention_bytes = options.get("retention_ms"), options.get("retention_bytes")
+        return AlterTopic(
+            self._topic(tokens[0], False),
+            None if partitions is None else _arg_int(partitions, "partitions", 1, INT32_MAX),
+            None if retention_ms is None else _arg_int(retention_ms, "retention_ms", -1, INT64_MAX),
+            None
+            if retention_bytes is None
+            else _arg_int(retention_bytes, "retention_bytes", -1, INT64_MAX),
+            None if compact is None else _arg_bool(compact, "compact"),
         )
 
     def _parse_list(self, parts: list[bytes], line: bytes) -> LineEvent:
@@ -952,6 +980,7 @@ class LineDecoder:
         return Quit()
 
 
+_ALTER_OPTIONS: Final = frozenset({"partitions", "retention_ms", "retention_bytes", "compact"})
 _PUB_OPTIONS: Final = frozenset({"key", "partition", "acks", "pid", "epoch", "seq", "bytes"})
 _IDEMPOTENCE_OPTIONS: Final = frozenset({"pid", "epoch", "seq"})
 
@@ -963,6 +992,7 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"PUBB": LineDecoder._parse_pubb,
     b"FETCH": LineDecoder._parse_fetch,
     b"CREATE": LineDecoder._parse_create,
+    b"ALTER": LineDecoder._parse_alter,
     b"LIST": LineDecoder._parse_list,
     b"DESCRIBE": LineDecoder._parse_describe,
     b"DELETE": LineDecoder._parse_delete,
@@ -1072,7 +1102,7 @@ def _acks_option(acks: object) -> list[bytes]:
 def _topic_settings_line(
     word: bytes, spec: CreateTopic | TopicRow, *, allow_internal: bool
 ) -> bytes:
-    """``word topic partitions rf [retention_ms=] [retention_bytes=] [compact=yes]`` CRLF.
+    """``word topic partitions rf [retention_ms=] [retention_bytes=] [compact=yes] [fsync=]`` CRLF.
 
     One encoder for what a CREATE asks and what a ``+TOPIC`` row reports, so they cannot drift.
     """
@@ -1088,6 +1118,10 @@ def _topic_settings_line(
         raise _bad("compact", spec.compact, "a bool")
     if spec.compact:
         words.append(b"compact=yes")
+    if spec.fsync is not None:
+        if not isinstance(spec.fsync, Fsync):
+            raise _bad("fsync", spec.fsync, "an Fsync")
+        words.append(b"fsync=" + spec.fsync.value.encode())
     return b" ".join(words) + _CRLF
 
 
@@ -1197,6 +1231,18 @@ def encode_command(command: Command) -> bytes:
             return b"GROUPS %s %s\r\n" % (_name_bytes(group, "group"), _topic_bytes(topic, True))
         case CreateTopic():
             return _topic_settings_line(b"CREATE", command, allow_internal=False)
+        case AlterTopic(topic=topic, compact=compact):
+            words = [b"ALTER", _topic_bytes(topic, False)]
+            words += _optional_int(b"partitions", command.partitions, 1, INT32_MAX)
+            words += _optional_int(b"retention_ms", command.retention_ms, -1, INT64_MAX)
+            words += _optional_int(b"retention_bytes", command.retention_bytes, -1, INT64_MAX)
+            if compact is not None:
+                if type(compact) is not bool:
+                    raise _bad("compact", compact, "a bool or None")
+                words.append(b"compact=yes" if compact else b"compact=no")
+            if len(words) == 2:
+                raise _bad("alter", command, "at least one setting to change")
+            return b" ".join(words) + _CRLF
         case ListTopics():
             return b"LIST\r\n"
         case DescribeTopic(topic=topic):
@@ -1430,12 +1476,19 @@ def _parse_topic_row(rest: bytes, line: bytes) -> Reply:
     if len(fields) < 3:
         raise _broken("+TOPIC needs name, partitions and replication factor", line)
     options = _reply_options(
-        fields[3:], line, frozenset({b"retention_ms", b"retention_bytes", b"compact"})
+        fields[3:], line, frozenset({b"retention_ms", b"retention_bytes", b"compact", b"fsync"})
     )
     retention_ms, retention_bytes = options.get(b"retention_ms"), options.get(b"retention_bytes")
     compact = options.get(b"compact", b"no")
     if compact not in (b"yes", b"no"):
         raise _broken("compact is not yes or no", line)
+    fsync_raw = options.get(b"fsync")
+    fsync = None
+    if fsync_raw is not None:
+        try:
+            fsync = Fsync(fsync_raw.decode("ascii"))
+        except ValueError:  # UnicodeDecodeError is a ValueError too
+            raise _broken(f"fsync {_show(fsync_raw)} is not a policy", line) from None
     return TopicRow(
         _reply_topic(fields[0], line),
         _reply_int(fields[1], line, "partitions", 1, INT32_MAX),
@@ -1447,6 +1500,7 @@ def _parse_topic_row(rest: bytes, line: bytes) -> Reply:
         if retention_bytes is None
         else _reply_int(retention_bytes, line, "retention_bytes", -1, INT64_MAX),
         compact == b"yes",
+        fsync,
     )
 
 

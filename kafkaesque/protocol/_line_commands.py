@@ -101,8 +101,8 @@ class ErrorCode(Enum):
     INVALID_CONFIG = (
         False,
         False,
-        "CREATE asked for a configuration the cluster cannot honour (for example more replicas "
-        "than brokers). Change the configuration.",
+        "CREATE or ALTER asked for a configuration the cluster cannot honour (for example more "
+        "replicas than brokers, or fewer partitions than the topic has). Change the configuration.",
         None,
     )
     TOO_LARGE = (
@@ -254,6 +254,21 @@ class FetchFormat(StrEnum):
     """``+DATA next_offset nbytes`` then the raw record batches (for client libraries)."""
     TEXT = "text"
     """One ``+MSG`` line per record then ``+END`` (for people in telnet)."""
+
+
+class Fsync(StrEnum):
+    """When a topic's replicas fsync what they append (docs/operations.md, "Durability settings").
+
+    A topic's setting overrides the broker's ``--fsync``; the storage layer's ``FsyncPolicy``
+    has the same words.
+    """
+
+    ALWAYS = "always"
+    """Every write is fsynced by a majority before it is acknowledged: survives power loss."""
+    INTERVAL = "interval"
+    """Acknowledged once in a majority's page cache; fsynced every ``--fsync-interval-ms``."""
+    NEVER = "never"
+    """Acknowledged once in a majority's page cache; the operating system writes it back."""
 
 
 class FetchReplica(StrEnum):
@@ -415,9 +430,11 @@ class Cons:
 
 @dataclass(frozen=True, slots=True)
 class CreateTopic:
-    """``CREATE topic partitions replication_factor [retention_ms=] [retention_bytes=] [compact=]``.
+    """``CREATE topic partitions replication_factor [retention_ms=] [retention_bytes=] [compact=]
+    [fsync=]``.
 
     A retention of None takes the broker's default; -1 means unlimited (Kafka's convention).
+    ``fsync`` None takes each broker's ``--fsync``.
     """
 
     topic: str
@@ -426,6 +443,23 @@ class CreateTopic:
     retention_ms: int | None = None
     retention_bytes: int | None = None
     compact: bool = False
+    fsync: Fsync | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AlterTopic:
+    """``ALTER topic [partitions=N] [retention_ms=N] [retention_bytes=N] [compact=yes|no]``.
+
+    Changes a live topic; at least one option. None leaves a setting as it is; a retention of -1
+    is unlimited. Partitions only grow (keys then map by the new count). Every value is absolute,
+    so sending the same ALTER twice is harmless.
+    """
+
+    topic: str
+    partitions: int | None = None
+    retention_ms: int | None = None
+    retention_bytes: int | None = None
+    compact: bool | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -602,6 +636,7 @@ Command: TypeAlias = (
     | Subs
     | Cons
     | CreateTopic
+    | AlterTopic
     | ListTopics
     | DescribeTopic
     | DeleteTopic
@@ -696,7 +731,8 @@ class MessageRow:
 class TopicRow:
     """``+TOPIC name partitions replication_factor [retention_ms=N] [retention_bytes=N] [...]``.
 
-    The options appear when set; the last is ``compact=yes``, only when True.
+    The options appear when set: then ``compact=yes``, only when True, and ``fsync=<policy>``
+    when the topic has its own (None: each broker's ``--fsync``).
     """
 
     topic: str
@@ -705,6 +741,7 @@ class TopicRow:
     retention_ms: int | None = None
     retention_bytes: int | None = None
     compact: bool = False
+    fsync: Fsync | None = None
 
 
 @dataclass(frozen=True, slots=True)

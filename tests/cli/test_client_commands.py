@@ -101,7 +101,7 @@ def test_unkeyed_lines_go_round_robin_and_consume_says_where_records_are(
         "3",
     )
     described = ok(broker_cluster, "topic", "describe", "cli-rr").splitlines()[0]
-    assert described.endswith(" compact=no"), described  # words, not Python's False
+    assert described.endswith(" compact=no fsync=broker"), described  # words, not Python's False
     lines = b"".join(b"%d\n" % i for i in range(1, 31))
     summary = ok(broker_cluster, "produce", "cli-rr", stdin=lines)
     assert summary.rstrip().endswith("partition:records 0:10, 1:10, 2:10"), summary

@@ -11,6 +11,7 @@ from kafkaesque.protocol import (
     EndReply,
     ErrorCode,
     ErrorReply,
+    Fsync,
     InfoRow,
     LineLimits,
     LocalProtocolError,
@@ -54,6 +55,7 @@ ENCODINGS: list[tuple[Reply, bytes]] = [
     (EndReply(), b"+END\r\n"),
     (EndReply(((0, 16), (1, 4))), b"+END 0:16,1:4\r\n"),
     (TopicRow("orders", 3, 2), b"+TOPIC orders 3 2\r\n"),
+    (TopicRow("orders", 3, 2, fsync=Fsync.INTERVAL), b"+TOPIC orders 3 2 fsync=interval\r\n"),
     (
         TopicRow("__consumer_offsets", 16, 3, 1000, -1, True),
         b"+TOPIC __consumer_offsets 16 3 retention_ms=1000 retention_bytes=-1 compact=yes\r\n",
@@ -128,6 +130,7 @@ MALFORMED = [
     b"+MSG 0 -1 k v",
     b"+TOPIC t 0 1",
     b"+TOPIC t 1 1 compact=maybe",
+    b"+TOPIC t 1 1 fsync=sometimes",
     b"+TOPIC t 1 1 colour=red",
     b"+TOPIC b@d 1 1",
     b"+PARTITION t 0 leader=1",
@@ -200,6 +203,7 @@ UNENCODABLE: list[Reply] = [
     EndReply(((0, 1), (0, 2))),
     TopicRow("t", 0, 1),
     TopicRow("t", 1, 1, compact=None),  # type: ignore[arg-type]
+    TopicRow("t", 1, 1, fsync="never"),  # type: ignore[arg-type]
     PartitionRow("t", 0, 1, ()),
     PartitionRow("t", 0, -1, (1,)),
     BrokerRow(1, "two words", 1),
