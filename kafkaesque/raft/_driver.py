@@ -516,7 +516,8 @@ class MultiRaft:
                     if group is None or group.corrupt is not None:
                         continue  # not (yet) here, or being repaired: the sender retries
                     msg = from_wire(item[2])
-                    self._activate(group)  # anything from a peer means the group is active
+                    if group.quiesced:  # anything from a peer means the group is active
+                        self._activate(group)
                     if not isinstance(msg, Heartbeat | HeartbeatResponse):
                         group.idle_ticks = 0  # heartbeats are how an idle group stays alive
                     try:
