@@ -736,6 +736,29 @@ class PartitionLog:
             return ReadResult(data, next_offset if next_offset is not None else offset)
         return ReadResult(b"", offset)
 
+    def offset_for_time(self, timestamp_ms: int, *, max_offset: int | None = None) -> int:
+        """The earliest offset whose record timestamp is >= ``timestamp_ms`` (Kafka's
+        ListOffsets by timestamp); the log end (or ``max_offset``, if lower) if there is none.
+
+        Timestamps need not increase along the log, so this is the first record where the
+        maximum timestamp so far reaches ``timestamp_ms``. Only data records below
+        ``max_offset`` (the commit bound) count. Each segment's time index skips it whole or
+        narrows it to one index interval, so the answer costs a bounded read. Raises
+        ``CorruptLogError`` if a batch read fails its checksums.
+        """
+        end = self.log_end_offset if max_offset is None else min(max_offset, self.log_end_offset)
+        for seg in self._segments:
+            if seg.base_offset >= end:
+                break
+            try:
+                found = seg.offset_for_time(timestamp_ms, end, verify=self.config.verify_reads)
+            except CorruptLogError as exc:
+                self._report(f"{exc} (looking up time {timestamp_ms} in {self.directory})")
+                raise
+            if found is not None:
+                return found
+        return end
+
     # -- truncation and reset -------------------------------------------------------------------
 
     def truncate(self, offset: int) -> None:

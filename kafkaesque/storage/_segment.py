@@ -1,4 +1,5 @@
-"""One segment of a partition log: ``<base>.log`` (batches), ``<base>.index`` (sparse index).
+"""One segment of a partition log: ``<base>.log`` (batches), ``<base>.index`` (sparse offset
+index), ``<base>.timeindex`` (sparse time index).
 
 Files are named by their base offset zero-padded to 20 digits, so ``ls`` sorts them. A segment is
 either *active* (the last one; appended to, scanned and validated on recovery) or *sealed*
@@ -23,9 +24,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from ._batch import HEADER_SIZE, LENGTH_FIELD_END, decode_header, peek_size
+from ._batch import (
+    HEADER_SIZE,
+    LENGTH_FIELD_END,
+    BatchType,
+    decode_header,
+    decode_records,
+    peek_size,
+)
 from ._errors import CorruptLogError, InvalidBatchError
 from ._index import OffsetIndex
+from ._time_index import TimeIndex
 
 log = logging.getLogger("kafkaesque.storage")
 
@@ -94,6 +103,7 @@ class Segment:
         self.base_offset = base_offset
         self.log_path = os.path.join(directory, segment_name(base_offset) + ".log")
         self.index_path = os.path.join(directory, segment_name(base_offset) + ".index")
+        self.time_index_path = os.path.join(directory, segment_name(base_offset) + ".timeindex")
         self._interval = index_interval_bytes
         # Invariant: size is the file's length; every byte below it is whole, valid batches.
         self.size = size
@@ -103,6 +113,9 @@ class Segment:
         self.max_timestamp: int | None = None
         self.first_append_ms: float | None = None
         self._index: OffsetIndex | None = None
+        # Invariant: when set, it has seen every batch of the segment (its max_so_far is the
+        # segment's max timestamp); a sealed segment's ends with an entry at ``size``.
+        self._time_index: TimeIndex | None = None
         self._fd: int | None = None
         # Invariant: every batch below this position passed both CRCs in this process.
         self._verified = 0
@@ -122,6 +135,8 @@ class Segment:
         seg._fd = os.open(seg.log_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         seg._index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
         seg._index.rewrite()
+        seg._time_index = TimeIndex(seg.time_index_path, base_offset, index_interval_bytes)
+        seg._time_index.rewrite()
         seg.max_timestamp = 0
         return seg
 
@@ -161,7 +176,8 @@ class Segment:
         file_size = os.fstat(seg._fd).st_size
         data = os.pread(seg._fd, file_size, 0) if file_size else b""
         index = OffsetIndex(seg.index_path, base_offset, index_interval_bytes)
-        scan = _scan(memoryview(data), base_offset, index)
+        time_index = TimeIndex(seg.time_index_path, base_offset, index_interval_bytes)
+        scan = _scan(memoryview(data), base_offset, index, time_index)
         report = None
         if scan.valid_bytes < file_size:
             rest = file_size - scan.valid_bytes
@@ -190,6 +206,8 @@ class Segment:
         seg.max_timestamp = scan.max_timestamp
         index.rewrite()
         seg._index = index
+        time_index.rewrite()
+        seg._time_index = time_index
         return seg, report, scan.terms
 
     # -- the index ----------------------------------------------------------------------------
@@ -206,8 +224,9 @@ class Segment:
             self._index = index
         return self._index
 
-    def _scan_headers(self, index: OffsetIndex) -> int:
-        """Walk the headers of a trusted segment, filling ``index``; return the max timestamp."""
+    def _scan_headers(self, index: OffsetIndex, time_index: TimeIndex | None = None) -> int:
+        """Walk the headers of a trusted segment, filling ``index`` (and ``time_index`` if
+        given); return the max timestamp."""
         fd = self._read_fd()
         pos, max_ts = 0, 0
         while pos < self.size:
@@ -219,15 +238,44 @@ class Segment:
             if size < HEADER_SIZE or pos + size > self.size:
                 raise CorruptLogError(self.log_path, pos, f"batch length {length} does not fit")
             index.maybe_add(base, pos, size)
-            max_ts = max(max_ts, _TIMESTAMPS.unpack_from(head, _TIMESTAMPS_POS)[1])
+            batch_max = _TIMESTAMPS.unpack_from(head, _TIMESTAMPS_POS)[1]
+            if time_index is not None:
+                time_index.maybe_add(base, pos, size, batch_max)
+            max_ts = max(max_ts, batch_max)
             pos += size
         return max_ts
+
+    def _loaded_time_index(self) -> TimeIndex:
+        """The time index, loaded (or rebuilt from the headers if missing or not fitting).
+
+        Only a sealed segment's is ever loaded: the active segment's is built by ``create``,
+        recovery and truncation, and kept in memory.
+        """
+        if self._time_index is None:
+            path, base, size = self.time_index_path, self.base_offset, self.size
+            index = TimeIndex.load(path, base, self._interval, size)
+            if index is None or (self.size > 0 and index.sealed_max_timestamp(self.size) is None):
+                index = self._rebuild_time_index()
+            self._time_index = index
+        return self._time_index
+
+    def _rebuild_time_index(self) -> TimeIndex:
+        """Build the time index anew from the batch headers (derived data) and write it."""
+        index = TimeIndex(self.time_index_path, self.base_offset, self._interval)
+        scratch = OffsetIndex(self.index_path, self.base_offset, self._interval)
+        max_ts = self._scan_headers(scratch, index)
+        if self.sealed:
+            index.seal(self.next_offset, self.size)
+        index.rewrite()
+        if self.max_timestamp is None:
+            self.max_timestamp = max_ts
+        return index
 
     def sealed_max_timestamp(self) -> int:
         """The largest batch timestamp in the segment (read once, then cached)."""
         if self.max_timestamp is None:
-            index = OffsetIndex(self.index_path, self.base_offset, self._interval)
-            self.max_timestamp = self._scan_headers(index)
+            # The sealed time index ends with the segment's max timestamp: no walk of the log.
+            self.max_timestamp = max(self._loaded_time_index().max_so_far, 0)
         return self.max_timestamp
 
     # -- I/O ----------------------------------------------------------------------------------
@@ -256,10 +304,12 @@ class Segment:
             os.ftruncate(self._fd, self.size)
             raise
         index = self._index if self._index is not None else self._loaded_index()
+        time_index = self._time_index if self._time_index is not None else self._loaded_time_index()
         pos = self.size
         max_timestamp = self.max_timestamp
         for batch in batches:
             index.maybe_add(batch.base, pos, batch.size)
+            time_index.maybe_add(batch.base, pos, batch.size, batch.max_timestamp)
             pos += batch.size
             if max_timestamp is None or batch.max_timestamp > max_timestamp:
                 max_timestamp = batch.max_timestamp
@@ -287,6 +337,51 @@ class Segment:
             if size < HEADER_SIZE:
                 raise CorruptLogError(self.log_path, pos, f"batch length {length} is too short")
             pos += size
+        return None
+
+    def offset_for_time(
+        self, timestamp: int, max_offset: int | None, *, verify: bool
+    ) -> int | None:
+        """The offset of the first data record at or after which a record's timestamp reaches
+        ``timestamp``: the earliest record whose timestamp is >= it. None if no record of the
+        segment below ``max_offset`` (if given) has one.
+
+        Timestamps need not increase: the time index (maxima so far) narrows the search to one
+        index interval, whose batches are then walked by their headers; only a batch whose max
+        timestamp reaches ``timestamp`` is read and decoded. (A compacted batch keeps its max
+        timestamp though the record that had it may be gone: the walk then goes on.) Raises
+        ``CorruptLogError`` if a batch read fails its checksums.
+        """
+        time_index = self._loaded_time_index()
+        if time_index.max_so_far < timestamp:
+            return None  # the common skip of an older segment: no read at all
+        fd = self._read_fd()
+        pos, offset, _ = time_index.lookup(timestamp)
+        if pos > 0 and pos < self.size:
+            head = os.pread(fd, _SCAN_BYTES, pos)
+            if len(head) < _SCAN_BYTES or _SCAN.unpack_from(head)[0] != offset:
+                # An index that does not fit its log (damaged, derived data): rebuild it.
+                log.warning("%s: time index does not fit the log: rebuilt", self.time_index_path)
+                self._time_index = time_index = self._rebuild_time_index()
+                pos, offset, _ = time_index.lookup(timestamp)
+        while pos < self.size:
+            head = os.pread(fd, HEADER_SIZE, pos)
+            if len(head) < HEADER_SIZE:
+                raise CorruptLogError(self.log_path, pos, "segment ends inside a batch header")
+            try:
+                header = decode_header(head, verify=False)
+                if max_offset is not None and header.base_offset >= max_offset:
+                    return None
+                if header.batch_type is BatchType.DATA and header.max_timestamp >= timestamp:
+                    data, _ = self.read(pos, header.size, None, verify=verify)
+                    for record in decode_records(data):
+                        if max_offset is not None and record.offset >= max_offset:
+                            return None
+                        if record.timestamp >= timestamp:
+                            return record.offset
+            except InvalidBatchError as exc:
+                raise CorruptLogError(self.log_path, pos, str(exc)) from exc
+            pos += header.size
         return None
 
     def read(
@@ -394,6 +489,12 @@ class Segment:
         self.max_timestamp = scan.max_timestamp
         index.rewrite()
         self._index = index
+        # The valid prefix was just checked whole: its headers are trusted for the time index.
+        time_index = TimeIndex(self.time_index_path, self.base_offset, self._interval)
+        scratch = OffsetIndex(self.index_path, self.base_offset, self._interval)
+        self._scan_headers(scratch, time_index)
+        time_index.rewrite()
+        self._time_index = time_index
         self.sealed = False
 
     def truncate_to(self, offset: int) -> None:
@@ -416,7 +517,11 @@ class Segment:
         index = self._loaded_index()
         index.truncate_to_position(pos)
         scratch = OffsetIndex(self.index_path, self.base_offset, self._interval)
-        self.max_timestamp = self._scan_headers(scratch)
+        # The time index is rebuilt by the same walk: its entries hold maxima of what was cut.
+        time_index = TimeIndex(self.time_index_path, self.base_offset, self._interval)
+        self.max_timestamp = self._scan_headers(scratch, time_index)
+        time_index.rewrite()
+        self._time_index = time_index
 
     def unseal(self) -> None:
         """Make a sealed segment active again (truncation removed everything after it)."""
@@ -424,6 +529,9 @@ class Segment:
             os.close(self._fd)
         self._fd = os.open(self.log_path, os.O_RDWR)
         self._loaded_index()
+        # A sealed index ends with an entry at the segment's end: a true entry (nothing before
+        # it is newer), so appends go on after it.
+        self._loaded_time_index()
         if self.max_timestamp is None:
             self.sealed_max_timestamp()
         self.sealed = False
@@ -434,13 +542,17 @@ class Segment:
             return
         index = self._loaded_index()
         index.flush()
+        time_index = self._loaded_time_index()
+        time_index.seal(self.next_offset, self.size)
+        time_index.flush()
         if self._fd is not None:
             os.fsync(self._fd)
-        fd = os.open(self.index_path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        for path in (self.index_path, self.time_index_path):
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         self.sealed = True
 
     def sync(self) -> None:
@@ -457,6 +569,8 @@ class Segment:
     def flush_index(self) -> None:
         if self._index is not None:
             self._index.flush()
+        if self._time_index is not None:
+            self._time_index.flush()
 
     def close(self) -> None:
         self.flush_index()
@@ -471,7 +585,7 @@ class Segment:
 
     def delete(self) -> None:
         self.close()
-        for path in (self.index_path, self.log_path):
+        for path in (self.index_path, self.time_index_path, self.log_path):
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)
 
@@ -479,19 +593,24 @@ class Segment:
         """Swap in a rewritten (compacted) log file for this sealed segment."""
         self.close()
         self._index = None
-        # The index goes first: a crash between the two steps leaves a log with no index,
+        self._time_index = None
+        # The indexes go first: a crash between the two steps leaves a log with no index,
         # which is rebuilt on first read, never a stale index over a new log.
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(self.index_path)
+        for path in (self.index_path, self.time_index_path):
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
         os.replace(cleaned_path, self.log_path)
         self.size = os.stat(self.log_path).st_size
         self._verified = 0
         self.max_timestamp = None
         index = self._loaded_index()
         index.rewrite()
+        self._loaded_time_index()
 
 
-def _scan(data: memoryview, base_offset: int, index: OffsetIndex) -> _Scan:
+def _scan(
+    data: memoryview, base_offset: int, index: OffsetIndex, time_index: TimeIndex | None = None
+) -> _Scan:
     """Validate consecutive batches from the start of ``data``; stop at the first bad one."""
     pos, next_offset, max_ts = 0, None, 0
     terms: list[tuple[int, int]] = []
@@ -507,6 +626,8 @@ def _scan(data: memoryview, base_offset: int, index: OffsetIndex) -> _Scan:
             error = f"batch base offset {header.base_offset} is below the expected {expected}"
             break
         index.maybe_add(header.base_offset, pos, header.size)
+        if time_index is not None:
+            time_index.maybe_add(header.base_offset, pos, header.size, header.max_timestamp)
         if not terms or header.term != terms[-1][0]:
             terms.append((header.term, header.base_offset))
         pos += header.size
