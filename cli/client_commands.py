@@ -9,6 +9,7 @@ and a non-zero exit: ``main`` maps ``ClientCommandError`` and ``KafkaesqueError`
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
 import re
 import sys
@@ -487,6 +488,12 @@ def _add_consume(commands: Any) -> None:
         "--from-beginning", action="store_true", help="start at the oldest record (else: the end)"
     )
     start.add_argument("--offset", type=int, help="start at this offset")
+    start.add_argument(
+        "--from-time",
+        metavar="TIME",
+        help="start at the first record stamped at or after TIME: milliseconds since the epoch, "
+        "or ISO 8601 (2026-11-26T08:00:00+01:00; UTC when it names no zone)",
+    )
     consume.add_argument("--partition", type=int, help="only this partition (else: all)")
     consume.add_argument("--group", help="read through this consumer group and commit offsets")
     consume.add_argument(
@@ -538,13 +545,18 @@ def run_consume(args: argparse.Namespace) -> int:
         raise ClientCommandError("--max must be at least 1")
     if args.group and args.partition is not None:
         raise ClientCommandError("--partition cannot be used with --group (the group assigns)")
+    from_time = None if args.from_time is None else parse_time_ms(args.from_time)
+    if args.group and from_time is not None:
+        raise ClientCommandError(
+            "--from-time cannot be used with --group (a group reads from its committed offsets)"
+        )
     printer = _Printer(record_formatter(args.format), args.max, flush=args.follow)
     try:
         with _client(args) as client:
             if args.group:
                 _consume_group(client, args, printer)
             else:
-                _consume_partitions(client, args, printer)
+                _consume_partitions(client, args, printer, from_time)
             sys.stdout.buffer.flush()
     except BrokenPipeError:
         # The reader (e.g. ``head``) went away: stop quietly, as ``cat`` does.
@@ -625,7 +637,32 @@ def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) 
             return
 
 
-def _consume_partitions(client: Client, args: argparse.Namespace, printer: _Printer) -> None:
+def parse_time_ms(text: str) -> int:
+    """``--from-time``: milliseconds since the epoch (digits), or an ISO 8601 date and time
+    (UTC when it names no zone). Raises ``ClientCommandError`` for anything else."""
+    if text.isdigit():
+        return int(text)
+    try:
+        when = datetime.datetime.fromisoformat(text)
+    except ValueError:
+        raise ClientCommandError(
+            f"--from-time {text!r} is neither milliseconds since the epoch nor ISO 8601 "
+            "(2026-11-26T08:00:00Z)"
+        ) from None
+    if when.tzinfo is None:
+        when = when.replace(tzinfo=datetime.UTC)
+    # Exact arithmetic: a float timestamp could turn .123 s into 122 ms.
+    ms = (when - datetime.datetime(1970, 1, 1, tzinfo=datetime.UTC)) // datetime.timedelta(
+        milliseconds=1
+    )
+    if ms < 0:
+        raise ClientCommandError(f"--from-time {text!r} is before 1970")
+    return ms
+
+
+def _consume_partitions(
+    client: Client, args: argparse.Namespace, printer: _Printer, from_time: int | None = None
+) -> None:
     consumer = Consumer(client, auto_offset_reset=_reset(args))
     if args.partition is None:
         consumer.assign_topic(args.topic)
@@ -639,6 +676,10 @@ def _consume_partitions(client: Client, args: argparse.Namespace, printer: _Prin
     if args.offset is not None:
         for tp in consumer.assignment():
             consumer.seek(tp, args.offset)
+    if from_time is not None:
+        offsets = client.offsets_for_times({tp: from_time for tp in consumer.assignment()})
+        for tp, offset in offsets.items():
+            consumer.seek(tp, offset)
     for record in consumer.records(follow=args.follow):
         if not printer.emit(record):
             return

@@ -85,7 +85,7 @@ from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics
 from ._mqtt_listener import MqttService
-from ._reads import Fetched
+from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
 from ._writes import WritePath
 
@@ -580,15 +580,19 @@ class Broker:
             )
         return answer.data
 
-    async def leader_bounds(self, group_ids: Iterable[str]) -> dict[str, tuple[int, int]]:
+    async def leader_bounds(
+        self, group_ids: Iterable[str], *, time_ms: int | None = None
+    ) -> dict[str, tuple[int, ...]]:
         """The log start and high watermark of each group as its leader has them now (what a
-        consumer reading from the leader finds). Groups led elsewhere cost one ``BOUNDS`` request
-        per leader, all at once; a group whose leader is unknown, or does not answer within
-        ``_BOUNDS_WAIT_S``, or no longer leads it, is left out."""
-        found: dict[str, tuple[int, int]] = {}
+        consumer reading from the leader finds); with ``time_ms`` a third value, the leader's
+        earliest committed offset whose record timestamp is >= it (else the high watermark).
+        Groups led elsewhere cost one ``BOUNDS`` request per leader, all at once; a group whose
+        leader is unknown, or does not answer within ``_BOUNDS_WAIT_S``, or no longer leads it,
+        is left out."""
+        found: dict[str, tuple[int, ...]] = {}
         remote: dict[int, list[str]] = {}
         for group_id in group_ids:
-            here = self._led_bounds(group_id)
+            here = self._led_bounds(group_id, time_ms)
             if here is not None:
                 found[group_id] = here
                 continue
@@ -600,16 +604,17 @@ class Broker:
             deadline = trio.current_time() + _BOUNDS_WAIT_S
             try:
                 answer = await self.forwarder.call(
-                    leader, BoundsRequest(tuple(asked)), deadline=deadline
+                    leader, BoundsRequest(tuple(asked), time_ms), deadline=deadline
                 )
             except ForwardError as exc:
                 log.info("broker %d: no bounds from broker %d: %s", self.config.id, leader, exc)
                 return
+            width = 2 if time_ms is None else 3
             if not isinstance(answer, Bounds) or len(answer.bounds) != len(asked):
                 log.warning("broker %d: malformed bounds answer of %d", self.config.id, leader)
                 return
             for group_id, bounds in zip(asked, answer.bounds, strict=True):
-                if bounds is not None:
+                if bounds is not None and len(bounds) == width:
                     found[group_id] = bounds
 
         async with trio.open_nursery() as nursery:
@@ -617,12 +622,17 @@ class Broker:
                 nursery.start_soon(ask, leader, asked)
         return found
 
-    def _led_bounds(self, group_id: str) -> tuple[int, int] | None:
-        """(log start, high watermark) of a group led here, else None."""
+    def _led_bounds(self, group_id: str, time_ms: int | None = None) -> tuple[int, ...] | None:
+        """(log start, high watermark) of a group led here, else None; with ``time_ms`` also
+        the offset for that time among the committed records (a bounded read of the log)."""
         group = self.raft.groups.get(group_id)
         if group is None or group.role is not Role.LEADER:
             return None
-        return group.log.log_start_offset, group.commit_index + 1
+        start, end = group.log.log_start_offset, group.commit_index + 1
+        if time_ms is None:
+            return start, end
+        at_time = committed_offset_for_time(group, time_ms)
+        return None if at_time is None else (start, end, at_time)
 
     async def forward_to_replica(
         self, info: TopicInfo, partition: int, request: ReadRequest, *, local_replica: bool
@@ -700,7 +710,7 @@ class Broker:
         """Answer a peer's request: at once, or from a task of the broker's nursery (none
         while it is stopping: the request is dropped, the peer's call times out)."""
         if isinstance(request, BoundsRequest):
-            bounds = Bounds(tuple(self._led_bounds(g) for g in request.groups))
+            bounds = Bounds(tuple(self._led_bounds(g, request.time_ms) for g in request.groups))
             self.forwarder.reply(peer, req, bounds)
             return
         nursery = self._nursery

@@ -89,6 +89,7 @@ from ._reads import (
     DEFAULT_FETCH_BYTES,
     Fetched,
     beyond_follower,
+    committed_offset_for_time,
     fetch_committed,
     message_rows,
 )
@@ -284,8 +285,8 @@ class CommandHandler:
                 return await self._broker.groups.execute(command, forwarded)
             case Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
                 return await self._broker.groups.execute(command, forwarded)
-            case DescribeTopic(topic=topic):
-                return await self._describe(topic)
+            case DescribeTopic(topic=topic, time_ms=time_ms):
+                return await self._describe(topic, time_ms)
             case CreateTopic():
                 return await self._create(command)
             case AlterTopic():
@@ -904,29 +905,38 @@ class CommandHandler:
         rows.append(EndReply())
         return rows
 
-    async def _describe(self, topic: str) -> bytes:
+    async def _describe(self, topic: str, time_ms: int | None = None) -> bytes:
         """The topic and its partitions, with the log start and high watermark of each as its
         leader has them: what a consumer reading it finds. A replica's may lag by a round trip
-        (a follower learns the commit index with the next append) or by a retention pass."""
+        (a follower learns the commit index with the next append) or by a retention pass.
+        With ``time_ms``, each row's offset for that time too, from the same source."""
         info = self._topic(topic)
         groups = [group_name(info.name, p) for p in range(len(info.replicas))]
-        bounds = await self._broker.leader_bounds(groups)
-        return encode_replies([_topic_row(info), *self._partition_rows(info, bounds), EndReply()])
+        bounds = await self._broker.leader_bounds(groups, time_ms=time_ms)
+        rows = self._partition_rows(info, bounds, time_ms)
+        return encode_replies([_topic_row(info), *rows, EndReply()])
 
     def _partition_rows(
-        self, info: TopicInfo, leaders: dict[str, tuple[int, int]] | None = None
+        self,
+        info: TopicInfo,
+        leaders: dict[str, tuple[int, ...]] | None = None,
+        time_ms: int | None = None,
     ) -> list[PartitionRow]:
-        """A row a partition, with start and end from ``leaders`` (a group's leader bounds),
-        else from this broker's replica if it has one."""
+        """A row a partition, with start and end (and the offset for ``time_ms``, if given)
+        from ``leaders`` (a group's leader bounds), else from this broker's replica if it has
+        one."""
         rows = []
         for partition, replicas in enumerate(info.replicas):
             group = self._broker.local_group(info.name, partition)
-            start = end = None
+            start = end = at_time = None
             bounds = (leaders or {}).get(group_name(info.name, partition))
             if bounds is not None:
-                start, end = bounds
+                start, end = bounds[0], bounds[1]
+                at_time = bounds[2] if time_ms is not None else None
             elif group is not None:
                 start, end = group.log.log_start_offset, group.commit_index + 1
+                if time_ms is not None:
+                    at_time = committed_offset_for_time(group, time_ms)
             rows.append(
                 PartitionRow(
                     info.name,
@@ -935,6 +945,7 @@ class CommandHandler:
                     tuple(replicas),
                     start,
                     end,
+                    at_time,
                 )
             )
         return rows

@@ -66,6 +66,17 @@ def read_committed(group: RaftGroup, offset: int, max_bytes: int) -> Fetched:
     return Fetched(result.data, result.next_offset, hw)
 
 
+def committed_offset_for_time(group: RaftGroup, time_ms: int) -> int | None:
+    """The earliest committed offset of this replica whose record timestamp is >= ``time_ms``
+    (the high watermark if none is): ``DESCRIBE time=``. None if the lookup met corruption:
+    the replica repairs its copy (as after a read) and the caller leaves the answer out."""
+    try:
+        return group.log.offset_for_time(time_ms, max_offset=group.commit_index + 1)
+    except CorruptLogError as exc:
+        group.report_corruption(exc)
+        return None
+
+
 def beyond_follower(group: RaftGroup, offset: int) -> bool:
     """Whether ``offset`` lies past the end of a follower (the leader may have it)."""
     return group.role is not Role.LEADER and offset > group.log.log_end_offset

@@ -23,12 +23,14 @@ from kafkaesque.protocol import (
     DescribeGroup,
     DescribeTopic,
     EndReply,
+    ErrorCode,
     Fetch,
     FetchOffsets,
     FetchReplica,
     GroupRow,
     ListTopics,
     Metadata,
+    PartitionRow,
     Ping,
     PublishRecord,
     RemoteProtocolError,
@@ -45,6 +47,7 @@ from ._consumer_core import (
     decode_fetch,
     decode_messages,
 )
+from ._errors import KafkaesqueError
 from ._metadata import (
     Address,
     ClusterMetadata,
@@ -135,6 +138,29 @@ def describe_topic(topic: str) -> Call[TopicDescription]:
         DescribeTopic(topic),
         lambda response: TopicDescription.from_response(expect_list(response)),
     )
+
+
+def offsets_for_time(topic: str, time_ms: int) -> Call[dict[int, int]]:
+    """``DESCRIBE topic time=MS``: partition → the earliest committed offset whose record
+    timestamp is >= ``time_ms`` (the high watermark when none is), as each leader has it.
+
+    A partition whose leader did not answer (an election, a leader out of reach) and that the
+    answering broker holds no replica of comes without one: that raises the retriable
+    ``NOT_LEADER``, so the call is sent again (after a metadata refresh) until retries run out.
+    """
+
+    def parse(response: Response) -> dict[int, int]:
+        rows = [r for r in expect_list(response).rows if isinstance(r, PartitionRow)]
+        missing = [r.partition for r in rows if r.time_offset is None]
+        if missing:
+            raise KafkaesqueError(
+                ErrorCode.NOT_LEADER,
+                f"{topic}: no leader answered for partition(s) "
+                f"{', '.join(map(str, missing))}; retry",
+            )
+        return {r.partition: r.time_offset for r in rows if r.time_offset is not None}
+
+    return Call(DescribeTopic(topic, time_ms), parse)
 
 
 def delete_topic(topic: str) -> Call[None]:

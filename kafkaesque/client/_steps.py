@@ -19,7 +19,7 @@ Protocol between a generator and its driver:
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Generator, Iterable, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
@@ -487,6 +487,33 @@ def partition_count(state: ClusterState, config: ClientConfig, topic: str) -> St
     if count is None:
         raise unknown_topic(topic)
     return count
+
+
+def offsets_for_times(
+    state: ClusterState, config: ClientConfig, timestamps: Mapping[TopicPartition, int]
+) -> Steps[dict[TopicPartition, int]]:
+    """For each partition, the earliest committed offset whose record timestamp is >= its
+    timestamp (milliseconds since the epoch), or its high watermark when none is: Kafka's
+    ``offsetsForTimes``, except that "none" is the end, where a consumer would wait for one.
+
+    One ``DESCRIBE time=`` per topic and timestamp. Raises ``ValueError`` for a negative
+    timestamp, ``KafkaesqueError`` ``UNKNOWN_PARTITION`` for a partition the topic does not
+    have (and whatever the calls raise once retries run out)."""
+    asked: dict[tuple[str, int], list[TopicPartition]] = {}
+    for tp, ts in timestamps.items():
+        if ts < 0:
+            raise ValueError(f"timestamp {ts} of {tp.topic}/{tp.partition} is negative")
+        asked.setdefault((tp.topic, ts), []).append(tp)
+    found: dict[TopicPartition, int] = {}
+    for (topic, ts), tps in sorted(asked.items()):
+        offsets = yield from run_call(state, config, calls.offsets_for_time(topic, ts))
+        for tp in tps:
+            if tp.partition not in offsets:
+                raise KafkaesqueError(
+                    ErrorCode.UNKNOWN_PARTITION, f"{topic} has no partition {tp.partition}"
+                )
+            found[tp] = offsets[tp.partition]
+    return found
 
 
 def partition_rows(

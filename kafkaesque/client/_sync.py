@@ -11,7 +11,7 @@ import contextlib
 import math
 import selectors
 import time
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kafkaesque.protocol import (
@@ -272,6 +272,18 @@ class Client:
     def describe_topic(self, topic: str) -> TopicDescription:
         """A topic's settings and partitions (leader, replicas, start and end offsets)."""
         return self.call(calls.describe_topic(topic))
+
+    def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, int]:
+        """For each partition, the earliest committed offset whose record timestamp is >= the
+        given one (milliseconds since the epoch), or its high watermark if none is (where a
+        consumer that seeks there waits for the next record): Kafka's ``offsetsForTimes``, read
+        through each partition's leader and its time index (``DESCRIBE time=``). Timestamps
+        need not increase along a partition: the answer is the first record that reaches the
+        time. ``ValueError`` for a negative timestamp; ``UNKNOWN_PARTITION``, ``UNKNOWN_TOPIC``."""
+        wanted = {TopicPartition(*tp): ts for tp, ts in timestamps.items()}
+        return self.run(steps.offsets_for_times(self.state, self.config, wanted))
 
     def delete_topic(self, topic: str) -> None:
         """Delete a topic and its data."""

@@ -8,7 +8,7 @@ nothing outlives the ``async with``; every wait is bounded by a deadline.
 from __future__ import annotations
 
 import math
-from collections.abc import AsyncIterator, Callable, Iterable, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any, TypeVar
 
@@ -219,6 +219,14 @@ class AsyncClient:
     async def describe_topic(self, topic: str) -> TopicDescription:
         """A topic's settings and partitions."""
         return await self.call(calls.describe_topic(topic))
+
+    async def offsets_for_times(
+        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+    ) -> dict[TopicPartition, int]:
+        """For each partition, the earliest committed offset whose record timestamp is >= the
+        given one, or its high watermark if none is (see ``Client.offsets_for_times``)."""
+        wanted = {TopicPartition(*tp): ts for tp, ts in timestamps.items()}
+        return await self.run(steps.offsets_for_times(self.state, self.config, wanted))
 
     async def delete_topic(self, topic: str) -> None:
         """Delete a topic and its data."""

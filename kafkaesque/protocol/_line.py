@@ -151,8 +151,9 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
     ),
     "LIST": ("LIST", "List the topics: +TOPIC rows, then +END."),
     "DESCRIBE": (
-        "DESCRIBE <topic>",
-        "Describe a topic: a +TOPIC row, +PARTITION rows, then +END.",
+        "DESCRIBE <topic> [time=<ms>]",
+        "Describe a topic: a +TOPIC row, +PARTITION rows, then +END. With time=, each row's "
+        "time_offset= is the first offset whose record timestamp is >= <ms> (else the end).",
     ),
     "DELETE": ("DELETE <topic>", "Delete a topic. Replies +OK."),
     "COMMIT": (
@@ -790,8 +791,13 @@ class LineDecoder:
         return ListTopics()
 
     def _parse_describe(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "DESCRIBE", 1)
-        return DescribeTopic(self._topic(tokens[0], True))
+        tokens = _arg_tokens(line, "DESCRIBE", 1, 1)
+        options = _arg_options(tokens[1:], frozenset({"time"}), "DESCRIBE")
+        time_ms = options.get("time")
+        return DescribeTopic(
+            self._topic(tokens[0], True),
+            None if time_ms is None else _arg_int(time_ms, "time", 0, INT64_MAX),
+        )
 
     def _parse_delete(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = _arg_tokens(line, "DELETE", 1)
@@ -1245,8 +1251,10 @@ def encode_command(command: Command) -> bytes:
             return b" ".join(words) + _CRLF
         case ListTopics():
             return b"LIST\r\n"
-        case DescribeTopic(topic=topic):
-            return b"DESCRIBE %s\r\n" % _topic_bytes(topic, True)
+        case DescribeTopic(topic=topic, time_ms=time_ms):
+            words = [b"DESCRIBE", _topic_bytes(topic, True)]
+            words += _optional_int(b"time", time_ms, 0, INT64_MAX)
+            return b" ".join(words) + _CRLF
         case DeleteTopic(topic=topic):
             return b"DELETE %s\r\n" % _topic_bytes(topic, False)
         case Metadata(topics=topics):
@@ -1353,6 +1361,7 @@ def encode_reply(reply: Reply) -> bytes:
             ]
             words += _optional_int(b"start", reply.start_offset, 0, INT64_MAX)
             words += _optional_int(b"end", reply.end_offset, 0, INT64_MAX)
+            words += _optional_int(b"time_offset", reply.time_offset, 0, INT64_MAX)
             return b" ".join(words) + _CRLF
         case BrokerRow(broker_id=broker_id, host=host, port=port):
             words = [
@@ -1509,12 +1518,13 @@ def _parse_partition_row(rest: bytes, line: bytes) -> Reply:
     if len(fields) < 4:
         raise _broken("+PARTITION needs topic, partition, leader= and replicas=", line)
     options = _reply_options(
-        fields[2:], line, frozenset({b"leader", b"replicas", b"start", b"end"})
+        fields[2:], line, frozenset({b"leader", b"replicas", b"start", b"end", b"time_offset"})
     )
     leader, replicas = options.get(b"leader"), options.get(b"replicas")
     if leader is None or replicas is None:
         raise _broken("+PARTITION needs leader= and replicas=", line)
     start, end = options.get(b"start"), options.get(b"end")
+    at_time = options.get(b"time_offset")
     return PartitionRow(
         _reply_topic(fields[0], line),
         _reply_int(fields[1], line, "partition", 0, INT32_MAX),
@@ -1522,6 +1532,7 @@ def _parse_partition_row(rest: bytes, line: bytes) -> Reply:
         tuple(_reply_int(r, line, "replica", 0, INT32_MAX) for r in replicas.split(b",")),
         None if start is None else _reply_int(start, line, "start", 0, INT64_MAX),
         None if end is None else _reply_int(end, line, "end", 0, INT64_MAX),
+        None if at_time is None else _reply_int(at_time, line, "time_offset", 0, INT64_MAX),
     )
 
 

@@ -469,9 +469,12 @@ class ListTopics:
 
 @dataclass(frozen=True, slots=True)
 class DescribeTopic:
-    """``DESCRIBE topic``: a ``+TOPIC`` row, one ``+PARTITION`` row per partition, ``+END``."""
+    """``DESCRIBE topic [time=MS]``: a ``+TOPIC`` row, one ``+PARTITION`` row per partition,
+    ``+END``. With ``time_ms`` each row also gives the partition's offset for that time (Kafka's
+    ListOffsets by timestamp): the earliest committed offset whose record timestamp is >= it."""
 
     topic: str
+    time_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -746,10 +749,13 @@ class TopicRow:
 
 @dataclass(frozen=True, slots=True)
 class PartitionRow:
-    """``+PARTITION topic partition leader=ID|- replicas=ID,ID [start=N] [end=N]``.
+    """``+PARTITION topic partition leader=ID|- replicas=ID,ID [start=N] [end=N]
+    [time_offset=N]``.
 
     ``leader`` None: no leader known right now (an election is running). ``start_offset`` and
     ``end_offset`` are the log start and the high watermark, when the broker reports them.
+    ``time_offset`` answers ``DESCRIBE time=``: the earliest committed offset whose record
+    timestamp is >= the time (the high watermark when none is).
     """
 
     topic: str
@@ -758,6 +764,7 @@ class PartitionRow:
     replicas: tuple[int, ...]
     start_offset: int | None = None
     end_offset: int | None = None
+    time_offset: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -85,9 +85,12 @@ class FindResendRequest:
 
 @dataclass(frozen=True, slots=True)
 class BoundsRequest:
-    """The log start and high watermark of each group the receiver leads (``Bounds``)."""
+    """The log start and high watermark of each group the receiver leads (``Bounds``); with
+    ``time_ms``, also the earliest committed offset whose record timestamp is >= it (the high
+    watermark if none is: ``PartitionLog.offset_for_time``)."""
 
     groups: tuple[str, ...]
+    time_ms: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,10 +169,11 @@ class Absent:
 
 @dataclass(frozen=True, slots=True)
 class Bounds:
-    """``(log start, high watermark)`` of each asked group, in order; None for a group the
-    receiver does not lead."""
+    """``(log start, high watermark)`` of each asked group, in order, with the offset for the
+    asked time as a third value when the request gave one; None for a group the receiver does
+    not lead."""
 
-    bounds: tuple[tuple[int, int] | None, ...]
+    bounds: tuple[tuple[int, ...] | None, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -422,8 +426,10 @@ def _find_resend(o: list[Any] | tuple[Any, ...]) -> FindResendRequest:
 
 
 def _bounds_request(o: list[Any] | tuple[Any, ...]) -> BoundsRequest:
-    _arity(o, 2, "BoundsRequest")
-    return BoundsRequest(tuple(_str(g) for g in _list(o[2], "groups")))
+    if len(o) == 3:  # no time asked (a broker of before ``time_ms`` sends only these)
+        return BoundsRequest(tuple(_str(g) for g in _list(o[2], "groups")))
+    _arity(o, 3, "BoundsRequest")
+    return BoundsRequest(tuple(_str(g) for g in _list(o[2], "groups")), _natural(o[3]))
 
 
 def _read(o: list[Any] | tuple[Any, ...]) -> ReadRequest:
@@ -451,8 +457,8 @@ def _request_fields(request: Request) -> list[object]:
             return [group, batch, count, acks.value, seconds]
         case FindResendRequest(group, client, packet, digest, seconds):
             return [group, client, packet, digest, seconds]
-        case BoundsRequest(groups):
-            return [list(groups)]
+        case BoundsRequest(groups, time_ms):
+            return [list(groups)] if time_ms is None else [list(groups), time_ms]
         case ReadRequest(topic, partition, offset, max_bytes, wait_ms):
             return [topic, partition, offset, max_bytes, wait_ms]
         case GroupCommandRequest(command):
@@ -485,8 +491,12 @@ def answer_to_wire(answer: Answer) -> list[object]:
     raise TypeError(f"not a peer answer: {answer!r}")
 
 
-def _bound(x: object) -> tuple[int, int] | None:
-    return None if x is None else _pair(x, "offsets")
+def _bound(x: object) -> tuple[int, ...] | None:
+    if x is None:
+        return None
+    if isinstance(x, list | tuple) and len(x) == 3:  # with the offset for a time
+        return _natural(x[0]), _natural(x[1]), _natural(x[2])
+    return _pair(x, "offsets")
 
 
 def answer_from_wire(obj: object) -> Answer:

@@ -72,7 +72,7 @@ group_commands = st.one_of(
 requests = st.one_of(
     st.builds(AppendRequest, names, st.binary(), positives, st.sampled_from(Acks), seconds),
     st.builds(FindResendRequest, names, st.binary(), st.binary(), ints, seconds),
-    st.builds(BoundsRequest, st.lists(names).map(tuple)),
+    st.builds(BoundsRequest, st.lists(names).map(tuple), st.none() | naturals),
     st.builds(ReadRequest, names, naturals, naturals, positives, naturals),
     st.builds(GroupCommandRequest, group_commands),
 )
@@ -83,7 +83,12 @@ answers = st.one_of(
     st.builds(Refused, st.sampled_from(ErrorCode), names),
     st.builds(Found, naturals),
     st.just(Absent()),
-    st.builds(Bounds, st.lists(st.none() | st.tuples(naturals, naturals)).map(tuple)),
+    st.builds(
+        Bounds,
+        st.lists(
+            st.none() | st.tuples(naturals, naturals) | st.tuples(naturals, naturals, naturals)
+        ).map(tuple),
+    ),
     st.builds(ReadResult, st.binary(), naturals, naturals),
     st.builds(CommandReply, st.binary()),
 )
@@ -173,7 +178,7 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
         [REPLY, 1, [ANSWER_TAGS[Appended], 1]],
         [REPLY, 1, [ANSWER_TAGS[Appended], 1, "2"]],
         [REPLY, 1, [ANSWER_TAGS[Refused], "NO_SUCH_CODE", "m"]],
-        [REPLY, 1, [ANSWER_TAGS[Bounds], [[1, 2, 3]]]],
+        [REPLY, 1, [ANSWER_TAGS[Bounds], [[1, 2, 3, 4]]]],  # (a third value: the time's offset)
         [REPLY, 1, [ANSWER_TAGS[ReadResult], "data", 1, 1]],
         [REPLY, 1, [REQUEST_TAGS[AppendRequest], 1, 1]],  # a request is no answer
         [REPLY, 1, [99]],
