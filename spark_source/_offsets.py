@@ -21,7 +21,7 @@ from typing import Any
 
 from kafkaesque.client import TopicPartition
 
-from ._options import EARLIEST, LATEST, OffsetSpec, OptionError
+from ._options import EARLIEST, LATEST, OffsetSpec, OptionError, TimeSpec, time_option
 
 log = logging.getLogger("kafkaesque.spark_source")
 
@@ -126,6 +126,63 @@ def resolve(
     for tp, b in bounds.items():
         offset = spec[tp]
         resolved[tp] = b.start if offset == EARLIEST else b.end if offset == LATEST else offset
+    return resolved
+
+
+def times_for(spec: TimeSpec, bounds: Mapping[TopicPartition, Bounds]) -> PartitionOffsets:
+    """The timestamp to start each partition of ``bounds`` at: ``startingTimestamp`` for all,
+    or ``startingOffsetsByTimestamp``, which must name every partition read and no other (as in
+    Spark's Kafka source): ``OptionError`` naming the partitions otherwise."""
+    if isinstance(spec, int):
+        return dict.fromkeys(bounds, spec)
+    option = time_option(spec)
+    missing = sorted(set(bounds) - set(spec))
+    if missing:
+        raise OptionError(
+            f"option {option} must give a timestamp for every partition read; missing: "
+            + ", ".join(name(tp) for tp in missing)
+        )
+    extra = sorted(set(spec) - set(bounds))
+    if extra:
+        raise OptionError(
+            f"option {option} names partitions that are not read or do not exist: "
+            + ", ".join(name(tp) for tp in extra)
+        )
+    return dict(spec)
+
+
+def resolve_times(
+    spec: TimeSpec,
+    times: Mapping[TopicPartition, int],
+    found: Mapping[TopicPartition, int],
+    bounds: Mapping[TopicPartition, Bounds],
+    *,
+    latest_if_no_match: bool,
+) -> PartitionOffsets:
+    """The starting offsets for ``times``: ``found`` (the client's ``offsets_for_times``: the
+    earliest offset whose record timestamp is >= the time, or the end when none is), for every
+    partition of ``bounds``, which were read *after* ``found``.
+
+    Why after: ``found`` is the high watermark of that moment when no record matched, and a
+    later end is at least as high, so ``found >= end`` means no match for certain; below the
+    end, it is a match (or the end of that moment, with records since: a start as good as
+    "latest" was then). No match: the partition's end with ``latest_if_no_match``
+    (``startingOffsetsByTimestampStrategy=latest``), else ``OptionError`` (``error``, the
+    default), as Spark's Kafka source does.
+    """
+    resolved: PartitionOffsets = {}
+    for tp in sorted(bounds):
+        offset, b = found[tp], bounds[tp]
+        if offset < b.end:
+            resolved[tp] = offset
+        elif latest_if_no_match:
+            resolved[tp] = b.end
+        else:
+            raise OptionError(
+                f"{time_option(spec)}: partition {name(tp)} has no record at or after "
+                f"timestamp {times[tp]} (it ends at {b.end}); set "
+                "startingOffsetsByTimestampStrategy=latest to start such partitions at their end"
+            )
     return resolved
 
 

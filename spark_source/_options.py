@@ -55,6 +55,9 @@ _KNOWN = {
         "subscribePattern",
         "assign",
         "startingOffsets",
+        "startingTimestamp",
+        "startingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy",
         "endingOffsets",
         "maxOffsetsPerTrigger",
         "minPartitions",
@@ -71,11 +74,8 @@ _KNOWN = {
 _KAFKA_ONLY = {
     name.lower(): name
     for name in (
-        "startingOffsetsByTimestamp",
         "endingOffsetsByTimestamp",
-        "startingTimestamp",
         "endingTimestamp",
-        "startingOffsetsByTimestampStrategy",
         "minOffsetsPerTrigger",
         "maxTriggerDelay",
         "maxRecordsPerPartition",
@@ -120,6 +120,15 @@ OffsetSpec = str | Mapping[TopicPartition, int]
 """``"earliest"``, ``"latest"``, or explicit offsets per partition (``EARLIEST``/``LATEST`` allowed
 as values where the query kind allows them)."""
 
+TimeSpec = int | Mapping[TopicPartition, int]
+"""Where to start by time: one timestamp for every partition read (``startingTimestamp``), or one
+per partition (``startingOffsetsByTimestamp``); milliseconds since the epoch."""
+
+
+def time_option(spec: TimeSpec) -> str:
+    """The option a ``TimeSpec`` came from, for messages."""
+    return "startingTimestamp" if isinstance(spec, int) else "startingOffsetsByTimestamp"
+
 
 @dataclass(frozen=True)
 class SourceOptions:
@@ -136,6 +145,12 @@ class SourceOptions:
     fetch_max_bytes: int
     use_arrow: bool
     failover_timeout_ms: int
+    # Spark's precedence: startingTimestamp, then startingOffsetsByTimestamp, then
+    # startingOffsets (which is ignored when either is given).
+    starting_times: TimeSpec | None = None
+    # startingOffsetsByTimestampStrategy: for a partition with no record at or after its time,
+    # start at its end ("latest", True) or fail the query ("error", False).
+    latest_if_no_time_match: bool = False
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -175,6 +190,15 @@ def parse_options(options: Mapping[str, str], mode: Mode | None = None) -> Sourc
     ending = _offset_spec(given, "endingOffsets", "latest")
     _check_spec_partitions(subscription, "startingOffsets", starting)
     _check_spec_partitions(subscription, "endingOffsets", ending)
+    starting_times = _time_spec(given)
+    if isinstance(starting_times, Mapping):
+        _check_spec_partitions(
+            subscription,
+            "startingOffsetsByTimestamp",
+            starting_times,
+            what="a timestamp",
+            values="",
+        )
     max_per_trigger = _positive_int(given, "maxOffsetsPerTrigger")
     parsed = SourceOptions(
         bootstrap=bootstrap,
@@ -190,6 +214,8 @@ def parse_options(options: Mapping[str, str], mode: Mode | None = None) -> Sourc
         failover_timeout_ms=(
             _positive_int(given, "failoverTimeoutMs") or DEFAULT_FAILOVER_TIMEOUT_MS
         ),
+        starting_times=starting_times,
+        latest_if_no_time_match=_time_strategy(given),
     )
     if parsed.fetch_max_bytes > MAX_FETCH_BYTES:
         raise OptionError(f"fetchMaxBytes must be at most {MAX_FETCH_BYTES}")
@@ -292,7 +318,54 @@ def _offset_spec(given: dict[str, str], name: str, default: str) -> OffsetSpec:
     return offsets
 
 
-def _check_spec_partitions(subscription: Subscription, name: str, spec: OffsetSpec) -> None:
+def _time_spec(given: dict[str, str]) -> TimeSpec | None:
+    """``startingTimestamp`` if given, else ``startingOffsetsByTimestamp`` if given (Spark's
+    precedence), else None."""
+    single = given.get("startingtimestamp")
+    if single is not None:
+        text = single.strip()
+        if not text.isdigit():
+            raise OptionError(
+                "option startingTimestamp must be a timestamp in milliseconds since the epoch "
+                f'(digits, e.g. "1764144000000"), got {single!r}'
+            )
+        return int(text)
+    value = given.get("startingoffsetsbytimestamp")
+    if value is None:
+        return None
+    usage = (
+        "option startingOffsetsByTimestamp must be JSON like "
+        '{"topicA": {"0": 1764144000000, "1": 1764144000000}} (milliseconds since the epoch)'
+    )
+    times: dict[TopicPartition, int] = {}
+    for topic, by_partition in _json_by_topic(value, usage, dict).items():
+        for key, ts in by_partition.items():
+            if not str(key).isdigit():
+                raise OptionError(f"{usage} (topic {topic!r}: partition {key!r})")
+            if not _is_offset(ts, 0):
+                raise OptionError(f"{usage} (topic {topic!r} partition {key}: {ts!r})")
+            times[TopicPartition(topic, int(key))] = ts
+    return times
+
+
+def _time_strategy(given: dict[str, str]) -> bool:
+    """``startingOffsetsByTimestampStrategy``: True for ``latest``, False for ``error``."""
+    value = given.get("startingoffsetsbytimestampstrategy", "error").strip().lower()
+    if value not in ("error", "latest"):
+        raise OptionError(
+            f'option startingOffsetsByTimestampStrategy must be "error" or "latest", got {value!r}'
+        )
+    return value == "latest"
+
+
+def _check_spec_partitions(
+    subscription: Subscription,
+    name: str,
+    spec: OffsetSpec,
+    *,
+    what: str = "an offset",
+    values: str = " (-2 earliest, -1 latest)",
+) -> None:
     # Partitions of a subscribe/assign are known now; a pattern's only once topics are listed
     # (checked when offsets are resolved).
     if isinstance(spec, str):
@@ -311,8 +384,7 @@ def _check_spec_partitions(subscription: Subscription, name: str, spec: OffsetSp
         missing = [tp for tp in subscription.assigned if tp not in spec]
         if missing:
             raise OptionError(
-                f"option {name} must give an offset for every assigned partition "
-                f"(-2 earliest, -1 latest); missing: "
+                f"option {name} must give {what} for every assigned partition{values}; missing: "
                 + ", ".join(f"{tp.topic}/{tp.partition}" for tp in missing)
             )
 

@@ -35,7 +35,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import StructType
 
-from kafkaesque.client import Client
+from kafkaesque.client import Client, TopicPartition
 
 from ._compat import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 from ._discover import discover
@@ -50,6 +50,8 @@ from ._offsets import (
     merge_latest,
     plan_ranges,
     resolve,
+    resolve_times,
+    times_for,
     to_json,
 )
 from ._options import Mode, OptionError, SourceOptions, parse_options
@@ -114,6 +116,30 @@ def _ranges(
     return [RangePartition(r, settings) for r in plan_ranges(start, end, options.min_partitions)]
 
 
+def _starting_offsets(
+    client: Client, options: SourceOptions, bounds: dict[TopicPartition, Bounds]
+) -> tuple[PartitionOffsets, dict[TopicPartition, Bounds]]:
+    """Where the query starts, and the bounds to plan with.
+
+    With ``startingTimestamp`` or ``startingOffsetsByTimestamp`` (which take precedence over
+    ``startingOffsets``, as in Spark's Kafka source) the offsets for the times are asked of the
+    partitions' leaders (``Client.offsets_for_times``), then the bounds are read again: a later
+    end tells for certain which partitions had no record at or after their time (see
+    ``resolve_times``). Partitions that appeared between the two reads are left to the next
+    trigger (a stream reads them from their log start) or to the next run (a batch).
+    """
+    spec = options.starting_times
+    if spec is None:
+        return resolve(options.starting, bounds, "startingOffsets"), bounds
+    times = times_for(spec, bounds)
+    found = client.offsets_for_times(times)
+    after = {tp: b for tp, b in discover(client, options.subscription).items() if tp in found}
+    start = resolve_times(
+        spec, times, found, after, latest_if_no_match=options.latest_if_no_time_match
+    )
+    return start, after
+
+
 class KafkaesqueBatchReader(DataSourceReader):
     """A batch query: offsets resolved once, when Spark plans, into one range per partition."""
 
@@ -124,7 +150,7 @@ class KafkaesqueBatchReader(DataSourceReader):
         options = self.options
         with Client(options.bootstrap) as client:
             bounds = discover(client, options.subscription)
-        start = resolve(options.starting, bounds, "startingOffsets")
+            start, bounds = _starting_offsets(client, options, bounds)
         end = resolve(options.ending, bounds, "endingOffsets")
         start = check_batch_range(start, end, bounds, fail_on_data_loss=options.fail_on_data_loss)
         return _ranges(options, start, end)
@@ -159,7 +185,8 @@ class KafkaesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def initialOffset(self) -> dict[str, Any]:
         bounds = self._bounds()
-        offsets = resolve(self.options.starting, bounds, "startingOffsets")
+        assert self._client is not None  # opened by ``_bounds``
+        offsets, bounds = _starting_offsets(self._client, self.options, bounds)
         check_starts(offsets, bounds)
         self._last_end = offsets
         return to_json(offsets)

@@ -274,7 +274,7 @@ class Client:
         return self.call(calls.describe_topic(topic))
 
     def offsets_for_times(
-        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+        self, timestamps: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int]
     ) -> dict[TopicPartition, int]:
         """For each partition, the earliest committed offset whose record timestamp is >= the
         given one (milliseconds since the epoch), or its high watermark if none is (where a

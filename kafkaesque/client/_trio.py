@@ -221,7 +221,7 @@ class AsyncClient:
         return await self.call(calls.describe_topic(topic))
 
     async def offsets_for_times(
-        self, timestamps: Mapping[TopicPartition | tuple[str, int], int]
+        self, timestamps: Mapping[TopicPartition, int] | Mapping[tuple[str, int], int]
     ) -> dict[TopicPartition, int]:
         """For each partition, the earliest committed offset whose record timestamp is >= the
         given one, or its high watermark if none is (see ``Client.offsets_for_times``)."""
