@@ -254,7 +254,8 @@ class Segment:
         if self._time_index is None:
             path, base, size = self.time_index_path, self.base_offset, self.size
             index = TimeIndex.load(path, base, self._interval, size)
-            if index is None or (self.size > 0 and index.sealed_max_timestamp(self.size) is None):
+            end = None if index is None else index.sealed_max_timestamp(size, self.next_offset)
+            if index is None or (size > 0 and end is None):
                 index = self._rebuild_time_index()
             self._time_index = index
         return self._time_index

@@ -107,9 +107,10 @@ class TimeIndex:
         if size > 0 and (not self._positions or self._positions[-1] < size):
             self._add(next_offset, size)
 
-    def sealed_max_timestamp(self, size: int) -> int | None:
-        """The segment's max timestamp if the last entry is its end (a sealed segment's)."""
-        if self._positions and self._positions[-1] == size:
+    def sealed_max_timestamp(self, size: int, next_offset: int) -> int | None:
+        """The segment's max timestamp if the last entry is its end (a sealed segment's:
+        position ``size``, offset ``next_offset``), else None."""
+        if self._positions and self._positions[-1] == size and self._offsets[-1] == next_offset:
             return self._timestamps[-1]
         return None
 

@@ -78,7 +78,9 @@ def test_entries_hold_the_max_so_far_at_interval_boundaries(tmp_path: Path) -> N
     assert index.max_so_far == 80
     index.seal(108, 240)
     assert index.entries() == [(50, 104, 120), (80, 108, 240)]
-    assert index.sealed_max_timestamp(240) == 80
+    assert index.sealed_max_timestamp(240, 108) == 80
+    assert index.sealed_max_timestamp(240, 107) is None  # not this segment's end
+    assert index.sealed_max_timestamp(180, 106) is None
     # Below or at 50: nothing before 120 is excluded; above 50: start at 120, end at 240.
     assert index.lookup(50) == (0, 100, 120)
     assert index.lookup(51) == (120, 104, 240)
@@ -241,6 +243,11 @@ def test_every_time_index_goes_with_its_segment(tmp_path: Path) -> None:
         assert [p.name for p in tmp_path.glob("*.timeindex")] == [f"{500:020d}.timeindex"]
 
 
+def _max_header_timestamp(seg: Segment) -> int:
+    data, _ = seg.read(0, seg.size, None, verify=False) if seg.size else (b"", None)
+    return max((h.max_timestamp for h in iter_batches(data, verify=False)), default=0)
+
+
 def _check_time_index(seg: Segment) -> None:
     """Every entry is at a batch start (or the end), and no batch before it is newer."""
     index = seg._time_index
@@ -290,7 +297,9 @@ class TimeIndexMachine(RuleBasedStateMachine):
             segment_bytes=segment_bytes,
             index_interval_bytes=interval,
             retention_bytes=3000,
-            retention_ms=None,
+            # Record timestamps are 0-2,000 and the clock reads 1,000,000: segments whose
+            # newest record is below 1,000 go by time (from their time index's end entry).
+            retention_ms=999_000,
             segment_ms=None,
         )
         self.log = PartitionLog.open(self.dir, self.config, clock=self.clock)
@@ -351,6 +360,8 @@ class TimeIndexMachine(RuleBasedStateMachine):
             return
         for seg in self.log._segments:
             _check_time_index(seg)
+            if seg.sealed:  # retention reads this from the index's end entry
+                assert seg.sealed_max_timestamp() == _max_header_timestamp(seg)
 
     @invariant()
     def lookups_equal_a_scan(self) -> None:
