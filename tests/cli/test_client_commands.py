@@ -154,6 +154,39 @@ def test_errors_are_one_line_and_a_non_zero_exit(broker_cluster: LocalCluster) -
         assert err.startswith(f"kafkaesque {args[0]}: "), err
 
 
+def test_topic_alter_changes_a_live_topic_and_refuses_clearly(
+    broker_cluster: LocalCluster,
+) -> None:
+    ok(broker_cluster, "topic", "create", "cli-alter", "--partitions", "1",
+       "--replication-factor", "3", "--fsync", "never")  # fmt: skip
+    change = ("--partitions", "3", "--retention-ms", "-1", "--cleanup-policy", "compact")
+    settings = (
+        "partitions=3 replication_factor=3 retention_ms=- retention_bytes=- compact=yes fsync=never"
+    )
+    assert ok(broker_cluster, "topic", "alter", "cli-alter", *change) == (
+        f"altered topic cli-alter: {settings}\n"
+    )
+    assert ok(broker_cluster, "topic", "alter", "cli-alter", *change) == (
+        f"unchanged topic cli-alter: {settings}\n"
+    )
+    described = ok(broker_cluster, "topic", "describe", "cli-alter").splitlines()
+    assert described[0] == f"topic cli-alter: {settings}"
+    assert [line.split()[0] for line in described[2:]] == ["0", "1", "2"]
+    for args, message in (
+        ((), "nothing to change"),
+        (("--partitions", "2"), "INVALID_CONFIG"),
+        (("--partitions", "0"), "--partitions must be at least 1"),
+        (("--retention-bytes", "-7"), "--retention-bytes must be -1 (unlimited) or more"),
+    ):
+        result = run(broker_cluster, "topic", "alter", "cli-alter", *args)
+        err = result.stderr.decode()
+        assert result.returncode != 0, args
+        assert len(err.strip().splitlines()) == 1 and message in err, err
+    # A bad policy is argparse's error, naming the choices.
+    result = run(broker_cluster, "topic", "alter", "cli-alter", "--cleanup-policy", "keep")
+    assert result.returncode != 0 and "invalid choice: 'keep'" in result.stderr.decode()
+
+
 def test_an_unreachable_cluster_is_one_clear_error() -> None:
     result = subprocess.run(
         [*_kafkaesque(), "topic", "list", "--bootstrap", "127.0.0.1:1"],

@@ -229,6 +229,22 @@ REGISTRY: tuple[Entry, ...] = (
         "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
         How.UNTIL_READY,
     ),
+    # docs/operations.md, changing a live topic: on the tour's cluster, each step's effect shown
+    here(
+        ".venv/bin/kafkaesque topic create clicks --partitions 2 --replication-factor 3 "
+        "--fsync always",
+        "created topic clicks: 2 partitions, replication factor 3",
+    ),
+    here(
+        ".venv/bin/kafkaesque topic alter clicks --partitions 4 --retention-ms 86400000",
+        "altered topic clicks: partitions=4 replication_factor=3 retention_ms=86400000 ",
+    ),
+    here(
+        ".venv/bin/kafkaesque topic alter clicks --cleanup-policy compact --retention-bytes -1",
+        "altered topic clicks: partitions=4 replication_factor=3 retention_ms=86400000 "
+        "retention_bytes=- compact=yes fsync=always",
+    ),
+    here(".venv/bin/kafkaesque topic list", "FSYNC"),
 )
 
 # Where each doc's telnet transcripts are replayed: the tour's cluster, or (``while_up``) a
