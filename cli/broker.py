@@ -10,6 +10,13 @@ flags, flags winning. Addresses of the cluster's brokers use Kafka's ``id@host:p
 
 Once every listener is bound it prints one line, ``broker <id> client=<host:port> ...``, then
 ``ready``; the cluster command and the tests wait for that line.
+
+Stopping. SIGTERM stops gracefully: the broker stops accepting client connections, hands every
+partition leadership it holds (and the controller quorum's, if it leads it) to an up-to-date
+replica, waits until each has a leader elsewhere (at most ``--shutdown-timeout`` seconds, 5 by
+default), then stops; the clients connected to it are served meanwhile and see the hand-over as
+latency. SIGINT (Ctrl-C), or a second SIGTERM during the hand-over, stops at once, as a crash
+would look to the others (elections follow).
 """
 
 from __future__ import annotations
@@ -25,6 +32,7 @@ from typing import Any
 import trio
 
 from kafkaesque.broker import Broker, BrokerConfig, ConfigError, config_from_mapping, load_config
+from kafkaesque.broker._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
 
 _FLAGS = {
     "id": "id",
@@ -60,6 +68,8 @@ _FLAGS = {
 
 
 _PARENT_CHECK_S = 0.5
+
+log = logging.getLogger("kafkaesque.cli.broker")
 
 
 class BrokerCommandError(Exception):
@@ -139,6 +149,13 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
     parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")
+    parser.add_argument(
+        "--shutdown-timeout",
+        type=float,
+        default=DEFAULT_SHUTDOWN_TIMEOUT_S,
+        help="seconds a SIGTERM spends handing leaderships over before stopping "
+        f"({DEFAULT_SHUTDOWN_TIMEOUT_S:g}; 0: stop at once)",
+    )
     parser.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")
     parser.add_argument(
         "--exit-with-parent",
@@ -171,6 +188,9 @@ def run(args: argparse.Namespace) -> int:
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
     config = config_of(args)
+    shutdown_timeout = float(args.shutdown_timeout)
+    if not shutdown_timeout >= 0:  # also refuses NaN
+        raise BrokerCommandError(f"--shutdown-timeout must be >= 0, not {args.shutdown_timeout}")
     # A broker allocates a few short-lived objects per record; with the default threshold
     # (700) the cyclic collector runs thousands of times a second under load, for nothing:
     # almost nothing here forms cycles. Measured: ~20% more records per broker CPU-second.
@@ -181,13 +201,17 @@ def run(args: argparse.Namespace) -> int:
     # loop is busy: several such waits per Raft step were most of a write's latency under load.
     sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     try:
-        trio.run(_serve, config, args.exit_with_parent)
+        trio.run(_serve, config, args.exit_with_parent, shutdown_timeout)
     except (OSError, ConfigError) as exc:
         raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
     return 0
 
 
-async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
+async def _serve(
+    config: BrokerConfig,
+    exit_with_parent: bool = False,
+    shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
+) -> None:
     unstarted = Broker(config)  # reads its files (rules, users, certificates): ConfigError
     with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
         async with trio.open_nursery() as nursery:
@@ -207,10 +231,38 @@ async def _serve(config: BrokerConfig, exit_with_parent: bool = False) -> None:
                 parts.append(f"mqtt_ws={config.mqtt_ws.host}:{broker.mqtt.ws_port}")
             print(" ".join(parts), flush=True)
             print("ready", flush=True)
-            async for _ in signals:
+            draining = False
+            async for signum in signals:
+                if signum == signal.SIGTERM and not draining and shutdown_timeout > 0:
+                    draining = True
+                    nursery.start_soon(_stop_gracefully, broker, shutdown_timeout, nursery)
+                    continue
+                if draining:
+                    print(
+                        f"broker {config.id}: stopping at once (a second signal)",
+                        file=sys.stderr,
+                        flush=True,
+                    )
                 nursery.cancel_scope.cancel()
                 break
     print(f"broker {config.id} stopped", file=sys.stderr, flush=True)
+
+
+async def _stop_gracefully(broker: Broker, timeout: float, nursery: trio.Nursery) -> None:
+    """Hand the broker's leaderships over (``Broker.drain``, at most ``timeout`` seconds), say
+    what moved on stderr, then stop everything in ``nursery``."""
+    print(
+        f"broker {broker.config.id}: SIGTERM: handing leaderships over (up to {timeout:g} s)",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        report = await broker.drain(timeout)
+    except Exception:  # a bug in the hand-over must not keep the broker from stopping
+        log.exception("broker %d: the hand-over failed; stopping anyway", broker.config.id)
+    else:
+        print(f"broker {broker.config.id}: {report.describe()}", file=sys.stderr, flush=True)
+    nursery.cancel_scope.cancel()
 
 
 async def _watch_parent(parent: int, scope: trio.CancelScope) -> None:

@@ -87,6 +87,7 @@ from ._metrics import BrokerMetrics
 from ._mqtt_listener import MqttService
 from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
+from ._shutdown import CONTROLLER_GRACE_S, HandOver, hand_over_groups
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -167,6 +168,8 @@ class Broker:
         # Set once this broker knows the cluster (see the module docstring); never cleared.
         self._ready = trio.Event()
         self._started_at = time.monotonic()
+        # Cancelled by ``drain``: no new client connection is accepted from then on.
+        self._accepting = trio.CancelScope()
 
     @property
     def ready(self) -> bool:
@@ -196,9 +199,7 @@ class Broker:
                     config.client.port, host=config.client.host
                 )
                 self.client_port = listeners[0].socket.getsockname()[1]
-                nursery.start_soon(
-                    trio.serve_listeners, self._serve_client, [FdListener(s) for s in listeners]
-                )
+                nursery.start_soon(self._accept_clients, [FdListener(s) for s in listeners])
                 if self.mqtt is not None:
                     self.mqtt_port = await nursery.start(self.mqtt.run)
                 if config.admin is not None:
@@ -223,6 +224,46 @@ class Broker:
         finally:
             self._nursery = None
             self.raft.close()
+
+    async def _accept_clients(self, listeners: list[FdListener]) -> None:
+        """Accept client connections until ``drain`` stops it. The listening sockets are closed
+        then (a new client's connect is refused, and it tries another broker); the connections
+        accepted so far are tasks of the broker's nursery and are served on."""
+        assert self._nursery is not None  # started from run(), inside the nursery
+        with self._accepting:
+            await trio.serve_listeners(self._serve_client, listeners, handler_nursery=self._nursery)
+
+    async def drain(self, timeout: float) -> HandOver:
+        """Get ready to stop without a blip (graceful shutdown, see ``_shutdown``).
+
+        Stops accepting client connections, then hands every Raft group led here, and the
+        controller quorum's leadership if this broker holds it, to other brokers, for up to
+        ``timeout`` seconds in all. The connections open here are served on meanwhile (their
+        writes are forwarded to the new leaders). The caller then stops the broker (cancels
+        ``run``): leaderships left here (none reachable to take them) go to an election then.
+        Returns what moved; never raises for a group that changed meanwhile.
+        """
+        started = trio.current_time()
+        deadline = started + timeout
+        self._accepting.cancel()
+        controller: list[bool | None] = [None]
+        controller_done = trio.Event()
+
+        async def hand_over_controller() -> None:
+            controller[0] = await self.metadata.hand_over_leadership(deadline)
+            controller_done.set()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(hand_over_controller)
+            led, left = await hand_over_groups(self.raft, self.transport.connected_peers, deadline)
+            with trio.move_on_at(min(deadline, trio.current_time() + CONTROLLER_GRACE_S)):
+                await controller_done.wait()
+            if not controller_done.is_set():  # no controller could take it: an election follows
+                controller[0] = False
+                nursery.cancel_scope.cancel()
+        report = HandOver(led, left, controller[0], trio.current_time() - started)
+        log.info("broker %d: %s", self.config.id, report.describe())
+        return report
 
     async def _serve_client(self, stream: trio.abc.Stream) -> None:
         self.metrics.connections.inc()

@@ -37,6 +37,7 @@ import contextlib
 import dataclasses
 import logging
 import os
+import queue
 import re
 import zlib
 from collections.abc import Callable, Iterable, Mapping
@@ -585,6 +586,15 @@ def _tick_wait(sync: Any, settings: ControllerSettings, now: float) -> float:
     return min(wait, settings.idle_tick_period)
 
 
+def _ask_transfer(sync: Any) -> None:
+    """On the controller thread: ask pysyncobj to hand its leadership to the most caught-up
+    connected follower. A failure is logged, never raised: it would stop the controller."""
+    try:
+        sync.transferLeadership(None, None)
+    except Exception:
+        log.exception("pysyncobj's transferLeadership failed")
+
+
 def _address(host: str, port: int) -> str:
     return f"{host}:{port}"
 
@@ -657,6 +667,9 @@ class ClusterMetadata:
         self._posted: _Status | None = None
         # Set once by the trio thread, read by the controller thread (a bool: atomic).
         self._stopping = False
+        # Calls for the controller thread, given the SyncObj (pysyncobj is not thread-safe
+        # beyond its command queue): put by the trio thread, run at the start of a tick.
+        self._on_thread: queue.SimpleQueue[Callable[[Any], object]] = queue.SimpleQueue()
 
     # -- reading --
 
@@ -788,6 +801,8 @@ class ClusterMetadata:
         deadlines it moved (a heartbeat just sent) are known.
         """
         sync = controller.sync
+        while not self._on_thread.empty():
+            self._on_thread.get_nowait()(sync)
         sync.doTick(0.0)
         if self._stopping:  # woken to stop: the thread's loop ends as soon as aclose() says so
             wait = _STOPPING_POLL_S
@@ -914,6 +929,38 @@ class ClusterMetadata:
                 log.debug("controller %d: %s; sending it again", self._self_id, exc)
             await trio.sleep(_RETRY_DELAY)
         return None
+
+    async def hand_over_leadership(self, deadline: float) -> bool | None:
+        """If this replica leads the controller quorum, hand the leadership to another
+        controller before this broker stops (graceful shutdown); ``deadline`` in trio time.
+
+        Uses pysyncobj's ``transferLeadership`` (Raft TimeoutNow to the most caught-up connected
+        follower; pysyncobj refuses while none matches the leader's last index, so it is asked
+        again every ``_RETRY_DELAY``). Returns None if this replica did not lead (nothing to
+        do), True once the view names another leader, False if none does by ``deadline`` (the
+        quorum then elects one after this broker stops, as after a crash). None too for a quorum
+        of one controller: there is nobody to hand it to. Never raises.
+        """
+        me = self._self_id
+        controller = self._controller
+        if controller is None or self._view.controller_leader != me or len(self._members) < 2:
+            return None  # not the leader, or a quorum of one: nobody to hand it to
+        if not callable(getattr(controller.sync, "transferLeadership", None)):
+            log.warning("controller %d: this pysyncobj cannot transfer leadership", me)
+            return False
+        while True:
+            leader = self._view.controller_leader
+            if leader is not None and leader != me:
+                log.info("controller %d handed its leadership to controller %d", me, leader)
+                return True
+            now = trio.current_time()
+            if now >= deadline or self._controller is None:
+                return False
+            if leader == me:  # stepped down already (None): the successor is being elected
+                self._on_thread.put(_ask_transfer)
+                self._wake(controller)
+            with trio.move_on_at(min(deadline, now + _RETRY_DELAY)):
+                await self._changed.wait()
 
     async def register_broker(self, info: BrokerInfo) -> None:
         """Register or update a broker (idempotent)."""
