@@ -180,18 +180,37 @@ def run_call(
                 yield Sleep(decision.delay_s)
 
 
+_REFRESH_BROKERS = 2
+"""How many brokers a metadata refresh asks at most, one after the other, when the connection to
+the first fails (it stopped, or restarted since its pooled connection was last used)."""
+
+
 def refresh_metadata(
     state: ClusterState, config: ClientConfig, topics: tuple[str, ...] = ()
 ) -> Steps[ClusterMetadata | None]:
-    """Re-read ``METADATA`` (for ``topics``; none: all) into ``state``, in one attempt; None if
-    it failed (the caller's own retry goes on with what it knew, and backs off)."""
+    """Re-read ``METADATA`` (for ``topics``; none: all) into ``state``; None if it failed (the
+    caller's own retry goes on with what it knew, and backs off).
+
+    One attempt per broker, at most ``_REFRESH_BROKERS`` of them: when the connection to the
+    first candidate fails (a broker that stopped gracefully, or a pooled connection that a
+    restarted broker closed meanwhile), the next is asked at once. Otherwise the caller would
+    retry, a backoff later, on the metadata it had, which names the broker that just handed its
+    leaderships over. A broker that answers, even with an error, ends the refresh.
+    """
     once = dataclasses.replace(config, retry=NO_RETRY)
-    try:
-        snapshot = yield from run_call(state, once, calls.metadata(topics), refresh=False)
-    except KafkaesqueError:
-        return None
-    state.update_metadata(snapshot, topics)
-    return snapshot
+    call = calls.metadata(topics)
+    for address in state.candidates()[:_REFRESH_BROKERS]:
+        pinned = dataclasses.replace(call, route=calls.Pinned(address))
+        try:
+            snapshot = yield from run_call(state, once, pinned, refresh=False)
+        except KafkaesqueConnectionError:
+            state.connection_failed(address)
+            continue
+        except KafkaesqueError:
+            return None
+        state.update_metadata(snapshot, topics)
+        return snapshot
+    return None
 
 
 def broker_address(state: ClusterState, config: ClientConfig, broker_id: int) -> Steps[Address]:

@@ -185,3 +185,37 @@ def test_group_poll_resubscribes_once_and_commits_what_moved() -> None:
     assert moved == 2
     again, _ = drive(steps.group_commit(state, CONFIG, cursor), answer)
     assert again == 0
+
+
+def test_a_refresh_asks_the_next_broker_when_the_first_connection_fails() -> None:
+    # Broker 0 stopped (or restarted and closed the pooled connection): the refresh asks
+    # broker 1 at once instead of leaving the caller with the metadata it had (issue 26).
+    state = ClusterState([("boot", 9)])
+    state.update_metadata(ClusterMetadata.from_response(metadata_reply(0)))
+    asked: list[Any] = []
+
+    def answer(request: steps.Request) -> Any:
+        asked.append(request.address)
+        if request.address == ("h0", 1):
+            return KafkaesqueConnectionError("h0:1: the broker closed the connection", sent=True)
+        return metadata_reply(1)
+
+    result, _ = drive(steps.refresh_metadata(state, CONFIG), answer)
+    assert asked == [("h0", 1), ("h1", 2)]
+    assert result is not None and state.metadata.leader("t", 0) == BrokerRow(1, "h1", 2)
+    assert state.candidates()[-1] == ("h0", 1)  # tried last from now on
+
+    # A broker that answers, even with an error, ends the refresh; so does a second failure.
+    asked.clear()
+    refused = drive(
+        steps.refresh_metadata(state, CONFIG), lambda r: ErrorReply(ErrorCode.BUSY, "later")
+    )
+    assert refused[0] is None
+    asked.clear()
+
+    def unreachable(request: steps.Request) -> Any:
+        asked.append(request.address)
+        return KafkaesqueConnectionError("refused", sent=False)
+
+    assert drive(steps.refresh_metadata(state, CONFIG), unreachable)[0] is None
+    assert len(asked) == 2
