@@ -1,4 +1,5 @@
-"""Operations benchmark: how soon a restarted broker is of use again (issue 23).
+"""Operations benchmark: how soon a restarted broker is of use again (issue 23), and how long a
+partition is unavailable during a graceful rolling restart against a kill (issue 26).
 
     python -m bench.ops [--quick] [--keep-logs DIR]
 
@@ -16,11 +17,25 @@ plain sockets, as a person at a telnet prompt would.
   connection). Repeated: p50 and max.
 * every answer the probes got is checked: ``unknown_topic`` counts ``UNKNOWN_TOPIC`` answers for
   the topic, which exists all along (issue 23: a restarted broker answered it); it must be 0.
+* rolling restart: a topic of ``ROLLING_PARTITIONS`` partitions with 3 replicas; one probe per
+  partition writes to it without pause, one record at a time, through the client library's
+  ``Producer`` (idempotent, default retries), and notes when each acknowledgement came. The
+  partition's unavailability is the longest gap between two acknowledgements (or the phase's
+  start or end) while every broker is restarted in turn with SIGTERM
+  (``LocalCluster.restart_rolling``: each hands its leaderships over before it stops);
+  ``rolling_unavailable_p99_s`` is the p99 over partitions (target < 0.3 s). Then, in the same
+  run with the same probes, the broker leading the most partitions is killed with SIGKILL and
+  started again: ``kill_unavailable_p99_s`` is the same figure for the election that causes.
+  ``client_errors`` counts the sends that failed for the client (retries exhausted); ``lost``
+  the acknowledged records not read back at their offset, ``duplicates`` those read twice;
+  all three must be 0.
 
 Ends with one line::
 
     RESULT restart_first_ack_s=<p50> restart_first_ack_max_s=<max> restart_ready_s=<p50>
     restart_ready_max_s=<max> unknown_topic=<count> trials=<n>
+    rolling_unavailable_p99_s=<p99> kill_unavailable_p99_s=<p99> client_errors=<n> lost=<n>
+    duplicates=<n>
 
 (on one line). Times are seconds, from the ``Popen`` of the restarted broker(s).
 """
@@ -29,22 +44,30 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import shutil
 import socket
 import statistics
 import tempfile
+import threading
 import time
 from collections import Counter
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.client import Client, Consumer, KafkaesqueError, Producer, ProducerConfig
 
 TOPIC = "ops-bench"
 DOWN_S = 3.0  # how long the two brokers stay down (the issue's scenario)
 _PROBE_PAUSE_S = 0.02  # between a refused attempt and the next
 _REPLY_TIMEOUT_S = 2.0  # a request unanswered this long: the connection is opened again
 _GIVE_UP_S = 60.0
+ROLLING_TOPIC = "ops-rolling"
+ROLLING_PARTITIONS = 6
+_SETTLE_S = 1.0  # probes write this long before and after a phase: gaps at its edges count
+_STOP_PROBES_S = 60.0  # a probe's last send ends within the producer's delivery timeout
 
 
 @dataclass
@@ -151,6 +174,142 @@ def restart_ready(
     return took
 
 
+class PartitionProbes:
+    """One thread per partition of ``topic``, each with a client library ``Producer`` of its
+    own (idempotent, default retries, no linger) that sends one record at a time to its
+    partition and, once it is acknowledged, the next (after ``pause_s``). Each thread notes when
+    every acknowledgement came and where the record went; a send that fails for the client
+    (after the producer's own retries) is noted in ``errors``.
+
+    A context manager: the threads run from ``__enter__`` to ``stop`` (or ``__exit__``).
+    """
+
+    def __init__(
+        self, bootstrap: str, topic: str, partitions: int, *, pause_s: float = 0.0
+    ) -> None:
+        self.bootstrap = bootstrap
+        self.topic = topic
+        self.partitions = partitions
+        self.pause_s = pause_s
+        # Each list and dict is written by its partition's thread only (read after stop()).
+        self.acks: dict[int, list[float]] = {p: [] for p in range(partitions)}
+        self.acked: dict[int, dict[int, bytes]] = {p: {} for p in range(partitions)}
+        self.errors: list[str] = []
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(p,), name=f"probe-{p}", daemon=True)
+            for p in range(partitions)
+        ]
+
+    def __enter__(self) -> PartitionProbes:
+        for thread in self._threads:
+            thread.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def stop(self) -> None:
+        """Stop sending and wait for every thread's last send to end."""
+        self._stop.set()
+        for thread in self._threads:
+            thread.join(_STOP_PROBES_S)
+
+    def _run(self, partition: int) -> None:
+        config = ProducerConfig(linger_ms=0)
+        try:
+            with Client(self.bootstrap) as client, Producer(client, config) as producer:
+                n = 0
+                while not self._stop.is_set():
+                    value = f"{partition}-{n}".encode()
+                    n += 1
+                    try:
+                        where = producer.send(self.topic, value, partition=partition).get()
+                    except KafkaesqueError as exc:
+                        self.errors.append(f"partition {partition}: {exc}")
+                        continue
+                    self.acks[partition].append(time.monotonic())
+                    self.acked[partition][where.offset] = value
+                    if self.pause_s:
+                        time.sleep(self.pause_s)
+        except Exception as exc:  # noqa: BLE001 - a probe that dies is an error to report
+            self.errors.append(f"partition {partition}: the probe stopped: {exc!r}")
+
+    def longest_gaps(self, start: float, end: float) -> list[float]:
+        """Each partition's longest time without an acknowledgement within [start, end]
+        (``time.monotonic()``), the edges counting as acknowledgements."""
+        gaps = []
+        for p in range(self.partitions):
+            times = [start, *(t for t in self.acks[p] if start < t < end), end]
+            gaps.append(max(b - a for a, b in itertools.pairwise(times)))
+        return gaps
+
+    def verify(self) -> tuple[int, int]:
+        """Read the topic back: (acknowledged records not at their offset, records read more
+        than once). Call after ``stop``."""
+        seen: Counter[bytes] = Counter()
+        stored: dict[tuple[int, int], bytes | None] = {}
+        with Consumer(self.bootstrap) as consumer:
+            consumer.assign_topic(self.topic)
+            for record in consumer.records(follow=False):
+                stored[record.partition, record.offset] = record.value
+                if record.value is not None:
+                    seen[record.value] += 1
+        lost = sum(
+            1
+            for p, acked in self.acked.items()
+            for offset, value in acked.items()
+            if stored.get((p, offset)) != value
+        )
+        return lost, sum(1 for count in seen.values() if count > 1)
+
+
+def p99(values: Sequence[float]) -> float:
+    """The 99th percentile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[max(0, -(-99 * len(ordered) // 100) - 1)]
+
+
+def unavailability(
+    cluster: LocalCluster, partitions: int, stamp: Callable[[str], None] = _silent
+) -> tuple[list[float], list[float], int, int, int]:
+    """The rolling-restart phase and the kill phase (see the module docstring), one after the
+    other with the same probes: (rolling gaps, kill gaps, client errors, lost, duplicates)."""
+    created = _ask(cluster.client_address(0), f"CREATE {ROLLING_TOPIC} {partitions} 3")
+    if not created.startswith(b"+OK"):
+        raise RuntimeError(f"CREATE answered {created!r}")
+    with PartitionProbes(cluster.bootstrap, ROLLING_TOPIC, partitions) as probes:
+        time.sleep(_SETTLE_S)
+        stamp("rolling restart")
+        start = time.monotonic()
+        for step in cluster.restart_rolling():
+            print(f"rolling restart: {step.describe()}", flush=True)
+        time.sleep(_SETTLE_S)
+        rolling = probes.longest_gaps(start, time.monotonic())
+        victim = _most_leaders(cluster, ROLLING_TOPIC)
+        stamp(f"kill -9 broker {victim}")
+        start = time.monotonic()
+        cluster.kill(victim)
+        time.sleep(2.0)  # longer than an election: the gap is the election's
+        cluster.start(victim)
+        cluster.wait_ready()
+        cluster.wait_in_sync(victim)
+        time.sleep(_SETTLE_S)
+        killed = probes.longest_gaps(start, time.monotonic())
+    lost, duplicates = probes.verify()
+    return rolling, killed, len(probes.errors), lost, duplicates
+
+
+def _most_leaders(cluster: LocalCluster, topic: str) -> int:
+    """The broker leading the most partitions of ``topic`` (as broker 0 reports it)."""
+    with Client(cluster.bootstrap) as client:
+        metadata = client.refresh_metadata([topic])
+    leaders = Counter(
+        row.leader for row in metadata.partitions.get(topic, ()) if row.leader is not None
+    )
+    return leaders.most_common(1)[0][0] if leaders else 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.ops", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="fewer trials (about a minute)")
@@ -178,6 +337,12 @@ def main(argv: list[str] | None = None) -> int:
             for trial in range(trials):
                 ready.append(restart_ready(cluster, 1 + trial % 2, probe, timeline))
                 print(f"restart to ready, trial {trial + 1}: {ready[-1]:.2f} s", flush=True)
+            partitions = ROLLING_PARTITIONS if args.quick else 2 * ROLLING_PARTITIONS
+            rolling, killed, errors, lost, duplicates = unavailability(
+                cluster, partitions, timeline
+            )
+            print("unavailability per partition, rolling restart:", _seconds(rolling))
+            print("unavailability per partition, leader killed:", _seconds(killed))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("answers seen by the probes:", dict(sorted(probe.answers.items())))
@@ -185,9 +350,15 @@ def main(argv: list[str] | None = None) -> int:
         f"RESULT restart_first_ack_s={statistics.median(acks):.2f} "
         f"restart_first_ack_max_s={max(acks):.2f} "
         f"restart_ready_s={statistics.median(ready):.2f} restart_ready_max_s={max(ready):.2f} "
-        f"unknown_topic={probe.answers['UNKNOWN_TOPIC']} trials={trials}"
+        f"unknown_topic={probe.answers['UNKNOWN_TOPIC']} trials={trials} "
+        f"rolling_unavailable_p99_s={p99(rolling):.3f} kill_unavailable_p99_s={p99(killed):.3f} "
+        f"client_errors={errors} lost={lost} duplicates={duplicates}"
     )
     return 0
+
+
+def _seconds(values: Sequence[float]) -> str:
+    return " ".join(f"{v:.3f}" for v in values)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,14 @@ again after a short back-off, unless it keeps dying (see ``RestartPolicy``);
 in its data directory) to start broker N again, so that every broker stays its child and stops
 with it.
 
+``kafkaesque cluster restart --rolling`` asks the running ``cluster up`` to restart every broker
+in turn without a blip: each is stopped with SIGTERM (it hands its partition leaderships to
+up-to-date replicas first, see ``kafkaesque broker``), started again, and waited for until it
+is registered and its replicas have caught up with their leaders; then the next.
+
 ``LocalCluster`` is the same thing as a library, for the tests, the benchmarks and the fault
-injector: start, kill -9, restart and stop single brokers, and always stop every process it
-started.
+injector: start, kill -9, stop gracefully, restart (one broker, or all in turn with
+``restart_rolling``) and always stop every process it started.
 """
 
 from __future__ import annotations
@@ -23,13 +28,15 @@ import argparse
 import contextlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Mapping, Sequence
+import urllib.request
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, TextIO
@@ -37,11 +44,39 @@ from typing import Any, TextIO
 DEFAULT_DATA_DIR = os.path.join(".kafkaesque-data", "cluster")
 DEFAULT_BASE_PORT = 9092
 _PORTS_PER_BROKER = 10  # client +0, peer +1, controller +2, admin +3, mqtt +4
-_STOP_TIMEOUT_S = 10.0
+_STOP_TIMEOUT_S = 10.0  # a graceful stop hands leaderships over within 5 s (the default)
+_IN_SYNC_POLL_S = 0.1  # how often restart_rolling looks at the replicas of a restarted broker
+_SCRAPE_TIMEOUT_S = 2.0
+# One sample of the Prometheus text format: name{labels} value (labels in our metrics are
+# plain words: topic names allow no quote nor backslash).
+_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{([^}]*)\})?\s+(\S+)")
+_LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="([^"]*)"')
 
 
 class ClusterError(Exception):
     """The cluster could not start or answer; the message says why."""
+
+
+@dataclass(frozen=True)
+class RollingStep:
+    """One broker's turn in ``LocalCluster.restart_rolling``, in seconds: from its SIGTERM until
+    it exited (``stopped_s``: the hand-over of its leaderships, then the stop), from its start
+    until it was registered and answering (``ready_s``), and until its replicas had caught up
+    with their leaders (``in_sync_s``, from its start too). ``exit_code`` is its stop's (0: a
+    graceful stop; it was killed if the stop took longer than the stop timeout)."""
+
+    broker: int
+    stopped_s: float
+    ready_s: float
+    in_sync_s: float
+    exit_code: int
+
+    def describe(self) -> str:
+        how = "stopped" if self.exit_code == 0 else describe_exit(self.exit_code)
+        return (
+            f"broker {self.broker}: {how} in {self.stopped_s:.2f} s, ready {self.ready_s:.2f} s "
+            f"and in sync {self.in_sync_s:.2f} s after its start"
+        )
 
 
 @dataclass(frozen=True)
@@ -235,13 +270,19 @@ class LocalCluster:
     def resume(self, broker: int) -> None:
         self.procs[broker].send_signal(signal.SIGCONT)
 
-    def stop(self, broker: int) -> None:
+    def stop(self, broker: int, *, graceful: bool = True) -> None:
+        """Stop ``broker`` and wait for it (killed after ``_STOP_TIMEOUT_S``).
+
+        ``graceful``: SIGTERM, so it first hands its leaderships over to other brokers (a few
+        milliseconds when they are reachable, at most its ``--shutdown-timeout``); else SIGINT,
+        which stops it at once (its partitions then elect new leaders, as after a crash).
+        """
         proc = self.procs.get(broker)
         if proc is None:
             return
         if proc.poll() is None:
             proc.send_signal(signal.SIGCONT)
-            proc.terminate()
+            proc.send_signal(signal.SIGTERM if graceful else signal.SIGINT)
             try:
                 proc.wait(_STOP_TIMEOUT_S)
             except subprocess.TimeoutExpired:
@@ -252,13 +293,15 @@ class LocalCluster:
             log.close()
 
     def stop_all(self) -> None:
+        """Stop every broker at once (SIGINT): with all of them going, handing leaderships over
+        would only pass them around until each broker's shutdown timeout."""
         for i in list(self.procs):
             proc = self.procs[i]
             if proc.poll() is None:
                 proc.send_signal(signal.SIGCONT)
-                proc.terminate()
+                proc.send_signal(signal.SIGINT)
         for i in list(self.procs):
-            self.stop(i)
+            self.stop(i, graceful=False)
 
     def alive(self) -> list[int]:
         return [i for i, p in self.procs.items() if p.poll() is None]
@@ -284,10 +327,143 @@ class LocalCluster:
             time.sleep(0.2)
         raise ClusterError(f"the cluster did not become ready in {timeout:.0f} s ({last})")
 
+    def restart_rolling(
+        self,
+        brokers: Sequence[int] | None = None,
+        *,
+        timeout: float = 60.0,
+        on_step: Callable[[RollingStep], None] | None = None,
+    ) -> list[RollingStep]:
+        """Restart ``brokers`` (default: every running one, by id) one at a time, gracefully.
+
+        Each is stopped with SIGTERM (it hands its leaderships over, then exits), started again,
+        and waited for until it answers with every broker registered (``wait_ready``) and its
+        replicas have caught up (``wait_in_sync``); only then is the next one stopped, so that
+        no partition ever has two replicas down. ``on_step`` is told each broker's figures as
+        soon as it is back. Raises ``ClusterError`` if a broker does not come back within
+        ``timeout`` seconds (the rest are not restarted then).
+        """
+        order = sorted(self.alive()) if brokers is None else list(brokers)
+        steps = []
+        for broker in order:
+            if broker not in self.procs:
+                raise ClusterError(f"no broker {broker} in this cluster")
+            stopping = time.monotonic()
+            self.stop(broker)
+            stopped = time.monotonic()
+            code = self.procs[broker].returncode
+            self.start(broker)
+            self.wait_ready(timeout)
+            ready = time.monotonic()
+            self.wait_in_sync(broker, timeout)
+            step = RollingStep(
+                broker, stopped - stopping, ready - stopped, time.monotonic() - stopped, code
+            )
+            if on_step is not None:
+                on_step(step)
+            steps.append(step)
+        return steps
+
+    def wait_in_sync(self, broker: int, timeout: float = 60.0) -> None:
+        """Until every partition with a replica on ``broker`` has a leader, and ``broker``'s copy
+        of its log reaches where the leader's log ended when this wait first saw that leader.
+
+        Read from every running broker's ``/metrics`` (each leader's ``follower_lag`` rows name
+        its followers; each replica's ``log_end_offset`` tells how far it is): a replica that
+        keeps up under load passes as soon as it has what the leader had, not only once idle.
+        ``ClusterError`` after ``timeout`` seconds, saying which partition is behind.
+        """
+        deadline = time.monotonic() + timeout
+        targets: dict[tuple[str, str], int] = {}
+        waiting = "no answer yet"
+        while time.monotonic() < deadline:
+            try:
+                samples = {b: self.scrape(b) for b in self.alive()}
+            except OSError as exc:
+                waiting = f"metrics unreadable: {exc}"
+                time.sleep(_IN_SYNC_POLL_S)
+                continue
+            behind = _behind(broker, samples, targets)
+            if behind is None:
+                return
+            waiting = behind
+            time.sleep(_IN_SYNC_POLL_S)
+        raise ClusterError(
+            f"broker {broker}'s replicas did not catch up in {timeout:.0f} s ({waiting})"
+        )
+
+    def scrape(self, broker: int) -> list[tuple[str, dict[str, str], float]]:
+        """Broker ``broker``'s ``/metrics``, as (name, labels, value) samples. ``OSError`` if it
+        does not answer within ``_SCRAPE_TIMEOUT_S``."""
+        url = f"http://127.0.0.1:{self.ports[broker].admin}/metrics"
+        with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S) as reply:
+            return parse_samples(reply.read().decode("utf-8", "replace"))
+
     def _registered(self, broker: int) -> int:
         """How many brokers ``broker``'s METADATA lists."""
         data = _ask(self.client_address(broker), "METADATA", 2)
         return sum(1 for line in data.split(b"\r\n") if line.startswith(b"+BROKER "))
+
+
+def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
+    """The samples of a Prometheus text exposition: (name, labels, value); comments and lines
+    that do not parse are skipped."""
+    out = []
+    for line in text.splitlines():
+        match = _SAMPLE.match(line)
+        if match is None:
+            continue
+        name, labels, value = match.groups()
+        try:
+            number = float(value)
+        except ValueError:
+            continue
+        out.append((name, dict(_LABEL.findall(labels or "")), number))
+    return out
+
+
+def _behind(
+    broker: int,
+    samples: Mapping[int, list[tuple[str, dict[str, str], float]]],
+    targets: dict[tuple[str, str], int],
+) -> str | None:
+    """None if every partition with a replica on ``broker`` has a leader and ``broker``'s log
+    end has reached its target; else which partition is not there yet. ``targets`` (partition
+    -> the leader's log end when first seen) is filled as leaders are seen, across calls."""
+    me = str(broker)
+    leaders: dict[tuple[str, str], tuple[float, float]] = {}  # partition -> (term, log end)
+    terms: dict[tuple[int, tuple[str, str]], float] = {}
+    ends: dict[tuple[int, tuple[str, str]], float] = {}
+    leading: set[tuple[int, tuple[str, str]]] = set()
+    hosted: set[tuple[str, str]] = set()  # partitions with a replica on ``broker``
+    for source, rows in samples.items():
+        for name, labels, value in rows:
+            key = (labels.get("topic", ""), labels.get("partition", ""))
+            if name == "kafkaesque_partition_term":
+                terms[source, key] = value
+            elif name == "kafkaesque_partition_log_end_offset":
+                ends[source, key] = value
+                if source == broker:
+                    hosted.add(key)
+            elif name == "kafkaesque_partition_is_leader" and value == 1:
+                leading.add((source, key))
+            elif name == "kafkaesque_partition_follower_lag" and labels.get("follower") == me:
+                hosted.add(key)
+    for source, key in leading:
+        term, end = terms.get((source, key), -1.0), ends.get((source, key), -1.0)
+        if key not in leaders or term > leaders[key][0]:
+            leaders[key] = (term, end)
+    for key in sorted(hosted):
+        shown = f"{key[0]}/{key[1]}"
+        if key not in leaders:
+            return f"{shown} has no leader"
+        target = targets.setdefault(key, int(leaders[key][1]))
+        have = ends.get((broker, key))
+        if have is None:
+            return f"{shown} is not open on broker {broker} yet"
+        if have < target:
+            return f"{shown} on broker {broker} is at {int(have)} of {target}"
+    return None
 
 
 def _ask(address: tuple[str, int], line: str, timeout: float) -> bytes:
@@ -314,8 +490,9 @@ STATE_FILE = "cluster-up.json"
 """In the data directory while ``cluster up`` runs: its pid and each broker's pid, address, log
 and command line (JSON). ``restart-broker`` reads it; ``cluster up`` removes it as it stops."""
 CONTROL_DIR = "control"
-"""In the data directory: ``<token>.restart`` requests (a broker id) and their ``<token>.reply``
-answers (JSON ``{"ok": bool, "message": str}``), both written whole by a rename."""
+"""In the data directory: ``<token>.restart`` requests (a broker id), ``<token>.rolling``
+requests (a rolling restart of every broker; the text is ignored) and their ``<token>.reply``
+answers (JSON ``{"ok": bool, "message": str}``), all written whole by a rename."""
 _POLL_S = 0.25  # how often `cluster up` looks at its brokers and its requests
 _PING_TIMEOUT_S = 0.5  # a restarted broker is back once it answers PING this fast
 _REQUEST_TIMEOUT_S = 10.0  # how long restart-broker waits for `cluster up` to take its request
@@ -517,7 +694,8 @@ class Supervisor:
             os.makedirs(self._control, exist_ok=True)
             return
         for name in names:
-            if not name.endswith(".restart"):
+            kind = os.path.splitext(name)[1]
+            if kind not in (".restart", ".rolling"):
                 continue
             path = os.path.join(self._control, name)
             try:
@@ -526,8 +704,37 @@ class Supervisor:
                 os.remove(path)
             except OSError:
                 continue  # taken away meanwhile: its sender gave up
-            ok, message = self._restart_request(text)
-            _write_json(path.removesuffix(".restart") + ".reply", {"ok": ok, "message": message})
+            if kind == ".restart":
+                ok, message = self._restart_request(text)
+            else:
+                ok, message = self._rolling_request()
+            _write_json(path.removesuffix(kind) + ".reply", {"ok": ok, "message": message})
+
+    def _rolling_request(self) -> tuple[bool, str]:
+        """Restart every broker in turn, gracefully (``LocalCluster.restart_rolling``); each
+        broker's figures are said as it is back. Runs within this round: the supervisor looks
+        at nothing else meanwhile (a broker that dies then is noticed at the next round)."""
+        self._notice_deaths(time.monotonic())
+        down = sorted(b for b, p in self.cluster.procs.items() if p.poll() is not None)
+        if down:
+            listed = ", ".join(map(str, down))
+            return False, f"broker(s) {listed} down: start them first (restart-broker)"
+        lines: list[str] = []
+
+        def told(step: RollingStep) -> None:
+            lines.append(step.describe())
+            self._say(f"rolling restart: {lines[-1]}")
+            self._write_state()
+
+        self._say("rolling restart: one broker at a time (SIGTERM: it hands its leaderships over)")
+        try:
+            self.cluster.restart_rolling(on_step=told)
+        except ClusterError as exc:
+            self._write_state()
+            self._say(f"rolling restart stopped: {exc}")
+            return False, "\n".join([*lines, f"stopped: {exc}"])
+        self._say("rolling restart done")
+        return True, "\n".join([*lines, "rolling restart done"])
 
     def _restart_request(self, text: str) -> tuple[bool, str]:
         members = sorted(self.cluster.procs)
@@ -581,14 +788,27 @@ def request_restart(data_dir: str, broker: int, timeout: float = _REQUEST_TIMEOU
     if str(broker) not in state["brokers"]:
         members = ", ".join(sorted(state["brokers"], key=int))
         raise ClusterError(f"no broker {broker} in the cluster of {data_dir} (brokers {members})")
+    return _request(data_dir, state, ".restart", f"{broker}\n", timeout)
+
+
+def request_rolling_restart(data_dir: str, timeout: float) -> str:
+    """Ask the ``cluster up`` running on ``data_dir`` to restart every broker in turn,
+    gracefully; its answer (a line per broker) once done. ``ClusterError`` if none runs, if a
+    broker is down or does not come back, or if no answer came within ``timeout`` seconds."""
+    return _request(data_dir, read_state(data_dir), ".rolling", "all\n", timeout)
+
+
+def _request(data_dir: str, state: dict[str, Any], kind: str, text: str, timeout: float) -> str:
+    """Put a ``kind`` request holding ``text`` for the ``cluster up`` of ``state``; its answer.
+    ``ClusterError`` if it refuses, or does not answer within ``timeout`` seconds."""
     control = _control_dir(data_dir)
     token = f"{os.getpid()}-{time.time_ns()}"
-    request = os.path.join(control, f"{token}.restart")
+    request = os.path.join(control, f"{token}{kind}")
     reply_path = os.path.join(control, f"{token}.reply")
     temporary = os.path.join(control, f"{token}.tmp")
     try:
         with open(temporary, "w", encoding="utf-8") as f:
-            f.write(f"{broker}\n")
+            f.write(text)
         os.replace(temporary, request)
     except OSError as exc:
         raise ClusterError(f"cannot write a request in {control}: {exc}") from exc
@@ -609,7 +829,7 @@ def request_restart(data_dir: str, broker: int, timeout: float = _REQUEST_TIMEOU
     with contextlib.suppress(FileNotFoundError):
         os.remove(request)
     raise ClusterError(
-        f"the `kafkaesque cluster up` of {data_dir} (pid {state['pid']}) did not take the "
+        f"the `kafkaesque cluster up` of {data_dir} (pid {state['pid']}) did not answer the "
         f"request in {timeout:g} s"
     )
 
@@ -680,6 +900,30 @@ def add_parser(commands: Any) -> None:
         "--timeout", type=float, default=60.0, help="seconds to wait until it answers (60)"
     )
     restart.set_defaults(run=run_restart_broker)
+    rolling = actions.add_parser(
+        "restart",
+        help="restart every broker of the running `cluster up` in turn (--rolling), gracefully",
+        description="Restart each broker of the running `kafkaesque cluster up` in turn: SIGTERM "
+        "(it hands its partition leaderships to up-to-date replicas, then stops), start it "
+        "again, wait until it is registered and its replicas have caught up, then the next. "
+        "Clients see latency, not errors.",
+    )
+    rolling.add_argument(
+        "--rolling",
+        action="store_true",
+        required=True,
+        help="one broker at a time (the only mode: restart-broker N starts one broker)",
+    )
+    rolling.add_argument(
+        "--data-dir", default=DEFAULT_DATA_DIR, help=f"the cluster's ({DEFAULT_DATA_DIR})"
+    )
+    rolling.add_argument(
+        "--timeout",
+        type=float,
+        default=300.0,
+        help="seconds to wait for the whole restart (300)",
+    )
+    rolling.set_defaults(run=run_restart_rolling)
 
 
 def run_up(args: argparse.Namespace) -> int:
@@ -745,6 +989,12 @@ def run_restart_broker(args: argparse.Namespace) -> int:
     print(request_restart(data_dir, args.broker), flush=True)
     address = wait_answering(data_dir, args.broker, args.timeout)
     print(f"broker {args.broker} is back: it answers on {address}", flush=True)
+    return 0
+
+
+def run_restart_rolling(args: argparse.Namespace) -> int:
+    data_dir = os.path.abspath(args.data_dir)
+    print(request_rolling_restart(data_dir, args.timeout), flush=True)
     return 0
 
 

@@ -111,6 +111,10 @@ RESTART_BROKER_TEST = (
     "tests/cli/test_cluster.py::"
     "test_without_restart_a_dead_broker_is_down_in_status_until_restart_broker"
 )
+ROLLING_RESTART_TEST = (
+    "tests/cli/test_cluster_rolling.py::"
+    "test_cluster_restart_rolling_restarts_every_broker_of_cluster_up"
+)
 
 REGISTRY: tuple[Entry, ...] = (
     # README.md
@@ -224,6 +228,7 @@ REGISTRY: tuple[Entry, ...] = (
         'kill -9 "$(jq \'.brokers["1"].pid\' .kafkaesque-data/cluster/cluster-up.json)"',
     ),
     by(RESTART_BROKER_TEST, ".venv/bin/kafkaesque cluster restart-broker 1"),
+    by(ROLLING_RESTART_TEST, ".venv/bin/kafkaesque cluster restart --rolling"),
     Entry(
         "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
         "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
