@@ -265,12 +265,34 @@ class Egress:
         async with trio.open_nursery() as nursery:
             for partition in range(info.config.partitions):
                 nursery.start_soon(self._read_partition, log_topic, partition, one_positioned)
+            await self._read_new_partitions(log_topic, info.config.partitions, nursery)
+
+    async def _read_new_partitions(self, log_topic: str, known: int, nursery: trio.Nursery) -> None:
+        """Read the partitions added to ``log_topic`` later (``ALTER``) as well, each from its
+        start: everything in it was written after this reader began. Runs for ever."""
+        metadata = self._broker.metadata
+        version = metadata.view.version
+        while True:
+            view = await metadata.wait_changed(version)
+            version = view.version
+            info = view.topics.get(log_topic)
+            if info is None or info.config.partitions <= known:
+                continue
+            for partition in range(known, info.config.partitions):
+                log.info("mqtt egress: %s gained partition %d", log_topic, partition)
+                nursery.start_soon(self._read_partition, log_topic, partition, None, 0)
+            known = info.config.partitions
 
     async def _read_partition(
-        self, log_topic: str, partition: int, positioned: Callable[[], None] | None
+        self,
+        log_topic: str,
+        partition: int,
+        positioned: Callable[[], None] | None,
+        start: int | None = None,
     ) -> None:
+        """Deliver the partition's records from ``start`` (None: its end), for ever."""
         commands = self._broker.commands
-        offset: int | None = None
+        offset: int | None = start
         while True:
             try:
                 if offset is None:

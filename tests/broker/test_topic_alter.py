@@ -1,9 +1,10 @@
 """Live topic changes and fsync policies on real broker processes (issue 26).
 
 Partitions added while a producer writes and a consumer group reads (no acknowledged record lost,
-the group reads the new partitions), a retention change that deletes old segments on every
-replica without a restart, ALTERs that are refused with a clear ``-ERR``, and a broker started
-with ``--fsync interval`` whose topics fsync by the broker's policy or by their own.
+the group reads the new partitions; MQTT subscribers get their records too), a retention change
+that deletes old segments on every replica without a restart, ALTERs that are refused with a
+clear ``-ERR``, and a broker started with ``--fsync interval`` whose topics fsync by the broker's
+policy or by their own.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from kafkaesque.protocol import (
 )
 
 from .line_client import LineClient
+from .mqtt_helpers import RULES, PahoDevice, wait_for
 
 _ROOT = Path(__file__).resolve().parents[2]
 _FSYNC_COUNT = "kafkaesque_fsync_latency_seconds_count"
@@ -224,3 +226,22 @@ def test_bad_alters_get_a_clear_error(tmp_path: Path) -> None:
         assert c.ok("ALTER t partitions=2 compact=no") == "unchanged"
         [row] = [r for r in c.rows("DESCRIBE t") if isinstance(r, TopicRow)]
         assert (row.partitions, row.compact) == (2, False)
+
+
+def test_mqtt_subscribers_get_the_records_of_partitions_added_later(tmp_path: Path) -> None:
+    with LocalCluster(str(tmp_path), 1, mqtt=True, mqtt_rules=RULES) as cluster:
+        phone = PahoDevice(cluster.mqtt_address(0), "watcher")
+        try:
+            phone.wait_connected()
+            phone.subscribe("phones/+/commands", qos=1)  # reads the log topic "commands"
+            with LineClient(cluster.client_address(0)) as c:
+                [before] = [r for r in c.rows("DESCRIBE commands") if isinstance(r, TopicRow)]
+                c.ok(f"ALTER commands partitions={before.partitions * 2}")
+                partitions = {
+                    int(c.ok(f"PUB commands key=phone-{i} cmd-{i}").split()[0]) for i in range(40)
+                }
+            assert max(partitions) >= before.partitions  # some went to the new partitions
+            expected = sorted(f"cmd-{i}".encode() for i in range(40))
+            wait_for(lambda: sorted(phone.payloads()) == expected, 30, "every command")
+        finally:
+            phone.close()
