@@ -271,17 +271,16 @@ class Egress:
         """Read the partitions added to ``log_topic`` later (``ALTER``) as well, each from its
         start: everything in it was written after this reader began. Runs for ever."""
         metadata = self._broker.metadata
-        version = metadata.view.version
         while True:
-            view = await metadata.wait_changed(version)
-            version = view.version
+            # The view now first: a change applied since ``known`` was read is not waited for.
+            view = metadata.view
             info = view.topics.get(log_topic)
-            if info is None or info.config.partitions <= known:
-                continue
-            for partition in range(known, info.config.partitions):
-                log.info("mqtt egress: %s gained partition %d", log_topic, partition)
-                nursery.start_soon(self._read_partition, log_topic, partition, None, 0)
-            known = info.config.partitions
+            if info is not None and info.config.partitions > known:
+                for partition in range(known, info.config.partitions):
+                    log.info("mqtt egress: %s gained partition %d", log_topic, partition)
+                    nursery.start_soon(self._read_partition, log_topic, partition, None, 0)
+                known = info.config.partitions
+            await metadata.wait_changed(view.version)
 
     async def _read_partition(
         self,
