@@ -180,7 +180,16 @@ def test_a_sigtermed_broker_hands_its_partitions_over_before_it_exits(tmp_path: 
                 assert b"before-%d" % p in values and b"after-%d" % p in values
 
 
-def test_a_lone_broker_stops_at_once_and_a_second_signal_cuts_a_hand_over_short(
+def _most_leaders(cluster: LocalCluster, via: int, topic: str) -> int:
+    """The broker leading the most partitions of ``topic`` once each has a leader."""
+    deadline = time.monotonic() + 30
+    while None in (leaders := _leaders(cluster, via, topic)).values():
+        assert time.monotonic() < deadline, f"no leader for every partition: {leaders}"
+        time.sleep(0.05)
+    return max(range(cluster.n), key=lambda b: sum(1 for v in leaders.values() if v == b))
+
+
+def test_a_hand_over_nobody_can_take_ends_by_itself_or_at_a_second_signal(
     tmp_path: Path,
 ) -> None:
     with LocalCluster(str(tmp_path), 3, extra_args=["--shutdown-timeout", "60"]) as cluster:
@@ -188,22 +197,46 @@ def test_a_lone_broker_stops_at_once_and_a_second_signal_cuts_a_hand_over_short(
             c.ok("CREATE held 3 3")
             for p in range(3):
                 c.ok(f"PUB held partition={p} x")
-        # Nobody can take broker 0's leaderships while the others are paused: its hand-over
-        # waits a second for them before it gives up; SIGINT during it stops it at once.
-        cluster.pause(1)
-        cluster.pause(2)
+        # Nobody can take the victim's leaderships while the others are paused: its hand-over
+        # waits a second for them, then gives up; SIGINT during it stops it at once.
+        victim = _most_leaders(cluster, 0, "held")
+        others = [b for b in range(3) if b != victim]
+        for b in others:
+            cluster.pause(b)
         try:
-            proc = cluster.procs[0]
+            proc = cluster.procs[victim]
             proc.send_signal(signal.SIGTERM)
             time.sleep(0.2)
             assert proc.poll() is None  # still handing over
             proc.send_signal(signal.SIGINT)
             assert proc.wait(10) == 0
         finally:
-            cluster.resume(1)
-            cluster.resume(2)
-        with open(cluster.log_path(0)) as f:
+            for b in others:
+                cluster.resume(b)
+        with open(cluster.log_path(victim)) as f:
             assert "stopping at once (a second signal)" in f.read()
+
+        # Without a second signal, it gives up on its own, long before its 60 s timeout.
+        cluster.start(victim)
+        cluster.wait_ready()
+        victim = _most_leaders(cluster, others[0], "held")
+        others = [b for b in range(3) if b != victim]
+        for b in others:
+            cluster.pause(b)
+        try:
+            proc = cluster.procs[victim]
+            stopping = time.monotonic()
+            proc.send_signal(signal.SIGTERM)
+            assert proc.wait(30) == 0
+            print(f"gave up after {time.monotonic() - stopping:.2f} s")
+        finally:
+            for b in others:
+                cluster.resume(b)
+        with open(cluster.log_path(victim)) as f:
+            said = re.findall(
+                r"handed over (\d+) of (\d+) partition leaderships \((\d+) left", f.read()
+            )
+        assert said and int(said[-1][1]) >= 1 and said[-1][0] == "0", said
 
 
 def test_a_broker_with_nobody_to_hand_over_to_stops_at_once(tmp_path: Path) -> None:
