@@ -17,6 +17,10 @@ replica, waits until each has a leader elsewhere (at most ``--shutdown-timeout``
 default), then stops; the clients connected to it are served meanwhile and see the hand-over as
 latency. SIGINT (Ctrl-C), or a second SIGTERM during the hand-over, stops at once, as a crash
 would look to the others (elections follow).
+
+While it runs, the broker keeps its pid in ``<data-dir>/<id>/broker.pid``;
+``kafkaesque broker stop --data-dir <dir> --id <id>`` (or ``--config``) sends it SIGTERM and
+waits until it has stopped.
 """
 
 from __future__ import annotations
@@ -27,6 +31,7 @@ import logging
 import os
 import signal
 import sys
+import time
 from typing import Any
 
 import trio
@@ -68,6 +73,10 @@ _FLAGS = {
 
 
 _PARENT_CHECK_S = 0.5
+PID_FILE = "broker.pid"
+"""In the broker's own directory (``<data-dir>/<id>``) while it runs: its process id."""
+_STOP_MARGIN_S = 10.0  # `broker stop` waits the shutdown timeout and this much more
+_STOP_POLL_S = 0.05
 
 log = logging.getLogger("kafkaesque.cli.broker")
 
@@ -82,6 +91,13 @@ def add_parser(commands: Any) -> None:
         help="run one broker",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "action",
+        nargs="?",
+        choices=("stop",),
+        help="stop: SIGTERM the broker running with this --data-dir and --id (or --config), "
+        "found by its broker.pid, and wait until it has handed its leaderships over and stopped",
     )
     parser.add_argument("--config", help="a TOML file of settings")
     parser.add_argument("--id", type=int, help="this broker's id")
@@ -183,6 +199,8 @@ _GIL_SWITCH_INTERVAL_S = 0.0005
 
 
 def run(args: argparse.Namespace) -> int:
+    if args.action == "stop":
+        return stop(args)
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -213,39 +231,136 @@ async def _serve(
     shutdown_timeout: float = DEFAULT_SHUTDOWN_TIMEOUT_S,
 ) -> None:
     unstarted = Broker(config)  # reads its files (rules, users, certificates): ConfigError
-    with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
-        async with trio.open_nursery() as nursery:
-            broker: Broker = await nursery.start(unstarted.run)
-            if exit_with_parent:
-                nursery.start_soon(_watch_parent, os.getppid(), nursery.cancel_scope)
-            parts = [f"broker {config.id}", f"client={config.client.host}:{broker.client_port}"]
-            parts.append(f"peer={config.peers[config.id]}")
-            parts.append(f"controller={config.controllers[config.id]}")
-            if broker.admin_port is not None and config.admin is not None:
-                parts.append(f"admin={config.admin.host}:{broker.admin_port}")
-            if broker.mqtt_port is not None and config.mqtt is not None:
-                parts.append(f"mqtt={config.mqtt.host}:{broker.mqtt_port}")
-            if broker.mqtt is not None and config.mqtt_tls is not None:
-                parts.append(f"mqtt_tls={config.mqtt_tls.host}:{broker.mqtt.tls_port}")
-            if broker.mqtt is not None and config.mqtt_ws is not None:
-                parts.append(f"mqtt_ws={config.mqtt_ws.host}:{broker.mqtt.ws_port}")
-            print(" ".join(parts), flush=True)
-            print("ready", flush=True)
-            draining = False
-            async for signum in signals:
-                if signum == signal.SIGTERM and not draining and shutdown_timeout > 0:
-                    draining = True
-                    nursery.start_soon(_stop_gracefully, broker, shutdown_timeout, nursery)
-                    continue
-                if draining:
-                    print(
-                        f"broker {config.id}: stopping at once (a second signal)",
-                        file=sys.stderr,
-                        flush=True,
-                    )
-                nursery.cancel_scope.cancel()
-                break
+    pid_file: str | None = None
+    try:
+        with trio.open_signal_receiver(signal.SIGINT, signal.SIGTERM) as signals:
+            async with trio.open_nursery() as nursery:
+                broker: Broker = await nursery.start(unstarted.run)
+                if exit_with_parent:
+                    nursery.start_soon(_watch_parent, os.getppid(), nursery.cancel_scope)
+                print(_listening(config, broker), flush=True)
+                pid_file = _write_pid_file(config)
+                print("ready", flush=True)
+                draining = False
+                async for signum in signals:
+                    if signum == signal.SIGTERM and not draining and shutdown_timeout > 0:
+                        draining = True
+                        nursery.start_soon(_stop_gracefully, broker, shutdown_timeout, nursery)
+                        continue
+                    if draining:
+                        print(
+                            f"broker {config.id}: stopping at once (a second signal)",
+                            file=sys.stderr,
+                            flush=True,
+                        )
+                    nursery.cancel_scope.cancel()
+                    break
+    finally:
+        if pid_file is not None:
+            _remove_pid_file(pid_file)
     print(f"broker {config.id} stopped", file=sys.stderr, flush=True)
+
+
+def _listening(config: BrokerConfig, broker: Broker) -> str:
+    """The line that says where the broker listens: ``broker <id> client=<host:port> ...``."""
+    parts = [f"broker {config.id}", f"client={config.client.host}:{broker.client_port}"]
+    parts.append(f"peer={config.peers[config.id]}")
+    parts.append(f"controller={config.controllers[config.id]}")
+    if broker.admin_port is not None and config.admin is not None:
+        parts.append(f"admin={config.admin.host}:{broker.admin_port}")
+    if broker.mqtt_port is not None and config.mqtt is not None:
+        parts.append(f"mqtt={config.mqtt.host}:{broker.mqtt_port}")
+    if broker.mqtt is not None and config.mqtt_tls is not None:
+        parts.append(f"mqtt_tls={config.mqtt_tls.host}:{broker.mqtt.tls_port}")
+    if broker.mqtt is not None and config.mqtt_ws is not None:
+        parts.append(f"mqtt_ws={config.mqtt_ws.host}:{broker.mqtt.ws_port}")
+    return " ".join(parts)
+
+
+def _write_pid_file(config: BrokerConfig) -> str:
+    """Put this process's id in ``<broker dir>/broker.pid`` (whole, by a rename); its path."""
+    path = os.path.join(config.broker_dir, PID_FILE)
+    temporary = f"{path}.{os.getpid()}.tmp"
+    with open(temporary, "w", encoding="ascii") as f:
+        f.write(f"{os.getpid()}\n")
+    os.replace(temporary, path)
+    return path
+
+
+def _remove_pid_file(path: str) -> None:
+    """Remove ``path`` if it still holds this process's id (a broker started since keeps its)."""
+    try:
+        with open(path, encoding="ascii") as f:
+            if f.read().strip() != str(os.getpid()):
+                return
+        os.remove(path)
+    except OSError:
+        pass  # gone already, or unreadable: nothing of ours to remove
+
+
+def stop(args: argparse.Namespace) -> int:
+    """``kafkaesque broker stop``: SIGTERM the broker of ``--data-dir``/``--id`` (or
+    ``--config``) found by its pid file, and wait until its process is gone."""
+    if args.config:
+        try:
+            config = load_config(args.config)
+        except ConfigError as exc:
+            raise BrokerCommandError(str(exc)) from exc
+        data_dir = args.data_dir or config.data_dir
+        broker_id = config.id if args.id is None else args.id
+    else:
+        if args.data_dir is None or args.id is None:
+            raise BrokerCommandError("broker stop needs --data-dir and --id (or --config)")
+        data_dir, broker_id = args.data_dir, args.id
+    path = os.path.join(data_dir, str(broker_id), PID_FILE)
+    try:
+        with open(path, encoding="ascii") as f:
+            pid = int(f.read().strip())
+    except FileNotFoundError:
+        raise BrokerCommandError(f"no broker {broker_id} runs on {data_dir} (no {path})") from None
+    except (OSError, ValueError) as exc:
+        raise BrokerCommandError(f"cannot read {path}: {exc}") from exc
+    if not _running(pid) or not _is_broker(pid):
+        raise BrokerCommandError(
+            f"broker {broker_id} (pid {pid}, from {path}) is not running: it was killed"
+        )
+    started = time.monotonic()
+    os.kill(pid, signal.SIGTERM)
+    deadline = started + float(args.shutdown_timeout) + _STOP_MARGIN_S
+    while _running(pid):
+        if time.monotonic() >= deadline:
+            raise BrokerCommandError(
+                f"broker {broker_id} (pid {pid}) did not stop in {deadline - started:g} s"
+            )
+        time.sleep(_STOP_POLL_S)
+    print(f"broker {broker_id} (pid {pid}) stopped in {time.monotonic() - started:.2f} s")
+    return 0
+
+
+def _is_broker(pid: int) -> bool:
+    """Whether process ``pid`` is a ``kafkaesque broker`` (a pid file left by a killed broker
+    may name a process started since); True where ``/proc`` cannot tell."""
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            words = f.read().split(b"\0")
+    except OSError:
+        return True
+    return b"broker" in words and any(b"kafkaesque" in word for word in words)
+
+
+def _running(pid: int) -> bool:
+    """Whether process ``pid`` runs (a zombie, ended and not yet reaped, does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process: it runs
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except (OSError, IndexError):
+        return True  # no /proc: kill(0) said it exists
 
 
 async def _stop_gracefully(broker: Broker, timeout: float, nursery: trio.Nursery) -> None:

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import re
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -252,3 +254,49 @@ def test_a_broker_with_nobody_to_hand_over_to_stops_at_once(tmp_path: Path) -> N
         with open(cluster.log_path(0)) as f:
             said = re.search(r"handed over 0 of (\d+) partition leaderships \((\d+) left", f.read())
         assert said is not None and said.group(1) == said.group(2) and int(said.group(1)) >= 2
+
+
+def _kafkaesque(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", *args],
+        capture_output=True,
+        text=True,
+        timeout=90,
+        check=False,
+    )
+
+
+def test_broker_stop_finds_the_broker_by_its_pid_file_and_stops_it_gracefully(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(str(tmp_path), 1) as cluster:
+        pid_file = tmp_path / "0" / "broker.pid"
+        pid = cluster.procs[0].pid
+        assert pid_file.read_text().strip() == str(pid)
+        stopped = _kafkaesque("broker", "stop", "--data-dir", str(tmp_path), "--id", "0")
+        assert stopped.returncode == 0, stopped.stderr
+        assert stopped.stdout.startswith(f"broker 0 (pid {pid}) stopped in ")
+        assert cluster.procs[0].wait(5) == 0
+        assert not pid_file.exists()
+        with open(cluster.log_path(0)) as f:
+            assert "broker 0: SIGTERM: handing leaderships over" in f.read()
+        again = _kafkaesque("broker", "stop", "--data-dir", str(tmp_path), "--id", "0")
+        assert again.returncode == 1
+        assert again.stderr.strip() == (
+            f"kafkaesque broker: no broker 0 runs on {tmp_path} (no {pid_file})"
+        )
+        # A pid file left behind by a killed broker may name another process since: it is
+        # not signalled.
+        other = subprocess.Popen(["sleep", "30"])
+        try:
+            pid_file.write_text(f"{other.pid}\n")
+            stale = _kafkaesque("broker", "stop", "--data-dir", str(tmp_path), "--id", "0")
+            assert stale.returncode == 1
+            assert f"broker 0 (pid {other.pid}, from {pid_file}) is not running" in stale.stderr
+            assert other.poll() is None
+        finally:
+            other.kill()
+            other.wait()
+        bare = _kafkaesque("broker", "stop")
+        assert bare.returncode == 1
+        assert "broker stop needs --data-dir and --id (or --config)" in bare.stderr
