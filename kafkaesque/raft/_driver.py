@@ -831,11 +831,12 @@ class MultiRaft:
         tickets: list[tuple[PartitionLog, FlushTicket]] = []
         for group, rd, _ in readies:
             glog = group.storage.log
-            if rd.entries or rd.truncate_from is not None or rd.log_reset is not None:
-                if glog.config.fsync is FsyncPolicy.ALWAYS:
-                    tickets.append((glog, glog.flush_ticket()))
-                else:
-                    glog.maybe_flush()
+            wrote = rd.entries or rd.truncate_from is not None or rd.log_reset is not None
+            # An INTERVAL log's flush, when due, joins the round's job too: never an fsync on
+            # the event loop (its acknowledgements need not wait for it, but waiting once an
+            # interval costs less than a job of its own).
+            if wrote and (glog.config.fsync is FsyncPolicy.ALWAYS or glog.flush_due()):
+                tickets.append((glog, glog.flush_ticket()))
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
         rnd = _Round(readies, tickets, snapshot is not None, trio.current_time())

@@ -13,7 +13,8 @@ Durability contract (docs/storage-format.md, "Durability"):
   acknowledged under the configured ``FsyncPolicy``:
 
   - ``ALWAYS`` (default): only flushed data. An acknowledged batch survives power loss.
-  - ``INTERVAL``: everything written; flushed every ``fsync_interval_ms`` by ``maybe_flush``.
+  - ``INTERVAL``: everything written; flushed once ``fsync_interval_ms`` has passed
+    (``flush_due``: the Raft driver runs that flush on its worker; ``maybe_flush`` here).
     Survives a crash of the process (kill -9); power loss may lose the last interval.
   - ``NEVER``: everything written; flushed only on roll and close. Survives kill -9 only.
 
@@ -687,17 +688,23 @@ class PartitionLog:
             self._last_flush_ms = self._clock()
             self._note_flushed()
 
-    def maybe_flush(self) -> bool:
-        """Flush if the policy wants it now (dirty and ALWAYS, or the interval passed)."""
+    def flush_due(self) -> bool:
+        """Whether the policy wants a flush now: something is not fsynced, and the policy is
+        ALWAYS, or INTERVAL and the interval has passed since the last flush."""
         if self._flushed_end >= self.log_end_offset:
             return False
         policy = self.config.fsync
         if policy is FsyncPolicy.NEVER:
             return False
-        if (
-            policy is FsyncPolicy.INTERVAL
-            and self._clock() - self._last_flush_ms < self.config.fsync_interval_ms
-        ):
+        return (
+            policy is FsyncPolicy.ALWAYS
+            or self._clock() - self._last_flush_ms >= self.config.fsync_interval_ms
+        )
+
+    def maybe_flush(self) -> bool:
+        """Flush here and now if the policy wants it (``flush_due``); a caller on an event loop
+        hands a ``flush_ticket`` to a worker instead."""
+        if not self.flush_due():
             return False
         self.flush()
         return True

@@ -30,8 +30,10 @@ from kafkaesque.raft._driver import MultiRaft, _replicates_only
 from kafkaesque.raft._messages import TAGS
 from kafkaesque.storage import (
     BatchType,
+    FsyncPolicy,
     InvalidBatchError,
     LogConfig,
+    PartitionLog,
     Record,
     build_batch,
     stamp,
@@ -398,3 +400,24 @@ async def test_a_round_starts_where_its_cause_is_handled_and_acks_wait_for_the_d
     assert values == [b"v0", b"v1", b"v2"] + [b"s%d" % i for i in range(20)]
     for b in cluster.brokers:
         b.close()
+
+
+async def test_an_interval_logs_due_flush_runs_on_the_worker_never_on_the_event_loop(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found in review: under ``FsyncPolicy.INTERVAL`` the driver fsynced a due log with
+    ``maybe_flush``, on the event loop (a blocking call there stalls every group)."""
+    cluster = Cluster(tmp_path, 3, LogConfig(fsync=FsyncPolicy.INTERVAL, fsync_interval_ms=0))
+    await cluster.settle()
+    leader = cluster.leader()
+
+    def on_the_loop(self: PartitionLog) -> None:
+        raise AssertionError("an fsync on the event loop")
+
+    monkeypatch.setattr(PartitionLog, "flush", on_the_loop)
+    last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    await cluster.settle()
+    for b in cluster.brokers:
+        glog = b.groups[GROUP].log
+        assert glog.flushed_end_offset == last + 1  # flushed, by a ticket on the worker
+    assert leader.groups[GROUP].commit_index == last
