@@ -48,7 +48,6 @@ from typing import Any, Protocol, TypeVar, cast
 import trio
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException
 from pysyncobj import replicated as _pysyncobj_replicated
-from pysyncobj.monotonic import monotonic as _pysyncobj_now
 
 from . import _bridge
 
@@ -80,8 +79,6 @@ _F = TypeVar("_F", bound=Callable[..., object])
 _TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _RETRY_DELAY = 0.05  # seconds between two sends of a command pysyncobj certainly refused
 _DUMP_FORMAT = 1  # version of MetadataState.to_primitive's layout
-_STOPPING_POLL_S = 0.005  # the controller thread's poll between a stop's wake and its flag
-_PYSYNCOBJ_LEADER = 2  # pysyncobj's _RAFT_STATE.LEADER
 
 
 # --- What the broker sees -------------------------------------------------------------------
@@ -191,17 +188,12 @@ class ControllerSettings:
     that heard from no majority for ``leader_fallback_timeout`` steps down (pysyncobj's default of
     30 s keeps a cut-off leader in office that long); ``connection_retry_time`` is the reconnection
     period (pysyncobj's default is 5 s; a restarted controller is not heard before a member
-    reconnects to it, and a broker is not ready before that: 0.2 s, issue 23). The log is
-    compacted into the full dump after ``log_compaction_min_entries`` entries or
-    ``log_compaction_min_time`` seconds.
-
-    Ticks. A message, a command and a stop request each wake the controller thread at once
-    (pysyncobj's pipe notifier, :meth:`ClusterMetadata.run`); between them it sleeps until the
-    next thing pysyncobj must do on time: a leader's next heartbeat, a follower's election
-    deadline (so neither timing moves), at most ``idle_tick_period`` (pysyncobj's once-a-second
-    save of the commit index). While a peer is not connected, or a deadline has passed without
-    effect (an election deadline with nobody to ask), it ticks every ``tick_period`` instead,
-    as it always did: reconnections (``connection_retry_time``) are attempted in ticks.
+    reconnects to it, and a broker is not ready before that: 0.2 s, issue 23). ``tick_period``
+    bounds how long the controller thread sleeps in ``poll`` between two ticks: a command
+    appended by one tick is replicated by the next, so it is also a command's delay (a stop
+    request and a call queued from trio wake the poll at once). The log is compacted into the
+    full dump after ``log_compaction_min_entries`` entries or ``log_compaction_min_time``
+    seconds.
     """
 
     raft_min_timeout: float = 0.4
@@ -211,7 +203,6 @@ class ControllerSettings:
     connection_retry_time: float = 0.2
     leader_fallback_timeout: float = 3.0
     tick_period: float = 0.05
-    idle_tick_period: float = 0.5
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 300.0
 
@@ -566,26 +557,6 @@ class _Status:
     members: frozenset[str]  # controller addresses in this replica's configuration
 
 
-def _tick_wait(sync: Any, settings: ControllerSettings, now: float) -> float:
-    """How long the controller thread may sleep after a tick of ``sync`` (a ``SyncObj``) before
-    pysyncobj must tick again on its own (``ControllerSettings``'s "Ticks"); ``now`` on
-    pysyncobj's clock. Reads pysyncobj 0.3's private deadlines (tested against the installed
-    version in tests/broker/test_metadata.py): its leader sends heartbeats once
-    ``__newAppendEntriesTime`` has passed, its follower stands once ``__raftElectionDeadline``
-    has, both only in a tick.
-    """
-    if not all(sync.isNodeConnected(node) for node in sync.otherNodes):
-        return settings.tick_period  # reconnections are attempted in ticks
-    if sync._SyncObj__raftState == _PYSYNCOBJ_LEADER:
-        due = sync._SyncObj__newAppendEntriesTime
-    else:
-        due = sync._SyncObj__raftElectionDeadline
-    wait = float(due) - now
-    if wait <= 0:  # passed, and the tick did not move it: nothing to ask (it retries later)
-        return settings.tick_period
-    return min(wait, settings.idle_tick_period)
-
-
 def _ask_transfer(sync: Any) -> None:
     """On the controller thread: ask pysyncobj to hand its leadership to the most caught-up
     connected follower. A failure is logged, never raised: it would stop the controller."""
@@ -665,8 +636,6 @@ class ClusterMetadata:
         self._token: trio.lowlevel.TrioToken | None = None
         # Controller thread only: the last status posted.
         self._posted: _Status | None = None
-        # Set once by the trio thread, read by the controller thread (a bool: atomic).
-        self._stopping = False
         # Calls for the controller thread, given the SyncObj (pysyncobj is not thread-safe
         # beyond its command queue): put by the trio thread, run at the start of a tick.
         self._on_thread: queue.SimpleQueue[Callable[[Any], object]] = queue.SimpleQueue()
@@ -737,9 +706,7 @@ class ClusterMetadata:
         finally:
             self._controller = None
             self._stopped = True
-            # Out of a poll that may last until the next deadline; aclose() then sets the
-            # thread's stop flag before its first await, so the thread sees it at once.
-            self._stopping = True
+            # Out of the tick's poll at once; aclose() sets the thread's stop flag first.
             self._wake(thread.value)
             await thread.aclose()
 
@@ -792,23 +759,19 @@ class ClusterMetadata:
         return controller
 
     def _tick(self, controller: _Controller) -> None:
-        """One pysyncobj tick (it posts the status, see _open), then a sleep until a message, a
-        command or the next deadline (``ControllerSettings``'s "Ticks"); on the controller thread.
+        """Run the calls queued by the trio side (``hand_over_leadership``), then one pysyncobj
+        tick (it posts the status, see _open); on the controller thread.
 
-        ``doTick(0)`` does the tick's work and handles what already arrived; the sleep is a poll
-        of pysyncobj's own poller, whose handlers answer messages as they arrive, as they would
-        inside ``doTick``'s own poll. Only the wait is chosen here, after the tick, when the
-        deadlines it moved (a heartbeat just sent) are known.
+        Not a longer sleep when idle: a command the tick appends is replicated only by the next
+        tick (pysyncobj's leader sends it with its next AppendEntries), so a longer poll delays
+        every metadata change (measured: a follower broker's view then lagged a CREATE that the
+        leader's broker had answered; tests/broker/test_line_session.py's DESCRIBE test failed
+        3 times in 23).
         """
         sync = controller.sync
         while not self._on_thread.empty():
             self._on_thread.get_nowait()(sync)
-        sync.doTick(0.0)
-        if self._stopping:  # woken to stop: the thread's loop ends as soon as aclose() says so
-            wait = _STOPPING_POLL_S
-        else:
-            wait = _tick_wait(sync, self._settings, _pysyncobj_now())
-        sync._poller.poll(wait)
+        sync.doTick(self._settings.tick_period)
 
     def _wake(self, controller: _Controller) -> None:
         """Wake the controller thread from its poll, from any thread (a stop request)."""

@@ -14,7 +14,6 @@ import gzip
 import pickle
 import socket
 import threading
-import time
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -42,7 +41,6 @@ from kafkaesque.broker._metadata import (
     TopicExistsError,
     TopicInfo,
     UnknownTopicError,
-    _tick_wait,
     assign_replicas,
 )
 
@@ -640,31 +638,3 @@ async def test_commands_before_run_are_a_usage_error(tmp_path: Path) -> None:
         ClusterMetadata(2, {1: ("127.0.0.1", 1)}, str(tmp_path), SECRET)
     with pytest.raises(ValueError):
         ClusterMetadata(1, {1: ("127.0.0.1", 1)}, str(tmp_path), b"")
-
-
-async def test_an_idle_controller_sleeps_until_its_next_deadline(tmp_path: Path) -> None:
-    """A healthy idle quorum ticks on messages and deadlines, not every ``tick_period``: a
-    follower wakes for its leader's heartbeats (and ``_tick_wait`` reads deadlines that exist in
-    the installed pysyncobj), while a member with a peer away ticks every ``tick_period``."""
-    settings = dataclasses.replace(FAST, tick_period=0.01)  # heartbeats every 50 ms
-    async with open_cluster(tmp_path, 3, settings=settings) as cluster:
-        await cluster.ready()
-        ticks: Counter[int] = Counter()
-        for broker_id, md in cluster.running.items():
-
-            def count(broker_id: int = broker_id) -> None:  # on that controller's thread
-                ticks[broker_id] += 1
-
-            md._running().sync.addOnTickCallback(count)
-        await trio.sleep(1.0)
-        leader = next(iter(cluster.running.values())).view.controller_leader
-        followers = [ticks[i] for i in cluster.running if i != leader]
-        # Every 10 ms (100 a second, and each heartbeat) before; about 20 heartbeats now.
-        assert len(followers) == 2 and 0 < max(followers) < 50, ticks
-        for md in cluster.running.values():
-            controller = md._running()
-            wait = _tick_wait(controller.sync, settings, time.monotonic())
-            assert 0 < wait <= settings.raft_max_timeout
-        await cluster.stop(3)
-        controller = cluster.running[1]._running()
-        assert _tick_wait(controller.sync, settings, time.monotonic()) == settings.tick_period
