@@ -69,6 +69,7 @@ _FLAGS = {
     "session_timeout": "group_session_timeout_s",
     "max_line_length": "max_line_length",
     "max_payload": "max_payload",
+    "leader_balance_rate": "leader_balance_rate",
 }
 
 
@@ -162,6 +163,12 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--session-timeout", type=float, help="seconds before a silent group member leaves (10)"
+    )
+    parser.add_argument(
+        "--leader-balance-rate",
+        type=float,
+        help="leader transfers a second this broker may start to give partitions back to their "
+        "preferred replicas (50; 0: no balancing)",
     )
     parser.add_argument("--max-line-length", type=int, help="longest command line (64 KiB)")
     parser.add_argument("--max-payload", type=int, help="largest binary payload (8 MiB)")

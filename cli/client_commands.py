@@ -283,18 +283,22 @@ def run_status(args: argparse.Namespace) -> int:
             ]
         probes = client.probe_brokers(PROBE_TIMEOUT_S)
     down = {broker for broker, error in probes.items() if error is not None}
+    leads = Counter(row.leader for row in rows if row.leader is not None)  # LEADERS column
     brokers = [
         (
             b.broker_id,
             b.host,
             b.port,
             *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)),
+            leads.get(b.broker_id, 0),
             "down" if b.broker_id in down else "up",
         )
         for _, b in sorted(metadata.brokers.items())
     ]
     print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
-    for line in _table(("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "STATE"), brokers):
+    for line in _table(
+        ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE"), brokers
+    ):
         print(line)
     print()
     states = [partition_state(row, down) for row in rows]

@@ -75,6 +75,7 @@ from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
 from ._admin import metrics_route, serve_admin_connection
 from ._appender import PartitionAppender
+from ._balancer import LeaderBalancer
 from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
 from ._errors import RequestError
@@ -170,6 +171,13 @@ class Broker:
         self._started_at = time.monotonic()
         # Cancelled by ``drain``: no new client connection is accepted from then on.
         self._accepting = trio.CancelScope()
+        # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
+        self.balancer = LeaderBalancer(
+            self.raft,
+            self._preferred_replica,
+            self.transport.connected_peers,
+            rate=config.leader_balance_rate,
+        )
 
     @property
     def ready(self) -> bool:
@@ -210,6 +218,7 @@ class Broker:
                 nursery.start_soon(self._reconcile_loop)
                 nursery.start_soon(self._leader_loop)
                 nursery.start_soon(self._membership_loop)
+                nursery.start_soon(self.balancer.run)
                 nursery.start_soon(self._retention_loop)
                 nursery.start_soon(self._interval_flush_loop)
                 nursery.start_soon(self.groups.run_expiry)
@@ -246,6 +255,7 @@ class Broker:
         started = trio.current_time()
         deadline = started + timeout
         self._accepting.cancel()
+        self.balancer.stop()
         controller: list[bool | None] = [None]
         controller_done = trio.Event()
 
@@ -471,6 +481,16 @@ class Broker:
             log.debug("broker %d: %s %s later: %s", self.config.id, change, group_id, exc)
             return
         log.info("broker %d: %s: %s %d", self.config.id, group_id, change.action, change.node)
+
+    def _preferred_replica(self, group_id: str) -> int | None:
+        """The preferred leader of a group: its partition's first assigned replica (None: the
+        topic or partition is not in the metadata)."""
+        topic, _, number = group_id.rpartition("/")
+        info = self.metadata.view.topics.get(topic)
+        if info is None or not number.isdigit() or int(number) >= len(info.replicas):
+            return None
+        replicas = info.replicas[int(number)]
+        return replicas[0] if replicas else None
 
     def _log_config(self, info: TopicInfo) -> LogConfig:
         """The settings of ``info``'s partition logs here: the topic's, this broker's where the

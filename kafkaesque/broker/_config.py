@@ -111,6 +111,9 @@ class BrokerConfig:
     max_connections: int = 15_000
     max_inflight_per_connection: int = 4096
     tick_interval_s: float = 0.05
+    # Leader transfers a second this broker may start to give the groups it leads back to their
+    # preferred replicas (the first of each partition's replicas); 0: no balancing (_balancer).
+    leader_balance_rate: float = 50.0
 
     def validate(self) -> BrokerConfig:
         if self.id not in self.peers:
@@ -135,6 +138,12 @@ class BrokerConfig:
             raise ConfigError(
                 f"fsync_interval_ms must be a whole number of milliseconds >= 1, "
                 f"not {self.fsync_interval_ms!r}"
+            )
+        if not (
+            isinstance(self.leader_balance_rate, int | float) and self.leader_balance_rate >= 0
+        ):
+            raise ConfigError(
+                f"leader_balance_rate must be a number >= 0, not {self.leader_balance_rate!r}"
             )
         if self.mqtt_tls is not None and self.mqtt_tls_cert is None:
             raise ConfigError("mqtt_tls needs mqtt_tls_cert (and mqtt_tls_key unless in it)")

@@ -78,8 +78,14 @@ def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -
 
     status = ok(broker_cluster, "status").splitlines()
     assert status[0] == "brokers (3)"
-    assert status[1].split() == ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "STATE"]
-    assert status[2].split()[3:] == ["-", "-", "-", "up"]  # this cluster has no MQTT listeners
+    header = ["ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE"]
+    assert status[1].split() == header
+    assert status[2].split()[3:6] == ["-", "-", "-"]  # this cluster has no MQTT listeners
+    assert status[2].split()[7] == "up"
+    # LEADERS counts the partitions each broker leads: together, every partition with a leader.
+    led = sum(int(line.split()[6]) for line in status[2:5])
+    table = status[status.index(next(x for x in status if x.startswith("partitions"))) + 2 :]
+    assert led == sum(line.split()[2] != "-" for line in table if line.strip())
     rows = [line.split() for line in status if line.startswith("cli-t ")]
     assert len(rows) == 2 and all(len(r) == 8 and r[6:] == [r[3], "ok"] for r in rows)
     assert sum(int(r[5]) for r in rows) >= 502  # end offsets count every record (and no-ops)
