@@ -1,4 +1,4 @@
-"""The client-side commands: ``topic``, ``produce``, ``consume`` and ``status``.
+"""The client-side commands: ``topic``, ``group``, ``produce``, ``consume`` and ``status``.
 
 They talk to a running cluster through ``kafkaesque.client``, as any program would. The cluster
 is found through ``--bootstrap host:port,...`` (default ``$KAFKAESQUE_BOOTSTRAP``, else
@@ -43,8 +43,9 @@ class ClientCommandError(Exception):
 
 
 def add_parsers(commands: Any) -> None:
-    """Register ``topic``, ``produce``, ``consume`` and ``status`` on ``commands``."""
+    """Register ``topic``, ``group``, ``produce``, ``consume`` and ``status`` on ``commands``."""
     _add_topic(commands)
+    _add_group(commands)
     _add_produce(commands)
     _add_consume(commands)
     status = commands.add_parser(
@@ -266,6 +267,120 @@ def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
     ]
     for line in _table(header, lines):
         print(line)
+
+
+# -- group ---------------------------------------------------------------------------------------
+
+
+def _add_group(commands: Any) -> None:
+    group = commands.add_parser(
+        "group",
+        help="list, describe, reset the offsets of or delete consumer groups",
+        description="Consumer group admin, as Kafka's kafka-consumer-groups.sh: a reset or a "
+        "delete is refused while the group has live members (stop its consumers first).",
+    )
+    actions = group.add_subparsers(dest="action", required=True, metavar="ACTION")
+    listing = actions.add_parser("list", help="every group, with its state and member count")
+    listing.set_defaults(run=run_group_list)
+    describe = actions.add_parser(
+        "describe", help="a group's state, members and per-partition offsets and lag"
+    )
+    describe.add_argument("name")
+    describe.add_argument("--topic", help="only this topic (default: every topic it reads)")
+    describe.set_defaults(run=run_group_describe)
+    reset = actions.add_parser(
+        "reset",
+        help="move an inactive group's committed offsets on a topic",
+        description="Move an inactive group's committed offsets on every partition of a topic "
+        "(backwards too) and print them. It applies at once (Kafka's --execute).",
+    )
+    reset.add_argument("name")
+    reset.add_argument("--topic", required=True, help="the topic whose offsets move")
+    to = reset.add_mutually_exclusive_group(required=True)
+    to.add_argument("--to-earliest", action="store_true", help="each partition's start")
+    to.add_argument("--to-latest", action="store_true", help="each partition's end")
+    to.add_argument(
+        "--to-offset", type=int, help="this offset (kept within each partition's start..end)"
+    )
+    to.add_argument(
+        "--to-datetime",
+        help="the first offset at or after this time: milliseconds since the epoch, or ISO "
+        "8601 (UTC when it names no zone)",
+    )
+    reset.set_defaults(run=run_group_reset)
+    delete = actions.add_parser("delete", help="delete an inactive group (its committed offsets)")
+    delete.add_argument("name")
+    delete.set_defaults(run=run_group_delete)
+    for parser in (listing, describe, reset, delete):
+        _bootstrap_option(parser)
+
+
+def run_group_list(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        groups = client.list_groups()
+    rows = [(g.group, g.topic, g.state, g.members) for g in groups]
+    for line in _table(("GROUP", "TOPIC", "STATE", "MEMBERS"), rows):
+        print(line)
+    return 0
+
+
+def run_group_describe(args: argparse.Namespace) -> int:
+    topic = None if args.topic is None else _check_topic(args.topic, writes=False)
+    with _client(args) as client:
+        descriptions = client.describe_consumer_group(args.name, topic)
+    for i, d in enumerate(descriptions):
+        if i:
+            print()
+        s = d.state
+        print(f"group {s.group} on {s.topic}: {s.state}, {s.members} member(s)")
+        if d.members:
+            members = [(m.member, ",".join(map(str, m.partitions)) or "-") for m in d.members]
+            for line in _table(("MEMBER", "PARTITIONS"), members):
+                print(line)
+        table = [
+            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g))
+            for g in d.partitions
+        ]
+        for line in _table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+            print(line)
+    return 0
+
+
+def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
+    """``(kind, value)`` of ``group reset``'s ``--to-*`` option."""
+    if args.to_earliest:
+        return "earliest", None
+    if args.to_latest:
+        return "latest", None
+    if args.to_offset is not None:
+        if args.to_offset < 0:
+            raise ClientCommandError(f"--to-offset {args.to_offset} is negative")
+        return "offset", args.to_offset
+    try:
+        return "time", parse_time_ms(args.to_datetime)
+    except ClientCommandError as exc:  # its message names --from-time, the consume option
+        raise ClientCommandError(
+            f"--to-datetime {args.to_datetime!r} is neither milliseconds since the epoch nor "
+            "ISO 8601 (2026-11-26T08:00:00Z), or is before 1970"
+        ) from exc
+
+
+def run_group_reset(args: argparse.Namespace) -> int:
+    topic = _check_topic(args.topic, writes=False)
+    kind, value = _reset_target(args)
+    with _client(args) as client:
+        offsets = client.reset_offsets(args.name, topic, kind, value)
+    rows = [(args.name, topic, p, o) for p, o in sorted(offsets.items())]
+    for line in _table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
+        print(line)
+    return 0
+
+
+def run_group_delete(args: argparse.Namespace) -> int:
+    with _client(args) as client:
+        client.delete_group(args.name)
+    print(f"deleted group {args.name}")
+    return 0
 
 
 # -- status --------------------------------------------------------------------------------------

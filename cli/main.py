@@ -39,6 +39,9 @@ COMMANDS: dict[str, Command] = {
         ".devices", "simulate MQTT devices publishing readings, and report what reached the log"
     ),
     "topic": Command(".client_commands", "create, list, describe or delete topics"),
+    "group": Command(
+        ".client_commands", "list, describe, reset the offsets of or delete consumer groups"
+    ),
     "produce": Command(
         ".client_commands",
         "publish stdin (or a file), one record per line, with a batching producer; "

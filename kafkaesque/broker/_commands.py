@@ -33,6 +33,7 @@ from kafkaesque.protocol import (
     Cons,
     CreateTopic,
     DataReply,
+    DeleteGroup,
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
@@ -47,6 +48,7 @@ from kafkaesque.protocol import (
     Help,
     Idempotence,
     Leave,
+    ListGroups,
     ListTopics,
     Metadata,
     OkReply,
@@ -59,6 +61,7 @@ from kafkaesque.protocol import (
     ReadRequest,
     Reassign,
     Reply,
+    ResetOffsets,
     Subs,
     TopicRow,
     encode_reply,
@@ -284,6 +287,8 @@ class CommandHandler:
                     await self.ensure_topic(topic)
                 return await self._broker.groups.execute(command, forwarded)
             case Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
+                return await self._broker.groups.execute(command, forwarded)
+            case ListGroups() | ResetOffsets() | DeleteGroup():
                 return await self._broker.groups.execute(command, forwarded)
             case DescribeTopic(topic=topic, time_ms=time_ms):
                 return await self._describe(topic, time_ms)

@@ -9,12 +9,14 @@ keyed by msgpack lists so the latest record of a key wins (and compaction may dr
 * ``["a", group, topic]`` → ``{member: [partitions]}``: the assignment in force;
 * ``["o", group, topic, partition]`` → ``offset``: the committed offset (next to read).
 
-Any broker takes any group command (SUBS, CONS, COMMIT, OFFSETS, LEAVE, GROUPS) and forwards it
-to the coordinator, which answers from a table it builds by reading its partition's committed log
-(from where it stopped). A join or leave writes one batch (the member record and the new
-assignment, atomically) and is answered once it is committed; the assignment comes from
-``_assignor.assign`` (balanced, sticky). A subscription id is ``<offsets partition>.<random>``,
-so any broker knows where its coordinator is.
+A ``o`` or ``a`` key with no value (a tombstone) is a deleted group's (DELGROUP).
+
+Any broker takes any group command (SUBS, CONS, COMMIT, OFFSETS, LEAVE, GROUPS, RESETOFFSETS,
+DELGROUP) and forwards it to the coordinator, which answers from a table it builds by reading
+its partition's committed log (from where it stopped). A join or leave writes one batch (the
+member record and the new assignment, atomically) and is answered once it is committed; the
+assignment comes from ``_assignor.assign`` (balanced, sticky). A subscription id is
+``<offsets partition>.<random>``, so any broker knows where its coordinator is.
 
 Liveness: a member is gone when its connection closes (the broker that served its SUBS sends a
 LEAVE) or when the coordinator has not heard from it (SUBS, CONS, COMMIT member=) for the session
@@ -26,6 +28,14 @@ expired one session after the takeover at the latest. The coordinator loads a pa
 on its own timer, without waiting for a request, and evicts on that timer: a partition's
 evictions never wait for a request, nor for another partition's stalled writes, and an eviction
 whose write fails is retried at the next tick (the member stays expired: it gets no new session).
+
+Admin (as Kafka's ``kafka-consumer-groups.sh``): ``GROUPS`` without a group asks every offsets
+partition's coordinator for its groups (a ``ListGroups(partition)`` each) and joins the rows.
+A reset is a commit of new offsets, written as one batch, that may go backwards; a delete writes
+tombstones (no value) for the group's ``o`` and ``a`` keys, so its table entry goes and compaction,
+which keeps a tombstone as its key's latest record, keeps the log saying the same. Both are
+refused while the group has members (``GROUP_NOT_EMPTY``), checked and written under the
+partition's membership lock, so no member can join between the check and the write.
 
 Fencing: the assignment is checked when CONS or COMMIT names a partition, and again when CONS's
 answer is built (after its reads, with no await in between), so a partition is never served to
@@ -49,16 +59,22 @@ from kafkaesque.protocol import (
     INTERNAL_TOPIC_PREFIX,
     Commit,
     Cons,
+    DeleteGroup,
     DescribeGroup,
     EndReply,
     ErrorCode,
     FetchOffsets,
     GroupRow,
+    GroupStateRow,
     Leave,
+    ListGroups,
+    MemberRow,
     MessageRow,
     OffsetRow,
     OkReply,
     Reply,
+    ResetKind,
+    ResetOffsets,
     Subs,
     encode_reply,
     partition_for_key,
@@ -83,7 +99,17 @@ _READ_BYTES = 1 << 20
 _LEADER_READY_POLL_S = 0.01
 _EXPIRY_EVERY_S = 0.25
 
-GroupCommand = Subs | Cons | Commit | FetchOffsets | Leave | DescribeGroup
+GroupCommand = (
+    Subs
+    | Cons
+    | Commit
+    | FetchOffsets
+    | Leave
+    | DescribeGroup
+    | ListGroups
+    | ResetOffsets
+    | DeleteGroup
+)
 
 
 @dataclass
@@ -132,6 +158,8 @@ class GroupCoordinator:
 
     async def execute(self, command: GroupCommand, forwarded: bool) -> bytes:
         """Run ``command`` here if this broker coordinates its group, else forward it there."""
+        if isinstance(command, ListGroups) and command.partition is None:
+            return await self._list_all()
         partition = await self._coordinator_partition(command)
         leader = self._broker.writes.leader_of(_group_id(partition))
         if leader != self._broker.config.id:
@@ -154,10 +182,20 @@ class GroupCoordinator:
                 return encode_reply(OkReply())
             case DescribeGroup():
                 return await self._describe(partition, command)
+            case ListGroups():
+                return await self._list(partition)
+            case ResetOffsets():
+                return await self._reset(partition, command)
+            case DeleteGroup():
+                return await self._delete(partition, command.group)
 
     async def _coordinator_partition(self, command: GroupCommand) -> int:
         if isinstance(command, Cons | Leave):
             return _partition_of_member(command.subscription_id)
+        if isinstance(command, ListGroups):
+            if command.partition is None or command.partition >= OFFSETS_PARTITIONS:
+                raise RequestError(ErrorCode.BAD_ARGS, f"no {OFFSETS_TOPIC} partition to list")
+            return command.partition
         internal = await self._internal_topic()
         return partition_for_key(command.group.encode(), internal.config.partitions)
 
@@ -236,21 +274,115 @@ class GroupCoordinator:
         return b"".join(encode_reply(r) for r in [*rows, EndReply()])
 
     async def _describe(self, partition: int, command: DescribeGroup) -> bytes:
-        info = self._topic(command.topic)
+        """Per topic of the group (only ``command.topic`` if given): its state, its members
+        (those without partitions too) and each partition's owner, committed offset and end."""
+        if command.topic is not None:
+            self._topic(command.topic)
         table = await self._read_table(partition)
-        group = table.groups.get((command.group, command.topic), _Group())
-        owners = {p: m for m, ps in group.assignment.items() for p in ps}
+        topics = _topics_of(table, command.group)
+        if not topics:
+            raise _unknown_group(command.group)
+        if command.topic is not None:
+            topics = [command.topic]
         rows: list[Reply] = []
-        for p in range(info.config.partitions):
-            try:
-                end: int | None = (
-                    await self._broker.commands.fetch_batches(command.topic, p, 0, 1, 0)
-                ).high_watermark
-            except RequestError:
-                end = None  # unreachable now: shown as unknown
-            committed = table.offsets.get((command.group, command.topic, p))
-            rows.append(GroupRow(command.group, command.topic, p, owners.get(p), committed, end))
+        for topic in topics:
+            info = self._broker.metadata.view.topics.get(topic)
+            if info is None:
+                continue  # the topic was deleted: its offsets stay until the group is deleted
+            # One bounds request per leader for all partitions, instead of one read each.
+            bounds = await self._broker.leader_bounds(
+                _group_id_of(topic, p) for p in range(info.config.partitions)
+            )
+            group = table.groups.get((command.group, topic), _Group())
+            rows.append(_state_row(command.group, topic, group))
+            rows.extend(
+                MemberRow(command.group, topic, m, tuple(sorted(group.assignment.get(m, ()))))
+                for m in group.members
+            )
+            owners = {p: m for m, ps in group.assignment.items() for p in ps}
+            for p in range(info.config.partitions):
+                found = bounds.get(_group_id_of(topic, p))
+                end = None if found is None else found[1]  # unreachable now: unknown
+                committed = table.offsets.get((command.group, topic, p))
+                rows.append(GroupRow(command.group, topic, p, owners.get(p), committed, end))
         return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+
+    async def _list_all(self) -> bytes:
+        """``GROUPS``: the groups of every offsets partition, each asked of its coordinator (all
+        at once); the first error any of them answers is the answer (a retriable one, mostly)."""
+        internal = await self._internal_topic()
+        answers: dict[int, bytes] = {}
+
+        async def ask(p: int) -> None:
+            try:
+                answers[p] = await self.execute(ListGroups(p), forwarded=False)
+            except RequestError as exc:
+                answers[p] = encode_reply(exc.reply())
+
+        async with trio.open_nursery() as nursery:
+            for p in range(internal.config.partitions):
+                nursery.start_soon(ask, p)
+        end = encode_reply(EndReply())
+        parts = [answers[p] for p in sorted(answers)]
+        for answer in parts:
+            if not answer.endswith(end):  # an -ERR: a coordinator could not answer now
+                return answer
+        return b"".join(a[: -len(end)] for a in parts) + end
+
+    async def _list(self, partition: int) -> bytes:
+        """The ``+GROUPSTATE`` rows of the groups this partition coordinates, then ``+END``."""
+        table = await self._read_table(partition)
+        pairs = set(table.groups) | {(g, t) for g, t, _ in table.offsets}
+        rows: list[Reply] = [
+            _state_row(g, t, table.groups.get((g, t), _Group())) for g, t in sorted(pairs)
+        ]
+        return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+
+    async def _reset(self, partition: int, command: ResetOffsets) -> bytes:
+        """Commit new offsets for every partition of the topic, backwards too, if the group
+        has no member on it (checked and written under the membership lock: none can join in
+        between). Each partition's bounds come from its leader, as DESCRIBE's do."""
+        info = self._topic(command.topic)
+        group, topic = command.group, command.topic
+        async with self._locks.setdefault(partition, trio.Lock()):
+            table = await self._table(partition)
+            _refuse_members(table, group, [topic])
+            ids = {p: _group_id_of(topic, p) for p in range(info.config.partitions)}
+            time_ms = command.value if command.kind is ResetKind.TIME else None
+            bounds = await self._broker.leader_bounds(ids.values(), time_ms=time_ms)
+            missing = sorted(p for p, g in ids.items() if g not in bounds)
+            if missing:
+                raise RequestError(
+                    ErrorCode.NOT_LEADER,
+                    f"{topic} partitions {missing} have no leader that answered; nothing was "
+                    "reset: retry",
+                )
+            offsets = {p: _reset_to(command, bounds[g]) for p, g in ids.items()}
+            keys = [(group, topic, p) for p in sorted(offsets)]
+            async with _all_locked([self._commit_locks.setdefault(k, trio.Lock()) for k in keys]):
+                records = [
+                    Record(key=msgpack.packb(["o", *k]), value=msgpack.packb(offsets[k[2]]))
+                    for k in keys
+                ]
+                await self._write(partition, records)
+        log.info("group %s/%s: offsets reset to %s", group, topic, offsets)
+        rows: list[Reply] = [OffsetRow(topic, p, o) for p, o in sorted(offsets.items())]
+        return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+
+    async def _delete(self, partition: int, group: str) -> bytes:
+        """Tombstone every ``o`` and ``a`` key of ``group`` (all its topics) in one batch, if it
+        has no member; ``UNKNOWN_GROUP`` if the coordinator knows nothing of it."""
+        async with self._locks.setdefault(partition, trio.Lock()):
+            table = await self._table(partition)
+            topics = _topics_of(table, group)
+            if not topics:
+                raise _unknown_group(group)
+            _refuse_members(table, group, topics)
+            keys: list[list[object]] = [["a", g, t] for g, t in table.groups if g == group]
+            keys += [["o", *k] for k in table.offsets if k[0] == group]
+            await self._write(partition, [Record(key=msgpack.packb(k), value=None) for k in keys])
+        log.info("group %s deleted (topics %s)", group, topics)
+        return encode_reply(OkReply())
 
     # -- membership -----------------------------------------------------------------------------
 
@@ -519,6 +651,18 @@ class GroupCoordinator:
         await self._broker.wait_for_leaders(info)
         return info
 
+    def committed_offsets(self) -> list[tuple[str, str, int, int]]:
+        """(group, topic, partition, committed offset) of every group coordinated here, as the
+        tables loaded in this broker's current term hold them (the expiry timer keeps them up
+        with the commit index): what the lag metrics read at scrape time, with no await."""
+        rows = []
+        for partition, table in list(self._tables.items()):
+            group = self._broker.local_group(OFFSETS_TOPIC, partition)
+            if group is None or group.role is not Role.LEADER or table.term != group.node.term:
+                continue  # no longer (or not yet) the coordinator of this partition's groups
+            rows += [(g, t, p, offset) for (g, t, p), offset in table.offsets.items()]
+        return rows
+
     def _topic(self, topic: str) -> TopicInfo:
         info = self._broker.metadata.view.topics.get(topic)
         if info is None:
@@ -544,7 +688,10 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: 
     kind = key[0]
     if kind == "o":
         _, group, topic, partition = key
-        table.offsets[(group, topic, partition)] = msgpack.unpackb(value)
+        if value is None:  # DELGROUP's tombstone
+            table.offsets.pop((group, topic, partition), None)
+        else:
+            table.offsets[(group, topic, partition)] = msgpack.unpackb(value)
     elif kind == "m":
         _, group, topic, member = key
         g = table.groups.setdefault((group, topic), _Group())
@@ -559,9 +706,89 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: 
             table.deadlines.setdefault(member, deadline)
     elif kind == "a":
         _, group, topic = key
+        if value is None:  # DELGROUP's tombstone: it had no members left
+            table.groups.pop((group, topic), None)
+            return
         g = table.groups.setdefault((group, topic), _Group())
         raw: Mapping[str, list[int]] = msgpack.unpackb(value)
         g.assignment = {m: frozenset(ps) for m, ps in raw.items()}
+
+
+def _topics_of(table: _Table, group: str) -> list[str]:
+    """The topics ``group`` has a membership record or a committed offset for, sorted."""
+    topics = {t for g, t in table.groups if g == group}
+    topics.update(t for g, t, _ in table.offsets if g == group)
+    return sorted(topics)
+
+
+def _state_row(group: str, topic: str, g: _Group) -> GroupStateRow:
+    """Kafka's names: ``Stable`` with members (we rebalance atomically: nothing in between),
+    ``Empty`` with only committed offsets."""
+    return GroupStateRow(group, topic, "Stable" if g.members else "Empty", len(g.members))
+
+
+def _refuse_members(table: _Table, group: str, topics: list[str]) -> None:
+    """``GROUP_NOT_EMPTY`` if ``group`` has a live member on any of ``topics``."""
+    for topic in topics:
+        g = table.groups.get((group, topic))
+        if g is not None and g.members:
+            raise RequestError(
+                ErrorCode.GROUP_NOT_EMPTY,
+                f"group {group} has {len(g.members)} live member(s) on {topic}: stop its "
+                "consumers (or wait for their session timeout) first",
+            )
+
+
+def _reset_to(command: ResetOffsets, bounds: tuple[int, ...]) -> int:
+    """The new committed offset of one partition whose leader has ``bounds`` (start, end[,
+    offset for the time])."""
+    start, end = bounds[0], bounds[1]
+    match command.kind:
+        case ResetKind.EARLIEST:
+            return start
+        case ResetKind.LATEST:
+            return end
+        case ResetKind.OFFSET:
+            assert command.value is not None  # the codecs give offset= a value
+            return min(max(command.value, start), end)  # as Kafka's --to-offset clamps
+        case ResetKind.TIME:
+            return bounds[2]
+
+
+class _all_locked:
+    """Hold every lock of ``locks`` (taken in the order given), release them all on exit."""
+
+    def __init__(self, locks: list[trio.Lock]) -> None:
+        self._locks = locks
+        self._held: list[trio.Lock] = []
+
+    async def __aenter__(self) -> None:
+        try:
+            for lock in self._locks:
+                await lock.acquire()
+                self._held.append(lock)
+        except BaseException:
+            self._release()
+            raise
+
+    async def __aexit__(self, *exc: object) -> None:
+        self._release()
+
+    def _release(self) -> None:
+        while self._held:
+            self._held.pop().release()
+
+
+def _unknown_group(group: str) -> RequestError:
+    return RequestError(
+        ErrorCode.UNKNOWN_GROUP,
+        f"no group {group!r}: it has no members and no committed offsets (GROUPS lists groups)",
+    )
+
+
+def _group_id_of(topic: str, partition: int) -> str:
+    """A data partition's Raft group id (``topic/partition``)."""
+    return f"{topic}/{partition}"
 
 
 def _partition_of_member(member: str) -> int:

@@ -24,7 +24,7 @@ The sans-I/O cores (``ProducerCore``, ``ConsumerCore``, ``ConnectionCore``, ``_s
 decision; the drivers only move bytes and time.
 """
 
-from ._calls import Call, ConsBatch, Pinned
+from ._calls import Call, ConsBatch, GroupDescription, Pinned
 from ._consumer_core import (
     ConsumerCore,
     ConsumerRecord,
@@ -78,6 +78,7 @@ __all__ = [
     "DeliveryHandle",
     "FetchResult",
     "GroupConsumer",
+    "GroupDescription",
     "KafkaesqueConnectionError",
     "KafkaesqueError",
     "ListResponse",

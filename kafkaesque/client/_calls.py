@@ -19,6 +19,7 @@ from kafkaesque.protocol import (
     Cons,
     ConsOffsets,
     CreateTopic,
+    DeleteGroup,
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
@@ -28,12 +29,18 @@ from kafkaesque.protocol import (
     FetchOffsets,
     FetchReplica,
     GroupRow,
+    GroupStateRow,
+    ListGroups,
     ListTopics,
+    MemberRow,
     Metadata,
+    OffsetRow,
     PartitionRow,
     Ping,
     PublishRecord,
     RemoteProtocolError,
+    ResetKind,
+    ResetOffsets,
     Subs,
     TopicRow,
     parse_published_reply,
@@ -184,6 +191,82 @@ def describe_group(group: str, topic: str) -> Call[list[GroupRow]]:
         DescribeGroup(group, topic),
         lambda response: [r for r in expect_list(response).rows if isinstance(r, GroupRow)],
     )
+
+
+@dataclass(frozen=True, slots=True)
+class GroupDescription:
+    """A consumer group on one topic, as ``GROUPS <group>`` shows it: its ``state``
+    (``Stable`` or ``Empty``, with the member count), its members with the partitions each owns
+    (a member beyond the partition count owns none) and each partition's owner, committed
+    offset and end (lag = end - committed)."""
+
+    state: GroupStateRow
+    members: tuple[MemberRow, ...]
+    partitions: tuple[GroupRow, ...]
+
+    @property
+    def topic(self) -> str:
+        """The topic the group reads here."""
+        return self.state.topic
+
+
+def _descriptions(response: Response) -> list[GroupDescription]:
+    """Cut a ``GROUPS <group>`` reply at each ``+GROUPSTATE``: one description a topic."""
+    found: list[GroupDescription] = []
+    for row in expect_list(response).rows:
+        if isinstance(row, GroupStateRow):
+            found.append(GroupDescription(row, (), ()))
+        elif not found:
+            raise RemoteProtocolError(f"GROUPS answered a {type(row).__name__} before +GROUPSTATE")
+        elif isinstance(row, MemberRow):
+            last = found[-1]
+            found[-1] = GroupDescription(last.state, (*last.members, row), last.partitions)
+        elif isinstance(row, GroupRow):
+            last = found[-1]
+            found[-1] = GroupDescription(last.state, last.members, (*last.partitions, row))
+    return found
+
+
+def describe_consumer_group(group: str, topic: str | None = None) -> Call[list[GroupDescription]]:
+    """``GROUPS group [topic]``: the group on each topic it reads (only ``topic`` if given);
+    ``UNKNOWN_GROUP`` if it has no members and no committed offsets."""
+    return Call(DescribeGroup(group, topic), _descriptions)
+
+
+def list_groups() -> Call[list[GroupStateRow]]:
+    """``GROUPS``: every group and topic it reads, with its state and member count."""
+    return Call(
+        ListGroups(),
+        lambda response: [r for r in expect_list(response).rows if isinstance(r, GroupStateRow)],
+    )
+
+
+def reset_offsets(
+    group: str, topic: str, to: ResetKind | str, value: int | None = None
+) -> Call[dict[int, int]]:
+    """``RESETOFFSETS``: move an inactive group's committed offsets on ``topic`` to each
+    partition's ``earliest`` / ``latest`` offset, to ``offset`` ``value`` (kept within each
+    partition's start and end) or to the first offset at ``time`` ``value`` (ms); the result
+    is partition → new offset. ``GROUP_NOT_EMPTY`` while the group has members on ``topic``.
+    Idempotent (it sets values: a retry sets the same ones, or newer bounds')."""
+    kind = ResetKind(to)
+    if (value is None) != (kind in (ResetKind.EARLIEST, ResetKind.LATEST)):
+        needs = "a value" if value is None else "no value"
+        raise ValueError(f"a reset to {kind.value} takes {needs}")
+    return Call(
+        ResetOffsets(group, topic, kind, value),
+        lambda response: {
+            r.partition: r.offset
+            for r in expect_list(response).rows
+            if isinstance(r, OffsetRow) and r.offset is not None
+        },
+    )
+
+
+def delete_group(group: str) -> Call[None]:
+    """``DELGROUP``: forget an inactive group. Not idempotent (a retry after an unknown outcome
+    would meet ``UNKNOWN_GROUP``)."""
+    return Call(DeleteGroup(group), _ok, idempotent=False)
 
 
 def committed_offsets(group: str, topic: str) -> Call[dict[int, int | None]]:

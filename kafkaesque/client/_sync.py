@@ -20,14 +20,17 @@ from kafkaesque.protocol import (
     ErrorCode,
     Fsync,
     GroupRow,
+    GroupStateRow,
     PartitionRow,
     Ping,
     RemoteProtocolError,
+    ResetKind,
     TopicRow,
 )
 
 from . import _calls as calls
 from . import _steps as steps
+from ._calls import GroupDescription
 from ._consumer_core import (
     ConsumerCore,
     ConsumerPositions,
@@ -337,6 +340,32 @@ class Client:
     def describe_group(self, group: str, topic: str) -> list[GroupRow]:
         """Each partition of ``topic`` in ``group``: owner, committed offset and end."""
         return self.call(calls.describe_group(group, topic))
+
+    def describe_consumer_group(
+        self, group: str, topic: str | None = None
+    ) -> list[GroupDescription]:
+        """The group on each topic it reads (only ``topic`` if given): state, members (those
+        without partitions too) and partitions; ``UNKNOWN_GROUP`` if the cluster knows nothing
+        of it (no members, no committed offsets)."""
+        return self.call(calls.describe_consumer_group(group, topic))
+
+    def list_groups(self) -> list[GroupStateRow]:
+        """Every consumer group, once per topic it reads, with its state and member count."""
+        return self.call(calls.list_groups())
+
+    def reset_offsets(
+        self, group: str, topic: str, to: ResetKind | str, value: int | None = None
+    ) -> dict[int, int]:
+        """Move an inactive group's committed offsets on ``topic``: ``to`` is ``earliest``,
+        ``latest``, ``offset`` (``value``, kept within each partition's start and end) or
+        ``time`` (``value`` in ms: each partition's first offset at or after it). Returns
+        partition → new offset; ``GROUP_NOT_EMPTY`` while the group has members on ``topic``."""
+        return self.call(calls.reset_offsets(group, topic, to, value))
+
+    def delete_group(self, group: str) -> None:
+        """Delete an inactive group (its committed offsets on every topic): ``GROUP_NOT_EMPTY``
+        while it has members, ``UNKNOWN_GROUP`` if there is none."""
+        self.call(calls.delete_group(group))
 
     def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""

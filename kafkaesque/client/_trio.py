@@ -14,11 +14,20 @@ from typing import Any, TypeVar
 
 import trio
 
-from kafkaesque.protocol import AlterTopic, CreateTopic, Fsync, PartitionRow, TopicRow
+from kafkaesque.protocol import (
+    AlterTopic,
+    CreateTopic,
+    Fsync,
+    GroupStateRow,
+    PartitionRow,
+    ResetKind,
+    TopicRow,
+)
 from kafkaesque.storage import wall_clock_ms
 
 from . import _calls as calls
 from . import _steps as steps
+from ._calls import GroupDescription
 from ._consumer_core import (
     ConsumerCore,
     ConsumerPositions,
@@ -275,6 +284,32 @@ class AsyncClient:
     async def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
         """The group's committed offsets: partition → offset (None: none committed)."""
         return await self.call(calls.committed_offsets(group, topic))
+
+    async def describe_consumer_group(
+        self, group: str, topic: str | None = None
+    ) -> list[GroupDescription]:
+        """The group on each topic it reads (only ``topic`` if given): state, members (those
+        without partitions too) and partitions; ``UNKNOWN_GROUP`` if the cluster knows nothing
+        of it (no members, no committed offsets)."""
+        return await self.call(calls.describe_consumer_group(group, topic))
+
+    async def list_groups(self) -> list[GroupStateRow]:
+        """Every consumer group, once per topic it reads, with its state and member count."""
+        return await self.call(calls.list_groups())
+
+    async def reset_offsets(
+        self, group: str, topic: str, to: ResetKind | str, value: int | None = None
+    ) -> dict[int, int]:
+        """Move an inactive group's committed offsets on ``topic``: ``to`` is ``earliest``,
+        ``latest``, ``offset`` (``value``, kept within each partition's start and end) or
+        ``time`` (``value`` in ms: each partition's first offset at or after it). Returns
+        partition → new offset; ``GROUP_NOT_EMPTY`` while the group has members on ``topic``."""
+        return await self.call(calls.reset_offsets(group, topic, to, value))
+
+    async def delete_group(self, group: str) -> None:
+        """Delete an inactive group (its committed offsets on every topic): ``GROUP_NOT_EMPTY``
+        while it has members, ``UNKNOWN_GROUP`` if there is none."""
+        await self.call(calls.delete_group(group))
 
     async def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""

@@ -24,6 +24,7 @@ from kafkaesque.protocol import (
     FetchFormat,
     FetchOffsets,
     Help,
+    ListGroups,
     ListTopics,
     LocalProtocolError,
     Metadata,
@@ -31,6 +32,7 @@ from kafkaesque.protocol import (
     RemoteProtocolError,
     Reply,
     ReplyDecoder,
+    ResetOffsets,
     Row,
     encode_command,
     encode_reply,
@@ -52,7 +54,17 @@ class ListResponse:
 Response: TypeAlias = OkReply | ErrorReply | DataReply | ListResponse
 """The whole answer to one command."""
 
-_LIST_COMMANDS = (Cons, ListTopics, DescribeTopic, FetchOffsets, DescribeGroup, Metadata, Help)
+_LIST_COMMANDS = (
+    Cons,
+    ListTopics,
+    DescribeTopic,
+    FetchOffsets,
+    DescribeGroup,
+    ListGroups,
+    ResetOffsets,
+    Metadata,
+    Help,
+)
 
 
 def shown(answer: Response | Reply | tuple[Reply, ...], limit: int = 160) -> str:

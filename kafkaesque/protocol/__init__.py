@@ -25,6 +25,7 @@ from ._line_commands import Cons as Cons
 from ._line_commands import ConsOffsets as ConsOffsets
 from ._line_commands import CreateTopic as CreateTopic
 from ._line_commands import DataReply as DataReply
+from ._line_commands import DeleteGroup as DeleteGroup
 from ._line_commands import DeleteTopic as DeleteTopic
 from ._line_commands import DescribeGroup as DescribeGroup
 from ._line_commands import DescribeTopic as DescribeTopic
@@ -37,6 +38,7 @@ from ._line_commands import FetchOffsets as FetchOffsets
 from ._line_commands import FetchReplica as FetchReplica
 from ._line_commands import Fsync as Fsync
 from ._line_commands import GroupRow as GroupRow
+from ._line_commands import GroupStateRow as GroupStateRow
 from ._line_commands import Help as Help
 from ._line_commands import Idempotence as Idempotence
 from ._line_commands import InfoRow as InfoRow
@@ -44,8 +46,10 @@ from ._line_commands import InvalidTopicNameError as InvalidTopicNameError
 from ._line_commands import Leave as Leave
 from ._line_commands import LineEvent as LineEvent
 from ._line_commands import LineLimits as LineLimits
+from ._line_commands import ListGroups as ListGroups
 from ._line_commands import ListTopics as ListTopics
 from ._line_commands import LocalProtocolError as LocalProtocolError
+from ._line_commands import MemberRow as MemberRow
 from ._line_commands import MessageRow as MessageRow
 from ._line_commands import Metadata as Metadata
 from ._line_commands import OffsetRow as OffsetRow
@@ -60,6 +64,8 @@ from ._line_commands import Quit as Quit
 from ._line_commands import Reassign as Reassign
 from ._line_commands import RemoteProtocolError as RemoteProtocolError
 from ._line_commands import Reply as Reply
+from ._line_commands import ResetKind as ResetKind
+from ._line_commands import ResetOffsets as ResetOffsets
 from ._line_commands import Row as Row
 from ._line_commands import SeedMessage as SeedMessage
 from ._line_commands import Subs as Subs

@@ -45,6 +45,7 @@ from ._line_commands import (
     ConsOffsets,
     CreateTopic,
     DataReply,
+    DeleteGroup,
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
@@ -57,14 +58,17 @@ from ._line_commands import (
     FetchReplica,
     Fsync,
     GroupRow,
+    GroupStateRow,
     Help,
     Idempotence,
     InfoRow,
     Leave,
     LineEvent,
     LineLimits,
+    ListGroups,
     ListTopics,
     LocalProtocolError,
+    MemberRow,
     MessageRow,
     Metadata,
     OffsetRow,
@@ -78,6 +82,8 @@ from ._line_commands import (
     Reassign,
     RemoteProtocolError,
     Reply,
+    ResetKind,
+    ResetOffsets,
     Subs,
     TopicRow,
     is_internal_topic,
@@ -169,9 +175,21 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
         "Leave the subscription's group now (closing the connection does it too). Replies +OK.",
     ),
     "GROUPS": (
-        "GROUPS <group> <topic>",
-        "A group's partitions: +GROUP <group> <topic> <partition> <owner> <committed> <end> rows "
-        "(- for none; lag = end - committed), then +END.",
+        "GROUPS [<group> [<topic>]]",
+        "No argument: the groups, a +GROUPSTATE <group> <topic> <state> <members> row each. With "
+        "<group>: per topic it reads (or <topic>), +GROUPSTATE, +MEMBER <group> <topic> <member> "
+        "<partitions> rows, +GROUP <group> <topic> <partition> <owner> <committed> <end> rows (- "
+        "for none; lag = end - committed). Then +END.",
+    ),
+    "RESETOFFSETS": (
+        "RESETOFFSETS <group> <topic> earliest|latest|offset=<n>|time=<ms>",
+        "Move an inactive group's committed offsets on <topic> (backwards too): to each "
+        "partition's start, end, <n> (kept within start..end) or first offset at or after <ms>. "
+        "+OFFSET rows with the new offsets, then +END.",
+    ),
+    "DELGROUP": (
+        "DELGROUP <group>",
+        "Delete an inactive group: its committed offsets on every topic. Replies +OK.",
     ),
     "METADATA": (
         "METADATA [<topic> ...]",
@@ -940,8 +958,30 @@ class LineDecoder:
         return Leave(_arg_name(tokens[0], "subscription_id"))
 
     def _parse_groups(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "GROUPS", 2)
-        return DescribeGroup(_arg_name(tokens[0], "group"), self._topic(tokens[1], True))
+        tokens = _arg_tokens(line, "GROUPS", 0, 2)
+        if not tokens:
+            return ListGroups()
+        topic = self._topic(tokens[1], True) if len(tokens) == 2 else None
+        return DescribeGroup(_arg_name(tokens[0], "group"), topic)
+
+    def _parse_resetoffsets(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "RESETOFFSETS", 3)
+        group, topic = _arg_name(tokens[0], "group"), self._topic(tokens[1], True)
+        name, eq, raw = tokens[2].partition(b"=")
+        word = name.lower()
+        if not eq and word in (b"earliest", b"latest"):
+            return ResetOffsets(group, topic, ResetKind(word.decode()))
+        if eq and word in (b"offset", b"time"):
+            what = "offset" if word == b"offset" else "time"
+            return ResetOffsets(group, topic, ResetKind(what), _arg_int(raw, what, 0, INT64_MAX))
+        raise _Reject(
+            ErrorCode.BAD_ARGS,
+            f"reset to earliest, latest, offset=<n> or time=<ms>, not {_show(tokens[2])}",
+        )
+
+    def _parse_delgroup(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "DELGROUP", 1)
+        return DeleteGroup(_arg_name(tokens[0], "group"))
 
     def _parse_offsets(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = _arg_tokens(line, "OFFSETS", 2)
@@ -1005,6 +1045,8 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"COMMIT": LineDecoder._parse_commit,
     b"OFFSETS": LineDecoder._parse_offsets,
     b"GROUPS": LineDecoder._parse_groups,
+    b"RESETOFFSETS": LineDecoder._parse_resetoffsets,
+    b"DELGROUP": LineDecoder._parse_delgroup,
     b"LEAVE": LineDecoder._parse_leave,
     b"METADATA": LineDecoder._parse_metadata,
     b"REASSIGN": LineDecoder._parse_reassign,
@@ -1234,7 +1276,24 @@ def encode_command(command: Command) -> bytes:
         case Leave(subscription_id=sub):
             return b"LEAVE %s\r\n" % _name_bytes(sub, "subscription_id")
         case DescribeGroup(group=group, topic=topic):
-            return b"GROUPS %s %s\r\n" % (_name_bytes(group, "group"), _topic_bytes(topic, True))
+            words = [b"GROUPS", _name_bytes(group, "group")]
+            if topic is not None:
+                words.append(_topic_bytes(topic, True))
+            return b" ".join(words) + _CRLF
+        case ListGroups(partition=None):
+            return b"GROUPS\r\n"
+        case ResetOffsets(group=group, topic=topic, kind=kind, value=value):
+            words = [b"RESETOFFSETS", _name_bytes(group, "group"), _topic_bytes(topic, True)]
+            if kind in (ResetKind.EARLIEST, ResetKind.LATEST) and value is None:
+                words.append(kind.value.encode())
+            elif kind in (ResetKind.OFFSET, ResetKind.TIME) and value is not None:
+                number = _int_bytes(value, kind.value, 0, INT64_MAX)
+                words.append(kind.value.encode() + b"=" + number)
+            else:
+                raise _bad("reset", command, "earliest/latest with no value, offset/time with one")
+            return b" ".join(words) + _CRLF
+        case DeleteGroup(group=group):
+            return b"DELGROUP %s\r\n" % _name_bytes(group, "group")
         case CreateTopic():
             return _topic_settings_line(b"CREATE", command, allow_internal=False)
         case AlterTopic(topic=topic, compact=compact):
@@ -1384,6 +1443,22 @@ def encode_reply(reply: Reply) -> bytes:
                 if reply.committed is None
                 else _int_bytes(reply.committed, "offset", 0, INT64_MAX),
                 b"-" if reply.end is None else _int_bytes(reply.end, "end", 0, INT64_MAX),
+            )
+        case GroupStateRow(group=group, topic=topic, state=state, members=members):
+            return b"+GROUPSTATE %s %s %s %s\r\n" % (
+                _name_bytes(group, "group"),
+                _topic_bytes(topic, True),
+                _name_bytes(state, "state"),
+                _int_bytes(members, "members", 0, INT32_MAX),
+            )
+        case MemberRow(group=group, topic=topic, member=member, partitions=partitions):
+            if type(partitions) is not tuple:
+                raise _bad("partitions", partitions, "a tuple of partitions")
+            return b"+MEMBER %s %s %s %s\r\n" % (
+                _name_bytes(group, "group"),
+                _topic_bytes(topic, True),
+                _name_bytes(member, "member"),
+                b",".join(_int_bytes(p, "partition", 0, INT32_MAX) for p in partitions) or b"-",
             )
         case OffsetRow(topic=topic, partition=partition, offset=offset):
             return b"+OFFSET %s %s %s\r\n" % (
@@ -1584,6 +1659,38 @@ def _parse_group_row(rest: bytes, line: bytes) -> Reply:
     )
 
 
+def _reply_name(raw: bytes, line: bytes, what: str) -> str:
+    name = raw.decode("ascii", "replace")
+    if name_error(name) is not None:
+        raise _broken(f"invalid {what}", line)
+    return name
+
+
+def _parse_group_state_row(rest: bytes, line: bytes) -> Reply:
+    fields = rest.split(b" ")
+    if len(fields) != 4:
+        raise _broken("+GROUPSTATE needs group, topic, state and members", line)
+    return GroupStateRow(
+        _reply_name(fields[0], line, "group"),
+        _reply_topic(fields[1], line),
+        _reply_name(fields[2], line, "state"),
+        _reply_int(fields[3], line, "members", 0, INT32_MAX),
+    )
+
+
+def _parse_member_row(rest: bytes, line: bytes) -> Reply:
+    fields = rest.split(b" ")
+    if len(fields) != 4:
+        raise _broken("+MEMBER needs group, topic, member and partitions", line)
+    partitions = () if fields[3] == b"-" else fields[3].split(b",")
+    return MemberRow(
+        _reply_name(fields[0], line, "group"),
+        _reply_topic(fields[1], line),
+        _reply_name(fields[2], line, "member"),
+        tuple(_reply_int(p, line, "partition", 0, INT32_MAX) for p in partitions),
+    )
+
+
 def _parse_info_row(rest: bytes, line: bytes) -> Reply:
     return InfoRow(_reply_text(rest))
 
@@ -1601,6 +1708,8 @@ _REPLY_PARSERS: Final[dict[bytes, Callable[[bytes, bytes], Reply]]] = {
     b"+BROKER": _parse_broker_row,
     b"+OFFSET": _parse_offset_row,
     b"+GROUP": _parse_group_row,
+    b"+GROUPSTATE": _parse_group_state_row,
+    b"+MEMBER": _parse_member_row,
     b"+INFO": _parse_info_row,
     b"+END": _parse_end,
 }

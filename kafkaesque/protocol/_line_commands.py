@@ -210,6 +210,20 @@ class ErrorCode(Enum):
         "read; ask a broker that holds one (METADATA lists the replicas).",
         "FETCH replica=local only: this broker holds no replica of the partition.",
     )
+    UNKNOWN_GROUP = (
+        False,
+        False,
+        "The consumer group has no members and no committed offsets (it never committed, or it "
+        "was deleted): nothing was changed. Check the name (GROUPS lists the groups).",
+        None,
+    )
+    GROUP_NOT_EMPTY = (
+        False,
+        False,
+        "RESETOFFSETS or DELGROUP named a group that still has live members: nothing was "
+        "changed. Stop its consumers (or wait until their session times out) and send it again.",
+        None,
+    )
     INTERNAL = (
         False,
         True,
@@ -575,10 +589,57 @@ class Leave:
 
 @dataclass(frozen=True, slots=True)
 class DescribeGroup:
-    """``GROUPS group topic``: a ``+GROUP`` row per partition (owner, committed, end), ``+END``."""
+    """``GROUPS group [topic]``: for each topic the group reads (only ``topic`` if given), a
+    ``+GROUPSTATE`` row, a ``+MEMBER`` row per member (also those without partitions) and a
+    ``+GROUP`` row per partition (owner, committed, end); then ``+END``. ``UNKNOWN_GROUP`` if the
+    group has no members and no committed offsets."""
+
+    group: str
+    topic: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListGroups:
+    """``GROUPS``: a ``+GROUPSTATE`` row per group and topic it reads, then ``+END``.
+
+    ``partition`` is not on the line: a broker asks each coordinator for the groups of one
+    partition of the offsets topic (None: all of them, gathered from every coordinator)."""
+
+    partition: int | None = None
+
+
+class ResetKind(StrEnum):
+    """Where ``RESETOFFSETS`` moves a group's committed offsets to."""
+
+    EARLIEST = "earliest"
+    """Each partition's log start."""
+    LATEST = "latest"
+    """Each partition's end (its high watermark): the group skips what is there now."""
+    OFFSET = "offset"
+    """One offset for every partition, clamped into [log start, end] as Kafka's --to-offset."""
+    TIME = "time"
+    """Each partition's earliest offset whose record timestamp is >= a time in ms (else its end)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ResetOffsets:
+    """``RESETOFFSETS group topic earliest|latest|offset=N|time=MS``: move an inactive group's
+    committed offsets of every partition of ``topic`` (backwards too); ``+OFFSET`` rows with the
+    new offsets, then ``+END``. ``GROUP_NOT_EMPTY`` while the group has members on ``topic``.
+    ``value`` is the offset or the time (None for earliest and latest)."""
 
     group: str
     topic: str
+    kind: ResetKind
+    value: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class DeleteGroup:
+    """``DELGROUP group``: forget an inactive group (its committed offsets and assignments on
+    every topic); ``+OK``. ``GROUP_NOT_EMPTY`` while it has members, ``UNKNOWN_GROUP`` if none."""
+
+    group: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -650,6 +711,9 @@ Command: TypeAlias = (
     | FetchOffsets
     | Leave
     | DescribeGroup
+    | ListGroups
+    | ResetOffsets
+    | DeleteGroup
     | Metadata
     | Reassign
     | AddBroker
@@ -823,7 +887,40 @@ class GroupRow:
     end: int | None
 
 
-Row: TypeAlias = MessageRow | TopicRow | PartitionRow | BrokerRow | OffsetRow | GroupRow | InfoRow
+@dataclass(frozen=True, slots=True)
+class GroupStateRow:
+    """``+GROUPSTATE group topic state members``: a group on one topic. ``state`` is ``Stable``
+    (it has members) or ``Empty`` (none: only committed offsets), as Kafka names them;
+    ``members`` is how many it has."""
+
+    group: str
+    topic: str
+    state: str
+    members: int
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRow:
+    """``+MEMBER group topic member partitions|-``: a member of a group and the partitions it
+    owns (comma-separated; ``-``: none, as a member beyond the partition count has)."""
+
+    group: str
+    topic: str
+    member: str
+    partitions: tuple[int, ...]
+
+
+Row: TypeAlias = (
+    MessageRow
+    | TopicRow
+    | PartitionRow
+    | BrokerRow
+    | OffsetRow
+    | GroupRow
+    | GroupStateRow
+    | MemberRow
+    | InfoRow
+)
 Reply: TypeAlias = OkReply | ErrorReply | DataReply | Row | EndReply
 
 

@@ -40,10 +40,14 @@ from ._line_commands import (
     Commit,
     Cons,
     ConsOffsets,
+    DeleteGroup,
     DescribeGroup,
     ErrorCode,
     FetchOffsets,
     Leave,
+    ListGroups,
+    ResetKind,
+    ResetOffsets,
     Subs,
 )
 
@@ -106,7 +110,17 @@ class ReadRequest:
     wait_ms: int
 
 
-GroupCommand: TypeAlias = Subs | Cons | Commit | FetchOffsets | Leave | DescribeGroup
+GroupCommand: TypeAlias = (
+    Subs
+    | Cons
+    | Commit
+    | FetchOffsets
+    | Leave
+    | DescribeGroup
+    | ListGroups
+    | ResetOffsets
+    | DeleteGroup
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +289,9 @@ COMMAND_TAGS: Final[dict[type, int]] = {
     FetchOffsets: 4,
     Leave: 5,
     DescribeGroup: 6,
+    ListGroups: 7,
+    ResetOffsets: 8,
+    DeleteGroup: 9,
 }
 TAGS: Final[frozenset[int]] = frozenset(
     {*REQUEST_TAGS.values(), REPLY_TAG, LEADER_CLAIMS_TAG, SHARES_TAG}
@@ -341,6 +358,13 @@ def _seconds(x: object) -> float:
     return float(x)
 
 
+def _reset_kind(x: object) -> ResetKind:
+    try:
+        return ResetKind(_str(x))
+    except ValueError:
+        raise MalformedPeerMessage(f"unknown reset kind {x!r:.60}") from None
+
+
 def _acks(x: object) -> Acks:
     try:
         return Acks(_str(x))
@@ -388,7 +412,10 @@ _COMMAND_FIELDS: Final[dict[type, tuple[Callable[[object], Any], ...]]] = {
     Commit: (_str, _str, _natural, _natural, _opt_str),
     FetchOffsets: (_str, _str),
     Leave: (_str,),
-    DescribeGroup: (_str, _str),
+    DescribeGroup: (_str, _opt_str),
+    ListGroups: (_opt_natural,),
+    ResetOffsets: (_str, _str, _reset_kind, _opt_natural),
+    DeleteGroup: (_str,),
 }
 _COMMAND_NAMES: Final[dict[type, tuple[str, ...]]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in COMMAND_TAGS

@@ -125,7 +125,8 @@ def test_error_codes_are_distinct_and_documented() -> None:
         "UNKNOWN_COMMAND", "BAD_ARGS", "UNKNOWN_TOPIC", "UNKNOWN_PARTITION", "INVALID_TOPIC",
         "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
         "NO_QUORUM", "BUSY", "NOT_READY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
-        "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "INTERNAL",
+        "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "UNKNOWN_GROUP", "GROUP_NOT_EMPTY",
+        "INTERNAL",
     ]  # fmt: skip
     assert [code.name for code in ErrorCode] == names
     for code in ErrorCode:

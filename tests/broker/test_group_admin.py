@@ -1,0 +1,193 @@
+"""Consumer group admin against real brokers (issue 26): ``GROUPS`` lists and describes groups,
+``RESETOFFSETS`` moves an inactive group's offsets (earliest, latest, an offset, a time) and a new
+member starts there, ``DELGROUP`` forgets an inactive group; both refuse a group with members.
+
+Every request goes to a broker chosen so that it is, in turn, the coordinator and not: a command
+that reaches another broker is forwarded to the coordinator, as the other group commands are."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+
+import pytest
+from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.client import Client, GroupConsumer, KafkaesqueError
+from kafkaesque.protocol import (
+    ErrorCode,
+    ErrorReply,
+    GroupRow,
+    GroupStateRow,
+    MemberRow,
+    OffsetRow,
+)
+
+from .line_client import LineClient
+
+PARTITIONS = 3
+
+
+@pytest.fixture(scope="module")
+def client(broker_cluster: LocalCluster) -> Iterator[Client]:
+    with Client(broker_cluster.bootstrap) as c:
+        yield c
+
+
+def _wait(what: str, done: Callable[[], bool], timeout_s: float = 20.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not done():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.05)
+
+
+def _publish(client: Client, topic: str, count: int, tag: str) -> dict[int, list[int]]:
+    """``count`` records spread over every partition; partition → their offsets."""
+    written: dict[int, list[int]] = {}
+    for i in range(count):
+        p, offset = client.publish(topic, f"{tag}{i}".encode(), partition=i % PARTITIONS)
+        written.setdefault(p, []).append(offset)
+    return written
+
+
+def _read_all(
+    client: Client, bootstrap: str, topic: str, group: str, expected: int
+) -> list[tuple[int, int]]:
+    """What a new member of ``group`` reads (from the committed offsets), as (partition, offset);
+    it polls until it has ``expected`` records and one more poll finds nothing new, then leaves
+    (and this waits until the group is empty again). It commits nothing."""
+    seen: list[tuple[int, int]] = []
+    with GroupConsumer(bootstrap, topic, group, auto_offset_reset="earliest") as member:
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline:
+            records = member.poll(0.3)
+            seen.extend((r.partition, r.offset) for r in records)
+            if len(seen) >= expected and not records:
+                break
+    _wait("the reader's leaving", _empty(client, group, topic))
+    return sorted(seen)
+
+
+def _empty(client: Client, group: str, topic: str) -> Callable[[], bool]:
+    def check() -> bool:
+        [description] = client.describe_consumer_group(group, topic)
+        return description.state.state == "Empty"
+
+    return check
+
+
+def test_list_and_describe_a_live_group(broker_cluster: LocalCluster, client: Client) -> None:
+    client.create_topic("admin1", PARTITIONS, 3)
+    written = _publish(client, "admin1", 12, "a")
+    members = [LineClient(broker_cluster.client_address(i % 3)) for i in range(4)]
+    try:
+        ids = [m.ok("SUBS admin1 watchers").split()[0] for m in members]
+        # 4 members, 3 partitions: one member owns none, and is shown all the same.
+        members[0].ok("COMMIT watchers admin1 0 2")
+        listed = client.list_groups()
+        assert GroupStateRow("watchers", "admin1", "Stable", 4) in listed
+        with LineClient(broker_cluster.client_address(2)) as admin:
+            answer = admin.rows("GROUPS watchers")
+        assert answer[0] == GroupStateRow("watchers", "admin1", "Stable", 4)
+        member_rows = [r for r in answer if isinstance(r, MemberRow)]
+        assert {r.member for r in member_rows} == set(ids)
+        owned = sorted(p for r in member_rows for p in r.partitions)
+        assert owned == list(range(PARTITIONS))
+        assert sum(1 for r in member_rows if not r.partitions) == 1
+
+        [description] = client.describe_consumer_group("watchers")
+        assert description.topic == "admin1" and description.state.members == 4
+        by_partition = {r.partition: r for r in description.partitions}
+        assert sorted(by_partition) == list(range(PARTITIONS))
+        row = by_partition[0]
+        assert row.committed == 2 and row.end == written[0][-1] + 1
+        assert row.end - row.committed > 0  # the lag a CLI table shows
+        assert by_partition[1].committed is None and by_partition[1].owner in ids
+        # The topic named: the same group, that topic only.
+        assert client.describe_consumer_group("watchers", "admin1") == [description]
+    finally:
+        for m in members:
+            m.close()
+
+
+def test_reset_is_refused_while_active_and_moves_an_inactive_groups_offsets(
+    broker_cluster: LocalCluster, client: Client
+) -> None:
+    client.create_topic("admin2", PARTITIONS, 3)
+    first = _publish(client, "admin2", 9, "old")
+    bootstrap = broker_cluster.bootstrap
+    with LineClient(broker_cluster.client_address(1)) as live:
+        live.ok("SUBS admin2 rewinders")
+        for i in range(3):
+            with LineClient(broker_cluster.client_address(i)) as admin:
+                refused = admin.call("RESETOFFSETS rewinders admin2 earliest")
+                assert isinstance(refused, ErrorReply), refused
+                assert refused.code is ErrorCode.GROUP_NOT_EMPTY
+        with pytest.raises(KafkaesqueError) as caught:
+            client.reset_offsets("rewinders", "admin2", "latest")
+        assert caught.value.code is ErrorCode.GROUP_NOT_EMPTY
+    _wait("the member's leaving", _empty(client, "rewinders", "admin2"))
+
+    # latest: a new member reads only what comes after the reset.
+    ends = {p: offsets[-1] + 1 for p, offsets in first.items()}
+    assert client.reset_offsets("rewinders", "admin2", "latest") == ends
+    assert _read_all(client, bootstrap, "admin2", "rewinders", 0) == []
+
+    # earliest: back to the log start, backwards past what was committed.
+    assert client.reset_offsets("rewinders", "admin2", "earliest") == dict.fromkeys(ends, 0)
+    everything = sorted((p, o) for p, offsets in first.items() for o in offsets)
+    assert _read_all(client, bootstrap, "admin2", "rewinders", len(everything)) == everything
+
+    # An offset: each partition's own records from there; past the end is kept at the end.
+    target = first[0][1]
+    with LineClient(broker_cluster.client_address(0)) as admin:
+        rows = admin.rows(f"RESETOFFSETS rewinders admin2 offset={target}")
+    new = {r.partition: r.offset for r in rows if isinstance(r, OffsetRow)}
+    assert new == {p: min(target, ends[p]) for p in ends}
+    from_target = sorted((p, o) for p, offsets in first.items() for o in offsets if o >= target)
+    assert _read_all(client, bootstrap, "admin2", "rewinders", len(from_target)) == from_target
+    far = client.reset_offsets("rewinders", "admin2", "offset", 10**12)
+    assert far == ends
+
+    # A time: the first records at or after it, as DESCRIBE time= finds them.
+    time.sleep(0.05)  # the next records' timestamps are past `since`
+    since = int(time.time() * 1000)
+    time.sleep(0.05)
+    second = _publish(client, "admin2", 6, "new")
+    at_time = client.reset_offsets("rewinders", "admin2", "time", since)
+    assert at_time == {p: offsets[0] for p, offsets in second.items()}
+    by_time = client.offsets_for_times({("admin2", p): since for p in ends})
+    assert at_time == {tp.partition: o for tp, o in by_time.items()}
+    fresh = sorted((p, o) for p, offsets in second.items() for o in offsets)
+    assert _read_all(client, bootstrap, "admin2", "rewinders", len(fresh)) == fresh
+
+
+def test_delete_is_refused_while_active_then_the_group_is_gone(
+    broker_cluster: LocalCluster, client: Client
+) -> None:
+    client.create_topic("admin3", PARTITIONS, 3)
+    _publish(client, "admin3", 6, "d")
+    with LineClient(broker_cluster.client_address(2)) as live:
+        member = live.ok("SUBS admin3 leavers").split()[0]
+        live.ok(f"COMMIT leavers admin3 0 1 member={member}")
+        for i in range(3):
+            with LineClient(broker_cluster.client_address(i)) as admin:
+                refused = admin.call("DELGROUP leavers")
+                assert isinstance(refused, ErrorReply) and refused.code is ErrorCode.GROUP_NOT_EMPTY
+    _wait("the member's leaving", _empty(client, "leavers", "admin3"))
+    assert GroupStateRow("leavers", "admin3", "Empty", 0) in client.list_groups()
+
+    client.delete_group("leavers")
+    assert all(g.group != "leavers" for g in client.list_groups())
+    for i in range(3):
+        with LineClient(broker_cluster.client_address(i)) as admin:
+            for line in ("GROUPS leavers", "GROUPS leavers admin3", "DELGROUP leavers"):
+                gone = admin.call(line)
+                assert isinstance(gone, ErrorReply) and gone.code is ErrorCode.UNKNOWN_GROUP, line
+    assert client.committed_offsets("leavers", "admin3") == dict.fromkeys(range(PARTITIONS))
+    # The name is free again: a new member starts afresh (nothing committed).
+    with LineClient(broker_cluster.client_address(0)) as again:
+        again.ok("SUBS admin3 leavers")
+        rows = again.rows("GROUPS leavers admin3")
+        assert rows[0] == GroupStateRow("leavers", "admin3", "Stable", 1)
+        assert all(r.committed is None for r in rows if isinstance(r, GroupRow))
