@@ -8,7 +8,7 @@ no thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 import trio
 
@@ -19,10 +19,12 @@ _READ_TIMEOUT_S = 5.0
 _PROMETHEUS_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 
 
-async def serve_admin_connection(
-    stream: trio.SocketStream, routes: dict[str, Callable[[], tuple[str, bytes]]]
-) -> None:
-    """Answer one request: ``routes[path]()`` gives ``(content type, body)``."""
+Route = Callable[[], Awaitable[tuple[str, bytes]]]
+"""A path's handler: ``(content type, body)``, awaited (a scrape may ask other brokers)."""
+
+
+async def serve_admin_connection(stream: trio.SocketStream, routes: dict[str, Route]) -> None:
+    """Answer one request: ``await routes[path]()`` gives ``(content type, body)``."""
     try:
         head = b""
         with trio.move_on_after(_READ_TIMEOUT_S):
@@ -40,7 +42,7 @@ async def serve_admin_connection(
         if route is None:
             await _respond(stream, 404, "text/plain", b"not found\n", head_only=False)
             return
-        content_type, body = route()
+        content_type, body = await route()
         await _respond(stream, 200, content_type, body, head_only=parts[0] == b"HEAD")
     except (trio.BrokenResourceError, trio.ClosedResourceError):
         return
@@ -59,5 +61,19 @@ async def _respond(
     await stream.send_all(head if head_only else head + body)
 
 
-def metrics_route(expose: Callable[[], bytes]) -> Callable[[], tuple[str, bytes]]:
-    return lambda: (_PROMETHEUS_TYPE, expose())
+def metrics_route(scrape: Callable[[], Awaitable[bytes]]) -> Route:
+    """The ``/metrics`` route: ``await scrape()`` in the Prometheus text format."""
+
+    async def route() -> tuple[str, bytes]:
+        return _PROMETHEUS_TYPE, await scrape()
+
+    return route
+
+
+def static_route(content_type: str, body: bytes) -> Route:
+    """A route that always answers ``body``."""
+
+    async def route() -> tuple[str, bytes]:
+        return content_type, body
+
+    return route

@@ -73,7 +73,7 @@ from kafkaesque.raft._driver import MultiRaft, RaftGroup
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
-from ._admin import metrics_route, serve_admin_connection
+from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import PartitionAppender
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler, group_name
@@ -84,7 +84,7 @@ from ._groups import GroupCoordinator
 from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
-from ._metrics import BrokerMetrics
+from ._metrics import BrokerMetrics, ClusterProbes
 from ._mqtt_listener import MqttService
 from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
@@ -153,6 +153,16 @@ class Broker:
         self.writes.on_written = self.metrics.commit_latency.observe
         self.commands = CommandHandler(self)
         self.groups = GroupCoordinator(self, config.group_session_timeout_s)
+        self.metrics.register_cluster(
+            ClusterProbes(
+                registered=lambda: self.metadata.view.brokers,
+                hears=self.raft.hears,
+                partitions=self._all_partitions,
+                leader_of=lambda topic, p: self.writes.leader_of(group_name(topic, p)),
+                committed=self.groups.committed_offsets,
+                ends=self._high_watermarks,
+            )
+        )
         self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
         self._nursery: trio.Nursery | None = None
         self._connections = 0
@@ -291,6 +301,7 @@ class Broker:
                 self.config.limits,
                 self.config.max_inflight_per_connection,
                 lambda session: self.groups.connection_closed(session.members),
+                self.metrics.bad_command,
             )
         except Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a client session failed", self.config.id)
@@ -301,8 +312,8 @@ class Broker:
         await serve_admin_connection(
             stream,
             {
-                "/metrics": metrics_route(self.metrics.expose),
-                "/healthz": lambda: ("text/plain", b"ok\n"),
+                "/metrics": metrics_route(self.metrics.scrape),
+                "/healthz": static_route("text/plain", b"ok\n"),
             },
         )
 
@@ -640,6 +651,20 @@ class Broker:
                 ErrorCode.INTERNAL, f"broker {broker} answered a command with {answer!r:.200}"
             )
         return answer.data
+
+    def _all_partitions(self) -> list[tuple[str, int]]:
+        """Every partition of the metadata view, as (topic, partition) (for the metrics)."""
+        topics = self.metadata.view.topics.values()
+        return [(t.name, p) for t in topics for p in range(len(t.replicas))]
+
+    async def _high_watermarks(
+        self, partitions: list[tuple[str, int]]
+    ) -> dict[tuple[str, int], int]:
+        """The high watermark of each of ``partitions`` as its leader has it (``leader_bounds``:
+        one request per leader; those not known within its wait are left out)."""
+        names = {group_name(topic, p): (topic, p) for topic, p in partitions}
+        bounds = await self.leader_bounds(names)
+        return {names[g]: b[1] for g, b in bounds.items() if g in names}
 
     async def leader_bounds(
         self, group_ids: Iterable[str], *, time_ms: int | None = None

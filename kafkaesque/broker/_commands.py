@@ -13,6 +13,7 @@ command is never forwarded again, so two brokers with stale views cannot bounce 
 
 from __future__ import annotations
 
+import functools
 import itertools
 import logging
 import time
@@ -87,6 +88,7 @@ from ._metadata import (
     TopicInfo,
     UnknownTopicError,
 )
+from ._metrics import command_word
 from ._reads import (
     DEFAULT_CONS_MESSAGES,
     DEFAULT_FETCH_BYTES,
@@ -185,6 +187,11 @@ class CommandHandler:
         self._broker = broker
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, _Creation] = {}  # topics being auto-created, by name
+        # A publish's late failure is counted under its command's word: one callback per word,
+        # made here once (a publish allocates none).
+        self._publish_failed: dict[str, Callable[[ErrorCode], None]] = {
+            word: functools.partial(self._broker.metrics.error, word) for word in ("PUBS", "PUB")
+        }
 
     # -- dispatch -------------------------------------------------------------------------------
 
@@ -197,7 +204,7 @@ class CommandHandler:
         forwarded: bool = False,
     ) -> Slot:
         """The reply's slot for ``command``; ``session`` is the client connection's, if any."""
-        name = type(command).__name__
+        name = command_word(command)
         self._broker.metrics.request(name)
         try:
             return self._dispatch(command, nursery, forwarded, session)
@@ -242,7 +249,9 @@ class CommandHandler:
             case Pubs(topic=topic, message=message):
                 seed = parse_seed_message(message)
                 headers = () if seed.header is None else (("Header", seed.header),)
-                return self._publish(topic, seed.value, seed.key, headers, None, Acks.QUORUM)
+                return self._publish(
+                    topic, seed.value, seed.key, headers, None, Acks.QUORUM, word="PUBS"
+                )
             case PublishRecord(idempotence=Idempotence() as ids, partition=int(p)):
                 # Its own batch, stamped with the producer's identity: never coalesced.
                 record = Record(command.value, command.key, timestamp=int(time.time() * 1000))
@@ -252,9 +261,11 @@ class CommandHandler:
                     producer_epoch=ids.epoch,
                     base_sequence=ids.sequence,
                 )
-                return self._write_batch(command.topic, p, batch, 1, command.acks, nursery)
+                return self._write_batch(
+                    command.topic, p, batch, 1, command.acks, nursery, word="PUB"
+                )
             case PublishRecord(topic=t, value=v, key=k, partition=p, acks=acks):
-                return self._publish(t, v, k, (), p, acks)
+                return self._publish(t, v, k, (), p, acks, word="PUB")
             case PublishBatch():
                 return self._publish_batch(command, nursery)
         raise AssertionError(f"not a publish: {command!r}")
@@ -262,7 +273,7 @@ class CommandHandler:
     async def _run(
         self, command: Command, slot: TaskSlot, forwarded: bool, session: Session | None
     ) -> None:
-        name = type(command).__name__
+        name = command_word(command)
         try:
             data = await self._execute(command, forwarded)
             if session is not None:
@@ -416,7 +427,7 @@ class CommandHandler:
             creation.done.set()
 
     def _dispatch_waiting(self, creation: _Creation, waiting: _Waiting) -> None:
-        name = type(waiting.command).__name__
+        name = command_word(waiting.command)
         try:
             if creation.error is not None:
                 raise creation.error
@@ -465,7 +476,11 @@ class CommandHandler:
         headers: tuple[tuple[str, bytes], ...],
         partition: int | None,
         acks: Acks,
+        *,
+        word: str,
     ) -> Slot:
+        """Append one record through the partition's appender; ``word`` (PUBS or PUB) labels
+        a failure in the metrics."""
         info = self._topic(topic)
         count = info.config.partitions
         if partition is None:
@@ -478,10 +493,7 @@ class CommandHandler:
             raise _unknown_partition(topic, partition, count)
         record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
         flight, index = self._broker.appender(topic, partition, acks).add(record)
-        return PublishSlot(flight, index, self._publish_failed)
-
-    def _publish_failed(self, code: ErrorCode) -> None:
-        self._broker.metrics.error("publish", code)
+        return PublishSlot(flight, index, self._publish_failed[word])
 
     def _publish_batch(self, command: PublishBatch, nursery: trio.Nursery) -> Slot:
         batch = command.batch
@@ -499,7 +511,13 @@ class CommandHandler:
             raise RequestError(ErrorCode.INVALID_BATCH, "record offsets must be contiguous")
         # Everything else about the batch (CRCs, size limit) is checked as it is proposed.
         return self._write_batch(
-            command.topic, command.partition, batch, header.record_count, command.acks, nursery
+            command.topic,
+            command.partition,
+            batch,
+            header.record_count,
+            command.acks,
+            nursery,
+            word="PUBB",
         )
 
     def _write_batch(
@@ -510,8 +528,11 @@ class CommandHandler:
         count: int,
         acks: Acks,
         nursery: trio.Nursery,
+        *,
+        word: str,
     ) -> Slot:
-        """Start writing ``batch`` now (keeping the session's order); its reply when written."""
+        """Start writing ``batch`` now (keeping the session's order); its reply when written.
+        ``word`` (PUB or PUBB) labels a failure in the metrics."""
         info = self._topic(topic)
         if partition >= info.config.partitions:
             raise _unknown_partition(topic, partition, info.config.partitions)
@@ -527,7 +548,7 @@ class CommandHandler:
                     group_id, batch, count, acks, first=attempt, deadline=deadline
                 )
             except RequestError as exc:
-                self._broker.metrics.error("publish", exc.code)
+                self._broker.metrics.error(word, exc.code)
                 slot.set(encode_reply(exc.reply()))
                 return
             slot.set(encode_reply(published_reply(partition, first)))

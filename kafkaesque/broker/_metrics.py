@@ -4,13 +4,23 @@ Counters and histograms are updated where things happen; the per-partition gauge
 term, commit index, follower lag) are read from the Raft groups when Prometheus scrapes, so an
 idle broker with a thousand partitions pays nothing for them between scrapes. Each broker has its
 own registry: several brokers in one process (the tests) do not mix their figures.
+
+The cluster-wide figures an operator alerts on are read at scrape time too, through
+``ClusterProbes`` (callables: the metrics hold no ``Broker``): which brokers this one hears,
+the partitions it leads whose followers are not all in sync (Kafka's UnderReplicatedPartitions),
+the partitions with no known leader (Kafka's OfflinePartitionsCount), and the lag of the consumer
+groups it coordinates. Requests are counted by their protocol word (``PUBS``, ``FETCH``), and a
+line that is not a command by ``UNKNOWN`` (an unknown word) or ``MALFORMED`` (anything else the
+decoder refused): a bounded set of labels, never the client's text.
 """
 
 from __future__ import annotations
 
 import itertools
+import time
 from bisect import bisect_left
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, generate_latest
 from prometheus_client.core import (
@@ -21,7 +31,13 @@ from prometheus_client.core import (
 )
 from prometheus_client.registry import Collector
 
-from kafkaesque.protocol import ErrorCode
+from kafkaesque.protocol import (
+    BadCommand,
+    Command,
+    ErrorCode,
+    LocalProtocolError,
+    encode_command,
+)
 from kafkaesque.raft import Role
 from kafkaesque.raft._driver import RaftGroup
 
@@ -30,10 +46,72 @@ _LATENCY_BUCKETS = (
 )  # fmt: skip
 
 
+UNKNOWN_COMMAND = "UNKNOWN"
+"""The ``command`` label of a line whose first word is no command."""
+MALFORMED_COMMAND = "MALFORMED"
+"""The ``command`` label of any other line the decoder refused (bad arguments, too long, a
+payload not followed by CRLF): the decoder does not say which command it was."""
+
+IN_SYNC_WINDOW_S = 10.0
+"""How long a follower may go without reaching where its leader's log ended at the previous
+scrape before it counts as out of sync (Kafka's ``replica.lag.time.max.ms``, 30 s there; ours is
+shorter because a Raft follower that keeps up is a few milliseconds behind)."""
+
+_words: dict[type[Command], str] = {}
+
+
+def command_word(command: Command) -> str:
+    """The protocol word a client types for ``command`` (``Pubs`` -> ``PUBS``, ``AlterTopic`` ->
+    ``ALTER``): the first word of its encoding, found once per command type and remembered.
+
+    Taken from ``encode_command`` rather than from a table here so that the protocol stays the
+    one place that knows the words (a command added there is labelled right with no change
+    here). A command that cannot be encoded (never one decoded from a client's line) is labelled
+    by its class name, not remembered.
+    """
+    kind = type(command)
+    word = _words.get(kind)
+    if word is None:
+        try:
+            word = encode_command(command).split(None, 1)[0].decode("ascii")
+        except (LocalProtocolError, ValueError, IndexError):
+            return kind.__name__
+        _words[kind] = word
+    return word
+
+
+def bad_command_label(event: BadCommand) -> str:
+    """``UNKNOWN`` for an unknown command word, else ``MALFORMED`` (see the module docstring)."""
+    return UNKNOWN_COMMAND if event.code is ErrorCode.UNKNOWN_COMMAND else MALFORMED_COMMAND
+
+
+@dataclass(frozen=True)
+class ClusterProbes:
+    """What the cluster-wide gauges read when scraped, each a callable of the broker's services.
+
+    ``registered``: the broker ids of the metadata view's registry. ``hears(peer)``: whether this
+    broker hears that peer now (the Raft driver's pings). ``partitions``: every partition of the
+    metadata view, as (topic, partition). ``leader_of(topic, partition)``: its leader as known
+    here, or None. ``committed``: (group, topic, partition, committed offset) of every group this
+    broker coordinates. ``ends(partitions)``: the high watermark of each of those partitions as
+    its leader has it now (awaited once per scrape; a partition left out has an unknown end).
+    """
+
+    registered: Callable[[], Iterable[int]]
+    hears: Callable[[int], bool]
+    partitions: Callable[[], Iterable[tuple[str, int]]]
+    leader_of: Callable[[str, int], int | None]
+    committed: Callable[[], Iterable[tuple[str, str, int, int]]]
+    ends: Callable[[list[tuple[str, int]]], Awaitable[Mapping[tuple[str, int], int]]]
+
+
 class BrokerMetrics:
-    """Every metric of one broker; ``expose()`` renders them in the text format."""
+    """Every metric of one broker; ``expose()`` renders them in the text format, ``scrape()``
+    first reads what must be awaited (the consumer groups' log ends), then renders them."""
 
     def __init__(self, broker_id: int, groups: Callable[[], Iterable[RaftGroup]]) -> None:
+        self._broker_id = broker_id
+        self._groups = groups
         self.registry = CollectorRegistry(auto_describe=False)
         self._requests = Counter(
             "kafkaesque_requests",
@@ -67,20 +145,45 @@ class BrokerMetrics:
             "Client connections accepted.",
             registry=self.registry,
         )
-        self.registry.register(_PartitionCollector(broker_id, groups))
+        self._in_sync = InSyncTracker()
+        self._partitions = _PartitionCollector(broker_id, groups, self._in_sync)
+        self.registry.register(self._partitions)
         self._request_children: dict[str, Counter] = {}
+        self._cluster: _ClusterCollector | None = None
+
+    def register_cluster(self, probes: ClusterProbes) -> None:
+        """Expose the cluster-wide gauges (brokers up, under-replicated and offline partitions,
+        consumer-group lag), read through ``probes`` at scrape time."""
+        self._partitions.hears = probes.hears
+        self._cluster = _ClusterCollector(self._broker_id, probes, self._groups)
+        self.registry.register(self._cluster)
+
+    async def scrape(self) -> bytes:
+        """``expose()``, after awaiting what the lag gauges need (the leaders' high watermarks
+        of the partitions the coordinated groups committed in, each leader asked once)."""
+        if self._cluster is not None:
+            await self._cluster.refresh_lag()
+        return self.expose()
+
+    def bad_command(self, event: BadCommand) -> None:
+        """Count a line the decoder refused, as a request and as an error (bounded labels)."""
+        label = bad_command_label(event)
+        self.request(label)
+        self.error(label, event.code)
 
     def register_mqtt(self, stats: Callable[[], Mapping[str, int]]) -> None:
         """Expose the MQTT listener's counters (read at scrape time: nothing per message)."""
         self.registry.register(_MqttCollector(stats))
 
     def request(self, command: str) -> None:
+        """Count one request labelled ``command`` (a protocol word: see ``command_word``)."""
         child = self._request_children.get(command)
         if child is None:
             child = self._request_children[command] = self._requests.labels(command)
         child.inc()
 
     def error(self, command: str, code: ErrorCode) -> None:
+        """Count one ``-ERR code`` answered to a ``command`` (a protocol word)."""
         self._errors.labels(command, code.name).inc()
 
     def expose(self) -> bytes:
@@ -121,12 +224,68 @@ class LatencyHistogram(Collector):
         )
 
 
+class InSyncTracker:
+    """Which followers of the partitions led here are in sync: Kafka's ISR rule, judged at each
+    scrape (nothing is tracked between scrapes, so an unscraped broker pays nothing).
+
+    A follower is in sync when this broker hears it (``heard``) and it was seen, within
+    ``window_s``, to have reached the offset its leader's log ended at when the previous scrape
+    looked (a follower that keeps up under load is a few entries behind the end at any instant,
+    but always past where the end was a scrape ago). A follower seen for the first time gets the
+    benefit of one window: a leader that just took over knows nothing of how it did before.
+
+    ``observe`` is called once per (partition, follower) between ``begin`` and ``end``; followers
+    not observed in a round are forgotten (the partition is no longer led here).
+    """
+
+    def __init__(
+        self, window_s: float = IN_SYNC_WINDOW_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._window_s = window_s
+        self._clock = clock
+        # (partition, follower) -> (the leader's end when last observed, when it was caught up)
+        self._seen: dict[tuple[str, int], tuple[int, float]] = {}
+        self._next: dict[tuple[str, int], tuple[int, float]] = {}
+        self._now = 0.0
+
+    def begin(self) -> None:
+        """Start a round (one scrape)."""
+        self._now = self._clock()
+        self._next = {}
+
+    def observe(self, partition: str, follower: int, match: int, end: int, heard: bool) -> bool:
+        """Whether ``follower`` of ``partition`` is in sync; ``match`` is the last offset it is
+        known to hold, ``end`` the leader's last offset now."""
+        key = (partition, follower)
+        previous = self._seen.get(key)
+        if previous is None:
+            caught_at = self._now
+        else:
+            target, caught_at = previous
+            # min: a leader that lost and regained the partition may have a shorter log now.
+            if match >= min(target, end):
+                caught_at = self._now
+        self._next[key] = (end, caught_at)
+        return heard and self._now - caught_at <= self._window_s
+
+    def end(self) -> None:
+        """End the round: forget the followers it did not observe."""
+        self._seen, self._next = self._next, {}
+
+
 class _PartitionCollector(Collector):
     """Per-partition gauges, read from the Raft groups at scrape time."""
 
-    def __init__(self, broker_id: int, groups: Callable[[], Iterable[RaftGroup]]) -> None:
+    def __init__(
+        self,
+        broker_id: int,
+        groups: Callable[[], Iterable[RaftGroup]],
+        in_sync: InSyncTracker,
+    ) -> None:
         self._broker = str(broker_id)
         self._groups = groups
+        self._in_sync = in_sync
+        self.hears: Callable[[int], bool] = lambda peer: True  # until ClusterProbes say
 
     def collect(self) -> Iterator[Metric]:
         labels = ["broker", "topic", "partition"]
@@ -158,6 +317,18 @@ class _PartitionCollector(Collector):
             "Offsets a follower is behind the leader's log (reported by the leader).",
             labels=[*labels, "follower"],
         )
+        in_sync = GaugeMetricFamily(
+            "kafkaesque_partition_in_sync_replicas",
+            "Replicas in sync, the leader included (reported by the leader).",
+            labels=labels,
+        )
+        under = GaugeMetricFamily(
+            "kafkaesque_partition_under_replicated",
+            "1 if a replica of this partition led here is not in sync (reported by the leader).",
+            labels=labels,
+        )
+        under_count = 0
+        self._in_sync.begin()
         for group in self._groups():
             topic, _, partition = group.id.rpartition("/")
             key = [self._broker, topic, partition]
@@ -171,10 +342,117 @@ class _PartitionCollector(Collector):
             status = node.status()
             repairing.add_metric(key, 0 if status.lost_end is None else 1)
             if node.role is Role.LEADER:
+                synced = 1  # the leader itself
+                followers = 0
                 for peer, progress in status.progress.items():
                     if peer != status.id:
+                        followers += 1
                         lag.add_metric([*key, str(peer)], status.last_index - progress.match)
+                        synced += self._in_sync.observe(
+                            group.id, peer, progress.match, status.last_index, self.hears(peer)
+                        )
+                in_sync.add_metric(key, synced)
+                short = 1 if synced < followers + 1 else 0
+                under.add_metric(key, short)
+                under_count += short
+        self._in_sync.end()
         yield from (leader, is_leader, term, commit, end, corruptions, repairing, lag)
+        yield from (in_sync, under)
+        count = GaugeMetricFamily(
+            "kafkaesque_under_replicated_partitions",
+            "Partitions led here with a replica not in sync (Kafka's UnderReplicatedPartitions).",
+            labels=["broker"],
+        )
+        count.add_metric([self._broker], under_count)
+        yield count
+
+
+class _ClusterCollector(Collector):
+    """The gauges of the cluster as this broker sees it: brokers up, offline partitions, and the
+    lag of the consumer groups it coordinates (see ``ClusterProbes``)."""
+
+    def __init__(
+        self, broker_id: int, probes: ClusterProbes, groups: Callable[[], Iterable[RaftGroup]]
+    ) -> None:
+        self._id = broker_id
+        self._broker = str(broker_id)
+        self._probes = probes
+        self._groups = groups
+        # (group, topic, partition) -> (committed, high watermark), as of the last refresh
+        self._lag: dict[tuple[str, str, int], tuple[int, int]] = {}
+
+    async def refresh_lag(self) -> None:
+        """Read the coordinated groups' committed offsets and their partitions' high watermarks
+        (one request per leader, all at once: ``ClusterProbes.ends``) for the next ``collect``.
+
+        The committed offsets are read again after the await: a commit made meanwhile is shown
+        (against a high watermark read a moment before, so the lag never shows negative: 0).
+        """
+        wanted = sorted({(topic, p) for _, topic, p, _ in self._probes.committed()})
+        ends = await self._probes.ends(wanted) if wanted else {}
+        self._lag = {
+            (group, topic, p): (offset, ends[(topic, p)])
+            for group, topic, p, offset in self._probes.committed()
+            if (topic, p) in ends
+        }
+
+    def collect(self) -> Iterator[Metric]:
+        probes = self._probes
+        up = GaugeMetricFamily(
+            "kafkaesque_broker_up",
+            "1 if this broker hears the registered broker `peer` (itself included), else 0.",
+            labels=["broker", "peer"],
+        )
+        for peer in sorted({*probes.registered(), self._id}):
+            heard = peer == self._id or probes.hears(peer)
+            up.add_metric([self._broker, str(peer)], 1 if heard else 0)
+        stranded = self._stranded()
+        offline = sum(
+            1
+            for t, p in probes.partitions()
+            if (t, p) in stranded or probes.leader_of(t, p) is None
+        )
+        offline_family = GaugeMetricFamily(
+            "kafkaesque_offline_partitions",
+            "Partitions with no leader known here, or led here without a quorum of voters heard "
+            "(Kafka's OfflinePartitionsCount).",
+            labels=["broker"],
+        )
+        offline_family.add_metric([self._broker], offline)
+        labels = ["broker", "group", "topic", "partition"]
+        committed = GaugeMetricFamily(
+            "kafkaesque_consumer_group_committed_offset",
+            "A group's committed offset (the next it reads), for groups coordinated here.",
+            labels=labels,
+        )
+        lag = GaugeMetricFamily(
+            "kafkaesque_consumer_group_lag",
+            "High watermark minus committed offset, for groups coordinated here.",
+            labels=labels,
+        )
+        for (group, topic, p), (offset, end) in sorted(self._lag.items()):
+            key = [self._broker, group, topic, str(p)]
+            committed.add_metric(key, offset)
+            lag.add_metric(key, max(0, end - offset))
+        yield from (up, offline_family, committed, lag)
+
+    def _stranded(self) -> set[tuple[str, int]]:
+        """The partitions this broker leads without hearing a majority of their voters (itself
+        included): it can commit nothing, as if there were no leader. An idle Raft leader is
+        quiescent and does not tick, so it only steps down (check-quorum) once woken; until
+        then only this count tells that it is cut off."""
+        hears = self._probes.hears
+        stranded = set()
+        for group in self._groups():
+            node = group.node
+            if node.role is not Role.LEADER:
+                continue
+            voters = node.configuration.voters
+            heard = sum(1 for v in voters if v == self._id or hears(v))
+            if 2 * heard <= len(voters):
+                topic, _, partition = group.id.rpartition("/")
+                stranded.add((topic, int(partition)))
+        return stranded
 
 
 MQTT_GAUGES = frozenset({"connected", "subscriptions", "retained"})

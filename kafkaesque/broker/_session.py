@@ -138,15 +138,17 @@ async def serve_session(
     limits: LineLimits,
     max_inflight: int,
     on_close: Callable[[Session], None],
+    on_bad: Callable[[BadCommand], None] = lambda event: None,
 ) -> None:
     """Serve one connection until the peer closes it, sends QUIT, or breaks the framing.
 
     ``on_close`` hears of the end, however it came (a consumer's connection closing is how its
-    group learns that it left).
+    group learns that it left). ``on_bad`` hears of each line the decoder refused (the
+    metrics count them), before its ``-ERR`` is queued.
     """
     session = Session()
     try:
-        await _serve(stream, dispatch, limits, max_inflight, session)
+        await _serve(stream, dispatch, limits, max_inflight, session, on_bad)
     finally:
         on_close(session)
 
@@ -157,6 +159,7 @@ async def _serve(
     limits: LineLimits,
     max_inflight: int,
     session: Session,
+    on_bad: Callable[[BadCommand], None],
 ) -> None:
     decoder = LineDecoder(limits)
     queue: deque[Slot] = deque()
@@ -172,6 +175,7 @@ async def _serve(
                 decoder.feed(data)
                 for event in decoder.events():
                     if isinstance(event, BadCommand):
+                        on_bad(event)
                         queue.append(ReadySlot(encode_reply(event.reply())))
                         if event.framing_error:
                             state.closing = True
