@@ -6,8 +6,10 @@ protocol words: see ``kafkaesque.broker._metrics`` and docs/operations.md ("Metr
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -371,3 +373,25 @@ def test_unknown_and_malformed_lines_are_counted_under_two_labels_never_their_te
         (UNKNOWN_COMMAND, ErrorCode.UNKNOWN_COMMAND.name): 2,
         (MALFORMED_COMMAND, ErrorCode.BAD_ARGS.name): 2,
     }
+
+
+# -- docs/operations.md: its table names every metric a broker exposes ------------------------
+
+
+def _documented_metrics() -> set[str]:
+    """The metric names in the first column of docs/operations.md's "Metrics" table."""
+    page = (Path(__file__).parents[2] / "docs" / "operations.md").read_text()
+    section = page.split("\n## Metrics\n", 1)[1].split("\n## ", 1)[0]
+    rows = [line for line in section.splitlines() if line.startswith("| `")]
+    return {name for row in rows for name in re.findall(r"`(kafkaesque_\w+)`", row.split("|")[1])}
+
+
+def test_the_operations_page_documents_every_metric_and_no_other() -> None:
+    metrics = BrokerMetrics(1, list)
+    metrics.register_cluster(probes())
+    exposed = {
+        line.split()[2]
+        for line in metrics.expose().decode().splitlines()
+        if line.startswith("# TYPE ") and not line.split()[2].endswith("_created")
+    }
+    assert _documented_metrics() == exposed
