@@ -17,6 +17,7 @@ decoder refused): a bounded set of labels, never the client's text.
 from __future__ import annotations
 
 import itertools
+import logging
 import time
 from bisect import bisect_left
 from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
@@ -40,6 +41,8 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.raft import Role
 from kafkaesque.raft._driver import RaftGroup
+
+log = logging.getLogger("kafkaesque.broker.metrics")
 
 _LATENCY_BUCKETS = (
     0.0002, 0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.5, 1.0, 2.0, 5.0, 10.0
@@ -162,7 +165,11 @@ class BrokerMetrics:
         """``expose()``, after awaiting what the lag gauges need (the leaders' high watermarks
         of the partitions the coordinated groups committed in, each leader asked once)."""
         if self._cluster is not None:
-            await self._cluster.refresh_lag()
+            try:
+                await self._cluster.refresh_lag()
+            except Exception:  # a bug: the scrape goes on without lag figures, the broker serves
+                log.exception("broker %d: reading the consumer groups' lag failed", self._broker_id)
+                self._cluster.forget_lag()
         return self.expose()
 
     def bad_command(self, event: BadCommand) -> None:
@@ -395,6 +402,10 @@ class _ClusterCollector(Collector):
             for group, topic, p, offset in self._probes.committed()
             if (topic, p) in ends
         }
+
+    def forget_lag(self) -> None:
+        """Show no lag figures until the next refresh (better none than stale ones)."""
+        self._lag = {}
 
     def collect(self) -> Iterator[Metric]:
         probes = self._probes

@@ -297,6 +297,31 @@ def test_consumer_group_lag_is_the_high_watermark_minus_the_committed_offset() -
     assert committed_g0 == 5
 
 
+def test_a_failing_read_of_the_ends_leaves_the_scrape_without_lag_not_broken() -> None:
+    calls = 0
+
+    async def ends(wanted: list[tuple[str, int]]) -> Mapping[tuple[str, int], int]:
+        nonlocal calls
+        calls += 1
+        if calls > 1:
+            raise RuntimeError("a bug in reading the ends")
+        return {("a", 0): 10}
+
+    base = probes(committed=[("g", "a", 0, 4)])
+    metrics = BrokerMetrics(1, list)
+    metrics.register_cluster(
+        ClusterProbes(
+            base.registered, base.hears, base.partitions, base.leader_of, base.committed, ends
+        )
+    )
+    name = "kafkaesque_consumer_group_lag"
+    labels = {"broker": "1", "group": "g", "topic": "a", "partition": "0"}
+    assert value(samples(trio.run(metrics.scrape)), name, **labels) == 6
+    found = samples(trio.run(metrics.scrape))  # no stale figure, and the rest is all there
+    assert value(found, name, **labels) is None
+    assert value(found, "kafkaesque_broker_up", broker="1", peer="1") == 1
+
+
 def test_no_coordinated_group_asks_for_no_ends() -> None:
     asked: list[list[tuple[str, int]]] = []
     metrics = BrokerMetrics(1, list)
