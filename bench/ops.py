@@ -29,13 +29,21 @@ plain sockets, as a person at a telnet prompt would.
   ``client_errors`` counts the sends that failed for the client (retries exhausted); ``lost``
   the acknowledged records not read back at their offset, ``duplicates`` those read twice;
   all three must be 0.
+* leader balancing: a topic of ``BALANCE_PARTITIONS`` partitions (1,000; 300 with ``--quick``)
+  with 3 replicas. Every partition's replicas are reordered (``REASSIGN``, same brokers) so that
+  broker 0 is the preferred replica of all, and the balancers gather every leadership on broker
+  0; once the balancer's hold has passed, the original order is put back (``REASSIGN`` again,
+  all pipelined on one connection) and the clock runs until every partition is led by its
+  preferred replica again: ``transfers_per_s`` is the leaderships broker 0 gave away divided by
+  that time (the metadata changes included; target >= 33/s, Redpanda's balancer manages 3-4/s).
+  It is bounded by broker 0's ``--leader-balance-rate`` (50 a second by default).
 
 Ends with one line::
 
     RESULT restart_first_ack_s=<p50> restart_first_ack_max_s=<max> restart_ready_s=<p50>
     restart_ready_max_s=<max> unknown_topic=<count> trials=<n>
     rolling_unavailable_p99_s=<p99> kill_unavailable_p99_s=<p99> client_errors=<n> lost=<n>
-    duplicates=<n>
+    duplicates=<n> transfers_per_s=<rate> balanced_partitions=<n>
 
 (on one line). Times are seconds, from the ``Popen`` of the restarted broker(s).
 """
@@ -57,6 +65,7 @@ from dataclasses import dataclass, field
 
 from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.broker._balancer import DEFAULT_HOLD_S
 from kafkaesque.client import Client, Consumer, KafkaesqueError, Producer, ProducerConfig
 
 TOPIC = "ops-bench"
@@ -68,6 +77,10 @@ ROLLING_TOPIC = "ops-rolling"
 ROLLING_PARTITIONS = 6
 _SETTLE_S = 1.0  # probes write this long before and after a phase: gaps at its edges count
 _STOP_PROBES_S = 60.0  # a probe's last send ends within the producer's delivery timeout
+BALANCE_TOPIC = "ops-balance"
+BALANCE_PARTITIONS = 1000
+_BALANCE_POLL_S = 0.1
+_BALANCE_GIVE_UP_S = 180.0
 
 
 @dataclass
@@ -300,6 +313,71 @@ def unavailability(
     return rolling, killed, len(probes.errors), lost, duplicates
 
 
+def _leaders_and_replicas(
+    client: Client, topic: str
+) -> tuple[dict[int, int | None], dict[int, tuple[int, ...]]]:
+    rows = client.refresh_metadata([topic]).partitions.get(topic, ())
+    return {r.partition: r.leader for r in rows}, {r.partition: tuple(r.replicas) for r in rows}
+
+
+def _reassign_all(address: tuple[str, int], assignment: dict[int, tuple[int, ...]]) -> None:
+    """``REASSIGN`` every partition of ``BALANCE_TOPIC`` to ``assignment``, pipelined on one
+    connection; raises if one is refused."""
+    lines = b"".join(
+        b"REASSIGN %s %d %s\r\n" % (BALANCE_TOPIC.encode(), p, ",".join(map(str, r)).encode())
+        for p, r in sorted(assignment.items())
+    )
+    with socket.create_connection(address, timeout=60) as sock:
+        sock.sendall(lines)
+        buf = bytearray()
+        for p in sorted(assignment):
+            answer = _read_answer(sock, buf)
+            if not answer.startswith(b"+OK"):
+                raise RuntimeError(f"REASSIGN {BALANCE_TOPIC} {p} answered {answer!r}")
+
+
+def _wait_led(client: Client, want: dict[int, int], what: str) -> None:
+    """Until each partition ``p`` of ``BALANCE_TOPIC`` is led by ``want[p]``."""
+    deadline = time.monotonic() + _BALANCE_GIVE_UP_S
+    while True:
+        leaders, _ = _leaders_and_replicas(client, BALANCE_TOPIC)
+        if leaders == want:
+            return
+        if time.monotonic() > deadline:
+            wrong = sum(1 for p, b in want.items() if leaders.get(p) != b)
+            raise TimeoutError(f"{what}: {wrong} partitions still led elsewhere")
+        time.sleep(_BALANCE_POLL_S)
+
+
+def balancing(
+    cluster: LocalCluster, partitions: int, stamp: Callable[[str], None] = _silent
+) -> tuple[float, int]:
+    """The leader balancing phase (see the module docstring): (transfers a second, how many
+    leaderships broker 0 gave away)."""
+    address = cluster.client_address(0)
+    created = _ask(address, f"CREATE {BALANCE_TOPIC} {partitions} 3")
+    if not created.startswith(b"+OK"):
+        raise RuntimeError(f"CREATE answered {created!r}")
+    with Client(cluster.bootstrap) as client:
+        _, original = _leaders_and_replicas(client, BALANCE_TOPIC)
+        preferred = {p: r[0] for p, r in original.items()}
+        _wait_led(client, preferred, "after CREATE")
+        stamp("gathering every leadership on broker 0")
+        gathered = {p: (0, *(b for b in r if b != 0)) for p, r in original.items()}
+        _reassign_all(address, gathered)
+        _wait_led(client, {p: 0 for p in original}, "gathering on broker 0")
+        # The balancer keeps a leadership won less than its hold ago: let the last one pass.
+        time.sleep(DEFAULT_HOLD_S + 0.5)
+        moves = sum(1 for b in preferred.values() if b != 0)
+        stamp(f"spreading {moves} leaderships again")
+        started = time.monotonic()
+        _reassign_all(address, original)
+        _wait_led(client, preferred, "spreading again")
+        took = time.monotonic() - started
+    print(f"leader balancing: broker 0 gave {moves} leaderships away in {took:.2f} s", flush=True)
+    return moves / took, moves
+
+
 def _most_leaders(cluster: LocalCluster, topic: str) -> int:
     """The broker leading the most partitions of ``topic`` (as broker 0 reports it)."""
     with Client(cluster.bootstrap) as client:
@@ -343,6 +421,8 @@ def main(argv: list[str] | None = None) -> int:
             )
             print("unavailability per partition, rolling restart:", _seconds(rolling))
             print("unavailability per partition, leader killed:", _seconds(killed))
+            balance_partitions = 300 if args.quick else BALANCE_PARTITIONS
+            transfers_per_s, moves = balancing(cluster, balance_partitions, timeline)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print("answers seen by the probes:", dict(sorted(probe.answers.items())))
@@ -352,7 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         f"restart_ready_s={statistics.median(ready):.2f} restart_ready_max_s={max(ready):.2f} "
         f"unknown_topic={probe.answers['UNKNOWN_TOPIC']} trials={trials} "
         f"rolling_unavailable_p99_s={p99(rolling):.3f} kill_unavailable_p99_s={p99(killed):.3f} "
-        f"client_errors={errors} lost={lost} duplicates={duplicates}"
+        f"client_errors={errors} lost={lost} duplicates={duplicates} "
+        f"transfers_per_s={transfers_per_s:.1f} balanced_partitions={moves}"
     )
     return 0
 
