@@ -255,6 +255,28 @@ REGISTRY: tuple[Entry, ...] = (
         "retention_bytes=- compact=yes fsync=always",
     ),
     here(".venv/bin/kafkaesque topic list", "FSYNC"),
+    # docs/operations.md, consumer groups: on the tour's cluster; the group is Empty once the
+    # consume has exited, and each admin command's output shows its effect
+    here(
+        ".venv/bin/kafkaesque topic create visits --partitions 2 --replication-factor 3",
+        "created topic visits: 2 partitions, replication factor 3",
+    ),
+    here("seq 10 | .venv/bin/kafkaesque produce visits", "produced 10 of 10 records"),
+    here(
+        ".venv/bin/kafkaesque consume visits --group dashboard --from-beginning --max 4",
+        "consumed 4 records",
+    ),
+    here(".venv/bin/kafkaesque group list", "dashboard  visits  Empty  0"),
+    here(
+        ".venv/bin/kafkaesque group describe dashboard",
+        "group dashboard on visits: Empty, 0 member(s)",
+        "PARTITION  OWNER  COMMITTED  END  LAG",
+    ),
+    here(
+        ".venv/bin/kafkaesque group reset dashboard --topic visits --to-earliest",
+        "GROUP      TOPIC   PARTITION  NEW_OFFSET",
+    ),
+    here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),
 )
 
 # Where each doc's telnet transcripts are replayed: the tour's cluster, or (``while_up``) a
