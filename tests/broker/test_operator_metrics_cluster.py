@@ -70,10 +70,14 @@ def test_an_operator_sees_brokers_partitions_lag_and_requests(tmp_path: Path) ->
             ]
             return len(lags) == 1  # one coordinator, and it committed in one partition
 
-        scraped = wait_for(cluster, everyone, lambda s: all_up(s) and lag_shown(s))
-        for s in scraped.values():
-            assert pick(s, "kafkaesque_under_replicated_partitions") == [0.0]
-            assert pick(s, "kafkaesque_offline_partitions") == [0.0]
+        def healthy(scraped: dict[int, list[Sample]]) -> bool:
+            return all(
+                pick(s, "kafkaesque_under_replicated_partitions") == [0.0]
+                and pick(s, "kafkaesque_offline_partitions") == [0.0]
+                for s in scraped.values()
+            )
+
+        scraped = wait_for(cluster, everyone, lambda s: all_up(s) and lag_shown(s) and healthy(s))
         # The lag is the leader's high watermark minus the committed offset (2).
         ends = [
             v + 1
