@@ -47,6 +47,7 @@ from kafkaesque.protocol import (
     FindResendRequest,
     GroupCommand,
     GroupCommandRequest,
+    LatestRequest,
     LeaderClaims,
     MalformedPeerMessage,
     PeerCall,
@@ -81,6 +82,7 @@ from ._config import BrokerConfig
 from ._errors import RequestError
 from ._forwarding import Forwarder, ForwardError
 from ._groups import GroupCoordinator
+from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
@@ -153,6 +155,12 @@ class Broker:
         self.writes.on_written = self.metrics.commit_latency.observe
         self.commands = CommandHandler(self)
         self.groups = GroupCoordinator(self, config.group_session_timeout_s)
+        # LATEST's key indexes, one per compacted partition led here (see ``_latest``).
+        self.latest = LatestIndexes(
+            lambda: self.raft.groups,
+            self._compacted,
+            lambda group_id: self.raft.read_index(group_id, timeout=self.writes.timeout),
+        )
         self.metrics.register_cluster(
             ClusterProbes(
                 registered=lambda: self.metadata.view.brokers,
@@ -232,6 +240,7 @@ class Broker:
                 nursery.start_soon(self._retention_loop)
                 nursery.start_soon(self._interval_flush_loop)
                 nursery.start_soon(self.groups.run_expiry)
+                nursery.start_soon(self.latest.run)
                 log.info(
                     "broker %d serving clients on %s:%d (%.2f s after start)",
                     config.id,
@@ -652,6 +661,28 @@ class Broker:
             )
         return answer.data
 
+    async def forward_latest(self, broker: int, topic: str, partition: int, key: bytes) -> bytes:
+        """``LATEST`` on ``broker``, the leader of the key's ``partition``; its encoded reply,
+        to relay as it is. ``RequestError`` ``TIMEOUT`` (retriable: a read changes nothing) if it
+        does not answer within ``_FORWARD_SLACK_S``."""
+        deadline = trio.current_time() + _FORWARD_SLACK_S
+        try:
+            answer = await self.forwarder.call(
+                broker, LatestRequest(topic, partition, key), deadline=deadline
+            )
+        except ForwardError as exc:
+            raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
+        if not isinstance(answer, CommandReply):
+            raise RequestError(
+                ErrorCode.INTERNAL, f"broker {broker} answered LATEST with {answer!r:.200}"
+            )
+        return answer.data
+
+    def _compacted(self, group_id: str) -> bool:
+        """Whether the topic of ``group_id`` is compacted now (LATEST's indexes follow it)."""
+        info = self.metadata.view.topics.get(group_id.rpartition("/")[0])
+        return info is not None and info.config.compact
+
     def _all_partitions(self) -> list[tuple[str, int]]:
         """Every partition of the metadata view, as (topic, partition) (for the metrics)."""
         topics = self.metadata.view.topics.values()
@@ -814,6 +845,8 @@ class Broker:
                 nursery.start_soon(self._serve_read, peer, req, request)
             case GroupCommandRequest(command):
                 nursery.start_soon(self._serve_group_command, peer, req, command)
+            case LatestRequest():
+                nursery.start_soon(self._serve_latest, peer, req, request)
 
     async def _serve_find_resend(
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
@@ -848,6 +881,20 @@ class Broker:
         slot = self.commands.dispatch(command, self._nursery, None, forwarded=True)
         await slot.wait()
         self.forwarder.reply(peer, req, CommandReply(slot.encode()))
+
+    async def _serve_latest(self, peer: int, req: int, request: LatestRequest) -> None:
+        """A peer's client sent LATEST for a partition led here: answered from this replica's
+        key index, never forwarded again; the encoded reply is relayed by the peer as it is."""
+        try:
+            data = await self.commands.latest(
+                request.topic, request.key, request.partition, forwarded=True
+            )
+        except RequestError as exc:
+            data = encode_reply(exc.reply())
+        except Exception:  # a bug: answer it, log it, keep serving everyone else
+            log.exception("broker %d: LATEST for broker %d failed", self.config.id, peer)
+            data = encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)"))
+        self.forwarder.reply(peer, req, CommandReply(data))
 
     def _on_peer_change(self, peer: int, connected: bool) -> None:
         self.raft.peer_changed(peer, connected)

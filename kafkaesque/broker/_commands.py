@@ -48,9 +48,11 @@ from kafkaesque.protocol import (
     Fsync,
     Help,
     Idempotence,
+    Latest,
     Leave,
     ListGroups,
     ListTopics,
+    MessageRow,
     Metadata,
     OkReply,
     PartitionRow,
@@ -291,6 +293,8 @@ class CommandHandler:
         match command:
             case Fetch():
                 return await self._fetch(command)
+            case Latest(topic=topic, key=key):
+                return await self.latest(topic, key, forwarded=forwarded)
             case Subs(topic=topic):
                 # The coordinator creates it too when a forwarded SUBS gets there before the
                 # metadata does: an auto-creation of an existing topic is a no-op.
@@ -587,6 +591,47 @@ class CommandHandler:
         return encode_reply(
             DataReply(fetched.next_offset, bytes(fetched.data), fetched.high_watermark)
         )
+
+    async def latest(
+        self, topic: str, key: bytes, partition: int | None = None, *, forwarded: bool = False
+    ) -> bytes:
+        """``LATEST``'s encoded reply: the newest committed value of ``key`` (a ``+MSG`` row and
+        ``+END``; ``+END`` alone when it has none), from the leader of the key's partition
+        (``partition``, when a peer forwarded it, else by the producers' partitioner).
+
+        Served here when this broker leads the partition, else forwarded to the leader once
+        (a forwarded one is never forwarded again: ``NOT_LEADER``, the client retries). Raises
+        ``RequestError``: ``NOT_COMPACTED`` for a topic that is not compacted, ``NOT_LEADER``
+        and ``NOT_READY`` (retriable), ``UNKNOWN_TOPIC``, ``UNKNOWN_PARTITION``.
+        """
+        info = self._topic(topic)
+        if not info.config.compact:
+            raise RequestError(
+                ErrorCode.NOT_COMPACTED,
+                f"topic {topic} is not compacted: LATEST serves compacted topics only "
+                "(CREATE or ALTER it with compact=yes)",
+            )
+        count = info.config.partitions
+        if partition is None:
+            partition = partition_for_key(key, count)
+        elif partition >= count:
+            raise _unknown_partition(topic, partition, count)
+        group = self._broker.local_group(topic, partition)
+        if group is not None and group.role is Role.LEADER:
+            record = await self._broker.latest.lookup(group, key)
+            rows: list[Reply] = []
+            if record is not None:
+                rows.append(MessageRow(partition, record.offset, record.key, record.value))
+            return encode_replies([*rows, EndReply()])
+        group_id = group_name(topic, partition)
+        leader = self._broker.writes.leader_of(group_id)
+        if forwarded or leader is None or leader == self._broker.config.id:
+            raise RequestError(
+                ErrorCode.NOT_LEADER,
+                f"{group_id}: broker {self._broker.config.id} does not lead it and "
+                f"{'was asked by a peer' if forwarded else 'knows no leader'}; retry",
+            )
+        return await self._broker.forward_latest(leader, topic, partition, key)
 
     async def fetch_batches(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float

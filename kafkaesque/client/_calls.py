@@ -30,6 +30,7 @@ from kafkaesque.protocol import (
     FetchReplica,
     GroupRow,
     GroupStateRow,
+    Latest,
     ListGroups,
     ListTopics,
     MemberRow,
@@ -358,3 +359,18 @@ def fetch(
         return decode_fetch(topic, partition, offset, expect_data(response))
 
     return Call(command, parse, route, extra_timeout_s=(wait_ms or 0) / 1000)
+
+
+def latest(topic: str, key: bytes, partition: int | None = None) -> Call[ConsumerRecord | None]:
+    """``LATEST``: the newest committed record of ``key`` in a compacted topic, None if the key
+    has no value. Sent to the leader of ``partition`` (the key's, when the caller knows the
+    partition count), else to any broker (it forwards to the leader)."""
+
+    def parse(response: Response) -> ConsumerRecord | None:
+        records = decode_messages(topic, expect_list(response))
+        if len(records) > 1:
+            raise RemoteProtocolError(f"LATEST answered {len(records)} rows, not one at most")
+        return records[0] if records else None
+
+    route = None if partition is None else TopicPartition(topic, partition)
+    return Call(Latest(topic, key), parse, route)

@@ -23,7 +23,13 @@ from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
-from kafkaesque.protocol import Command, ErrorCode, PartitionRow, RemoteProtocolError
+from kafkaesque.protocol import (
+    Command,
+    ErrorCode,
+    PartitionRow,
+    RemoteProtocolError,
+    partition_for_key,
+)
 
 from . import _calls as calls
 from ._consumer_core import (
@@ -247,6 +253,19 @@ def fetch(
         topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms, replica=address
     )
     return (yield from run_call(state, config, call))
+
+
+def latest(
+    state: ClusterState, config: ClientConfig, topic: str, key: bytes
+) -> Steps[ConsumerRecord | None]:
+    """One ``LATEST`` (see ``Client.latest``), with retries: sent to the leader of the key's
+    partition when the metadata knows the topic's partition count (computed as the producers
+    do), else to any broker, which forwards it there. ``ValueError`` for an empty key."""
+    if not key:
+        raise ValueError("LATEST needs a non-empty key")
+    count = state.metadata.partition_count(topic)
+    partition = None if count is None else partition_for_key(key, count)
+    return (yield from run_call(state, config, calls.latest(topic, key, partition)))
 
 
 def reset_positions(state: ClusterState, config: ClientConfig, core: ConsumerCore) -> Steps[None]:

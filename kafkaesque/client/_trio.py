@@ -277,6 +277,15 @@ class AsyncClient:
             )
         )
 
+    async def latest(self, topic: str, key: bytes) -> ConsumerRecord | None:
+        """The newest committed record of ``key`` in the compacted ``topic`` (``LATEST``),
+        or None if the key has no value (never written, or deleted by a tombstone or by
+        retention): read from the leader's key index, without a scan. Seed 002's "latest
+        heartbeat of a producer by id". ``timestamp`` is -1 and ``headers`` empty (``+MSG``
+        shows neither). ``KafkaesqueError`` ``NOT_COMPACTED`` for a topic that is not
+        compacted; ``NOT_READY`` (a new leader still building its index) is retried."""
+        return await self.run(steps.latest(self.state, self.config, topic, key))
+
     async def commit(self, group: str, topic: str, partition: int, offset: int) -> None:
         """Store ``offset`` as the next offset ``group`` reads from the partition."""
         await self.call(calls.commit(group, topic, partition, offset))

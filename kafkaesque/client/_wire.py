@@ -24,6 +24,7 @@ from kafkaesque.protocol import (
     FetchFormat,
     FetchOffsets,
     Help,
+    Latest,
     ListGroups,
     ListTopics,
     LocalProtocolError,
@@ -64,6 +65,7 @@ _LIST_COMMANDS = (
     ResetOffsets,
     Metadata,
     Help,
+    Latest,
 )
 
 

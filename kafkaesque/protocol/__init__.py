@@ -43,6 +43,7 @@ from ._line_commands import Help as Help
 from ._line_commands import Idempotence as Idempotence
 from ._line_commands import InfoRow as InfoRow
 from ._line_commands import InvalidTopicNameError as InvalidTopicNameError
+from ._line_commands import Latest as Latest
 from ._line_commands import Leave as Leave
 from ._line_commands import LineEvent as LineEvent
 from ._line_commands import LineLimits as LineLimits
@@ -163,6 +164,7 @@ from ._peer import FindResendRequest as FindResendRequest
 from ._peer import Found as Found
 from ._peer import GroupCommand as GroupCommand
 from ._peer import GroupCommandRequest as GroupCommandRequest
+from ._peer import LatestRequest as LatestRequest
 from ._peer import LeaderClaim as LeaderClaim
 from ._peer import LeaderClaims as LeaderClaims
 from ._peer import MalformedPeerMessage as MalformedPeerMessage

@@ -62,6 +62,7 @@ from ._line_commands import (
     Help,
     Idempotence,
     InfoRow,
+    Latest,
     Leave,
     LineEvent,
     LineLimits,
@@ -143,6 +144,12 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
         "Read committed data. Replies +DATA <next_offset> <nbytes> and the bytes, or with "
         "format=text +MSG rows and +END. replica=local reads this broker's own replica (up to "
         "its own commit index), never forwarded.",
+    ),
+    "LATEST": (
+        "LATEST <topic> <key>",
+        "The newest committed value of <key> (percent-escaped, as PUB key=) in a compacted "
+        "topic, from its partition's leader: a +MSG row then +END, or +END alone if the key has "
+        "no value (never written, or deleted by a tombstone or retention).",
     ),
     "CREATE": (
         "CREATE <topic> <partitions> <replication_factor> [retention_ms=<ms>] "
@@ -941,6 +948,10 @@ class LineDecoder:
             FetchReplica.ANY if replica is None else _arg_enum(replica, FetchReplica, "replica"),
         )
 
+    def _parse_latest(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "LATEST", 2)
+        return Latest(self._topic(tokens[0], True), unescape(tokens[1]))
+
     def _parse_commit(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = _arg_tokens(line, "COMMIT", 4, 1)
         options = _arg_options(tokens[4:], frozenset({"member"}), "COMMIT")
@@ -1037,6 +1048,7 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"PUB": LineDecoder._parse_pub,
     b"PUBB": LineDecoder._parse_pubb,
     b"FETCH": LineDecoder._parse_fetch,
+    b"LATEST": LineDecoder._parse_latest,
     b"CREATE": LineDecoder._parse_create,
     b"ALTER": LineDecoder._parse_alter,
     b"LIST": LineDecoder._parse_list,
@@ -1260,6 +1272,11 @@ def encode_command(command: Command) -> bytes:
             if command.replica is not FetchReplica.ANY:
                 words.append(b"replica=" + command.replica.value.encode())
             return b" ".join(words) + _CRLF
+        case Latest(topic=topic, key=key):
+            token = escape_key(_bytes(key, "key"))
+            if not token:
+                raise _bad("key", key, "a non-empty key")
+            return b"LATEST %s %s\r\n" % (_topic_bytes(topic, True), token)
         case Commit(group=group, topic=topic, partition=partition, offset=offset):
             words = [
                 b"COMMIT",

@@ -161,7 +161,9 @@ class ErrorCode(Enum):
         "metadata has not caught up with the controller quorum (or, for CREATE, fewer brokers "
         "than the replication factor have registered in a cluster configured with enough). "
         "Nothing was done; retry after a short backoff, here or through another broker.",
-        "The same: the broker does not know the cluster yet; nothing was read. Retry.",
+        "The same: the broker does not know the cluster yet; nothing was read. LATEST: the "
+        "partition's leader is still building its key index (it became the leader moments "
+        "ago). Retry after a short backoff.",
     )
     OFFSET_OUT_OF_RANGE = (
         False,
@@ -223,6 +225,13 @@ class ErrorCode(Enum):
         "RESETOFFSETS or DELGROUP named a group that still has live members: nothing was "
         "changed. Stop its consumers (or wait until their session times out) and send it again.",
         None,
+    )
+    NOT_COMPACTED = (
+        False,
+        False,
+        "LATEST named a topic that is not compacted: only a compacted topic keeps the newest "
+        "value of each key. Create the topic with compact=yes (or ALTER it) to use LATEST.",
+        "LATEST named a topic that is not compacted; nothing was read.",
     )
     INTERNAL = (
         False,
@@ -560,6 +569,17 @@ class Fetch:
 
 
 @dataclass(frozen=True, slots=True)
+class Latest:
+    """``LATEST topic key``: the newest committed value of ``key`` in a compacted topic, from
+    the key's partition's leader (its key index, no scan). Answered by one ``+MSG`` row and
+    ``+END``, or by ``+END`` alone when the key has no value (never written, or deleted by a
+    tombstone or retention). ``key`` is percent-escaped on the line, as ``PUB key=``."""
+
+    topic: str
+    key: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Commit:
     """``COMMIT group topic partition offset [member=ID]``: ``offset`` is the next one the group
     will read. With ``member`` (a subscription id) the commit is refused unless that member owns
@@ -707,6 +727,7 @@ Command: TypeAlias = (
     | PublishRecord
     | PublishBatch
     | Fetch
+    | Latest
     | Commit
     | FetchOffsets
     | Leave

@@ -131,8 +131,24 @@ class GroupCommandRequest:
     command: GroupCommand
 
 
+@dataclass(frozen=True, slots=True)
+class LatestRequest:
+    """``LATEST topic key`` as the leader of the key's ``partition`` (it never forwards again):
+    answer ``CommandReply`` with the encoded line-protocol reply (``+MSG`` row and ``+END``, an
+    error among them)."""
+
+    topic: str
+    partition: int
+    key: bytes
+
+
 Request: TypeAlias = (
-    AppendRequest | FindResendRequest | BoundsRequest | ReadRequest | GroupCommandRequest
+    AppendRequest
+    | FindResendRequest
+    | BoundsRequest
+    | ReadRequest
+    | GroupCommandRequest
+    | LatestRequest
 )
 
 
@@ -266,6 +282,7 @@ REQUEST_TAGS: Final[dict[type, int]] = {
     BoundsRequest: 22,
     ReadRequest: 23,
     GroupCommandRequest: 24,
+    LatestRequest: 25,
 }
 REPLY_TAG: Final = 30
 LEADER_CLAIMS_TAG: Final = 31
@@ -469,12 +486,18 @@ def _group_command(o: list[Any] | tuple[Any, ...]) -> GroupCommandRequest:
     return GroupCommandRequest(_command(o[2]))
 
 
+def _latest(o: list[Any] | tuple[Any, ...]) -> LatestRequest:
+    _arity(o, 4, "LatestRequest")
+    return LatestRequest(_str(o[2]), _natural(o[3]), _bytes(o[4]))
+
+
 _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Request]]] = {
     REQUEST_TAGS[AppendRequest]: _append,
     REQUEST_TAGS[FindResendRequest]: _find_resend,
     REQUEST_TAGS[BoundsRequest]: _bounds_request,
     REQUEST_TAGS[ReadRequest]: _read,
     REQUEST_TAGS[GroupCommandRequest]: _group_command,
+    REQUEST_TAGS[LatestRequest]: _latest,
 }
 
 
@@ -490,6 +513,8 @@ def _request_fields(request: Request) -> list[object]:
             return [topic, partition, offset, max_bytes, wait_ms]
         case GroupCommandRequest(command):
             return [_command_to_wire(command)]
+        case LatestRequest(topic, partition, key):
+            return [topic, partition, key]
     raise TypeError(f"not a peer request: {request!r}")
 
 

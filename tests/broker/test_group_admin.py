@@ -10,10 +10,13 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 
+import msgpack
 import pytest
+import trio
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.client import Client, GroupConsumer, KafkaesqueError
+from kafkaesque.broker._groups import _apply_record, _reset_to, _Table
+from kafkaesque.client import AsyncClient, Client, GroupConsumer, KafkaesqueError
 from kafkaesque.protocol import (
     ErrorCode,
     ErrorReply,
@@ -21,6 +24,8 @@ from kafkaesque.protocol import (
     GroupStateRow,
     MemberRow,
     OffsetRow,
+    ResetKind,
+    ResetOffsets,
 )
 
 from .line_client import LineClient
@@ -191,3 +196,70 @@ def test_delete_is_refused_while_active_then_the_group_is_gone(
         rows = again.rows("GROUPS leavers admin3")
         assert rows[0] == GroupStateRow("leavers", "admin3", "Stable", 1)
         assert all(r.committed is None for r in rows if isinstance(r, GroupRow))
+
+
+async def test_the_trio_client_lists_describes_resets_and_deletes(
+    broker_cluster: LocalCluster,
+) -> None:
+    async with AsyncClient(broker_cluster.bootstrap) as client:
+        await client.create_topic("admin4", PARTITIONS, 3)
+        for i in range(PARTITIONS):
+            await client.publish("admin4", b"x%d" % i, partition=i)
+        with LineClient(broker_cluster.client_address(0)) as live:
+            member = live.ok("SUBS admin4 trio-readers").split()[0]
+            [described] = await client.describe_consumer_group("trio-readers")
+            assert described.state == GroupStateRow("trio-readers", "admin4", "Stable", 1)
+            assert [m.member for m in described.members] == [member]
+            assert GroupStateRow("trio-readers", "admin4", "Stable", 1) in (
+                await client.list_groups()
+            )
+            with pytest.raises(KafkaesqueError) as refused:
+                await client.delete_group("trio-readers")
+            assert refused.value.code is ErrorCode.GROUP_NOT_EMPTY
+        deadline = time.monotonic() + 20
+        while (await client.describe_consumer_group("trio-readers"))[0].state.members:
+            assert time.monotonic() < deadline, "the member never left"
+            await trio.sleep(0.05)
+        ends = await client.reset_offsets("trio-readers", "admin4", ResetKind.LATEST)
+        assert sorted(ends) == list(range(PARTITIONS)) and all(o >= 1 for o in ends.values())
+        assert await client.committed_offsets("trio-readers", "admin4") == ends
+        await client.delete_group("trio-readers")
+        with pytest.raises(KafkaesqueError) as gone:
+            await client.describe_consumer_group("trio-readers")
+        assert gone.value.code is ErrorCode.UNKNOWN_GROUP
+
+
+# -- units ----------------------------------------------------------------------------------------
+
+
+def test_a_reset_target_is_each_partitions_bounds_and_an_offset_is_clamped() -> None:
+    bounds = (10, 20)  # log start, end
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.EARLIEST), bounds) == 10
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.LATEST), bounds) == 20
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.OFFSET, 15), bounds) == 15
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.OFFSET, 3), bounds) == 10  # below start
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.OFFSET, 99), bounds) == 20  # past the end
+    assert _reset_to(ResetOffsets("g", "t", ResetKind.TIME, 1), (10, 20, 17)) == 17
+
+
+def test_tombstones_remove_a_groups_offsets_and_assignment_from_the_table() -> None:
+    table = _Table(term=1)
+
+    def apply(key: list[object], value: object) -> None:
+        packed = None if value is None else msgpack.packb(value)
+        _apply_record(table, key, packed, deadline=0.0)
+
+    apply(["o", "g", "t", 0], 5)
+    apply(["o", "g", "t", 1], 7)
+    apply(["o", "other", "t", 0], 3)
+    apply(["m", "g", "t", "0.a"], -1)
+    apply(["a", "g", "t"], {"0.a": [0, 1]})
+    apply(["m", "g", "t", "0.a"], None)  # it left
+    apply(["a", "g", "t"], {})
+    assert ("g", "t") in table.groups and not table.groups[("g", "t")].members
+    tombstoned: list[list[object]] = [["a", "g", "t"], ["o", "g", "t", 0], ["o", "g", "t", 1]]
+    for key in tombstoned:
+        apply(key, None)  # DELGROUP's batch
+    assert table.groups == {}
+    assert table.offsets == {("other", "t", 0): 3}
+    assert table.member_of == {} and table.deadlines == {}

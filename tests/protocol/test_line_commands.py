@@ -126,7 +126,7 @@ def test_error_codes_are_distinct_and_documented() -> None:
         "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
         "NO_QUORUM", "BUSY", "NOT_READY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
         "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "UNKNOWN_GROUP", "GROUP_NOT_EMPTY",
-        "INTERNAL",
+        "NOT_COMPACTED", "INTERNAL",
     ]  # fmt: skip
     assert [code.name for code in ErrorCode] == names
     for code in ErrorCode:
@@ -170,14 +170,15 @@ def test_the_documented_error_table_is_the_error_codes() -> None:
 
 
 def test_every_code_a_read_can_meet_says_what_it_means_for_a_read() -> None:
-    # The codes FETCH and CONS answer (kafkaesque/broker/_commands.py, _reads.py, _groups.py,
-    # Broker.forward_to and forward_to_replica): none may be documented for writes only.
+    # The codes FETCH, CONS and LATEST answer (kafkaesque/broker/_commands.py, _reads.py,
+    # _groups.py, _latest.py, Broker.forward_to, forward_latest and forward_to_replica): none
+    # may be documented for writes only.
     read_codes = {
         ErrorCode.BAD_ARGS, ErrorCode.UNKNOWN_TOPIC, ErrorCode.UNKNOWN_PARTITION,
         ErrorCode.INVALID_TOPIC, ErrorCode.TOO_LARGE, ErrorCode.NOT_LEADER, ErrorCode.TIMEOUT,
         ErrorCode.NO_QUORUM, ErrorCode.BUSY, ErrorCode.NOT_READY, ErrorCode.OFFSET_OUT_OF_RANGE,
         ErrorCode.UNKNOWN_SUBSCRIPTION, ErrorCode.NOT_ASSIGNED, ErrorCode.NO_REPLICA,
-        ErrorCode.INTERNAL,
+        ErrorCode.NOT_COMPACTED, ErrorCode.INTERNAL,
     }  # fmt: skip
     assert {code for code in ErrorCode if code.on_read is not None} == read_codes
     assert "write" not in " ".join(str(code.on_read) for code in read_codes)

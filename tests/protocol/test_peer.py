@@ -29,6 +29,7 @@ from kafkaesque.protocol import (
     FindResendRequest,
     Found,
     GroupCommandRequest,
+    LatestRequest,
     LeaderClaim,
     LeaderClaims,
     Leave,
@@ -82,6 +83,7 @@ requests = st.one_of(
     st.builds(BoundsRequest, st.lists(names).map(tuple), st.none() | naturals),
     st.builds(ReadRequest, names, naturals, naturals, positives, naturals),
     st.builds(GroupCommandRequest, group_commands),
+    st.builds(LatestRequest, names, naturals, st.binary()),
 )
 answers = st.one_of(
     st.builds(Appended, naturals, naturals),
@@ -179,6 +181,9 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Leave]]],  # a field short
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Cons], "t", "m", [[1]], None, None]],
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t", "g", 0]],
+        [REQUEST_TAGS[LatestRequest], 1, "t", 0, "key"],  # key as text
+        [REQUEST_TAGS[LatestRequest], 1, "t", -1, b"key"],  # a negative partition
+        [REQUEST_TAGS[LatestRequest], 1, "t", 0],  # no key
         [REPLY, 1],  # no answer
         [REPLY, 1, "ok"],
         [REPLY, 1, []],
