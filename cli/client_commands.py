@@ -48,6 +48,7 @@ def add_parsers(commands: Any) -> None:
     _add_group(commands)
     _add_produce(commands)
     _add_consume(commands)
+    _add_latest(commands)
     status = commands.add_parser(
         "status",
         help="brokers (up or down), then every partition's leader, replicas, offsets and "
@@ -637,6 +638,60 @@ def _add_consume(commands: Any) -> None:
     )
     _bootstrap_option(consume)
     consume.set_defaults(run=run_consume)
+
+
+# -- latest --------------------------------------------------------------------------------------
+
+NO_VALUE_EXIT = 3
+"""``latest``'s exit status when the key has no value (1 is an error, 0 a value printed)."""
+
+
+def _add_latest(commands: Any) -> None:
+    latest = commands.add_parser(
+        "latest",
+        help="print the newest value of a key in a compacted topic (LATEST), e.g. a device's "
+        "last heartbeat",
+    )
+    latest.add_argument("topic", help="a compacted topic")
+    latest.add_argument("key", help="the key (as text, UTF-8)")
+    shape = latest.add_mutually_exclusive_group()
+    shape.add_argument(
+        "-l",
+        "--long",
+        action="store_const",
+        const=LONG_FORMAT,
+        dest="format",
+        default="{value}",
+        help="print `partition offset key value`",
+    )
+    shape.add_argument(
+        "--format",
+        default="{value}",
+        help="how to print the record: {topic} {partition} {offset} {key} {value} "
+        "(default: {value})",
+    )
+    _bootstrap_option(latest)
+    latest.set_defaults(run=run_latest)
+
+
+def run_latest(args: argparse.Namespace) -> int:
+    """Print the key's newest value; exit ``NO_VALUE_EXIT`` (a line on stderr) if it has none."""
+    _check_topic(args.topic, writes=False)
+    key = args.key.encode()
+    if not key:
+        raise ClientCommandError("the key must not be empty")
+    with _client(args) as client:
+        record = client.latest(args.topic, key)
+    if record is None:
+        print(
+            f"kafkaesque latest: {args.topic}: no value for key {args.key!r} (never written, "
+            "or deleted by a tombstone or retention)",
+            file=sys.stderr,
+        )
+        return NO_VALUE_EXIT
+    sys.stdout.buffer.write(record_formatter(args.format)(record) + b"\n")
+    sys.stdout.buffer.flush()
+    return 0
 
 
 def record_formatter(template: str) -> Callable[[ConsumerRecord], bytes]:

@@ -50,6 +50,11 @@ COMMANDS: dict[str, Command] = {
     "consume": Command(
         ".client_commands", "print a topic's records, one value per line (or --format)"
     ),
+    "latest": Command(
+        ".client_commands",
+        "print the newest value of a key in a compacted topic (LATEST), e.g. a device's last "
+        "heartbeat",
+    ),
     "status": Command(
         ".client_commands",
         "brokers (up or down), then every partition's leader, replicas, offsets and "

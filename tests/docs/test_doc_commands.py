@@ -277,6 +277,25 @@ REGISTRY: tuple[Entry, ...] = (
         "GROUP      TOPIC   PARTITION  NEW_OFFSET",
     ),
     here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),
+    # docs/operations.md, latest value per key: on the tour's cluster; the newest of the three
+    # heartbeats, with its place, and a key without a value (exit status 3, not an error)
+    here(
+        ".venv/bin/kafkaesque topic create heartbeats --partitions 3 --replication-factor 3 "
+        "--compact",
+        "created topic heartbeats: 3 partitions, replication factor 3",
+    ),
+    here(
+        "printf 'beat 1\\nbeat 2\\nbeat 3\\n' | .venv/bin/kafkaesque produce heartbeats "
+        "--key dev-042",
+        "produced 3 of 3 records",
+    ),
+    here(".venv/bin/kafkaesque latest heartbeats dev-042", "beat 3"),
+    here(".venv/bin/kafkaesque latest heartbeats dev-042 --long", " dev-042 beat 3"),
+    here(
+        '.venv/bin/kafkaesque latest heartbeats dev-999 || echo "exit status $?"',
+        "no value for key 'dev-999'",
+        "exit status 3",
+    ),
 )
 
 # Where each doc's telnet transcripts are replayed: the tour's cluster, or (``while_up``) a
