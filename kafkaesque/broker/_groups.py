@@ -158,6 +158,13 @@ class GroupCoordinator:
 
     async def execute(self, command: GroupCommand, forwarded: bool) -> bytes:
         """Run ``command`` here if this broker coordinates its group, else forward it there."""
+        if isinstance(command, ListGroups | DescribeGroup | DeleteGroup) and (
+            OFFSETS_TOPIC not in self._broker.metadata.view.topics
+        ):
+            # Nothing was ever committed or joined: answer so rather than create the topic.
+            if isinstance(command, ListGroups):
+                return encode_reply(EndReply())
+            raise _unknown_group(command.group)
         if isinstance(command, ListGroups) and command.partition is None:
             return await self._list_all()
         partition = await self._coordinator_partition(command)

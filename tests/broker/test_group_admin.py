@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import msgpack
 import pytest
 import trio
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.broker._groups import _apply_record, _reset_to, _Table
+from kafkaesque.broker._groups import OFFSETS_TOPIC, _apply_record, _reset_to, _Table
 from kafkaesque.client import AsyncClient, Client, GroupConsumer, KafkaesqueError
 from kafkaesque.protocol import (
     ErrorCode,
@@ -227,6 +228,22 @@ async def test_the_trio_client_lists_describes_resets_and_deletes(
         with pytest.raises(KafkaesqueError) as gone:
             await client.describe_consumer_group("trio-readers")
         assert gone.value.code is ErrorCode.UNKNOWN_GROUP
+
+
+def test_a_cluster_without_groups_answers_so_and_creates_no_offsets_topic(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(str(tmp_path), 1) as cluster, Client(cluster.bootstrap) as fresh:
+        assert fresh.list_groups() == []
+        for ask in (lambda: fresh.describe_consumer_group("g"), lambda: fresh.delete_group("g")):
+            with pytest.raises(KafkaesqueError) as unknown:
+                ask()
+            assert unknown.value.code is ErrorCode.UNKNOWN_GROUP
+        assert OFFSETS_TOPIC not in {t.topic for t in fresh.list_topics()}
+        fresh.create_topic("solo", 1, 1)  # a reset may place a group before it ever reads
+        assert fresh.reset_offsets("g", "solo", "latest") == {0: 1}  # after the leader's no-op
+        [placed] = fresh.describe_consumer_group("g")
+        assert placed.state == GroupStateRow("g", "solo", "Empty", 0)
 
 
 # -- units ----------------------------------------------------------------------------------------
