@@ -11,14 +11,24 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
+from typing import cast
 
 import hypothesis.strategies as st
 import pytest
+import trio
+import trio.testing
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
-from kafkaesque.broker._latest import KeyIndex, catch_up, record_at
+from kafkaesque.broker._errors import RequestError
+from kafkaesque.broker._latest import KeyIndex, LatestIndexes, catch_up, record_at
+from kafkaesque.protocol import ErrorCode
+from kafkaesque.raft import NotLeader, Role
+from kafkaesque.raft._driver import RaftGroup
 from kafkaesque.storage import (
     BatchType,
     LogConfig,
@@ -194,5 +204,104 @@ def test_record_at_answers_none_for_an_offset_of_another_key_or_below_the_start(
         assert found is not None and (found.offset, found.key, found.value) == (1, b"b", b"2")
         assert record_at(plog, 1, b"a", 2) is None
         assert record_at(plog, 5, b"a", 2) is None
+    finally:
+        plog.close()
+
+
+# -- LatestIndexes: the leader's lifecycle of an index ---------------------------------------------
+
+
+@dataclass(eq=False)
+class FakeGroup:
+    """What ``LatestIndexes`` reads of a ``RaftGroup``: a real log, a role, a commit index."""
+
+    id: str
+    log: PartitionLog
+    role: Role = Role.LEADER
+    commit_index: int = -1
+    corrupt: object = None
+    changed: trio.Event = field(default_factory=trio.Event)
+
+    def commit(self) -> None:
+        self.commit_index = self.log.log_end_offset - 1
+        self.changed.set()
+        self.changed = trio.Event()
+
+    def report_corruption(self, exc: object) -> None:
+        raise AssertionError(f"no corruption expected: {exc}")
+
+
+def _indexes(group: FakeGroup, compacted: list[bool]) -> LatestIndexes:
+    async def read_index(group_id: str) -> int:
+        # No checkpoint, as a leader that confirmed at once: the lookup runs on without yielding.
+        if group.role is not Role.LEADER:
+            raise NotLeader(None)
+        return group.commit_index
+
+    return LatestIndexes(
+        lambda: {group.id: cast(RaftGroup, group)}, lambda _: compacted[0], read_index
+    )
+
+
+async def _eventually(lookup: Callable[[], Awaitable[Record | None]]) -> Record | None:
+    """``lookup`` once it stops answering NOT_READY (the index is built)."""
+    for _ in range(200):
+        try:
+            return await lookup()
+        except RequestError as exc:
+            assert exc.code is ErrorCode.NOT_READY, exc
+        await trio.sleep(0.05)
+    raise AssertionError("the index was never ready")
+
+
+async def test_a_leader_builds_its_index_in_the_background_and_drops_it_when_it_stops_leading(
+    tmp_path: Path, autojump_clock: trio.testing.MockClock
+) -> None:
+    plog = PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None))
+    group = FakeGroup("beats/0", plog)
+    # About 3 MiB: the build takes several chunks, with checkpoints between them.
+    for n in range(300):
+        plog.append(_batch(0, [(b"dev-%d" % (n % 50), b"%05d" % n + b"x" * 10_000)]), term=1)
+    group.commit()
+    compacted = [True]
+    indexes = _indexes(group, compacted)
+    lookup = partial(indexes.lookup, cast(RaftGroup, group))
+    try:
+        async with trio.open_nursery() as nursery:
+            await nursery.start(indexes.run)
+            with pytest.raises(RequestError) as early:
+                await lookup(b"dev-7")
+            assert early.value.code is ErrorCode.NOT_READY
+            found = await _eventually(lambda: lookup(b"dev-7"))
+            assert found is not None and found.value is not None
+            assert found.value[:5] == b"00257"  # the newest of dev-7: 257 = 5 * 50 + 7
+            assert indexes.keys("beats/0") == 50
+
+            # Read your writes: a record committed just now is the answer at once.
+            plog.append(_batch(0, [(b"dev-7", b"fresh"), (b"dev-8", None)]), term=1)
+            group.commit()
+            found = await lookup(b"dev-7")
+            assert found is not None and found.value == b"fresh"
+            assert await lookup(b"dev-8") is None  # a tombstone: no value
+            assert indexes.keys("beats/0") == 49
+
+            # Deposed: NOT_LEADER, and the index goes (memory only where a broker leads).
+            group.role = Role.FOLLOWER
+            with pytest.raises(RequestError) as deposed:
+                await lookup(b"dev-7")
+            assert deposed.value.code is ErrorCode.NOT_LEADER
+            await trio.sleep(1)
+            assert indexes.keys("beats/0") is None
+
+            # Leading again: rebuilt from the log, the same answers.
+            group.role = Role.LEADER
+            found = await _eventually(lambda: lookup(b"dev-7"))
+            assert found is not None and found.value == b"fresh"
+
+            # No longer compacted: the index is dropped at its next look.
+            compacted[0] = False
+            await trio.sleep(1)
+            assert indexes.keys("beats/0") is None
+            nursery.cancel_scope.cancel()
     finally:
         plog.close()

@@ -12,10 +12,18 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
+import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.client import Client, Producer
-from kafkaesque.protocol import EndReply, ErrorCode, ErrorReply, MessageRow, PartitionRow
+from kafkaesque.client import AsyncClient, Client, KafkaesqueError, Producer
+from kafkaesque.protocol import (
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    MessageRow,
+    PartitionRow,
+    partition_for_key,
+)
 
 from .line_client import LineClient
 
@@ -116,3 +124,23 @@ def test_a_new_leader_rebuilds_its_index_and_answers_the_newest_values(tmp_path:
                 answer = c.rows("LATEST beats dev-042")
                 assert isinstance(answer[0], MessageRow)
                 assert answer[0].value == newest[b"dev-042"]
+
+
+async def test_the_trio_client_reads_the_latest_value_and_its_refusals(
+    broker_cluster: LocalCluster,
+) -> None:
+    async with AsyncClient(broker_cluster.bootstrap) as client:
+        await client.create_topic("async-beats", 2, 3, compact=True)
+        await client.create_topic("async-plain", 1, 3)
+        for n in range(3):
+            await client.publish("async-beats", b"beat %d" % n, key=b"dev-1")
+        record = await client.latest("async-beats", b"dev-1")
+        assert record is not None
+        assert (record.topic, record.key, record.value) == ("async-beats", b"dev-1", b"beat 2")
+        assert record.partition == partition_for_key(b"dev-1", 2)
+        assert await client.latest("async-beats", b"dev-2") is None
+        with pytest.raises(KafkaesqueError) as refused:
+            await client.latest("async-plain", b"dev-1")
+        assert refused.value.code is ErrorCode.NOT_COMPACTED
+        with pytest.raises(ValueError, match="non-empty key"):
+            await client.latest("async-beats", b"")
