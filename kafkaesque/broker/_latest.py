@@ -57,7 +57,7 @@ log = logging.getLogger("kafkaesque.broker.latest")
 _CHUNK_BYTES = 1 << 20  # one read of a (re)build or follow step; a checkpoint after each
 _LOOKUP_CATCH_UP_BYTES = 4 << 20  # what a lookup indexes itself before answering NOT_READY
 _SCAN_EVERY_S = 0.1  # how often the groups led here are looked at for new or lost leaderships
-_RECHECK_S = 0.5  # a follow task re-checks its leadership at least this often when idle
+_RECHECK_S = 2.0  # a follow task re-checks its leadership at least this often when idle
 
 
 class KeyIndex:
