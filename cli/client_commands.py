@@ -293,7 +293,8 @@ def _add_group(commands: Any) -> None:
         "reset",
         help="move an inactive group's committed offsets on a topic",
         description="Move an inactive group's committed offsets on every partition of a topic "
-        "(backwards too) and print them. It applies at once (Kafka's --execute).",
+        "(backwards too) and print them. As Kafka's, without --execute it only prints where "
+        "they would go (a dry run: the same checks, nothing changed).",
     )
     reset.add_argument("name")
     reset.add_argument("--topic", required=True, help="the topic whose offsets move")
@@ -307,6 +308,9 @@ def _add_group(commands: Any) -> None:
         "--to-datetime",
         help="the first offset at or after this time: milliseconds since the epoch, or ISO "
         "8601 (UTC when it names no zone)",
+    )
+    reset.add_argument(
+        "--execute", action="store_true", help="apply the reset (without it: a dry run)"
     )
     reset.set_defaults(run=run_group_reset)
     delete = actions.add_parser("delete", help="delete an inactive group (its committed offsets)")
@@ -370,10 +374,12 @@ def run_group_reset(args: argparse.Namespace) -> int:
     topic = _check_topic(args.topic, writes=False)
     kind, value = _reset_target(args)
     with _client(args) as client:
-        offsets = client.reset_offsets(args.name, topic, kind, value)
+        offsets = client.reset_offsets(args.name, topic, kind, value, dry_run=not args.execute)
     rows = [(args.name, topic, p, o) for p, o in sorted(offsets.items())]
     for line in _table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
         print(line)
+    if not args.execute:  # as Kafka warns when --execute is missing
+        print("dry run: nothing was changed; add --execute to apply", file=sys.stderr)
     return 0
 
 

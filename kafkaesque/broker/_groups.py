@@ -348,7 +348,8 @@ class GroupCoordinator:
     async def _reset(self, partition: int, command: ResetOffsets) -> bytes:
         """Commit new offsets for every partition of the topic, backwards too, if the group
         has no member on it (checked and written under the membership lock: none can join in
-        between). Each partition's bounds come from its leader, as DESCRIBE's do."""
+        between). Each partition's bounds come from its leader, as DESCRIBE's do. A dry run
+        checks and answers the same, and writes nothing."""
         info = self._topic(command.topic)
         group, topic = command.group, command.topic
         async with self._locks.setdefault(partition, trio.Lock()):
@@ -365,6 +366,8 @@ class GroupCoordinator:
                     "reset: retry",
                 )
             offsets = {p: _reset_to(command, bounds[g]) for p, g in ids.items()}
+            if command.dry_run:
+                return _offset_rows(topic, offsets)
             keys = [(group, topic, p) for p in sorted(offsets)]
             async with _all_locked([self._commit_locks.setdefault(k, trio.Lock()) for k in keys]):
                 records = [
@@ -373,8 +376,7 @@ class GroupCoordinator:
                 ]
                 await self._write(partition, records)
         log.info("group %s/%s: offsets reset to %s", group, topic, offsets)
-        rows: list[Reply] = [OffsetRow(topic, p, o) for p, o in sorted(offsets.items())]
-        return b"".join(encode_reply(r) for r in [*rows, EndReply()])
+        return _offset_rows(topic, offsets)
 
     async def _delete(self, partition: int, group: str) -> bytes:
         """Tombstone every ``o`` and ``a`` key of ``group`` (all its topics) in one batch, if it
@@ -784,6 +786,12 @@ class _all_locked:
     def _release(self) -> None:
         while self._held:
             self._held.pop().release()
+
+
+def _offset_rows(topic: str, offsets: dict[int, int]) -> bytes:
+    """RESETOFFSETS's answer: an ``+OFFSET`` row a partition, in order, then ``+END``."""
+    rows: list[Reply] = [OffsetRow(topic, p, o) for p, o in sorted(offsets.items())]
+    return b"".join(encode_reply(r) for r in [*rows, EndReply()])
 
 
 def _unknown_group(group: str) -> RequestError:

@@ -243,19 +243,20 @@ def list_groups() -> Call[list[GroupStateRow]]:
 
 
 def reset_offsets(
-    group: str, topic: str, to: ResetKind | str, value: int | None = None
+    group: str, topic: str, to: ResetKind | str, value: int | None = None, dry_run: bool = False
 ) -> Call[dict[int, int]]:
     """``RESETOFFSETS``: move an inactive group's committed offsets on ``topic`` to each
     partition's ``earliest`` / ``latest`` offset, to ``offset`` ``value`` (kept within each
     partition's start and end) or to the first offset at ``time`` ``value`` (ms); the result
     is partition → new offset. ``GROUP_NOT_EMPTY`` while the group has members on ``topic``.
-    Idempotent (it sets values: a retry sets the same ones, or newer bounds')."""
+    ``dry_run``: the same checks and result, nothing changed. Idempotent (it sets values: a
+    retry sets the same ones, or newer bounds')."""
     kind = ResetKind(to)
     if (value is None) != (kind in (ResetKind.EARLIEST, ResetKind.LATEST)):
         needs = "a value" if value is None else "no value"
         raise ValueError(f"a reset to {kind.value} takes {needs}")
     return Call(
-        ResetOffsets(group, topic, kind, value),
+        ResetOffsets(group, topic, kind, value, dry_run),
         lambda response: {
             r.partition: r.offset
             for r in expect_list(response).rows

@@ -363,13 +363,21 @@ class Client:
         return self.call(calls.list_groups())
 
     def reset_offsets(
-        self, group: str, topic: str, to: ResetKind | str, value: int | None = None
+        self,
+        group: str,
+        topic: str,
+        to: ResetKind | str,
+        value: int | None = None,
+        *,
+        dry_run: bool = False,
     ) -> dict[int, int]:
         """Move an inactive group's committed offsets on ``topic``: ``to`` is ``earliest``,
         ``latest``, ``offset`` (``value``, kept within each partition's start and end) or
         ``time`` (``value`` in ms: each partition's first offset at or after it). Returns
-        partition → new offset; ``GROUP_NOT_EMPTY`` while the group has members on ``topic``."""
-        return self.call(calls.reset_offsets(group, topic, to, value))
+        partition → new offset; ``GROUP_NOT_EMPTY`` while the group has members on ``topic``.
+        ``dry_run``: check and compute the same, change nothing (Kafka's plan without
+        ``--execute``)."""
+        return self.call(calls.reset_offsets(group, topic, to, value, dry_run))
 
     def delete_group(self, group: str) -> None:
         """Delete an inactive group (its committed offsets on every topic): ``GROUP_NOT_EMPTY``

@@ -189,10 +189,10 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
         "for none; lag = end - committed). Then +END.",
     ),
     "RESETOFFSETS": (
-        "RESETOFFSETS <group> <topic> earliest|latest|offset=<n>|time=<ms>",
+        "RESETOFFSETS <group> <topic> earliest|latest|offset=<n>|time=<ms> [dry_run=yes]",
         "Move an inactive group's committed offsets on <topic> (backwards too): to each "
         "partition's start, end, <n> (kept within start..end) or first offset at or after <ms>. "
-        "+OFFSET rows with the new offsets, then +END.",
+        "+OFFSET rows with the new offsets, then +END. dry_run=yes: only show them.",
     ),
     "DELGROUP": (
         "DELGROUP <group>",
@@ -976,15 +976,18 @@ class LineDecoder:
         return DescribeGroup(_arg_name(tokens[0], "group"), topic)
 
     def _parse_resetoffsets(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = _arg_tokens(line, "RESETOFFSETS", 3)
+        tokens = _arg_tokens(line, "RESETOFFSETS", 3, 1)
         group, topic = _arg_name(tokens[0], "group"), self._topic(tokens[1], True)
+        raw_dry = _arg_options(tokens[3:], frozenset({"dry_run"}), "RESETOFFSETS").get("dry_run")
+        dry_run = raw_dry is not None and _arg_bool(raw_dry, "dry_run")
         name, eq, raw = tokens[2].partition(b"=")
         word = name.lower()
         if not eq and word in (b"earliest", b"latest"):
-            return ResetOffsets(group, topic, ResetKind(word.decode()))
+            return ResetOffsets(group, topic, ResetKind(word.decode()), None, dry_run)
         if eq and word in (b"offset", b"time"):
             what = "offset" if word == b"offset" else "time"
-            return ResetOffsets(group, topic, ResetKind(what), _arg_int(raw, what, 0, INT64_MAX))
+            value = _arg_int(raw, what, 0, INT64_MAX)
+            return ResetOffsets(group, topic, ResetKind(what), value, dry_run)
         raise _Reject(
             ErrorCode.BAD_ARGS,
             f"reset to earliest, latest, offset=<n> or time=<ms>, not {_show(tokens[2])}",
@@ -1308,6 +1311,10 @@ def encode_command(command: Command) -> bytes:
                 words.append(kind.value.encode() + b"=" + number)
             else:
                 raise _bad("reset", command, "earliest/latest with no value, offset/time with one")
+            if command.dry_run is True:
+                words.append(b"dry_run=yes")
+            elif command.dry_run is not False:
+                raise _bad("dry_run", command.dry_run, "a bool")
             return b" ".join(words) + _CRLF
         case DeleteGroup(group=group):
             return b"DELGROUP %s\r\n" % _name_bytes(group, "group")

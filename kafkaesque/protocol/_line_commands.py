@@ -643,15 +643,17 @@ class ResetKind(StrEnum):
 
 @dataclass(frozen=True, slots=True)
 class ResetOffsets:
-    """``RESETOFFSETS group topic earliest|latest|offset=N|time=MS``: move an inactive group's
-    committed offsets of every partition of ``topic`` (backwards too); ``+OFFSET`` rows with the
-    new offsets, then ``+END``. ``GROUP_NOT_EMPTY`` while the group has members on ``topic``.
-    ``value`` is the offset or the time (None for earliest and latest)."""
+    """``RESETOFFSETS group topic earliest|latest|offset=N|time=MS [dry_run=yes]``: move an
+    inactive group's committed offsets of every partition of ``topic`` (backwards too);
+    ``+OFFSET`` rows with the new offsets, then ``+END``. ``GROUP_NOT_EMPTY`` while the group has
+    members on ``topic``. ``value`` is the offset or the time (None for earliest and latest).
+    ``dry_run``: the same checks and answer, nothing written (Kafka's plan without --execute)."""
 
     group: str
     topic: str
     kind: ResetKind
     value: int | None = None
+    dry_run: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,6 +33,7 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
+from enum import Enum
 from typing import Any, Final, TypeAlias
 
 from ._line_commands import (
@@ -431,7 +432,7 @@ _COMMAND_FIELDS: Final[dict[type, tuple[Callable[[object], Any], ...]]] = {
     Leave: (_str,),
     DescribeGroup: (_str, _opt_str),
     ListGroups: (_opt_natural,),
-    ResetOffsets: (_str, _str, _reset_kind, _opt_natural),
+    ResetOffsets: (_str, _str, _reset_kind, _opt_natural, _bool),
     DeleteGroup: (_str,),
 }
 _COMMAND_NAMES: Final[dict[type, tuple[str, ...]]] = {
@@ -441,10 +442,9 @@ _COMMAND_BY_TAG: Final[dict[int, type]] = {tag: cls for cls, tag in COMMAND_TAGS
 
 
 def _command_to_wire(command: GroupCommand) -> list[object]:
-    return [
-        COMMAND_TAGS[type(command)],
-        *(getattr(command, n) for n in _COMMAND_NAMES[type(command)]),
-    ]
+    values = (getattr(command, n) for n in _COMMAND_NAMES[type(command)])
+    # An enum (ResetOffsets.kind) goes as its plain value, which its decoder reads back.
+    return [COMMAND_TAGS[type(command)], *(v.value if isinstance(v, Enum) else v for v in values)]
 
 
 def _command(x: object) -> GroupCommand:

@@ -126,13 +126,20 @@ def test_reset_is_refused_while_active_and_moves_an_inactive_groups_offsets(
         live.ok("SUBS admin2 rewinders")
         for i in range(3):
             with LineClient(broker_cluster.client_address(i)) as admin:
-                refused = admin.call("RESETOFFSETS rewinders admin2 earliest")
-                assert isinstance(refused, ErrorReply), refused
-                assert refused.code is ErrorCode.GROUP_NOT_EMPTY
+                for dry in ("", " dry_run=yes"):  # a dry run makes the same check
+                    refused = admin.call(f"RESETOFFSETS rewinders admin2 earliest{dry}")
+                    assert isinstance(refused, ErrorReply), refused
+                    assert refused.code is ErrorCode.GROUP_NOT_EMPTY
         with pytest.raises(KafkaesqueError) as caught:
             client.reset_offsets("rewinders", "admin2", "latest")
         assert caught.value.code is ErrorCode.GROUP_NOT_EMPTY
     _wait("the member's leaving", _empty(client, "rewinders", "admin2"))
+
+    # A dry run answers the offsets a reset would set and changes nothing.
+    before = client.committed_offsets("rewinders", "admin2")
+    planned = client.reset_offsets("rewinders", "admin2", "earliest", dry_run=True)
+    assert planned == dict.fromkeys(range(PARTITIONS), 0)
+    assert client.committed_offsets("rewinders", "admin2") == before
 
     # latest: a new member reads only what comes after the reset.
     ends = {p: offsets[-1] + 1 for p, offsets in first.items()}

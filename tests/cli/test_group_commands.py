@@ -65,10 +65,17 @@ def test_group_list_describe_reset_delete(broker_cluster: LocalCluster) -> None:
         assert time.monotonic() < deadline, "the member never left"
         time.sleep(0.05)
 
-    reset = ok(broker_cluster, "group", "reset", "auditors", "--topic", "cli-g", "--to-latest")
+    planned = run(broker_cluster, "group", "reset", "auditors", "--topic", "cli-g", "--to-latest")
+    assert planned.returncode == 0 and b"add --execute to apply" in planned.stderr
+    untouched = ok(broker_cluster, "group", "describe", "auditors").splitlines()
+    assert untouched[2].split() == ["0", "-", "-", p0[3], p0[3]]  # the dry run changed nothing
+    reset = ok(
+        broker_cluster, "group", "reset", "auditors", "--topic", "cli-g", "--to-latest", "--execute"
+    )
     rows = [line.split() for line in reset.splitlines()]
     assert rows[0] == ["GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"]
     assert rows[1][:3] == ["auditors", "cli-g", "0"] and int(rows[1][3]) == int(p0[3])
+    assert planned.stdout.decode() == reset  # the plan was what --execute did
     after = ok(broker_cluster, "group", "describe", "auditors").splitlines()
     assert after[2].split() == ["0", "-", p0[3], p0[3], "0"]  # no member table, lag 0
 

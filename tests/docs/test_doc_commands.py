@@ -274,6 +274,10 @@ REGISTRY: tuple[Entry, ...] = (
     ),
     here(
         ".venv/bin/kafkaesque group reset dashboard --topic visits --to-earliest",
+        "dry run: nothing was changed; add --execute to apply",
+    ),
+    here(
+        ".venv/bin/kafkaesque group reset dashboard --topic visits --to-earliest --execute",
         "GROUP      TOPIC   PARTITION  NEW_OFFSET",
     ),
     here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),

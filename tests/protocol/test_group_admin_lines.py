@@ -57,6 +57,14 @@ def _decode_line(line: bytes) -> Any:
             b"RESETOFFSETS crew orders time=1700000000000",
             ResetOffsets("crew", "orders", ResetKind.TIME, 1700000000000),
         ),
+        (
+            b"RESETOFFSETS crew orders latest dry_run=yes",
+            ResetOffsets("crew", "orders", ResetKind.LATEST, None, True),
+        ),
+        (
+            b"RESETOFFSETS crew orders offset=7 dry_run=yes",
+            ResetOffsets("crew", "orders", ResetKind.OFFSET, 7, True),
+        ),
         (b"DELGROUP crew", DeleteGroup("crew")),
     ],
 )
@@ -76,6 +84,9 @@ def test_group_admin_lines_decode_and_encode_back(line: bytes, command: object) 
         (b"RESETOFFSETS crew orders offset=-1", "offset must be an integer"),
         (b"RESETOFFSETS crew orders time=noon", "time must be an integer"),
         (b"RESETOFFSETS crew bad/topic latest", "topic"),
+        (b"RESETOFFSETS crew orders latest dry_run=maybe", "dry_run must be yes or no"),
+        (b"RESETOFFSETS crew orders latest execute=yes", "unexpected argument 'execute=yes'"),
+        (b"RESETOFFSETS crew orders latest dry_run=yes x", "usage: RESETOFFSETS"),
         (b"DELGROUP", "usage: DELGROUP <group>"),
         (b"DELGROUP a b", "usage: DELGROUP <group>"),
     ],

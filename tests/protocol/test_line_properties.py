@@ -179,6 +179,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         readable_topics,
         st.sampled_from([ResetKind.EARLIEST, ResetKind.LATEST]),
         st.none(),
+        st.booleans(),
     ),
     st.builds(
         ResetOffsets,
@@ -186,6 +187,7 @@ commands: st.SearchStrategy[Command] = st.one_of(
         readable_topics,
         st.sampled_from([ResetKind.OFFSET, ResetKind.TIME]),
         offsets,
+        st.booleans(),
     ),
     st.builds(DeleteGroup, names),
     st.builds(Leave, names),

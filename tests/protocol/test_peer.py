@@ -74,7 +74,14 @@ group_commands = st.one_of(
     st.builds(Leave, names),
     st.builds(DescribeGroup, names, st.none() | names),
     st.builds(ListGroups, st.none() | naturals),
-    st.builds(ResetOffsets, names, names, st.sampled_from(ResetKind), st.none() | naturals),
+    st.builds(
+        ResetOffsets,
+        names,
+        names,
+        st.sampled_from(ResetKind),
+        st.none() | naturals,
+        st.booleans(),
+    ),
     st.builds(DeleteGroup, names),
 )
 requests = st.one_of(
