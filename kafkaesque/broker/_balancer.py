@@ -53,7 +53,7 @@ shutdown timeout's hand-over, so a draining broker is not handed back what it ga
 
 _PASS_S = 0.05  # how often the groups led here are looked at
 _ASK_AGAIN_S = 1.0  # a transfer asked this long ago without effect may be asked again
-_BURST_S = 0.2  # the token bucket holds this many seconds' worth of transfers
+_BURST_S = 1.0  # the token bucket holds this many seconds' worth of transfers
 
 
 def preferred_target(status: Status, preferred: int, reachable: Collection[int]) -> int | None:
