@@ -37,7 +37,10 @@ from typing import Any
 import trio
 
 from kafkaesque.broker import Broker, BrokerConfig, ConfigError, config_from_mapping, load_config
+from kafkaesque.broker._decommission import DECOMMISSION_TIMEOUT_S
 from kafkaesque.broker._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
+from kafkaesque.client import Client, KafkaesqueError
+from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
 
 _FLAGS = {
     "id": "id",
@@ -96,9 +99,18 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "action",
         nargs="?",
-        choices=("stop",),
+        choices=("stop", "remove"),
         help="stop: SIGTERM the broker running with this --data-dir and --id (or --config), "
-        "found by its broker.pid, and wait until it has handed its leaderships over and stopped",
+        "found by its broker.pid, and wait until it has handed its leaderships over and stopped; "
+        "remove <id>: decommission broker <id> (REMOVEBROKER: its replicas move to the other "
+        "brokers, then it leaves the controller quorum and the registry; stop it afterwards)",
+    )
+    parser.add_argument("broker_id", nargs="?", type=int, help="remove: the broker to remove")
+    parser.add_argument(
+        "--bootstrap",
+        default=os.environ.get("KAFKAESQUE_BOOTSTRAP") or "127.0.0.1:9092",
+        metavar="HOST:PORT,...",
+        help="remove: brokers to start from ($KAFKAESQUE_BOOTSTRAP, else 127.0.0.1:9092)",
     )
     parser.add_argument("--config", help="a TOML file of settings")
     parser.add_argument("--id", type=int, help="this broker's id")
@@ -208,6 +220,10 @@ _GIL_SWITCH_INTERVAL_S = 0.0005
 def run(args: argparse.Namespace) -> int:
     if args.action == "stop":
         return stop(args)
+    if args.action == "remove":
+        return remove(args)
+    if args.broker_id is not None:
+        raise BrokerCommandError(f"unexpected argument {args.broker_id} (only for remove)")
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -303,6 +319,45 @@ def _remove_pid_file(path: str) -> None:
         os.remove(path)
     except OSError:
         pass  # gone already, or unreadable: nothing of ours to remove
+
+
+REMOVE_TIMEOUT_S = DECOMMISSION_TIMEOUT_S + 30.0
+"""How long ``broker remove`` waits for the answer (the broker's own bound, and a margin)."""
+
+
+def remove(args: argparse.Namespace) -> int:
+    """``kafkaesque broker remove <id>``: send ``REMOVEBROKER <id>`` to another broker than
+    the one leaving (it cannot remove itself) and print what moved."""
+    leaving = args.broker_id
+    if leaving is None:
+        raise BrokerCommandError("broker remove needs the id of the broker to remove")
+    try:
+        client = Client(args.bootstrap)
+    except ValueError as exc:
+        raise BrokerCommandError(f"--bootstrap: {exc}") from exc
+    with client:
+        try:
+            brokers = client.refresh_metadata().brokers
+        except KafkaesqueError as exc:
+            raise BrokerCommandError(f"cannot reach the cluster: {exc}") from exc
+        if leaving not in brokers:
+            raise BrokerCommandError(f"no broker {leaving} is registered")
+        others = [(b.host, b.port) for i, b in sorted(brokers.items()) if i != leaving]
+        problem = f"no broker other than {leaving} is registered"
+        for address in others:
+            try:
+                reply = client.connection(address).request(RemoveBroker(leaving), REMOVE_TIMEOUT_S)
+            except KafkaesqueError as exc:
+                problem = f"broker at {address[0]}:{address[1]}: {exc}"
+                continue
+            if isinstance(reply, OkReply):
+                moved = reply.text.removeprefix("moved=")
+                print(f"removed broker {leaving} ({moved} partitions moved); stop it now")
+                return 0
+            if isinstance(reply, ErrorReply):
+                raise BrokerCommandError(f"{reply.code.name}: {reply.message}")
+            problem = f"unexpected answer {reply!r:.200}"
+        raise BrokerCommandError(f"broker {leaving} was not removed: {problem}")
 
 
 def stop(args: argparse.Namespace) -> int:

@@ -63,6 +63,7 @@ from kafkaesque.protocol import (
     Quit,
     ReadRequest,
     Reassign,
+    RemoveBroker,
     Reply,
     ResetOffsets,
     Subs,
@@ -80,6 +81,7 @@ from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch
 
 from ._appender import Flight
 from ._config import MAX_PARTITIONS
+from ._decommission import decommission
 from ._errors import RequestError
 from ._metadata import (
     InvalidConfigError,
@@ -324,6 +326,16 @@ class CommandHandler:
                 peer_host, _, peer_port = peer.rpartition(":")
                 self._broker.admit_peer(broker_id, peer_host, int(peer_port))
                 return encode_reply(OkReply())
+            case RemoveBroker(broker_id=broker_id):
+                moved = await self._metadata_call(
+                    decommission(
+                        self._broker.metadata,
+                        self._broker.membership,
+                        self._broker.config.id,
+                        broker_id,
+                    )
+                )
+                return encode_reply(OkReply(f"moved={moved}"))
         raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
 
     # -- auto-creation --------------------------------------------------------------------------

@@ -420,6 +420,29 @@ class MetadataState:
         self.version += 1
         return info
 
+    def remove_broker(self, broker_id: int) -> InvalidConfigError | None:
+        """Take a broker out of the registry (decommission, once its replicas have moved).
+
+        Idempotent: an unregistered broker is no error. :class:`InvalidConfigError` while a
+        partition is still assigned to it (nothing changed then): its replicas go first.
+        """
+        if broker_id not in self.brokers:
+            return None
+        holding = sorted(
+            f"{info.name}/{p}"
+            for info in self.topics.values()
+            for p, replicas in enumerate(info.replicas)
+            if broker_id in replicas
+        )
+        if holding:
+            shown = ", ".join(holding[:5]) + (", ..." if len(holding) > 5 else "")
+            return InvalidConfigError(
+                f"broker {broker_id} still holds replicas of {len(holding)} partitions ({shown})"
+            )
+        del self.brokers[broker_id]
+        self.version += 1
+        return None
+
     def snapshot(self, controller_leader: int | None) -> MetadataView:
         """An immutable view of the state now (shallow copies: the values are frozen)."""
         return MetadataView(
@@ -526,6 +549,11 @@ class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is u
     @_replicated
     def update_topic(self, name: str, changes: tuple[tuple[str, Any], ...]) -> _Applied:
         return self._applied(self.state.alter_topic(name, dict(changes)))
+
+    # Sorts after "update_topic" (see above): "remove_broker" would renumber it.
+    @_replicated
+    def withdraw_broker(self, broker_id: int) -> _Applied:
+        return self._applied(self.state.remove_broker(broker_id))
 
     def _serialize(self) -> dict[str, Any]:
         return self.state.to_primitive()
@@ -975,6 +1003,62 @@ class ClusterMetadata:
         """Replace one partition's replicas (see :meth:`MetadataState.set_replicas`)."""
         answer = await self._command("set_replicas", topic, partition, tuple(replicas))
         return _expect(TopicInfo, answer)
+
+    async def remove_broker(self, broker_id: int) -> None:
+        """Take a broker out of the registry (see :meth:`MetadataState.remove_broker`).
+        Idempotent. Raises :class:`InvalidConfigError`, :class:`MetadataUnavailable`."""
+        await self._command("withdraw_broker", broker_id)
+
+    def controller_address(self, broker_id: int) -> str | None:
+        """The ``host:port`` of broker ``broker_id``'s controller in this replica's quorum
+        configuration (by the configured controllers, else the registration), or None."""
+        for address in self._members:
+            found = self._ids_by_address.get(address)
+            if found is None:
+                found = next(
+                    (
+                        b.id
+                        for b in self._view.brokers.values()
+                        if _address(b.host, b.controller_port) == address
+                    ),
+                    None,
+                )
+            if found == broker_id:
+                return address
+        return None
+
+    async def remove_controller(self, broker_id: int) -> None:
+        """Remove broker ``broker_id``'s controller from the running quorum.
+
+        Idempotent: returns at once if it is not a member (``controller_address``).
+        pysyncobj's leader cannot remove itself (it ignores the change): the caller makes sure
+        ``broker_id`` does not lead (it hands the lead over when it stops gracefully); this
+        replica must not be the one removed. Raises :class:`MetadataUnavailable`, and
+        ``MetadataError`` if asked to remove this replica itself.
+        """
+        if broker_id == self._self_id:
+            raise MetadataError("a controller cannot remove itself from the quorum")
+        address = self.controller_address(broker_id)
+        if address is None:
+            return
+
+        def gone() -> bool:
+            return address not in self._members
+
+        deadline = trio.current_time() + self._timeout
+        # Refused (REQUEST_DENIED) while another change is uncommitted: retried until the
+        # membership no longer shows it, or the deadline.
+        await self._replicate(
+            lambda controller: controller.sync.removeNodeFromCluster,
+            address,
+            deadline=deadline,
+            idempotent=True,
+            done=gone,
+        )
+        log.info("controller of broker %d at %s left the quorum", broker_id, address)
+        with trio.move_on_after(self._timeout):
+            while not gone():
+                await self._changed.wait()
 
     async def add_controller(self, broker_id: int, addr: tuple[str, int]) -> None:
         """Add broker ``broker_id``'s controller at ``addr`` to the running quorum.

@@ -64,6 +64,7 @@ from ._line_commands import Pubs as Pubs
 from ._line_commands import Quit as Quit
 from ._line_commands import Reassign as Reassign
 from ._line_commands import RemoteProtocolError as RemoteProtocolError
+from ._line_commands import RemoveBroker as RemoveBroker
 from ._line_commands import Reply as Reply
 from ._line_commands import ResetKind as ResetKind
 from ._line_commands import ResetOffsets as ResetOffsets

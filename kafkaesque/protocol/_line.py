@@ -82,6 +82,7 @@ from ._line_commands import (
     Quit,
     Reassign,
     RemoteProtocolError,
+    RemoveBroker,
     Reply,
     ResetKind,
     ResetOffsets,
@@ -209,6 +210,12 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
     "ADDBROKER": (
         "ADDBROKER <id> <peer_host:port> <controller_host:port>",
         "Admit a broker started with --join to the cluster. Replies +OK.",
+    ),
+    "REMOVEBROKER": (
+        "REMOVEBROKER <id>",
+        "Decommission a broker: move its replicas away, take it out of the controller quorum "
+        "and the registry. Replies +OK moved=<partitions>; refused if a partition would fall "
+        "below its replication factor.",
     ),
     "HELP": ("HELP [<command>]", "This help."),
     "PING": ("PING", "Replies +OK PONG."),
@@ -1018,6 +1025,10 @@ class LineDecoder:
             _arg_address(tokens[2], "controller"),
         )
 
+    def _parse_removebroker(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "REMOVEBROKER", 1)
+        return RemoveBroker(_arg_int(tokens[0], "id", 0, INT32_MAX))
+
     def _parse_metadata(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = line.split()[1:]
         return Metadata(tuple(self._topic(token, True) for token in tokens))
@@ -1066,6 +1077,7 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"METADATA": LineDecoder._parse_metadata,
     b"REASSIGN": LineDecoder._parse_reassign,
     b"ADDBROKER": LineDecoder._parse_addbroker,
+    b"REMOVEBROKER": LineDecoder._parse_removebroker,
     b"HELP": LineDecoder._parse_help,
     b"PING": LineDecoder._parse_ping,
     b"QUIT": LineDecoder._parse_quit,
@@ -1358,6 +1370,8 @@ def encode_command(command: Command) -> bytes:
                 _name_bytes(peer, "peer"),
                 _name_bytes(controller, "controller"),
             )
+        case RemoveBroker(broker_id=broker_id):
+            return b"REMOVEBROKER %s\r\n" % _int_bytes(broker_id, "id", 0, INT32_MAX)
         case Help(command=word):
             if word is None:
                 return b"HELP\r\n"

@@ -701,6 +701,19 @@ class AddBroker:
 
 
 @dataclass(frozen=True, slots=True)
+class RemoveBroker:
+    """``REMOVEBROKER id``: decommission a broker.
+
+    Moves every replica it holds to other brokers (one membership change at a time per
+    partition), then removes it from the controller quorum and the registry. ``+OK moved=<n>``
+    once done; refused with ``INVALID_CONFIG`` if a partition would fall below its replication
+    factor. Sent to any broker but the one leaving.
+    """
+
+    broker_id: int
+
+
+@dataclass(frozen=True, slots=True)
 class Help:
     """``HELP [command]``: ``+INFO`` rows then ``+END`` (see ``help_replies``)."""
 
@@ -740,6 +753,7 @@ Command: TypeAlias = (
     | Metadata
     | Reassign
     | AddBroker
+    | RemoveBroker
     | Help
     | Ping
     | Quit

@@ -1,0 +1,163 @@
+"""Decommission: move every replica off a broker, then take it out of the registry and the
+controller quorum (``REMOVEBROKER <id>``, ``kafkaesque broker remove <id>``).
+
+The moves reuse the reassignment machinery (``REASSIGN``, :mod:`._membership`): the metadata
+gets each partition's new replicas, the broker in it replaced by another one, and the group's
+leader changes the Raft membership one server at a time (learner added, caught up, promoted,
+the leaving broker removed; a leaving leader hands its leadership over first). Many groups
+move at once, each one step at a time. Only when no group's committed membership holds the
+leaving broker any more is it removed from the pysyncobj quorum (``removeNodeFromCluster``),
+then from the registry (``withdraw_broker``). The broker process itself keeps running until
+the operator stops it (``kafkaesque broker stop``).
+
+Refused, before anything changes, if a partition could not keep its replication factor: every
+partition that holds the broker needs another registered broker that holds none of its
+replicas. Every step is idempotent, so a decommission that timed out (its moves go on) is
+finished by sending the command again.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from collections.abc import Callable, Collection, Mapping
+
+import trio
+
+from kafkaesque.protocol import ErrorCode
+
+from ._errors import RequestError
+from ._leaders import Claim
+from ._metadata import ClusterMetadata, TopicInfo
+
+log = logging.getLogger("kafkaesque.broker.decommission")
+
+DECOMMISSION_TIMEOUT_S = 300.0
+"""How long ``REMOVEBROKER`` waits for the replicas to move before it answers ``TIMEOUT``."""
+
+_POLL_S = 0.1
+_CONCURRENT_METADATA_CALLS = 16
+
+
+def plan_removal(
+    brokers: Collection[int], topics: Mapping[str, TopicInfo], leaving: int
+) -> dict[tuple[str, int], tuple[int, ...]]:
+    """The new replicas of every partition that holds ``leaving``, keyed by (topic, partition).
+
+    Pure. ``leaving`` is replaced in place (a preferred replica by its replacement, so that
+    preferred leaders stay spread) by the registered broker, not already a replica of the
+    partition, that holds the fewest replicas so far (counting those planned; ties go to the
+    lowest id). Raises ``ValueError`` naming the first partition (in name order) that has no such
+    broker: removing ``leaving`` would leave it below its replication factor.
+    """
+    others = sorted(set(brokers) - {leaving})
+    load: Counter[int] = Counter({b: 0 for b in others})
+    for info in topics.values():
+        for replicas in info.replicas:
+            load.update(b for b in replicas if b in load)
+    plan: dict[tuple[str, int], tuple[int, ...]] = {}
+    for name in sorted(topics):
+        for partition, replicas in enumerate(topics[name].replicas):
+            if leaving not in replicas:
+                continue
+            candidates = [b for b in others if b not in replicas]
+            if not candidates:
+                raise ValueError(
+                    f"removing broker {leaving} would leave {name}/{partition} with "
+                    f"{len(replicas) - 1} replicas, below its replication factor of "
+                    f"{len(replicas)}: only {len(others)} other brokers are registered"
+                )
+            chosen = min(candidates, key=lambda b: (load[b], b))
+            load[chosen] += 1
+            plan[name, partition] = tuple(chosen if b == leaving else b for b in replicas)
+    return plan
+
+
+def still_holding(
+    topics: Mapping[str, TopicInfo], membership: Callable[[str], Claim | None], leaving: int
+) -> list[str]:
+    """The groups whose membership, as their leader has it, may still hold ``leaving``: those
+    assigned to it, those whose leader is not known, and those whose committed membership
+    holds it or whose latest is not committed yet. Sorted."""
+    holding = []
+    for name, info in topics.items():
+        for partition, replicas in enumerate(info.replicas):
+            group_id = f"{name}/{partition}"
+            claim = membership(group_id)
+            if (
+                leaving in replicas
+                or claim is None
+                or not claim.committed
+                or leaving in claim.voters | claim.learners
+            ):
+                holding.append(group_id)
+    return sorted(holding)
+
+
+async def decommission(
+    metadata: ClusterMetadata,
+    membership: Callable[[str], Claim | None],
+    self_id: int,
+    leaving: int,
+    *,
+    timeout: float = DECOMMISSION_TIMEOUT_S,
+) -> int:
+    """Move every replica off ``leaving``, then remove it from the registry and the controller
+    quorum. Returns how many partitions were reassigned by this call.
+
+    Raises ``RequestError``: ``INVALID_CONFIG`` if ``leaving`` is not registered, is the broker
+    running this, or its removal would leave a partition below its replication factor (nothing
+    changed then); ``TIMEOUT`` if the replicas have not moved within ``timeout`` (they go on
+    moving: sending the command again finishes the job); ``BUSY`` if ``leaving`` leads the
+    controller quorum once its replicas are gone (pysyncobj's leader cannot remove itself: stop
+    it gracefully, it hands the lead over, and send the command again). Metadata errors are the
+    caller's to translate (``MetadataError``).
+    """
+    if leaving == self_id:
+        raise RequestError(
+            ErrorCode.INVALID_CONFIG,
+            f"broker {leaving} cannot decommission itself: send REMOVEBROKER to another broker",
+        )
+    view = metadata.view
+    info = view.brokers.get(leaving)
+    if info is None:
+        raise RequestError(ErrorCode.INVALID_CONFIG, f"no broker {leaving} is registered")
+    try:
+        plan = plan_removal(view.brokers, view.topics, leaving)
+    except ValueError as exc:
+        raise RequestError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
+    log.info(
+        "broker %d: decommissioning broker %d: %d partitions move", self_id, leaving, len(plan)
+    )
+    limiter = trio.CapacityLimiter(_CONCURRENT_METADATA_CALLS)
+
+    async def reassign(topic: str, partition: int, replicas: tuple[int, ...]) -> None:
+        async with limiter:
+            await metadata.set_replicas(topic, partition, replicas)
+
+    async with trio.open_nursery() as nursery:
+        for (topic, partition), replicas in plan.items():
+            nursery.start_soon(reassign, topic, partition, replicas)
+    with trio.move_on_after(timeout):
+        while holding := still_holding(metadata.view.topics, membership, leaving):
+            await trio.sleep(_POLL_S)
+    if holding:
+        shown = ", ".join(holding[:5]) + (", ..." if len(holding) > 5 else "")
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{len(holding)} partitions still hold broker {leaving} after {timeout:.0f} s "
+            f"({shown}); they go on moving: send REMOVEBROKER {leaving} again to finish",
+        )
+    # The quorum first, the registry last: a command sent again finds the broker registered
+    # (and its controller's address there) until everything else is done.
+    if metadata.view.controller_leader == leaving:
+        raise RequestError(
+            ErrorCode.BUSY,
+            f"broker {leaving} holds no replica any more, but it leads the controller quorum, "
+            f"which cannot remove its own leader: stop it (kafkaesque broker stop hands the "
+            f"lead over) and send REMOVEBROKER {leaving} again",
+        )
+    await metadata.remove_controller(leaving)
+    await metadata.remove_broker(leaving)
+    log.info("broker %d: broker %d is decommissioned", self_id, leaving)
+    return len(plan)

@@ -1,0 +1,151 @@
+"""Decommission (issue 26): ``REMOVEBROKER <id>`` / ``kafkaesque broker remove <id>`` moves every
+replica off a broker, one membership change at a time per partition, then takes it out of the
+controller quorum and the registry; refused when a partition would fall below its replication
+factor. The plan is pure; the rest runs on real processes, under load."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from kafkaesque.cli.cluster import LocalCluster
+
+from bench.ops import PartitionProbes
+from kafkaesque.broker._decommission import plan_removal, still_holding
+from kafkaesque.broker._leaders import Claim
+from kafkaesque.broker._metadata import (
+    BrokerInfo,
+    InvalidConfigError,
+    MetadataState,
+    TopicConfig,
+    TopicInfo,
+)
+from kafkaesque.client import Client
+from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
+
+from ..cli.test_cluster import _kafkaesque
+
+
+def _topics(**assignments: tuple[tuple[int, ...], ...]) -> dict[str, TopicInfo]:
+    return {
+        name: TopicInfo(name, TopicConfig(len(replicas), len(replicas[0])), replicas)
+        for name, replicas in assignments.items()
+    }
+
+
+def test_each_replica_of_the_leaving_broker_goes_in_its_place_to_the_least_loaded_other() -> None:
+    topics = _topics(a=((3, 0, 1), (0, 1, 2), (1, 3, 2)), b=((3, 2, 0),))
+    plan = plan_removal({0, 1, 2, 3, 4}, topics, 3)
+    # Brokers 0, 1, 2 hold 3 replicas each, broker 4 none: it takes all three (1, 2, 3 < 3 + 1).
+    assert plan == {("a", 0): (4, 0, 1), ("a", 2): (1, 4, 2), ("b", 0): (4, 2, 0)}
+    for (name, partition), replicas in plan.items():
+        old = topics[name].replicas[partition]
+        assert 3 not in replicas and len(set(replicas)) == len(old)
+        # In place: the other replicas keep their order (and the preferred its slot).
+        assert [b for b in replicas if b in old] == [b for b in old if b != 3]
+    # Once broker 4 is as loaded as the others, ties go to the lowest id.
+    even = plan_removal({0, 1, 3, 4}, _topics(d=((3, 0), (3, 1), (3, 4))), 3)
+    assert even == {("d", 0): (1, 0), ("d", 1): (0, 1), ("d", 2): (0, 4)}
+    assert plan_removal({0, 1, 2, 3}, _topics(c=((0, 1, 2),)), 3) == {}  # nothing on it
+
+
+def test_a_removal_that_would_leave_a_partition_short_is_refused() -> None:
+    with pytest.raises(ValueError, match=r"t/1 with 2 replicas, below its replication factor of 3"):
+        plan_removal({0, 1, 2}, _topics(t=((0, 1), (2, 1, 0))), 2)
+
+
+def test_still_holding_waits_for_a_committed_membership_without_the_broker() -> None:
+    topics = _topics(t=((0, 1, 2), (0, 1, 2), (0, 1, 2), (0, 1, 2)))
+    claims = {
+        "t/0": Claim(1, frozenset({0, 1, 2}), frozenset(), True),  # done
+        "t/1": Claim(1, frozenset({0, 1, 2, 3}), frozenset(), True),  # still a voter
+        "t/2": Claim(1, frozenset({0, 1, 2}), frozenset(), False),  # not committed yet
+    }
+    assert still_holding(topics, claims.get, 3) == ["t/1", "t/2", "t/3"]  # t/3: no leader known
+
+
+def test_the_registry_keeps_a_broker_that_still_holds_replicas() -> None:
+    state = MetadataState()
+    for broker in range(4):
+        state.register_broker(BrokerInfo(broker, "h", 1, 2, 3))
+    info = state.create_topic("t", TopicConfig(1, 3))
+    assert isinstance(info, TopicInfo)
+    holder = info.replicas[0][0]
+    version = state.version
+    refused = state.remove_broker(holder)
+    assert isinstance(refused, InvalidConfigError) and "still holds replicas" in str(refused)
+    assert holder in state.brokers and state.version == version
+    free = next(b for b in range(4) if all(b not in r for r in info.replicas))
+    assert state.remove_broker(free) is None and free not in state.brokers
+    assert state.version == version + 1
+    assert state.remove_broker(free) is None and state.version == version + 1  # idempotent
+
+
+# -- real processes -----------------------------------------------------------------------------
+
+
+def _replicas(client: Client, topic: str) -> dict[int, tuple[int, ...]]:
+    rows = client.refresh_metadata([topic]).partitions[topic]
+    return {row.partition: tuple(row.replicas) for row in rows}
+
+
+def _remove(client: Client, via: tuple[str, int], broker: int) -> OkReply | ErrorReply:
+    reply = client.connection(via).request(RemoveBroker(broker), 300)
+    assert isinstance(reply, OkReply | ErrorReply), reply
+    return reply
+
+
+def test_a_broker_is_decommissioned_under_load_without_losing_anything(tmp_path: Path) -> None:
+    with LocalCluster(str(tmp_path), 4) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("leaving", 4, 3)
+            before = _replicas(client, "leaving")
+        leaving = 3
+        assert any(leaving in r for r in before.values())
+        with PartitionProbes(cluster.bootstrap, "leaving", 4, pause_s=0.01) as probes:
+            time.sleep(1.0)
+            with Client(cluster.bootstrap) as client:
+                reply = _remove(client, cluster.client_address(0), leaving)
+                if isinstance(reply, ErrorReply) and "controller quorum" in reply.message:
+                    # It leads the controller quorum: stopped gracefully, it hands that over.
+                    cluster.stop(leaving)
+                    reply = _remove(client, cluster.client_address(0), leaving)
+                assert isinstance(reply, OkReply), reply
+                assert int(reply.text.removeprefix("moved=")) >= 1
+                after = _replicas(client, "leaving")
+                brokers = client.refresh_metadata().brokers
+            time.sleep(1.0)
+        assert leaving not in brokers and sorted(brokers) == [0, 1, 2]
+        for partition, replicas in after.items():
+            assert leaving not in replicas and len(replicas) == 3, (partition, replicas)
+        assert probes.errors == []
+        assert all(len(acked) > 10 for acked in probes.acked.values()), "a probe barely wrote"
+        if leaving in cluster.alive():
+            cluster.stop(leaving)
+        # Without it, every acknowledged record is still there, and the partitions take writes.
+        assert probes.verify() == (0, 0)  # (lost, read twice)
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("after", 3, 3)
+            assert leaving not in {b for r in _replicas(client, "after").values() for b in r}
+
+
+def test_a_removal_below_the_replication_factor_is_refused_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    with LocalCluster(str(tmp_path), 3) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("kept", 3, 3)
+            before = _replicas(client, "kept")
+            reply = _remove(client, cluster.client_address(0), 2)
+            assert isinstance(reply, ErrorReply) and reply.code.name == "INVALID_CONFIG", reply
+            assert "below its replication factor of 3" in reply.message
+            itself = _remove(client, cluster.client_address(1), 1)
+            assert isinstance(itself, ErrorReply) and "cannot decommission itself" in itself.message
+            unknown = _remove(client, cluster.client_address(0), 7)
+            assert isinstance(unknown, ErrorReply) and "no broker 7" in unknown.message
+            assert _replicas(client, "kept") == before
+            assert sorted(client.refresh_metadata().brokers) == [0, 1, 2]
+        refused = _kafkaesque("broker", "remove", "2", "--bootstrap", cluster.bootstrap)
+        assert refused.returncode != 0
+        assert "below its replication factor" in refused.stderr, refused.stderr
