@@ -5,6 +5,7 @@ factor. The plan is pure; the rest runs on real processes, under load."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -112,7 +113,9 @@ def test_a_broker_is_decommissioned_under_load_without_losing_anything(tmp_path:
                     cluster.stop(leaving)
                     reply = _remove(client, cluster.client_address(0), leaving)
                 assert isinstance(reply, OkReply), reply
-                assert int(reply.text.removeprefix("moved=")) >= 1
+                print(f"REMOVEBROKER {leaving}: {reply}")
+                # What this call reassigned: 0 when a first call moved it all and was told BUSY.
+                assert re.fullmatch(r"moved=\d+", reply.text), reply
                 after = _replicas(client, "leaving")
                 brokers = client.refresh_metadata().brokers
             time.sleep(1.0)
@@ -121,13 +124,15 @@ def test_a_broker_is_decommissioned_under_load_without_losing_anything(tmp_path:
             assert leaving not in replicas and len(replicas) == 3, (partition, replicas)
         assert probes.errors == []
         assert all(len(acked) > 10 for acked in probes.acked.values()), "a probe barely wrote"
-        if leaving in cluster.alive():
-            cluster.stop(leaving)
-        # Without it, every acknowledged record is still there, and the partitions take writes.
-        assert probes.verify() == (0, 0)  # (lost, read twice)
+        # The quorum works without it (still running, it is no member any more): a metadata
+        # change is applied, and a new topic is assigned to the three others only.
         with Client(cluster.bootstrap) as client:
             client.create_topic("after", 3, 3)
             assert leaving not in {b for r in _replicas(client, "after").values() for b in r}
+        if leaving in cluster.alive():
+            cluster.stop(leaving)
+        # Without it, every acknowledged record is still there.
+        assert probes.verify() == (0, 0)  # (lost, read twice)
 
 
 def test_a_removal_below_the_replication_factor_is_refused_and_changes_nothing(
