@@ -8,11 +8,18 @@ import time
 from collections import Counter
 from pathlib import Path
 
+import pytest
 import trio
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from bench.ops import PartitionProbes
-from kafkaesque.broker._balancer import LeaderBalancer, TokenBucket, preferred_target
+from kafkaesque.broker import ConfigError, config_from_mapping
+from kafkaesque.broker._balancer import (
+    DEFAULT_LEADER_BALANCE_RATE,
+    LeaderBalancer,
+    TokenBucket,
+    preferred_target,
+)
 from kafkaesque.client import Client
 from kafkaesque.raft import Role
 from kafkaesque.raft._core import ProgressInfo, Status
@@ -20,6 +27,7 @@ from kafkaesque.raft._membership import Configuration
 from kafkaesque.raft._progress import ProgressState
 
 from ..raft.test_driver import GROUPS, Broker, _propose_until_committed
+from .test_config import BASE
 
 
 def _status(
@@ -167,3 +175,11 @@ def test_leaders_spread_evenly_again_after_a_rolling_restart_without_client_erro
             time.sleep(0.5)
         assert probes.errors == []
         assert probes.verify() == (0, 0)  # (lost, read twice)
+
+
+@pytest.mark.parametrize("rate", [-1, "fast", float("nan")])
+def test_a_leader_balance_rate_must_be_a_number_at_least_zero(rate: object) -> None:
+    with pytest.raises(ConfigError, match="leader_balance_rate must be a number >= 0"):
+        config_from_mapping({**BASE, "leader_balance_rate": rate})
+    assert config_from_mapping({**BASE, "leader_balance_rate": 0}).leader_balance_rate == 0
+    assert config_from_mapping(BASE).leader_balance_rate == DEFAULT_LEADER_BALANCE_RATE
