@@ -109,7 +109,8 @@ async def test_every_group_goes_back_to_its_preferred_replica_and_stays(tmp_path
                 await trio.sleep(0.02)
         # Settled: nobody moves anything any more (no fight), and the groups take writes.
         moved = sum(b.transfers for b in balancers)
-        assert moved == 2 == balancers[0].transfers  # only broker 0 gave anything away
+        # Only broker 0 gave anything away: two groups (asked again only if one was slow).
+        assert balancers[0].transfers >= 2 and moved == balancers[0].transfers
         await trio.sleep(1.5)
         assert leaders() == preferred and sum(b.transfers for b in balancers) == moved
         for g in GROUPS:
