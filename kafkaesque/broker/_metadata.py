@@ -1042,23 +1042,12 @@ class ClusterMetadata:
         if address is None:
             return
 
-        def gone() -> bool:
-            return address not in self._members
-
-        deadline = trio.current_time() + self._timeout
-        # Refused (REQUEST_DENIED) while another change is uncommitted: retried until the
-        # membership no longer shows it, or the deadline.
-        await self._replicate(
+        await self._change_quorum(
             lambda controller: controller.sync.removeNodeFromCluster,
             address,
-            deadline=deadline,
-            idempotent=True,
-            done=gone,
+            done=lambda: address not in self._members,
         )
         log.info("controller of broker %d at %s left the quorum", broker_id, address)
-        with trio.move_on_after(self._timeout):
-            while not gone():
-                await self._changed.wait()
 
     async def add_controller(self, broker_id: int, addr: tuple[str, int]) -> None:
         """Add broker ``broker_id``'s controller at ``addr`` to the running quorum.
@@ -1069,24 +1058,30 @@ class ClusterMetadata:
         the leader. Raises :class:`MetadataUnavailable`.
         """
         address = _address(*addr)
-
-        def is_member() -> bool:
-            return address in self._members
-
-        if is_member():
+        if address in self._members:
             return
-        deadline = trio.current_time() + self._timeout
-        # pysyncobj refuses (REQUEST_DENIED) both a node that is a member already and a change
-        # while another is uncommitted: retried until the membership shows it or the deadline.
-        await self._replicate(
+        await self._change_quorum(
             lambda controller: controller.sync.addNodeToCluster,
             address,
-            deadline=deadline,
-            idempotent=True,
-            done=is_member,
+            done=lambda: address in self._members,
         )
         log.info("controller of broker %d at %s is in the quorum", broker_id, address)
-        # Applied here; the status listing it is posted right after the answer.
+
+    async def _change_quorum(
+        self,
+        method: Callable[[_Controller], Callable[..., Any]],
+        address: str,
+        *,
+        done: Callable[[], bool],
+    ) -> None:
+        """Add or remove the controller at ``address`` (pysyncobj's ``method``), then wait,
+        within the timeout, until this replica's view of the membership shows it (``done``).
+
+        pysyncobj refuses (REQUEST_DENIED) a change while another is uncommitted, and adding
+        a member already there: retried until ``done`` or the deadline. The change is applied
+        where the command answers; the status listing it is posted right after."""
+        deadline = trio.current_time() + self._timeout
+        await self._replicate(method, address, deadline=deadline, idempotent=True, done=done)
         with trio.move_on_after(self._timeout):
-            while not is_member():
+            while not done():
                 await self._changed.wait()
