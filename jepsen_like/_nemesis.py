@@ -37,6 +37,8 @@ from dataclasses import dataclass, field
 
 import trio
 
+from kafkaesque.storage import segment_data_end
+
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
 from ._proxy import ProxyLayer
 from ._workload import Recorder
@@ -252,7 +254,7 @@ async def _start_disk_truncate(ctx: NemesisContext) -> tuple[str, ...]:
     _kill(ctx, [node])  # files are touched only while their broker is stopped
     for p, logs in _segments(ctx, node).items():
         active = logs[-1]
-        size = os.path.getsize(active)
+        size = segment_data_end(active)  # the file runs on with preallocated zeros
         if size == 0:
             continue
         cut = ctx.rng.randint(1, min(size, 4096))

@@ -29,7 +29,7 @@ from ._partition_log import (
     ReadResult,
     wall_clock_ms,
 )
-from ._segment import RecoveryReport
+from ._segment import RecoveryReport, segment_data_end
 from ._statefile import fsync_directory, read_state_file, write_state_file
 
 __all__ = [
@@ -58,6 +58,7 @@ __all__ = [
     "fsync_directory",
     "iter_batches",
     "read_state_file",
+    "segment_data_end",
     "stamp",
     "stamped_prefix",
     "wall_clock_ms",

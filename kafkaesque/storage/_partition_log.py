@@ -149,7 +149,7 @@ class FlushTicket:
 
     def run(self) -> None:
         try:
-            os.fsync(self.fd)
+            os.fdatasync(self.fd)  # the segment is preallocated: data, no metadata (_segment.py)
         finally:
             os.close(self.fd)
         self.done = True

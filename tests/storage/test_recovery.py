@@ -4,6 +4,7 @@ segments are trusted on open, but a flipped bit in one is reported when read, ne
 
 from __future__ import annotations
 
+import errno
 import os
 import random
 import shutil
@@ -19,6 +20,7 @@ from kafkaesque.storage import (
     build_batch,
     decode_records,
     iter_batches,
+    segment_data_end,
 )
 
 CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=128, segment_ms=None)
@@ -83,7 +85,10 @@ def test_cutting_the_active_segment_anywhere_in_its_last_batch_keeps_the_prefix(
                 assert got == appended and log.recovery is None
             else:
                 assert got == appended[:-1], f"cut at byte {cut}"
-                if cut == last:  # a clean boundary: nothing to cut, nothing to report
+                if not active.read_bytes()[last:cut].strip(b"\0"):
+                    # A clean boundary, or a torn write of only the zero bytes that begin the
+                    # header (a small base offset): no different from the preallocated space
+                    # after the data, so nothing to cut and nothing to report.
                     assert log.recovery is None
                 else:
                     assert log.recovery is not None and log.recovery.torn
@@ -151,3 +156,71 @@ def test_a_second_process_cannot_open_the_same_log(tmp_path: Path) -> None:
 
     with PartitionLog.open(str(tmp_path), CONFIG), pytest.raises(StorageError, match="locked"):
         PartitionLog.open(str(tmp_path), CONFIG)
+
+
+# -- preallocation --------------------------------------------------------------------------
+
+
+def test_the_active_segment_is_preallocated_and_its_zero_tail_is_not_a_cut(tmp_path: Path) -> None:
+    """A killed broker leaves the active file longer than its data (zeros): recovery keeps every
+    batch, reports nothing, and appends go on right after the data."""
+    log = PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None))
+    values = [[b"v%d" % i] for i in range(20)]
+    for v in values:
+        log.append(build_batch([Record(value=x) for x in v]), term=1)
+    log.flush()
+    log.abandon()
+    active = _active_segment(tmp_path)
+    data_end = segment_data_end(str(active))
+    assert active.stat().st_size >= 64 * 1024 > data_end, "preallocated ahead of the data"
+    assert not active.read_bytes()[data_end:].strip(b"\0")
+    with PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None)) as log:
+        assert log.recovery is None and log.lost_end_offset is None and log.corruptions == 0
+        assert _read_all(log) == values
+        log.append(build_batch([Record(value=b"after")]), term=2)
+        assert _read_all(log) == [*values, [b"after"]]
+    # A clean close cuts the file to its data.
+    assert active.stat().st_size == segment_data_end(str(active))
+
+
+def test_a_torn_write_into_preallocated_space_is_cut(tmp_path: Path) -> None:
+    """The head of a batch reached the file, its tail did not (zeros after it): a torn write."""
+    log = PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None))
+    log.append(build_batch([Record(value=b"kept")]), term=1)
+    log.flush()
+    end = log.log_end_offset
+    batch = build_batch([Record(value=b"torn" * 50)], base_offset=end)
+    log.abandon()
+    active = _active_segment(tmp_path)
+    data_end = segment_data_end(str(active))
+    with open(active, "r+b") as f:
+        f.seek(data_end)
+        f.write(batch[: len(batch) // 2])
+    size = active.stat().st_size
+    with PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None)) as log:
+        assert log.recovery is not None and log.recovery.torn
+        assert log.recovery.valid_bytes == data_end
+        assert log.recovery.truncated_bytes <= len(batch) // 2 < size - data_end
+        assert log.log_end_offset == end and log.lost_end_offset is None
+        assert _read_all(log) == [[b"kept"]]
+
+
+def test_sealed_segments_hold_only_their_data(tmp_path: Path) -> None:
+    _fill(tmp_path, 40)
+    for path in sorted(tmp_path.glob("*.log")):
+        assert path.stat().st_size == segment_data_end(str(path)) > 0
+
+
+def test_a_full_disk_refusing_the_preallocation_does_not_refuse_the_write(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def full(fd: int, offset: int, length: int) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(os, "posix_fallocate", full)
+    with PartitionLog.open(str(tmp_path), LogConfig(segment_ms=None)) as log:
+        for i in range(3):
+            log.append(build_batch([Record(value=b"v%d" % i)]), term=1)
+        assert _read_all(log) == [[b"v0"], [b"v1"], [b"v2"]]
+    active = _active_segment(tmp_path)
+    assert active.stat().st_size == segment_data_end(str(active))
