@@ -47,6 +47,7 @@ from kafkaesque.protocol import (
     FindResendRequest,
     GroupCommand,
     GroupCommandRequest,
+    HandOverControllerRequest,
     LatestRequest,
     LeaderClaims,
     MalformedPeerMessage,
@@ -79,6 +80,7 @@ from ._appender import PartitionAppender
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler, group_name
 from ._config import BrokerConfig
+from ._decommission import serve_hand_over
 from ._errors import RequestError
 from ._forwarding import Forwarder, ForwardError
 from ._groups import GroupCoordinator
@@ -863,6 +865,8 @@ class Broker:
                 request.partition,
                 request.offset,
                 request.max_bytes,
+            case HandOverControllerRequest(seconds):
+                nursery.start_soon(self._serve_controller_hand_over, peer, req, seconds)
                 request.wait_ms / 1000,
             )
         except RequestError as exc:
@@ -912,6 +916,11 @@ def _run_tickets(tickets: list[FlushTicket]) -> None:
     errors: list[OSError] = []
     for ticket in tickets:
         try:
+    async def _serve_controller_hand_over(self, peer: int, req: int, seconds: float) -> None:
+        """A peer decommissions this broker, whose controller leads the quorum (pysyncobj's
+        leader cannot remove itself): hand that leadership over, as a graceful stop does."""
+        self.forwarder.reply(peer, req, await serve_hand_over(self.metadata, seconds))
+
             ticket.run()
         except OSError as exc:
             errors.append(exc)

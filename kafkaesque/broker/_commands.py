@@ -331,6 +331,7 @@ class CommandHandler:
                     decommission(
                         self._broker.metadata,
                         self._broker.membership,
+                        self._broker.forwarder,
                         self._broker.config.id,
                         broker_id,
                     )

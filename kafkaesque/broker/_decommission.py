@@ -10,6 +10,16 @@ leaving broker any more is it removed from the pysyncobj quorum (``removeNodeFro
 then from the registry (``withdraw_broker``). The broker process itself keeps running until
 the operator stops it (``kafkaesque broker stop``).
 
+pysyncobj's leader cannot remove itself (its ``__doChangeCluster`` ignores a removal of its own
+node, so the change is denied). When the leaving broker leads the controller quorum, this broker
+first asks it (``HandOverControllerRequest``, a peer message) to hand that leadership over as a
+graceful shutdown does (``ClusterMetadata.hand_over_leadership``: pysyncobj's
+``transferLeadership``, Raft TimeoutNow to an up-to-date follower, so the quorum is without a
+leader for one round trip, not an election timeout), waits until its own replica sees another
+leader, and removes it then. A hand-over that does not happen within ``HAND_OVER_TIMEOUT_S`` (no
+other controller connected and up to date) is answered ``TIMEOUT``, saying why: the leaving
+broker still leads, nothing is lost, and the command sent again carries on from there.
+
 Refused, before anything changes, if a partition could not keep its replication factor: every
 partition that holds the broker needs another registered broker that holds none of its
 replicas. Every step is idempotent, so a decommission that timed out (its moves go on) is
@@ -24,9 +34,10 @@ from collections.abc import Callable, Collection, Mapping
 
 import trio
 
-from kafkaesque.protocol import ErrorCode
+from kafkaesque.protocol import ControllerHandOver, ErrorCode, HandOverControllerRequest
 
 from ._errors import RequestError
+from ._forwarding import Forwarder, ForwardError
 from ._leaders import Claim
 from ._metadata import ClusterMetadata, TopicInfo
 
@@ -35,6 +46,15 @@ log = logging.getLogger("kafkaesque.broker.decommission")
 DECOMMISSION_TIMEOUT_S = 300.0
 """How long ``REMOVEBROKER`` waits for the replicas to move before it answers ``TIMEOUT``."""
 
+HAND_OVER_TIMEOUT_S = 5.0
+"""How long the leaving broker, when it leads the controller quorum, may take to hand that
+leadership over (it asks again every 50 ms while no follower is up to date) before
+``REMOVEBROKER`` answers ``TIMEOUT``."""
+
+# A hand-over request's round trip, and the new leader's first heartbeat reaching this replica.
+_HAND_OVER_SLACK_S = 2.0
+# A peer's hand-over request never holds the receiver's task longer than this, whatever it asks.
+_HAND_OVER_MAX_S = 60.0
 _POLL_S = 0.1
 _CONCURRENT_METADATA_CALLS = 16
 
@@ -94,9 +114,71 @@ def still_holding(
     return sorted(holding)
 
 
+async def serve_hand_over(metadata: ClusterMetadata, seconds: float) -> ControllerHandOver:
+    """Answer a peer's ``HandOverControllerRequest``: if this replica leads the controller
+    quorum, hand the leadership to another controller within ``seconds`` (capped at
+    ``_HAND_OVER_MAX_S``), as a graceful shutdown does. Never raises."""
+    deadline = trio.current_time() + min(seconds, _HAND_OVER_MAX_S)
+    handed_over = await metadata.hand_over_leadership(deadline)
+    return ControllerHandOver(handed_over, metadata.view.controller_leader)
+
+
+async def hand_controller_over(
+    metadata: ClusterMetadata,
+    forwarder: Forwarder,
+    leaving: int,
+    *,
+    seconds: float = HAND_OVER_TIMEOUT_S,
+) -> None:
+    """Have broker ``leaving``, which leads the controller quorum as this replica sees it, hand
+    that leadership to another controller; return once this replica's view names another
+    leader.
+
+    Bounded: ``seconds`` for the hand-over, plus ``_HAND_OVER_SLACK_S`` for the round trip and
+    the news. Raises ``RequestError`` ``TIMEOUT`` (retriable: nothing was removed, and the
+    leaving broker leads or an election is on) saying why: ``leaving`` did not answer, no other
+    controller could take the lead in time, or this replica has not heard of the new leader.
+    """
+    deadline = trio.current_time() + seconds + _HAND_OVER_SLACK_S
+    why = f"broker {leaving} holds no replica any more, but it leads the controller quorum"
+    again = f"send REMOVEBROKER {leaving} again"
+    try:
+        answer = await forwarder.call(
+            leaving, HandOverControllerRequest(seconds), deadline=deadline
+        )
+    except ForwardError as exc:
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{why} and did not answer the request to hand it over ({exc}); {again}",
+        ) from exc
+    if not isinstance(answer, ControllerHandOver):
+        raise RequestError(
+            ErrorCode.INTERNAL, f"broker {leaving} answered a hand-over with {answer!r:.200}"
+        )
+    if answer.handed_over is False:
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{why} and could not hand it over within {seconds:.0f} s: no other controller was "
+            f"connected and up to date with its log; {again} once they have caught up",
+        )
+    with trio.move_on_at(deadline):
+        while metadata.view.controller_leader in (None, leaving):
+            await trio.sleep(_POLL_S)
+    leader = metadata.view.controller_leader
+    if leader is None or leader == leaving:
+        seen = "no controller leader" if leader is None else f"broker {leaving} still leading"
+        raise RequestError(
+            ErrorCode.TIMEOUT,
+            f"{why}; asked to hand it over, it answered {answer.handed_over} (leader "
+            f"{answer.leader}), but this broker's replica sees {seen}; {again}",
+        )
+    log.info("broker %d handed the controller quorum's leadership to broker %d", leaving, leader)
+
+
 async def decommission(
     metadata: ClusterMetadata,
     membership: Callable[[str], Claim | None],
+    forwarder: Forwarder,
     self_id: int,
     leaving: int,
     *,
@@ -105,13 +187,16 @@ async def decommission(
     """Move every replica off ``leaving``, then remove it from the registry and the controller
     quorum. Returns how many partitions were reassigned by this call.
 
+    If ``leaving`` leads the controller quorum once its replicas are gone, it is asked first
+    (through ``forwarder``) to hand that leadership over (``hand_controller_over``).
+
     Raises ``RequestError``: ``INVALID_CONFIG`` if ``leaving`` is not registered, is the broker
     running this, or its removal would leave a partition below its replication factor (nothing
     changed then); ``TIMEOUT`` if the replicas have not moved within ``timeout`` (they go on
-    moving: sending the command again finishes the job); ``BUSY`` if ``leaving`` leads the
-    controller quorum once its replicas are gone (pysyncobj's leader cannot remove itself: stop
-    it gracefully, it hands the lead over, and send the command again). Metadata errors are the
-    caller's to translate (``MetadataError``).
+    moving: sending the command again finishes the job), or if ``leaving`` leads the controller
+    quorum and did not hand that over in time (see ``hand_controller_over``; sent again, the
+    command goes on from there). Metadata errors are the caller's to translate
+    (``MetadataError``).
     """
     if leaving == self_id:
         raise RequestError(
@@ -151,12 +236,7 @@ async def decommission(
     # The quorum first, the registry last: a command sent again finds the broker registered
     # (and its controller's address there) until everything else is done.
     if metadata.view.controller_leader == leaving:
-        raise RequestError(
-            ErrorCode.BUSY,
-            f"broker {leaving} holds no replica any more, but it leads the controller quorum, "
-            f"which cannot remove its own leader: stop it (kafkaesque broker stop hands the "
-            f"lead over) and send REMOVEBROKER {leaving} again",
-        )
+        await hand_controller_over(metadata, forwarder, leaving)
     await metadata.remove_controller(leaving)
     await metadata.remove_broker(leaving)
     log.info("broker %d: broker %d is decommissioned", self_id, leaving)

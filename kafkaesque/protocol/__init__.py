@@ -161,10 +161,12 @@ from ._peer import AppendRequest as AppendRequest
 from ._peer import Bounds as Bounds
 from ._peer import BoundsRequest as BoundsRequest
 from ._peer import CommandReply as CommandReply
+from ._peer import ControllerHandOver as ControllerHandOver
 from ._peer import FindResendRequest as FindResendRequest
 from ._peer import Found as Found
 from ._peer import GroupCommand as GroupCommand
 from ._peer import GroupCommandRequest as GroupCommandRequest
+from ._peer import HandOverControllerRequest as HandOverControllerRequest
 from ._peer import LatestRequest as LatestRequest
 from ._peer import LeaderClaim as LeaderClaim
 from ._peer import LeaderClaims as LeaderClaims

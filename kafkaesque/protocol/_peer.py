@@ -143,6 +143,16 @@ class LatestRequest:
     key: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class HandOverControllerRequest:
+    """If the receiver leads the controller quorum, hand that leadership to another controller
+    (Raft TimeoutNow, as a graceful shutdown does) within ``seconds``; answer
+    ``ControllerHandOver``. Sent by the broker that decommissions the receiver: pysyncobj's
+    leader cannot remove itself from the quorum."""
+
+    seconds: float
+
+
 Request: TypeAlias = (
     AppendRequest
     | FindResendRequest
@@ -150,6 +160,7 @@ Request: TypeAlias = (
     | ReadRequest
     | GroupCommandRequest
     | LatestRequest
+    | HandOverControllerRequest
 )
 
 
@@ -224,8 +235,28 @@ class CommandReply:
     data: bytes
 
 
+@dataclass(frozen=True, slots=True)
+class ControllerHandOver:
+    """What a ``HandOverControllerRequest`` did: ``handed_over`` is None if the receiver did not
+    lead the controller quorum (nothing to do), True once another controller leads as the
+    receiver sees it, False if none took the lead in time; ``leader`` is the controller leader
+    the receiver knows at the end (None: none known)."""
+
+    handed_over: bool | None
+    leader: int | None
+
+
 Answer: TypeAlias = (
-    Appended | Retry | Unknown | Refused | Found | Absent | Bounds | ReadResult | CommandReply
+    Appended
+    | Retry
+    | Unknown
+    | Refused
+    | Found
+    | Absent
+    | Bounds
+    | ReadResult
+    | CommandReply
+    | ControllerHandOver
 )
 
 
@@ -284,6 +315,7 @@ REQUEST_TAGS: Final[dict[type, int]] = {
     ReadRequest: 23,
     GroupCommandRequest: 24,
     LatestRequest: 25,
+    HandOverControllerRequest: 26,
 }
 REPLY_TAG: Final = 30
 LEADER_CLAIMS_TAG: Final = 31
@@ -298,6 +330,7 @@ ANSWER_TAGS: Final[dict[type, int]] = {
     Bounds: 46,
     ReadResult: 47,
     CommandReply: 48,
+    ControllerHandOver: 49,
 }
 # Consumer-group commands inside a ``GroupCommandRequest`` (a tag space of their own).
 COMMAND_TAGS: Final[dict[type, int]] = {
@@ -491,6 +524,11 @@ def _latest(o: list[Any] | tuple[Any, ...]) -> LatestRequest:
     return LatestRequest(_str(o[2]), _natural(o[3]), _bytes(o[4]))
 
 
+def _hand_over_controller(o: list[Any] | tuple[Any, ...]) -> HandOverControllerRequest:
+    _arity(o, 2, "HandOverControllerRequest")
+    return HandOverControllerRequest(_seconds(o[2]))
+
+
 _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Request]]] = {
     REQUEST_TAGS[AppendRequest]: _append,
     REQUEST_TAGS[FindResendRequest]: _find_resend,
@@ -498,6 +536,7 @@ _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Reque
     REQUEST_TAGS[ReadRequest]: _read,
     REQUEST_TAGS[GroupCommandRequest]: _group_command,
     REQUEST_TAGS[LatestRequest]: _latest,
+    REQUEST_TAGS[HandOverControllerRequest]: _hand_over_controller,
 }
 
 
@@ -515,6 +554,8 @@ def _request_fields(request: Request) -> list[object]:
             return [_command_to_wire(command)]
         case LatestRequest(topic, partition, key):
             return [topic, partition, key]
+        case HandOverControllerRequest(seconds):
+            return [seconds]
     raise TypeError(f"not a peer request: {request!r}")
 
 
@@ -540,6 +581,8 @@ def answer_to_wire(answer: Answer) -> list[object]:
             return [ANSWER_TAGS[ReadResult], data, next_offset, high_watermark]
         case CommandReply(data):
             return [ANSWER_TAGS[CommandReply], data]
+        case ControllerHandOver(handed_over, leader):
+            return [ANSWER_TAGS[ControllerHandOver], handed_over, leader]
     raise TypeError(f"not a peer answer: {answer!r}")
 
 
@@ -581,6 +624,9 @@ def answer_from_wire(obj: object) -> Answer:
     if tag == 48:
         _arity(o, 1, "CommandReply")
         return CommandReply(_bytes(o[1]))
+    if tag == 49:
+        _arity(o, 2, "ControllerHandOver")
+        return ControllerHandOver(None if o[1] is None else _bool(o[1]), _opt_natural(o[2]))
     raise MalformedPeerMessage(f"unknown answer tag {tag}")
 
 

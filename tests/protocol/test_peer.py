@@ -22,6 +22,7 @@ from kafkaesque.protocol import (
     CommandReply,
     Commit,
     Cons,
+    ControllerHandOver,
     DeleteGroup,
     DescribeGroup,
     ErrorCode,
@@ -29,6 +30,7 @@ from kafkaesque.protocol import (
     FindResendRequest,
     Found,
     GroupCommandRequest,
+    HandOverControllerRequest,
     LatestRequest,
     LeaderClaim,
     LeaderClaims,
@@ -91,6 +93,7 @@ requests = st.one_of(
     st.builds(ReadRequest, names, naturals, naturals, positives, naturals),
     st.builds(GroupCommandRequest, group_commands),
     st.builds(LatestRequest, names, naturals, st.binary()),
+    st.builds(HandOverControllerRequest, seconds),
 )
 answers = st.one_of(
     st.builds(Appended, naturals, naturals),
@@ -107,6 +110,7 @@ answers = st.one_of(
     ),
     st.builds(ReadResult, st.binary(), naturals, naturals),
     st.builds(CommandReply, st.binary()),
+    st.builds(ControllerHandOver, st.none() | st.booleans(), st.none() | naturals),
 )
 node_sets = st.frozensets(st.integers(min_value=0, max_value=1000))
 messages: st.SearchStrategy[PeerMessage] = st.one_of(
@@ -191,6 +195,10 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
         [REQUEST_TAGS[LatestRequest], 1, "t", 0, "key"],  # key as text
         [REQUEST_TAGS[LatestRequest], 1, "t", -1, b"key"],  # a negative partition
         [REQUEST_TAGS[LatestRequest], 1, "t", 0],  # no key
+        [REQUEST_TAGS[HandOverControllerRequest], 1, math.nan],
+        [REQUEST_TAGS[HandOverControllerRequest], 1, "5"],
+        [REPLY, 1, [ANSWER_TAGS[ControllerHandOver], "yes", 1]],
+        [REPLY, 1, [ANSWER_TAGS[ControllerHandOver], True, -1]],  # a negative broker id
         [REPLY, 1],  # no answer
         [REPLY, 1, "ok"],
         [REPLY, 1, []],
