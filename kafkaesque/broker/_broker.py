@@ -849,6 +849,8 @@ class Broker:
                 nursery.start_soon(self._serve_group_command, peer, req, command)
             case LatestRequest():
                 nursery.start_soon(self._serve_latest, peer, req, request)
+            case HandOverControllerRequest(seconds):
+                nursery.start_soon(self._serve_controller_hand_over, peer, req, seconds)
 
     async def _serve_find_resend(
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
@@ -865,8 +867,6 @@ class Broker:
                 request.partition,
                 request.offset,
                 request.max_bytes,
-            case HandOverControllerRequest(seconds):
-                nursery.start_soon(self._serve_controller_hand_over, peer, req, seconds)
                 request.wait_ms / 1000,
             )
         except RequestError as exc:
@@ -900,6 +900,11 @@ class Broker:
             data = encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)"))
         self.forwarder.reply(peer, req, CommandReply(data))
 
+    async def _serve_controller_hand_over(self, peer: int, req: int, seconds: float) -> None:
+        """A peer decommissions this broker, whose controller leads the quorum (pysyncobj's
+        leader cannot remove itself): hand that leadership over, as a graceful stop does."""
+        self.forwarder.reply(peer, req, await serve_hand_over(self.metadata, seconds))
+
     def _on_peer_change(self, peer: int, connected: bool) -> None:
         self.raft.peer_changed(peer, connected)
         if connected:
@@ -916,11 +921,6 @@ def _run_tickets(tickets: list[FlushTicket]) -> None:
     errors: list[OSError] = []
     for ticket in tickets:
         try:
-    async def _serve_controller_hand_over(self, peer: int, req: int, seconds: float) -> None:
-        """A peer decommissions this broker, whose controller leads the quorum (pysyncobj's
-        leader cannot remove itself): hand that leadership over, as a graceful stop does."""
-        self.forwarder.reply(peer, req, await serve_hand_over(self.metadata, seconds))
-
             ticket.run()
         except OSError as exc:
             errors.append(exc)
