@@ -19,13 +19,16 @@ Three real brokers on loopback (``LocalCluster``), replication factor 3, each br
   message (``bench.device_io``'s ``fd`` server), measured in the same run.
 * **The floor of that ratio.** What no design that fsyncs every write on each of three replicas and
   reads each network message in a pass of the event loop can go below: the CPU of one
-  ``write`` + ``fsync`` of a small record on the brokers' file system (plain file I/O, measured in
-  the same run) three times, plus ``MIN_PASSES`` echoes (the leader reads the request, its fsync's
-  end and two acknowledgements; each follower the append and its fsync's end), over the echo.
+  durable write of a small record on the brokers' file system as the log makes it (into a
+  preallocated file, then ``fdatasync``: plain file I/O, measured in the same run) three times,
+  plus ``MIN_PASSES`` echoes (the leader reads the request, its fsync's end and two
+  acknowledgements; each follower the append and its fsync's end), over the echo.
 
 Ends with ``RESULT calls_per_write_leader=… calls_per_write_follower=…
 mqtt_calls_per_write_leader=… mqtt_calls_per_write_follower=… cpu_per_write_vs_echo=…
-cpu_us_per_write=… echo_us=… …`` (the follower figure is the larger of the two followers').
+cpu_us_per_write=… echo_us=… fsync_cpu_us=… append_fsync_cpu_us=… cpu_floor_vs_echo=… …`` (the
+follower figure is the larger of the two followers'; ``append_fsync_cpu_us`` is an append and
+``fsync`` to a growing file, what the log paid before its segments were preallocated).
 """
 
 from __future__ import annotations
@@ -271,17 +274,23 @@ def paced_cpu_us(cluster: LocalCluster, client: Client, seconds: float) -> float
     return 1e6 * cpu / acked
 
 
-def fsync_cpu_us(directory: Path, samples: int = FSYNC_SAMPLES) -> float:
-    """CPU microseconds (user + system, this thread) of appending 100 bytes to a file in
-    ``directory`` and fsyncing it, per append: what each replica's log pays per unbatched write."""
+def fsync_cpu_us(directory: Path, samples: int = FSYNC_SAMPLES, *, preallocate: bool) -> float:
+    """CPU microseconds (user + system, this thread) of writing 100 bytes to a file in
+    ``directory`` and making them durable, per write: what each replica's log pays per
+    unbatched write. ``preallocate``: as the log does it (a file extended ahead of the writes,
+    ``fdatasync``: see kafkaesque/storage/_segment.py); else appends and ``fsync``."""
     path = directory / "fsync-probe"
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o600)
+    record = b"r" * 100
     try:
-        record = b"r" * 100
-        began = time.thread_time()
-        for _ in range(samples):
-            os.write(fd, record)
+        if preallocate:
+            os.posix_fallocate(fd, 0, samples * len(record))
             os.fsync(fd)
+        sync = os.fdatasync if preallocate else os.fsync
+        began = time.thread_time()
+        for i in range(samples):
+            os.pwrite(fd, record, i * len(record))
+            sync(fd)
         return 1e6 * (time.thread_time() - began) / samples
     finally:
         os.close(fd)
@@ -323,7 +332,8 @@ def run(root: Path, plan: Plan) -> int:
         print(f"    per write: leader {mqtt_leader:.0f}, follower (max) {mqtt_follower:.0f}")
         cpu_us = paced_cpu_us(cluster, client, plan.paced_s)
     echo_us = echo_cpu_us(plan.echo_s)
-    fsync_us = fsync_cpu_us(root)
+    fsync_us = fsync_cpu_us(root, preallocate=True)
+    append_fsync_us = fsync_cpu_us(root, preallocate=False)
     ratio = cpu_us / echo_us
     floor = (BROKERS * fsync_us + MIN_PASSES * echo_us) / echo_us
     print(
@@ -332,7 +342,8 @@ def run(root: Path, plan: Plan) -> int:
         f"(target <= {TARGETS['cpu_vs_echo']:g})"
     )
     print(
-        f"floor: write + fsync of a record {fsync_us:.1f} us of CPU; {BROKERS} of them and "
+        f"floor: durable write of a record {fsync_us:.1f} us of CPU (preallocated, fdatasync; "
+        f"an append + fsync: {append_fsync_us:.1f} us); {BROKERS} of them and "
         f"{MIN_PASSES} echoes = {floor:.1f} echoes per write"
     )
     print(steal)
@@ -342,7 +353,8 @@ def run(root: Path, plan: Plan) -> int:
         f"mqtt_calls_per_write_leader={mqtt_leader:.0f} "
         f"mqtt_calls_per_write_follower={mqtt_follower:.0f} "
         f"cpu_per_write_vs_echo={ratio:.1f} cpu_us_per_write={cpu_us:.0f} echo_us={echo_us:.1f} "
-        f"fsync_cpu_us={fsync_us:.1f} cpu_floor_vs_echo={floor:.1f} "
+        f"fsync_cpu_us={fsync_us:.1f} append_fsync_cpu_us={append_fsync_us:.1f} "
+        f"cpu_floor_vs_echo={floor:.1f} "
         f"steal_pct={steal.percent():.1f}"
     )
     return 0

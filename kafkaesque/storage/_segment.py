@@ -9,9 +9,9 @@ The active segment's file is *preallocated*: it is extended ahead of the appends
 (``posix_fallocate``), so its length is not the data's end and the tail past the last batch
 reads as zeros. An append then writes into blocks the file already has, and the fsync that
 makes it durable has no file size or block allocation to journal: on ext4 that costs about a
-third less CPU and time per fsync (measured: ``fsync_cpu_us`` in ``bench.write_path``), as for
-etcd's preallocated WAL. Recovery takes a zero tail for the unwritten space it is; sealing and
-closing cut the file to its data.
+third less CPU and time per fsync (``bench.write_path`` prints both, ``fsync_cpu_us`` and
+``append_fsync_cpu_us``), as for etcd's preallocated WAL. Recovery takes a zero tail for the
+unwritten space it is; sealing and closing cut the file to its data.
 
 Every byte is CRC-checked once per process before it is served: appends are validated before
 they are written, recovery validates the active segment, and a read verifies what no earlier
