@@ -171,11 +171,15 @@ class WritePath:
         return _Remote(req, call)
 
     def _start_local(self, group: RaftGroup, batch: bytes, count: int) -> Attempt:
-        """Propose as the leader; an idempotent producer's retry is not appended twice."""
+        """Propose as the leader; an idempotent producer's retry is not appended twice.
+
+        The batch is checked once, here: its header decides for the producer and rides with
+        the proposal into the log (``check_proposal``)."""
         try:
-            header = decode_header(batch, verify=False)  # the full check comes with propose
+            checked = group.storage.check_proposal(batch, count)
         except InvalidBatchError as exc:
             return _Failed(str(exc), RequestError(ErrorCode.INVALID_BATCH, str(exc)))
+        header = checked.header
         states = None
         if header.producer_id != NO_PRODUCER_ID:
             states = self._producer_states(group)
@@ -189,7 +193,7 @@ class WritePath:
                 term = group.node.log.term_at(last)
                 return _Local(group, last, term, last - first + 1)
         try:
-            last, term = self._raft.propose_nowait(group.id, batch, count)
+            last, term = self._raft.propose_nowait(group.id, checked, count)
         except (NotLeader, ProposalDropped) as exc:
             return _Failed(f"the local replica refused: {exc}")
         except InvalidBatchError as exc:

@@ -66,6 +66,7 @@ import trio
 
 from kafkaesque.storage import (
     BatchType,
+    CheckedBatch,
     CorruptLogError,
     FlushTicket,
     FsyncPolicy,
@@ -403,7 +404,7 @@ class MultiRaft:
     # -- requests ---------------------------------------------------------------------------
 
     async def propose(
-        self, group_id: str, batch: bytes, count: int, *, timeout: float = 5.0
+        self, group_id: str, batch: bytes | CheckedBatch, count: int, *, timeout: float = 5.0
     ) -> tuple[int, int]:
         """Append ``batch`` (``count`` offsets) as the leader and wait until it is committed.
 
@@ -456,8 +457,13 @@ class MultiRaft:
             raise CommitTimeout(f"{group_id}: not applied up to the read point within {timeout} s")
         return pending.index
 
-    def propose_nowait(self, group_id: str, batch: bytes, count: int) -> tuple[int, int]:
+    def propose_nowait(
+        self, group_id: str, batch: bytes | CheckedBatch, count: int
+    ) -> tuple[int, int]:
         """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
+
+        ``batch`` may be one this group's log checked already (``check_proposal``): it is not
+        parsed again.
 
         The entry is committed once ``group.commit_index >= last`` while the log still holds it
         in ``term`` (``group.wait_committed`` waits for that); this is the
@@ -467,17 +473,13 @@ class MultiRaft:
         group = self.groups[group_id]
         return self._propose(group, batch, count), group.node.term
 
-    def _propose(self, group: RaftGroup, batch: bytes, count: int) -> int:
+    def _propose(self, group: RaftGroup, batch: bytes | CheckedBatch, count: int) -> int:
         if group.corrupt is not None:
             raise NotLeader(None)  # set aside while its log is repaired
         # Checked before it joins the Raft log: a bad batch, or a count that disagrees with it,
         # is refused here (it would otherwise stop the driver when the log is written).
-        group.storage.check_proposal(batch, count)
-        try:
-            last = group.node.propose(batch, count)
-        except BaseException:
-            group.storage.log.forget_checked(batch)
-            raise
+        checked = group.storage.check_proposal(batch, count)
+        last = group.node.propose(checked.data, count, checked)
         self._wake_group(group)
         return last
 

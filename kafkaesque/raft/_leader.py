@@ -7,7 +7,7 @@ declared here for the type checker and defined and documented in ``_core``.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from ._config import BUG_COMMIT_OLD_TERM
 from ._errors import NotLeader, ProposalDropped, RaftUsageError
@@ -69,9 +69,9 @@ class LeaderMixin:
 
     # -- leader side of replication ---------------------------------------------------------------
 
-    def _append_own(self, kind: EntryKind, data: bytes, count: int) -> int:
+    def _append_own(self, kind: EntryKind, data: bytes, count: int, prepared: Any = None) -> int:
         last = self._log.last_index()
-        entry = Entry(self._term, last + 1, last + count, kind, data)
+        entry = Entry(self._term, last + 1, last + count, kind, data, prepared)
         self._log.append([entry])
         self._needs_bcast = True
         if kind is EntryKind.CONFIG:
@@ -312,8 +312,10 @@ class LeaderMixin:
         if self._transferee is not None:
             raise ProposalDropped(f"leadership is being transferred to {self._transferee}")
 
-    def propose(self, data: bytes, count: int = 1) -> int:
+    def propose(self, data: bytes, count: int = 1, prepared: Any = None) -> int:
         """Append a DATA entry of ``count`` offsets; return its last offset (its Raft index).
+
+        ``prepared`` rides with the entry to the storage (``Entry.prepared``).
 
         The entry is in the current ``term``. It is committed once a Ready's ``committed`` range
         covers the returned offset while the log still holds it in that term; a later
@@ -329,7 +331,7 @@ class LeaderMixin:
         self._require_leader()
         if self.id not in self._conf.members:
             raise ProposalDropped("this leader is being removed from the group")
-        return self._append_own(EntryKind.DATA, data, count)
+        return self._append_own(EntryKind.DATA, data, count, prepared)
 
     def _propose_config(self, new: Configuration) -> int:
         if self._log.term_at(self._log.commit) != self._term:

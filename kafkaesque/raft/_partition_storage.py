@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 from kafkaesque.storage import (
     BatchType,
+    CheckedBatch,
     CorruptLogError,
     InvalidBatchError,
     PartitionLog,
@@ -140,19 +141,29 @@ class PartitionStorage:
 
     # -- the driver's writes ---------------------------------------------------------------
 
-    def check_proposal(self, batch: bytes, count: int) -> None:
-        """Refuse what cannot be proposed as a DATA entry of ``count`` offsets.
+    def check_proposal(self, batch: bytes | CheckedBatch, count: int) -> CheckedBatch:
+        """Refuse what cannot be proposed as a DATA entry of ``count`` offsets; else the
+        checked batch, which the entry carries to ``persist`` (``Entry.prepared``).
 
         It must be one valid batch of data records (``PartitionLog.check_batch``): a control
         batch proposed as data would be read back as a control entry, and a configuration one
-        would change the group's membership. Raises ``InvalidBatchError``.
+        would change the group's membership. A batch checked already (by this log) is only
+        held to ``count``. Raises ``InvalidBatchError``.
         """
-        header = self.log.check_batch(batch, span=count)
+        if isinstance(batch, CheckedBatch):
+            checked, header = batch, batch.header
+            if header.last_offset_delta + 1 != count:
+                raise InvalidBatchError(
+                    f"the batch spans {header.last_offset_delta + 1} offsets, not {count}"
+                )
+        else:
+            checked = self.log.check_batch(batch, span=count)
+            header = checked.header
         if header.batch_type is not BatchType.DATA:
-            self.log.forget_checked(batch)
             raise InvalidBatchError(
                 f"a proposal must be a batch of data, not of {header.batch_type.name}"
             )
+        return checked
 
     @property
     def hard_state(self) -> HardState:
@@ -192,7 +203,7 @@ class PartitionStorage:
         """Write entries as batches stamped with their offsets and terms: one group write."""
         batches = [
             (
-                entry.data
+                (entry.prepared or entry.data)
                 if entry.kind is EntryKind.DATA
                 else build_batch([Record(value=entry.data)], batch_type=BatchType(entry.kind)),
                 entry.term,

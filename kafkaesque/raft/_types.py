@@ -8,8 +8,9 @@ offsets ``[first, last]``; its Raft index is ``last``. Entries are contiguous (t
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum, IntEnum
+from typing import Any
 
 
 class EntryKind(IntEnum):
@@ -26,6 +27,11 @@ class Entry:
 
     The core never parses ``data``; the driver stamps ``first`` and ``term`` into the batch header
     when it writes the batch. Control entries (``NOOP``, ``CONFIG``) take one offset.
+
+    ``prepared`` is what the storage made of ``data`` when the entry was proposed here (its
+    checked batch: ``PartitionStorage.check_proposal``), handed back to it when the entry is
+    written, so the batch is parsed once. Opaque to the core, never sent, not compared; None
+    for entries that came from the wire.
     """
 
     term: int  # Invariant: term >= 1 (term 0 exists only as the sentinel before offset 0).
@@ -33,6 +39,7 @@ class Entry:
     last: int
     kind: EntryKind
     data: bytes = b""
+    prepared: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.term < 1:

@@ -21,6 +21,7 @@ from ._batch import (
 from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
 from ._partition_log import (
     AppendResult,
+    CheckedBatch,
     CompactionResult,
     FlushTicket,
     FsyncPolicy,
@@ -40,6 +41,7 @@ __all__ = [
     "AppendResult",
     "BatchHeader",
     "BatchType",
+    "CheckedBatch",
     "CompactionResult",
     "CorruptLogError",
     "FlushTicket",

@@ -64,10 +64,6 @@ log = logging.getLogger("kafkaesque.storage")
 
 _STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and term
 
-
-# What ``check_batch`` may remember at most (payload bytes of the remembered batches).
-_CHECKED_MAX_BYTES = 64 * 1024 * 1024
-
 # The flushed-end watermark: the end of what was fsynced (so may have been acknowledged). It is
 # the content of the ``.lock`` file, which the log holds open anyway (no descriptor more per
 # partition): 8-byte offset + 4-byte CRC32C, rewritten in place (not fsynced) after each flush.
@@ -155,6 +151,16 @@ class FlushTicket:
         self.done = True
 
 
+class CheckedBatch(NamedTuple):
+    """A batch that ``PartitionLog.check_batch`` passed, and its header (see there).
+
+    Made by ``check_batch`` only: ``append_many`` trusts the header to be the bytes'.
+    """
+
+    data: bytes
+    header: BatchHeader
+
+
 def wall_clock_ms() -> float:
     return time.time() * 1000.0
 
@@ -204,9 +210,6 @@ class PartitionLog:
         self._scrub_at = (0, 0)  # (segment base, byte position) the scrub resumes at
         self._last_flush_ms = clock()
         self._closed = False
-        # Batches passed by ``check_batch`` and not yet appended: id -> (batch, header, uses).
-        self._checked: dict[int, tuple[bytes, BatchHeader, int]] = {}
-        self._checked_bytes = 0
 
     # -- opening and closing -----------------------------------------------------------------
 
@@ -491,53 +494,24 @@ class PartitionLog:
             )
         return header
 
-    def check_batch(self, batch: bytes | memoryview, *, span: int | None = None) -> BatchHeader:
+    def check_batch(self, batch: bytes | memoryview, *, span: int | None = None) -> CheckedBatch:
         """Check ``batch`` as ``append`` would, and that it spans ``span`` offsets if given.
 
         A leader checks a producer's batch when it accepts it: an invalid batch must be refused
-        to its producer then, not found once it is in the Raft log. A ``bytes`` batch that
-        passes is remembered until it is appended, so its append does not check it again (the
-        object cannot change); what is remembered is bounded, and an append that finds nothing
-        remembered checks. ``forget_checked`` undoes one check whose batch will not be appended.
-
-        Raises ``InvalidBatchError``.
+        to its producer then, not found once it is in the Raft log. The result carries the
+        header with the bytes, so whoever goes on with the batch (the producer-state decision,
+        the append) reads the header from it instead of parsing it again, and ``append_many``
+        takes it unchecked. Raises ``InvalidBatchError``.
         """
         header = self._check_new_batch(batch)
         if span is not None and header.last_offset_delta + 1 != span:
             raise InvalidBatchError(
                 f"the batch spans {header.last_offset_delta + 1} offsets, not {span}"
             )
-        if type(batch) is bytes:
-            key = id(batch)
-            hit = self._checked.get(key)
-            if hit is None:
-                if self._checked_bytes + len(batch) > _CHECKED_MAX_BYTES:
-                    self._checked.clear()  # only costs the appends a check of their own
-                    self._checked_bytes = 0
-                self._checked_bytes += len(batch)
-                self._checked[key] = (batch, header, 1)
-            else:
-                self._checked[key] = (batch, header, hit[2] + 1)
-        return header
+        # Immutable bytes: what was checked is what will be written.
+        return CheckedBatch(batch if type(batch) is bytes else bytes(batch), header)
 
-    def forget_checked(self, batch: bytes | memoryview) -> None:
-        """Undo one ``check_batch`` of ``batch`` (it will not be appended after all)."""
-        self._take_checked(batch)
-
-    def _take_checked(self, batch: bytes | memoryview) -> BatchHeader | None:
-        """The header remembered for this very object, if any; one remembered check is used."""
-        hit = self._checked.get(id(batch))
-        if hit is None or hit[0] is not batch:
-            return None
-        obj, header, uses = hit
-        if uses > 1:
-            self._checked[id(batch)] = (obj, header, uses - 1)
-        else:
-            del self._checked[id(batch)]
-            self._checked_bytes -= len(obj)
-        return header
-
-    def append(self, batch: bytes | memoryview, *, term: int) -> AppendResult:
+    def append(self, batch: bytes | memoryview | CheckedBatch, *, term: int) -> AppendResult:
         """Append one batch as the leader: assign it the next offsets and stamp ``term``.
 
         Raises ``InvalidBatchError`` (nothing written) if the bytes are not exactly one valid
@@ -546,8 +520,12 @@ class PartitionLog:
         """
         return self.append_many([(batch, term)])[0]
 
-    def append_many(self, batches: Iterable[tuple[bytes | memoryview, int]]) -> list[AppendResult]:
+    def append_many(
+        self, batches: Iterable[tuple[bytes | memoryview | CheckedBatch, int]]
+    ) -> list[AppendResult]:
         """Append ``(batch, term)`` pairs as ``append`` does each, in order; return their offsets.
+
+        A ``CheckedBatch`` (from ``check_batch``) is not checked again.
 
         Every batch is checked before any is written: on ``InvalidBatchError`` or ``ValueError``
         the log is unchanged. The batches reach the file in one ``pwritev`` per run that fits
@@ -558,9 +536,10 @@ class PartitionLog:
         writes: list[BatchWrite] = []
         results: list[AppendResult] = []
         for batch, term in batches:
-            header = (self._checked and self._take_checked(batch)) or self._check_new_batch(
-                batch, compacted_ok=True
-            )
+            if isinstance(batch, CheckedBatch):
+                batch, header = batch
+            else:
+                header = self._check_new_batch(batch, compacted_ok=True)
             if term < last_term:
                 raise ValueError(f"term {term} is below the log's last term {last_term}")
             last = base + header.last_offset_delta

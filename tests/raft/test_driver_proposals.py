@@ -36,6 +36,7 @@ from kafkaesque.storage import (
     PartitionLog,
     Record,
     build_batch,
+    decode_header,
     stamp,
 )
 
@@ -202,25 +203,43 @@ async def test_an_invalid_proposal_is_refused_and_the_group_goes_on(tmp_path: Pa
     await cluster.settle()
     assert raft.groups[GROUP].commit_index == 3
     assert raft.groups[GROUP].node.configuration.voters == {0}
-    # Nothing refused is remembered as checked.
-    assert raft.groups[GROUP].log._checked == {}
 
 
-async def test_a_batch_proposed_many_times_is_checked_once_each_time(tmp_path: Path) -> None:
+async def test_a_proposal_is_parsed_once_and_carried_checked_into_the_log(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Parse once (issue 22): the check at proposal rides with the entry (``Entry.prepared``)
+    to the log's append, which does not decode the batch again; a batch the caller checked
+    (``check_proposal``) is not decoded at all, only held to its count."""
+    from kafkaesque.storage import _partition_log
+
     cluster = Cluster(tmp_path, 1)
     await cluster.settle()
     raft = cluster.leader()
+    group = raft.groups[GROUP]
     batch = _batch()
+    decoded: list[int] = []
+    real = decode_header
+
+    def counting(*args: Any, **kwargs: Any) -> Any:
+        decoded.append(1)
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(_partition_log, "decode_header", counting)
     for _ in range(4):
         raft.propose_nowait(GROUP, batch, 3)
-    glog = raft.groups[GROUP].log
-    assert [uses for _, _, uses in glog._checked.values()] == [4]
+    assert len(decoded) == 4  # the checks
+    checked = group.storage.check_proposal(batch, 3)
+    assert len(decoded) == 5
+    with pytest.raises(InvalidBatchError, match="not 2"):
+        raft.propose_nowait(GROUP, checked, 2)
+    raft.propose_nowait(GROUP, checked, 3)
     await cluster.settle()
-    assert glog._checked == {} and raft.groups[GROUP].commit_index == 12
-    # What the log wrote is the batch stamped at each offset, whatever was remembered.
-    data = glog.read(1).data
+    assert len(decoded) == 5 and group.commit_index == 15
+    # What the log wrote is the batch stamped at each offset.
+    data = group.log.read(1).data
     assert struct.unpack_from(">q", data, 0)[0] == 1
-    assert [r.offset for r in raft.groups[GROUP].committed_records()] == list(range(1, 13))
+    assert [r.offset for r in group.committed_records()] == list(range(1, 16))
 
 
 async def _leader_with_commit_waiter(

@@ -106,9 +106,11 @@ def test_a_short_write_is_finished_and_a_stuck_one_cut_back(
     assert os.path.getsize(tmp_path / "stuck" / "00000000000000000000.log") == 0
 
 
-def test_a_checked_batch_is_not_checked_again_when_that_object_is_appended(
+def test_a_checked_batch_carries_its_header_to_the_append(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """Parse once: ``check_batch`` returns the batch with its header, and appending that is
+    not parsed again; plain bytes are checked as they are appended."""
     from kafkaesque.storage import _partition_log
 
     decoded: list[int] = []
@@ -120,23 +122,19 @@ def test_a_checked_batch_is_not_checked_again_when_that_object_is_appended(
 
     batch = BATCHES[2]
     with PartitionLog.open(str(tmp_path)) as log:
-        assert log.check_batch(batch, span=3).record_count == 3
-        log.check_batch(batch)
+        checked = log.check_batch(batch, span=3)
+        assert checked.header.record_count == 3 and checked.data is batch
         with pytest.raises(InvalidBatchError, match="spans 3 offsets, not 2"):
-            log.check_batch(batch, span=2)  # refused, and not remembered
+            log.check_batch(batch, span=2)
         monkeypatch.setattr(_partition_log, "decode_header", counting)
-        log.append_many([(batch, 1), (batch, 1)])
-        assert decoded == []  # both remembered checks used
+        log.append_many([(checked, 1), (checked, 1)])
+        assert decoded == []
         log.append(batch, term=1)
-        assert decoded == [1]  # nothing left remembered: checked
-        # Only immutable bytes are remembered, and only the very object that was checked.
-        mutable = memoryview(bytearray(batch))
-        log.check_batch(mutable)
-        log.check_batch(batch)
-        decoded.clear()
-        log.append_many([(mutable, 1), (bytes(mutable), 1)])
-        assert len(decoded) == 2
-        log.forget_checked(batch)
-        log.append(batch, term=1)
-        assert len(decoded) == 3
-        assert log.log_end_offset == 6 * 3
+        assert decoded == [1]
+        # A mutable buffer is copied when checked: what was checked is what is written.
+        mutable = bytearray(batch)
+        copied = log.check_batch(memoryview(mutable))
+        mutable[-1] ^= 0xFF
+        log.append(copied, term=1)
+        assert log.log_end_offset == 4 * 3
+        assert log.read(9, 1 << 20).data[: len(batch)][-1] == batch[-1]
