@@ -5,6 +5,12 @@ questions over the line protocol, as an operator would. The network (namespaces,
 built by the runner and handed in as ``Placement``: where each broker listens and how it is told
 about the others. Every process it starts is killed by ``stop_all`` (the runner calls it in a
 ``finally``), and each runs with ``--exit-with-parent`` in case the harness itself dies.
+
+Beyond crashes (``kill``), it does what an operator does: a graceful stop (``terminate``: SIGTERM,
+the broker hands its leaderships over), waiting until a restarted broker's replicas have caught
+up (``wait_in_sync``, from the brokers' ``/metrics``), admitting a spare (``add_broker``) and
+decommissioning a member (``remove_broker``). ``members`` is always the set of brokers admitted
+and not decommissioned: the workload's bootstrap list and every nemesis read it.
 """
 
 from __future__ import annotations
@@ -13,17 +19,30 @@ import os
 import signal
 import subprocess
 import sys
+import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import TextIO
 
 import trio
 
+# The same rule as ``kafkaesque cluster restart --rolling`` (LocalCluster.wait_in_sync): which
+# partition of a restarted broker is still behind its leader, read from every broker's /metrics.
+from kafkaesque.cli.cluster import _behind, parse_samples
+
 # The broker's deliberately broken mode (kafkaesque/broker/_writes.py): acks before commit.
 UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
 # Brokers only: a PYTHONPATH that puts another build of kafkaesque first (testing one build's
 # broker with this harness, e.g. a snapshot of a commit while the checkout is being edited).
 BROKER_PYTHONPATH_ENV = "KAFKAESQUE_JEPSEN_BROKER_PYTHONPATH"
+
+_SCRAPE_TIMEOUT_S = 2.0
+_POLL_S = 0.1  # how often a wait for a process or a replica looks again
+STOP_TIMEOUT_S = 30.0
+"""How long ``terminate`` waits for a SIGTERMed broker to exit (its hand-over takes at most its
+``--shutdown-timeout``, 5 s) before it kills it."""
+REMOVE_TIMEOUT_S = 240.0
+"""How long ``remove_broker`` keeps sending ``REMOVEBROKER`` (each attempt waits for the moves)."""
 
 
 class ClusterFault(RuntimeError):
@@ -38,6 +57,7 @@ class NodeAddress:
     client: int
     peer: int
     controller: int
+    admin: int | None = None  # /metrics (``wait_in_sync`` reads it); None: not served
 
 
 @dataclass(slots=True)
@@ -78,6 +98,7 @@ class JepsenCluster:
         self.log_dir = log_dir
         self.members = list(members)  # brokers admitted to the cluster (voters)
         self.spares = list(spares or [])  # placed, not started: for ADDBROKER
+        self.retired: list[int] = []  # decommissioned (REMOVEBROKER) and stopped: never again
         self.segment_bytes = segment_bytes
         self.unsafe = unsafe_ack_before_commit
         self.log_level = log_level
@@ -105,6 +126,7 @@ class JepsenCluster:
             "--segment-bytes", str(self.segment_bytes),
             "--log-level", self.log_level,
             "--exit-with-parent",
+            *(["--admin", f"{a.host}:{a.admin}"] if a.admin is not None else []),
             *(["--join"] if join else []),
         ]  # fmt: skip
 
@@ -148,6 +170,28 @@ class JepsenCluster:
             proc.kill()
             proc.wait()
         self.paused.discard(node)
+
+    def pid(self, node: int) -> int | None:
+        """The pid of broker ``node``'s process (running or not), None if never started."""
+        proc = self.procs.get(node)
+        return None if proc is None else proc.pid
+
+    async def terminate(self, node: int, timeout: float = STOP_TIMEOUT_S) -> int | None:
+        """SIGTERM (a graceful stop: the broker hands its leaderships over, then exits) and wait
+        for the process to exit. Returns its exit status; None if it was not running, or did not
+        exit within ``timeout`` and was killed (SIGKILL) then."""
+        proc = self.procs.get(node)
+        if proc is None or proc.poll() is not None:
+            return None
+        proc.send_signal(signal.SIGCONT)  # a paused broker could not act on SIGTERM
+        self.paused.discard(node)
+        proc.send_signal(signal.SIGTERM)
+        with trio.move_on_after(timeout):
+            while proc.poll() is None:
+                await trio.sleep(_POLL_S)
+            return proc.returncode
+        self.kill(node)
+        return None
 
     def pause(self, node: int) -> None:
         if self.running(node):
@@ -251,6 +295,120 @@ class JepsenCluster:
             raise
         return node
 
+    async def remove_broker(self, node: int, timeout: float = REMOVE_TIMEOUT_S) -> str:
+        """Decommission member ``node`` as an operator does: ``REMOVEBROKER`` (sent to another
+        running member) until ``+OK``, then, once no broker's METADATA lists it nor places a
+        replica on it, stop its process (SIGTERM) and retire it. Returns the ``+OK`` line.
+
+        ``REMOVEBROKER`` is idempotent, so a ``TIMEOUT`` answer (the moves go on) or a lost
+        connection is answered by sending it again. ``BUSY`` (the broker leads the controller
+        quorum, which cannot remove its own leader) is answered the way its message says: the
+        broker is stopped gracefully (it hands the lead over) and the command is sent again.
+        Raises ``ClusterFault`` on any other refusal (nothing changed then: ``INVALID_CONFIG``),
+        or if it is not done within ``timeout``; ``node`` is then still a member.
+        """
+        if node not in self.members:
+            raise ClusterFault(f"broker {node} is not a member")
+        deadline = trio.current_time() + timeout
+        last = "not sent yet"
+        reply: list[str] = []
+        while trio.current_time() < deadline:
+            senders = [m for m in self.alive() if m != node and m not in self.paused]
+            if not senders:
+                raise ClusterFault(f"no other broker runs to send REMOVEBROKER {node} to")
+            try:
+                reply = await self.ask(
+                    senders[0], f"REMOVEBROKER {node}", max(1.0, deadline - trio.current_time())
+                )
+            except (OSError, trio.TooSlowError) as exc:
+                last = f"n{senders[0]}: {exc}"
+                await trio.sleep(0.5)
+                continue
+            first = reply[0] if reply else ""
+            if first.startswith("+OK"):
+                break
+            last = first
+            if first.startswith("-ERR BUSY"):
+                await self.terminate(node)
+            elif not first.startswith("-ERR TIMEOUT"):
+                raise ClusterFault(f"REMOVEBROKER {node} answered {first!r}")
+            await trio.sleep(0.5)
+        else:
+            raise ClusterFault(f"REMOVEBROKER {node} not done in {timeout:.0f} s ({last})")
+        await self._wait_gone(node, max(5.0, deadline - trio.current_time()))
+        await self.terminate(node)
+        self.members.remove(node)
+        self.retired.append(node)
+        return reply[0]
+
+    async def _wait_gone(self, node: int, timeout: float) -> None:
+        """Until every running member's METADATA neither registers ``node`` nor gives it a
+        replica; ``ClusterFault`` after ``timeout``."""
+        last = "no answer yet"
+        with trio.move_on_after(timeout):
+            while True:
+                others = [m for m in self.alive() if m != node and m not in self.paused]
+                try:
+                    views = [await self.ask(m, "METADATA", 3.0) for m in others]
+                except (OSError, trio.TooSlowError) as exc:
+                    last = str(exc)
+                    await trio.sleep(_POLL_S)
+                    continue
+                holding = [
+                    row
+                    for rows in views
+                    for row in rows
+                    if (row.startswith("+BROKER ") and row.split()[1] == str(node))
+                    or (row.startswith("+PARTITION ") and node in _replicas_of(row))
+                ]
+                if not holding:
+                    return
+                last = holding[0]
+                await trio.sleep(_POLL_S)
+        raise ClusterFault(f"broker {node} still in the cluster's metadata: {last}")
+
+    async def scrape(self, node: int) -> list[tuple[str, dict[str, str], float]]:
+        """Broker ``node``'s ``/metrics`` samples. ``OSError`` if it does not answer in time;
+        ``ClusterFault`` if it serves none (placed without an admin port)."""
+        a = self.placement.nodes[node]
+        if a.admin is None:
+            raise ClusterFault(f"broker {node} has no admin port")
+        url = f"http://{a.host}:{a.admin}/metrics"
+
+        def get() -> str:
+            with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S) as reply:
+                return str(reply.read().decode("utf-8", "replace"))
+
+        samples: list[tuple[str, dict[str, str], float]] = parse_samples(
+            await trio.to_thread.run_sync(get)
+        )
+        return samples
+
+    async def wait_in_sync(self, node: int, timeout: float = 60.0) -> None:
+        """Until every partition with a replica on ``node`` has a leader and ``node``'s log
+        reaches where the leader's log ended when first seen (``kafkaesque cluster restart
+        --rolling``'s rule), read from every running member's ``/metrics``. ``ClusterFault``
+        after ``timeout``, saying which partition is behind."""
+        targets: dict[tuple[str, str], int] = {}
+        waiting = "no answer yet"
+        with trio.move_on_after(timeout):
+            while True:
+                try:
+                    samples = {
+                        m: await self.scrape(m) for m in self.alive() if m not in self.paused
+                    }
+                except OSError as exc:
+                    waiting = f"metrics unreadable: {exc}"
+                else:
+                    behind: str | None = _behind(node, samples, targets)
+                    if behind is None:
+                        return
+                    waiting = behind
+                await trio.sleep(_POLL_S)
+        raise ClusterFault(
+            f"broker {node}'s replicas did not catch up in {timeout:.0f} s ({waiting})"
+        )
+
     async def high_watermarks(self, topic: str) -> dict[int, int]:
         """Partition → the highest ``end=`` (high watermark) any running broker reports.
 
@@ -313,6 +471,12 @@ class JepsenCluster:
                     last = str(exc)
                 await trio.sleep(0.5)
         raise ClusterFault(f"CREATE {topic} failed: {last}")
+
+
+def _replicas_of(row: str) -> set[int]:
+    """The replica ids of a ``+PARTITION`` row of METADATA (``replicas=1,2,3``)."""
+    fields = dict(p.split("=", 1) for p in row.split()[3:] if "=" in p)
+    return {int(r) for r in fields.get("replicas", "").split(",") if r.isdigit()}
 
 
 def partition_dirs(data_dir: str, node: int, topic: str) -> Mapping[int, str]:

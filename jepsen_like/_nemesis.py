@@ -26,6 +26,19 @@ Kinds (``NEMESES``):
   (``ADDBROKER``); then REASSIGN a random partition to a different set of replicas (moving it
   off one broker and onto another; with no broker outside its replicas, dropping one), and at
   stop move it back: Raft membership changes under the other faults.
+* ``rolling-restart``: what an operator does to upgrade: every broker in turn is stopped
+  gracefully (SIGTERM: it hands its leaderships over), waited for, started again, and waited for
+  until it serves (its METADATA lists every member: not NOT_READY) and its replicas have caught
+  up, before the next one is stopped. All of it happens in the start; stop only starts a broker
+  that did not come back in time.
+* ``decommission``: a machine retired and replaced under load: a spare broker (a new id and
+  data directory) is started with ``--join`` and admitted (``ADDBROKER``), then a random one of
+  the other members is decommissioned (``REMOVEBROKER``: its replicas move, it leaves the
+  controller quorum and the registry) and its process stopped. The cluster's ``members`` follow
+  (the workload's bootstrap list, the other nemeses), and clients learn of the new broker from
+  METADATA. Permanent: stop heals nothing (but starts a broker left down). Each one uses a
+  spare placed at the start of the run (``DECOMMISSION_SPARES`` of them); once they are used
+  up, it finds nothing to do.
 """
 
 from __future__ import annotations
@@ -55,8 +68,14 @@ NEMESES: tuple[str, ...] = (
     "disk-truncate",
     "disk-bitflip",
     "membership",
+    "rolling-restart",
+    "decommission",
 )
 PROCESS = "nemesis"
+DECOMMISSION_SPARES = 3
+"""Spare brokers placed for the ``decommission`` nemesis: one is used per decommission."""
+READY_TIMEOUT_S = 60.0
+"""How long a restarted broker gets to serve, and then to catch up, in a rolling restart."""
 
 
 class NothingToDo(Exception):
@@ -97,6 +116,8 @@ class NemesisContext:
     log: list[str] = field(default_factory=list)  # what was done, for the report
     dead: set[int] = field(default_factory=set)  # killed by us, to restart
     moved: dict[int, list[int]] = field(default_factory=dict)  # partition -> replicas before
+    # The membership nemesis admits one spare, once; decommission uses the others.
+    membership_added: bool = False
 
 
 Action = Callable[[NemesisContext], Awaitable[tuple[str, ...]]]
@@ -297,7 +318,8 @@ async def _start_disk_bitflip(ctx: NemesisContext) -> tuple[str, ...]:
 
 
 async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
-    if ctx.cluster.spares and not ctx.dead and not ctx.cluster.paused:
+    if not ctx.membership_added and ctx.cluster.spares and not ctx.dead and not ctx.cluster.paused:
+        ctx.membership_added = True
         node = await ctx.cluster.add_broker()  # once: the spare joins for good
         ctx.log.append(f"n{node} added to the cluster (ADDBROKER)")
         return _names([node])
@@ -348,6 +370,78 @@ async def _stop_membership(ctx: NemesisContext) -> tuple[str, ...]:
     return _names(set(back))
 
 
+def _require_whole(ctx: NemesisContext) -> None:
+    """An operator's procedure starts from a healthy cluster: every member running, none paused
+    (a fault left unhealed, e.g. a broker that did not come back, makes it find nothing to do)."""
+    down = [m for m in ctx.cluster.members if not ctx.cluster.running(m)]
+    if ctx.dead or ctx.cluster.paused or down:
+        raise NothingToDo(f"not every broker is up (down: {_show(down)})")
+
+
+async def _start_rolling_restart(ctx: NemesisContext) -> tuple[str, ...]:
+    """Restart every member, one at a time, gracefully; returns those stopped. A broker that
+    does not come back (or catch up) in time ends the rolling restart there, as an operator
+    would stop: it is the last one returned, and the log says why."""
+    _require_whole(ctx)
+    cluster = ctx.cluster
+    done: list[int] = []
+    for node in sorted(cluster.members):
+        old = cluster.pid(node)
+        t0 = trio.current_time()
+        status = await cluster.terminate(node)
+        t1 = trio.current_time()
+        how = f"exit {status}" if status is not None else "killed: no exit after SIGTERM"
+        try:
+            cluster.start(node)
+            await cluster.wait_ready(READY_TIMEOUT_S, nodes=[node])
+            t2 = trio.current_time()
+            await cluster.wait_in_sync(node, READY_TIMEOUT_S)
+        except (ClusterFault, OSError, trio.TooSlowError) as exc:
+            # It was stopped: the fault happened to it, so it is among the targets.
+            ctx.log.append(f"rolling-restart n{node}: {how}; not back: {exc}; stopped there")
+            if not cluster.running(node):
+                ctx.dead.add(node)  # started again at stop
+            done.append(node)
+            break
+        t3 = trio.current_time()
+        ctx.log.append(
+            f"rolling-restart n{node}: pid {old} -> {cluster.pid(node)}: SIGTERM, {how} after "
+            f"{t1 - t0:.2f} s, ready {t2 - t1:.2f} s later, in sync {t3 - t2:.2f} s later"
+        )
+        done.append(node)
+    return _names(done)
+
+
+async def _start_decommission(ctx: NemesisContext) -> tuple[str, ...]:
+    """Admit a spare, then decommission one of the other members; returns (new, removed)."""
+    _require_whole(ctx)
+    cluster = ctx.cluster
+    if not cluster.spares:
+        raise NothingToDo("no spare broker left to bring in")
+    old = list(cluster.members)
+    new = await cluster.add_broker()
+    ctx.log.append(f"decommission: n{new} added (ADDBROKER)")
+    leaving = ctx.rng.choice(old)
+    try:
+        reply = await cluster.remove_broker(leaving)
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
+        # The spare stays a member: the cluster grew by one, which is no harm to the run.
+        ctx.log.append(f"decommission: n{leaving} not removed: {exc}")
+        if not cluster.running(leaving):
+            ctx.dead.add(leaving)  # stopped for a BUSY answer: started again at stop
+        return _names([new])
+    # A partition the membership nemesis moved is not moved back onto a broker that is gone.
+    for p, replicas in sorted(ctx.moved.items()):
+        if leaving in replicas:
+            ctx.log.append(f"{ctx.topic}/{p}: not moved back to {replicas}: n{leaving} is gone")
+            del ctx.moved[p]
+    ctx.log.append(
+        f"decommission: n{leaving} removed ({reply}), gone from every broker's METADATA, "
+        f"stopped; members {_show(cluster.members)}"
+    )
+    return _names([new, leaving])
+
+
 FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     # kind: (start, stop, (min, max) seconds held)
     "kill-leader": (_start_kill_leader, _stop_restart, (2.0, 8.0)),
@@ -360,6 +454,10 @@ FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     "disk-truncate": (_start_disk_truncate, _stop_restart, (1.0, 3.0)),
     "disk-bitflip": (_start_disk_bitflip, _stop_restart, (1.0, 3.0)),
     "membership": (_start_membership, _stop_membership, (5.0, 15.0)),
+    # The work is done in the start (seconds per broker); stop only starts a broker that was
+    # left down (one that did not come back, or was stopped for BUSY and not removed).
+    "rolling-restart": (_start_rolling_restart, _stop_restart, (0.5, 2.0)),
+    "decommission": (_start_decommission, _stop_restart, (0.5, 2.0)),
 }
 
 

@@ -27,10 +27,12 @@ from .checker import CheckResult
 from .history import Nemesis, Send, read_history
 
 _NS = 1_000_000_000
-# One colour per nemesis kind (ten kinds): matplotlib's tab10, shaded at half opacity.
+# One colour per nemesis kind (twelve kinds): matplotlib's tab10 and two of tab20b, shaded at
+# half opacity.
 _COLORS = (
     "#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf",
+    "#393b79", "#e7ba52",
 )  # fmt: skip
 
 

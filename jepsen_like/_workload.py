@@ -62,6 +62,11 @@ from .history import TopicPartition as HistoryTP
 
 _NS = 1_000_000_000
 
+Bootstrap = Callable[[], Sequence[str]]
+"""The brokers a client starts from, asked each time one is opened: the cluster's members change
+(a broker decommissioned, another admitted), and a client opened later must not start from
+brokers that are gone only. Each client learns the rest from METADATA, as any client does."""
+
 
 class Recorder:
     """Writes events to the history with times from one monotonic clock (ns since the start).
@@ -113,7 +118,7 @@ def _client(bootstrap: Sequence[str]) -> AsyncClient:
 async def producer(
     rec: Recorder,
     process: int,
-    bootstrap: Sequence[str],
+    bootstrap: Bootstrap,
     opts: WorkloadOptions,
     idempotent: bool,
     stop: trio.Event,
@@ -132,7 +137,7 @@ async def producer(
     seq = 0
     while not stop.is_set():
         try:
-            async with _client(bootstrap) as client, open_producer(client, config) as prod:
+            async with _client(bootstrap()) as client, open_producer(client, config) as prod:
                 while not stop.is_set():
                     seq += 1
                     value = f"p{process}-{seq}"
@@ -177,7 +182,7 @@ def _reads(records: Sequence[object]) -> tuple[Read, ...]:
 
 
 async def consumer(
-    rec: Recorder, process: int, bootstrap: Sequence[str], opts: WorkloadOptions, stop: trio.Event
+    rec: Recorder, process: int, bootstrap: Bootstrap, opts: WorkloadOptions, stop: trio.Event
 ) -> None:
     """Read every partition from offset 0, starting over every ``consumer_pass_s``.
 
@@ -199,7 +204,7 @@ async def consumer(
 async def _consumer_session(
     rec: Recorder,
     process: int,
-    bootstrap: Sequence[str],
+    bootstrap: Bootstrap,
     opts: WorkloadOptions,
     stop: trio.Event,
     end: float,
@@ -207,7 +212,7 @@ async def _consumer_session(
 ) -> bool:
     """Assign every partition at ``positions`` (default 0) and poll until ``end``; False if a
     poll failed."""
-    async with _client(bootstrap) as client:
+    async with _client(bootstrap()) as client:
         cons = AsyncConsumer(client)
         tps = [TopicPartition(opts.topic, p) for p in range(opts.partitions)]
         cons.assign(tps)
@@ -234,12 +239,12 @@ async def _consumer_session(
 
 
 async def group_member(
-    rec: Recorder, process: int, bootstrap: Sequence[str], opts: WorkloadOptions, stop: trio.Event
+    rec: Recorder, process: int, bootstrap: Bootstrap, opts: WorkloadOptions, stop: trio.Event
 ) -> None:
     """Join, poll and commit; now and then leave cleanly or crash, then join again."""
     rng = random.Random(1000 + process)
     while not stop.is_set():
-        async with _client(bootstrap) as client:
+        async with _client(bootstrap()) as client:
             member = AsyncGroupConsumer(
                 client, opts.topic, opts.group, auto_offset_reset="earliest"
             )

@@ -27,7 +27,14 @@ import trio
 from kafkaesque.cli.cluster import free_ports
 
 from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
-from ._nemesis import NEMESES, NemesisContext, Network, heal_everything, run_nemesis
+from ._nemesis import (
+    DECOMMISSION_SPARES,
+    NEMESES,
+    NemesisContext,
+    Network,
+    heal_everything,
+    run_nemesis,
+)
 from ._netns import NetnsNetwork, netns_available
 from ._proxy import ProxyLayer
 from ._report import write_report
@@ -43,7 +50,7 @@ from ._workload import (
 from .checker import CheckResult, check_file
 from .history import HistoryWriter
 
-_NETNS_PORTS = (9092, 9093, 9094)  # client, peer, controller: every namespace has its own
+_NETNS_PORTS = (9092, 9093, 9094, 9095)  # client, peer, controller, admin: one set a namespace
 
 
 class JepsenError(Exception):
@@ -148,9 +155,9 @@ async def _run(
                 placement.nodes[i] = NodeAddress(net.address(i), *_NETNS_PORTS)
                 placement.prefixes[i] = net.exec_prefix(i)
         else:
-            ports = free_ports(3 * total)
+            ports = free_ports(4 * total)
             for i in range(total):
-                placement.nodes[i] = NodeAddress("127.0.0.1", *ports[3 * i : 3 * i + 3])
+                placement.nodes[i] = NodeAddress("127.0.0.1", *ports[4 * i : 4 * i + 4])
         proxies: ProxyLayer | None = None
         if want_proxies:
             proxies = ProxyLayer(net.host_address if net else "127.0.0.1", seed=seed)
@@ -219,8 +226,11 @@ async def _run(
 
 
 def _spares(options: RunOptions) -> int:
-    """Brokers kept in reserve for the membership nemesis to add (with ADDBROKER)."""
-    return 1 if "membership" in options.nemeses else 0
+    """Brokers kept in reserve for the membership and decommission nemeses to add (with
+    ADDBROKER): one for membership, one per decommission."""
+    return (1 if "membership" in options.nemeses else 0) + (
+        DECOMMISSION_SPARES if "decommission" in options.nemeses else 0
+    )
 
 
 async def _workloads(
@@ -228,7 +238,11 @@ async def _workloads(
 ) -> None:
     stop = trio.Event()
     w = options.workload
-    bootstrap = cluster.bootstrap
+
+    def bootstrap() -> list[str]:
+        # Asked at each (re)connection: the members change when a broker is decommissioned.
+        return cluster.bootstrap
+
     async with trio.open_nursery() as nursery:
         process = 0
         for k in range(w.producers):
