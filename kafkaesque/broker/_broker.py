@@ -42,6 +42,8 @@ from kafkaesque.protocol import (
     Bounds,
     BoundsRequest,
     CommandReply,
+    Decommissioned,
+    DecommissionRequest,
     ErrorCode,
     ErrorReply,
     FindResendRequest,
@@ -851,6 +853,8 @@ class Broker:
                 nursery.start_soon(self._serve_latest, peer, req, request)
             case HandOverControllerRequest(seconds):
                 nursery.start_soon(self._serve_controller_hand_over, peer, req, seconds)
+            case DecommissionRequest(broker):
+                nursery.start_soon(self._serve_decommission, peer, req, broker)
 
     async def _serve_find_resend(
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
@@ -904,6 +908,19 @@ class Broker:
         """A peer decommissions this broker, whose controller leads the quorum (pysyncobj's
         leader cannot remove itself): hand that leadership over, as a graceful stop does."""
         self.forwarder.reply(peer, req, await serve_hand_over(self.metadata, seconds))
+
+    async def _serve_decommission(self, peer: int, req: int, broker: int) -> None:
+        """``REMOVEBROKER`` sent to broker ``broker`` (the peer) itself, carried out here: a
+        broker cannot take its own controller out of the quorum. Never delegated again."""
+        answer: Answer
+        try:
+            answer = Decommissioned(await self.commands.remove_broker(broker, forwarded=True))
+        except RequestError as exc:
+            answer = Refused(exc.code, exc.message)
+        except Exception:  # a bug: answer it, log it, keep serving everyone else
+            log.exception("broker %d: decommissioning broker %d failed", self.config.id, broker)
+            answer = Refused(ErrorCode.INTERNAL, "internal error (logged)")
+        self.forwarder.reply(peer, req, answer)
 
     def _on_peer_change(self, peer: int, connected: bool) -> None:
         self.raft.peer_changed(peer, connected)

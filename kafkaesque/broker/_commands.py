@@ -81,7 +81,7 @@ from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch
 
 from ._appender import Flight
 from ._config import MAX_PARTITIONS
-from ._decommission import decommission
+from ._decommission import decommission, delegate_decommission
 from ._errors import RequestError
 from ._metadata import (
     InvalidConfigError,
@@ -327,15 +327,7 @@ class CommandHandler:
                 self._broker.admit_peer(broker_id, peer_host, int(peer_port))
                 return encode_reply(OkReply())
             case RemoveBroker(broker_id=broker_id):
-                moved = await self._metadata_call(
-                    decommission(
-                        self._broker.metadata,
-                        self._broker.membership,
-                        self._broker.forwarder,
-                        self._broker.config.id,
-                        broker_id,
-                    )
-                )
+                moved = await self.remove_broker(broker_id)
                 return encode_reply(OkReply(f"moved={moved}"))
         raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
 
@@ -960,6 +952,19 @@ class CommandHandler:
             ErrorCode.TIMEOUT,
             f"{group_id} is still moving to {sorted(target)} after {REASSIGN_TIMEOUT_S:.0f} s "
             "(it goes on; DESCRIBE follows it)",
+        )
+
+    async def remove_broker(self, broker_id: int, *, forwarded: bool = False) -> int:
+        """``REMOVEBROKER``: decommission ``broker_id`` (see ``_decommission``); how many
+        partitions were reassigned. Sent to that broker itself, and not ``forwarded``, another
+        broker carries it out (``delegate_decommission``); a forwarded one is never delegated
+        again. Raises ``RequestError``."""
+        b = self._broker
+        if broker_id == b.config.id and not forwarded:
+            connected = b.transport.connected_peers()
+            return await delegate_decommission(b.metadata, b.forwarder, b.config.id, connected)
+        return await self._metadata_call(
+            decommission(b.metadata, b.membership, b.forwarder, b.config.id, broker_id)
         )
 
     async def _metadata_call(self, call: Awaitable[_T]) -> _T:

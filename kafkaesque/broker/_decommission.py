@@ -20,6 +20,12 @@ leader, and removes it then. A hand-over that does not happen within ``HAND_OVER
 other controller connected and up to date) is answered ``TIMEOUT``, saying why: the leaving
 broker still leads, nothing is lost, and the command sent again carries on from there.
 
+A broker cannot take its own controller out of the quorum (a removed pysyncobj follower is never
+told: the leader drops its connection with the change). ``REMOVEBROKER`` sent to the leaving
+broker itself is therefore carried out by another broker (``DecommissionRequest``, the
+controller leader's broker when it is connected), which asks the leaving one to hand the lead
+over if it has it, as above.
+
 Refused, before anything changes, if a partition could not keep its replication factor: every
 partition that holds the broker needs another registered broker that holds none of its
 replicas. Every step is idempotent, so a decommission that timed out (its moves go on) is
@@ -34,10 +40,17 @@ from collections.abc import Callable, Collection, Mapping
 
 import trio
 
-from kafkaesque.protocol import ControllerHandOver, ErrorCode, HandOverControllerRequest
+from kafkaesque.protocol import (
+    ControllerHandOver,
+    Decommissioned,
+    DecommissionRequest,
+    ErrorCode,
+    HandOverControllerRequest,
+    Refused,
+)
 
 from ._errors import RequestError
-from ._forwarding import Forwarder, ForwardError
+from ._forwarding import Forwarder, ForwardError, PeerUnavailable
 from ._leaders import Claim
 from ._metadata import ClusterMetadata, TopicInfo
 
@@ -53,6 +66,8 @@ leadership over (it asks again every 50 ms while no follower is up to date) befo
 
 # A hand-over request's round trip, and the new leader's first heartbeat reaching this replica.
 _HAND_OVER_SLACK_S = 2.0
+# What a delegated decommission may take beyond its own bounds: the quorum and registry changes.
+_DELEGATE_SLACK_S = 60.0
 # A peer's hand-over request never holds the receiver's task longer than this, whatever it asks.
 _HAND_OVER_MAX_S = 60.0
 _POLL_S = 0.1
@@ -241,3 +256,63 @@ async def decommission(
     await metadata.remove_broker(leaving)
     log.info("broker %d: broker %d is decommissioned", self_id, leaving)
     return len(plan)
+
+
+async def delegate_decommission(
+    metadata: ClusterMetadata,
+    forwarder: Forwarder,
+    self_id: int,
+    connected: Collection[int],
+    *,
+    timeout: float = DECOMMISSION_TIMEOUT_S,
+) -> int:
+    """``REMOVEBROKER`` of this broker itself, sent to it: have another broker carry it out
+    (``DecommissionRequest``; it asks this one to hand the controller lead over if need be).
+    The receiver is the controller leader's broker if it is ``connected``, else the connected
+    registered broker of lowest id. Returns how many partitions it reassigned.
+
+    Raises ``RequestError``: what the other broker refused with (``INVALID_CONFIG``...);
+    ``INVALID_CONFIG`` if no other broker is registered; ``NO_QUORUM`` (nothing done, retry) if
+    none is connected; ``TIMEOUT`` if the one asked did not answer within ``timeout`` and
+    slack (it may go on: sending the command again finishes the job).
+    """
+    view = metadata.view
+    if self_id not in view.brokers:
+        raise RequestError(ErrorCode.INVALID_CONFIG, f"no broker {self_id} is registered")
+    registered = sorted(b for b in view.brokers if b != self_id)
+    if not registered:
+        raise RequestError(
+            ErrorCode.INVALID_CONFIG,
+            f"broker {self_id} is the only registered broker: there is nowhere to move its "
+            "replicas, and nobody to remove it",
+        )
+    candidates = [b for b in registered if b in connected]
+    leader = view.controller_leader
+    if leader is not None and leader in candidates:  # it changes the quorum with no more hop
+        candidates.remove(leader)
+        candidates.insert(0, leader)
+    deadline = trio.current_time() + timeout + HAND_OVER_TIMEOUT_S + _DELEGATE_SLACK_S
+    for broker in candidates:
+        try:
+            answer = await forwarder.call(broker, DecommissionRequest(self_id), deadline=deadline)
+        except PeerUnavailable:
+            continue  # never sent: the next one
+        except ForwardError as exc:
+            raise RequestError(
+                ErrorCode.TIMEOUT,
+                f"broker {broker}, asked to carry out REMOVEBROKER {self_id} (a broker cannot "
+                f"remove itself), did not answer ({exc}); send REMOVEBROKER {self_id} again",
+            ) from exc
+        match answer:
+            case Decommissioned(moved):
+                return moved
+            case Refused(code, message):
+                raise RequestError(code, message)
+        raise RequestError(
+            ErrorCode.INTERNAL, f"broker {broker} answered a decommission with {answer!r:.200}"
+        )
+    raise RequestError(
+        ErrorCode.NO_QUORUM,
+        f"REMOVEBROKER {self_id} must be carried out by another broker (a broker cannot remove "
+        f"itself), and none of {', '.join(map(str, registered))} is connected; retry",
+    )

@@ -162,6 +162,8 @@ from ._peer import Bounds as Bounds
 from ._peer import BoundsRequest as BoundsRequest
 from ._peer import CommandReply as CommandReply
 from ._peer import ControllerHandOver as ControllerHandOver
+from ._peer import Decommissioned as Decommissioned
+from ._peer import DecommissionRequest as DecommissionRequest
 from ._peer import FindResendRequest as FindResendRequest
 from ._peer import Found as Found
 from ._peer import GroupCommand as GroupCommand

@@ -153,6 +153,15 @@ class HandOverControllerRequest:
     seconds: float
 
 
+@dataclass(frozen=True, slots=True)
+class DecommissionRequest:
+    """Decommission broker ``broker`` (``REMOVEBROKER``), which is the sender: a broker cannot
+    take its own controller out of the quorum, so the one that got the command has the receiver
+    carry it out (it never delegates again); answer ``Decommissioned`` or ``Refused``."""
+
+    broker: int
+
+
 Request: TypeAlias = (
     AppendRequest
     | FindResendRequest
@@ -161,6 +170,7 @@ Request: TypeAlias = (
     | GroupCommandRequest
     | LatestRequest
     | HandOverControllerRequest
+    | DecommissionRequest
 )
 
 
@@ -246,6 +256,14 @@ class ControllerHandOver:
     leader: int | None
 
 
+@dataclass(frozen=True, slots=True)
+class Decommissioned:
+    """The broker asked is out of the registry and the controller quorum; ``moved``: how many
+    partitions this request reassigned."""
+
+    moved: int
+
+
 Answer: TypeAlias = (
     Appended
     | Retry
@@ -257,6 +275,7 @@ Answer: TypeAlias = (
     | ReadResult
     | CommandReply
     | ControllerHandOver
+    | Decommissioned
 )
 
 
@@ -316,6 +335,7 @@ REQUEST_TAGS: Final[dict[type, int]] = {
     GroupCommandRequest: 24,
     LatestRequest: 25,
     HandOverControllerRequest: 26,
+    DecommissionRequest: 27,
 }
 REPLY_TAG: Final = 30
 LEADER_CLAIMS_TAG: Final = 31
@@ -331,6 +351,7 @@ ANSWER_TAGS: Final[dict[type, int]] = {
     ReadResult: 47,
     CommandReply: 48,
     ControllerHandOver: 49,
+    Decommissioned: 50,
 }
 # Consumer-group commands inside a ``GroupCommandRequest`` (a tag space of their own).
 COMMAND_TAGS: Final[dict[type, int]] = {
@@ -529,6 +550,11 @@ def _hand_over_controller(o: list[Any] | tuple[Any, ...]) -> HandOverControllerR
     return HandOverControllerRequest(_seconds(o[2]))
 
 
+def _decommission(o: list[Any] | tuple[Any, ...]) -> DecommissionRequest:
+    _arity(o, 2, "DecommissionRequest")
+    return DecommissionRequest(_natural(o[2]))
+
+
 _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Request]]] = {
     REQUEST_TAGS[AppendRequest]: _append,
     REQUEST_TAGS[FindResendRequest]: _find_resend,
@@ -537,6 +563,7 @@ _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Reque
     REQUEST_TAGS[GroupCommandRequest]: _group_command,
     REQUEST_TAGS[LatestRequest]: _latest,
     REQUEST_TAGS[HandOverControllerRequest]: _hand_over_controller,
+    REQUEST_TAGS[DecommissionRequest]: _decommission,
 }
 
 
@@ -556,6 +583,8 @@ def _request_fields(request: Request) -> list[object]:
             return [topic, partition, key]
         case HandOverControllerRequest(seconds):
             return [seconds]
+        case DecommissionRequest(broker):
+            return [broker]
     raise TypeError(f"not a peer request: {request!r}")
 
 
@@ -583,6 +612,8 @@ def answer_to_wire(answer: Answer) -> list[object]:
             return [ANSWER_TAGS[CommandReply], data]
         case ControllerHandOver(handed_over, leader):
             return [ANSWER_TAGS[ControllerHandOver], handed_over, leader]
+        case Decommissioned(moved):
+            return [ANSWER_TAGS[Decommissioned], moved]
     raise TypeError(f"not a peer answer: {answer!r}")
 
 
@@ -627,6 +658,9 @@ def answer_from_wire(obj: object) -> Answer:
     if tag == 49:
         _arity(o, 2, "ControllerHandOver")
         return ControllerHandOver(None if o[1] is None else _bool(o[1]), _opt_natural(o[2]))
+    if tag == 50:
+        _arity(o, 1, "Decommissioned")
+        return Decommissioned(_natural(o[1]))
     raise MalformedPeerMessage(f"unknown answer tag {tag}")
 
 

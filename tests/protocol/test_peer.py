@@ -23,6 +23,8 @@ from kafkaesque.protocol import (
     Commit,
     Cons,
     ControllerHandOver,
+    Decommissioned,
+    DecommissionRequest,
     DeleteGroup,
     DescribeGroup,
     ErrorCode,
@@ -94,6 +96,7 @@ requests = st.one_of(
     st.builds(GroupCommandRequest, group_commands),
     st.builds(LatestRequest, names, naturals, st.binary()),
     st.builds(HandOverControllerRequest, seconds),
+    st.builds(DecommissionRequest, naturals),
 )
 answers = st.one_of(
     st.builds(Appended, naturals, naturals),
@@ -111,6 +114,7 @@ answers = st.one_of(
     st.builds(ReadResult, st.binary(), naturals, naturals),
     st.builds(CommandReply, st.binary()),
     st.builds(ControllerHandOver, st.none() | st.booleans(), st.none() | naturals),
+    st.builds(Decommissioned, naturals),
 )
 node_sets = st.frozensets(st.integers(min_value=0, max_value=1000))
 messages: st.SearchStrategy[PeerMessage] = st.one_of(
@@ -199,6 +203,9 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
         [REQUEST_TAGS[HandOverControllerRequest], 1, "5"],
         [REPLY, 1, [ANSWER_TAGS[ControllerHandOver], "yes", 1]],
         [REPLY, 1, [ANSWER_TAGS[ControllerHandOver], True, -1]],  # a negative broker id
+        [REQUEST_TAGS[DecommissionRequest], 1, "3"],
+        [REQUEST_TAGS[DecommissionRequest], 1],  # no broker
+        [REPLY, 1, [ANSWER_TAGS[Decommissioned], -1]],
         [REPLY, 1],  # no answer
         [REPLY, 1, "ok"],
         [REPLY, 1, []],
