@@ -16,7 +16,7 @@ from kafkaesque.jepsen_like._cluster import ClusterFault, JepsenCluster, NodeAdd
 Sample = tuple[str, dict[str, str], float]
 
 
-class _Scripted(JepsenCluster):
+class _Scripted(JepsenCluster):  # type: ignore[misc]  # untyped by its installed name
     """Members 0-2 (and spare 3) that answer from a script instead of processes."""
 
     def __init__(self, removebroker: list[str]) -> None:
