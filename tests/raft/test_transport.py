@@ -244,3 +244,68 @@ async def test_a_flush_into_a_closed_connection_closes_it_and_raises_nothing() -
                 await trio.sleep(0.01)
         assert not node.transport.post(0, "after")  # dropped and counted, not queued
         assert node.transport.dropped >= 1
+
+
+# -- hand-offs: frames written from a durability worker's thread --------------------------------
+
+
+async def test_a_handoff_is_written_from_another_thread_and_arrives_as_one_frame() -> None:
+    async with _connected(2) as (nodes, _):
+        sender = nodes[0].transport
+        handoff = sender.hand_off(1, [["ack", 1], ["ack", 2]])
+        assert handoff is not None
+        frames = sender.frames_sent
+        assert await trio.to_thread.run_sync(handoff.send)
+        handoff.finish()
+        assert sender.frames_sent == frames + 1
+        await _until(lambda: len(nodes[1].received[0]) == 2)
+        assert nodes[1].received[0] == [["ack", 1], ["ack", 2]]
+
+
+async def test_a_handoff_that_finds_the_writer_busy_posts_its_items_instead() -> None:
+    async with _connected(2) as (nodes, _):
+        sender = nodes[0].transport
+        handoff = sender.hand_off(1, [["ack", 1]])
+        assert handoff is not None
+        conn = sender._links[1].live
+        assert conn is not None
+        conn.writing = True  # the writer task is in the middle of a frame: hands off
+        assert not await trio.to_thread.run_sync(handoff.send)
+        conn.writing = False
+        handoff.finish()  # posted, as any item: the next flush sends it
+        await trio.sleep(0.1)
+        assert nodes[1].received[0] == []
+        sender.flush()
+        await _until(lambda: nodes[1].received[0] == [["ack", 1]])
+
+
+async def test_a_handoff_behind_bytes_the_socket_did_not_take_keeps_the_order() -> None:
+    async with _node_and_raw_peer() as (node, stream, decoder):
+        blob = b"x" * 100_000
+        for k in range(60):  # far more than the socket buffers take: the rest is kept
+            assert node.transport.post(0, [k, blob])
+        node.transport.flush()
+        handoff = node.transport.hand_off(0, [[60, b"ack"]])
+        assert handoff is not None
+        # Before the writer task runs (so from this thread: any thread may send).
+        assert not handoff.send()
+        assert handoff.written is False  # kept behind the rest
+        handoff.finish()  # the writer sends what was kept, the hand-off last
+        items: list[Any] = []
+        with trio.fail_after(20):
+            while len(items) < 61:
+                for frame in decoder.feed(await stream.receive_some(1 << 20)):
+                    items.extend(frame)
+        assert [item[0] for item in items] == list(range(61))
+
+
+async def test_a_handoff_to_a_closed_connection_writes_nothing_and_raises_nothing() -> None:
+    async with _node_and_raw_peer() as (node, stream, _):
+        handoff = node.transport.hand_off(0, [["ack", 1]])
+        assert handoff is not None
+        await stream.aclose()
+        await _until(lambda: not node.transport.connected_peers())
+        assert not await trio.to_thread.run_sync(handoff.send)
+        handoff.finish()  # posted to a peer that is gone: dropped and counted
+        assert node.transport.dropped >= 1
+        assert node.transport.hand_off(0, [["ack", 2]]) is None
