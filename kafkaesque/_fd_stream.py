@@ -23,6 +23,7 @@ transport.
 from __future__ import annotations
 
 import os
+import socket
 from typing import Final
 
 import trio
@@ -130,6 +131,17 @@ class FdStream(trio.abc.Stream):
 
     async def wait_send_all_might_not_block(self) -> None:
         await trio.lowlevel.wait_writable(self._fd())
+
+    async def send_eof(self) -> None:
+        """Half-close: the peer reads the end of the stream after what was sent; receiving
+        goes on (``trio.abc.HalfCloseableStream.send_eof``). Raises ``trio.ClosedResourceError``
+        once closed, ``trio.BrokenResourceError`` if the connection is broken."""
+        self._fd()
+        await trio.lowlevel.checkpoint()
+        try:
+            self._socket.shutdown(socket.SHUT_WR)
+        except OSError as exc:
+            raise trio.BrokenResourceError(f"send_eof failed: {exc}") from exc
 
     async def aclose(self) -> None:
         self._closed = True  # first: the descriptor's number may be reused once it is closed

@@ -94,7 +94,7 @@ from ._metrics import BrokerMetrics, ClusterProbes
 from ._mqtt_listener import MqttService
 from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
-from ._shutdown import CONTROLLER_GRACE_S, HandOver, hand_over_groups
+from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -194,6 +194,8 @@ class Broker:
         self._started_at = time.monotonic()
         # Cancelled by ``drain``: no new client connection is accepted from then on.
         self._accepting = trio.CancelScope()
+        # Begun by ``drain``: the client connections (line protocol, MQTT) finish and close.
+        self.draining = Draining()
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
         self.balancer = LeaderBalancer(
             self.raft,
@@ -271,14 +273,19 @@ class Broker:
 
         Stops accepting client connections, then hands every Raft group led here, and the
         controller quorum's leadership if this broker holds it, to other brokers, for up to
-        ``timeout`` seconds in all. The connections open here are served on meanwhile (their
-        writes are forwarded to the new leaders). The caller then stops the broker (cancels
-        ``run``): leaderships left here (none reachable to take them) go to an election then.
-        Returns what moved; never raises for a group that changed meanwhile.
+        ``timeout`` seconds in all. Meanwhile the connections open here are drained
+        (``Draining``): each finishes the requests it had taken (their writes are forwarded to
+        the new leaders), sends its replies and closes; this returns once they have closed too,
+        or at the deadline. The caller then stops the broker (cancels ``run``): leaderships
+        left here (none reachable to take them) go to an election then, and connections still
+        open are cut. Returns what moved; never raises for a group that changed meanwhile.
         """
         started = trio.current_time()
         deadline = started + timeout
         self._accepting.cancel()
+        if self.mqtt is not None:
+            self.mqtt.stop_accepting()
+        self.draining.begin()
         self.balancer.stop()
         controller: list[bool | None] = [None]
         controller_done = trio.Event()
@@ -297,6 +304,14 @@ class Broker:
                 nursery.cancel_scope.cancel()
         report = HandOver(led, left, controller[0], trio.current_time() - started)
         log.info("broker %d: %s", self.config.id, report.describe())
+        with trio.move_on_at(deadline):
+            await self.draining.wait_closed()
+        if self.draining.open:
+            log.info(
+                "broker %d: %d client connections still busy at the shutdown timeout: cut",
+                self.config.id,
+                self.draining.open,
+            )
         return report
 
     async def _serve_client(self, stream: trio.abc.Stream) -> None:
@@ -316,6 +331,7 @@ class Broker:
                 self.config.max_inflight_per_connection,
                 lambda session: self.groups.connection_closed(session.members),
                 self.metrics.bad_command,
+                self.draining,
             )
         except Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a client session failed", self.config.id)

@@ -21,6 +21,13 @@ Bounds, so that one device can hurt no one else:
 
 A write that fails for good (no quorum for the whole write timeout) closes the connection: the
 device then resends what was not acknowledged, with DUP set.
+
+A graceful shutdown of the broker (``shut_down``) ends the connection as the server's own
+disconnect: nothing more is read, the acknowledgements owed for the PUBLISHes already read go
+out as their records commit (a QoS 1 message read before is acknowledged once in the log, or
+not at all: never acknowledged and then lost), then an MQTT 5 device gets DISCONNECT 0x8B
+"Server shutting down" (v5 §3.14.2.1; MQTT 3.1.1 has no server DISCONNECT: the connection just
+closes), and the connection closes. The session, if persistent, lives on as after any end.
 """
 
 from __future__ import annotations
@@ -231,6 +238,17 @@ class MqttDevice:
                 await self.service.unsubscribe(self, action.topic_filters)
             elif type(action) is Close:
                 self._close(action)
+
+    def shut_down(self) -> None:
+        """The broker is stopping (``Draining.begin``): end the connection as the module
+        docstring says. Never waits, never raises. The reader, if it waits for bytes, sees the
+        stream closed once the writer has sent the rest; a PUBLISH that arrives meanwhile is
+        dropped unacknowledged (the state machine takes nothing after its ``Close``)."""
+        self.perform_nowait(
+            self.conn.server_disconnect(
+                MqttReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down"
+            )
+        )
 
     def expire(self, now: float) -> None:
         """Nothing arrived before the connection's deadline (``MqttService`` watches them all):

@@ -166,6 +166,8 @@ class MqttService:
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, trio.Event] = {}
         self._nursery: trio.Nursery | None = None
+        # Cancelled by ``stop_accepting`` (a graceful shutdown): the listeners close.
+        self._accepting = trio.CancelScope()
         self.stats: dict[str, int] = dict.fromkeys(
             (
                 "connections",
@@ -223,9 +225,23 @@ class MqttService:
             nursery.start_soon(self._slow_loop)
             nursery.start_soon(self._deadline_loop)
             nursery.start_soon(self._shares_loop)
-            nursery.start_soon(trio.serve_listeners, self._serve, listeners)
+            nursery.start_soon(self._accept, listeners, nursery)
             log.info("broker %d: MQTT on %s", config.id, ", ".join(where))
             task_status.started(self.port)
+
+    async def _accept(
+        self, listeners: list[trio.abc.Listener[trio.abc.Stream]], nursery: trio.Nursery
+    ) -> None:
+        """Accept MQTT connections until ``stop_accepting``; the listening sockets close then,
+        and the connections accepted so far (tasks of ``nursery``) are served on."""
+        with self._accepting:
+            await trio.serve_listeners(self._serve, listeners, handler_nursery=nursery)
+
+    def stop_accepting(self) -> None:
+        """A graceful shutdown began: accept no more connections (a device's connect is refused
+        and it tries another broker). The connections open are drained by the broker's
+        ``Draining``: each device is told (``MqttDevice.shut_down``)."""
+        self._accepting.cancel()
 
     async def _shares_loop(self) -> None:
         """Tell the peers which shared-subscription groups have members here: as soon as they
@@ -251,7 +267,8 @@ class MqttService:
         device = MqttDevice(self, stream, conn)
         self._deadlines.add(device)
         try:
-            await device.serve()
+            with self._broker.draining.connection(device.shut_down):
+                await device.serve()
         except Exception:  # a bug in one connection must not take the listener down
             log.exception("broker %d: an MQTT connection failed", self._broker.config.id)
 

@@ -20,13 +20,24 @@ device's PUBACKs are (``_mqtt_device``), instead of waking the writer for a pass
 scheduler that costs far more than the write. What a full socket does not take is kept, in
 order, for the writer, which also does all the writing on other streams (TLS, tests' memory
 streams).
+
+Graceful shutdown (``Draining``, see ``_shutdown``): once the broker starts to stop, the session
+takes no new request. What it dispatched before finishes: a write waits for its commit (at the
+new leader, through forwarding, once the leadership was handed over), a long poll (FETCH or CONS
+with ``wait_ms``) is cut short and answers what there is now, maybe nothing, as if its wait had
+ended. Every request it reads from then on (pipelined lines, say) is answered ``-ERR NOT_READY``
+without being done, which clients retry through another broker. Once no reply is owed the
+session stops reading, sends its last replies and the end of the stream, and closes: at once
+for a connection idle at that moment.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 from collections import deque
 from collections.abc import Callable
+from contextlib import nullcontext
 from typing import Protocol
 
 import trio
@@ -35,6 +46,10 @@ from kafkaesque._fd_stream import FdStream
 from kafkaesque.protocol import (
     BadCommand,
     Command,
+    Cons,
+    ErrorCode,
+    ErrorReply,
+    Fetch,
     LineDecoder,
     LineLimits,
     PublishBatch,
@@ -44,11 +59,25 @@ from kafkaesque.protocol import (
     encode_reply,
 )
 
+from ._shutdown import Draining
+
 log = logging.getLogger("kafkaesque.broker.session")
 
 _RECEIVE_BYTES = 64 * 1024
 _SEND_COALESCE_BYTES = 256 * 1024
 _PUBLISHES = (Pubs, PublishRecord, PublishBatch)
+# After its last reply and the end of the stream, a stopping session reads (and drops) what the
+# client still sends for this long at most, until the client closes its end: closing a socket
+# with unread bytes resets the connection, which may destroy replies the client has not read.
+_LINGER_S = 1.0
+SHUTTING_DOWN = encode_reply(
+    ErrorReply(
+        ErrorCode.NOT_READY,
+        "the broker is shutting down: this connection takes no more requests (this one was not "
+        "done); retry through another broker",
+    )
+)
+"""The reply to a request read after the broker started to stop (see the module docstring)."""
 
 
 class Slot(Protocol):
@@ -139,16 +168,19 @@ async def serve_session(
     max_inflight: int,
     on_close: Callable[[Session], None],
     on_bad: Callable[[BadCommand], None] = lambda event: None,
+    draining: Draining | None = None,
 ) -> None:
-    """Serve one connection until the peer closes it, sends QUIT, or breaks the framing.
+    """Serve one connection until the peer closes it, sends QUIT, or breaks the framing, or
+    ``draining`` begins and the replies owed were sent (see the module docstring).
 
     ``on_close`` hears of the end, however it came (a consumer's connection closing is how its
     group learns that it left). ``on_bad`` hears of each line the decoder refused (the
-    metrics count them), before its ``-ERR`` is queued.
+    metrics count them), before its ``-ERR`` is queued. ``draining`` counts the connection
+    among those the broker waits for when it stops.
     """
     session = Session()
     try:
-        await _serve(stream, dispatch, limits, max_inflight, session, on_bad)
+        await _serve(stream, dispatch, limits, max_inflight, session, on_bad, draining)
     finally:
         on_close(session)
 
@@ -160,6 +192,7 @@ async def _serve(
     max_inflight: int,
     session: Session,
     on_bad: Callable[[BadCommand], None],
+    draining: Draining | None,
 ) -> None:
     decoder = LineDecoder(limits)
     queue: deque[Slot] = deque()
@@ -168,39 +201,51 @@ async def _serve(
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_write_loop, stream, state)
-            while not state.closing:
-                data = await stream.receive_some(_RECEIVE_BYTES)
-                if not data:
-                    break
-                decoder.feed(data)
-                for event in decoder.events():
-                    if isinstance(event, BadCommand):
-                        on_bad(event)
-                        queue.append(ReadySlot(encode_reply(event.reply())))
-                        if event.framing_error:
+            with draining.connection(state.stop_taking) if draining else nullcontext():
+                while not state.closing:
+                    data = await state.receive(stream)
+                    if not data:
+                        break
+                    decoder.feed(data)
+                    for event in decoder.events():
+                        if isinstance(event, BadCommand):
+                            on_bad(event)
+                            queue.append(ReadySlot(encode_reply(event.reply())))
+                            if event.framing_error:
+                                state.closing = True
+                                break
+                            continue
+                        if state.stopping and not isinstance(event, Quit):
+                            queue.append(ReadySlot(SHUTTING_DOWN))
+                            continue
+                        if isinstance(event, _PUBLISHES):
+                            if barrier is not None and not barrier.ready():
+                                state.flush()
+                                await barrier.wait()
+                        else:
+                            state.flush()
+                            await _settled(queue)
+                        if state.stopping and not isinstance(event, Quit):
+                            queue.append(ReadySlot(SHUTTING_DOWN))  # began while it waited
+                            continue
+                        if isinstance(event, Fetch | Cons) and event.wait_ms:
+                            slot = _long_poll(event, dispatch, nursery, session, state)
+                        else:
+                            slot = dispatch(event, nursery, session)
+                        queue.append(slot)
+                        if not isinstance(event, _PUBLISHES):
+                            barrier = slot
+                        if isinstance(event, Quit):
                             state.closing = True
                             break
-                        continue
-                    if isinstance(event, _PUBLISHES):
-                        if barrier is not None and not barrier.ready():
-                            state.flush()
-                            await barrier.wait()
-                    else:
-                        state.flush()
-                        await _settled(queue)
-                    slot = dispatch(event, nursery, session)
-                    queue.append(slot)
-                    if not isinstance(event, _PUBLISHES):
-                        barrier = slot
-                    if isinstance(event, Quit):
-                        state.closing = True
-                        break
+                    state.flush()
+                    while len(queue) >= state.max_inflight:
+                        await state.wait_for_room()
+                state.closing = True
                 state.flush()
-                while len(queue) >= state.max_inflight:
-                    await state.wait_for_room()
-            state.closing = True
-            state.flush()
-            await state.drained.wait()  # the writer sends what is owed, then we hang up
+                await state.drained.wait()  # the writer sends what is owed, then we hang up
+                if state.stopping:
+                    await _linger(stream)
             nursery.cancel_scope.cancel()
     except* (trio.BrokenResourceError, trio.ClosedResourceError):
         pass  # the client went away; its pending writes still complete, unanswered
@@ -208,6 +253,54 @@ async def _serve(
         state.broken = True  # replies that become ready from now on are not written
         with trio.CancelScope(shield=True):
             await stream.aclose()
+
+
+def _long_poll(
+    command: Fetch | Cons,
+    dispatch: Dispatch,
+    nursery: trio.Nursery,
+    session: Session,
+    state: _Pipeline,
+) -> Slot:
+    """Dispatch a long poll (a read with ``wait_ms``) so that a drain can cut it short
+    (``_Pipeline.stop_taking``).
+
+    The poll runs in a cancel scope of its own; when the drain cancels it, the same read is
+    dispatched again without ``wait_ms``, and its answer (what there is now, maybe nothing, as
+    when a wait ends) is the reply. A read changes no data, so reading twice is harmless.
+    """
+    slot = TaskSlot()
+    scope = trio.CancelScope()
+
+    async def run() -> None:
+        reply: Slot | None = None
+        state.polls.add(scope)
+        try:
+            with scope:
+                async with trio.open_nursery() as polling:
+                    reply = dispatch(command, polling, session)
+                    await reply.wait()
+        finally:
+            state.polls.discard(scope)
+        if reply is None or not reply.ready():  # cut short: read what there is now
+            async with trio.open_nursery() as reading:
+                reply = dispatch(dataclasses.replace(command, wait_ms=None), reading, session)
+                await reply.wait()
+        slot.set(reply.encode())
+
+    nursery.start_soon(run)
+    return slot
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """End the stream of a stopping session, then read and drop what the client still sends
+    until it closes its end (at most ``_LINGER_S``): see ``_LINGER_S``."""
+    if not isinstance(stream, FdStream | trio.abc.HalfCloseableStream):
+        return
+    with trio.move_on_after(_LINGER_S):
+        await stream.send_eof()
+        while await stream.receive_some(_RECEIVE_BYTES):
+            pass
 
 
 async def _settled(queue: deque[Slot]) -> None:
@@ -231,12 +324,40 @@ class _Pipeline:
         self.queue = queue
         self.max_inflight = max_inflight
         self.closing = False
+        self.stopping = False  # the broker drains: no new request is taken (``stop_taking``)
+        self.polls: set[trio.CancelScope] = set()  # the long polls running (``_long_poll``)
+        self._receiving: trio.CancelScope | None = None  # while the reader waits for bytes
         self.writing = False  # the writer task is between its wake-up and its next wait
         self.broken = False  # a write failed, or the session ended
         self.drained = trio.Event()
         self._fd = stream if type(stream) is FdStream else None
         self._writer_wake = trio.Event()
         self._room = trio.Event()
+
+    def stop_taking(self) -> None:
+        """The broker started to stop (``Draining.begin``): take no new request, cut the long
+        polls short, and stop reading at once if no reply is owed. Never waits or raises."""
+        self.stopping = True
+        for scope in list(self.polls):
+            scope.cancel()
+        self._stop_reading_if_done()
+
+    def _stop_reading_if_done(self) -> None:
+        if self.stopping and not self.queue and self._receiving is not None:
+            self._receiving.cancel()
+
+    async def receive(self, stream: trio.abc.Stream) -> bytes | bytearray:
+        """The client's next bytes; b"" at the end of its stream, or once the session stops
+        taking requests and owes no reply (``stop_taking``)."""
+        if self.stopping and not self.queue:
+            return b""
+        with trio.CancelScope() as scope:
+            self._receiving = scope
+            try:
+                return await stream.receive_some(_RECEIVE_BYTES)
+            finally:
+                self._receiving = None
+        return b""  # cancelled by ``_stop_reading_if_done``
 
     def flush(self) -> None:
         """Write the replies ready at the head of the queue from this task, or have the writer
@@ -279,6 +400,8 @@ class _Pipeline:
         if not parts:
             return b""
         self._room.set()
+        if not queue:
+            self._stop_reading_if_done()
         return parts[0] if len(parts) == 1 else b"".join(parts)
 
     async def writer_idle(self) -> None:

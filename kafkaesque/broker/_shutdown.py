@@ -14,12 +14,20 @@ not an error.
 in time (no voter reachable, a group of one replica) is left to the ordinary election that the
 stop causes. The controller quorum's leadership (pysyncobj) is handed over the same way by
 ``ClusterMetadata.hand_over_leadership``; ``Broker.drain`` runs both.
+
+The client connections are drained meanwhile, as Kafka's and NATS's brokers close theirs: each
+one is told (``Draining``), stops taking requests, finishes those it had taken, sends every
+reply it owes, then closes; one with nothing owed closes at once. A line-protocol connection
+answers a request it reads after that with a retriable ``NOT_READY`` (``_session``); an MQTT
+connection sends the acknowledgements it owes, then (MQTT 5) DISCONNECT "Server shutting down"
+(``_mqtt_device``). ``Broker.drain`` waits for them until its deadline.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Collection, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import trio
@@ -45,6 +53,63 @@ _STUCK_S = 1.0
 # The controller quorum's hand-over takes a round trip when a follower is up to date: once the
 # groups are handed over, it gets this much more, not the rest of the shutdown timeout.
 CONTROLLER_GRACE_S = 1.0
+
+
+class Draining:
+    """Tells the client connections that the broker is stopping; counts them until they closed.
+
+    Each connection is served inside ``connection(stop)``; ``begin`` calls every such
+    connection's ``stop`` once (a connection that opens after ``begin`` has its ``stop`` called
+    at once). ``stop`` runs in the task that called ``begin``: it must be quick, must not
+    raise, and only tells the connection (which then finishes and closes on its own).
+    ``wait_closed`` returns once no connection is open. Trio thread only.
+    """
+
+    def __init__(self) -> None:
+        self._begun = False
+        self._stops: dict[int, Callable[[], None]] = {}  # by a number per connection
+        self._next = 0
+        self._closed = trio.Event()
+        self._closed.set()  # none open yet
+
+    @property
+    def begun(self) -> bool:
+        """Whether ``begin`` was called (for good: a stopping broker never takes it back)."""
+        return self._begun
+
+    @property
+    def open(self) -> int:
+        """How many connections are open now."""
+        return len(self._stops)
+
+    def begin(self) -> None:
+        """Tell every open connection to finish and close. Idempotent."""
+        if self._begun:
+            return
+        self._begun = True
+        for stop in list(self._stops.values()):
+            stop()
+
+    @contextmanager
+    def connection(self, stop: Callable[[], None]) -> Iterator[None]:
+        """Count a connection while its body runs; ``stop`` is how ``begin`` tells it."""
+        key = self._next
+        self._next += 1
+        self._stops[key] = stop
+        self._closed = trio.Event() if len(self._stops) == 1 else self._closed
+        try:
+            if self._begun:
+                stop()
+            yield
+        finally:
+            del self._stops[key]
+            if not self._stops:
+                self._closed.set()
+
+    async def wait_closed(self) -> None:
+        """Return once no connection is open. Unbounded: wrap it in a deadline."""
+        while self._stops:
+            await self._closed.wait()
 
 
 @dataclass(frozen=True)

@@ -159,11 +159,13 @@ class ErrorCode(Enum):
         False,
         "The broker has just started and does not know the cluster yet: its copy of the "
         "metadata has not caught up with the controller quorum (or, for CREATE, fewer brokers "
-        "than the replication factor have registered in a cluster configured with enough). "
-        "Nothing was done; retry after a short backoff, here or through another broker.",
-        "The same: the broker does not know the cluster yet; nothing was read. LATEST: the "
-        "partition's leader is still building its key index (it became the leader moments "
-        "ago). Retry after a short backoff.",
+        "than the replication factor have registered in a cluster configured with enough), or "
+        "it is shutting down and read this request after it began to (it sends the replies it "
+        "owes, then closes the connection). Nothing was done; retry after a short backoff, here "
+        "or through another broker.",
+        "The same: the broker does not know the cluster yet, or is shutting down; nothing was "
+        "read. LATEST: the partition's leader is still building its key index (it became the "
+        "leader moments ago). Retry after a short backoff.",
     )
     OFFSET_OUT_OF_RANGE = (
         False,
