@@ -103,6 +103,7 @@ class MqttDevice:
         "client_id",
         "client_id_bytes",
         "conn",
+        "connacked",
         "deliveries",
         "dirty",
         "dropped",
@@ -143,6 +144,7 @@ class MqttDevice:
         self.behind_since: float | None = None  # when the queue went above MAX_QUEUED_BYTES
         self.dropped = 0  # QoS 0 deliveries dropped (slow device)
         self.accepted: Accepted | None = None
+        self.connacked = False  # the CONNACK of ``accepted`` is queued
         self.client_id: str | None = None
         self.client_id_bytes: bytes | None = None  # as records carry it (No Local)
         self.will: Will | None = None
@@ -217,6 +219,7 @@ class MqttDevice:
                 self.will = action.will
                 present = await self.service.accept(self)
                 self.send(self.conn.connack(present))
+                self.connacked = True
                 await self.service.restore(self)
             elif type(action) is Subscribed:
                 # v5 Retain Handling 1: retained messages only for a subscription that is new.
@@ -243,7 +246,14 @@ class MqttDevice:
         """The broker is stopping (``Draining.begin``): end the connection as the module
         docstring says. Never waits, never raises. The reader, if it waits for bytes, sees the
         stream closed once the writer has sent the rest; a PUBLISH that arrives meanwhile is
-        dropped unacknowledged (the state machine takes nothing after its ``Close``)."""
+        dropped unacknowledged (the state machine takes nothing after its ``Close``).
+
+        A CONNECT accepted but not answered yet (its session is being looked up) is refused
+        with CONNACK "Server unavailable" instead: a DISCONNECT may not come before the
+        CONNACK, and the CONNACK queued behind the close is never sent."""
+        if self.accepted is not None and not self.connacked:
+            self.perform_nowait(self.conn.unavailable())
+            return
         self.perform_nowait(
             self.conn.server_disconnect(
                 MqttReasonCode.SERVER_SHUTTING_DOWN, "the server is shutting down"

@@ -15,6 +15,7 @@ import threading
 import time
 from pathlib import Path
 
+import paho.mqtt.client as paho
 from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.protocol import (
@@ -25,6 +26,7 @@ from kafkaesque.protocol import (
     ErrorCode,
     ErrorReply,
     MessageRow,
+    MqttProperties,
     MqttReasonCode,
     MqttVersion,
     OkReply,
@@ -36,7 +38,7 @@ from kafkaesque.protocol import (
 )
 
 from .line_client import LineClient
-from .mqtt_helpers import RULES, RawMqtt, read_topic
+from .mqtt_helpers import RULES, PahoDevice, RawMqtt, read_topic
 
 LONG_POLL_MS = 60_000  # far beyond the test's bounds: only the drain ends these polls early
 SETTLE_S = 0.3  # lets the broker take the lines just sent before the signal (not asserted)
@@ -194,8 +196,12 @@ def test_a_draining_broker_tells_mqtt_devices_it_is_shutting_down(tmp_path: Path
         victim = 0
         v5 = RawMqtt(cluster.mqtt_address(victim), MqttVersion.V5)
         v311 = RawMqtt(cluster.mqtt_address(victim), MqttVersion.V311)
+        phone = PahoDevice(cluster.mqtt_address(victim), "drain-paho", version=paho.MQTTv5)
         try:
-            assert v5.connect("drain-v5").reason_code == 0
+            phone.wait_connected()
+            # A persistent session (v5 Session Expiry): it outlives the connection.
+            session = MqttProperties(session_expiry_interval=300)
+            assert v5.connect("drain-v5", clean_start=False, properties=session).reason_code == 0
             assert v311.connect("drain-v311").reason_code == 0
             # A QoS 1 PUBLISH goes in just before the signal.
             v311.send(
@@ -210,6 +216,8 @@ def test_a_draining_broker_tells_mqtt_devices_it_is_shutting_down(tmp_path: Path
             assert isinstance(packet, Disconnect), packet
             assert packet.reason_code == MqttReasonCode.SERVER_SHUTTING_DOWN  # 0x8B
             assert v5.receive(timeout=20) is None  # then the connection closes
+            assert phone.disconnected.wait(20)  # paho reads it as the server's reason
+            assert phone.disconnect_reasons[0].value == 0x8B, phone.disconnect_reasons
             acked = False
             while (packet := v311.receive(timeout=20)) is not None:  # 3.1.1: no DISCONNECT
                 assert isinstance(packet, Puback) and packet.packet_id == 7, packet
@@ -218,6 +226,14 @@ def test_a_draining_broker_tells_mqtt_devices_it_is_shutting_down(tmp_path: Path
         finally:
             v5.close()
             v311.close()
+            phone.close()
+        # The session lives on: the device finds it through another broker.
+        again = RawMqtt(cluster.mqtt_address((victim + 1) % cluster.n), MqttVersion.V5)
+        try:
+            back = again.connect("drain-v5", clean_start=False, properties=session)
+            assert back.reason_code == 0 and back.session_present, back
+        finally:
+            again.close()
         values = [r.value for r in read_topic(cluster.bootstrap, "readings")]
         # Acknowledged, so in the log; not acknowledged, then maybe in it (the device resends).
         assert not acked or b"last-word" in values, values
