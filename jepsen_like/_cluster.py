@@ -30,6 +30,8 @@ import trio
 # partition of a restarted broker is still behind its leader, read from every broker's /metrics.
 from kafkaesque.cli.cluster import _behind, parse_samples
 
+from kafkaesque.protocol import ErrorCode
+
 # The broker's deliberately broken mode (kafkaesque/broker/_writes.py): acks before commit.
 UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
 # Brokers only: a PYTHONPATH that puts another build of kafkaesque first (testing one build's
@@ -300,12 +302,14 @@ class JepsenCluster:
         running member) until ``+OK``, then, once no broker's METADATA lists it nor places a
         replica on it, stop its process (SIGTERM) and retire it. Returns the ``+OK`` line.
 
-        ``REMOVEBROKER`` is idempotent, so a ``TIMEOUT`` answer (the moves go on) or a lost
-        connection is answered by sending it again. ``BUSY`` (the broker leads the controller
-        quorum, which cannot remove its own leader) is answered the way its message says: the
-        broker is stopped gracefully (it hands the lead over) and the command is sent again.
-        Raises ``ClusterFault`` on any other refusal (nothing changed then: ``INVALID_CONFIG``),
-        or if it is not done within ``timeout``; ``node`` is then still a member.
+        ``REMOVEBROKER`` is idempotent, so a retriable error (``TIMEOUT``: the moves go on;
+        ``NO_QUORUM``, ``NOT_READY``...) or a lost connection is answered by sending it again.
+        The ``BUSY`` of brokers that could not remove the controller quorum's leader (its message
+        says "controller quorum") is answered the way that message says: the broker is stopped
+        gracefully (it hands the lead over) and the command is sent again. Raises
+        ``ClusterFault`` on a refusal that is not retriable (nothing changed then:
+        ``INVALID_CONFIG``), or if it is not done within ``timeout``; ``node`` is then still a
+        member.
         """
         if node not in self.members:
             raise ClusterFault(f"broker {node} is not a member")
@@ -328,9 +332,10 @@ class JepsenCluster:
             if first.startswith("+OK"):
                 break
             last = first
-            if first.startswith("-ERR BUSY"):
+            code = first.split()[1] if first.startswith("-ERR ") and len(first.split()) > 1 else ""
+            if code == "BUSY" and "controller quorum" in first:
                 await self.terminate(node)
-            elif not first.startswith("-ERR TIMEOUT"):
+            elif code not in ErrorCode.__members__ or not ErrorCode[code].retriable:
                 raise ClusterFault(f"REMOVEBROKER {node} answered {first!r}")
             await trio.sleep(0.5)
         else:

@@ -97,7 +97,10 @@ async def test_timeout_is_sent_again_and_busy_stops_the_broker_before_sending_ag
     cluster = _Scripted(
         [
             "-ERR TIMEOUT 4 partitions still hold broker 1 after 300 s",
-            "-ERR BUSY broker 1 holds no replica any more, but it leads the controller quorum",
+            # What brokers said before REMOVEBROKER handed the controller lead over itself.
+            "-ERR BUSY broker 1 holds no replica any more, but it leads the controller quorum, "
+            "which cannot remove its own leader: stop it (kafkaesque broker stop hands the lead "
+            "over) and send REMOVEBROKER 1 again",
             "+OK moved=0",
         ]
     )
@@ -109,6 +112,22 @@ async def test_timeout_is_sent_again_and_busy_stops_the_broker_before_sending_ag
     assert cluster.members == [0, 2] and cluster.retired == [1]
 
 
+async def test_other_retriable_errors_are_sent_again_without_stopping_the_broker(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    cluster = _Scripted(
+        [
+            "-ERR NO_QUORUM the metadata quorum has no leader; retry",
+            "-ERR BUSY too many requests in flight",  # load shed: not the controller's leader
+            "-ERR NOT_READY the broker is still loading the cluster's metadata; retry",
+            "+OK moved=4",
+        ]
+    )
+    assert await cluster.remove_broker(2) == "+OK moved=4"
+    assert cluster.terminated == [2], "stopped once, after it left"
+    assert cluster.members == [0, 1] and cluster.retired == [2]
+
+
 async def test_a_refusal_leaves_the_broker_a_member(
     autojump_clock: trio.testing.MockClock,
 ) -> None:
@@ -116,6 +135,9 @@ async def test_a_refusal_leaves_the_broker_a_member(
     with pytest.raises(ClusterFault, match="INVALID_CONFIG"):
         await cluster.remove_broker(2)
     assert cluster.terminated == [] and cluster.members == [0, 1, 2] and cluster.retired == []
+    garbled = _Scripted(["-ERR"])
+    with pytest.raises(ClusterFault, match="answered '-ERR'"):
+        await garbled.remove_broker(2)
 
 
 async def test_a_removal_that_never_completes_gives_up_after_its_timeout(
