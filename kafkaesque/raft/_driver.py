@@ -24,13 +24,16 @@ was marked meanwhile (group commit). A round therefore costs the scheduler one p
 One round at a time is in flight; a step, tick or round's end that marks several groups starts
 one round for all of them, at its end (``_kick``).
 
-A follower's round costs no pass at its end: with ``hand_off`` (``PeerTransport.hand_off``) the
-messages that wait for the round's durability (a follower's acknowledgements, votes) are framed
-at its start, and the fsync worker writes them as soon as the fsync is done (step 3 for them),
-then ends quietly (``FsyncWorkers.submit_quiet``). Steps 3 and 4 for the rest run when the driver
-next looks: the next frame from a peer (``handle_items``), a proposal or a tick that has work for
-a round, or the tick (``_poll_round``). A follower's write is then one pass: receive, append,
-hand the fsync over, acknowledge (issue 22).
+Most rounds cost no pass at their end. With ``hand_off`` (``PeerTransport.hand_off``) the
+messages that wait for a round's durability (a follower's acknowledgements, votes) are framed at
+its start, and the fsync worker writes them as soon as the fsync is done (step 3 for them). A
+round whose every Ready sent its messages early (a leader's appends) or handed them over waits
+for answers from peers, so its job ends quietly (``FsyncWorkers.submit_quiet``): steps 3 and 4
+run when the driver next looks, at the next frame from a peer (``handle_items``: the answer),
+a proposal or tick that has work for a round, or the tick (``_poll_round``), and whoever looks
+before the job is done asks for its end to wake the loop. A follower's write is then one pass
+(receive, append, hand the fsync over, acknowledge: issue 22), and a leader's own fsync ends in
+the pass of the first acknowledgement.
 
 A Ready with nothing to make durable (no log work, no new term or vote: a commit to expose and
 commit news, mostly) is handled at once where the message that caused it is received, not in a
@@ -64,6 +67,7 @@ import logging
 import math
 import os
 import random
+import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -870,7 +874,8 @@ class MultiRaft:
                 tickets.append((glog, glog.flush_ticket()))
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
-        rnd = _Round(readies, tickets, snapshot is not None, trio.current_time(), [])
+        # (The group commit's duration is real time, whatever clock drives the ticks.)
+        rnd = _Round(readies, tickets, snapshot is not None, time.perf_counter(), [])
         if not tickets and snapshot is None:
             self._end_round(rnd)
             return True
@@ -878,16 +883,24 @@ class MultiRaft:
         durable = functools.partial(
             _make_durable, [t for _, t in tickets], self.hard_states, snapshot
         )
-        if self._hand_off is not None and self._hand_over_messages(rnd):
-            send = functools.partial(_durable_then_send, durable, rnd.handoffs)
-            self._fsync_workers.submit_quiet(send)
-        else:
-            self._fsync_workers.submit(durable)
+        if self._hand_off is not None:
+            self._hand_over_messages(rnd)
+        job = functools.partial(_durable_then_send, durable, rnd.handoffs)
+        for _, rd, sent in rnd.readies:  # (a loop, not all(): two calls less a round)
+            if not (sent and rd.messages):
+                self._fsync_workers.submit(job)
+                return True
+        # Every Ready's messages are out (a leader's appends) or go with the job (a follower's
+        # acknowledgements): their answers come back as frames, which finish the round
+        # (``handle_items``), and ask for its end if it is not there yet. A leader's fsync
+        # thus ends in the pass of the first acknowledgement.
+        self._fsync_workers.submit_quiet(job)
         return True
 
-    def _hand_over_messages(self, rnd: _Round) -> bool:
+    def _hand_over_messages(self, rnd: _Round) -> None:
         """Frame the messages of ``rnd`` that wait for its durability, for the worker to write
-        (``Handoff``); False (nothing changed) if there are none or a peer is not connected."""
+        (``Handoff``); nothing changes if there are none or a peer is not connected (they are
+        sent at the round's end then)."""
         assert self._hand_off is not None
         by_peer: dict[int, list[Any]] = {}
         for group, rd, sent in rnd.readies:
@@ -895,17 +908,16 @@ class MultiRaft:
                 for msg in rd.messages:
                     by_peer.setdefault(msg.dst, []).append([_MSG, group.id, to_wire(msg)])
         if not by_peer:
-            return False
+            return
         handoffs = []
         for peer, items in by_peer.items():
             handoff = self._hand_off(peer, items)
             if handoff is None:
-                return False
+                return
             handoffs.append(handoff)
         rnd.handoffs = handoffs
         rnd.readies = [(group, rd, True) for group, rd, _ in rnd.readies]
         self.handoffs += 1
-        return True
 
     def _collect(self) -> None:
         """Finish the round in flight if its job has ended (``run``'s loop, after a wake-up).
@@ -920,7 +932,7 @@ class MultiRaft:
                 raise AssertionError("a durability job ended with no round in flight")
             self.fsyncs += len(rnd.tickets) + rnd.hard_states
             if self.on_group_commit is not None:
-                self.on_group_commit(trio.current_time() - rnd.started)
+                self.on_group_commit(time.perf_counter() - rnd.started)
             for glog, ticket in rnd.tickets:
                 glog.flushed(ticket)
             for handoff in rnd.handoffs:
@@ -1008,7 +1020,10 @@ def _replicates_only(rd: Ready, persisted: HardState) -> bool:
     hard = rd.hard_state
     if hard is not None and (hard.term, hard.vote) != (persisted.term, persisted.vote):
         return False
-    return all(type(m) in _REPLICATION for m in rd.messages)
+    for m in rd.messages:  # noqa: SIM110 (a loop, not all(): called for every Ready)
+        if type(m) not in _REPLICATION:
+            return False
+    return True
 
 
 _REPLICATION = (AppendEntries, Heartbeat)
