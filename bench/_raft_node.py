@@ -34,7 +34,7 @@ import trio
 
 from kafkaesque.raft import NotLeader, ProposalDropped, RaftConfig, Role
 from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost, RaftGroup
-from kafkaesque.raft._transport import Handoff, PeerTransport
+from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import Record, build_batch
 
 
@@ -72,7 +72,6 @@ class Node:
             self.id,
             self._post,
             flush=self._flush,
-            hand_off=self._hand_off,
             state_dir=args.data,
             peers=self.peers,
             raft_config=lambda i: RaftConfig(
@@ -97,9 +96,6 @@ class Node:
 
     def _flush(self) -> None:
         self.transport.flush()
-
-    def _hand_off(self, peer: int, items: list[Any]) -> Handoff | None:
-        return self.transport.hand_off(peer, items)
 
     async def run(self) -> None:
         async with trio.open_nursery() as nursery:

@@ -135,7 +135,6 @@ class Broker:
             config.id,
             self.transport.post,
             flush=self.transport.flush,
-            hand_off=self.transport.hand_off,
             state_dir=os.path.join(broker_dir, "__raft"),
             peers=peers,
             tick_interval=config.tick_interval_s,

@@ -20,20 +20,10 @@ Steps 1 and 2 (a round's start) run in the task that caused the round, as soon a
 flight: a proposer's (``propose_nowait``), the peer connection's that brought the entries
 (``handle_items``), the tick's. Steps 3 and 4 (its end) run in the driver's loop, which does
 nothing but wait for the fsync worker's eventfd; a round's end then starts the next round of what
-was marked meanwhile (group commit). A round therefore costs the scheduler one pass, at its end.
-One round at a time is in flight; a step, tick or round's end that marks several groups starts
-one round for all of them, at its end (``_kick``).
-
-Most rounds cost no pass at their end. With ``hand_off`` (``PeerTransport.hand_off``) the
-messages that wait for a round's durability (a follower's acknowledgements, votes) are framed at
-its start, and the fsync worker writes them as soon as the fsync is done (step 3 for them). A
-round whose every Ready sent its messages early (a leader's appends) or handed them over waits
-for answers from peers, so its job ends quietly (``FsyncWorkers.submit_quiet``): steps 3 and 4
-run when the driver next looks, at the next frame from a peer (``handle_items``: the answer),
-a proposal or tick that has work for a round, or the tick (``_poll_round``), and whoever looks
-before the job is done asks for its end to wake the loop. A follower's write is then one pass
-(receive, append, hand the fsync over, acknowledge: issue 22), and a leader's own fsync ends in
-the pass of the first acknowledgement.
+was marked meanwhile (group commit). A round therefore costs the scheduler one pass, at its end:
+a follower's write is two passes in all (the frame that brings it, the fsync's end that
+acknowledges it). One round at a time is in flight; a step, tick or round's end that marks several
+groups starts one round for all of them, at its end (``_kick``).
 
 A Ready with nothing to make durable (no log work, no new term or vote: a commit to expose and
 commit news, mostly) is handled at once where the message that caused it is received, not in a
@@ -67,7 +57,6 @@ import logging
 import math
 import os
 import random
-import time
 import zlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -104,7 +93,6 @@ from ._messages import (
 )
 from ._partition_storage import PartitionStorage
 from ._ready import Ready
-from ._transport import Handoff
 from ._types import HardState, Role
 
 log = logging.getLogger("kafkaesque.raft.driver")
@@ -260,7 +248,6 @@ class MultiRaft:
         send: Callable[[int, Any], bool],
         *,
         flush: Callable[[], None] | None = None,
-        hand_off: Callable[[int, list[Any]], Handoff | None] | None = None,
         state_dir: str,
         peers: Iterable[int] = (),
         tick_interval: float = 0.05,
@@ -271,7 +258,6 @@ class MultiRaft:
         self.node_id = node_id
         self._send = send
         self._flush = flush or _nothing
-        self._hand_off = hand_off
         os.makedirs(state_dir, exist_ok=True)
         self.hard_states = HardStateStore(state_dir)
         self._peers = set(peers) - {node_id}
@@ -297,8 +283,6 @@ class MultiRaft:
         # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
         self.on_group_commit: Callable[[float], None] | None = None
         self.readies = 0
-        #: Rounds whose acknowledgements (votes, …) the fsync worker wrote (``hand_off``).
-        self.handoffs = 0
         #: Corrupt batches found in this broker's logs and repaired (a counter for metrics).
         self.corruptions = 0
         self._scrub_bytes = scrub_bytes_per_tick
@@ -516,8 +500,6 @@ class MultiRaft:
     def handle_items(self, peer: int, items: list[Any]) -> None:
         """Take a frame's items from ``peer`` (the transport's ``on_items`` callback)."""
         self._last_heard[peer] = self._ticks
-        if self._round is not None:
-            self._poll_round()  # first: a step of a group with a Ready out waits for its end
         self._busy += 1
         try:
             self._handle_items(peer, items)
@@ -627,7 +609,6 @@ class MultiRaft:
             if trio.current_time() - next_at > 10 * self.tick_interval:
                 next_at = trio.current_time()  # we fell far behind (a pause): do not burst
             self.tick()
-            self._poll_round()
             self._flush()
 
     def tick(self) -> None:
@@ -806,23 +787,9 @@ class MultiRaft:
         end is under way (that one kicks at its end, so a frame's or a tick's groups go in one
         round). A round therefore starts in the task that caused it (a proposer's, the peer
         connection's that brought the entries): no pass of the scheduler of its own."""
-        if not self._running or self._busy or not (self._dirty or self._corrupt):
-            return
-        if self._round is not None:
-            self._poll_round()
-        if self._round is None:
+        idle = self._running and not self._busy and self._round is None
+        if idle and (self._dirty or self._corrupt):
             self._start_round()
-
-    def _poll_round(self) -> None:
-        """Finish the round in flight if its job has ended (a quiet end wakes nobody); if not,
-        have its end wake the loop: something waits for it (a marked group, a step of a group
-        whose Ready is in it)."""
-        if self._round is None or not self._running or self._busy:
-            return
-        self._collect()
-        if self._round is not None:
-            self._fsync_workers.want_wake()
-            self._collect()  # an end queued before the wish woke nobody
 
     def _start_round(self) -> None:
         """Write the Readys of the marked groups and hand their fsyncs to the worker as one
@@ -874,50 +841,15 @@ class MultiRaft:
                 tickets.append((glog, glog.flush_ticket()))
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
-        # (The group commit's duration is real time, whatever clock drives the ticks.)
-        rnd = _Round(readies, tickets, snapshot is not None, time.perf_counter(), [])
+        rnd = _Round(readies, tickets, snapshot is not None, trio.current_time())
         if not tickets and snapshot is None:
             self._end_round(rnd)
             return True
         self._round = rnd
-        durable = functools.partial(
-            _make_durable, [t for _, t in tickets], self.hard_states, snapshot
+        self._fsync_workers.submit(
+            functools.partial(_make_durable, [t for _, t in tickets], self.hard_states, snapshot)
         )
-        if self._hand_off is not None:
-            self._hand_over_messages(rnd)
-        job = functools.partial(_durable_then_send, durable, rnd.handoffs)
-        for _, rd, sent in rnd.readies:  # (a loop, not all(): two calls less a round)
-            if not (sent and rd.messages):
-                self._fsync_workers.submit(job)
-                return True
-        # Every Ready's messages are out (a leader's appends) or go with the job (a follower's
-        # acknowledgements): their answers come back as frames, which finish the round
-        # (``handle_items``), and ask for its end if it is not there yet. A leader's fsync
-        # thus ends in the pass of the first acknowledgement.
-        self._fsync_workers.submit_quiet(job)
         return True
-
-    def _hand_over_messages(self, rnd: _Round) -> None:
-        """Frame the messages of ``rnd`` that wait for its durability, for the worker to write
-        (``Handoff``); nothing changes if there are none or a peer is not connected (they are
-        sent at the round's end then)."""
-        assert self._hand_off is not None
-        by_peer: dict[int, list[Any]] = {}
-        for group, rd, sent in rnd.readies:
-            if not sent:
-                for msg in rd.messages:
-                    by_peer.setdefault(msg.dst, []).append([_MSG, group.id, to_wire(msg)])
-        if not by_peer:
-            return
-        handoffs = []
-        for peer, items in by_peer.items():
-            handoff = self._hand_off(peer, items)
-            if handoff is None:
-                return
-            handoffs.append(handoff)
-        rnd.handoffs = handoffs
-        rnd.readies = [(group, rd, True) for group, rd, _ in rnd.readies]
-        self.handoffs += 1
 
     def _collect(self) -> None:
         """Finish the round in flight if its job has ended (``run``'s loop, after a wake-up).
@@ -932,11 +864,9 @@ class MultiRaft:
                 raise AssertionError("a durability job ended with no round in flight")
             self.fsyncs += len(rnd.tickets) + rnd.hard_states
             if self.on_group_commit is not None:
-                self.on_group_commit(time.perf_counter() - rnd.started)
+                self.on_group_commit(trio.current_time() - rnd.started)
             for glog, ticket in rnd.tickets:
                 glog.flushed(ticket)
-            for handoff in rnd.handoffs:
-                handoff.finish()
             self._busy += 1
             try:
                 self._end_round(rnd)
@@ -958,11 +888,8 @@ class MultiRaft:
             finally:
                 self._busy -= 1
         while self._round is not None:
-            self._fsync_workers.want_wake()
+            await self._fsync_workers.wait()
             self._collect()
-            if self._round is not None:
-                await self._fsync_workers.wait()
-                self._collect()
 
     def _send_messages(self, group: RaftGroup, rd: Ready) -> None:
         for msg in rd.messages:
@@ -1003,9 +930,6 @@ class _Round:
     tickets: list[tuple[PartitionLog, FlushTicket]]  # the fsyncs, by log
     hard_states: bool  # whether the hard-state file is written too
     started: float
-    # The messages the worker writes once the round is durable (then every Ready's count as
-    # sent: ``Handoff.finish`` posts what the worker could not write).
-    handoffs: list[Handoff]
 
 
 def _nothing() -> None:
@@ -1020,10 +944,7 @@ def _replicates_only(rd: Ready, persisted: HardState) -> bool:
     hard = rd.hard_state
     if hard is not None and (hard.term, hard.vote) != (persisted.term, persisted.vote):
         return False
-    for m in rd.messages:  # noqa: SIM110 (a loop, not all(): called for every Ready)
-        if type(m) not in _REPLICATION:
-            return False
-    return True
+    return all(type(m) in _REPLICATION for m in rd.messages)
 
 
 _REPLICATION = (AppendEntries, Heartbeat)
@@ -1033,14 +954,6 @@ def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
     """The replica that should lead ``group_id``: a stable hash over the sorted voters."""
     ordered = sorted(voters)
     return ordered[zlib.crc32(group_id.encode()) % len(ordered)] if ordered else None
-
-
-def _durable_then_send(durable: Callable[[], None], handoffs: list[Handoff]) -> bool:
-    """The worker's job for a round with handed-off messages: make it durable, then write
-    them; True (a quiet end) if every frame went whole."""
-    durable()
-    sent = [handoff.send() for handoff in handoffs]  # every one: no short cut
-    return all(sent)
 
 
 def _make_durable(

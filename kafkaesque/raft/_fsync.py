@@ -10,11 +10,6 @@ A job's end comes back through an eventfd that the waiting task itself polls, no
 waiter, one more pass of the scheduler. Under load a pass runs every ready connection's task
 (hundreds of devices), so each pass saved is milliseconds of every write's latency.
 
-A *quiet* job (``submit_quiet``) did itself what its end would have woken the waiter for (a
-follower's job writes the acknowledgement once the fsync is done): when it returns True its end
-wakes nobody, and the waiter finds it with ``take_ends`` whenever it next looks, or asks to be
-woken by it (``want_wake``) when something waits for it.
-
 Lifetime: threads start on first use and stop at ``close()`` (the driver's), or with the
 process; a job still running at close finishes first. Not thread-safe on the trio side: any task
 of the trio thread may ``submit``, one task at a time may ``wait`` (the driver's loop).
@@ -30,7 +25,6 @@ from collections.abc import Callable, Sequence
 import trio
 
 Job = Callable[[], object]
-QuietJob = Callable[[], bool]
 
 
 class FsyncWorkers:
@@ -39,30 +33,17 @@ class FsyncWorkers:
     def __init__(self, threads: int, name: str = "kafkaesque-fsync") -> None:
         self._size = threads
         self._name = name
-        self._jobs: queue.SimpleQueue[tuple[Job, bool] | None] = queue.SimpleQueue()
+        self._jobs: queue.SimpleQueue[Job | None] = queue.SimpleQueue()
         # What each finished job raised (None: it returned), then a count on the eventfd.
         self._ends: queue.SimpleQueue[BaseException | None] = queue.SimpleQueue()
         self._done_fd = -1
         self._threads: list[threading.Thread] = []
-        # Set by the waiter (``want_wake``), read by the workers after they queue an end.
-        self._wake_wanted = False
 
     def submit(self, job: Job) -> None:
         """Queue ``job`` for a worker and return at once; its end is told by ``take_ends``
         once ``wait`` returns (the caller must collect every end it submitted)."""
         self._ensure_started()
-        self._jobs.put((job, False))
-
-    def submit_quiet(self, job: QuietJob) -> None:
-        """``submit`` a job whose end wakes ``wait`` only if it raised, returned False, or
-        ``want_wake`` was called (see the module docstring)."""
-        self._ensure_started()
-        self._jobs.put((job, True))
-
-    def want_wake(self) -> None:
-        """Have the next end wake ``wait``, quiet or not; call ``take_ends`` after this (an end
-        queued before it was called has not woken anyone)."""
-        self._wake_wanted = True
+        self._jobs.put(job)
 
     async def wait(self) -> None:
         """Until at least one job submitted has ended since the last ``take_ends``.
@@ -82,12 +63,11 @@ class FsyncWorkers:
         """The ends of the jobs that finished since the last call, in the order they ended:
         None for a job that returned, else what it raised. Never blocks."""
         ends: list[BaseException | None] = []
-        pending = self._ends
-        while not pending.empty():
-            ends.append(pending.get_nowait())
-        if ends:
-            self._wake_wanted = False
-        return ends
+        while True:
+            try:
+                ends.append(self._ends.get_nowait())
+            except queue.Empty:
+                return ends
 
     async def run(self, jobs: Sequence[Job]) -> None:
         """Run ``jobs`` on the workers, concurrently; return when all are done.
@@ -137,17 +117,13 @@ class FsyncWorkers:
 
     def _work(self, done_fd: int) -> None:
         while True:
-            queued = self._jobs.get()
-            if queued is None:
+            job = self._jobs.get()
+            if job is None:
                 return
-            job, quiet = queued
             error: BaseException | None = None
-            done = False
             try:
-                done = job() is True
+                job()
             except Exception as exc:  # noqa: BLE001 (a value for the waiting task, re-raised there)
                 error = exc
             self._ends.put(error)
-            # After the put: a waiter that wants the wake set the flag before it looked.
-            if not (quiet and done) or error is not None or self._wake_wanted:
-                os.eventfd_write(done_fd, 1)
+            os.eventfd_write(done_fd, 1)

@@ -13,12 +13,6 @@ still travel as one frame, and a pass of the scheduler is saved on every hop of 
 round. Under load a pass runs every ready task of the broker (hundreds of MQTT devices, say),
 so the pass, not the CPU, is what each hop costs in latency.
 
-``hand_off`` frames items on the trio thread for a durability worker to write once what they
-acknowledge is durable (``Handoff``): a follower's acknowledgement then leaves as its fsync
-ends, with no pass of the scheduler between. The one place another thread writes to a peer
-connection: every write to it, and every change of whether it may be written, holds the
-connection's lock.
-
 Lifetime: everything runs inside ``PeerTransport.run`` (listener, dialers, one nursery per
 connection); cancelling it closes every connection.
 """
@@ -26,7 +20,6 @@ connection); cancelling it closes every connection.
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,7 +30,6 @@ from kafkaesque._fd_stream import FdStream
 
 from ._wire import (
     DEFAULT_MAX_FRAME,
-    FRAME_TARGET_BYTES,
     FrameDecoder,
     FrameEncoder,
     Hello,
@@ -80,66 +72,6 @@ class _Connection:
     stream: FdStream
     encoder: FrameEncoder = field(default_factory=FrameEncoder)
     writing: bool = False  # the writer task is sending: ``flush`` must leave it the outbox
-    closed: bool = False  # the stream is closed, or about to be: nobody writes any more
-    # Held by whoever writes to the stream, and to set ``writing`` or ``closed``: a
-    # ``Handoff`` writes from a worker thread.
-    lock: threading.Lock = field(default_factory=threading.Lock)
-
-
-class Handoff:
-    """Items for one peer, framed on the trio thread, to be written from a durability worker's
-    thread once what they acknowledge is durable (see the module docstring).
-
-    ``send`` (any thread, once) writes the frame if the connection is live and no other write
-    is under way: all of it, or what the socket does not take is kept for the writer task.
-    ``finish`` (the trio thread, after ``send``) then wakes that writer, or posts the items as
-    usual if ``send`` could not write them (they go out with the next ``flush``).
-    """
-
-    __slots__ = ("_conn", "_frame", "_items", "_link", "_peer", "_transport", "written")
-
-    def __init__(
-        self,
-        transport: PeerTransport,
-        peer: int,
-        link: _Link,
-        conn: _Connection,
-        frame: bytes,
-        items: list[Any],
-    ) -> None:
-        self._transport = transport
-        self._peer = peer
-        self._link = link
-        self._conn = conn
-        self._frame = frame
-        self._items = items
-        #: None: not written (``finish`` posts the items); True: written whole; False: in part,
-        #: the rest kept for the writer task.
-        self.written: bool | None = None
-
-    def send(self) -> bool:
-        """Write the frame now (any thread); True when all of it went: ``finish`` has nothing
-        left to do but count it."""
-        conn = self._conn
-        with conn.lock:
-            if conn.closed or conn.writing or self._link.live is not conn:
-                return False
-            try:
-                self.written = conn.stream.send_now([self._frame])
-            except trio.BrokenResourceError:
-                return False  # the reader sees the broken connection and closes it
-        return self.written
-
-    def finish(self) -> None:
-        """What the frame's fate leaves to do, on the trio thread."""
-        transport = self._transport
-        if self.written is None:
-            for item in self._items:
-                transport.post(self._peer, item)
-            return
-        transport.frames_sent += 1
-        if not self.written:
-            self._link.wake.set()
 
 
 class PeerTransport:
@@ -174,8 +106,6 @@ class PeerTransport:
         self._max_queued = max_queued_items
         self._links = {p: _Link(a) for p, a in peers.items() if p != node_id}
         self._posted: set[_Link] = set()  # links with items ``post``ed and not yet flushed
-        # ``hand_off``'s: never the connections' own, which their writer tasks may hold.
-        self._handoff_encoder = FrameEncoder()
         self._nursery: trio.Nursery | None = None
         #: Items dropped because their peer was disconnected or its queue full.
         self.dropped = 0
@@ -210,19 +140,6 @@ class PeerTransport:
         link.outbox.append(item)
         return link
 
-    def hand_off(self, peer: int, items: list[Any]) -> Handoff | None:
-        """``items`` for ``peer`` framed for a ``Handoff``; None if ``peer`` is not connected,
-        or they make more than a frame's target size (a new leader's first appends, say):
-        then ``post`` them as usual."""
-        link = self._links.get(peer)
-        conn = None if link is None else link.live
-        if link is None or conn is None or not link.connected:
-            return None
-        frame = self._handoff_encoder.encode(items)
-        if len(frame) > FRAME_TARGET_BYTES:
-            return None
-        return Handoff(self, peer, link, conn, frame, items)
-
     def flush(self) -> None:
         """Send what was posted: written now where the peer's writer is idle and its socket
         has room, else handed to the writer. Never blocks."""
@@ -237,10 +154,9 @@ class PeerTransport:
             items, link.outbox = link.outbox, []
             written = True
             try:
-                with conn.lock:  # (a ``Handoff`` may be writing from its thread)
-                    for frame in conn.encoder.frames(items):
-                        self.frames_sent += 1
-                        written = conn.stream.send_now(frame) and written
+                for frame in conn.encoder.frames(items):
+                    self.frames_sent += 1
+                    written = conn.stream.send_now(frame) and written
             except trio.BrokenResourceError:
                 if link.scope is not None:
                     link.scope.cancel()  # a broken connection: close it; the dialer redials
@@ -361,8 +277,8 @@ class PeerTransport:
             log.info("node %d: connected to node %d", self.node_id, peer)
             if self._on_peer_change is not None:
                 self._on_peer_change(peer, True)
-            conn = link.live = _Connection(fast)
             try:
+                conn = link.live = _Connection(fast)
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._write_loop, link, conn)
                     self._deliver(peer, early)
@@ -376,8 +292,6 @@ class PeerTransport:
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass  # the peer went away; the dialer reconnects
             finally:
-                with conn.lock:
-                    conn.closed = True  # before the descriptor is closed (and its number reused)
                 link.connected = False
                 if link.scope is scope:
                     link.live = None
@@ -413,8 +327,7 @@ class PeerTransport:
         while True:
             await link.wake.wait()
             link.wake = trio.Event()
-            with conn.lock:  # no ``Handoff`` is writing from here on
-                conn.writing = True
+            conn.writing = True
             try:
                 await stream.send_kept()
                 items, link.outbox = link.outbox, []

@@ -99,22 +99,6 @@ class FrameEncoder:
                         break
             yield self._frame(count)
 
-    def encode(self, items: Sequence[Any]) -> bytes:
-        """All of ``items`` (at least one) as one frame, in bytes of its own (the buffer is
-        reused at once): for a few small items, kept beyond the next frame."""
-        packer = self._packer
-        if self._view is not None:
-            self.release()
-        for item in items:
-            packer.pack(item)
-        head: bytes = self._head.pack_array_header(len(items))
-        with packer.getbuffer() as view:
-            frame: bytes = (
-                _FRAME.pack(len(head) + len(view), crc32c(view, crc32c(head))) + head + view
-            )
-        packer.reset()
-        return frame
-
     def _frame(self, count: int) -> list[bytes | memoryview]:
         head: bytes = self._head.pack_array_header(count)
         view = self._packer.getbuffer()
