@@ -14,9 +14,12 @@ Once every listener is bound it prints one line, ``broker <id> client=<host:port
 Stopping. SIGTERM stops gracefully: the broker stops accepting client connections, hands every
 partition leadership it holds (and the controller quorum's, if it leads it) to an up-to-date
 replica, waits until each has a leader elsewhere (at most ``--shutdown-timeout`` seconds, 5 by
-default), then stops; the clients connected to it are served meanwhile and see the hand-over as
-latency. SIGINT (Ctrl-C), or a second SIGTERM during the hand-over, stops at once, as a crash
-would look to the others (elections follow).
+default), then stops. Meanwhile its client connections drain: each finishes the requests it had
+taken (writes forwarded to the new leaders; long polls answered at once), answers a request read
+after that with the retriable ``NOT_READY``, and closes; an MQTT 5 device gets DISCONNECT 0x8B
+(docs/operations.md, "Graceful shutdown and rolling restarts"). SIGINT (Ctrl-C), or a second
+SIGTERM during the hand-over, stops at once, as a crash would look to the others (elections
+follow).
 
 While it runs, the broker keeps its pid in ``<data-dir>/<id>/broker.pid``;
 ``kafkaesque broker stop --data-dir <dir> --id <id>`` (or ``--config``) sends it SIGTERM and
@@ -326,8 +329,8 @@ REMOVE_TIMEOUT_S = DECOMMISSION_TIMEOUT_S + 30.0
 
 
 def remove(args: argparse.Namespace) -> int:
-    """``kafkaesque broker remove <id>``: send ``REMOVEBROKER <id>`` to another broker than
-    the one leaving (it cannot remove itself) and print what moved."""
+    """``kafkaesque broker remove <id>``: send ``REMOVEBROKER <id>`` to a broker other than
+    the one leaving (the leaving one would pass it on: one hop less) and print what moved."""
     leaving = args.broker_id
     if leaving is None:
         raise BrokerCommandError("broker remove needs the id of the broker to remove")

@@ -116,6 +116,10 @@ ROLLING_RESTART_TEST = (
     "tests/cli/test_cluster_rolling.py::"
     "test_cluster_restart_rolling_restarts_every_broker_of_cluster_up"
 )
+DECOMMISSION_TEST = (
+    "tests/broker/test_decommission.py::"
+    "test_a_broker_is_decommissioned_under_load_without_losing_anything"
+)
 BROKER_STOP_TEST = (
     "tests/broker/test_shutdown.py::"
     "test_broker_stop_finds_the_broker_by_its_pid_file_and_stops_it_gracefully"
@@ -235,6 +239,7 @@ REGISTRY: tuple[Entry, ...] = (
     by(RESTART_BROKER_TEST, ".venv/bin/kafkaesque cluster restart-broker 1"),
     by(ROLLING_RESTART_TEST, ".venv/bin/kafkaesque cluster restart --rolling"),
     by(BROKER_STOP_TEST, "kafkaesque broker stop --data-dir data --id 0"),
+    by(DECOMMISSION_TEST, ".venv/bin/kafkaesque broker remove 3 --bootstrap 127.0.0.1:9092"),
     Entry(
         "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
         "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
