@@ -664,7 +664,8 @@ class PartitionLog:
             raise ValueError("flush ticket has not run")
         if ticket.generation == self._generation:
             self._flushed_end = max(self._flushed_end, min(ticket.end_offset, self.log_end_offset))
-            self._last_flush_ms = self._clock()
+            if self.config.fsync is FsyncPolicy.INTERVAL:  # only its interval needs the time
+                self._last_flush_ms = self._clock()
             self._note_flushed()
 
     def flush_due(self) -> bool:
