@@ -26,9 +26,9 @@ takes no new request. What it dispatched before finishes: a write waits for its 
 new leader, through forwarding, once the leadership was handed over), a long poll (FETCH or CONS
 with ``wait_ms``) is cut short and answers what there is now, maybe nothing, as if its wait had
 ended. Every request it reads from then on (pipelined lines, say) is answered ``-ERR NOT_READY``
-without being done, which clients retry through another broker. Once no reply is owed the
-session stops reading, sends its last replies and the end of the stream, and closes: at once
-for a connection idle at that moment.
+without being done, which clients retry through another broker. Once no reply is owed and
+nothing more came for ``_LAST_LINES_S`` (50 ms), the session stops reading, sends its last
+replies and the end of the stream, and closes.
 """
 
 from __future__ import annotations
@@ -70,6 +70,8 @@ _PUBLISHES = (Pubs, PublishRecord, PublishBatch)
 # client still sends for this long at most, until the client closes its end: closing a socket
 # with unread bytes resets the connection, which may destroy replies the client has not read.
 _LINGER_S = 1.0
+# A stopping session that owes no reply reads on this long for lines already on their way.
+_LAST_LINES_S = 0.05
 SHUTTING_DOWN = encode_reply(
     ErrorReply(
         ErrorCode.NOT_READY,
@@ -336,7 +338,8 @@ class _Pipeline:
 
     def stop_taking(self) -> None:
         """The broker started to stop (``Draining.begin``): take no new request, cut the long
-        polls short, and stop reading at once if no reply is owed. Never waits or raises."""
+        polls short, and stop reading soon if no reply is owed (``_LAST_LINES_S``). Never waits
+        or raises."""
         self.stopping = True
         for scope in list(self.polls):
             scope.cancel()
@@ -344,20 +347,25 @@ class _Pipeline:
 
     def _stop_reading_if_done(self) -> None:
         if self.stopping and not self.queue and self._receiving is not None:
-            self._receiving.cancel()
+            # Not at once: lines already on their way are read and answered NOT_READY, so a
+            # client that streams them learns to stop (found by the pipelined-writes drain test
+            # under load: a stream that was never refused ran on past the linger, and the
+            # close reset the connection under replies the client had not read yet).
+            scope = self._receiving
+            scope.deadline = min(scope.deadline, trio.current_time() + _LAST_LINES_S)
 
     async def receive(self, stream: trio.abc.Stream) -> bytes | bytearray:
         """The client's next bytes; b"" at the end of its stream, or once the session stops
-        taking requests and owes no reply (``stop_taking``)."""
-        if self.stopping and not self.queue:
-            return b""
+        taking requests and owes no reply and nothing more came (``stop_taking``)."""
         with trio.CancelScope() as scope:
+            if self.stopping and not self.queue:
+                scope.deadline = trio.current_time() + _LAST_LINES_S
             self._receiving = scope
             try:
                 return await stream.receive_some(_RECEIVE_BYTES)
             finally:
                 self._receiving = None
-        return b""  # cancelled by ``_stop_reading_if_done``
+        return b""  # nothing more came (``_stop_reading_if_done``)
 
     def flush(self) -> None:
         """Write the replies ready at the head of the queue from this task, or have the writer

@@ -203,6 +203,7 @@ class ProducerBatch:
     payload: bytes | None = None
     attempts: int = 0
     retry_at_ms: float = 0.0
+    sent_to: int | None = None  # the broker its last attempt went to
     maybe_applied: bool = False  # an earlier attempt ended with an outcome-unknown error
     settled: bool = False
     base_offset: int = -1
@@ -331,10 +332,19 @@ class ProducerCore:
         return self._metadata_wanted
 
     def update_metadata(self, metadata: ClusterMetadata) -> None:
-        """Take a fresh snapshot; clears ``metadata_wanted``."""
+        """Take a fresh snapshot; clears ``metadata_wanted``.
+
+        A batch waiting out a backoff whose partition now has another leader than the broker
+        that failed it goes at once (as Kafka's producer does since KIP-951): the backoff spares
+        the broker that refused, and the new leader refused nothing. A graceful stop or a
+        failover then costs one round trip, not a backoff."""
         self._metadata = metadata
         self._metadata_wanted = False
         self._sticky_open.clear()  # partition counts may have changed
+        for tp, queue in self._queued.items():
+            head = queue[0] if queue else None
+            if head is not None and head.retry_at_ms and head.sent_to != self._leader_id(tp):
+                head.retry_at_ms = 0.0
 
     def want_metadata(self) -> None:
         """Ask the driver for a refresh (as a stale-leader error would)."""
@@ -700,6 +710,7 @@ class ProducerCore:
         if entry is None:
             return None
         batch, broker_id, _ = entry
+        batch.sent_to = broker_id
         self._abandoned.discard(batch_id)
         self._in_flight_per_broker[broker_id] -= 1
         self._busy_partitions.discard((batch.topic, batch.partition))

@@ -13,11 +13,14 @@ from kafkaesque.protocol import ErrorCode
 
 from ._errors import KafkaesqueError
 
-REFRESH_CODES = frozenset({ErrorCode.NOT_LEADER, ErrorCode.NO_QUORUM, ErrorCode.UNKNOWN_TOPIC})
+REFRESH_CODES = frozenset(
+    {ErrorCode.NOT_LEADER, ErrorCode.NO_QUORUM, ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_READY}
+)
 """Codes after which the client re-reads METADATA before retrying: the leader may have moved.
-A connection failure (``code`` None) is treated the same way. ``NOT_READY`` (a broker that has
-just started and does not know the cluster yet) is retried after the backoff without a refresh:
-the broker that said it would answer METADATA with ``NOT_READY`` too."""
+A connection failure (``code`` None) is treated the same way. ``NOT_READY`` too: a broker that
+is stopping says it once its leaderships have moved, and one that has just started does not
+lead anything yet; the refresh asks another broker when this one answers ``NOT_READY`` to
+METADATA as well (``steps.refresh_metadata``)."""
 
 
 @dataclass(frozen=True, slots=True)

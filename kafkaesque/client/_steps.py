@@ -199,9 +199,10 @@ def refresh_metadata(
 
     One attempt per broker, at most ``_REFRESH_BROKERS`` of them: when the connection to the
     first candidate fails (a broker that stopped gracefully, or a pooled connection that a
-    restarted broker closed meanwhile), the next is asked at once. Otherwise the caller would
-    retry, a backoff later, on the metadata it had, which names the broker that just handed its
-    leaderships over. A broker that answers, even with an error, ends the refresh.
+    restarted broker closed meanwhile), or it answers ``NOT_READY`` (it is stopping, or has just
+    started), the next is asked at once. Otherwise the caller would retry, a backoff later, on
+    the metadata it had, which names the broker that just handed its leaderships over. A broker
+    that answers anything else, even an error, ends the refresh.
     """
     once = dataclasses.replace(config, retry=NO_RETRY)
     call = calls.metadata(topics)
@@ -212,7 +213,9 @@ def refresh_metadata(
         except KafkaesqueConnectionError:
             state.connection_failed(address)
             continue
-        except KafkaesqueError:
+        except KafkaesqueError as exc:
+            if exc.code is ErrorCode.NOT_READY:
+                continue
             return None
         state.update_metadata(snapshot, topics)
         return snapshot

@@ -187,12 +187,26 @@ def test_not_leader_is_retried_after_a_backoff_with_fresh_metadata_and_same_byte
     (send,) = p.ready(now_ms=10)
     p.on_response(send.batch_id, ErrorReply(ErrorCode.NOT_LEADER, "moved"), now_ms=20)
     assert p.metadata_wanted and not handle.done()
-    p.update_metadata(cluster(leaders=(0, 0, 0)))
+    p.update_metadata(cluster(leaders=(0, 1, 0)))  # the refresh still names broker 1
     assert p.ready(now_ms=119) == [] and p.next_wakeup_ms(now_ms=20) == 120
     (retry,) = p.ready(now_ms=120)
-    assert retry.broker_id == 0 and retry.command.batch == send.command.batch
+    assert retry.broker_id == 1 and retry.command.batch == send.command.batch
     p.on_response(retry.batch_id, OkReply("1 7"), now_ms=130)
     assert handle.result().offset == 7
+
+
+def test_a_retry_goes_at_once_to_a_new_leader_the_refresh_names() -> None:
+    # KIP-951: the backoff spares the broker that refused; a new leader refused nothing.
+    p = core(retry=RetryPolicy(backoff_ms=100, backoff_max_ms=100))
+    handle = p.append("t", rec(), partition=1, now_ms=0)
+    (send,) = p.ready(now_ms=10)
+    p.on_response(send.batch_id, ErrorReply(ErrorCode.NOT_READY, "shutting down"), now_ms=20)
+    assert p.metadata_wanted and p.ready(now_ms=21) == []
+    p.update_metadata(cluster(leaders=(0, 0, 0)))
+    (retry,) = p.ready(now_ms=21)
+    assert retry.broker_id == 0 and retry.command.batch == send.command.batch
+    p.on_response(retry.batch_id, OkReply("1 8"), now_ms=30)
+    assert handle.result().offset == 8
 
 
 def test_a_retry_is_not_overtaken_by_a_later_batch_of_its_partition() -> None:

@@ -14,7 +14,12 @@ from kafkaesque.client import (
 from kafkaesque.protocol import ErrorCode, ErrorReply
 
 POLICY = RetryPolicy(max_attempts=5, backoff_ms=10, backoff_max_ms=40, unknown_topic_attempts=2)
-REFRESHING = {ErrorCode.NOT_LEADER, ErrorCode.NO_QUORUM, ErrorCode.UNKNOWN_TOPIC}
+REFRESHING = {
+    ErrorCode.NOT_LEADER,
+    ErrorCode.NO_QUORUM,
+    ErrorCode.UNKNOWN_TOPIC,
+    ErrorCode.NOT_READY,  # a stopping broker's refusal: its leaderships have moved
+}
 
 
 @pytest.mark.parametrize("code", list(ErrorCode))

@@ -205,7 +205,21 @@ def test_a_refresh_asks_the_next_broker_when_the_first_connection_fails() -> Non
     assert result is not None and state.metadata.leader("t", 0) == BrokerRow(1, "h1", 2)
     assert state.candidates()[-1] == ("h0", 1)  # tried last from now on
 
-    # A broker that answers, even with an error, ends the refresh; so does a second failure.
+    # A broker that is stopping (or starting) answers NOT_READY: the next one is asked.
+    asked.clear()
+
+    def stopping(request: steps.Request) -> Any:
+        asked.append(request.address)
+        if request.address == ("h1", 2):
+            return ErrorReply(ErrorCode.NOT_READY, "the broker is shutting down")
+        return metadata_reply(0)
+
+    state.update_metadata(ClusterMetadata.from_response(metadata_reply(1)))
+    result, _ = drive(steps.refresh_metadata(state, CONFIG), stopping)
+    assert asked[0] == ("h1", 2) and len(asked) == 2
+    assert result is not None and state.metadata.leader("t", 0) == BrokerRow(0, "h0", 1)
+
+    # A broker that answers another error ends the refresh; so does a second failure.
     asked.clear()
     refused = drive(
         steps.refresh_metadata(state, CONFIG), lambda r: ErrorReply(ErrorCode.BUSY, "later")
