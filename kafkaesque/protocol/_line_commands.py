@@ -161,8 +161,9 @@ class ErrorCode(Enum):
         "metadata has not caught up with the controller quorum (or, for CREATE, fewer brokers "
         "than the replication factor have registered in a cluster configured with enough), or "
         "it is shutting down and read this request after it began to (it sends the replies it "
-        "owes, then closes the connection). Nothing was done; retry after a short backoff, here "
-        "or through another broker.",
+        "owes, then closes the connection). Nothing was done; refresh METADATA (from another "
+        "broker if this one answers `NOT_READY` to it too) and retry after a short backoff, at "
+        "once if the partition has a new leader (the client library does).",
         "The same: the broker does not know the cluster yet, or is shutting down; nothing was "
         "read. LATEST: the partition's leader is still building its key index (it became the "
         "leader moments ago). Retry after a short backoff.",
