@@ -674,32 +674,28 @@ class Broker:
         relay to the client as it is. ``RequestError`` if it does not answer within ``wait_s``
         and ``_FORWARD_SLACK_S``."""
         deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
-        try:
-            answer = await self.forwarder.call(
-                broker, GroupCommandRequest(command), deadline=deadline
-            )
-        except ForwardError as exc:
-            raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
-        if not isinstance(answer, CommandReply):
-            raise RequestError(
-                ErrorCode.INTERNAL, f"broker {broker} answered a command with {answer!r:.200}"
-            )
-        return answer.data
+        return await self._relayed(broker, GroupCommandRequest(command), deadline, "a command")
 
     async def forward_latest(self, broker: int, topic: str, partition: int, key: bytes) -> bytes:
         """``LATEST`` on ``broker``, the leader of the key's ``partition``; its encoded reply,
         to relay as it is. ``RequestError`` ``TIMEOUT`` (retriable: a read changes nothing) if it
         does not answer within ``_FORWARD_SLACK_S``."""
         deadline = trio.current_time() + _FORWARD_SLACK_S
+        request = LatestRequest(topic, partition, key)
+        return await self._relayed(broker, request, deadline, "LATEST")
+
+    async def _relayed(
+        self, broker: int, request: GroupCommandRequest | LatestRequest, deadline: float, what: str
+    ) -> bytes:
+        """``request`` answered by ``broker`` with a ``CommandReply``: its encoded client reply.
+        ``RequestError``: ``TIMEOUT`` if no answer by ``deadline``, ``INTERNAL`` for another."""
         try:
-            answer = await self.forwarder.call(
-                broker, LatestRequest(topic, partition, key), deadline=deadline
-            )
+            answer = await self.forwarder.call(broker, request, deadline=deadline)
         except ForwardError as exc:
             raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
         if not isinstance(answer, CommandReply):
             raise RequestError(
-                ErrorCode.INTERNAL, f"broker {broker} answered LATEST with {answer!r:.200}"
+                ErrorCode.INTERNAL, f"broker {broker} answered {what} with {answer!r:.200}"
             )
         return answer.data
 

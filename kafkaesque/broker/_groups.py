@@ -64,6 +64,7 @@ from kafkaesque.protocol import (
     EndReply,
     ErrorCode,
     FetchOffsets,
+    GroupCommand,
     GroupRow,
     GroupStateRow,
     Leave,
@@ -98,18 +99,6 @@ OFFSETS_PARTITIONS = 8
 _READ_BYTES = 1 << 20
 _LEADER_READY_POLL_S = 0.01
 _EXPIRY_EVERY_S = 0.25
-
-GroupCommand = (
-    Subs
-    | Cons
-    | Commit
-    | FetchOffsets
-    | Leave
-    | DescribeGroup
-    | ListGroups
-    | ResetOffsets
-    | DeleteGroup
-)
 
 
 @dataclass

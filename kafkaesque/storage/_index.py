@@ -15,6 +15,7 @@ import os
 import struct
 from array import array
 from bisect import bisect_right
+from collections.abc import Iterable
 
 _ENTRY = struct.Struct(">II")
 ENTRY_SIZE = _ENTRY.size
@@ -86,20 +87,33 @@ class OffsetIndex:
 
     def flush(self) -> None:
         """Append the entries not yet written to the file (no fsync: the index is derived)."""
-        if self._unwritten:
-            with open(self.path, "ab") as f:
-                f.write(self._unwritten)
-            self._unwritten.clear()
+        append_unwritten(self.path, self._unwritten)
 
     def rewrite(self) -> None:
         """Write the whole index anew (after a rebuild or a truncation)."""
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(
-                b"".join(
-                    _ENTRY.pack(o - self.base_offset, p)
-                    for o, p in zip(self._offsets, self._positions, strict=True)
-                )
-            )
-        os.replace(tmp, self.path)
+        replace_index_file(
+            self.path,
+            (
+                _ENTRY.pack(o - self.base_offset, p)
+                for o, p in zip(self._offsets, self._positions, strict=True)
+            ),
+        )
         self._unwritten.clear()
+
+
+def append_unwritten(path: str, unwritten: bytearray) -> None:
+    """Append a sparse index's entries not yet written to its file, and forget them (no fsync:
+    an index is derived, rebuilt from the log when it does not fit)."""
+    if unwritten:
+        with open(path, "ab") as f:
+            f.write(unwritten)
+        unwritten.clear()
+
+
+def replace_index_file(path: str, entries: Iterable[bytes]) -> None:
+    """Write a sparse index's file anew with ``entries``: a temporary file renamed over it, so
+    a crash leaves the old file or the new one."""
+    tmp = path + ".tmp"
+    with open(tmp, "wb") as f:
+        f.write(b"".join(entries))
+    os.replace(tmp, path)

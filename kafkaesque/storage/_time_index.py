@@ -21,10 +21,11 @@ not fit the segment (see ``Segment``).
 
 from __future__ import annotations
 
-import os
 import struct
 from array import array
 from bisect import bisect_left
+
+from ._index import append_unwritten, replace_index_file
 
 _ENTRY = struct.Struct(">qII")
 ENTRY_SIZE = _ENTRY.size
@@ -135,22 +136,15 @@ class TimeIndex:
 
     def flush(self) -> None:
         """Append the entries not yet written to the file (no fsync: the index is derived)."""
-        if self._unwritten:
-            with open(self.path, "ab") as f:
-                f.write(self._unwritten)
-            self._unwritten.clear()
+        append_unwritten(self.path, self._unwritten)
 
     def rewrite(self) -> None:
         """Write the whole index anew (after a rebuild)."""
-        tmp = self.path + ".tmp"
-        with open(tmp, "wb") as f:
-            f.write(
-                b"".join(
-                    _ENTRY.pack(t, o - self.base_offset, p)
-                    for t, o, p in zip(
-                        self._timestamps, self._offsets, self._positions, strict=True
-                    )
-                )
-            )
-        os.replace(tmp, self.path)
+        replace_index_file(
+            self.path,
+            (
+                _ENTRY.pack(t, o - self.base_offset, p)
+                for t, o, p in zip(self._timestamps, self._offsets, self._positions, strict=True)
+            ),
+        )
         self._unwritten.clear()
