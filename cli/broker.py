@@ -76,6 +76,16 @@ _FLAGS = {
     "max_line_length": "max_line_length",
     "max_payload": "max_payload",
     "leader_balance_rate": "leader_balance_rate",
+    "tls_cert": "tls_cert",
+    "tls_key": "tls_key",
+    "tls_ca": "tls_ca",
+    "client_tls": "client_tls",
+    "admin_tls": "admin_tls",
+    "peer_tls": "peer_tls",
+    "users_file": "users_file",
+    "super_users": "super_users",
+    "mqtt_acl_file": "mqtt_acl_file",
+    "insecure": "insecure",
 }
 
 
@@ -193,6 +203,35 @@ def add_parser(commands: Any) -> None:
         default=DEFAULT_SHUTDOWN_TIMEOUT_S,
         help="seconds a SIGTERM spends handing leaderships over before stopping "
         f"({DEFAULT_SHUTDOWN_TIMEOUT_S:g}; 0: stop at once)",
+    )
+    security = parser.add_argument_group("security (docs/security.md)")
+    security.add_argument("--tls-cert", help="this broker's certificate chain (PEM)")
+    security.add_argument("--tls-key", help="its private key (PEM; default: in --tls-cert)")
+    security.add_argument("--tls-ca", help="the CA that signs the cluster's certificates (PEM)")
+    for flag, what in (
+        ("--client-tls", "the client port speaks TLS (only)"),
+        ("--admin-tls", "the admin port (/metrics) speaks HTTPS"),
+        ("--peer-tls", "brokers talk mutual TLS over --tls-ca"),
+    ):
+        security.add_argument(flag, action="store_true", default=None, help=what)
+    security.add_argument(
+        "--users-file",
+        help="SCRAM-SHA-256 users (`kafkaesque user add`): clients must AUTH (off if absent)",
+    )
+    security.add_argument(
+        "--super-users",
+        type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
+        metavar="User:NAME,...",
+        help="principals every ACL check lets through (as Kafka's super.users)",
+    )
+    security.add_argument(
+        "--mqtt-acl-file", help="MQTT ACLs in mosquitto's acl_file format (off if absent)"
+    )
+    security.add_argument(
+        "--insecure",
+        action="store_true",
+        default=None,
+        help="listen beyond loopback without authentication or with the development secret",
     )
     parser.add_argument("--log-level", default="WARNING", help="logging level (WARNING)")
     parser.add_argument(

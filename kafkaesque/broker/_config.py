@@ -18,6 +18,9 @@ from kafkaesque.protocol import LineLimits
 
 from ._metadata import FSYNC_POLICIES
 
+DEV_CLUSTER_SECRET = "kafkaesque-dev-secret"
+"""The built-in development secret: a broker that uses it and listens beyond loopback refuses to
+start unless ``insecure`` (everyone knows this secret)."""
 MAX_PARTITIONS = 10_000  # partitions of one topic (CREATE refuses more)
 INT16_MAX = 2**15 - 1  # the largest replication factor the protocol carries
 
@@ -85,7 +88,27 @@ class BrokerConfig:
     mqtt_partitions: int = 6
     mqtt_replication_factor: int = 3
     advertised_host: str | None = None  # the host clients are told (default: client.host)
-    cluster_secret: str = "kafkaesque-dev-secret"
+    cluster_secret: str = DEV_CLUSTER_SECRET
+    # Security (docs/security.md). The broker's certificate chain and key (PEM), and the CA that
+    # signs the cluster's certificates (brokers' for mutual TLS between peers, clients' if any).
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    tls_ca: str | None = None
+    client_tls: bool = False  # the client port speaks TLS (only: a plaintext client is refused)
+    admin_tls: bool = False  # the admin port (/metrics) speaks HTTPS
+    peer_tls: bool = False  # the Raft transport between brokers is mutual TLS over tls_ca
+    # SCRAM-SHA-256 credentials (salted; `kafkaesque user add`): with it, every line-protocol
+    # connection must AUTH before anything but PING, HELP and QUIT. None: no authentication.
+    users_file: str | None = None
+    # Principals ("User:alice") that every ACL check lets through, as Kafka's super.users.
+    super_users: tuple[str, ...] = ()
+    mqtt_acl_file: str | None = None  # mosquitto acl_file semantics (None: no MQTT ACLs)
+    # Failed AUTHs an address may make in auth_failure_window_s before it is refused unheard.
+    auth_failure_limit: int = 10
+    auth_failure_window_s: float = 60.0
+    # Listening beyond loopback without authentication, or with DEV_CLUSTER_SECRET: refused
+    # at start unless this is set (`--insecure`).
+    insecure: bool = False
     join: bool = False  # a broker added to a running cluster
     # Topics that PUBS, PUB, PUBB and SUBS name are created on first use, as Kafka's
     # auto.create.topics.enable does, with these partitions and replicas (the replication factor
@@ -145,6 +168,10 @@ class BrokerConfig:
             raise ConfigError(
                 f"leader_balance_rate must be a number >= 0, not {self.leader_balance_rate!r}"
             )
+        if (self.client_tls or self.admin_tls or self.peer_tls) and self.tls_cert is None:
+            raise ConfigError("client_tls, admin_tls and peer_tls need tls_cert (and tls_key)")
+        if self.peer_tls and self.tls_ca is None:
+            raise ConfigError("peer_tls needs tls_ca, the CA that signs every broker's certificate")
         if self.mqtt_tls is not None and self.mqtt_tls_cert is None:
             raise ConfigError("mqtt_tls needs mqtt_tls_cert (and mqtt_tls_key unless in it)")
         return self
