@@ -236,6 +236,23 @@ class ErrorCode(Enum):
         "value of each key. Create the topic with compact=yes (or ALTER it) to use LATEST.",
         "LATEST named a topic that is not compacted; nothing was read.",
     )
+    AUTH_FAILED = (
+        False,
+        False,
+        "Authentication failed (a wrong user name or password, a broken SCRAM exchange), or the "
+        "mechanism is not offered on this listener (PLAIN needs TLS), or this address failed too "
+        "often and must wait (the message says how long). Check the credentials; the connection "
+        "may start AUTH again.",
+        None,
+    )
+    NOT_AUTHORIZED = (
+        False,
+        False,
+        "The connection's principal may not do this (no ACL allows it, or one denies it), or the "
+        "connection has not authenticated yet (AUTH first). Nothing was done. Ask an operator "
+        "for an ACL (ACL ADD, docs/security.md).",
+        "The principal may not read this topic or group; nothing was read.",
+    )
     INTERNAL = (
         False,
         True,
@@ -716,6 +733,94 @@ class RemoveBroker:
     broker_id: int
 
 
+class AclPermission(StrEnum):
+    """Whether an ACL grants or refuses; a deny wins over any allow."""
+
+    ALLOW = "allow"
+    DENY = "deny"
+
+
+class AclOperation(StrEnum):
+    """What an ACL lets a principal do (Kafka's operations, docs/security.md)."""
+
+    READ = "read"
+    WRITE = "write"
+    CREATE = "create"
+    DELETE = "delete"
+    ALTER = "alter"
+    DESCRIBE = "describe"
+    COMMIT = "commit"
+    ADMIN = "admin"  # the cluster's membership and placement: REASSIGN, ADDBROKER, REMOVEBROKER
+    ALL = "all"
+
+
+class AclResource(StrEnum):
+    """The kind of thing an ACL is about."""
+
+    TOPIC = "topic"
+    GROUP = "group"
+    CLUSTER = "cluster"  # named CLUSTER_RESOURCE_NAME, as Kafka's "kafka-cluster"
+
+
+class AclPattern(StrEnum):
+    """How an ACL's name matches: the name itself (``*``: every name), or every name it starts."""
+
+    LITERAL = "literal"
+    PREFIXED = "prefixed"
+
+
+CLUSTER_RESOURCE_NAME: Final = "kafka-cluster"
+ANY_PRINCIPAL: Final = "User:*"
+
+
+@dataclass(frozen=True, slots=True)
+class AclRow:
+    """``+ACL principal permission operation resource pattern name``: one access rule, as
+    ``ACL ADD`` takes it and ``ACL LIST`` shows it. ``principal`` is ``User:<name>`` or
+    ``User:*``."""
+
+    principal: str
+    permission: AclPermission
+    operation: AclOperation
+    resource: AclResource
+    pattern: AclPattern
+    name: str
+
+
+@dataclass(frozen=True, slots=True)
+class Authenticate:
+    """``AUTH MECHANISM base64``: one step of a SASL exchange (``SCRAM-SHA-256`` or ``PLAIN``).
+
+    Answered ``+OK continue <base64>`` (a challenge: send the next step) or ``+OK authenticated
+    <user> [<base64 server-final>]``; ``-ERR AUTH_FAILED`` resets the exchange. ``payload`` is
+    the decoded bytes."""
+
+    mechanism: str
+    payload: bytes
+
+
+@dataclass(frozen=True, slots=True)
+class AclAdd:
+    """``ACL ADD principal permission operation resource pattern name``: ``+OK``."""
+
+    acl: AclRow
+
+
+@dataclass(frozen=True, slots=True)
+class AclRemove:
+    """``ACL REMOVE principal permission operation resource pattern name``:
+    ``+OK removed=<0|1>``."""
+
+    acl: AclRow
+
+
+@dataclass(frozen=True, slots=True)
+class AclList:
+    """``ACL LIST [principal]``: ``+ACL`` rows then ``+END``."""
+
+    principal: str | None = None
+
+
 @dataclass(frozen=True, slots=True)
 class Help:
     """``HELP [command]``: ``+INFO`` rows then ``+END`` (see ``help_replies``)."""
@@ -757,6 +862,10 @@ Command: TypeAlias = (
     | Reassign
     | AddBroker
     | RemoveBroker
+    | Authenticate
+    | AclAdd
+    | AclRemove
+    | AclList
     | Help
     | Ping
     | Quit
@@ -959,6 +1068,7 @@ Row: TypeAlias = (
     | GroupRow
     | GroupStateRow
     | MemberRow
+    | AclRow
     | InfoRow
 )
 Reply: TypeAlias = OkReply | ErrorReply | DataReply | Row | EndReply
