@@ -126,7 +126,7 @@ def test_error_codes_are_distinct_and_documented() -> None:
         "TOPIC_EXISTS", "INVALID_CONFIG", "TOO_LARGE", "INVALID_BATCH", "NOT_LEADER", "TIMEOUT",
         "NO_QUORUM", "BUSY", "NOT_READY", "OFFSET_OUT_OF_RANGE", "FENCED", "OUT_OF_ORDER_SEQUENCE",
         "UNKNOWN_SUBSCRIPTION", "NOT_ASSIGNED", "NO_REPLICA", "UNKNOWN_GROUP", "GROUP_NOT_EMPTY",
-        "NOT_COMPACTED", "INTERNAL",
+        "NOT_COMPACTED", "AUTH_FAILED", "NOT_AUTHORIZED", "INTERNAL",
     ]  # fmt: skip
     assert [code.name for code in ErrorCode] == names
     for code in ErrorCode:
@@ -178,7 +178,7 @@ def test_every_code_a_read_can_meet_says_what_it_means_for_a_read() -> None:
         ErrorCode.INVALID_TOPIC, ErrorCode.TOO_LARGE, ErrorCode.NOT_LEADER, ErrorCode.TIMEOUT,
         ErrorCode.NO_QUORUM, ErrorCode.BUSY, ErrorCode.NOT_READY, ErrorCode.OFFSET_OUT_OF_RANGE,
         ErrorCode.UNKNOWN_SUBSCRIPTION, ErrorCode.NOT_ASSIGNED, ErrorCode.NO_REPLICA,
-        ErrorCode.NOT_COMPACTED, ErrorCode.INTERNAL,
+        ErrorCode.NOT_COMPACTED, ErrorCode.NOT_AUTHORIZED, ErrorCode.INTERNAL,
     }  # fmt: skip
     assert {code for code in ErrorCode if code.on_read is not None} == read_codes
     assert "write" not in " ".join(str(code.on_read) for code in read_codes)
