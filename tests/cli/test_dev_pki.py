@@ -1,0 +1,109 @@
+"""The development PKI (cli/_dev_pki.py): its certificates pass a real TLS handshake, both ways
+(mutual TLS, as the peer transport does), checked against 127.0.0.1 and localhost; a certificate
+from another development CA is refused; the users file it writes loads."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+from kafkaesque.cli._dev_pki import DevPki, make_dev_pki, random_secret, write_users
+
+
+def _server_context(pki: DevPki, node_id: int) -> ssl.SSLContext:
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(pki.brokers[node_id].cert, pki.brokers[node_id].key)
+    context.load_verify_locations(pki.ca)
+    context.verify_mode = ssl.CERT_REQUIRED  # mutual TLS, as --peer-tls
+    return context
+
+
+def _client_context(pki: DevPki, ca: str, node_id: int) -> ssl.SSLContext:
+    context = ssl.create_default_context(cafile=ca)
+    context.load_cert_chain(pki.brokers[node_id].cert, pki.brokers[node_id].key)
+    return context
+
+
+def _handshake(server: ssl.SSLContext, client: ssl.SSLContext, hostname: str) -> bytes:
+    """Both ends of a socketpair shake hands (the server in a thread) and the client reads one
+    line the server sends over TLS; an error on either side is raised here."""
+    left, right = socket.socketpair()
+    left.settimeout(10.0)
+    right.settimeout(10.0)
+    errors: list[BaseException] = []
+
+    def serve() -> None:
+        try:
+            with server.wrap_socket(left, server_side=True) as tls:
+                tls.sendall(b"+PONG\r\n")
+        except (OSError, ssl.SSLError) as exc:
+            errors.append(exc)
+
+    thread = threading.Thread(target=serve)
+    thread.start()
+    try:
+        with client.wrap_socket(right, server_hostname=hostname) as tls:
+            return tls.recv(64)
+    finally:
+        right.close()
+        thread.join(timeout=10.0)
+        left.close()
+        assert not thread.is_alive()
+
+
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> DevPki:
+    return make_dev_pki(str(tmp_path_factory.mktemp("pki")), [1, 2])
+
+
+@pytest.mark.parametrize("hostname", ["127.0.0.1", "localhost"])
+def test_a_broker_certificate_passes_a_mutual_handshake(pki: DevPki, hostname: str) -> None:
+    assert _handshake(_server_context(pki, 1), _client_context(pki, pki.ca, 2), hostname) == (
+        b"+PONG\r\n"
+    )
+
+
+def test_a_name_not_in_the_certificate_is_refused(pki: DevPki) -> None:
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(_server_context(pki, 1), _client_context(pki, pki.ca, 2), "example.com")
+
+
+def test_another_ca_is_not_trusted(pki: DevPki, tmp_path: Path) -> None:
+    other = make_dev_pki(str(tmp_path / "other"), [1])
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(_server_context(other, 1), _client_context(pki, pki.ca, 2), "127.0.0.1")
+
+
+def test_hosts_become_the_alternative_names(tmp_path: Path) -> None:
+    pki = make_dev_pki(str(tmp_path), [7], hosts=["10.1.2.3", "broker7.example"])
+    server = _server_context(pki, 7)
+    for name in ("10.1.2.3", "broker7.example"):
+        assert _handshake(server, _client_context(pki, pki.ca, 7), name) == b"+PONG\r\n"
+    with pytest.raises(ssl.SSLCertVerificationError):
+        _handshake(server, _client_context(pki, pki.ca, 7), "127.0.0.1")
+
+
+def test_files_are_private_and_flags_name_them(pki: DevPki) -> None:
+    for path in (pki.ca, pki.brokers[1].cert, pki.brokers[1].key):
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
+    assert pki.broker_args(2) == [
+        "--tls-cert", pki.brokers[2].cert, "--tls-key", pki.brokers[2].key, "--tls-ca", pki.ca,
+    ]  # fmt: skip
+
+
+def test_the_users_file_holds_no_password_and_loads(tmp_path: Path) -> None:
+    security = pytest.importorskip("kafkaesque.security")
+    password = random_secret()
+    path = str(tmp_path / "users")
+    write_users(path, {"jepsen": password})
+    text = Path(path).read_text()
+    assert password not in text
+    users = security.load_users(path)
+    assert set(users) == {"jepsen"}
+    assert security.verify_password(users["jepsen"], password)
+    assert not security.verify_password(users["jepsen"], password + "x")
