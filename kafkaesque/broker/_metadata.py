@@ -49,6 +49,16 @@ import trio
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException
 from pysyncobj import replicated as _pysyncobj_replicated
 
+from kafkaesque.protocol import (
+    ANY_PRINCIPAL,
+    CLUSTER_RESOURCE_NAME,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclResource,
+    AclRow,
+)
+
 from . import _bridge
 
 __all__ = [
@@ -66,6 +76,7 @@ __all__ = [
     "ControllerSettings",
     "MetadataState",
     "assign_replicas",
+    "acl_problem",
     "describe_config",
     "ClusterMetadata",
 ]
@@ -150,6 +161,9 @@ class MetadataView:
     brokers: Mapping[int, BrokerInfo]
     topics: Mapping[str, TopicInfo]
     controller_leader: int | None
+    # The access rules every broker enforces (docs/security.md); the same object from one view
+    # to the next while they do not change, so a cache of decisions can tell by identity.
+    acls: frozenset[AclRow] = frozenset()
 
 
 class MetadataError(Exception):
@@ -276,6 +290,62 @@ def _config_problem(name: str, config: TopicConfig) -> str | None:
     return None
 
 
+_ACL_PRINCIPAL = re.compile(r"User:[^\s]+")
+_ACL_NAME = re.compile(r"[^\s]{1,249}")
+
+
+def acl_tuple(acl: AclRow) -> tuple[str, ...]:
+    """``acl`` as the journal holds it: a 6-tuple of str."""
+    return (
+        acl.principal,
+        str(acl.permission),
+        str(acl.operation),
+        str(acl.resource),
+        str(acl.pattern),
+        acl.name,
+    )
+
+
+def acl_row(acl: tuple[str, ...]) -> AclRow:
+    """Inverse of :func:`acl_tuple` (for a tuple :func:`acl_problem` accepts)."""
+    principal, permission, operation, resource, pattern, name = acl
+    return AclRow(
+        principal,
+        AclPermission(permission),
+        AclOperation(operation),
+        AclResource(resource),
+        AclPattern(pattern),
+        name,
+    )
+
+
+def acl_problem(acl: tuple[Any, ...]) -> str | None:
+    """Why the 6-tuple ``acl`` (principal, permission, operation, resource, pattern, name) is
+    not an ACL; None if it is. The principal is ``User:<name>`` or ``User:*``; the cluster
+    resource is named ``kafka-cluster`` (literal); a name has no white space."""
+    if len(acl) != 6 or not all(isinstance(field, str) for field in acl):
+        return f"an ACL is six words, not {acl!r}"
+    principal, permission, operation, resource, pattern, name = acl
+    if principal != ANY_PRINCIPAL and not _ACL_PRINCIPAL.fullmatch(principal):
+        return f"an ACL's principal is User:<name> or {ANY_PRINCIPAL}, not {principal!r}"
+    for kind, value in (
+        (AclPermission, permission),
+        (AclOperation, operation),
+        (AclResource, resource),
+        (AclPattern, pattern),
+    ):
+        if value not in kind.__members__.values():
+            words = "|".join(str(m) for m in kind)
+            return f"{value!r} is not one of {words}"
+    if not _ACL_NAME.fullmatch(name):
+        return f"an ACL's name is 1 to 249 characters without spaces, not {name!r}"
+    if resource == AclResource.CLUSTER and (
+        name != CLUSTER_RESOURCE_NAME or pattern != AclPattern.LITERAL
+    ):
+        return f"the cluster resource is named {CLUSTER_RESOURCE_NAME} (literal), not {name!r}"
+    return None
+
+
 class MetadataState:
     """The replicated metadata and its commands; pure, deterministic, not thread-safe.
 
@@ -289,6 +359,10 @@ class MetadataState:
         self.version = 0
         self.brokers: dict[int, BrokerInfo] = {}
         self.topics: dict[str, TopicInfo] = {}
+        # The ACLs as plain 6-tuples of str (principal, permission, operation, resource,
+        # pattern, name): what the journal and the dump hold, never our classes.
+        self.acls: set[tuple[str, ...]] = set()
+        self._acl_rows: frozenset[AclRow] | None = None  # acls as rows, made once per change
 
     def register_broker(self, info: BrokerInfo) -> None:
         """Insert or replace a broker's registration (idempotent)."""
@@ -443,6 +517,39 @@ class MetadataState:
         self.version += 1
         return None
 
+    def write_acls(
+        self, add: Iterable[tuple[str, ...]], remove: Iterable[tuple[str, ...]]
+    ) -> tuple[int, int] | MetadataError:
+        """Add the ACLs of ``add`` and remove those of ``remove`` (6-tuples of str, see
+        :func:`acl_problem`), all or nothing: :class:`InvalidConfigError` if one is not a
+        valid ACL (nothing changed then). Idempotent: an ACL added twice is there once, one
+        removed that is absent is no error. Returns how many were (added, removed)."""
+        adding = [tuple(acl) for acl in add]
+        removing = [tuple(acl) for acl in remove]
+        for acl in adding + removing:
+            problem = acl_problem(acl)
+            if problem is not None:
+                return InvalidConfigError(problem)
+        added = removed = 0
+        for acl in removing:
+            if acl in self.acls:
+                self.acls.discard(acl)
+                removed += 1
+        for acl in adding:
+            if acl not in self.acls:
+                self.acls.add(acl)
+                added += 1
+        if added or removed:
+            self._acl_rows = None
+            self.version += 1
+        return added, removed
+
+    def acl_rows(self) -> frozenset[AclRow]:
+        """The ACLs as rows: one object while they do not change (see ``MetadataView.acls``)."""
+        if self._acl_rows is None:
+            self._acl_rows = frozenset(acl_row(acl) for acl in self.acls)
+        return self._acl_rows
+
     def snapshot(self, controller_leader: int | None) -> MetadataView:
         """An immutable view of the state now (shallow copies: the values are frozen)."""
         return MetadataView(
@@ -450,6 +557,7 @@ class MetadataState:
             brokers=MappingProxyType(dict(self.brokers)),
             topics=MappingProxyType(dict(self.topics)),
             controller_leader=controller_leader,
+            acls=self.acl_rows(),
         )
 
     def to_primitive(self) -> dict[str, Any]:
@@ -465,6 +573,7 @@ class MetadataState:
             "topics": [
                 (t.name, dataclasses.astuple(t.config), t.replicas) for t in self.topics.values()
             ],
+            "acls": sorted(self.acls),
         }
 
     @classmethod
@@ -479,6 +588,8 @@ class MetadataState:
             state.brokers[broker.id] = broker
         for name, config, replicas in data["topics"]:
             state.topics[name] = TopicInfo(name, TopicConfig(*config), replicas)
+        # Dumps written before ACLs existed have none: no ACLs.
+        state.acls = {tuple(acl) for acl in data.get("acls", ())}
         # Older dumps also hold a "subscriptions" list (consumer groups, since moved to
         # __consumer_offsets): ignored.
         return state
@@ -554,6 +665,11 @@ class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is u
     @_replicated
     def withdraw_broker(self, broker_id: int) -> _Applied:
         return self._applied(self.state.remove_broker(broker_id))
+
+    # Sorts after "withdraw_broker" (see above). Adds and removes ACLs (6-tuples of str).
+    @_replicated
+    def write_acls(self, add: tuple[Any, ...], remove: tuple[Any, ...]) -> _Applied:
+        return self._applied(self.state.write_acls(add, remove))
 
     def _serialize(self) -> dict[str, Any]:
         return self.state.to_primitive()
@@ -662,6 +778,7 @@ class ClusterMetadata:
         self._started = False
         self._stopped = False
         self._token: trio.lowlevel.TrioToken | None = None
+        self._view_listeners: list[Callable[[MetadataView], None]] = []
         # Controller thread only: the last status posted.
         self._posted: _Status | None = None
         # Calls for the controller thread, given the SyncObj (pysyncobj is not thread-safe
@@ -682,6 +799,13 @@ class ClusterMetadata:
         Empty until :meth:`run` has started; updated on the trio thread after every change.
         """
         return self._members
+
+    def add_view_listener(self, listener: Callable[[MetadataView], None]) -> None:
+        """Call ``listener`` with each new view, on the trio thread, the moment it arrives
+        (before any task sees it through :attr:`view`, and before a command that changed it
+        returns): what must never lag the view (the access checks' ACLs). It must be quick and
+        must not raise."""
+        self._view_listeners.append(listener)
 
     async def wait_changed(self, after_version: int) -> MetadataView:
         """Return the view as soon as its version is above ``after_version``. Unbounded."""
@@ -854,6 +978,8 @@ class ClusterMetadata:
         """Take a status from the controller thread; runs in trio's loop, must not raise."""
         if status.view is not self._view:
             self._view = status.view
+            for listener in self._view_listeners:
+                listener(status.view)
             self._view_changed.set()
         self._ready = status.ready
         self._members = status.members
@@ -1008,6 +1134,27 @@ class ClusterMetadata:
         """Take a broker out of the registry (see :meth:`MetadataState.remove_broker`).
         Idempotent. Raises :class:`InvalidConfigError`, :class:`MetadataUnavailable`."""
         await self._command("withdraw_broker", broker_id)
+
+    async def add_acl(self, acl: AclRow) -> bool:
+        """Add an ACL (idempotent); whether it was new. Raises :class:`InvalidConfigError`
+        for an ACL that cannot be (see :func:`acl_problem`), :class:`MetadataUnavailable`."""
+        row = acl_tuple(acl)
+        problem = acl_problem(row)
+        if problem is not None:  # fail fast; apply checks it again
+            raise InvalidConfigError(problem)
+        added, _ = _expect(tuple, await self._command("write_acls", (row,), ()))
+        return bool(added)
+
+    async def remove_acl(self, acl: AclRow) -> int:
+        """Remove an ACL; how many were removed (0: it was not there). Idempotent (a retry
+        after an unknown outcome may answer 0). Raises :class:`InvalidConfigError`,
+        :class:`MetadataUnavailable`."""
+        row = acl_tuple(acl)
+        problem = acl_problem(row)
+        if problem is not None:
+            raise InvalidConfigError(problem)
+        _, removed = _expect(tuple, await self._command("write_acls", (), (row,)))
+        return int(removed)
 
     def controller_address(self, broker_id: int) -> str | None:
         """The ``host:port`` of broker ``broker_id``'s controller in this replica's quorum
