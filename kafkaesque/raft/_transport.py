@@ -13,6 +13,14 @@ still travel as one frame, and a pass of the scheduler is saved on every hop of 
 round. Under load a pass runs every ready task of the broker (hundreds of MQTT devices, say),
 so the pass, not the CPU, is what each hop costs in latency.
 
+Mutual TLS (``server_ssl`` and ``client_ssl``, both or neither): every connection is wrapped
+in TLS before the handshake above, the acceptor requiring a certificate that the cluster's CA
+signed (its context says so), the dialer checking the acceptor's against the same CA and the
+address it dialled. A peer whose certificate fails is refused (logged, counted in ``rejected``)
+and never reaches Raft. The HMAC handshake still runs inside: TLS says the peer holds a
+certificate of the cluster, the handshake which broker it is. Over TLS every frame goes through
+the writer task (``flush`` cannot write on an ``SSLStream`` without waiting).
+
 Lifetime: everything runs inside ``PeerTransport.run`` (listener, dialers, one nursery per
 connection); cancelling it closes every connection.
 """
@@ -20,6 +28,7 @@ connection); cancelling it closes every connection.
 from __future__ import annotations
 
 import logging
+import ssl
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,9 +78,35 @@ class _Link:
 class _Connection:
     """The sending side of one connection to a peer: its writer task's or ``flush``'s."""
 
-    stream: FdStream
+    stream: FdStream | _TlsPeerStream
     encoder: FrameEncoder = field(default_factory=FrameEncoder)
     writing: bool = False  # the writer task is sending: ``flush`` must leave it the outbox
+
+
+class _TlsPeerStream(trio.abc.AsyncResource):
+    """A TLS connection with the surface of ``FdStream`` that the transport uses: ``kept`` is
+    always True, so ``flush`` leaves every frame to the writer task, which sends each frame in
+    one TLS record or a few (its buffers joined)."""
+
+    kept = True
+
+    def __init__(self, tls: trio.SSLStream[FdStream]) -> None:
+        self._tls = tls
+
+    def send_now(self, buffers: list[bytes | memoryview]) -> bool:
+        raise AssertionError("flush never writes on a TLS connection (kept is True)")
+
+    async def send_kept(self) -> None:
+        pass
+
+    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
+        await self._tls.send_all(data)
+
+    async def receive_some(self, max_bytes: int | None = None) -> bytes:
+        return bytes(await self._tls.receive_some(max_bytes))  # bytes already: no copy
+
+    async def aclose(self) -> None:
+        await self._tls.aclose()
 
 
 class PeerTransport:
@@ -80,7 +115,8 @@ class PeerTransport:
     ``on_items(peer_id, items)`` is called (synchronously, in order) for every frame received;
     it must not block. ``on_peer_change(peer_id, connected)`` is told when a connection comes or
     goes (a killed peer's connection closes at once: faster news than missing pings).
-    Peers are identified by node id; ``peers`` maps each to its address.
+    Peers are identified by node id; ``peers`` maps each to its address. ``server_ssl`` and
+    ``client_ssl``: mutual TLS between peers (see the module docstring); both or neither.
     """
 
     def __init__(
@@ -94,9 +130,15 @@ class PeerTransport:
         max_frame: int = DEFAULT_MAX_FRAME,
         max_queued_items: int = 100_000,
         on_peer_change: Callable[[int, bool], None] | None = None,
+        server_ssl: ssl.SSLContext | None = None,
+        client_ssl: ssl.SSLContext | None = None,
     ) -> None:
         if not secret:
             raise ValueError("a cluster secret is required")
+        if (server_ssl is None) != (client_ssl is None):
+            raise ValueError("mutual TLS needs both server_ssl and client_ssl (or neither)")
+        self._server_ssl = server_ssl
+        self._client_ssl = client_ssl
         self.node_id = node_id
         self._cluster = cluster
         self._secret = secret
@@ -204,7 +246,7 @@ class PeerTransport:
         while True:
             link = self._links[peer]
             try:
-                stream = await trio.open_tcp_stream(*link.address)
+                sock = await trio.open_tcp_stream(*link.address)
             except OSError:
                 await trio.sleep(backoff)
                 backoff = min(backoff * 2, _DIAL_BACKOFF_MAX_S)
@@ -212,8 +254,13 @@ class PeerTransport:
             backoff = 0.05
             decoder = FrameDecoder(self._max_frame)
             early: list[Any] = []
+            stream: trio.abc.Stream = sock
             try:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                    if self._client_ssl is not None:
+                        stream = await _tls_handshake(
+                            FdStream(sock), self._client_ssl, server_hostname=link.address[0]
+                        )
                     hello = Hello(self._cluster, self.node_id, peer, new_nonce())
                     await stream.send_all(hello_frame(hello))
                     acceptor_nonce = check_challenge(
@@ -228,12 +275,17 @@ class PeerTransport:
             await self._run_connection(peer, stream, decoder, early)
             await trio.sleep(backoff)
 
-    async def _accept(self, stream: trio.SocketStream) -> None:
+    async def _accept(self, sock: trio.SocketStream) -> None:
         decoder = FrameDecoder(self._max_frame)
-        where = _peer_name(stream)
+        where = _peer_name(sock)
         early: list[Any] = []
+        stream: trio.abc.Stream = sock
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                if self._server_ssl is not None:
+                    stream = await _tls_handshake(
+                        FdStream(sock), self._server_ssl, server_side=True
+                    )
                 hello = parse_hello(
                     await self._next_frame(stream, decoder, early), self._cluster, self.node_id
                 )
@@ -253,7 +305,7 @@ class PeerTransport:
         await self._run_connection(hello.dialer, stream, decoder, early)
 
     async def _next_frame(
-        self, stream: trio.SocketStream, decoder: FrameDecoder, early: list[Any]
+        self, stream: trio.abc.Stream, decoder: FrameDecoder, early: list[Any]
     ) -> Any:
         """The next frame; frames that arrived with it wait in ``early`` (the peer may send its
         first items right behind its last handshake frame)."""
@@ -261,16 +313,22 @@ class PeerTransport:
             data = await stream.receive_some(_RECEIVE_BYTES)
             if not data:
                 raise PeerProtocolError("connection closed during the handshake")
-            early.extend(decoder.feed(data))
+            early.extend(decoder.feed(bytes(data)))
         return early.pop(0)
 
     async def _run_connection(
-        self, peer: int, stream: trio.SocketStream, decoder: FrameDecoder, early: list[Any]
+        self, peer: int, stream: trio.abc.Stream, decoder: FrameDecoder, early: list[Any]
     ) -> None:
         link = self._links[peer]
         # The handshake is done: now for the hot path. The FdStream owns ``stream`` from here
-        # on, and closes it (it must know: it caches the descriptor).
-        fast = FdStream(stream)
+        # on, and closes it (it must know: it caches the descriptor); over TLS, an FdStream
+        # under the SSLStream already does.
+        fast: FdStream | _TlsPeerStream
+        if isinstance(stream, trio.SSLStream):
+            fast = _TlsPeerStream(stream)
+        else:
+            assert isinstance(stream, trio.SocketStream)
+            fast = FdStream(stream)
         with trio.CancelScope() as scope:
             link.scope = scope
             link.connected = True
@@ -304,7 +362,11 @@ class PeerTransport:
         await trio.aclose_forcefully(fast)
 
     async def _read_loop(
-        self, peer: int, stream: FdStream, decoder: FrameDecoder, connection: trio.CancelScope
+        self,
+        peer: int,
+        stream: FdStream | _TlsPeerStream,
+        decoder: FrameDecoder,
+        connection: trio.CancelScope,
     ) -> None:
         """Deliver what ``peer`` sends until it closes the connection, then end the
         connection (``connection``: its writer too). Raises what reading raises."""
@@ -332,8 +394,11 @@ class PeerTransport:
                 await stream.send_kept()
                 items, link.outbox = link.outbox, []
                 for frame in encoder.frames(items):
-                    for buffer in frame:
-                        await stream.send_all(buffer)
+                    if isinstance(stream, _TlsPeerStream):
+                        await stream.send_all(b"".join(frame))  # a record, not one per buffer
+                    else:
+                        for buffer in frame:
+                            await stream.send_all(buffer)
                     self.frames_sent += 1
             finally:
                 encoder.release()
@@ -343,6 +408,27 @@ class PeerTransport:
         self.rejected += isinstance(exc, PeerProtocolError)
         who = f"node {peer}" if peer is not None else "a connection"
         log.warning("node %d: closed %s from %s: %s", self.node_id, who, where, exc)
+
+
+async def _tls_handshake(
+    sock: FdStream,
+    context: ssl.SSLContext,
+    *,
+    server_side: bool = False,
+    server_hostname: str | None = None,
+) -> trio.SSLStream[FdStream]:
+    """``sock`` wrapped in TLS, handshake done. A handshake that fails (a certificate from
+    another CA, no certificate, not TLS at all) raises ``PeerProtocolError``: the connection is
+    refused and counted; a connection that broke is ``trio.BrokenResourceError`` as before."""
+    tls = trio.SSLStream(sock, context, server_side=server_side, server_hostname=server_hostname)
+    try:
+        await tls.do_handshake()
+    except trio.BrokenResourceError as exc:
+        cause = exc.__cause__ or exc.__context__
+        if isinstance(cause, ssl.SSLError):
+            raise PeerProtocolError(f"TLS handshake failed: {cause.reason or cause}") from exc
+        raise
+    return tls
 
 
 def _peer_name(stream: trio.SocketStream) -> str:
