@@ -11,6 +11,8 @@ event loop must never wait on a thread or a lock. Three tools keep the two apart
 - :func:`call_replicated` calls a pysyncobj replicated method (or ``addNodeToCluster``) with
   ``callback=`` and waits in trio for the answer, with a timeout. Never ``sync=True``: that would
   block the event loop until the whole cluster answered.
+- :func:`run_in_thread` runs a pure, CPU-bound function (a PBKDF2 password check) in trio's
+  worker threads, so that the event loop goes on serving meanwhile.
 
 Functions given to :func:`post` run inside trio's run loop, not in a task: they must be quick and
 must not raise (an exception there crashes the whole ``trio.run``).
@@ -111,6 +113,17 @@ async def call_replicated(method: Callable[..., object], *args: object, timeout:
     if reason != FAIL_REASON.SUCCESS:
         raise ReplicationError(reason)
     return result
+
+
+async def run_in_thread(fn: Callable[[*Ts], T], *args: *Ts) -> T:
+    """``fn(*args)`` on one of trio's worker threads; its result, or what it raised.
+
+    For pure functions that take long enough to stall every connection if run on the event loop
+    (PLAIN's PBKDF2: milliseconds per check, on purpose). ``fn`` must not touch trio objects or
+    broker state. Not cancellable while it runs (a thread cannot be interrupted): a cancellation
+    takes effect when it returns.
+    """
+    return await trio.to_thread.run_sync(fn, *args)
 
 
 class TickingThread(Generic[T]):

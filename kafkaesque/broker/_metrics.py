@@ -148,6 +148,21 @@ class BrokerMetrics:
             "Client connections accepted.",
             registry=self.registry,
         )
+        # Security (docs/security.md): AUTHs answered AUTH_FAILED, and commands refused
+        # NOT_AUTHORIZED by the operation they needed (a bounded set of labels).
+        self._auth_failures = Counter(
+            "kafkaesque_auth_failures",
+            "AUTH attempts answered AUTH_FAILED (wrong credentials, a broken exchange, or an "
+            "address refused for failing too often).",
+            registry=self.registry,
+        )
+        self._authorization_failures = Counter(
+            "kafkaesque_authorization_failures",
+            "Commands refused NOT_AUTHORIZED, by the operation they needed (unauthenticated: "
+            "the connection had not authenticated).",
+            ["operation"],
+            registry=self.registry,
+        )
         self._in_sync = InSyncTracker()
         self._partitions = _PartitionCollector(broker_id, groups, self._in_sync)
         self.registry.register(self._partitions)
@@ -188,6 +203,15 @@ class BrokerMetrics:
         if child is None:
             child = self._request_children[command] = self._requests.labels(command)
         child.inc()
+
+    def auth_failed(self) -> None:
+        """Count one AUTH answered ``AUTH_FAILED``."""
+        self._auth_failures.inc()
+
+    def authorization_failed(self, operation: str) -> None:
+        """Count one command refused ``NOT_AUTHORIZED`` for lack of ``operation`` (an ACL
+        operation's word, or ``unauthenticated``)."""
+        self._authorization_failures.labels(operation).inc()
 
     def error(self, command: str, code: ErrorCode) -> None:
         """Count one ``-ERR code`` answered to a ``command`` (a protocol word)."""
