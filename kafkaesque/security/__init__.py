@@ -13,6 +13,9 @@ from ._acl import required as required
 from ._acl import required_for_leave as required_for_leave
 from ._acl import user_principal as user_principal
 from ._limiter import FailureLimiter as FailureLimiter
+from ._mqtt_acl import ClientAcl as ClientAcl
+from ._mqtt_acl import MqttAcl as MqttAcl
+from ._mqtt_acl import MqttAclError as MqttAclError
 from ._scram import MECHANISM as MECHANISM
 from ._scram import MIN_ITERATIONS as MIN_ITERATIONS
 from ._scram import PLAIN_MECHANISM as PLAIN_MECHANISM
