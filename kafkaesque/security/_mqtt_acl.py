@@ -53,6 +53,7 @@ DENY: Final = 0
 _ACCESS: Final = {"read": READ, "write": WRITE, "readwrite": READ | WRITE, "deny": DENY}
 _PLACEHOLDER: Final = re.compile(r"%[uc]")
 _UNSAFE: Final = frozenset("+#/")
+_CACHED: Final = 1024
 
 
 class MqttAclError(ValueError):
@@ -121,6 +122,11 @@ class MqttAcl:
             tuple(patterns),
         )
 
+    def for_client(self, user: str | None, client_id: str) -> ClientAcl:
+        """The checks of one connected client, its entries substituted once (a broker asks
+        for each message it delivers)."""
+        return ClientAcl(tuple(self._entries(user, client_id)))
+
     # -- checks ---------------------------------------------------------------------------------
 
     def can_publish(self, user: str | None, client_id: str, topic: str) -> bool:
@@ -134,22 +140,10 @@ class MqttAcl:
 
     def can_subscribe(self, user: str | None, client_id: str, topic_filter: str) -> bool:
         """Whether the client may subscribe to ``topic_filter``: see the module docstring."""
-        try:
-            shared = parse_shared_subscription(topic_filter)
-        except InvalidMqttTopicError:
-            return False
-        if shared is not None:
-            topic_filter = shared.topic_filter
-        entries = list(self._entries(user, client_id))
-        if any(e.access == DENY and filters_overlap(e.topic_filter, topic_filter) for e in entries):
-            return False
-        return any(e.access & READ and filter_covers(e.topic_filter, topic_filter) for e in entries)
+        return _may_subscribe(tuple(self._entries(user, client_id)), topic_filter)
 
     def _allowed(self, user: str | None, client_id: str, topic: str, access: int) -> bool:
-        entries = list(self._entries(user, client_id))
-        if any(e.access == DENY and mqtt_topic_matches(e.topic_filter, topic) for e in entries):
-            return False
-        return any(e.access & access and mqtt_topic_matches(e.topic_filter, topic) for e in entries)
+        return _may(tuple(self._entries(user, client_id)), topic, access)
 
     def _entries(self, user: str | None, client_id: str) -> Iterable[MqttAclEntry]:
         """The client's entries, patterns substituted (those that cannot be are left out)."""
@@ -163,6 +157,53 @@ class MqttAcl:
             topic_filter = _substitute(entry.topic_filter, user, client_id)
             if topic_filter is not None:
                 yield MqttAclEntry(entry.access, topic_filter, pattern=True)
+
+
+class ClientAcl:
+    """``MqttAcl``'s checks for one client (``MqttAcl.for_client``); remembers the answers of
+    the last ``_CACHED`` topics it was asked about for each check."""
+
+    __slots__ = ("_entries", "_publish", "_receive")
+
+    def __init__(self, entries: tuple[MqttAclEntry, ...]) -> None:
+        self._entries = entries
+        self._publish: dict[str, bool] = {}
+        self._receive: dict[str, bool] = {}
+
+    def can_publish(self, topic: str) -> bool:
+        return self._cached(self._publish, topic, WRITE)
+
+    def can_receive(self, topic: str) -> bool:
+        return self._cached(self._receive, topic, READ)
+
+    def can_subscribe(self, topic_filter: str) -> bool:
+        return _may_subscribe(self._entries, topic_filter)
+
+    def _cached(self, cache: dict[str, bool], topic: str, access: int) -> bool:
+        found = cache.get(topic)
+        if found is None:
+            if len(cache) >= _CACHED:
+                cache.clear()
+            found = cache[topic] = _may(self._entries, topic, access)
+        return found
+
+
+def _may(entries: tuple[MqttAclEntry, ...], topic: str, access: int) -> bool:
+    if any(e.access == DENY and mqtt_topic_matches(e.topic_filter, topic) for e in entries):
+        return False
+    return any(e.access & access and mqtt_topic_matches(e.topic_filter, topic) for e in entries)
+
+
+def _may_subscribe(entries: tuple[MqttAclEntry, ...], topic_filter: str) -> bool:
+    try:
+        shared = parse_shared_subscription(topic_filter)
+    except InvalidMqttTopicError:
+        return False
+    if shared is not None:
+        topic_filter = shared.topic_filter
+    if any(e.access == DENY and filters_overlap(e.topic_filter, topic_filter) for e in entries):
+        return False
+    return any(e.access & READ and filter_covers(e.topic_filter, topic_filter) for e in entries)
 
 
 def _entry(rest: str, *, pattern: bool, where: str) -> MqttAclEntry:

@@ -238,3 +238,8 @@ def test_a_topic_is_its_own_subscription(
 ) -> None:
     acl = MqttAcl.parse(text)
     assert acl.can_subscribe(user, client_id, topic) == acl.can_receive(user, client_id, topic)
+    client = acl.for_client(user, client_id)
+    for _ in range(2):  # the second time from its cache
+        assert client.can_publish(topic) == acl.can_publish(user, client_id, topic)
+        assert client.can_receive(topic) == acl.can_receive(user, client_id, topic)
+        assert client.can_subscribe(topic) == acl.can_subscribe(user, client_id, topic)
