@@ -12,23 +12,34 @@ pysyncobj) and written as PEM into one directory:
   client certificate (the peer transport is mutual TLS);
 - ``users`` (``write_users``): salted SCRAM-SHA-256 entries, never a password.
 
+``DevSecurity`` puts them together for one local cluster (one certificate every broker shares,
+a user, the client's ``Security``) and ``SecureCluster`` is ``LocalCluster`` with brokers that
+speak TLS on the client and peer ports and ask clients to authenticate (SCRAM), for
+``kafkaesque demo --secure``, the benchmark and the tests.
+
 This is for development and tests only: the keys are unencrypted, readable by the owner only,
 and the CA key sits beside the certificates (docs/security.md says how to make real ones).
 """
 
 from __future__ import annotations
 
+import base64
 import datetime
 import ipaddress
 import os
 import secrets
+import socket
+import ssl
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from .cluster import LocalCluster
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 _VALID_DAYS = 30  # long enough for any local run, short enough not to matter if it leaks
@@ -175,3 +186,128 @@ def _write(path: str, data: bytes) -> None:
     with os.fdopen(fd, "wb") as f:
         f.write(data)
     os.chmod(path, 0o600)  # an existing file keeps its mode through O_CREAT
+
+
+@dataclass(frozen=True)
+class DevSecurity:
+    """A local cluster's security: one certificate every broker of it presents (SANs 127.0.0.1
+    and localhost: they all listen there), a users file with one user, and the flags and client
+    settings that go with them."""
+
+    pki: DevPki
+    users_file: str
+    username: str
+    password: str = field(repr=False)
+
+    @classmethod
+    def make(cls, directory: str, username: str = "demo") -> DevSecurity:
+        """Write the PKI (``<directory>/pki``) and the users file (``<directory>/users``) with
+        ``username`` and a random password."""
+        pki = make_dev_pki(os.path.join(directory, "pki"), [0])
+        password = random_secret()
+        users_file = os.path.join(directory, "users")
+        write_users(users_file, {username: password})
+        return cls(pki, users_file, username, password)
+
+    def broker_args(self, *, super_user: bool = True) -> list[str]:
+        """The ``kafkaesque broker`` flags: TLS on the client and peer ports, the users file,
+        and (``super_user``) the user as a super user."""
+        return [
+            *self.pki.broker_args(0),
+            "--client-tls", "--peer-tls",
+            "--users-file", self.users_file,
+            *(["--super-users", f"User:{self.username}"] if super_user else []),
+        ]  # fmt: skip
+
+    def client_security(self) -> Any:
+        """``kafkaesque.client.Security``: SASL_SSL with SCRAM-SHA-256 as the user."""
+        from kafkaesque.client import Security
+
+        return Security(
+            protocol="SASL_SSL",
+            sasl_mechanism="SCRAM-SHA-256",
+            username=self.username,
+            password=self.password,
+            ssl_cafile=self.pki.ca,
+        )
+
+    def client_config(self, **settings: Any) -> Any:
+        """A ``kafkaesque.client.ClientConfig`` with ``client_security`` and ``settings``."""
+        from kafkaesque.client import ClientConfig
+
+        return ClientConfig(security=self.client_security(), **settings)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        return ssl.create_default_context(cafile=self.pki.ca)
+
+    def ask(self, address: tuple[str, int], line: str, timeout: float) -> bytes:
+        """``line``'s whole answer (up to ``+END`` for a list), raw, over TLS after ``AUTH``
+        (as ``cluster._ask`` does in plaintext). ``OSError`` if it cannot."""
+        with (
+            socket.create_connection(address, timeout=timeout) as raw,
+            self.ssl_context().wrap_socket(raw, server_hostname=address[0]) as sock,
+        ):
+            data = scram_login(sock, self.username, self.password)
+            sock.sendall(line.encode() + b"\r\n")
+            while True:
+                first = data.split(b"\r\n", 1)[0]
+                if data.endswith(b"\r\n") and (
+                    data.endswith(b"+END\r\n") or first.startswith((b"+OK", b"-ERR"))
+                ):
+                    return data
+                chunk = sock.recv(65536)
+                if not chunk:
+                    return data
+                data += chunk
+
+
+def scram_login(sock: socket.socket, username: str, password: str) -> bytes:
+    """The line protocol's ``AUTH SCRAM-SHA-256`` exchange on a connected (TLS) socket; returns
+    what was read past the last reply (nothing, as nothing else was sent). ``OSError`` when the
+    broker refuses or its signature is wrong."""
+    from kafkaesque.security import AuthenticationFailed, ScramClient
+
+    scram = ScramClient(username, password)
+    buffer = b""
+
+    def exchange(message: bytes) -> tuple[str, list[str]]:
+        nonlocal buffer
+        sock.sendall(b"AUTH SCRAM-SHA-256 " + base64.b64encode(message) + b"\r\n")
+        while b"\r\n" not in buffer:
+            chunk = sock.recv(4096)
+            if not chunk or len(buffer) > 65536:
+                raise ConnectionError("the broker closed the connection during AUTH")
+            buffer += chunk
+        reply, buffer = buffer.split(b"\r\n", 1)
+        text = reply.decode(errors="replace")
+        parts = text.split()
+        if len(parts) < 3 or parts[0] != "+OK":
+            raise ConnectionRefusedError(f"AUTH refused: {text}")
+        return text, parts
+
+    text, parts = exchange(scram.first())
+    if parts[1] != "continue":
+        raise ConnectionRefusedError(f"AUTH answered {text!r}")
+    text, parts = exchange(scram.final(base64.b64decode(parts[2])))
+    if parts[1] != "authenticated" or len(parts) != 4:
+        raise ConnectionRefusedError(f"AUTH answered {text!r}")
+    try:
+        scram.verify(base64.b64decode(parts[3]))
+    except AuthenticationFailed as exc:
+        raise ConnectionRefusedError(f"the broker's SCRAM signature is wrong: {exc}") from exc
+    return buffer
+
+
+class SecureCluster(LocalCluster):
+    """``LocalCluster`` whose brokers speak TLS on the client and peer ports and require SCRAM
+    (``security.broker_args``); its own questions (readiness, ADDBROKER) go over TLS as the
+    user. ``extra_args`` come after the security flags."""
+
+    def __init__(self, data_dir: str, n: int = 3, *, security: DevSecurity, **kwargs: Any) -> None:
+        extra = kwargs.pop("extra_args", None) or []
+        super().__init__(data_dir, n, extra_args=[*security.broker_args(), *extra], **kwargs)
+        self.security = security
+
+    def _registered(self, broker: int) -> int:
+        data = self.security.ask(self.client_address(broker), "METADATA", 2)
+        return sum(1 for line in data.split(b"\r\n") if line.startswith(b"+BROKER "))

@@ -56,6 +56,11 @@ def add_parser(commands: Any) -> None:
         "--dir", default=".kafkaesque-jepsen", help="runs go here (.kafkaesque-jepsen)"
     )
     parser.add_argument("--seed", type=int, help="random seed of the nemesis (random)")
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every broker port (a development CA), SCRAM clients, a random cluster secret",
+    )
     parser.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run_jepsen)
 
@@ -80,6 +85,7 @@ def run_jepsen(args: argparse.Namespace) -> int:
         network=args.network,
         unsafe_ack_before_commit=args.unsafe_ack_before_commit,
         seed=args.seed,
+        secure=args.secure,
         workload=workload,
     )
     outcome = run(options, say=lambda line: print(line, flush=True))

@@ -32,6 +32,8 @@ from kafkaesque.cli.cluster import _behind, parse_samples
 
 from kafkaesque.protocol import ErrorCode
 
+from ._secure import SecureSetup
+
 # The broker's deliberately broken mode (kafkaesque/broker/_writes.py): acks before commit.
 UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
 # Brokers only: a PYTHONPATH that puts another build of kafkaesque first (testing one build's
@@ -94,7 +96,10 @@ class JepsenCluster:
         segment_bytes: int = 256 * 1024,
         unsafe_ack_before_commit: bool = False,
         log_level: str = "WARNING",
+        security: SecureSetup | None = None,
     ) -> None:
+        """``security``: TLS and SCRAM on every broker port, and every question asked over
+        them (a ``--secure`` run); None: plaintext."""
         self.placement = placement
         self.data_dir = data_dir
         self.log_dir = log_dir
@@ -104,6 +109,7 @@ class JepsenCluster:
         self.segment_bytes = segment_bytes
         self.unsafe = unsafe_ack_before_commit
         self.log_level = log_level
+        self.security = security
         self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
         self._logs: dict[int, TextIO] = {}
@@ -130,6 +136,7 @@ class JepsenCluster:
             "--exit-with-parent",
             *(["--admin", f"{a.host}:{a.admin}"] if a.admin is not None else []),
             *(["--join"] if join else []),
+            *(self.security.broker_args(node) if self.security else []),
         ]  # fmt: skip
 
     def start(self, node: int, *, join: bool = False) -> None:
@@ -146,6 +153,8 @@ class JepsenCluster:
         env.pop(UNSAFE_ACK_ENV, None)
         if self.unsafe:
             env[UNSAFE_ACK_ENV] = "1"
+        if self.security is not None:
+            env.update(self.security.broker_env())
         if os.environ.get(BROKER_PYTHONPATH_ENV):
             env["PYTHONPATH"] = os.environ[BROKER_PYTHONPATH_ENV]
         self.procs[node] = subprocess.Popen(
@@ -231,7 +240,7 @@ class JepsenCluster:
     async def ask(self, node: int, line: str, timeout: float = 3.0) -> list[str]:
         """Send one command to ``node``; its reply lines (up to ``+END`` for a list)."""
         with trio.fail_after(timeout):
-            stream = await trio.open_tcp_stream(*self.client_address(node))
+            stream = await self.open_stream(self.client_address(node))
             async with stream:
                 await stream.send_all(line.encode() + b"\r\n")
                 data = b""
@@ -246,6 +255,13 @@ class JepsenCluster:
                     if lines[-1].startswith("+END") or lines[0].startswith(("+OK", "-ERR")):
                         return lines
                 return data.decode(errors="replace").split("\r\n")
+
+    async def open_stream(self, address: tuple[str, int]) -> trio.abc.Stream:
+        """A line-protocol connection to a broker's client ``address``: plain TCP, or TLS and
+        SCRAM in a secure run (``OSError`` if it cannot be made)."""
+        if self.security is None:
+            return await trio.open_tcp_stream(*address)
+        return await self.security.open_stream(address)
 
     async def ask_any(self, line: str, timeout: float = 3.0) -> list[str]:
         """``ask`` the first running, unpaused member that answers."""
@@ -378,10 +394,12 @@ class JepsenCluster:
         a = self.placement.nodes[node]
         if a.admin is None:
             raise ClusterFault(f"broker {node} has no admin port")
-        url = f"http://{a.host}:{a.admin}/metrics"
+        scheme = "http" if self.security is None else "https"
+        url = f"{scheme}://{a.host}:{a.admin}/metrics"
+        context = None if self.security is None else self.security.ssl_context()
 
         def get() -> str:
-            with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S) as reply:
+            with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S, context=context) as reply:
                 return str(reply.read().decode("utf-8", "replace"))
 
         samples: list[tuple[str, dict[str, str], float]] = parse_samples(

@@ -39,6 +39,7 @@ from kafkaesque.client import (
 )
 from kafkaesque.client import _calls as calls
 
+from ._secure import SecureSetup
 from .history import (
     Assign,
     Commit,
@@ -108,10 +109,13 @@ class WorkloadOptions:
     send_timeout_s: float = 12.0
     consumer_pass_s: float = 30.0  # an assign-mode consumer restarts from 0 this often
     rate_per_producer: float = 0.0  # sends/s per producer process (0: as fast as acked)
+    secure: SecureSetup | None = None  # a --secure run: every client uses TLS and SCRAM
 
 
-def _client(bootstrap: Sequence[str]) -> AsyncClient:
-    config = ClientConfig()
+def _client(bootstrap: Sequence[str], opts: WorkloadOptions) -> AsyncClient:
+    if opts.secure is None:
+        return AsyncClient(list(bootstrap), config=ClientConfig())
+    config = ClientConfig(security=opts.secure.client_security())
     return AsyncClient(list(bootstrap), config=config)
 
 
@@ -137,7 +141,7 @@ async def producer(
     seq = 0
     while not stop.is_set():
         try:
-            async with _client(bootstrap()) as client, open_producer(client, config) as prod:
+            async with _client(bootstrap(), opts) as client, open_producer(client, config) as prod:
                 while not stop.is_set():
                     seq += 1
                     value = f"p{process}-{seq}"
@@ -212,7 +216,7 @@ async def _consumer_session(
 ) -> bool:
     """Assign every partition at ``positions`` (default 0) and poll until ``end``; False if a
     poll failed."""
-    async with _client(bootstrap()) as client:
+    async with _client(bootstrap(), opts) as client:
         cons = AsyncConsumer(client)
         tps = [TopicPartition(opts.topic, p) for p in range(opts.partitions)]
         cons.assign(tps)
@@ -244,7 +248,7 @@ async def group_member(
     """Join, poll and commit; now and then leave cleanly or crash, then join again."""
     rng = random.Random(1000 + process)
     while not stop.is_set():
-        async with _client(bootstrap()) as client:
+        async with _client(bootstrap(), opts) as client:
             member = AsyncGroupConsumer(
                 client, opts.topic, opts.group, auto_offset_reset="earliest"
             )
@@ -255,7 +259,7 @@ async def group_member(
             while not stop.is_set() and trio.current_time() < end:
                 await _member_round(rec, process, client, member, opts)
             if rng.random() < 0.5 and member.cursor.subscription_id and member.cursor.address:
-                await _leave(client, member)
+                await _leave(member, opts)
             rec.record("ok", process, Crash())  # the session ends; its positions with it
         await trio.sleep(rng.uniform(0.0, 2.0))
 
@@ -308,13 +312,16 @@ async def _member_round(
         rec.record("ok", process, done)
 
 
-async def _leave(client: AsyncClient, member: AsyncGroupConsumer) -> None:
+async def _leave(member: AsyncGroupConsumer, opts: WorkloadOptions) -> None:
     cursor = member.cursor
     if cursor.address is None or cursor.subscription_id is None:
         return
     with trio.move_on_after(3):
         try:
-            stream = await trio.open_tcp_stream(*cursor.address)
+            if opts.secure is None:
+                stream: trio.abc.Stream = await trio.open_tcp_stream(*cursor.address)
+            else:
+                stream = await opts.secure.open_stream(cursor.address)
             async with stream:
                 await stream.send_all(f"LEAVE {cursor.subscription_id}\r\n".encode())
                 await stream.receive_some(1024)
@@ -339,7 +346,7 @@ async def final_read(
     tps = tuple(HistoryTP(opts.topic, p) for p in range(opts.partitions))
     rec.record("invoke", process, FinalRead(tps))
     reads: list[Read] = []
-    async with _client(bootstrap) as client:
+    async with _client(bootstrap, opts) as client:
         cons = AsyncConsumer(client)
         assigned = [TopicPartition(opts.topic, p) for p in range(opts.partitions)]
         cons.assign(assigned)
@@ -395,7 +402,7 @@ async def replica_reads(
     replica of (``NO_REPLICA``) is left out of its read; any other failure ends that broker's
     read ``info``.
     """
-    async with _client([f"{h}:{p}" for h, p in brokers.values()]) as client:
+    async with _client([f"{h}:{p}" for h, p in brokers.values()], opts) as client:
 
         async def end_of(node: int, partition: int) -> int | None:
             """The replica's high watermark; None if the broker holds no replica."""

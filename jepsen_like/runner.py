@@ -12,10 +12,15 @@ the per-link TCP proxies (``_proxy``) are the network, which the run says. The p
 latency and loss (this kernel has no netem), so they are put on the peer links whenever those
 nemeses are enabled, namespaces or not. The controller quorum (pysyncobj) talks directly: in
 loopback mode a partition cuts the Raft traffic but not the controller's.
+
+``secure`` (``kafkaesque jepsen --secure``): the same run with TLS on the brokers' client, peer
+(mutual) and admin ports, a SCRAM user that every client authenticates as, and a random cluster
+secret (``_secure``); the proxies carry the peers' TLS bytes unchanged.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import time
@@ -38,6 +43,7 @@ from ._nemesis import (
 from ._netns import NetnsNetwork, netns_available
 from ._proxy import ProxyLayer
 from ._report import write_report
+from ._secure import SecureSetup
 from ._workload import (
     Recorder,
     WorkloadOptions,
@@ -70,6 +76,7 @@ class RunOptions:
     unsafe_ack_before_commit: bool = False
     seed: int | None = None
     recovery_s: float = 10.0  # after healing, before the final read
+    secure: bool = False  # TLS, SCRAM and a random cluster secret (see the module docstring)
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
 
     def validate(self) -> RunOptions:
@@ -133,7 +140,7 @@ def options_text(options: RunOptions, mode: str, seed: int) -> str:
     return (
         f"nodes={options.nodes} time={options.time_s:.0f}s network={mode} seed={seed} "
         f"nemeses={','.join(options.nemeses) or 'none'} interval={options.interval_s}s "
-        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit}"
+        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit} secure={options.secure}"
     )
 
 
@@ -159,9 +166,16 @@ async def _run(
             for i in range(total):
                 placement.nodes[i] = NodeAddress("127.0.0.1", *ports[4 * i : 4 * i + 4])
         proxies: ProxyLayer | None = None
+        proxy_host = net.host_address if net else "127.0.0.1"
         if want_proxies:
-            proxies = ProxyLayer(net.host_address if net else "127.0.0.1", seed=seed)
+            proxies = ProxyLayer(proxy_host, seed=seed)
             await proxies.link_all(services, placement, n)
+        security: SecureSetup | None = None
+        if options.secure:
+            hosts = [proxy_host, *(a.host for a in placement.nodes.values())]
+            security = SecureSetup.make(run_dir, range(total), hosts)
+            secure_workload = dataclasses.replace(options.workload, secure=security)
+            options = dataclasses.replace(options, workload=secure_workload)
         cluster = JepsenCluster(
             placement,
             os.path.join(run_dir, "data"),
@@ -169,6 +183,7 @@ async def _run(
             members=list(range(n)),
             spares=list(range(n, total)),
             unsafe_ack_before_commit=options.unsafe_ack_before_commit,
+            security=security,
         )
         network = Network(
             net.cut if net else None,

@@ -95,3 +95,28 @@ def test_ten_minutes_of_every_nemesis_is_valid(tmp_path: Path, nodes: int) -> No
     )
     _assert_reported(outcome)
     assert outcome.result.valid, outcome.result.summary()
+
+
+def test_a_short_secure_run_is_valid(tmp_path: Path) -> None:
+    # --secure: brokers speak TLS on every port (peers mutual TLS), clients authenticate with
+    # SCRAM, and the cluster secret is random; the faults and the verdict are the short run's.
+    outcome = _run(
+        tmp_path,
+        nodes=3,
+        time_s=45.0,
+        nemeses=("kill-leader", "partition"),
+        interval_s=6.0,
+        seed=7,
+        secure=True,
+        workload=WorkloadOptions(producers=4, consumers=1, group_members=2),
+    )
+    result = outcome.result
+    _assert_reported(outcome)
+    assert result.faults >= 2, "the nemesis must have struck"
+    assert result.acked > 100, "the clients must have written through the faults"
+    assert result.lost == 0 and result.duplicate == 0, result.summary()
+    assert result.valid, result.summary()
+    assert not result.unchecked_partitions, "the final read must be complete"
+    run_dir = Path(outcome.run_dir)
+    assert (run_dir / "pki" / "ca.pem").is_file() and (run_dir / "users").is_file()
+    assert "secure=True" in Path(outcome.report).read_text()
