@@ -24,6 +24,8 @@ development machine (see docs/protocol.md), a small part of a 50k lines/s budget
 
 from __future__ import annotations
 
+import base64
+import binascii
 import functools
 import re
 from collections.abc import Callable, Iterator
@@ -32,11 +34,21 @@ from enum import Enum, StrEnum
 from typing import Final, TypeAlias, TypeVar
 
 from ._line_commands import (
+    AUTH_MECHANISMS,
     DEFAULT_LIMITS,
     DEFAULT_REPLY_LIMITS,
     Acks,
+    AclAdd,
+    AclList,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclRemove,
+    AclResource,
+    AclRow,
     AddBroker,
     AlterTopic,
+    Authenticate,
     BadCommand,
     BrokerRow,
     Command,
@@ -88,8 +100,11 @@ from ._line_commands import (
     ResetOffsets,
     Subs,
     TopicRow,
+    acl_name_error,
+    acl_row_error,
     is_internal_topic,
     name_error,
+    principal_error,
     topic_name_error,
 )
 
@@ -216,6 +231,19 @@ _HELP: Final[dict[str, tuple[str, str]]] = {
         "Decommission a broker: move its replicas away, take it out of the controller quorum "
         "and the registry. Replies +OK moved=<partitions>; refused if a partition would fall "
         "below its replication factor.",
+    ),
+    "AUTH": (
+        "AUTH SCRAM-SHA-256|PLAIN <base64>",
+        "One step of a SASL exchange (docs/security.md). Replies +OK continue <base64> (send "
+        "the next step) or +OK authenticated <user> [<base64 server-final>]; a broker with a "
+        "users file answers nothing but PING, HELP, QUIT and AUTH before it.",
+    ),
+    "ACL": (
+        "ACL ADD|REMOVE <principal> allow|deny <operation> topic|group|cluster "
+        "literal|prefixed <name>   or   ACL LIST [<principal>]",
+        "Manage the access rules (principal User:<name> or User:*; operation read, write, "
+        "create, delete, alter, describe, commit, admin or all; cluster's name kafka-cluster). "
+        "ADD replies +OK, REMOVE +OK removed=<0|1>, LIST +ACL rows then +END.",
     ),
     "HELP": ("HELP [<command>]", "This help."),
     "PING": ("PING", "Replies +OK PONG."),
@@ -466,6 +494,30 @@ def _arg_cons_offsets(raw: bytes) -> ConsOffsets:
             raise _Reject(ErrorCode.BAD_ARGS, f"partition {pair[0]} given twice in {_show(raw)}")
         pairs.append(pair)
     return tuple(pairs)
+
+
+def _arg_principal(raw: bytes) -> str:
+    principal = raw.decode("ascii", "replace")
+    reason = principal_error(principal)
+    if reason is not None:
+        raise _Reject(
+            ErrorCode.BAD_ARGS, f"invalid principal {_show(raw)}: {reason}; {_usage('ACL')}"
+        )
+    return principal
+
+
+def _arg_acl(tokens: list[bytes]) -> AclRow:
+    """The six words of ``ACL ADD|REMOVE`` (principal to name) as an ``AclRow``."""
+    principal = _arg_principal(tokens[0])
+    permission = _arg_enum(tokens[1], AclPermission, "permission")
+    operation = _arg_enum(tokens[2], AclOperation, "operation")
+    resource = _arg_enum(tokens[3], AclResource, "resource")
+    pattern = _arg_enum(tokens[4], AclPattern, "pattern")
+    name = tokens[5].decode("ascii", "replace")
+    reason = acl_name_error(resource, pattern, name)
+    if reason is not None:
+        raise _Reject(ErrorCode.BAD_ARGS, f"invalid {resource} name {_show(tokens[5])}: {reason}")
+    return AclRow(principal, permission, operation, resource, pattern, name)
 
 
 _TOPIC_CACHE_SIZE: Final = 4096
@@ -1033,6 +1085,36 @@ class LineDecoder:
         tokens = line.split()[1:]
         return Metadata(tuple(self._topic(token, True) for token in tokens))
 
+    def _parse_auth(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = _arg_tokens(line, "AUTH", 2)
+        mechanism = tokens[0].decode("ascii", "replace").upper()
+        if mechanism not in AUTH_MECHANISMS:
+            raise _Reject(
+                ErrorCode.BAD_ARGS,
+                f"mechanism must be {'|'.join(AUTH_MECHANISMS)}, not {_show(tokens[0])}; "
+                f"{_usage('AUTH')}",
+            )
+        # The payload may carry a password (PLAIN): an error never echoes it.
+        try:
+            payload = base64.b64decode(tokens[1], validate=True)
+        except (binascii.Error, ValueError):
+            raise _Reject(
+                ErrorCode.BAD_ARGS, f"the payload is not base64; {_usage('AUTH')}"
+            ) from None
+        if not payload:
+            raise _Reject(ErrorCode.BAD_ARGS, f"the payload is empty; {_usage('AUTH')}")
+        return Authenticate(mechanism, payload)
+
+    def _parse_acl(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = line.split()[1:]
+        verb = tokens[0].upper() if tokens else b""
+        if verb == b"LIST" and len(tokens) <= 2:
+            return AclList(_arg_principal(tokens[1]) if len(tokens) == 2 else None)
+        if verb in (b"ADD", b"REMOVE") and len(tokens) == 7:
+            acl = _arg_acl(tokens[1:])
+            return AclAdd(acl) if verb == b"ADD" else AclRemove(acl)
+        raise _Reject(ErrorCode.BAD_ARGS, _usage("ACL"))
+
     def _parse_help(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = _arg_tokens(line, "HELP", 0, 1)
         if not tokens:
@@ -1078,6 +1160,8 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"REASSIGN": LineDecoder._parse_reassign,
     b"ADDBROKER": LineDecoder._parse_addbroker,
     b"REMOVEBROKER": LineDecoder._parse_removebroker,
+    b"AUTH": LineDecoder._parse_auth,
+    b"ACL": LineDecoder._parse_acl,
     b"HELP": LineDecoder._parse_help,
     b"PING": LineDecoder._parse_ping,
     b"QUIT": LineDecoder._parse_quit,
@@ -1198,6 +1282,16 @@ def _topic_settings_line(
             raise _bad("fsync", spec.fsync, "an Fsync")
         words.append(b"fsync=" + spec.fsync.value.encode())
     return b" ".join(words) + _CRLF
+
+
+def _acl_bytes(acl: AclRow) -> bytes:
+    """An ACL's six words, as ``ACL ADD`` and a ``+ACL`` row write them."""
+    reason = acl_row_error(acl)  # checks the types too: the caller's AclRow may be anything
+    if reason is not None:
+        raise _bad("acl", acl, reason)
+    return " ".join(
+        (acl.principal, acl.permission, acl.operation, acl.resource, acl.pattern, acl.name)
+    ).encode("ascii")
 
 
 def encode_command(command: Command) -> bytes:
@@ -1372,6 +1466,22 @@ def encode_command(command: Command) -> bytes:
             )
         case RemoveBroker(broker_id=broker_id):
             return b"REMOVEBROKER %s\r\n" % _int_bytes(broker_id, "id", 0, INT32_MAX)
+        case Authenticate(mechanism=mechanism, payload=payload):
+            if mechanism not in AUTH_MECHANISMS:
+                raise _bad("mechanism", mechanism, f"one of {', '.join(AUTH_MECHANISMS)}")
+            if type(payload) is not bytes or not payload:
+                raise _bad("payload", payload, "non-empty bytes")
+            return b"AUTH %s %s\r\n" % (mechanism.encode(), base64.b64encode(payload))
+        case AclAdd(acl=acl):
+            return b"ACL ADD %s\r\n" % _acl_bytes(acl)
+        case AclRemove(acl=acl):
+            return b"ACL REMOVE %s\r\n" % _acl_bytes(acl)
+        case AclList(principal=principal):
+            if principal is None:
+                return b"ACL LIST\r\n"
+            if type(principal) is not str or principal_error(principal) is not None:
+                raise _bad("principal", principal, "User:<name> or User:*")
+            return b"ACL LIST %s\r\n" % principal.encode("ascii")
         case Help(command=word):
             if word is None:
                 return b"HELP\r\n"
@@ -1504,6 +1614,8 @@ def encode_reply(reply: Reply) -> bytes:
                 _int_bytes(partition, "partition", 0, INT32_MAX),
                 b"-" if offset is None else _int_bytes(offset, "offset", 0, INT64_MAX),
             )
+        case AclRow():
+            return b"+ACL %s\r\n" % _acl_bytes(reply)
         case InfoRow(text=text):
             return _text_line(b"+INFO", _text_bytes(text, "text"))
     raise LocalProtocolError(f"not a reply: {reply!r}")
@@ -1729,6 +1841,31 @@ def _parse_member_row(rest: bytes, line: bytes) -> Reply:
     )
 
 
+def _reply_enum(raw: bytes, enum: type[_E], line: bytes) -> _E:
+    try:
+        return enum(raw.decode("ascii"))
+    except ValueError:  # UnicodeDecodeError is a ValueError too
+        raise _broken(f"{_show(raw)} is not a {enum.__name__}", line) from None
+
+
+def _parse_acl_row(rest: bytes, line: bytes) -> Reply:
+    fields = rest.split(b" ")
+    if len(fields) != 6:
+        raise _broken("+ACL needs principal, permission, operation, resource, pattern, name", line)
+    acl = AclRow(
+        fields[0].decode("ascii", "replace"),
+        _reply_enum(fields[1], AclPermission, line),
+        _reply_enum(fields[2], AclOperation, line),
+        _reply_enum(fields[3], AclResource, line),
+        _reply_enum(fields[4], AclPattern, line),
+        fields[5].decode("ascii", "replace"),
+    )
+    reason = acl_row_error(acl)
+    if reason is not None:
+        raise _broken(reason, line)
+    return acl
+
+
 def _parse_info_row(rest: bytes, line: bytes) -> Reply:
     return InfoRow(_reply_text(rest))
 
@@ -1748,6 +1885,7 @@ _REPLY_PARSERS: Final[dict[bytes, Callable[[bytes, bytes], Reply]]] = {
     b"+GROUP": _parse_group_row,
     b"+GROUPSTATE": _parse_group_state_row,
     b"+MEMBER": _parse_member_row,
+    b"+ACL": _parse_acl_row,
     b"+INFO": _parse_info_row,
     b"+END": _parse_end,
 }

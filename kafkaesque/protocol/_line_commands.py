@@ -12,6 +12,8 @@ validate instead and raise ``LocalProtocolError`` for an event that could not be
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import re
 from dataclasses import dataclass
@@ -771,6 +773,61 @@ class AclPattern(StrEnum):
 
 CLUSTER_RESOURCE_NAME: Final = "kafka-cluster"
 ANY_PRINCIPAL: Final = "User:*"
+PRINCIPAL_PREFIX: Final = "User:"
+AUTH_MECHANISMS: Final = ("SCRAM-SHA-256", "PLAIN")
+"""The SASL mechanisms ``AUTH`` names (upper-case; the decoder folds the case of what it reads)."""
+
+_PREFIX_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
+
+
+def principal_error(principal: str) -> str | None:
+    """Why ``principal`` is not one an ACL can name, or None if it is.
+
+    A principal is ``User:<name>`` (``User:*``: every principal), one token: ``User:`` then 1 or
+    more printable ASCII characters without spaces, 249 at most in all (as ``name_error``).
+    """
+    if not principal.startswith(PRINCIPAL_PREFIX) or len(principal) == len(PRINCIPAL_PREFIX):
+        return "a principal is User:<name> (or User:* for every one)"
+    return name_error(principal)
+
+
+def acl_name_error(resource: AclResource, pattern: AclPattern, name: str) -> str | None:
+    """Why ``name`` cannot be the resource name of an ACL on ``resource`` with ``pattern``.
+
+    ``cluster``: only ``kafka-cluster``, literal. ``topic``: a topic name (internal ones too) or
+    ``*``; prefixed, a non-empty run of topic-name characters. ``group``: a group name or ``*``.
+    A prefixed ACL names a prefix, never ``*`` (as Kafka refuses a wildcard prefix).
+    """
+    if resource is AclResource.CLUSTER:
+        if name != CLUSTER_RESOURCE_NAME or pattern is not AclPattern.LITERAL:
+            return f"the cluster resource is named {CLUSTER_RESOURCE_NAME}, literal"
+        return None
+    if name == "*":
+        return None if pattern is AclPattern.LITERAL else "a prefixed ACL names a prefix, not *"
+    if resource is AclResource.TOPIC:
+        if pattern is AclPattern.PREFIXED:
+            if _PREFIX_RE.match(name):
+                return None
+            return "a topic prefix uses only the characters A-Z a-z 0-9 . _ -"
+        return topic_name_error(name, allow_internal=True)
+    return name_error(name)
+
+
+def acl_row_error(acl: AclRow) -> str | None:
+    """Why ``acl`` could not go on a line (``ACL ADD``, a ``+ACL`` row), or None if it can."""
+    if type(acl) is not AclRow:
+        return "an ACL is an AclRow"
+    if type(acl.principal) is not str or type(acl.name) is not str:
+        return "principal and name are str"
+    for value, enum in (
+        (acl.permission, AclPermission),
+        (acl.operation, AclOperation),
+        (acl.resource, AclResource),
+        (acl.pattern, AclPattern),
+    ):
+        if not isinstance(value, enum):
+            return f"{value!r} is not an {enum.__name__}"
+    return principal_error(acl.principal) or acl_name_error(acl.resource, acl.pattern, acl.name)
 
 
 @dataclass(frozen=True, slots=True)
@@ -1085,6 +1142,58 @@ def parse_published_reply(reply: OkReply) -> tuple[int, int]:
     if len(fields) == 2 and fields[0].isdigit() and fields[1].isdigit():
         return int(fields[0]), int(fields[1])
     raise RemoteProtocolError(f"expected '+OK partition offset', got '+OK {reply.text}'")
+
+
+def auth_continue_reply(challenge: bytes) -> OkReply:
+    """The reply to an ``AUTH`` step that needs another: ``+OK continue <base64 challenge>``."""
+    if type(challenge) is not bytes or not challenge:
+        raise LocalProtocolError(f"an AUTH challenge is non-empty bytes, not {challenge!r}")
+    return OkReply("continue " + base64.b64encode(challenge).decode("ascii"))
+
+
+def auth_authenticated_reply(username: str, server_final: bytes | None = None) -> OkReply:
+    """The reply to the last ``AUTH`` step: ``+OK authenticated <username> [<base64 final>]``
+    (SCRAM sends its server-final, which the client verifies; PLAIN none)."""
+    if type(username) is not str or name_error(username) is not None:
+        raise LocalProtocolError(f"cannot put user name {username!r} on a line")
+    if server_final is None:
+        return OkReply(f"authenticated {username}")
+    if type(server_final) is not bytes or not server_final:
+        raise LocalProtocolError(f"a server-final is non-empty bytes, not {server_final!r}")
+    return OkReply(f"authenticated {username} {base64.b64encode(server_final).decode('ascii')}")
+
+
+def auth_reply_parts(text: str) -> tuple[str, str | None, bytes]:
+    """An ``AUTH`` step's ``+OK`` text as ``(step, username, payload)``.
+
+    ``("continue", None, challenge)`` for ``continue <base64>``; ``("authenticated", username,
+    server_final)`` for ``authenticated <username> [<base64>]`` (``b""`` when there is none).
+    Raises ``RemoteProtocolError`` for any other text: the server broke the exchange.
+    """
+    words = text.split(" ")
+    try:
+        if words[0] == "continue" and len(words) == 2 and words[1]:
+            return "continue", None, base64.b64decode(words[1], validate=True)
+        if words[0] == "authenticated" and len(words) in (2, 3) and words[1]:
+            final = base64.b64decode(words[2], validate=True) if len(words) == 3 else b""
+            return "authenticated", words[1], final
+    except (binascii.Error, ValueError):
+        pass
+    raise RemoteProtocolError(f"malformed AUTH reply '+OK {text[:80]}'")
+
+
+def acl_removed_reply(removed: int) -> OkReply:
+    """The reply to ``ACL REMOVE``: ``+OK removed=<0|1>`` (0: there was no such ACL)."""
+    return OkReply(f"removed={removed}")
+
+
+def parse_acl_removed_reply(reply: OkReply) -> int:
+    """How many ACLs an ``ACL REMOVE`` removed; ``RemoteProtocolError`` if the text is not
+    ``removed=<n>``."""
+    name, eq, count = reply.text.partition("=")
+    if name == "removed" and eq and count.isdigit() and count.isascii():
+        return int(count)
+    raise RemoteProtocolError(f"expected '+OK removed=<n>', got '+OK {reply.text[:80]}'")
 
 
 # ---------------------------------------------------------------------------------------------

@@ -16,11 +16,21 @@ import hypothesis.strategies as st
 from hypothesis import HealthCheck, given, settings
 
 from kafkaesque.protocol import (
+    AUTH_MECHANISMS,
     COMMAND_WORDS,
     NEED_DATA,
     Acks,
+    AclAdd,
+    AclList,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclRemove,
+    AclResource,
+    AclRow,
     AddBroker,
     AlterTopic,
+    Authenticate,
     BadCommand,
     BrokerRow,
     Command,
@@ -124,6 +134,28 @@ def cons_offsets(draw: st.DrawFn) -> int | tuple[tuple[int, int], ...]:
 
 optional_int32 = st.none() | st.integers(0, INT32)
 retention = st.none() | st.integers(-1, INT64)
+principals = st.just("User:*") | names.map("User:{}".format)
+
+
+@st.composite
+def acl_rows(draw: st.DrawFn) -> AclRow:
+    resource = draw(st.sampled_from(AclResource))
+    pattern = draw(st.sampled_from(AclPattern))
+    if resource is AclResource.CLUSTER:
+        pattern, name = AclPattern.LITERAL, "kafka-cluster"
+    elif pattern is AclPattern.LITERAL:
+        name = draw(st.just("*") | (readable_topics if resource is AclResource.TOPIC else names))
+    else:
+        name = draw((topics if resource is AclResource.TOPIC else names).filter(lambda n: n != "*"))
+    return AclRow(
+        draw(principals),
+        draw(st.sampled_from(AclPermission)),
+        draw(st.sampled_from(AclOperation)),
+        resource,
+        pattern,
+        name,
+    )
+
 
 commands: st.SearchStrategy[Command] = st.one_of(
     pubs,
@@ -206,6 +238,10 @@ commands: st.SearchStrategy[Command] = st.one_of(
         st.builds("{}:{}".format, names.filter(lambda n: ":" not in n), st.integers(0, 65535)),
     ),
     st.builds(RemoveBroker, partitions),
+    st.builds(Authenticate, st.sampled_from(AUTH_MECHANISMS), st.binary(min_size=1, max_size=60)),
+    st.builds(AclAdd, acl_rows()),
+    st.builds(AclRemove, acl_rows()),
+    st.builds(AclList, st.none() | principals),
     st.builds(Help, st.none() | st.sampled_from(COMMAND_WORDS)),
     st.just(Ping()),
     st.just(Quit()),
@@ -375,6 +411,7 @@ replies: st.SearchStrategy[Reply] = st.one_of(
         st.lists(partitions, max_size=5).map(tuple),
     ),
     st.builds(InfoRow, texts),
+    acl_rows(),
     st.builds(EndReply, next_offsets),
 )
 
@@ -421,6 +458,21 @@ fragments = st.sampled_from(
         b"max=2 ",
         b"format=text ",
         b"compact=yes ",
+        b"SCRAM-SHA-256 ",
+        b"plain ",
+        b"biws ",
+        b"YQ== ",
+        b"ADD ",
+        b"LIST ",
+        b"User:alice ",
+        b"User:* ",
+        b"allow ",
+        b"write ",
+        b"topic ",
+        b"cluster ",
+        b"prefixed ",
+        b"kafka-cluster ",
+        b"* ",
         b"-- ",
         b"\r\n",
         b"\n",
