@@ -26,8 +26,15 @@ import trio
 
 from kafkaesque.protocol import (
     Acks,
+    AclAdd,
+    AclList,
+    AclOperation,
+    AclRemove,
+    AclResource,
+    AclRow,
     AddBroker,
     AlterTopic,
+    Authenticate,
     BrokerRow,
     Command,
     Commit,
@@ -155,7 +162,7 @@ class PublishSlot:
 PublishCommand = Pubs | PublishRecord | PublishBatch
 _PUBLISH_TYPES = (Pubs, PublishRecord, PublishBatch)  # a tuple: isinstance's fastest form
 # What a broker that does not know the cluster yet still answers (see ``Broker.ready``).
-_WITHOUT_METADATA = (Ping, Help, Quit)
+_WITHOUT_METADATA = (Ping, Help, Quit, Authenticate)
 NOT_READY_MESSAGE = "the broker is still loading the cluster's metadata; retry"
 
 
@@ -189,6 +196,7 @@ class CommandHandler:
 
     def __init__(self, broker: Broker) -> None:
         self._broker = broker
+        self._access = broker.access
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, _Creation] = {}  # topics being auto-created, by name
         # A publish's late failure is counted under its command's word: one callback per word,
@@ -207,7 +215,11 @@ class CommandHandler:
         *,
         forwarded: bool = False,
     ) -> Slot:
-        """The reply's slot for ``command``; ``session`` is the client connection's, if any."""
+        """The reply's slot for ``command``; ``session`` is the client connection's, if any.
+
+        A client's command is checked (``AccessControl``: authenticated, and allowed by the
+        ACLs) when the broker enforces anything; a peer's (``forwarded``) was checked by the
+        broker it arrived at."""
         name = command_word(command)
         self._broker.metrics.request(name)
         try:
@@ -219,16 +231,30 @@ class CommandHandler:
     def _dispatch(
         self, command: Command, nursery: trio.Nursery, forwarded: bool, session: Session | None
     ) -> Slot:
+        # The one test on the hot path of a broker without users file and ACLs.
+        checked = self._access.enforcing and session is not None and not forwarded
+        if checked:
+            assert session is not None
+            if session.principal is None:  # before the ready test: it needs no metadata
+                self._access.check(command, session)
         # Before anything reads the metadata (a publish's auto-creation included): a broker that
         # has not caught up with the controller quorum would answer from a view that may lack
         # topics that exist (issue 23). See ``Broker.ready``.
         if not self._broker.ready and not isinstance(command, _WITHOUT_METADATA):
             raise RequestError(ErrorCode.NOT_READY, NOT_READY_MESSAGE)
+        if checked:
+            assert session is not None
+            self._access.check(command, session)
         if isinstance(command, _PUBLISH_TYPES):
             topic = command.topic
             if topic in self._creating or (
                 topic not in self._broker.metadata.view.topics and self.auto_creates(topic)
             ):
+                if checked and topic not in self._creating:
+                    assert session is not None
+                    self._access.check_operation(
+                        session, AclOperation.CREATE, AclResource.TOPIC, topic
+                    )
                 return self._after_creation(command, nursery)
             return self._dispatch_publish(command, nursery)
         match command:
@@ -240,9 +266,22 @@ class CommandHandler:
                 return _ready(*help_replies(word))
             case ListTopics():
                 topics = self._broker.metadata.view.topics
-                return _ready(*(_topic_row(topics[n]) for n in sorted(topics)), EndReply())
+                names = self._access.visible(session, AclResource.TOPIC, sorted(topics))
+                return _ready(*(_topic_row(topics[n]) for n in names), EndReply())
             case Metadata(topics=names):
-                return _ready(*self._metadata(names))
+                return _ready(*self._metadata(names, session))
+            case Authenticate():
+                if session is None:  # a peer's: never (peers authenticate otherwise)
+                    raise RequestError(ErrorCode.BAD_ARGS, "AUTH is for client connections")
+                auth = TaskSlot()
+                nursery.start_soon(self._authenticate, command, auth, session)
+                return auth
+            case Subs(topic=topic) if checked and topic not in self._broker.metadata.view.topics:
+                if self.auto_creates(topic):  # the subscription creates it: create topic too
+                    assert session is not None
+                    self._access.check_operation(
+                        session, AclOperation.CREATE, AclResource.TOPIC, topic
+                    )
         slot = TaskSlot()
         nursery.start_soon(self._run, command, slot, forwarded, session)
         return slot
@@ -282,6 +321,8 @@ class CommandHandler:
             data = await self._execute(command, forwarded)
             if session is not None:
                 _remember_members(session, command, data)
+                if isinstance(command, ListGroups) and self._access.enforcing:
+                    data = self._visible_groups(session, data)
             slot.set(data)
         except RequestError as exc:
             self._broker.metrics.error(name, exc.code)
@@ -329,7 +370,49 @@ class CommandHandler:
             case RemoveBroker(broker_id=broker_id):
                 moved = await self.remove_broker(broker_id)
                 return encode_reply(OkReply(f"moved={moved}"))
+            case AclAdd(acl=acl):
+                await self._metadata_call(self._broker.metadata.add_acl(acl))
+                return encode_reply(OkReply())
+            case AclRemove(acl=acl):
+                removed = await self._metadata_call(self._broker.metadata.remove_acl(acl))
+                return encode_reply(OkReply(f"removed={removed}"))
+            case AclList(principal=principal):
+                acls = self._broker.metadata.view.acls
+                rows = sorted(
+                    (a for a in acls if principal is None or a.principal == principal),
+                    key=_acl_order,
+                )
+                return encode_replies([*rows, EndReply()])
         raise RequestError(ErrorCode.UNKNOWN_COMMAND, f"{type(command).__name__} is not served")
+
+    async def _authenticate(self, command: Authenticate, slot: TaskSlot, session: Session) -> None:
+        """One AUTH step (``AccessControl.authenticate``); a bug is answered INTERNAL, and the
+        exchange is dropped."""
+        try:
+            slot.set(await self._access.authenticate(session, command))
+        except Exception:  # a bug: answer it, log it, keep serving
+            log.exception("AUTH failed")
+            session.sasl = None
+            self._broker.metrics.error("AUTH", ErrorCode.INTERNAL)
+            slot.set(encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)")))
+
+    def _visible_groups(self, session: Session, data: bytes) -> bytes:
+        """GROUPS' reply with only the ``+GROUPSTATE`` rows of groups ``session`` may
+        describe (group names have no spaces: a row's second word is its group)."""
+        lines = data.split(b"\r\n")
+        groups = {
+            line.split(b" ", 2)[1].decode("utf-8", "replace")
+            for line in lines
+            if line.startswith(b"+GROUPSTATE ") and line.count(b" ") >= 2
+        }
+        visible = set(self._access.visible(session, AclResource.GROUP, sorted(groups)))
+        kept = [
+            line
+            for line in lines
+            if not line.startswith(b"+GROUPSTATE ")
+            or line.split(b" ", 2)[1].decode("utf-8", "replace") in visible
+        ]
+        return b"\r\n".join(kept)
 
     # -- auto-creation --------------------------------------------------------------------------
 
@@ -983,13 +1066,16 @@ class CommandHandler:
         except MetadataError as exc:
             raise RequestError(ErrorCode.INTERNAL, str(exc)) from exc
 
-    def _metadata(self, names: tuple[str, ...]) -> list[Reply]:
+    def _metadata(self, names: tuple[str, ...], session: Session | None = None) -> list[Reply]:
+        """METADATA's rows: every broker, then the partitions of ``names`` (all topics if
+        empty) that ``session`` may describe (the others are left out, as if absent)."""
         view = self._broker.metadata.view
         rows: list[Reply] = [
             BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)
             for _, b in sorted(view.brokers.items())
         ]
-        for name in names or tuple(sorted(view.topics)):
+        wanted = names or tuple(sorted(view.topics))
+        for name in self._access.visible(session, AclResource.TOPIC, wanted):
             rows.extend(self._partition_rows(self._topic(name)))
         rows.append(EndReply())
         return rows
@@ -1053,6 +1139,10 @@ def _remember_members(session: Session, command: Command, reply: bytes) -> None:
         session.members.add(reply[4:].split(None, 1)[0].decode("ascii"))
     elif isinstance(command, Leave):
         session.members.discard(command.subscription_id)
+
+
+def _acl_order(acl: AclRow) -> tuple[str, ...]:
+    return (acl.principal, acl.resource, acl.name, acl.pattern, acl.operation, acl.permission)
 
 
 def group_name(topic: str, partition: int) -> str:

@@ -151,13 +151,30 @@ class TaskSlot:
         return self.data
 
 
+ANONYMOUS = "User:ANONYMOUS"
+"""The principal of every connection to a broker without a users file (ACLs may name it)."""
+
+
 class Session:
-    """What the broker remembers of one connection: the group members it joined."""
+    """What the broker remembers of one connection: the group members it joined, and who it is.
 
-    __slots__ = ("members",)
+    ``address`` is the client's host (its IP address: failed AUTHs are counted per address),
+    ``tls`` whether the connection is TLS (PLAIN is offered only then), ``principal`` who it
+    is (``User:<name>`` once authenticated, ``ANONYMOUS`` on a broker without a users file,
+    None while a broker with one waits for AUTH), ``sasl`` the SCRAM exchange in progress, if
+    any (``kafkaesque.security.ScramServer``; an exchange object is used once).
+    """
 
-    def __init__(self) -> None:
+    __slots__ = ("address", "members", "principal", "sasl", "tls")
+
+    def __init__(
+        self, address: str = "", *, tls: bool = False, principal: str | None = ANONYMOUS
+    ) -> None:
         self.members: set[str] = set()
+        self.address = address
+        self.tls = tls
+        self.principal = principal
+        self.sasl: object | None = None
 
 
 Dispatch = Callable[[Command, trio.Nursery, Session], Slot]
@@ -171,6 +188,7 @@ async def serve_session(
     on_close: Callable[[Session], None],
     on_bad: Callable[[BadCommand], None] = lambda event: None,
     draining: Draining | None = None,
+    session: Session | None = None,
 ) -> None:
     """Serve one connection until the peer closes it, sends QUIT, or breaks the framing, or
     ``draining`` begins and the replies owed were sent (see the module docstring).
@@ -178,9 +196,10 @@ async def serve_session(
     ``on_close`` hears of the end, however it came (a consumer's connection closing is how its
     group learns that it left). ``on_bad`` hears of each line the decoder refused (the
     metrics count them), before its ``-ERR`` is queued. ``draining`` counts the connection
-    among those the broker waits for when it stops.
+    among those the broker waits for when it stops. ``session`` is what the broker knows of the
+    connection (its address, TLS, principal: see ``Session``); None: an anonymous one.
     """
-    session = Session()
+    session = Session() if session is None else session
     try:
         await _serve(stream, dispatch, limits, max_inflight, session, on_bad, draining)
     finally:
