@@ -163,6 +163,13 @@ class BrokerMetrics:
             ["operation"],
             registry=self.registry,
         )
+        self._mqtt_authorization_failures = Counter(
+            "kafkaesque_mqtt_authorization_failures",
+            "MQTT operations the ACL file refused, by action (publish, subscribe, receive, "
+            "will).",
+            ["action"],
+            registry=self.registry,
+        )
         self._in_sync = InSyncTracker()
         self._partitions = _PartitionCollector(broker_id, groups, self._in_sync)
         self.registry.register(self._partitions)
@@ -212,6 +219,10 @@ class BrokerMetrics:
         """Count one command refused ``NOT_AUTHORIZED`` for lack of ``operation`` (an ACL
         operation's word, or ``unauthenticated``)."""
         self._authorization_failures.labels(operation).inc()
+
+    def mqtt_authorization_failed(self, action: str) -> None:
+        """Count one MQTT ``action`` the ACL refused (a bounded set of words)."""
+        self._mqtt_authorization_failures.labels(action).inc()
 
     def error(self, command: str, code: ErrorCode) -> None:
         """Count one ``-ERR code`` answered to a ``command`` (a protocol word)."""
