@@ -41,6 +41,8 @@ from dataclasses import dataclass
 from types import FrameType, TracebackType
 from typing import Any, TextIO
 
+from kafkaesque.security import import_plaintext, save_users
+
 DEFAULT_DATA_DIR = os.path.join(".kafkaesque-data", "cluster")
 DEFAULT_BASE_PORT = 9092
 _PORTS_PER_BROKER = 10  # client +0, peer +1, controller +2, admin +3, mqtt +4
@@ -121,7 +123,7 @@ class LocalCluster:
 
         ``mqtt``: every broker also listens for MQTT devices (``mqtt_address(i)``), with the
         topic mapping rules ``mqtt_rules`` (their text; None: the default mapping) and the
-        ``user: password`` pairs ``mqtt_users`` (None: anonymous devices).
+        ``user: password`` pairs ``mqtt_users`` (written salted; None: anonymous devices).
         """
         if n < 1:
             raise ClusterError("a cluster needs at least one broker")
@@ -145,9 +147,10 @@ class LocalCluster:
         self._mqtt_args: list[str] = []
         if mqtt_rules is not None:
             self._mqtt_args += ["--mqtt-rules", self._write_file("mqtt-rules.txt", mqtt_rules)]
-        if mqtt_users is not None:
-            text = "".join(f"{user}:{password}\n" for user, password in mqtt_users.items())
-            self._mqtt_args += ["--mqtt-users", self._write_file("mqtt-users.txt", text)]
+        if mqtt_users is not None:  # salted, as a broker takes them (kafkaesque user add)
+            path = self._write_file("mqtt-users.txt", "")
+            save_users(path, import_plaintext(f"{u}:{p}" for u, p in mqtt_users.items()))
+            self._mqtt_args += ["--mqtt-users", path]
 
     def _write_file(self, name: str, text: str) -> str:
         os.makedirs(self.data_dir, exist_ok=True)

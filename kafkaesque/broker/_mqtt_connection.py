@@ -16,7 +16,9 @@ MQTT-3.1.2-24 / v5 §3.1.2.10), tells it about deliveries (``deliver``) and abou
 * ``Append``: append this message to the log; ``ack`` (PUBACK or PUBREC bytes, or empty for
   QoS 0) is sent only once the record is committed by the partition's quorum, in the order the
   appends were asked for;
-* ``Accepted``: the CONNECT was accepted: register the session, then send ``connack()``;
+* ``Accepted``: the CONNECT passed the checks that need no I/O: the driver checks its
+  credentials (``credentials_required``: ``bad_credentials`` / ``not_authorized`` refuse it),
+  registers the session, then sends ``connack()``;
 * ``Acked``: the device acknowledged a tagged delivery;
 * ``Released``: a QoS 2 message is complete (PUBREL): send its PUBCOMP;
 
@@ -27,7 +29,17 @@ The driver calls ``answered`` as it sends the PUBACK of an ``Append`` or the PUB
   SUBACK reaches the device;
 * ``Unsubscribed``: remove subscriptions (the UNSUBACK ``Send`` comes first);
 * ``Close``: close the network connection (after sending what came before it); its ``will``
-  says whether the Will message must be published.
+  says whether the Will message must be published;
+* ``Refused``: the ACL refused a PUBLISH, a SUBSCRIBE's filter or a CONNECT's Will; its
+  answer is already among the actions (log and count it).
+
+With an ACL, a refused PUBLISH is acknowledged as mosquitto does: MQTT 5 with reason 0x87 Not
+authorized (PUBACK at QoS 1, PUBREC at QoS 2, which ends that exchange), MQTT 3.1.1 as usual
+(MQTT-3.3.5-2: it is dropped); at QoS 0 it is just dropped. A refused filter of a SUBSCRIBE
+gets 0x80 (3.1.1) or 0x87 (5) in the SUBACK. A CONNECT whose Will the client may not publish
+is refused (CONNACK 3.1.1 return code 5, v5 0x87). The client's ACL is made at its CONNECT, from
+the user name it gives (checked by the driver before anything else is performed), so that even
+the PUBLISHes sent right behind the CONNECT are checked.
 
 Invariant: after a ``Close`` action the machine returns no more actions.
 """
@@ -35,9 +47,8 @@ Invariant: after a ``Close`` action the machine returns no more actions.
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, Protocol
 
 from kafkaesque.protocol import (
     NO_PROPERTIES,
@@ -125,6 +136,8 @@ class Accepted:
     will: Will | None
     version: MqttVersion
     persistent: bool
+    username: str | None = None
+    password: bytes | None = None  # for the driver to check (``credentials_required``)
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,22 +176,41 @@ class Released:
     pubcomp: bytes
 
 
-Action = Send | Append | Accepted | Acked | Released | Subscribed | Unsubscribed | Close
+@dataclass(frozen=True, slots=True)
+class Refused:
+    """The ACL refused ``action`` ("publish" or "subscribe") on ``topic`` (a filter for a
+    subscription); what the client is told is in the actions already."""
+
+    action: str
+    topic: str
 
 
-def check_password(users: Mapping[str, str] | None, user: str | None, pw: bytes | None) -> bool:
-    """Whether the credentials pass: anyone when ``users`` is None, else a listed pair."""
-    if users is None:
-        return True
-    if user is None or pw is None or user not in users:
-        return False
-    return secrets.compare_digest(users[user].encode(), pw)
+Action = Send | Append | Accepted | Acked | Released | Subscribed | Unsubscribed | Close | Refused
+
+
+class ConnectionAcl(Protocol):
+    """What the state machine asks of one client's ACL (``kafkaesque.security.ClientAcl``)."""
+
+    def can_publish(self, topic: str) -> bool: ...
+
+    def can_subscribe(self, topic_filter: str) -> bool: ...
+
+    def can_receive(self, topic: str) -> bool: ...
+
+
+class AclFile(Protocol):
+    """An ACL file (``kafkaesque.security.MqttAcl``): each client's checks."""
+
+    def for_client(self, user: str | None, client_id: str) -> ConnectionAcl: ...
 
 
 class MqttServerConnection:
     """The server side of one MQTT connection (see the module docstring).
 
-    ``users`` maps user names to passwords (None: anonymous access). ``max_packet_size`` bounds
+    ``credentials_required``: a CONNECT must carry a user name and a password (the driver checks
+    them, see ``Accepted``; without, it is refused 0x86 at once). ``acl``: what clients may
+    publish and subscribe to (None: anything); the connected client's checks are ``self.acl``.
+    ``max_packet_size`` bounds
     every packet the peer may send (a larger one is a protocol error, 0x95 in v5);
     ``receive_maximum``, the QoS 1/2 PUBLISHes a v5 client may have unanswered (one more is
     0x93). A v5 CONNACK announces both (v5 §3.2.2.3.3, §3.2.2.3.6), for a client that trusts
@@ -189,7 +221,8 @@ class MqttServerConnection:
         self,
         now: float,
         *,
-        users: Mapping[str, str] | None = None,
+        credentials_required: bool = False,
+        acl: AclFile | None = None,
         max_packet_size: int = 1 << 20,
         receive_maximum: int = RECEIVE_MAXIMUM,
     ) -> None:
@@ -200,7 +233,9 @@ class MqttServerConnection:
         # The client's QoS 1/2 PUBLISHes on this connection not answered yet (PUBACK or
         # PUBCOMP not sent). Invariant: 0 <= unanswered; at most inbound_maximum in v5.
         self.unanswered = 0
-        self._users = users
+        self._credentials_required = credentials_required
+        self._acl_file = acl
+        self.acl: ConnectionAcl | None = None  # the client's, from its CONNECT
         self.version: MqttVersion | None = None
         self.client_id: str | None = None
         self.keep_alive = 0
@@ -308,6 +343,24 @@ class MqttServerConnection:
             return []
         self.connected = False
         return self._refuse(ConnackReturnCode.SERVER_UNAVAILABLE, MqttReasonCode.SERVER_UNAVAILABLE)
+
+    def bad_credentials(self) -> list[Action]:
+        """Refuse the CONNECT just ``Accepted``: its user name or password is wrong (CONNACK
+        3.1.1 return code 4, v5 0x86), then close; no Will."""
+        if self.closed:
+            return []
+        self.connected = False
+        return self._refuse(
+            ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD, MqttReasonCode.BAD_USER_NAME_OR_PASSWORD
+        )
+
+    def not_authorized(self) -> list[Action]:
+        """Refuse the CONNECT just ``Accepted``: the client may not connect (its address failed
+        too often) or may not publish its Will (CONNACK 3.1.1 return code 5, v5 0x87)."""
+        if self.closed:
+            return []
+        self.connected = False
+        return self._refuse(ConnackReturnCode.NOT_AUTHORIZED, MqttReasonCode.NOT_AUTHORIZED)
 
     def answered(self) -> None:
         """The driver sent the PUBACK of a QoS 1 ``Append`` or the PUBCOMP of a ``Released``."""
@@ -459,9 +512,16 @@ class MqttServerConnection:
         if packet.properties.authentication_method is not None:
             actions.extend(self._refuse(ConnackReturnCode.NOT_AUTHORIZED, 0x8C))
             return
-        if not check_password(self._users, packet.username, packet.password):
+        if self._credentials_required and (packet.username is None or packet.password is None):
             actions.extend(self._refuse(ConnackReturnCode.BAD_USER_NAME_OR_PASSWORD, 0x86))
             return
+        if self._acl_file is not None:
+            self.acl = self._acl_file.for_client(packet.username, client_id)
+            will = packet.will
+            if will is not None and not self.acl.can_publish(will.topic):
+                actions.append(Refused("will", will.topic))
+                actions.extend(self._refuse(ConnackReturnCode.NOT_AUTHORIZED, 0x87))
+                return
         self.client_id = client_id
         self.keep_alive = packet.keep_alive
         self.receive_maximum = packet.properties.receive_maximum or 0xFFFF
@@ -472,7 +532,18 @@ class MqttServerConnection:
         persistent = bool(expiry) if v5 else not packet.clean_start
         if persistent:
             self.session_expiry_s = _lifetime(expiry) if v5 else None
-        actions.append(Accepted(client_id, packet.clean_start, packet.will, version, persistent))
+        password = packet.password if self._credentials_required else None
+        actions.append(
+            Accepted(
+                client_id,
+                packet.clean_start,
+                packet.will,
+                version,
+                persistent,
+                packet.username,
+                password,
+            )
+        )
 
     def _publish(self, packet: Publish, actions: list[Action]) -> None:
         if packet.qos > MAX_QOS:  # the decoder refuses QoS 3 already; defensive
@@ -500,6 +571,9 @@ class MqttServerConnection:
                     return
                 topic = found
         retransmission = packet.qos == 2 and packet.packet_id in self.awaiting_release
+        if not retransmission and self.acl is not None and not self.acl.can_publish(topic):
+            self._refused_publish(packet, topic, actions)
+            return
         if packet.qos and not retransmission:
             if self.unanswered >= self.inbound_maximum and self.version is MqttVersion.V5:
                 actions.extend(
@@ -533,10 +607,23 @@ class MqttServerConnection:
             )
         )
 
+    def _refused_publish(self, packet: Publish, topic: str, actions: list[Action]) -> None:
+        """A PUBLISH the ACL refuses: not appended; acknowledged as the module docstring says.
+        (Not counted against Receive Maximum: it is answered at once.)"""
+        code = MqttReasonCode.NOT_AUTHORIZED if self._v() is MqttVersion.V5 else 0
+        if packet.qos == 1:
+            actions.append(Send(encode_mqtt(Puback(packet.packet_id, code), self._v())))
+        elif packet.qos == 2:
+            # v5: a PUBREC of 0x80 or more ends the exchange; 3.1.1: a PUBREL may follow,
+            # answered PUBCOMP as for any id that awaits none.
+            actions.append(Send(encode_mqtt(Pubrec(packet.packet_id, code), self._v())))
+        actions.append(Refused("publish", topic))
+
     def _subscribe(self, packet: Subscribe, actions: list[Action]) -> None:
         v5 = self._v() is MqttVersion.V5
         codes: list[int] = []
         granted: list[MqttSubscription] = []
+        refused: list[Refused] = []
         identifiers = packet.properties.subscription_identifiers
         identifier = identifiers[0] if identifiers else 0
         for sub in packet.subscriptions:
@@ -548,6 +635,10 @@ class MqttServerConnection:
             inner = sub.topic_filter if shared is None else shared.topic_filter
             if not is_valid_mqtt_topic_filter(inner) or (shared is not None and sub.no_local):
                 codes.append(MqttReasonCode.TOPIC_FILTER_INVALID if v5 else 0x80)
+                continue
+            if self.acl is not None and not self.acl.can_subscribe(sub.topic_filter):
+                codes.append(MqttReasonCode.NOT_AUTHORIZED if v5 else 0x80)
+                refused.append(Refused("subscribe", sub.topic_filter))
                 continue
             qos = min(sub.qos, MAX_QOS)
             codes.append(qos)
@@ -562,6 +653,7 @@ class MqttServerConnection:
                 )
             )
         suback = encode_mqtt(Suback(packet.packet_id, tuple(codes)), self._v())
+        actions.extend(refused)
         actions.append(Subscribed(tuple(granted), suback) if granted else Send(suback))
 
     def _unsubscribe(self, packet: Unsubscribe, actions: list[Action]) -> None:

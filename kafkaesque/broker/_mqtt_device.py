@@ -51,6 +51,7 @@ from ._mqtt_connection import (
     Append,
     Close,
     MqttServerConnection,
+    Refused,
     Released,
     Send,
     Subscribed,
@@ -98,6 +99,7 @@ class MqttDevice:
 
     __slots__ = (
         "accepted",
+        "address",
         "behind_since",
         "catching_up",
         "client_id",
@@ -122,6 +124,7 @@ class MqttDevice:
         "stream",
         "subscriptions",
         "unacked",
+        "username",
         "wake",
         "will",
         "writing",
@@ -144,6 +147,8 @@ class MqttDevice:
         self.behind_since: float | None = None  # when the queue went above MAX_QUEUED_BYTES
         self.dropped = 0  # QoS 0 deliveries dropped (slow device)
         self.accepted: Accepted | None = None
+        self.address = ""  # the peer's host, for the authentication-failure limiter
+        self.username: str | None = None  # the CONNECT's, once its credentials passed
         self.connacked = False  # the CONNACK of ``accepted`` is queued
         self.client_id: str | None = None
         self.client_id_bytes: bytes | None = None  # as records carry it (No Local)
@@ -214,6 +219,13 @@ class MqttDevice:
                 self._settled(action.tag)
             elif type(action) is Accepted:
                 self.accepted = action
+                refusal = await self.service.admit(self, action)
+                if refusal is not None or self.conn.closed:
+                    # Refused (or the broker stops): nothing the client sent after its CONNECT
+                    # is performed.
+                    self.perform_nowait(refusal or [])
+                    return
+                self.username = action.username
                 self.client_id = action.client_id
                 self.client_id_bytes = action.client_id.encode()
                 self.will = action.will
@@ -241,6 +253,8 @@ class MqttDevice:
                 await self.service.unsubscribe(self, action.topic_filters)
             elif type(action) is Close:
                 self._close(action)
+            elif type(action) is Refused:
+                self.service.refused(self, action.action, action.topic)
 
     def shut_down(self) -> None:
         """The broker is stopping (``Draining.begin``): end the connection as the module
@@ -269,12 +283,15 @@ class MqttDevice:
             self.scope.deadline = min(self.scope.deadline, now + _DRAIN_S)
 
     def perform_nowait(self, actions: list[Action]) -> None:
-        """Perform ``Send`` and ``Close`` actions (those of a server-side disconnect)."""
+        """Perform ``Send``, ``Close`` and ``Refused`` actions (those of a server-side
+        disconnect or a refused CONNECT)."""
         for action in actions:
             if type(action) is Send:
                 self.send(action.data)
             elif type(action) is Close:
                 self._close(action)
+            elif type(action) is Refused:
+                self.service.refused(self, action.action, action.topic)
 
     def _close(self, action: Close) -> None:
         log.debug("mqtt %s: closing: %s", self.client_id, action.reason)
@@ -367,6 +384,12 @@ class MqttDevice:
         ``forwarded``: the record's headers that carry its v5 properties (Response Topic...).
         """
         if self.conn.closed or (expires_ms is not None and expires_ms <= now_ms()):
+            return
+        acl = self.conn.acl
+        if acl is not None and not acl.can_receive(topic):
+            # (A granted subscription matches only topics its client may receive; a session's
+            # subscriptions restored for another user, or a shared group's, may not.)
+            self.service.refused(self, "receive", topic)
             return
         size = len(payload) + len(topic) + _ENTRY_OVERHEAD
         for name, value in forwarded:

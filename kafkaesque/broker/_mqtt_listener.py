@@ -11,15 +11,23 @@ names is created on first use when missing (``--mqtt-partitions``,
 ``--mqtt-replication-factor`` capped at the registered brokers), as Kafka's
 ``auto.create.topics.enable`` does. Egress is ``Egress``.
 
-``--mqtt-users`` names a file of ``user:password`` lines; without it devices connect
-anonymously. A second connection with a client id already connected here takes its session
-over (the first is closed, MQTT-3.1.4-2).
+``--mqtt-users`` names a users file of salted SCRAM-SHA-256 credentials (the format of
+``--users-file``, so one file may serve both; ``kafkaesque user add``; the old ``user:password``
+format is refused with the command that converts it); without it devices connect anonymously.
+A device's password is checked off the event loop (PBKDF2 takes milliseconds on purpose); an
+address that failed ``--auth-failure-limit`` times within ``--auth-failure-window`` gets CONNACK
+"not authorized" without a check. The file is read again when it changes. ``--mqtt-acl-file``
+(mosquitto's ``acl_file``, ``kafkaesque.security.MqttAcl``) says what each device may publish,
+subscribe to and receive; refusals are logged at INFO and counted in /metrics. A second
+connection with a client id already connected here takes its session over (the first is
+closed, MQTT-3.1.4-2).
 """
 
 from __future__ import annotations
 
 import itertools
 import logging
+import os
 import ssl
 import sys
 import time
@@ -48,14 +56,25 @@ from kafkaesque.protocol import (
     mqtt_topic_matches,
     partition_for_key,
 )
+from kafkaesque.security import (
+    FailureLimiter,
+    MqttAcl,
+    MqttAclError,
+    ScramCredential,
+    UsersFileError,
+    UserStore,
+    derive_credential,
+    verify_password,
+)
 from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
 from ._appender import Flight, PartitionAppender
+from ._bridge import run_in_thread
 from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
-from ._mqtt_connection import Close, MqttServerConnection
+from ._mqtt_connection import Accepted, Action, Close, MqttServerConnection
 from ._mqtt_deadlines import SCAN_S as DEADLINE_SCAN_S
 from ._mqtt_deadlines import Deadlines
 from ._mqtt_device import SLOW_GRACE_S, MqttDevice, now_ms
@@ -88,25 +107,57 @@ EXPIRY_SWEEP_S: Final = 1.0  # how often owners look for expired sessions
 _CATCHING_UP: Final = sys.maxsize  # a connection's known epoch while it looks its session up
 
 
-def load_users(path: str | None) -> dict[str, str] | None:
-    """``user:password`` lines (``#`` comments, blank lines skipped); None without a file."""
+def load_users(path: str | None) -> UserStore | None:
+    """The salted users file ``path`` (reloaded when it changes); None without a file.
+    ``ConfigError`` for a file that cannot be read or has a bad line (a plaintext one too)."""
     if path is None:
         return None
-    users: dict[str, str] = {}
     try:
-        with open(path, encoding="utf-8") as f:
-            lines = f.read().splitlines()
+        os.stat(path)
     except OSError as exc:
         raise ConfigError(f"mqtt_users: cannot read {path}: {exc}") from exc
-    for number, line in enumerate(lines, start=1):
-        line = line.strip()
-        if not line or line.startswith("#"):
-            continue
-        user, sep, password = line.partition(":")
-        if not sep or not user:
-            raise ConfigError(f"mqtt_users: {path} line {number}: expected user:password")
-        users[user] = password
-    return users
+    try:
+        return UserStore(path)
+    except UsersFileError as exc:
+        raise ConfigError(f"mqtt_users: {exc}") from exc
+
+
+def load_acl(path: str | None) -> MqttAcl | None:
+    """The ACL file ``path`` (mosquitto's ``acl_file``); None without one."""
+    if path is None:
+        return None
+    try:
+        return MqttAcl.load(path)
+    except MqttAclError as exc:
+        raise ConfigError(f"mqtt_acl_file: {exc}") from exc
+
+
+def check_password(
+    credential: ScramCredential | None, decoy: ScramCredential, password: bytes | None
+) -> bool:
+    """Whether ``password`` is ``credential``'s (None: an unknown user, checked against
+    ``decoy`` all the same, so that the time taken does not tell which users exist). Slow on
+    purpose: call it in a worker thread."""
+    try:
+        text = (password or b"").decode()
+    except UnicodeDecodeError:
+        text = ""
+    matches = verify_password(credential or decoy, text)
+    return matches and credential is not None and password is not None
+
+
+def peer_host(stream: trio.abc.Stream) -> str:
+    """The remote host of an accepted stream (under TLS and WebSocket layers), "" if unknown."""
+    for _ in range(4):
+        inner = getattr(stream, "transport_stream", None) or getattr(stream, "_transport", None)
+        if inner is None:
+            break
+        stream = inner
+    sock = getattr(stream, "_socket", None) or getattr(stream, "socket", None)
+    try:
+        return str(sock.getpeername()[0]) if sock is not None else ""
+    except OSError:
+        return ""
 
 
 def load_mapping(path: str | None) -> TopicMapping:
@@ -150,6 +201,10 @@ class MqttService:
         self._broker = broker
         self.mapping = load_mapping(config.mqtt_rules)
         self.users = load_users(config.mqtt_users)
+        self.acl = load_acl(config.mqtt_acl_file)
+        self._limiter = FailureLimiter(config.auth_failure_limit, config.auth_failure_window_s)
+        # An unknown user's password is checked against this, as long as a known one's.
+        self._decoy = derive_credential(os.urandom(16).hex()) if self.users is not None else None
         self._tls = load_tls(config)
         self.port: int | None = None
         self.tls_port: int | None = None
@@ -178,6 +233,7 @@ class MqttService:
                 "slow_disconnects",
                 "wills",
                 "resends_found",
+                "auth_failures",
             ),
             0,
         )
@@ -262,15 +318,56 @@ class MqttService:
     async def _serve(self, stream: trio.abc.Stream) -> None:
         self.stats["connections"] += 1
         conn = MqttServerConnection(
-            trio.current_time(), users=self.users, max_packet_size=MAX_PACKET_SIZE
+            trio.current_time(),
+            credentials_required=self.users is not None,
+            acl=self.acl,
+            max_packet_size=MAX_PACKET_SIZE,
         )
         device = MqttDevice(self, stream, conn)
+        device.address = peer_host(stream)
         self._deadlines.add(device)
         try:
             with self._broker.draining.connection(device.shut_down):
                 await device.serve()
         except Exception:  # a bug in one connection must not take the listener down
             log.exception("broker %d: an MQTT connection failed", self._broker.config.id)
+
+    # -- security -------------------------------------------------------------------------------
+
+    async def admit(self, device: MqttDevice, accepted: Accepted) -> list[Action] | None:
+        """Check the credentials of a CONNECT the state machine accepted; the actions that
+        refuse it, or None to go on. Every failure is logged, counted and held against the
+        device's address (``FailureLimiter``)."""
+        users = self.users
+        if users is None:
+            return None
+        assert self._decoy is not None and accepted.username is not None
+        address = device.address
+        who = f"mqtt {accepted.client_id} (user {accepted.username!r}, from {address})"
+        if self._limiter.blocked(address) > 0:
+            self.stats["auth_failures"] += 1
+            log.info("%s: refused, too many authentication failures from its address", who)
+            return device.conn.not_authorized()
+        credential = users.credential(accepted.username)
+        if await run_in_thread(check_password, credential, self._decoy, accepted.password):
+            self._limiter.succeeded(address)
+            return None
+        self._limiter.failed(address)
+        self.stats["auth_failures"] += 1
+        log.info("%s: wrong user name or password", who)
+        return device.conn.bad_credentials()
+
+    def refused(self, device: MqttDevice, action: str, topic: str) -> None:
+        """The ACL refused ``action`` (publish, subscribe, receive, will) on ``topic``."""
+        log.info(
+            "mqtt %s (user %r, from %s): %s %r not authorized by the ACL",
+            device.client_id,
+            device.username,
+            device.address,
+            action,
+            topic,
+        )
+        self._broker.metrics.mqtt_authorization_failed(action)
 
     # -- sessions -------------------------------------------------------------------------------
 

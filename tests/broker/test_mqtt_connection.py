@@ -13,6 +13,7 @@ from kafkaesque.broker._mqtt_connection import (
     Append,
     Close,
     MqttServerConnection,
+    Refused,
     Released,
     Send,
     Subscribed,
@@ -41,6 +42,7 @@ from kafkaesque.protocol import (
     Will,
     encode_mqtt,
 )
+from kafkaesque.security import MqttAcl
 
 V311 = MqttVersion.V311
 V5 = MqttVersion.V5
@@ -121,22 +123,123 @@ def test_empty_client_id_with_clean_session_gets_one_assigned() -> None:
 
 
 @pytest.mark.parametrize(("version", "code"), [(V311, 0x04), (V5, 0x86)])
-def test_bad_password_is_refused_and_closed(version: MqttVersion, code: int) -> None:
-    conn = MqttServerConnection(0.0, users={"alice": "secret"})
+def test_credentials_go_to_the_driver_which_may_refuse_them(
+    version: MqttVersion, code: int
+) -> None:
+    conn = MqttServerConnection(0.0, credentials_required=True)
     connect = Connect("dev-1", username="alice", password=b"wrong")
-    actions = conn.receive(encode_mqtt(connect, version), 0.0)
-    assert sent(actions, version) == [Connack(False, code)]
-    assert len(closes(actions)) == 1 and conn.closed
-    assert not any(isinstance(a, Accepted) for a in actions)
+    publish = Publish("a/b", b"x", qos=1, packet_id=1)
+    actions = conn.receive(encode_mqtt(connect, version) + encode_mqtt(publish, version), 0.0)
+    [accepted] = [a for a in actions if isinstance(a, Accepted)]
+    assert (accepted.username, accepted.password) == ("alice", b"wrong")
+    refused = conn.bad_credentials()
+    assert sent(refused, version) == [Connack(False, code)]
+    assert len(closes(refused)) == 1 and conn.closed and not closes(refused)[0].will
+    assert conn.bad_credentials() == []
 
 
-def test_good_password_and_anonymous_refused_when_users_are_set() -> None:
-    good = MqttServerConnection(0.0, users={"alice": "secret"})
-    ok = good.receive(encode_mqtt(Connect("d", username="alice", password=b"secret"), V311), 0.0)
-    assert [type(a) for a in ok] == [Accepted]
-    anonymous = MqttServerConnection(0.0, users={"alice": "secret"})
+@pytest.mark.parametrize(("version", "code"), [(V311, 0x05), (V5, 0x87)])
+def test_not_authorized_refuses_an_accepted_connect(version: MqttVersion, code: int) -> None:
+    conn = MqttServerConnection(0.0, credentials_required=True)
+    conn.receive(encode_mqtt(Connect("d", username="u", password=b"p"), version), 0.0)
+    refused = conn.not_authorized()
+    assert sent(refused, version) == [Connack(False, code)] and conn.closed
+
+
+def test_a_connect_without_credentials_is_refused_when_they_are_required() -> None:
+    anonymous = MqttServerConnection(0.0, credentials_required=True)
     refused = anonymous.receive(encode_mqtt(Connect("d"), V311), 0.0)
     assert sent(refused, V311) == [Connack(False, 0x04)]
+    no_password = MqttServerConnection(0.0, credentials_required=True)
+    refused = no_password.receive(encode_mqtt(Connect("d", username="alice"), V5), 0.0)
+    assert sent(refused, V5) == [Connack(False, 0x86)]
+    open_conn = MqttServerConnection(0.0)
+    [accepted] = open_conn.receive(encode_mqtt(Connect("d", username="x"), V311), 0.0)
+    assert isinstance(accepted, Accepted) and accepted.password is None
+
+
+# -- ACLs -----------------------------------------------------------------------------------------
+
+ACL = MqttAcl.parse("pattern write phones/%c/spectrum\npattern read phones/%c/commands\n")
+
+
+def acl_connection(version: MqttVersion, client_id: str = "p1") -> MqttServerConnection:
+    conn = MqttServerConnection(0.0, acl=ACL)
+    [accepted] = conn.receive(encode_mqtt(Connect(client_id), version), 0.0)
+    assert isinstance(accepted, Accepted)
+    return conn
+
+
+@pytest.mark.parametrize(
+    ("version", "qos", "answer"),
+    [
+        (V5, 1, Puback(7, 0x87)),
+        (V5, 2, Pubrec(7, 0x87)),
+        (V311, 1, Puback(7)),  # acknowledged and dropped (MQTT-3.3.5-2)
+        (V311, 2, Pubrec(7)),
+        (V5, 0, None),
+        (V311, 0, None),
+    ],
+)
+def test_a_refused_publish_is_answered_and_not_appended(
+    version: MqttVersion, qos: int, answer: MqttPacket | None
+) -> None:
+    conn = acl_connection(version)
+    publish = Publish("phones/p2/spectrum", b"x", qos=qos, packet_id=7 if qos else 0)
+    actions = conn.receive(encode_mqtt(publish, version), 0.0)
+    assert not any(isinstance(a, Append) for a in actions)
+    assert Refused("publish", "phones/p2/spectrum") in actions
+    assert sent(actions, version) == ([] if answer is None else [answer])
+    assert not conn.closed and conn.unanswered == 0
+    if qos == 2 and version is V311:  # its PUBREL is answered
+        done = conn.receive(encode_mqtt(Pubrel(7), version), 0.0)
+        assert sent(done, version) == [Pubcomp(7)]
+
+
+def test_an_allowed_publish_is_appended() -> None:
+    conn = acl_connection(V5)
+    publish = Publish("phones/p1/spectrum", b"x", qos=1, packet_id=1)
+    [append] = conn.receive(encode_mqtt(publish, V5), 0.0)
+    assert isinstance(append, Append) and append.topic == "phones/p1/spectrum"
+
+
+def test_a_publish_right_behind_the_connect_is_checked_too() -> None:
+    conn = MqttServerConnection(0.0, acl=ACL)
+    data = encode_mqtt(Connect("p1"), V5) + encode_mqtt(
+        Publish("phones/p2/spectrum", b"x", qos=1, packet_id=1), V5
+    )
+    actions = conn.receive(data, 0.0)
+    assert not any(isinstance(a, Append) for a in actions)
+
+
+@pytest.mark.parametrize(("version", "refused_code"), [(V5, 0x87), (V311, 0x80)])
+def test_a_refused_filter_gets_its_code_in_the_suback(
+    version: MqttVersion, refused_code: int
+) -> None:
+    conn = acl_connection(version)
+    subscribe = Subscribe(
+        3,
+        (
+            MqttSubscription("phones/p1/commands", 1),
+            MqttSubscription("phones/+/commands", 1),
+        ),
+    )
+    actions = conn.receive(encode_mqtt(subscribe, version), 0.0)
+    assert Refused("subscribe", "phones/+/commands") in actions
+    [subscribed] = [a for a in actions if isinstance(a, Subscribed)]
+    assert [s.topic_filter for s in subscribed.subscriptions] == ["phones/p1/commands"]
+    assert sent([Send(subscribed.suback)], version) == [Suback(3, (1, refused_code))]
+
+
+def test_a_will_the_client_may_not_publish_refuses_the_connect() -> None:
+    conn = MqttServerConnection(0.0, acl=ACL)
+    connect = Connect("p1", will=Will("phones/p2/spectrum", b"gone", 0, False))
+    actions = conn.receive(encode_mqtt(connect, V5), 0.0)
+    assert Refused("will", "phones/p2/spectrum") in actions
+    assert sent(actions, V5) == [Connack(False, 0x87)] and conn.closed
+    fine = MqttServerConnection(0.0, acl=ACL)
+    connect = Connect("p1", will=Will("phones/p1/spectrum", b"gone", 0, False))
+    assert isinstance(fine.receive(encode_mqtt(connect, V5), 0.0)[0], Accepted)
 
 
 def test_a_packet_before_connect_closes_without_an_answer() -> None:
