@@ -98,6 +98,7 @@ from ._line_commands import parse_seed_message as parse_seed_message
 from ._line_commands import principal_error as principal_error
 from ._line_commands import published_reply as published_reply
 from ._line_commands import topic_name_error as topic_name_error
+from ._line_commands import user_name_error as user_name_error
 from ._line_commands import validate_topic_name as validate_topic_name
 
 # --- MQTT 3.1.1 / 5.0: sans-I/O codec, topic matching and the MQTT <-> log topic mapping

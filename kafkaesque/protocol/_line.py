@@ -497,7 +497,10 @@ def _arg_cons_offsets(raw: bytes) -> ConsOffsets:
 
 
 def _arg_principal(raw: bytes) -> str:
-    principal = raw.decode("ascii", "replace")
+    try:
+        principal = raw.decode("utf-8")  # a user's name may be any printable text
+    except UnicodeDecodeError:
+        principal = ""  # refused below
     reason = principal_error(principal)
     if reason is not None:
         raise _Reject(
@@ -1291,7 +1294,7 @@ def _acl_bytes(acl: AclRow) -> bytes:
         raise _bad("acl", acl, reason)
     return " ".join(
         (acl.principal, acl.permission, acl.operation, acl.resource, acl.pattern, acl.name)
-    ).encode("ascii")
+    ).encode("utf-8")
 
 
 def encode_command(command: Command) -> bytes:
@@ -1481,7 +1484,7 @@ def encode_command(command: Command) -> bytes:
                 return b"ACL LIST\r\n"
             if type(principal) is not str or principal_error(principal) is not None:
                 raise _bad("principal", principal, "User:<name> or User:*")
-            return b"ACL LIST %s\r\n" % principal.encode("ascii")
+            return b"ACL LIST %s\r\n" % principal.encode("utf-8")
         case Help(command=word):
             if word is None:
                 return b"HELP\r\n"
@@ -1852,8 +1855,12 @@ def _parse_acl_row(rest: bytes, line: bytes) -> Reply:
     fields = rest.split(b" ")
     if len(fields) != 6:
         raise _broken("+ACL needs principal, permission, operation, resource, pattern, name", line)
+    try:
+        principal = fields[0].decode("utf-8")
+    except UnicodeDecodeError:
+        raise _broken("the principal is not UTF-8", line) from None
     acl = AclRow(
-        fields[0].decode("ascii", "replace"),
+        principal,
         _reply_enum(fields[1], AclPermission, line),
         _reply_enum(fields[2], AclOperation, line),
         _reply_enum(fields[3], AclResource, line),

@@ -780,15 +780,26 @@ AUTH_MECHANISMS: Final = ("SCRAM-SHA-256", "PLAIN")
 _PREFIX_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,249}\Z")
 
 
+def user_name_error(name: str) -> str | None:
+    """Why ``name`` cannot be a user's name on a line (``+OK authenticated``, a principal), or
+    None: 1 to 244 printable characters (UTF-8 on the wire), no spaces or control characters."""
+    if not name or len(name) > MAX_NAME_LENGTH - len(PRINCIPAL_PREFIX):
+        return f"a user name has 1 to {MAX_NAME_LENGTH - len(PRINCIPAL_PREFIX)} characters"
+    if any(c.isspace() or not c.isprintable() for c in name):
+        return "a user name has no spaces or control characters"
+    return None
+
+
 def principal_error(principal: str) -> str | None:
     """Why ``principal`` is not one an ACL can name, or None if it is.
 
-    A principal is ``User:<name>`` (``User:*``: every principal), one token: ``User:`` then 1 or
-    more printable ASCII characters without spaces, 249 at most in all (as ``name_error``).
+    A principal is ``User:<name>`` (``User:*``: every principal), one token: ``User:`` then a
+    name as ``user_name_error`` wants it.
     """
-    if not principal.startswith(PRINCIPAL_PREFIX) or len(principal) == len(PRINCIPAL_PREFIX):
+    if not principal.startswith(PRINCIPAL_PREFIX):
         return "a principal is User:<name> (or User:* for every one)"
-    return name_error(principal)
+    reason = user_name_error(principal[len(PRINCIPAL_PREFIX) :])
+    return None if reason is None else f"a principal is User:<name>: {reason}"
 
 
 def acl_name_error(resource: AclResource, pattern: AclPattern, name: str) -> str | None:
@@ -1154,7 +1165,7 @@ def auth_continue_reply(challenge: bytes) -> OkReply:
 def auth_authenticated_reply(username: str, server_final: bytes | None = None) -> OkReply:
     """The reply to the last ``AUTH`` step: ``+OK authenticated <username> [<base64 final>]``
     (SCRAM sends its server-final, which the client verifies; PLAIN none)."""
-    if type(username) is not str or name_error(username) is not None:
+    if type(username) is not str or user_name_error(username) is not None:
         raise LocalProtocolError(f"cannot put user name {username!r} on a line")
     if server_final is None:
         return OkReply(f"authenticated {username}")

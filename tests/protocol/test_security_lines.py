@@ -140,6 +140,7 @@ def test_auth_replies_carry_the_challenge_and_the_server_final() -> None:
     assert done.text == "authenticated alice " + base64.b64encode(b"v=signature").decode()
     assert auth_reply_parts(done.text) == ("authenticated", "alice", b"v=signature")
     assert auth_reply_parts(auth_authenticated_reply("bob").text) == ("authenticated", "bob", b"")
+    assert auth_reply_parts(auth_authenticated_reply("josé").text)[1] == "josé"
 
 
 @pytest.mark.parametrize(
@@ -205,6 +206,7 @@ def test_auth_reply_builders_refuse_what_could_not_be_read_back() -> None:
         (b"ACL LIST", AclList()),
         (b"ACL LIST User:alice", AclList("User:alice")),
         (b"ACL LIST User:*", AclList("User:*")),
+        ("ACL LIST User:josé".encode(), AclList("User:josé")),  # user names may be UTF-8
     ],
 )
 def test_acl_lines_decode_and_encode_back(line: bytes, command: object) -> None:
