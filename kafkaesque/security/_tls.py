@@ -86,10 +86,6 @@ class ReloadingContext:
         self.cert = cert
         self.key = key
         self._clock = clock
-        self._kw: dict[str, object] = {
-            "client_ca": client_ca,
-            "require_client_cert": require_client_cert,
-        }
         self._identity = self._stat()
         self._context = server_context(
             cert, key, client_ca=client_ca, require_client_cert=require_client_cert
