@@ -40,6 +40,7 @@ from typing import Any
 import trio
 
 from kafkaesque.broker import Broker, BrokerConfig, ConfigError, config_from_mapping, load_config
+from kafkaesque.broker._config import open_warning
 from kafkaesque.broker._decommission import DECOMMISSION_TIMEOUT_S
 from kafkaesque.broker._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
 from kafkaesque.client import Client, KafkaesqueError
@@ -304,6 +305,9 @@ async def _serve(
                 if exit_with_parent:
                     nursery.start_soon(_watch_parent, os.getppid(), nursery.cancel_scope)
                 print(_listening(config, broker), flush=True)
+                warning = open_warning(config, broker.client_port)
+                if warning is not None:  # also logged; said here whatever the log level
+                    print(warning, file=sys.stderr, flush=True)
                 pid_file = _write_pid_file(config)
                 print("ready", flush=True)
                 draining = False

@@ -134,6 +134,7 @@ class JepsenCluster:
             "--segment-bytes", str(self.segment_bytes),
             "--log-level", self.log_level,
             "--exit-with-parent",
+            *([] if self.security else ["--insecure"]),  # 10.x addresses, open (safe defaults)
             *(["--admin", f"{a.host}:{a.admin}"] if a.admin is not None else []),
             *(["--join"] if join else []),
             *(self.security.broker_args(node) if self.security else []),

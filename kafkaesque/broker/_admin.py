@@ -2,7 +2,7 @@
 
 A deliberately tiny HTTP/1.0 server on trio: one request per connection, a bounded request head
 read within a timeout, no body. It serves monitoring, nothing else, so it needs no framework and
-no thread.
+no thread. With ``--admin-tls`` the broker hands it a ``trio.SSLStream`` (HTTPS).
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ Route = Callable[[], Awaitable[tuple[str, bytes]]]
 """A path's handler: ``(content type, body)``, awaited (a scrape may ask other brokers)."""
 
 
-async def serve_admin_connection(stream: trio.SocketStream, routes: dict[str, Route]) -> None:
+async def serve_admin_connection(stream: trio.abc.Stream, routes: dict[str, Route]) -> None:
     """Answer one request: ``await routes[path]()`` gives ``(content type, body)``."""
     try:
         head = b""
@@ -51,7 +51,7 @@ async def serve_admin_connection(stream: trio.SocketStream, routes: dict[str, Ro
 
 
 async def _respond(
-    stream: trio.SocketStream, status: int, content_type: str, body: bytes, *, head_only: bool
+    stream: trio.abc.Stream, status: int, content_type: str, body: bytes, *, head_only: bool
 ) -> None:
     reason = {200: "OK", 400: "Bad Request", 404: "Not Found"}[status]
     head = (

@@ -34,7 +34,6 @@ from typing import Any
 
 import trio
 
-from kafkaesque._fd_stream import FdListener
 from kafkaesque.protocol import (
     Acks,
     Answer,
@@ -82,7 +81,7 @@ from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import PartitionAppender
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler, group_name
-from ._config import BrokerConfig
+from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
 from ._errors import RequestError
 from ._forwarding import Forwarder, ForwardError
@@ -96,6 +95,7 @@ from ._mqtt_listener import MqttService
 from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
 from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
+from ._tls import BrokerTls, ClientPortGate, PeerRefusals, TlsRefusals, server_handshake
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -121,6 +121,8 @@ class Broker:
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config.validate()
+        check_exposure(config)  # safe defaults: ConfigError unless loopback, or secured
+        self.tls = BrokerTls.load(config)  # ConfigError for a certificate that cannot be used
         broker_dir = config.broker_dir
         os.makedirs(broker_dir, exist_ok=True)
         peers = {i: (a.host, a.port) for i, a in config.peers.items()}
@@ -131,6 +133,8 @@ class Broker:
             secret=config.cluster_secret.encode(),
             on_items=self._on_items,
             on_peer_change=self._on_peer_change,
+            server_ssl=self.tls.peer_server,
+            client_ssl=self.tls.peer_client,
         )
         self.raft = MultiRaft(
             config.id,
@@ -156,6 +160,8 @@ class Broker:
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
         )
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
+        self.tls_refusals = TlsRefusals(self.metrics.registry)
+        self.metrics.registry.register(PeerRefusals(lambda: self.transport.rejected))
         self.raft.on_group_commit = self.metrics.fsync_latency.observe
         self.writes.on_written = self.metrics.commit_latency.observe
         # Who each client connection is and what it may do (users file, ACLs): see ``_access``.
@@ -199,6 +205,8 @@ class Broker:
         self._accepting = trio.CancelScope()
         # Begun by ``drain``: the client connections (line protocol, MQTT) finish and close.
         self.draining = Draining()
+        # The client port's protocol check and, with client_tls, its TLS (``_tls``).
+        self._client_gate = ClientPortGate(self.tls.client, self.tls_refusals, self.draining)
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
         self.balancer = LeaderBalancer(
             self.raft,
@@ -235,7 +243,7 @@ class Broker:
                     config.client.port, host=config.client.host
                 )
                 self.client_port = listeners[0].socket.getsockname()[1]
-                nursery.start_soon(self._accept_clients, [FdListener(s) for s in listeners])
+                nursery.start_soon(self._accept_clients, listeners)
                 if self.mqtt is not None:
                     self.mqtt_port = await nursery.start(self.mqtt.run)
                 if config.admin is not None:
@@ -258,18 +266,28 @@ class Broker:
                     self.client_port,
                     self._since_start(),
                 )
+                warning = open_warning(config, self.client_port)
+                if warning is not None:
+                    log.warning("%s", warning)
                 task_status.started(self)
         finally:
             self._nursery = None
             self.raft.close()
 
-    async def _accept_clients(self, listeners: list[FdListener]) -> None:
+    async def _accept_clients(self, listeners: list[trio.SocketListener]) -> None:
         """Accept client connections until ``drain`` stops it. The listening sockets are closed
         then (a new client's connect is refused, and it tries another broker); the connections
         accepted so far are tasks of the broker's nursery and are served on."""
         assert self._nursery is not None  # started from run(), inside the nursery
         with self._accepting:
-            await trio.serve_listeners(self._serve_client, listeners, handler_nursery=self._nursery)
+            await trio.serve_listeners(self._admit_client, listeners, handler_nursery=self._nursery)
+
+    async def _admit_client(self, stream: trio.SocketStream) -> None:
+        """A new client connection: the port's protocol check (and TLS handshake), then its
+        session; a connection that spoke the wrong protocol was told and closed (``_tls``)."""
+        served = await self._client_gate.admit(stream)
+        if served is not None:
+            await self._serve_client(served, tls=self._client_gate.tls)
 
     async def drain(self, timeout: float) -> HandOver:
         """Get ready to stop without a blip (graceful shutdown, see ``_shutdown``).
@@ -349,8 +367,22 @@ class Broker:
             self._connections -= 1
 
     async def _serve_admin(self, stream: trio.SocketStream) -> None:
+        served: trio.abc.Stream = stream
+        if self.tls.admin is not None:  # HTTPS
+            where = "{}:{}".format(*stream.socket.getpeername()[:2])
+            tls = await server_handshake(
+                stream,
+                self.tls.admin.context,
+                listener="admin",
+                where=where,
+                refusals=self.tls_refusals,
+                https=True,
+            )
+            if tls is None:
+                return
+            served = tls
         await serve_admin_connection(
-            stream,
+            served,
             {
                 "/metrics": metrics_route(self.metrics.scrape),
                 "/healthz": static_route("text/plain", b"ok\n"),

@@ -8,6 +8,7 @@ learnt from the broker registry in the metadata.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import tomllib
 from collections.abc import Mapping
@@ -189,6 +190,81 @@ class BrokerConfig:
     @property
     def client_host(self) -> str:
         return self.advertised_host or self.client.host
+
+
+def is_loopback(host: str) -> bool:
+    """Whether listening on ``host`` keeps a port on this machine: ``localhost``, 127.0.0.0/8,
+    ``::1``. A wildcard (``0.0.0.0``, ``::``), another address, or any other name is not."""
+    host = host.strip().removeprefix("[").removesuffix("]")
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False  # a name: it may resolve anywhere
+
+
+def listen_addresses(config: BrokerConfig) -> list[tuple[str, Address]]:
+    """Every address ``config`` listens on, by setting name (this broker's own peer and
+    controller addresses, not the others')."""
+    found = [
+        ("client", config.client),
+        ("peers", config.peers[config.id]),
+        ("controllers", config.controllers[config.id]),
+    ]
+    optional = [
+        ("admin", config.admin),
+        ("mqtt", config.mqtt),
+        ("mqtt_tls", config.mqtt_tls),
+        ("mqtt_ws", config.mqtt_ws),
+    ]
+    return found + [(name, address) for name, address in optional if address is not None]
+
+
+_MQTT_LISTENERS = ("mqtt", "mqtt_tls", "mqtt_ws")
+_INSECURE_HINT = "or pass --insecure (insecure = true) to run it open anyway"
+
+
+def check_exposure(config: BrokerConfig) -> None:
+    """Safe defaults (docs/security.md): refuse a broker that listens beyond loopback without
+    authentication, or with ``DEV_CLUSTER_SECRET``, unless ``config.insecure``.
+
+    Beyond loopback every listener needs the users file (a cluster without one is open only on
+    loopback), MQTT's listeners need ``mqtt_users`` as well, and the cluster secret must not be
+    the well-known development one. Raises ``ConfigError`` naming the setting and ``--insecure``.
+    """
+    if config.insecure:
+        return
+    exposed = [(name, a) for name, a in listen_addresses(config) if not is_loopback(a.host)]
+    for name, address in exposed:
+        where = f"{name} listens on {address}, beyond loopback,"
+        if config.cluster_secret == DEV_CLUSTER_SECRET:
+            raise ConfigError(
+                f"{where} with the built-in development cluster secret, which everyone knows: "
+                f"set cluster_secret ($KAFKAESQUE_CLUSTER_SECRET), {_INSECURE_HINT}"
+            )
+        if config.users_file is None:
+            raise ConfigError(
+                f"{where} without authentication: give users_file (--users-file, made with "
+                f"`kafkaesque user add`; docs/security.md), {_INSECURE_HINT}"
+            )
+        if name in _MQTT_LISTENERS and config.mqtt_users is None:
+            raise ConfigError(
+                f"{where} with anonymous devices: give mqtt_users (--mqtt-users), {_INSECURE_HINT}"
+            )
+
+
+def open_warning(config: BrokerConfig, client_port: int) -> str | None:
+    """The line a broker without a users file says at start (None with one): anyone who can
+    reach its client port may do anything."""
+    if config.users_file is not None:
+        return None
+    everywhere = all(is_loopback(a.host) for _, a in listen_addresses(config))
+    scope = "listening on loopback only" if everywhere else "--insecure: beyond loopback too"
+    return (
+        f"broker {config.id}: no --users-file: anyone who can reach "
+        f"{config.client.host}:{client_port} may do anything ({scope})"
+    )
 
 
 _ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws"}

@@ -18,8 +18,8 @@ major version 0x03; a line-protocol command never starts with a control characte
   logged at INFO and counted, never raised.
 
 Each is counted in ``kafkaesque_tls_refused_total{listener, reason}``. The server certificate
-comes from a callable that the broker points at ``ReloadingContext.context``, asked once per
-connection, so a renewed certificate is served to new connections without a restart.
+comes from a ``ReloadingContext``, asked once per connection, so a renewed certificate is
+served to new connections without a restart.
 """
 
 from __future__ import annotations
@@ -27,14 +27,19 @@ from __future__ import annotations
 import logging
 import socket
 import ssl
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 
 import trio
 from prometheus_client import CollectorRegistry, Counter
+from prometheus_client.core import CounterMetricFamily
+from prometheus_client.registry import Collector
 
 from kafkaesque._fd_stream import FdStream
 from kafkaesque.protocol import ErrorCode, ErrorReply, encode_reply
+from kafkaesque.security import ReloadingContext, client_context, server_context
 
+from ._config import BrokerConfig, ConfigError
 from ._shutdown import Draining
 
 log = logging.getLogger("kafkaesque.broker.tls")
@@ -50,9 +55,40 @@ NOT_TLS_REPLY = encode_reply(
 )
 """What a plaintext client on a TLS client port reads before the broker closes it."""
 
-ContextSource = Callable[[], ssl.SSLContext]
-"""Gives the server context for a new connection (``ReloadingContext.context``: reloaded when
-the certificate files change)."""
+
+@dataclass(frozen=True)
+class BrokerTls:
+    """The TLS contexts of one broker's listeners, from its settings (None: that one is plain).
+
+    ``client`` and ``admin`` follow their certificate files (``ReloadingContext``); the peer
+    contexts are mutual TLS over ``tls_ca`` (the acceptor requires a certificate that CA signed,
+    the dialer checks the acceptor's against it and against the address it dialled), loaded
+    once: a renewed broker certificate reaches the peers at the next restart.
+    """
+
+    client: ReloadingContext | None = None
+    admin: ReloadingContext | None = None
+    peer_server: ssl.SSLContext | None = None
+    peer_client: ssl.SSLContext | None = None
+
+    @classmethod
+    def load(cls, config: BrokerConfig) -> BrokerTls:
+        """Read the certificates ``config`` names; ``ConfigError`` if one cannot be used."""
+        cert, key, ca = config.tls_cert, config.tls_key, config.tls_ca
+        if cert is None:  # validate(): no TLS setting without tls_cert
+            return cls()
+        try:
+            client = ReloadingContext(cert, key) if config.client_tls else None
+            admin = ReloadingContext(cert, key) if config.admin_tls else None
+            peer_server = peer_client = None
+            if config.peer_tls:
+                peer_server = server_context(cert, key, client_ca=ca, require_client_cert=True)
+                peer_client = client_context(ca, cert=cert, key=key)
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise ConfigError(
+                f"tls_cert/tls_key/tls_ca: cannot load the certificates: {exc}"
+            ) from exc
+        return cls(client, admin, peer_server, peer_client)
 
 
 def looks_like_tls(prefix: bytes) -> bool:
@@ -89,6 +125,21 @@ class TlsRefusals:
         self._counter.labels(listener=listener, reason=reason).inc()
 
 
+class PeerRefusals(Collector):
+    """``kafkaesque_peer_connections_refused_total``: peer connections closed for failing the
+    handshake (TLS or the cluster secret) or breaking the protocol (the transport's count)."""
+
+    def __init__(self, count: Callable[[], int]) -> None:
+        self._count = count
+
+    def collect(self) -> Iterator[CounterMetricFamily]:
+        yield CounterMetricFamily(
+            "kafkaesque_peer_connections_refused",
+            "Peer connections refused: a failed TLS or secret handshake, or a protocol error.",
+            value=self._count(),
+        )
+
+
 async def server_handshake(
     stream: trio.abc.Stream,
     context: ssl.SSLContext,
@@ -118,11 +169,12 @@ class ClientPortGate:
     """What the client port does with a connection before its line-protocol session: the
     protocol check and, on a TLS port, the handshake (see the module docstring).
 
-    ``context``: None for a plain port, else the source of the server context. Trio thread only.
+    ``context``: None for a plain port, else the server context (asked once per connection:
+    it follows its certificate files). Trio thread only.
     """
 
     def __init__(
-        self, context: ContextSource | None, refusals: TlsRefusals, draining: Draining
+        self, context: ReloadingContext | None, refusals: TlsRefusals, draining: Draining
     ) -> None:
         self._context = context
         self._refusals = refusals
@@ -166,7 +218,7 @@ class ClientPortGate:
             return None
         return await server_handshake(
             FdStream(stream),
-            self._context(),
+            self._context.context,
             listener="client",
             where=where,
             refusals=self._refusals,
