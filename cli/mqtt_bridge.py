@@ -7,6 +7,11 @@ topic the rules map it to, and acknowledges it upstream only once committed. ``-
 publishes the records of log topics back to the upstream broker. Runs until SIGINT/SIGTERM, then
 finishes what is in flight (at most ``--drain-timeout`` seconds) and disconnects.
 
+``--upstream-tls`` (or ``--upstream-cafile``) speaks TLS to the upstream broker, verifying its
+certificate (against the system's CAs or ``--upstream-cafile``) and its name or address;
+``--upstream-certfile``/``--upstream-keyfile`` present a client certificate; ``--username`` and
+``--password`` (or $KAFKAESQUE_MQTT_PASSWORD) are its credentials.
+
 Prints ``ready`` on stdout once subscribed, then counters on stderr every ``--stats-interval``.
 Each bridge instance needs its own ``--client-id`` (the upstream session is keyed by it), and
 must keep it across restarts so that it finds its queued messages again.
@@ -19,6 +24,7 @@ import dataclasses
 import logging
 import os
 import signal
+import ssl
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,6 +41,7 @@ from kafkaesque.protocol import (
     TopicMapping,
     validate_mqtt_topic_filter,
 )
+from kafkaesque.security import client_context
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
@@ -71,6 +78,14 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--client-id", default="kafkaesque-bridge", help="MQTT client id (stable!)")
     p.add_argument("--username", help="MQTT user name")
     p.add_argument("--password", help=f"MQTT password (or ${PASSWORD_ENV})")
+    p.add_argument(
+        "--upstream-tls",
+        action="store_true",
+        help="TLS to the upstream broker (verified against the system CAs or --upstream-cafile)",
+    )
+    p.add_argument("--upstream-cafile", help="CA (PEM) of the upstream's certificate; implies TLS")
+    p.add_argument("--upstream-certfile", help="client certificate (PEM) for the upstream")
+    p.add_argument("--upstream-keyfile", help="its key (PEM; default: in --upstream-certfile)")
     p.add_argument("--converter", choices=CONVERTER_NAMES, default="raw")
     p.add_argument("--avro-schema", help="Avro schema file (JSON) for --converter avro")
     p.add_argument("--dead-letter-topic", help="log topic for refused payloads (else dropped)")
@@ -123,6 +138,16 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
         not args.share_group or any(c in args.share_group for c in "/+#")
     ):
         raise MqttBridgeError("--share-group must be non-empty, without '/', '+' or '#'")
+    tls = None
+    if args.upstream_tls or args.upstream_cafile or args.upstream_certfile:
+        try:
+            tls = client_context(
+                args.upstream_cafile, cert=args.upstream_certfile, key=args.upstream_keyfile
+            )
+        except (OSError, ssl.SSLError, ValueError) as exc:
+            raise MqttBridgeError(f"--upstream TLS: cannot load the certificates: {exc}") from None
+    elif args.upstream_keyfile:
+        raise MqttBridgeError("--upstream-keyfile needs --upstream-certfile")
     try:
         converter = make_converter(args.converter, args.avro_schema)
         password = args.password or os.environ.get(PASSWORD_ENV)
@@ -136,6 +161,7 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
             keep_alive_s=args.keep_alive,
             session_expiry_s=args.session_expiry,
             receive_maximum=args.receive_maximum,
+            tls=tls,
         )
     except ValueError as exc:
         raise MqttBridgeError(str(exc)) from None

@@ -47,6 +47,7 @@ from kafkaesque.client import (
     AsyncConsumer,
     AsyncProducer,
     AsyncRecordFuture,
+    ClientConfig,
     KafkaesqueError,
     OffsetReset,
     ProducerConfig,
@@ -105,6 +106,8 @@ class BridgeConfig:
     backoff_min_s: float = 0.2
     backoff_max_s: float = 10.0
     producer: ProducerConfig = field(default_factory=ProducerConfig)
+    # How the bridge's client reaches the Kafkaesque cluster (its TLS and credentials).
+    client: ClientConfig = field(default_factory=ClientConfig)
 
     def filters(self) -> tuple[str, ...]:
         """The topic filters actually subscribed (with the ``$share`` prefix if any)."""
@@ -181,7 +184,7 @@ class MqttBridge:
     async def _serve(self) -> None:
         config = self.config
         async with (
-            AsyncClient(config.bootstrap) as client,
+            AsyncClient(config.bootstrap, config=config.client) as client,
             open_producer(client, config.producer) as producer,
         ):
             for topic in config.to_mqtt:

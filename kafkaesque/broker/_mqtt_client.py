@@ -18,6 +18,7 @@ next connection of the (persistent) session.
 from __future__ import annotations
 
 import math
+import ssl
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 
@@ -234,20 +235,40 @@ async def _handshake(
             return first, events[1:]
 
 
+async def _tls_handshake(
+    tcp: trio.abc.Stream, context: ssl.SSLContext, host: str
+) -> trio.SSLStream[trio.abc.Stream]:
+    """``tcp`` wrapped in TLS, the handshake done (closed on failure)."""
+    stream = trio.SSLStream(tcp, context, server_hostname=host)
+    try:
+        await stream.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(tcp)
+        cause = exc.__cause__
+        raise MqttConnectionError(f"TLS handshake with {host} failed: {cause or exc}") from exc
+    except BaseException:
+        await trio.aclose_forcefully(tcp)
+        raise
+    return stream
+
+
 @asynccontextmanager
 async def open_mqtt_client(options: MqttClientOptions) -> AsyncIterator[MqttClient]:
     """Connect, send CONNECT, wait for CONNACK (within ``options.connect_timeout_s``).
 
-    Raises ``MqttConnectionError`` when the server refuses or breaks the protocol, ``OSError``
-    when it cannot be reached. Once connected, a failing connection (``MqttConnectionError``,
-    ``OSError``, ``trio.BrokenResourceError``) cancels the body and leaves the ``async with``
-    inside an ``ExceptionGroup`` (the connection's tasks run in a nursery): catch with
-    ``except*``. A normal exit sends DISCONNECT (waiting at most a second for the send).
+    With ``options.tls`` the connection is TLS (the handshake within the connect timeout too).
+    Raises ``MqttConnectionError`` when the server refuses or breaks the protocol or its TLS
+    certificate does not verify, ``OSError`` when it cannot be reached. Once connected, a
+    failing connection (``MqttConnectionError``, ``OSError``, ``trio.BrokenResourceError``)
+    cancels the body and leaves the ``async with`` inside an ``ExceptionGroup`` (the
+    connection's tasks run in a nursery): catch with ``except*``. A normal exit sends DISCONNECT (waiting at most a second for the send).
     """
     core = MqttClientCore(options, now=trio.current_time())
     try:
         with trio.fail_after(options.connect_timeout_s):
             stream: trio.abc.Stream = await trio.open_tcp_stream(options.host, options.port)
+            if options.tls is not None:
+                stream = await _tls_handshake(stream, options.tls, options.host)
     except trio.TooSlowError:
         raise MqttConnectionError("connecting timed out") from None
     async with stream:

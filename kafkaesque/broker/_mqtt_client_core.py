@@ -30,6 +30,7 @@ Contracts:
 from __future__ import annotations
 
 import enum
+import ssl
 from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -75,6 +76,8 @@ class MqttClientOptions:
     ``clean_start`` False plus ``session_expiry_s`` (v5; 3.1.1 sessions never expire) makes the
     server keep our subscriptions and queue QoS 1 messages while we are disconnected.
     ``receive_maximum`` (v5) bounds the QoS 1 PUBLISHes the server sends before we acknowledge.
+    ``tls``: speak TLS with this client context (``kafkaesque.security.client_context``: the
+    server's certificate is verified against its CA and, unless turned off, for ``host``).
     """
 
     host: str
@@ -91,6 +94,7 @@ class MqttClientOptions:
     # Announced in v5 CONNECT: the server discards larger messages instead of sending them (a
     # message we could not append must not come back forever). Below the producer's 8 MiB.
     max_packet_size: int = 4 * 1024 * 1024
+    tls: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         if self.version not in (MqttVersion.V311, MqttVersion.V5):
