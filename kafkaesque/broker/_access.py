@@ -80,6 +80,7 @@ UNAUTHENTICATED = "unauthenticated"
 # What a connection may send before it authenticated.
 _OPEN_COMMANDS = (Ping, Help, Quit, Authenticate)
 _PUBLISHES = (Pubs, PublishRecord, PublishBatch)
+_GS2_STARTS = (b"n,", b"y,", b"p=")  # how a SCRAM client-first message begins (RFC 5802)
 
 
 class AccessMetrics(Protocol):
@@ -255,6 +256,10 @@ class AccessControl:
 
     def _scram(self, session: Session, users: UserStore, payload: bytes) -> bytes:
         server = session.sasl
+        # A client-first message (it opens with a GS2 header, "n," or "y,"; a client-final
+        # with "c=") starts a new exchange, abandoning any in progress.
+        if payload[:2] in _GS2_STARTS:
+            server = None
         try:
             if not isinstance(server, ScramServer):  # the first step of a new exchange
                 server = ScramServer(users.credential)
