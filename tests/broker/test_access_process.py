@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import base64
 import socket
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
+import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafkaesque.cli.cluster import LocalCluster
@@ -29,7 +32,7 @@ from kafkaesque.protocol import (
     ReplyDecoder,
     TopicRow,
 )
-from kafkaesque.security import ScramClient, derive_credential, save_users
+from kafkaesque.security import ScramClient, derive_credential, plain_message, save_users
 
 from .line_client import Answer, LineClient
 
@@ -423,3 +426,67 @@ def test_no_users_file_means_anonymous_and_auth_is_not_enabled(
         assert message == "authentication is not enabled on this broker"
         c.ok("CREATE anon-t 1 3")
         c.ok("PUBS anon-t x")
+
+
+# -- PLAIN: over TLS only ---------------------------------------------------------------------
+
+
+def test_plain_is_refused_on_a_plaintext_listener(cluster: UsersCluster) -> None:
+    with Client(cluster.client_address(0), "127.0.0.7") as c:
+        message = refused(
+            c.call(f"AUTH PLAIN {b64(plain_message('alice', password('alice')))}"),
+            ErrorCode.AUTH_FAILED,
+        )
+        assert "TLS" in message
+        refused(c.call("PUBS acl-t x"))
+
+
+class TlsClient(Client):
+    def __init__(self, address: tuple[str, int], context: ssl.SSLContext) -> None:
+        raw = socket.create_connection(address, timeout=WAIT_S)
+        self.sock = context.wrap_socket(raw, server_hostname=address[0])
+        self.decoder = ReplyDecoder()
+
+
+class TlsUsersCluster(UsersCluster):
+    """Client port in TLS only; readiness asked over TLS as the super user, with PLAIN."""
+
+    context: ssl.SSLContext
+
+    def _registered(self, broker: int) -> int:
+        with TlsClient(self.client_address(broker), self.context) as c:
+            c.sock.settimeout(2)
+            c.ok(f"AUTH PLAIN {b64(plain_message('admin', password('admin')))}")
+            rows = c.call("METADATA")
+        return sum(isinstance(r, BrokerRow) for r in rows) if isinstance(rows, list) else 0
+
+
+def test_plain_authenticates_over_tls(tmp_path: Path) -> None:
+    ca = trustme.CA()
+    cert = ca.issue_cert("127.0.0.1", "localhost")
+    cert_file, key_file = tmp_path / "broker.pem", tmp_path / "broker.key"
+    cert_file.write_bytes(b"".join(blob.bytes() for blob in cert.cert_chain_pems))
+    key_file.write_bytes(cert.private_key_pem.bytes())
+    users_file = str(tmp_path / "users")
+    save_users(users_file, {u: derive_credential(password(u)) for u in ("admin", "alice")})
+    args = [
+        "--users-file", users_file, "--super-users", "User:admin",
+        "--tls-cert", str(cert_file), "--tls-key", str(key_file), "--client-tls",
+    ]  # fmt: skip
+    context = ssl.create_default_context()
+    ca.configure_trust(context)
+    running = TlsUsersCluster(str(tmp_path / "cluster"), 1, extra_args=args)
+    running.context = context
+    with running:
+        with TlsClient(running.client_address(0), context) as c:
+            refused(c.call("PUBS tls-t x"))
+            wrong = plain_message("alice", "guess")
+            assert refused(c.call(f"AUTH PLAIN {b64(wrong)}"), ErrorCode.AUTH_FAILED) == (
+                "authentication failed"
+            )
+            right = plain_message("alice", password("alice"))
+            assert c.ok(f"AUTH PLAIN {b64(right)}") == "authenticated alice"
+            c.ok("PUBS tls-t over tls")
+        with TlsClient(running.client_address(0), context) as c:  # SCRAM over TLS too
+            assert isinstance(c.login("alice"), OkReply)
+            c.ok("PUBS tls-t with scram")
