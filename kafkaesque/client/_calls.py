@@ -14,6 +14,10 @@ from typing import Generic, TypeVar
 
 from kafkaesque.protocol import (
     Acks,
+    AclAdd,
+    AclList,
+    AclRemove,
+    AclRow,
     AlterTopic,
     Commit,
     Cons,
@@ -44,6 +48,7 @@ from kafkaesque.protocol import (
     ResetOffsets,
     Subs,
     TopicRow,
+    parse_acl_removed_reply,
     parse_published_reply,
 )
 from kafkaesque.protocol import Command as WireCommand
@@ -375,3 +380,25 @@ def latest(topic: str, key: bytes, partition: int | None = None) -> Call[Consume
 
     route = None if partition is None else TopicPartition(topic, partition)
     return Call(Latest(topic, key), parse, route)
+
+
+def add_acl(acl: AclRow) -> Call[None]:
+    """``ACL ADD``: allow or deny a principal an operation on a resource (idempotent: adding an
+    ACL that exists changes nothing). Needs ``alter`` on the cluster."""
+    return Call(AclAdd(acl), _ok)
+
+
+def remove_acl(acl: AclRow) -> Call[int]:
+    """``ACL REMOVE``: how many ACLs it removed (1, or 0 if there was no such ACL). Retried like
+    an idempotent call (the ACLs end the same): a retry after an unknown outcome may answer 0
+    for an ACL the first attempt removed. Needs ``alter`` on the cluster."""
+    return Call(AclRemove(acl), lambda response: parse_acl_removed_reply(expect_ok(response)))
+
+
+def list_acls(principal: str | None = None) -> Call[list[AclRow]]:
+    """``ACL LIST [principal]``: the ACLs (naming exactly ``principal``, when given). Needs
+    ``describe`` on the cluster."""
+    return Call(
+        AclList(principal),
+        lambda response: [r for r in expect_list(response).rows if isinstance(r, AclRow)],
+    )

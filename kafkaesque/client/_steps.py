@@ -42,6 +42,7 @@ from ._consumer_core import (
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._metadata import Address, ClusterMetadata, unknown_topic
 from ._retry import DEFAULT_RETRY, NO_RETRY, RetryPolicy, retry_decision
+from ._security import PLAINTEXT, Security
 from ._wire import Response
 
 T = TypeVar("T")
@@ -77,12 +78,15 @@ Steps: TypeAlias = Generator[Step, Any, T]
 
 @dataclass(frozen=True, slots=True)
 class ClientConfig:
-    """Timeouts (milliseconds) and retries of a client. ``request_timeout_ms`` bounds one attempt
-    (a long poll adds its wait); ``connect_timeout_ms`` bounds opening a connection."""
+    """Timeouts (milliseconds), retries and security of a client. ``request_timeout_ms`` bounds
+    one attempt (a long poll adds its wait); ``connect_timeout_ms`` bounds opening a connection
+    (TCP, then the TLS handshake, then each step of the SASL exchange). ``security``: TLS and
+    authentication of every connection the client opens (``Security``; plaintext by default)."""
 
     request_timeout_ms: float = 10_000.0
     connect_timeout_ms: float = 5_000.0
     retry: RetryPolicy = DEFAULT_RETRY
+    security: Security = PLAINTEXT
 
     def __post_init__(self) -> None:
         if self.request_timeout_ms <= 0 or self.connect_timeout_ms <= 0:

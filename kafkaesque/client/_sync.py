@@ -15,6 +15,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypeVar
 
 from kafkaesque.protocol import (
+    AclRow,
     AlterTopic,
     CreateTopic,
     ErrorCode,
@@ -133,7 +134,11 @@ class Client:
         if connection is not None and not connection.closed:
             return connection
         try:
-            connection = SyncConnection(address, connect_timeout_s=self.config.connect_timeout_s)
+            connection = SyncConnection(
+                address,
+                connect_timeout_s=self.config.connect_timeout_s,
+                security=self.config.security,
+            )
         except KafkaesqueConnectionError:
             self.state.connection_failed(address)
             raise
@@ -210,7 +215,11 @@ class Client:
             for broker_id, row in brokers:
                 connection = None
                 try:
-                    connection = SyncConnection((row.host, row.port), connect_timeout_s=timeout_s)
+                    connection = SyncConnection(
+                        (row.host, row.port),
+                        connect_timeout_s=timeout_s,
+                        security=self.config.security,
+                    )
                     asked[broker_id] = (connection, connection.send(Ping(), timeout_s=timeout_s))
                 except KafkaesqueError as exc:
                     result[broker_id] = exc
@@ -387,6 +396,22 @@ class Client:
     def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""
         return self.run(steps.partition_count(self.state, self.config, topic))
+
+    def add_acl(self, acl: AclRow) -> None:
+        """Add an ACL (``ACL ADD``; one that exists changes nothing). Every broker enforces it
+        once the controller quorum has it. ``NOT_AUTHORIZED`` without ``alter`` on the cluster;
+        ``LocalProtocolError`` for an ACL that breaks the rules (``acl_row_error``)."""
+        self.call(calls.add_acl(acl))
+
+    def remove_acl(self, acl: AclRow) -> int:
+        """Remove an ACL given by its six fields (``ACL REMOVE``); returns how many were removed
+        (0: there was none). ``NOT_AUTHORIZED`` without ``alter`` on the cluster."""
+        return self.call(calls.remove_acl(acl))
+
+    def list_acls(self, principal: str | None = None) -> list[AclRow]:
+        """The cluster's ACLs (only those naming exactly ``principal``, e.g. ``User:alice``, when
+        given). ``NOT_AUTHORIZED`` without ``describe`` on the cluster."""
+        return self.call(calls.list_acls(principal))
 
 
 def _own_client(client: Client | str | Sequence[str]) -> tuple[Client, bool]:

@@ -7,14 +7,19 @@ their own ``wait``). ``request`` is both. Not thread-safe: one thread uses a con
 Failure is final: a socket error, an end of stream, a broken reply or a deadline passing closes
 the connection, and every command still waiting then fails with ``KafkaesqueConnectionError``
 (``outcome_unknown`` True: each was sent). A later ``send`` raises at once (nothing sent).
+
+Security: with a ``Security`` that says so, the constructor does the TLS handshake and then the
+SASL exchange (``AUTH`` lines) before it returns, so the first command goes on an authenticated
+connection; a refusal is ``KafkaesqueError`` ``AUTH_FAILED``.
 """
 
 from __future__ import annotations
 
 import socket
+import ssl
 import time
 
-from kafkaesque.protocol import Command, RemoteProtocolError
+from kafkaesque.protocol import Authenticate, Command, RemoteProtocolError
 
 from ._errors import (
     KafkaesqueConnectionError,
@@ -26,6 +31,7 @@ from ._errors import (
     reply_broken,
 )
 from ._metadata import Address
+from ._security import PLAINTEXT, SaslHandshake, Security, auth_failed, tls_failed
 from ._wire import ConnectionCore, Response
 
 RECEIVE_SIZE = 256 * 1024
@@ -40,18 +46,60 @@ def _connect_error(address: Address, exc: OSError) -> KafkaesqueConnectionError:
 class SyncConnection:
     """A blocking connection; see the module docstring for the pipelining and failure rules."""
 
-    def __init__(self, address: Address, *, connect_timeout_s: float = 5.0) -> None:
-        """Connect to ``address``; ``KafkaesqueConnectionError`` (retriable) if it cannot."""
+    def __init__(
+        self,
+        address: Address,
+        *,
+        connect_timeout_s: float = 5.0,
+        security: Security = PLAINTEXT,
+    ) -> None:
+        """Connect to ``address``, then (as ``security`` says) do the TLS handshake and the
+        SASL exchange, each within ``connect_timeout_s``. ``KafkaesqueConnectionError``
+        (retriable) if the broker cannot be reached or drops the connection meanwhile;
+        ``KafkaesqueError`` ``AUTH_FAILED`` (not retriable) if TLS or SASL refuses (an
+        untrusted certificate, a wrong password, a broker that cannot prove it knows it)."""
         self.address = address
-        try:
-            self._sock = socket.create_connection(address, timeout=connect_timeout_s)
-            self._sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        except OSError as exc:
-            raise _connect_error(address, exc) from exc
+        self.authenticated_as: str | None = None
+        """The user the broker authenticated (None without SASL)."""
         self._core: ConnectionCore[int] = ConnectionCore()
         self._done: dict[int, Response] = {}
         self._next_ticket = 0
         self._failure: KafkaesqueError | None = None
+        try:
+            sock = socket.create_connection(address, timeout=connect_timeout_s)
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        except OSError as exc:
+            raise _connect_error(address, exc) from exc
+        self._sock: socket.socket = sock
+        if security.uses_tls:
+            self._sock = self._wrap(sock, security, connect_timeout_s)
+        if security.uses_sasl:
+            self._authenticate(security, connect_timeout_s)
+
+    def _wrap(self, sock: socket.socket, security: Security, timeout_s: float) -> ssl.SSLSocket:
+        try:
+            context = security.ssl_context
+            assert context is not None  # uses_tls
+        except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+            sock.close()
+            raise auth_failed(self._where, f"cannot load the TLS files: {exc}") from exc
+        try:
+            sock.settimeout(timeout_s)
+            return context.wrap_socket(sock, server_hostname=self.address[0])
+        except OSError as exc:
+            sock.close()
+            raise tls_failed(self._where, exc) from exc
+
+    def _authenticate(self, security: Security, timeout_s: float) -> None:
+        handshake = SaslHandshake(security, self._where)
+        try:
+            command: Authenticate | None = handshake.start()
+            while command is not None:
+                command = handshake.step(self.request(command, timeout_s))
+        except KafkaesqueError as exc:
+            self._fail(exc)
+            raise
+        self.authenticated_as = handshake.username
 
     def __enter__(self) -> SyncConnection:
         return self
@@ -127,8 +175,12 @@ class SyncConnection:
         try:
             self._sock.settimeout(max(timeout_s, 0.0))
             data = self._sock.recv(RECEIVE_SIZE)
-        except (TimeoutError, BlockingIOError):
-            return False
+            # TLS: one recv returns at most one record; take the rest of what TLS holds, which
+            # a selector cannot see (it watches the socket, not the TLS buffer).
+            while data and isinstance(self._sock, ssl.SSLSocket) and self._sock.pending():
+                data += self._sock.recv(RECEIVE_SIZE)
+        except (TimeoutError, BlockingIOError, ssl.SSLWantReadError, ssl.SSLWantWriteError):
+            return False  # nothing (or only part of a TLS record) arrived in time
         except OSError as exc:
             raise self._fail(
                 connection_lost(self._where, f"receiving failed: {os_reason(exc)}")

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 import trio
 
 from kafkaesque.protocol import (
+    AclRow,
     AlterTopic,
     CreateTopic,
     Fsync,
@@ -124,7 +125,9 @@ class AsyncClient:
                 await connection.aclose()  # failed: release its socket
             try:
                 connection = await TrioConnection.connect(
-                    address, timeout_s=self.config.connect_timeout_s
+                    address,
+                    timeout_s=self.config.connect_timeout_s,
+                    security=self.config.security,
                 )
             except KafkaesqueConnectionError:
                 self.state.connection_failed(address)
@@ -327,6 +330,18 @@ class AsyncClient:
         """Delete an inactive group (its committed offsets on every topic): ``GROUP_NOT_EMPTY``
         while it has members, ``UNKNOWN_GROUP`` if there is none."""
         await self.call(calls.delete_group(group))
+
+    async def add_acl(self, acl: AclRow) -> None:
+        """Add an ACL (see ``Client.add_acl``)."""
+        await self.call(calls.add_acl(acl))
+
+    async def remove_acl(self, acl: AclRow) -> int:
+        """Remove an ACL; how many were removed (see ``Client.remove_acl``)."""
+        return await self.call(calls.remove_acl(acl))
+
+    async def list_acls(self, principal: str | None = None) -> list[AclRow]:
+        """The cluster's ACLs, or those naming ``principal`` (see ``Client.list_acls``)."""
+        return await self.call(calls.list_acls(principal))
 
     async def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""

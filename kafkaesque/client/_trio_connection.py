@@ -11,6 +11,10 @@ a deadline passing or a cancelled ``send`` the connection is unusable, and every
 ``KafkaesqueConnectionError`` (``outcome_unknown``: the command was sent); ``aclose`` then
 releases the stream (``AsyncClient`` does so when it replaces a failed connection). Cancelling a
 ``wait`` is harmless: the response, when it comes, is read and dropped.
+
+Security: ``connect`` with a ``Security`` that says so wraps the TCP stream in a
+``trio.SSLStream`` (handshake done) and does the SASL exchange (``AUTH`` lines) before it
+returns; a refusal is ``KafkaesqueError`` ``AUTH_FAILED``.
 """
 
 from __future__ import annotations
@@ -19,7 +23,7 @@ import math
 
 import trio
 
-from kafkaesque.protocol import Command, RemoteProtocolError
+from kafkaesque.protocol import Authenticate, Command, RemoteProtocolError
 
 from ._errors import (
     KafkaesqueConnectionError,
@@ -31,6 +35,7 @@ from ._errors import (
     reply_broken,
 )
 from ._metadata import Address
+from ._security import PLAINTEXT, SaslHandshake, Security, auth_failed, tls_failed
 from ._wire import ConnectionCore, Response
 
 RECEIVE_SIZE = 256 * 1024
@@ -42,6 +47,8 @@ class TrioConnection:
     def __init__(self, address: Address, stream: trio.abc.Stream) -> None:
         """Wrap a connected stream (``connect`` opens a TCP one; tests pass memory streams)."""
         self.address = address
+        self.authenticated_as: str | None = None
+        """The user the broker authenticated (None without SASL)."""
         self._stream = stream
         self._core: ConnectionCore[int] = ConnectionCore()
         self._done: dict[int, Response] = {}
@@ -55,17 +62,41 @@ class TrioConnection:
         )  # the current receive; cancelled when the connection fails
 
     @classmethod
-    async def connect(cls, address: Address, *, timeout_s: float = 5.0) -> TrioConnection:
-        """Connect to ``address``; ``KafkaesqueConnectionError`` (retriable) if it cannot."""
+    async def connect(
+        cls, address: Address, *, timeout_s: float = 5.0, security: Security = PLAINTEXT
+    ) -> TrioConnection:
+        """Connect to ``address``, then (as ``security`` says) do the TLS handshake and the SASL
+        exchange, each within ``timeout_s``. ``KafkaesqueConnectionError`` (retriable) if the
+        broker cannot be reached or drops the connection meanwhile; ``KafkaesqueError``
+        ``AUTH_FAILED`` (not retriable) if TLS or SASL refuses."""
+        where = f"{address[0]}:{address[1]}"
         try:
             with trio.fail_after(timeout_s):
-                stream = await trio.open_tcp_stream(*address)
+                stream: trio.abc.Stream = await trio.open_tcp_stream(*address)
         except (OSError, trio.TooSlowError) as exc:
             reason = "timed out" if isinstance(exc, trio.TooSlowError) else exc.strerror or exc
             raise KafkaesqueConnectionError(
-                f"cannot connect to {address[0]}:{address[1]}: {reason}", sent=False
+                f"cannot connect to {where}: {reason}", sent=False
             ) from exc
-        return cls(address, stream)
+        if security.uses_tls:
+            stream = await _start_tls(stream, address, security, timeout_s)
+        connection = cls(address, stream)
+        if security.uses_sasl:
+            try:
+                await connection._authenticate(security, timeout_s)
+            except BaseException:
+                await connection.aclose()
+                raise
+        return connection
+
+    async def _authenticate(self, security: Security, timeout_s: float) -> None:
+        handshake = SaslHandshake(security, self._where)
+        command: Authenticate | None = handshake.start()
+        while command is not None:
+            response = await self.request(command, timeout_s)
+            # SCRAM's PBKDF2 may take a while (the broker picks the iteration count): a thread.
+            command = await trio.to_thread.run_sync(handshake.step, response)
+        self.authenticated_as = handshake.username
 
     @property
     def closed(self) -> bool:
@@ -169,3 +200,31 @@ class TrioConnection:
             self._failure = error
             self._reader.cancel()  # wake the task reading, if any: it raises the failure
         return self._failure
+
+
+async def _start_tls(
+    stream: trio.abc.Stream, address: Address, security: Security, timeout_s: float
+) -> trio.SSLStream[trio.abc.Stream]:
+    """``stream`` wrapped in TLS, the handshake done (the broker's certificate checked); the
+    stream is closed if it fails (see ``SyncConnection`` for the errors)."""
+    where = f"{address[0]}:{address[1]}"
+    try:
+        context = security.ssl_context
+        assert context is not None  # uses_tls
+    except (OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+        await trio.aclose_forcefully(stream)
+        raise auth_failed(where, f"cannot load the TLS files: {exc}") from exc
+    tls = trio.SSLStream(stream, context, server_hostname=address[0])
+    try:
+        with trio.fail_after(timeout_s):
+            await tls.do_handshake()
+    except trio.BrokenResourceError as exc:
+        await trio.aclose_forcefully(stream)
+        raise tls_failed(where, exc.__cause__ or exc) from exc
+    except trio.TooSlowError as exc:
+        await trio.aclose_forcefully(stream)
+        raise KafkaesqueConnectionError(f"{where}: TLS handshake timed out", sent=False) from exc
+    except BaseException:
+        await trio.aclose_forcefully(stream)
+        raise
+    return tls

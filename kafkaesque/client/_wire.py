@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Generic, TypeAlias, TypeVar
 
 from kafkaesque.protocol import (
+    AclList,
     Command,
     Cons,
     DataReply,
@@ -66,6 +67,7 @@ _LIST_COMMANDS = (
     Metadata,
     Help,
     Latest,
+    AclList,
 )
 
 
