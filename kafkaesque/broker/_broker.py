@@ -95,7 +95,14 @@ from ._mqtt_listener import MqttService
 from ._reads import Fetched, committed_offset_for_time
 from ._session import serve_session
 from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
-from ._tls import BrokerTls, ClientPortGate, PeerRefusals, TlsRefusals, server_handshake
+from ._tls import (
+    BrokerTls,
+    ClientPortGate,
+    PeerRefusals,
+    TlsRefusals,
+    peer_name,
+    server_handshake,
+)
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -369,12 +376,11 @@ class Broker:
     async def _serve_admin(self, stream: trio.SocketStream) -> None:
         served: trio.abc.Stream = stream
         if self.tls.admin is not None:  # HTTPS
-            where = "{}:{}".format(*stream.socket.getpeername()[:2])
             tls = await server_handshake(
                 stream,
                 self.tls.admin.context,
                 listener="admin",
-                where=where,
+                where=peer_name(stream),
                 refusals=self.tls_refusals,
                 https=True,
             )

@@ -191,8 +191,17 @@ class ClientPortGate:
         The wait for the first bytes counts among the connections a draining broker waits
         for, and ends when the drain begins (the connection is closed, having asked nothing).
         On a plain port it is not bounded otherwise (a pooled connection may stay quiet).
+        Never raises for what the client did: a bug is logged and the connection closed.
         """
-        where = _peer_name(stream)
+        try:
+            return await self._admit(stream)
+        except Exception:  # a bug in admitting one client must not take the broker down
+            log.exception("client port: admitting a connection failed")
+            await trio.aclose_forcefully(stream)
+            return None
+
+    async def _admit(self, stream: trio.SocketStream) -> trio.abc.Stream | None:
+        where = peer_name(stream)
         prefix = b""
         with trio.CancelScope() as scope, self._draining.connection(scope.cancel):
             if self._context is not None:
@@ -252,7 +261,8 @@ def _reason(exc: BaseException) -> str:
     return str(cause or exc) or type(exc).__name__
 
 
-def _peer_name(stream: trio.SocketStream) -> str:
+def peer_name(stream: trio.SocketStream) -> str:
+    """``host:port`` of the other end (for logs), ``?`` if it is gone already."""
     try:
         host, port = stream.socket.getpeername()[:2]
     except OSError:
