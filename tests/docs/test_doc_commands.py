@@ -43,6 +43,8 @@ from tests.docs._procs import (
 )
 from tests.docs._rewrite import Rewriter, free_port_block
 from tests.docs._transcript import parse, replay
+from tests.docs.test_security_doc import COMMANDS as SECURITY_DOC_COMMANDS
+from tests.docs.test_security_doc import TEST as SECURITY_DOC_TEST
 from tests.mosquitto import running_mosquitto
 
 DOCS = ["README.md", *sorted(str(p.relative_to(ROOT)) for p in (ROOT / "docs").glob("*.md"))]
@@ -300,6 +302,8 @@ REGISTRY: tuple[Entry, ...] = (
         "--key dev-042",
         "produced 3 of 3 records",
     ),
+    # docs/security.md: its walk-through, one script on a broker of its own
+    *(by(SECURITY_DOC_TEST, command) for command in SECURITY_DOC_COMMANDS),
     here(".venv/bin/kafkaesque latest heartbeats dev-042", "beat 3"),
     here(".venv/bin/kafkaesque latest heartbeats dev-042 --long", " dev-042 beat 3"),
     here(
