@@ -9,6 +9,13 @@ Option names are case-insensitive, as Spark's are: Spark hands the source a case
 whose keys it has already lower-cased, and a copy of it into a plain ``dict`` keeps only the
 lower-cased keys. So lookups here go through ``_lowered`` and never by the camel-case spelling;
 messages use the documented spelling.
+
+Security options are Spark's Kafka source's without its ``kafka.`` prefix (``security.protocol``,
+``sasl.mechanism``, ``sasl.username``, ``sasl.password``, ``ssl.truststore.location`` (PEM),
+``ssl.keystore.location``, ``ssl.endpoint.identification.algorithm``): they are handed whole to
+``kafkaesque.client.Security.from_options``, which names any it does not know, and the
+``Security`` it makes travels in ``SourceOptions`` to every client the source opens, on the
+driver and on the executors.
 """
 
 from __future__ import annotations
@@ -20,7 +27,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import Any
 
-from kafkaesque.client import TopicPartition, parse_bootstrap
+from kafkaesque.client import ClientConfig, TopicPartition, parse_bootstrap
 
 EARLIEST = -2
 """In a per-partition offsets JSON, the partition's log start (as in Spark's Kafka source)."""
@@ -87,6 +94,11 @@ _KAFKA_ONLY = {
 }
 
 
+def _is_security(key: str) -> bool:
+    """Whether a lower-cased option name is a security setting (``Security.from_options``)."""
+    return key == "security.protocol" or key.startswith(("sasl.", "ssl."))
+
+
 @dataclass(frozen=True)
 class Subscription:
     """Which partitions to read: exactly one of the three ways Spark's Kafka source offers.
@@ -151,6 +163,19 @@ class SourceOptions:
     # startingOffsetsByTimestampStrategy: for a partition with no record at or after its time,
     # start at its end ("latest", True) or fail the query ("error", False).
     latest_if_no_time_match: bool = False
+    # kafkaesque.client.Security from the security options; None: plaintext, no authentication.
+    security: Any = None
+
+    def client_config(self, **settings: Any) -> ClientConfig:
+        """A ``ClientConfig`` with ``settings`` and this query's security."""
+        return client_config(self.security, **settings)
+
+
+def client_config(security: Any, **settings: Any) -> ClientConfig:
+    """``ClientConfig(**settings)`` with ``security`` (a ``kafkaesque.client.Security``) if one."""
+    if security is None:
+        return ClientConfig(**settings)
+    return ClientConfig(security=security, **settings)
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
@@ -166,8 +191,13 @@ def parse_options(options: Mapping[str, str], mode: Mode | None = None) -> Sourc
     """
     given = _lowered(options)
     for key in given:
-        if key in _KNOWN:
+        if key in _KNOWN or _is_security(key):
             continue
+        if key.startswith("kafka.") and _is_security(key[len("kafka.") :]):
+            raise OptionError(
+                f"option {key!r}: kafkaesque names Spark's Kafka security options without the "
+                f"kafka. prefix: {key[len('kafka.') :]!r}"
+            )
         if key == "path":
             raise OptionError(
                 "kafkaesque takes no path: call load() without one and name the topics with "
@@ -216,6 +246,7 @@ def parse_options(options: Mapping[str, str], mode: Mode | None = None) -> Sourc
         ),
         starting_times=starting_times,
         latest_if_no_time_match=_time_strategy(given),
+        security=_security(given),
     )
     if parsed.fetch_max_bytes > MAX_FETCH_BYTES:
         raise OptionError(f"fetchMaxBytes must be at most {MAX_FETCH_BYTES}")
@@ -241,6 +272,19 @@ def _bootstrap(given: dict[str, str]) -> str:
     except ValueError as exc:
         raise OptionError(f"option bootstrap: {exc}") from exc
     return value
+
+
+def _security(given: dict[str, str]) -> Any:
+    """``Security.from_options`` of the security options; None when none is given."""
+    chosen = {key: value for key, value in given.items() if _is_security(key)}
+    if not chosen:
+        return None
+    from kafkaesque.client import Security
+
+    try:
+        return Security.from_options(chosen)
+    except ValueError as exc:
+        raise OptionError(f"security options: {exc}") from exc
 
 
 def _subscription(given: dict[str, str]) -> Subscription:

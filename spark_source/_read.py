@@ -29,7 +29,6 @@ from pyspark.sql.datasource import InputPartition
 from kafkaesque.client import (
     Call,
     Client,
-    ClientConfig,
     KafkaesqueError,
     Response,
     TopicPartition,
@@ -39,7 +38,7 @@ from kafkaesque.protocol import DataReply, ErrorCode, ErrorReply, Fetch, RemoteP
 from ._decode import arrow_batch, row_tuples
 from ._discover import partition_bounds
 from ._offsets import DataLossError, OffsetRange, data_loss_message, name
-from ._options import SourceOptions
+from ._options import SourceOptions, client_config
 
 log = logging.getLogger("kafkaesque.spark_source")
 
@@ -63,6 +62,7 @@ class ReadSettings:
     use_arrow: bool
     fetch_max_bytes: int
     failover_timeout_ms: int
+    security: Any = None  # kafkaesque.client.Security (the query's), None: plaintext
 
     @classmethod
     def of(cls, options: SourceOptions) -> ReadSettings:
@@ -73,6 +73,7 @@ class ReadSettings:
             options.use_arrow,
             options.fetch_max_bytes,
             options.failover_timeout_ms,
+            options.security,
         )
 
 
@@ -121,7 +122,9 @@ def fetch_range(
     Raises ``DataLossError`` (see the module docstring), ``ReadStalledError``, and the client's
     ``KafkaesqueError`` for failures retrying cannot cure.
     """
-    config = ClientConfig(request_timeout_ms=max(settings.failover_timeout_ms / 2, 1000.0))
+    config = client_config(
+        settings.security, request_timeout_ms=max(settings.failover_timeout_ms / 2, 1000.0)
+    )
     with Client(settings.bootstrap, config=config) as client:
         yield from _RangeFetcher(client, rng, settings, clock, sleep).chunks()
 

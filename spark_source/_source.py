@@ -148,7 +148,7 @@ class KafkaesqueBatchReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         options = self.options
-        with Client(options.bootstrap) as client:
+        with Client(options.bootstrap, config=options.client_config()) as client:
             bounds = discover(client, options.subscription)
             start, bounds = _starting_offsets(client, options, bounds)
         end = resolve(options.ending, bounds, "endingOffsets")
@@ -180,7 +180,7 @@ class KafkaesqueStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow
 
     def _bounds(self) -> dict[Any, Bounds]:
         if self._client is None:
-            self._client = Client(self.options.bootstrap)
+            self._client = Client(self.options.bootstrap, config=self.options.client_config())
         return discover(self._client, self.options.subscription)
 
     def initialOffset(self) -> dict[str, Any]:

@@ -9,6 +9,8 @@ the JSON has no ``device``. ``examples/device_report.py`` and ``kafkaesque demo`
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
@@ -16,16 +18,22 @@ __all__ = ["device_report", "readings"]
 
 
 def readings(
-    spark: SparkSession, bootstrap: str, topic: str = "readings", starting: str = "earliest"
+    spark: SparkSession,
+    bootstrap: str,
+    topic: str = "readings",
+    starting: str = "earliest",
+    options: Mapping[str, str] | None = None,
 ) -> DataFrame:
     """The topic's readings: ``device``, ``serial``, ``sent_ms`` (device clock), ``logged_ms``
     (record timestamp), ``partition``, ``offset``. Records that are not readings (no serial) are
-    left out."""
+    left out. ``options``: more source options (security: ``security.protocol``,
+    ``sasl.username``... see docs/spark.md)."""
     raw = (
         spark.read.format("kafkaesque")
         .option("bootstrap", bootstrap)
         .option("subscribe", topic)
         .option("startingOffsets", starting)
+        .options(**dict(options or {}))
         .load()
     )
     value = F.col("value").cast("string")
