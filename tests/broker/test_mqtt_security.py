@@ -1,0 +1,312 @@
+"""MQTT security against a real broker process: salted users (``--mqtt-users``), mosquitto-style
+ACLs (``--mqtt-acl-file``) and TLS, driven by mosquitto_pub / mosquitto_sub, paho and raw
+sockets; the authentication-failure limiter; an old plaintext users file refused at start."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import paho.mqtt.client as paho
+import pytest
+import trustme
+from kafkaesque.cli.cluster import LocalCluster, free_ports
+
+from kafkaesque.protocol import (
+    Connack,
+    MqttSubscription,
+    MqttVersion,
+    Puback,
+    Publish,
+    Suback,
+    Subscribe,
+    Will,
+    encode_mqtt,
+)
+from kafkaesque.security import derive_credential, save_users
+
+from .mqtt_helpers import RULES, PahoDevice, RawMqtt, keyed_records, wait_for
+
+PASSWORDS = {"alice": "alice-pw", "bob": "bob-pw"}
+ACL = """\
+# no anonymous lines: a client without a user name could do nothing (and cannot connect)
+user alice
+topic readwrite phones/p1/#
+user bob
+topic read phones/+/status
+pattern write phones/%c/spectrum
+pattern read phones/%c/commands
+pattern readwrite users/%u/#
+"""
+V5 = MqttVersion.V5
+V311 = MqttVersion.V311
+
+
+class Setup:
+    """A test CA and the broker's certificate for 127.0.0.1; the users and ACL files."""
+
+    def __init__(self, directory: Path) -> None:
+        ca = trustme.CA()
+        self.ca_file = directory / "ca.pem"
+        ca.cert_pem.write_to_path(str(self.ca_file))
+        server = ca.issue_cert("127.0.0.1")
+        self.cert = directory / "broker.pem"
+        self.key = directory / "broker.key"
+        for blob in server.cert_chain_pems:
+            blob.write_to_path(str(self.cert), append=True)
+        server.private_key_pem.write_to_path(str(self.key))
+        self.users = directory / "users"
+        save_users(self.users, {u: derive_credential(p) for u, p in PASSWORDS.items()})
+        self.acl = directory / "acl.conf"
+        self.acl.write_text(ACL)
+
+    def broker_args(self, tls_port: int) -> list[str]:
+        return [
+            "--mqtt-tls-listen", f"127.0.0.1:{tls_port}",
+            "--mqtt-tls-cert", str(self.cert), "--mqtt-tls-key", str(self.key),
+            "--mqtt-users", str(self.users), "--mqtt-acl-file", str(self.acl),
+        ]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def setup(tmp_path_factory: pytest.TempPathFactory) -> Setup:
+    return Setup(tmp_path_factory.mktemp("mqtt-security"))
+
+
+@pytest.fixture(scope="module")
+def secured(
+    tmp_path_factory: pytest.TempPathFactory, setup: Setup
+) -> Iterator[tuple[LocalCluster, int]]:
+    """One broker with a plain and a TLS MQTT listener, users and ACLs."""
+    [tls_port] = free_ports(1)
+    data = str(tmp_path_factory.mktemp("secured"))
+    with LocalCluster(
+        data, 1, mqtt=True, mqtt_rules=RULES, extra_args=setup.broker_args(tls_port)
+    ) as cluster:
+        yield cluster, tls_port
+
+
+def mosquitto(
+    tool: str, port: int, setup: Setup, *args: str, user: str = "alice", password: str = ""
+) -> subprocess.CompletedProcess[str]:
+    """``mosquitto_pub``/``mosquitto_sub`` over TLS as ``user``; its result (never raises)."""
+    return subprocess.run(
+        [tool, "-h", "127.0.0.1", "-p", str(port), "--cafile", str(setup.ca_file),
+         "-u", user, "-P", password or PASSWORDS[user], *args],
+        check=False, capture_output=True, text=True, timeout=30,
+    )  # fmt: skip
+
+
+def raw(cluster: LocalCluster, version: MqttVersion = V5) -> RawMqtt:
+    return RawMqtt(cluster.mqtt_address(0), version)
+
+
+def samples(cluster: LocalCluster, name: str) -> dict[str, float]:
+    """The samples of metric ``name``: by their ``action`` label ("" without)."""
+    return {
+        labels.get("action", ""): value
+        for sample, labels, value in cluster.scrape(0)
+        if sample == name
+    }
+
+
+def test_a_user_publishes_what_the_acl_grants_over_tls(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    """docs/mqtt.md's example: mosquitto_pub --cafile -u -P to the TLS port, allowed."""
+    cluster, port = secured
+    marker = uuid.uuid4().hex
+    done = mosquitto("mosquitto_pub", port, setup, "-t", "phones/p1/spectrum", "-q", "1",
+                     "-m", marker)  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    assert marker.encode() in [r.value for r in keyed_records(cluster.bootstrap, "readings", "p1")]
+
+
+def test_another_user_is_refused_and_nothing_is_appended(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    cluster, port = secured
+    before = samples(cluster, "kafkaesque_mqtt_authorization_failures_total").get("publish", 0)
+    refused = uuid.uuid4().hex
+    v5 = mosquitto("mosquitto_pub", port, setup, "-V", "mqttv5", "-t", "phones/p1/spectrum",
+                   "-q", "1", "-m", refused, user="bob")  # fmt: skip
+    assert "not authorized" in (v5.stdout + v5.stderr).lower(), (v5.stdout, v5.stderr)
+    # MQTT 3.1.1 has no way to say so: acknowledged (mosquitto_pub succeeds), then dropped.
+    v311 = mosquitto("mosquitto_pub", port, setup, "-t", "phones/p1/spectrum", "-q", "1",
+                     "-m", refused, user="bob")  # fmt: skip
+    assert v311.returncode == 0, v311.stderr
+    allowed = uuid.uuid4().hex  # after both, in the same partition (key p1)
+    ok = mosquitto("mosquitto_pub", port, setup, "-t", "phones/p1/spectrum", "-q", "1",
+                   "-m", allowed)  # fmt: skip
+    assert ok.returncode == 0, ok.stderr
+    values = [r.value for r in keyed_records(cluster.bootstrap, "readings", "p1")]
+    assert allowed.encode() in values and refused.encode() not in values
+    after = samples(cluster, "kafkaesque_mqtt_authorization_failures_total")["publish"]
+    assert after >= before + 2
+
+
+def test_a_wrong_password_or_none_is_refused(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    cluster, port = secured
+    before = samples(cluster, "kafkaesque_mqtt_auth_failures_total")[""]
+    wrong = mosquitto("mosquitto_pub", port, setup, "-t", "phones/p1/spectrum", "-m", "x",
+                      password="not-it")  # fmt: skip
+    assert wrong.returncode != 0
+    assert "bad user name or password" in wrong.stderr.lower(), wrong.stderr
+    unknown = raw(cluster)
+    anonymous = raw(cluster, V311)
+    try:
+        assert unknown.connect("d1", username="mallory", password=b"x").reason_code == 0x86
+        assert anonymous.connect("d2").reason_code == 0x04
+    finally:
+        unknown.close()
+        anonymous.close()
+    assert samples(cluster, "kafkaesque_mqtt_auth_failures_total")[""] >= before + 2
+
+
+@pytest.mark.parametrize("version", ["mqttv311", "mqttv5"])
+def test_mosquitto_sub_is_refused_a_filter_it_may_not_read(
+    secured: tuple[LocalCluster, int], setup: Setup, version: str
+) -> None:
+    _, port = secured
+    refused = mosquitto("mosquitto_sub", port, setup, "-V", version, "-t", "phones/+/commands",
+                        "-W", "10", user="bob")  # fmt: skip
+    assert "denied" in (refused.stdout + refused.stderr).lower(), (refused.stdout, refused.stderr)
+
+
+def test_patterns_give_each_client_its_own_topics(secured: tuple[LocalCluster, int]) -> None:
+    cluster, _ = secured
+    device = raw(cluster)
+    try:
+        assert device.connect("p7", username="bob", password=b"bob-pw").reason_code == 0
+        for packet_id, topic, code in [
+            (1, "phones/p7/spectrum", 0),  # %c
+            (2, "phones/p8/spectrum", 0x87),
+            (3, "users/bob/notes", 0),  # %u
+            (4, "users/alice/notes", 0x87),
+        ]:
+            device.send(encode_mqtt(Publish(topic, b"x", qos=1, packet_id=packet_id), V5))
+            assert device.receive() == Puback(packet_id, code), topic
+        subscribe = Subscribe(
+            9,
+            (
+                MqttSubscription("phones/p7/commands", 1),
+                MqttSubscription("phones/+/commands", 1),
+                MqttSubscription("phones/p2/status", 0),  # bob's own line
+            ),
+        )
+        device.send(encode_mqtt(subscribe, V5))
+        assert device.receive() == Suback(9, (1, 0x87, 0))
+    finally:
+        device.close()
+
+
+def test_a_will_the_client_may_not_publish_refuses_the_connect(
+    secured: tuple[LocalCluster, int],
+) -> None:
+    cluster, _ = secured
+    device = raw(cluster)
+    try:
+        will = Will("phones/p8/spectrum", b"gone", 0, False)
+        connack = device.connect("p7", username="bob", password=b"bob-pw", will=will)
+        assert connack == Connack(False, 0x87)
+        assert device.closed_by_server()
+    finally:
+        device.close()
+    assert samples(cluster, "kafkaesque_mqtt_authorization_failures_total")["will"] >= 1
+
+
+def test_a_device_round_trip_over_tls_with_credentials(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    """paho over TLS as alice: subscribes to and publishes on what the ACL grants her."""
+    _, port = secured
+
+    def secure(client: paho.Client) -> None:
+        client.tls_set(ca_certs=str(setup.ca_file))
+
+    phone = PahoDevice(
+        ("127.0.0.1", port),
+        f"alice-{uuid.uuid4().hex[:6]}",
+        username="alice",
+        password=PASSWORDS["alice"],
+        configure=secure,
+    )
+    try:
+        phone.wait_connected()
+        assert phone.connack == [0]
+        phone.subscribe("phones/p1/#", qos=1)
+        marker = uuid.uuid4().hex.encode()
+        phone.publish("phones/p1/spectrum", marker, qos=1)
+        wait_for(lambda: marker in phone.payloads(), 10, "the message back")
+    finally:
+        phone.close()
+
+
+def test_the_users_file_is_read_again_when_it_changes(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    cluster, _ = secured
+    users = {u: derive_credential(p) for u, p in PASSWORDS.items()}
+    save_users(setup.users, {**users, "carol": derive_credential("carol-pw")})
+    try:
+
+        def carol_connects() -> bool:
+            device = raw(cluster)
+            try:
+                return device.connect("c1", username="carol", password=b"carol-pw").reason_code == 0
+            finally:
+                device.close()
+
+        # The file is looked at once a second at most; each refused try counts against the
+        # address (FailureLimiter), so try a few times, slowly.
+        for _ in range(5):
+            time.sleep(1.5)
+            if carol_connects():
+                break
+        else:
+            raise AssertionError("the new user was not taken")
+    finally:
+        save_users(setup.users, users)
+
+
+def test_an_address_that_failed_too_often_is_refused_unheard(tmp_path: Path, setup: Setup) -> None:
+    """--auth-failure-limit (10 in 60 s by default): then even the right password gets CONNACK
+    not authorized (0x87), from a broker of its own (the limit holds 127.0.0.1 for a minute)."""
+    with LocalCluster(
+        str(tmp_path), 1, mqtt=True, extra_args=["--mqtt-users", str(setup.users)]
+    ) as cluster:
+        for attempt in range(10):
+            device = raw(cluster)
+            try:
+                connack = device.connect(f"d{attempt}", username="alice", password=b"guess")
+                assert connack.reason_code == 0x86
+            finally:
+                device.close()
+        device = raw(cluster)
+        try:
+            connack = device.connect("d", username="alice", password=PASSWORDS["alice"].encode())
+            assert connack.reason_code == 0x87
+        finally:
+            device.close()
+
+
+def test_an_old_plaintext_users_file_stops_the_broker_with_the_way_out(tmp_path: Path) -> None:
+    old = tmp_path / "mqtt-users.txt"
+    old.write_text("alice:secret\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", "broker", "--id", "0",
+         "--data-dir", str(tmp_path), "--client", "127.0.0.1:0",
+         "--peers", "0@127.0.0.1:0", "--controllers", "0@127.0.0.1:0",
+         "--mqtt-listen", "127.0.0.1:0", "--mqtt-users", str(old)],
+        check=False, cwd=tmp_path, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert result.returncode != 0
+    [line] = result.stderr.strip().splitlines()
+    assert f"{old} line 1: not a salted SCRAM-SHA-256 entry" in line
+    assert "kafkaesque user import" in line
