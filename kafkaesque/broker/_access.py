@@ -57,6 +57,7 @@ from kafkaesque.security import (
     FailureLimiter,
     ScramCredential,
     ScramServer,
+    UsersFileError,
     UserStore,
     derive_credential,
     parse_plain,
@@ -66,7 +67,7 @@ from kafkaesque.security import (
 )
 
 from . import _bridge
-from ._config import BrokerConfig
+from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._session import ANONYMOUS, Session
 
@@ -125,9 +126,15 @@ class AccessControl:
         metrics: AccessMetrics,
         clock: Callable[[], float] = time.monotonic,
     ) -> AccessControl:
-        """The access control ``config`` asks for: its users file (``UsersFileError`` if it
-        cannot be read: the broker does not start), super users and failure limit."""
-        users = None if config.users_file is None else UserStore(config.users_file, clock=clock)
+        """The access control ``config`` asks for: its users file (``ConfigError`` if it
+        cannot be read or has a bad line: the broker does not start), super users and failure
+        limit."""
+        users = None
+        if config.users_file is not None:
+            try:
+                users = UserStore(config.users_file, clock=clock)
+            except UsersFileError as exc:
+                raise ConfigError(f"users_file: {exc}") from exc
         return cls(
             users,
             Authorizer(config.super_users),

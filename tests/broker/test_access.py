@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 from collections import Counter
+from pathlib import Path
 
 import pytest
 
@@ -14,6 +15,7 @@ from kafkaesque.broker._access import (
     AccessControl,
     peer_host,
 )
+from kafkaesque.broker._config import Address, BrokerConfig, ConfigError
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._session import ANONYMOUS, Session
 from kafkaesque.protocol import (
@@ -402,3 +404,21 @@ def test_peer_host_of_a_stream_without_a_socket_is_empty() -> None:
 
     left, _ = trio.testing.memory_stream_pair()
     assert peer_host(left) == ""
+
+
+def broker_config(tmp_path: Path, users_file: str | None = None) -> BrokerConfig:
+    here = Address("127.0.0.1", 1)
+    return BrokerConfig(0, str(tmp_path), here, {0: here}, {0: here}, users_file=users_file)
+
+
+def test_a_users_file_that_cannot_be_read_stops_the_broker_with_a_config_error(
+    tmp_path: Path,
+) -> None:
+    plaintext = tmp_path / "old-users"
+    plaintext.write_text("alice:password\n")
+    for path in (plaintext, tmp_path / "missing"):
+        config = broker_config(tmp_path, users_file=str(path))
+        with pytest.raises(ConfigError, match="users_file"):
+            AccessControl.from_config(config, FakeMetrics())
+    access = AccessControl.from_config(broker_config(tmp_path), FakeMetrics())
+    assert access.users is None and not enforcing(access)
