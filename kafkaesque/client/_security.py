@@ -203,7 +203,10 @@ def tls_failed(where: str, exc: BaseException) -> KafkaesqueError:
     if isinstance(exc, ssl.SSLError) and not isinstance(
         exc, ssl.SSLEOFError | ssl.SSLZeroReturnError
     ):
-        reason = getattr(exc, "verify_message", None) or getattr(exc, "reason", None) or exc
+        if isinstance(exc, ssl.SSLCertVerificationError):
+            reason = f"certificate verify failed: {exc.verify_message} (is ssl_cafile its CA?)"
+        else:
+            reason = exc.reason or str(exc)
         return auth_failed(where, f"TLS handshake failed: {reason}")
     reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
     return KafkaesqueConnectionError(f"{where}: TLS handshake failed: {reason}", sent=False)
