@@ -18,6 +18,11 @@ A worker (``worker_main``, started by ``_devices_fleet.Fleet``):
 4. stops publishing, waits up to ``drain`` seconds for the acknowledgements still due, sends
    DISCONNECT, closes, and sends its ``WorkerResult``.
 
+With ``FleetSpec.tls`` every connection speaks TLS (``ssl.SSLObject`` over memory BIOs, so the
+selector loop still moves raw bytes): the handshake follows the TCP connect, the CONNECT goes
+once it is done, and the server's certificate is checked against ``FleetSpec.cafile`` (None:
+the system's CAs) for the address's host.
+
 A device whose connection the server closes after it was ready connects again and resends its
 unacknowledged readings, so a broker that drops connections shows up as ``dropped`` /
 ``reconnected`` / ``resent`` (and maybe duplicates), not as a load that fades. Every phase has
@@ -32,6 +37,7 @@ import random
 import resource
 import selectors
 import socket
+import ssl
 import time
 import traceback
 from array import array
@@ -60,6 +66,8 @@ class FleetSpec:
     connect_timeout: float = 20.0
     max_connecting: int = 200  # handshakes in progress per process
     first_device: int = 0
+    tls: bool = False  # the connections speak TLS (see the module docstring)
+    cafile: str | None = None  # the CA of the servers' certificates (None: the system's)
 
 
 @dataclass
@@ -109,18 +117,63 @@ class WorkerResult:
 # -- one worker process ---------------------------------------------------------------------------
 
 
+class _Tls:
+    """The TLS layer of one connection: ciphertext in and out through memory BIOs."""
+
+    __slots__ = ("incoming", "obj", "outgoing", "ready")
+
+    def __init__(self, context: ssl.SSLContext, host: str) -> None:
+        self.incoming = ssl.MemoryBIO()
+        self.outgoing = ssl.MemoryBIO()
+        self.obj = context.wrap_bio(self.incoming, self.outgoing, server_hostname=host)
+        self.ready = False  # handshake done
+
+    def handshake(self) -> tuple[bytes, bool]:
+        """Advance the handshake: the ciphertext to send, and whether it is done
+        (``ssl.SSLError`` if it failed)."""
+        try:
+            self.obj.do_handshake()
+            self.ready = True
+        except ssl.SSLWantReadError:
+            pass
+        return self.outgoing.read(), self.ready
+
+    def encrypt(self, data: bytes) -> bytes:
+        self.obj.write(data)
+        return self.outgoing.read()
+
+    def decrypt(self, data: bytes) -> tuple[bytes, bool]:
+        """The plaintext in ``data`` (with what came before it) and whether the server closed
+        the TLS session. ``ssl.SSLError`` on a broken record."""
+        self.incoming.write(data)
+        plain = bytearray()
+        while True:
+            try:
+                chunk = self.obj.read(_READ_BYTES)
+            except ssl.SSLWantReadError:
+                return bytes(plain), False
+            except ssl.SSLZeroReturnError:
+                return bytes(plain), True
+            if not chunk:
+                return bytes(plain), True
+            plain += chunk
+
+
 class _Slot:
     """One connection of a device and what is waiting to be written to it."""
 
-    __slots__ = ("connected", "device", "out", "sock", "started", "writing")
+    __slots__ = ("connected", "device", "out", "sock", "started", "tls", "writing")
 
-    def __init__(self, device: Device, sock: socket.socket, started: float) -> None:
+    def __init__(
+        self, device: Device, sock: socket.socket, started: float, tls: _Tls | None = None
+    ) -> None:
         self.device = device
         self.sock = sock
         self.out = bytearray()
         self.connected = False  # TCP handshake done
         self.writing = False  # registered for EVENT_WRITE
         self.started = started
+        self.tls = tls
 
 
 class _Worker:
@@ -152,6 +205,10 @@ class _Worker:
         self.result = WorkerResult()
         self.commands: deque[str] = deque()
         self.next_ping = time.monotonic() + spec.config.keep_alive / 2
+        self.tls: ssl.SSLContext | None = None
+        if spec.tls:
+            self.tls = ssl.create_default_context(cafile=spec.cafile)
+            self.tls.minimum_version = ssl.TLSVersion.TLSv1_2
 
     # -- the loop ---------------------------------------------------------------------------
 
@@ -189,6 +246,15 @@ class _Worker:
         if not data:
             self._close(slot, f"{slot.device.id}: the server closed the connection")
             return
+        tls = slot.tls
+        if tls is not None:
+            try:
+                data = self._decrypt(slot, tls, data)
+            except ssl.SSLError as exc:
+                self._close(slot, f"{slot.device.id}: TLS: {exc}")
+                return
+            if not data:
+                return
         device = slot.device
         before = device.state
         answer = device.receive(data, time.monotonic(), int(time.time() * 1000))
@@ -214,12 +280,41 @@ class _Worker:
                 return
             slot.connected = True
             self._set_writing(slot, False)
+            if slot.tls is not None:
+                try:
+                    self._send_raw(slot, slot.tls.handshake()[0])  # the ClientHello
+                except ssl.SSLError as exc:
+                    self._close(slot, f"{slot.device.id}: TLS: {exc}")
+                return
             self._send(slot, slot.device.connect())
             return
         if slot.out:
             self._flush(slot)
 
+    def _decrypt(self, slot: _Slot, tls: _Tls, data: bytes) -> bytes:
+        """The plaintext of ciphertext ``data``; finishes the handshake (then sends the
+        CONNECT) on the way. b"" when there is none yet."""
+        if not tls.ready:
+            tls.incoming.write(data)
+            out, done = tls.handshake()
+            self._send_raw(slot, out)
+            if not done:
+                return b""
+            self._send(slot, slot.device.connect())
+            data = b""
+        plain, closed = tls.decrypt(data)
+        if closed and not plain:
+            raise ssl.SSLError("the server closed the TLS session")
+        return plain
+
     def _send(self, slot: _Slot, data: bytes) -> None:
+        if slot.tls is not None and data:
+            data = slot.tls.encrypt(data)
+        self._send_raw(slot, data)
+
+    def _send_raw(self, slot: _Slot, data: bytes) -> None:
+        if not data:
+            return
         if slot.out:
             slot.out += data
             return
@@ -273,7 +368,8 @@ class _Worker:
             sock.close()
             self._lost(device, f"{device.id}: connect: {errno.errorcode.get(code, code)}")
             return
-        slot = _Slot(device, sock, now)
+        host = addresses[index % len(addresses)][0]
+        slot = _Slot(device, sock, now, None if self.tls is None else _Tls(self.tls, host))
         self.slots[sock.fileno()] = slot
         self.slot_of[device.id] = slot
         self.handshaking.add(sock.fileno())
@@ -402,9 +498,9 @@ class _Worker:
     def finish(self) -> WorkerResult:
         self.finishing = True
         for slot in list(self.slots.values()):
-            if slot.connected and not slot.out:
+            if slot.connected and not slot.out and (slot.tls is None or slot.tls.ready):
                 try:
-                    slot.sock.send(DISCONNECT)
+                    slot.sock.send(DISCONNECT if slot.tls is None else slot.tls.encrypt(DISCONNECT))
                 except OSError as exc:  # going away anyway; its unacknowledged serials count
                     self.tally.error(f"{slot.device.id}: DISCONNECT: {exc}")
             self._close(slot, None)

@@ -12,6 +12,11 @@ brokers advertise (``+BROKER ... mqtt=port`` in its metadata), the cluster being
 other client commands find it: ``--bootstrap``, else ``$KAFKAESQUE_BOOTSTRAP``, else
 127.0.0.1:9092.
 
+``--tls`` (or ``--cafile``) connects over TLS: to the TLS listeners the brokers advertise
+(``mqtt_tls=port``), or to ``--mqtt``; the servers' certificates are checked against ``--cafile``
+(default: the system's CAs). ``--username`` and ``--password`` (or $KAFKAESQUE_MQTT_PASSWORD)
+are every device's credentials.
+
 The report: devices connected, readings sent and acknowledged, PUBACK latency p50/p99, commands
 received and their delivery latency. When the run talked to the cluster (``--bootstrap`` given,
 or the MQTT addresses found through it) it then reads the log topic (``--topic``, default
@@ -41,6 +46,7 @@ from ._devices_report import Report, check_log, end_offsets, read_run
 SOCKETS_PER_PROCESS = 4000
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # as the client commands (cli/client_commands.py)
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
+PASSWORD_ENV = "KAFKAESQUE_MQTT_PASSWORD"
 
 
 class DevicesError(Exception):
@@ -85,7 +91,15 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument("--topic", default="readings", help="the log topic of the readings")
     parser.add_argument("--username", help="MQTT user name")
-    parser.add_argument("--password", help="MQTT password")
+    parser.add_argument("--password", help=f"MQTT password (or ${PASSWORD_ENV})")
+    parser.add_argument(
+        "--tls",
+        action="store_true",
+        help="connect over TLS (to the brokers' MQTT TLS listeners unless --mqtt)",
+    )
+    parser.add_argument(
+        "--cafile", help="the CA (PEM) of the MQTT servers' certificates; implies --tls"
+    )
     parser.add_argument("--keep-alive", type=int, default=60, help="MQTT keep-alive seconds (60)")
     parser.add_argument(
         "--no-commands", action="store_true", help="do not subscribe to the commands topics"
@@ -103,8 +117,11 @@ def run(args: argparse.Namespace) -> int:
     if args.interval < 0 or args.duration <= 0 or args.warmup < 0:
         raise DevicesError("--interval and --warmup must be >= 0, --duration > 0")
     cluster = args.bootstrap or os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP
+    tls = bool(args.tls or args.cafile)
+    if args.cafile and not os.path.isfile(args.cafile):
+        raise DevicesError(f"--cafile {args.cafile}: no such file")
     try:
-        addresses = tuple(parse_bootstrap(args.mqtt)) if args.mqtt else find_mqtt(cluster)
+        addresses = tuple(parse_bootstrap(args.mqtt)) if args.mqtt else find_mqtt(cluster, tls=tls)
         config = DeviceConfig(
             run=secrets.token_hex(4),
             qos=args.qos,
@@ -112,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             keep_alive=args.keep_alive,
             subscribe=not args.no_commands,
             username=args.username,
-            password=args.password,
+            password=args.password or os.environ.get(PASSWORD_ENV),
         )
     except ValueError as exc:
         raise DevicesError(str(exc)) from None
@@ -123,6 +140,8 @@ def run(args: argparse.Namespace) -> int:
         interval=args.interval,
         duration=args.duration,
         warmup=min(args.warmup, args.duration / 2),
+        tls=tls,
+        cafile=args.cafile,
     )
     if not args.mqtt and not args.json:
         where = ",".join(f"{host}:{port}" for host, port in addresses)
@@ -140,8 +159,9 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.lost else 0
 
 
-def find_mqtt(bootstrap: str) -> tuple[tuple[str, int], ...]:
-    """The MQTT listeners of the cluster at ``bootstrap`` (``mqtt_listeners`` of its metadata).
+def find_mqtt(bootstrap: str, *, tls: bool = False) -> tuple[tuple[str, int], ...]:
+    """The MQTT listeners (``tls``: the TLS ones) of the cluster at ``bootstrap``
+    (``mqtt_listeners`` of its metadata).
 
     Raises ``DevicesError`` when the cluster cannot be asked (saying to give ``--mqtt``) or
     advertises no listener; ``ValueError`` for a malformed ``bootstrap``."""
@@ -153,23 +173,25 @@ def find_mqtt(bootstrap: str) -> tuple[tuple[str, int], ...]:
             f"cannot ask the cluster at {bootstrap} for its MQTT listeners ({exc}); "
             "give --bootstrap, or the MQTT addresses with --mqtt host:port,..."
         ) from None
-    listeners = mqtt_listeners(metadata)
+    listeners = mqtt_listeners(metadata, tls=tls)
     if not listeners:
+        flag = "--mqtt-tls-listen" if tls else "--mqtt"
         raise DevicesError(
-            f"no broker of the cluster at {bootstrap} listens for MQTT (start the brokers with "
-            "--mqtt), or give the MQTT addresses with --mqtt host:port,..."
+            f"no broker of the cluster at {bootstrap} listens for MQTT{' over TLS' if tls else ''}"
+            f" (start the brokers with {flag}), or give the MQTT addresses with --mqtt "
+            "host:port,..."
         )
     return listeners
 
 
-def mqtt_listeners(metadata: ClusterMetadata) -> tuple[tuple[str, int], ...]:
-    """``(host, mqtt_port)`` of every broker that advertises a plain MQTT listener, by broker
-    id (the devices spread over them in this order). Empty when none does."""
-    return tuple(
-        (row.host, row.mqtt_port)
+def mqtt_listeners(metadata: ClusterMetadata, *, tls: bool = False) -> tuple[tuple[str, int], ...]:
+    """``(host, port)`` of every broker that advertises a plain MQTT listener (``tls``: a TLS
+    one), by broker id (the devices spread over them in this order). Empty when none does."""
+    ports = (
+        (row.host, row.mqtt_tls_port if tls else row.mqtt_port)
         for _, row in sorted(metadata.brokers.items())
-        if row.mqtt_port is not None
     )
+    return tuple((host, port) for host, port in ports if port is not None)
 
 
 def run_devices(

@@ -4,6 +4,8 @@ sockets; the authentication-failure limiter; an old plaintext users file refused
 
 from __future__ import annotations
 
+import json
+import os
 import subprocess
 import sys
 import time
@@ -310,3 +312,45 @@ def test_an_old_plaintext_users_file_stops_the_broker_with_the_way_out(tmp_path:
     [line] = result.stderr.strip().splitlines()
     assert f"{old} line 1: not a salted SCRAM-SHA-256 entry" in line
     assert "kafkaesque user import" in line
+
+
+def test_kafkaesque_devices_over_tls_with_credentials(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    """``kafkaesque devices --tls --cafile``: to the TLS listener the cluster advertises, with
+    the password from the environment; each phone publishes phones/<id>/spectrum (pattern %c)."""
+    cluster, _ = secured
+    options = ["-n", "3", "--interval", "0.1", "--duration", "1", "--processes", "1", "--json",
+               "--bootstrap", cluster.bootstrap, "--tls", "--cafile", str(setup.ca_file),
+               "--username", "bob"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", "devices", *options],
+        env={**os.environ, "KAFKAESQUE_MQTT_PASSWORD": PASSWORDS["bob"]},
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["connected"] == 3 and report["sent"] > 0, report
+    assert report["acknowledged"] == report["sent"] and report["lost"] == 0
+    assert report["consumed"] == report["sent"]  # read back from the log
+
+
+def test_kafkaesque_devices_with_a_wrong_password_connects_none(
+    secured: tuple[LocalCluster, int], setup: Setup
+) -> None:
+    _, port = secured
+    options = ["-n", "1", "--duration", "1", "--processes", "1", "--mqtt", f"127.0.0.1:{port}",
+               "--cafile", str(setup.ca_file), "--username", "bob",
+               "--password", "nope"]  # fmt: skip
+    done = subprocess.run(
+        [sys.executable, "-m", "kafkaesque.cli", "devices", *options],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        check=False,
+    )
+    assert done.returncode != 0
+    assert "no device could connect" in done.stderr
