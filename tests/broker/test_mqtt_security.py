@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import selectors
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +19,9 @@ import paho.mqtt.client as paho
 import pytest
 import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
+from kafkaesque.cli.main import main
 
+from kafkaesque.client import KafkaesqueError
 from kafkaesque.protocol import (
     Connack,
     MqttSubscription,
@@ -30,6 +34,7 @@ from kafkaesque.protocol import (
     encode_mqtt,
 )
 from kafkaesque.security import derive_credential, save_users
+from tests.mosquitto import running_mosquitto
 
 from .mqtt_helpers import RULES, PahoDevice, RawMqtt, keyed_records, wait_for
 
@@ -354,3 +359,86 @@ def test_kafkaesque_devices_with_a_wrong_password_connects_none(
     )
     assert done.returncode != 0
     assert "no device could connect" in done.stderr
+
+
+def test_the_bridge_reads_an_upstream_mosquitto_over_tls_with_credentials(
+    secured: tuple[LocalCluster, int], setup: Setup, tmp_path: Path
+) -> None:
+    """``kafkaesque mqtt-bridge --upstream-cafile --username --password`` against a mosquitto
+    that takes only TLS and its password file: what is published there lands in the log."""
+    cluster, _ = secured
+    passwords = tmp_path / "mosquitto.passwd"
+    subprocess.run(
+        ["mosquitto_passwd", "-b", "-c", str(passwords), "bridge", "up-pw"], check=True, timeout=30
+    )
+    tls = (
+        f"cafile {setup.ca_file}\ncertfile {setup.cert}\nkeyfile {setup.key}\n"
+        f"allow_anonymous false\npassword_file {passwords}\n"
+        # (as root mosquitto would switch to its own user, who cannot read the test files)
+        + ("user root\n" if os.geteuid() == 0 else "")
+    )
+    topic = f"bridged_{uuid.uuid4().hex[:8]}"
+    rules = tmp_path / "rules"
+    rules.write_text(f"phones/+/spectrum -> {topic} key=1\n")
+    with running_mosquitto(tmp_path / "upstream", tls) as upstream:
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "kafkaesque.cli", "mqtt-bridge",
+             "--upstream", upstream.address, "--upstream-cafile", str(setup.ca_file),
+             "--username", "bridge", "--bootstrap", cluster.bootstrap, "--rules", str(rules),
+             "--client-id", f"bridge-{topic}", "--replication-factor", "1",
+             "--stats-interval", "0"],
+            env={**os.environ, "KAFKAESQUE_MQTT_PASSWORD": "up-pw"},
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert _read_line(bridge, 60) == "ready"
+            marker = uuid.uuid4().hex
+            subprocess.run(
+                ["mosquitto_pub", "-h", "127.0.0.1", "-p", str(upstream.port),
+                 "--cafile", str(setup.ca_file), "-u", "bridge", "-P", "up-pw",
+                 "-t", "phones/up1/spectrum", "-q", "1", "-m", marker],
+                check=True, timeout=30,
+            )  # fmt: skip
+
+            def bridged() -> bool:
+                try:
+                    records = keyed_records(cluster.bootstrap, topic, "up1")
+                except KafkaesqueError:  # the bridge creates the topic with the first message
+                    return False
+                return marker.encode() in [r.value for r in records]
+
+            wait_for(bridged, 30, "the bridged message in the log")
+        finally:
+            bridge.send_signal(signal.SIGTERM)
+            try:
+                bridge.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                bridge.kill()
+                bridge.wait(timeout=10)
+            assert bridge.stdout is not None and bridge.stderr is not None
+            bridge.stdout.close()
+            bridge.stderr.close()
+
+
+def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
+    """The next line ``process`` prints (stripped), or "" if none within ``timeout``."""
+    assert process.stdout is not None
+    with selectors.DefaultSelector() as selector:
+        selector.register(process.stdout, selectors.EVENT_READ)
+        if not selector.select(timeout):
+            return ""
+    return process.stdout.readline().strip()
+
+
+@pytest.mark.parametrize(
+    ("flags", "message"),
+    [
+        (["--upstream-cafile", "/nonexistent/ca.pem"], "--upstream TLS: cannot load"),
+        (["--upstream-keyfile", "k.pem"], "--upstream-keyfile needs --upstream-certfile"),
+    ],
+)
+def test_the_bridges_tls_options_are_checked_at_start(
+    flags: list[str], message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert main(["mqtt-bridge", "--upstream", "h:1", *flags]) == 1
+    assert message in capsys.readouterr().err
