@@ -20,6 +20,7 @@ from typing import IO, Any, BinaryIO
 
 from kafkaesque.client import (
     Client,
+    ClientConfig,
     Consumer,
     ConsumerRecord,
     DeliveryHandle,
@@ -31,6 +32,8 @@ from kafkaesque.client import (
     TopicPartition,
 )
 from kafkaesque.protocol import Acks, Fsync, GroupRow, PartitionRow, TopicRow, topic_name_error
+
+from .security_commands import SecurityCommandError, add_security_options, security_from_args
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
@@ -61,17 +64,25 @@ def add_parsers(commands: Any) -> None:
 
 
 def _bootstrap_option(parser: argparse.ArgumentParser) -> None:
+    """``--bootstrap`` and the security options (``--tls-ca``, ``--user``...: see
+    ``security_commands``), which every command that talks to the cluster takes."""
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
         metavar="HOST:PORT,...",
         help=f"brokers to start from (${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
     )
+    add_security_options(parser)
 
 
 def _client(args: argparse.Namespace) -> Client:
+    """A client of ``--bootstrap``, connecting as the security options say."""
     try:
-        return Client(args.bootstrap)
+        security = security_from_args(args)
+    except SecurityCommandError as exc:
+        raise ClientCommandError(str(exc)) from exc
+    try:
+        return Client(args.bootstrap, config=ClientConfig(security=security))
     except ValueError as exc:
         raise ClientCommandError(f"--bootstrap: {exc}") from exc
 

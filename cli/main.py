@@ -60,6 +60,11 @@ COMMANDS: dict[str, Command] = {
         "brokers (up or down), then every partition's leader, replicas, offsets and "
         "state (ok, under-replicated, no-leader)",
     ),
+    "acl": Command(".security_commands", "add, remove or list the cluster's ACLs"),
+    "user": Command(
+        ".security_commands",
+        "add, remove, list or import the users of a users file (salted SCRAM hashes)",
+    ),
     "jepsen": Command(".jepsen", "run a fault-injection test and check its history"),
     "mqtt-bridge": Command(
         ".mqtt_bridge", "bridge an existing MQTT broker into log topics (and back)"
@@ -76,6 +81,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     (".demo", "DemoError"),
     (".devices", "DevicesError"),
     (".client_commands", "ClientCommandError"),
+    (".security_commands", "SecurityCommandError"),
     ("kafkaesque.jepsen_like.runner", "JepsenError"),
     (".mqtt_bridge", "MqttBridgeError"),
 )
