@@ -15,7 +15,9 @@ other client commands find it: ``--bootstrap``, else ``$KAFKAESQUE_BOOTSTRAP``, 
 ``--tls`` (or ``--cafile``) connects over TLS: to the TLS listeners the brokers advertise
 (``mqtt_tls=port``), or to ``--mqtt``; the servers' certificates are checked against ``--cafile``
 (default: the system's CAs). ``--username`` and ``--password`` (or $KAFKAESQUE_MQTT_PASSWORD)
-are every device's credentials.
+are every device's credentials. The cluster itself (its metadata, the log read back) is
+reached as ``--tls-ca``, ``--tls-cert``, ``--user`` and ``--cluster-password``
+($KAFKAESQUE_PASSWORD) say, as ``kafkaesque mqtt-bridge`` does.
 
 The report: devices connected, readings sent and acknowledged, PUBACK latency p50/p99, commands
 received and their delivery latency. When the run talked to the cluster (``--bootstrap`` given,
@@ -37,11 +39,19 @@ import secrets
 import sys
 from typing import Any
 
-from kafkaesque.client import Client, ClusterMetadata, KafkaesqueError, parse_bootstrap
+from kafkaesque.client import (
+    Client,
+    ClientConfig,
+    ClusterMetadata,
+    KafkaesqueError,
+    Security,
+    parse_bootstrap,
+)
 
 from ._devices_core import DeviceConfig
 from ._devices_fleet import Fleet, FleetError, FleetSpec
 from ._devices_report import Report, check_log, end_offsets, read_run
+from .mqtt_bridge import add_cluster_security_options, cluster_security
 
 SOCKETS_PER_PROCESS = 4000
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # as the client commands (cli/client_commands.py)
@@ -108,6 +118,7 @@ def add_parser(commands: Any) -> None:
         "--warmup", type=float, default=0.0, help="seconds left out of the rate and latencies"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
+    add_cluster_security_options(parser, tls_flag=False)
     parser.set_defaults(run=run)
 
 
@@ -121,7 +132,12 @@ def run(args: argparse.Namespace) -> int:
     if args.cafile and not os.path.isfile(args.cafile):
         raise DevicesError(f"--cafile {args.cafile}: no such file")
     try:
-        addresses = tuple(parse_bootstrap(args.mqtt)) if args.mqtt else find_mqtt(cluster, tls=tls)
+        security = cluster_security(args, tls_flag=False)
+        addresses = (
+            tuple(parse_bootstrap(args.mqtt))
+            if args.mqtt
+            else find_mqtt(cluster, tls=tls, security=security)
+        )
         config = DeviceConfig(
             run=secrets.token_hex(4),
             qos=args.qos,
@@ -150,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     # The log is read back whenever the run talked to the cluster; --mqtt alone may name any
     # MQTT broker (mosquitto), which has no log.
     check = args.bootstrap or (cluster if not args.mqtt else None)
-    report = run_devices(spec, processes, check, args.topic, quiet=args.json)
+    report = run_devices(spec, processes, check, args.topic, quiet=args.json, security=security)
     if args.json:
         print(report.to_json())
     else:
@@ -159,14 +175,16 @@ def run(args: argparse.Namespace) -> int:
     return 1 if report.lost else 0
 
 
-def find_mqtt(bootstrap: str, *, tls: bool = False) -> tuple[tuple[str, int], ...]:
+def find_mqtt(
+    bootstrap: str, *, tls: bool = False, security: Security | None = None
+) -> tuple[tuple[str, int], ...]:
     """The MQTT listeners (``tls``: the TLS ones) of the cluster at ``bootstrap``
     (``mqtt_listeners`` of its metadata).
 
     Raises ``DevicesError`` when the cluster cannot be asked (saying to give ``--mqtt``) or
     advertises no listener; ``ValueError`` for a malformed ``bootstrap``."""
     try:
-        with Client(bootstrap) as client:
+        with Client(bootstrap, config=_client_config(security)) as client:
             metadata = client.refresh_metadata()
     except KafkaesqueError as exc:
         raise DevicesError(
@@ -182,6 +200,10 @@ def find_mqtt(bootstrap: str, *, tls: bool = False) -> tuple[tuple[str, int], ..
             "host:port,..."
         )
     return listeners
+
+
+def _client_config(security: Security | None) -> ClientConfig:
+    return ClientConfig() if security is None else ClientConfig(security=security)
 
 
 def mqtt_listeners(metadata: ClusterMetadata, *, tls: bool = False) -> tuple[tuple[str, int], ...]:
@@ -201,6 +223,7 @@ def run_devices(
     topic: str = "readings",
     *,
     quiet: bool = True,
+    security: Security | None = None,
 ) -> Report:
     """One run of ``spec`` (connect, publish, drain), then the log check when ``bootstrap`` is
     given. The demo calls this in-process; ``kafkaesque devices --json`` prints its result.
@@ -209,7 +232,7 @@ def run_devices(
     caller's main module again: call this from the ``kafkaesque`` command, from ``python -m``
     of a package, or under ``if __name__ == "__main__":``. Raises ``DevicesError`` when no
     device could connect, a worker failed, or reading the log back took too long."""
-    client = Client(bootstrap) if bootstrap else None
+    client = Client(bootstrap, config=_client_config(security)) if bootstrap else None
     try:
         start = end_offsets(client, topic) if client is not None else None
         with Fleet(spec, processes) as fleet:

@@ -12,6 +12,11 @@ certificate (against the system's CAs or ``--upstream-cafile``) and its name or 
 ``--upstream-certfile``/``--upstream-keyfile`` present a client certificate; ``--username`` and
 ``--password`` (or $KAFKAESQUE_MQTT_PASSWORD) are its credentials.
 
+Its connection to the Kafkaesque cluster takes the client commands' security options
+(docs/security.md): ``--tls`` / ``--tls-ca`` (TLS), ``--tls-cert`` (a client certificate),
+``--user`` ($KAFKAESQUE_USER) with ``--cluster-password`` ($KAFKAESQUE_PASSWORD; ``--password``
+is the upstream's), ``--sasl-mechanism``.
+
 Prints ``ready`` on stdout once subscribed, then counters on stderr every ``--stats-interval``.
 Each bridge instance needs its own ``--client-id`` (the upstream session is keyed by it), and
 must keep it across restarts so that it finds its queued messages again.
@@ -34,6 +39,7 @@ import trio
 from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge
 from kafkaesque.broker._mqtt_client_core import DEFAULT_SESSION_EXPIRY_S, MqttClientOptions
 from kafkaesque.broker._mqtt_converters import CONVERTER_NAMES, make_converter
+from kafkaesque.client import ClientConfig, Security
 from kafkaesque.protocol import (
     InvalidMappingError,
     InvalidMqttTopicError,
@@ -43,9 +49,13 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.security import client_context
 
+from .security_commands import PASSWORD_ENV as PASSWORD_ENV_OF_CLIENTS
+from .security_commands import USER_ENV, SecurityCommandError, security_from_args
+
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
 PASSWORD_ENV = "KAFKAESQUE_MQTT_PASSWORD"
+CLUSTER_PASSWORD_ENV = PASSWORD_ENV_OF_CLIENTS
 
 
 class MqttBridgeError(Exception):
@@ -106,7 +116,56 @@ def add_parser(commands: Any) -> None:
     p.add_argument("--replication-factor", type=int, default=3)
     p.add_argument("--drain-timeout", type=float, default=10.0, help="seconds, on stop")
     p.add_argument("--stats-interval", type=float, default=10.0, help="seconds, 0: never")
+    add_cluster_security_options(p)
     p.set_defaults(run=run_mqtt_bridge)
+
+
+def add_cluster_security_options(parser: argparse.ArgumentParser, *, tls_flag: bool = True) -> None:
+    """How a command that also speaks MQTT (its own ``--password``) reaches the cluster: the
+    client commands' ``--tls`` (unless ``tls_flag`` is False: the command's ``--tls`` is about
+    MQTT), ``--tls-ca``, ``--tls-cert``, ``--user``, ``--sasl-mechanism``, and the password as
+    ``--cluster-password`` (or $KAFKAESQUE_PASSWORD)."""
+    group = parser.add_argument_group("cluster security", "TLS and authentication to the cluster")
+    if tls_flag:
+        group.add_argument(
+            "--tls", action="store_true", help="TLS to the cluster (system CAs, or --tls-ca's)"
+        )
+    group.add_argument("--tls-ca", metavar="FILE", help="the cluster's CA (PEM); implies TLS")
+    group.add_argument("--tls-cert", metavar="FILE", help="client certificate (PEM, with its key)")
+    group.add_argument(
+        "--user",
+        default=os.environ.get(USER_ENV) or None,
+        metavar="NAME",
+        help=f"authenticate to the cluster as NAME (${USER_ENV})",
+    )
+    group.add_argument(
+        "--cluster-password", help=f"the cluster user's password (default ${CLUSTER_PASSWORD_ENV})"
+    )
+    group.add_argument(
+        "--sasl-mechanism",
+        default="SCRAM-SHA-256",
+        choices=("SCRAM-SHA-256", "PLAIN"),
+        type=str.upper,
+        help="SCRAM-SHA-256 (default) or PLAIN (only with TLS)",
+    )
+
+
+def cluster_security(args: argparse.Namespace, *, tls_flag: bool = True) -> Security:
+    """The ``Security`` of ``add_cluster_security_options`` (``ValueError`` if it cannot
+    work: a user without a password, PLAIN without TLS). ``tls_flag`` as there."""
+    options = argparse.Namespace(
+        tls=args.tls if tls_flag else False,
+        tls_ca=args.tls_ca,
+        tls_cert=args.tls_cert,
+        user=args.user,
+        password=args.cluster_password,
+        sasl_mechanism=args.sasl_mechanism,
+    )
+    try:
+        security: Security = security_from_args(options)
+    except SecurityCommandError as exc:
+        raise ValueError(f"cluster security: {exc}") from None
+    return security
 
 
 def _address(text: str) -> tuple[str, int]:
@@ -163,6 +222,7 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
             receive_maximum=args.receive_maximum,
             tls=tls,
         )
+        client = ClientConfig(security=cluster_security(args))
     except ValueError as exc:
         raise MqttBridgeError(str(exc)) from None
     return BridgeConfig(
@@ -177,6 +237,7 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
         egress_group=args.egress_group,
         partitions=args.partitions,
         replication_factor=args.replication_factor,
+        client=client,
     )
 
 
