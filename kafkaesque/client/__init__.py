@@ -18,8 +18,14 @@ Trio::
         future = await producer.send("orders", b"hello")
         metadata = await future.get()
 
+Security (docs/security.md): ``ClientConfig(security=Security("SASL_SSL", username="alice",
+password=..., ssl_cafile="ca.pem"))`` makes every connection do TLS, then SCRAM-SHA-256, before its
+first command (``Security.from_options`` reads Kafka's ``security.protocol``, ``sasl.*`` and
+``ssl.*`` keys); ACLs are managed with ``Client.add_acl``, ``remove_acl`` and ``list_acls``.
+
 Errors are ``KafkaesqueError`` (``code``, ``retriable``, ``outcome_unknown``); connection failures
-are its subclass ``KafkaesqueConnectionError``. Delivery is at least once: see ``ProducerCore``.
+are its subclass ``KafkaesqueConnectionError``; a refused TLS handshake or SASL exchange is
+``AUTH_FAILED`` (not retriable). Delivery is at least once: see ``ProducerCore``.
 The sans-I/O cores (``ProducerCore``, ``ConsumerCore``, ``ConnectionCore``, ``_steps``) hold every
 decision; the drivers only move bytes and time.
 """

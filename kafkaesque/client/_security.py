@@ -95,6 +95,14 @@ class Security:
         if self.ssl_keyfile is not None and self.ssl_certfile is None:
             raise ValueError("a client key needs its certificate (ssl_certfile)")
 
+    def __getstate__(self) -> dict[str, object]:
+        # Pickled (Spark sends it to its executors) without the cached SSLContext, which cannot
+        # be pickled: each process builds its own from the files.
+        return {k: v for k, v in self.__dict__.items() if k != "ssl_context"}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        self.__dict__.update(state)
+
     @property
     def uses_tls(self) -> bool:
         """Whether connections start with a TLS handshake."""

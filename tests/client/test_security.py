@@ -6,6 +6,7 @@ in a thread (the broker's own AUTH is tested with real brokers in test_security_
 from __future__ import annotations
 
 import base64
+import pickle
 import socket
 import ssl
 import threading
@@ -109,6 +110,15 @@ def test_from_options_takes_the_other_spellings() -> None:
     )
     assert (jaas.username, jaas.password) == ("bob", 'pa\\"ss')
     assert Security.from_options({}) == Security()
+
+
+def test_security_pickles_without_its_tls_context(pki: dict[str, str]) -> None:
+    # Spark ships it to executors; a context built in the driver must not go along.
+    security = Security("SASL_SSL", username="alice", password="pw", ssl_cafile=pki["ca"])
+    assert security.ssl_context is not None
+    copy = pickle.loads(pickle.dumps(security))
+    assert copy == security and copy.password == "pw"
+    assert copy.ssl_context is not None and copy.ssl_context is not security.ssl_context
 
 
 @pytest.mark.parametrize(
