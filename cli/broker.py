@@ -21,6 +21,16 @@ after that with the retriable ``NOT_READY``, and closes; an MQTT 5 device gets D
 SIGTERM during the hand-over, stops at once, as a crash would look to the others (elections
 follow).
 
+Security (docs/security.md). ``--client-tls``, ``--admin-tls`` and ``--peer-tls`` put TLS on
+the client port (TLS only: a plaintext client is told so and closed), the admin port (HTTPS) and
+the Raft transport between brokers (mutual TLS over ``--tls-ca``), with the certificate
+``--tls-cert``/``--tls-key``, re-read for new client and admin connections when its files
+change. The controller quorum's traffic is encrypted by pysyncobj with the cluster secret
+(``$KAFKAESQUE_CLUSTER_SECRET``). Safe defaults: a broker that listens beyond loopback
+(0.0.0.0 and :: included) without ``--users-file`` (MQTT listeners: also ``--mqtt-users``), or
+with the built-in development cluster secret, refuses to start unless ``--insecure``; a broker
+without a users file says at start that anyone who can reach its client port may do anything.
+
 While it runs, the broker keeps its pid in ``<data-dir>/<id>/broker.pid``;
 ``kafkaesque broker stop --data-dir <dir> --id <id>`` (or ``--config``) sends it SIGTERM and
 waits until it has stopped.
