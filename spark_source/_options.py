@@ -20,6 +20,7 @@ driver and on the executors.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 from collections.abc import Mapping
@@ -172,10 +173,13 @@ class SourceOptions:
 
 
 def client_config(security: Any, **settings: Any) -> ClientConfig:
-    """``ClientConfig(**settings)`` with ``security`` (a ``kafkaesque.client.Security``) if one."""
+    """``ClientConfig(**settings)`` with ``security`` (a ``kafkaesque.client.Security``) if one.
+
+    The client gets a copy: a ``Security`` keeps the TLS context it builds on first use, which
+    does not pickle, and the one in the options travels to the executors."""
     if security is None:
         return ClientConfig(**settings)
-    return ClientConfig(security=security, **settings)
+    return ClientConfig(security=dataclasses.replace(security), **settings)
 
 
 def _lowered(options: Mapping[str, str]) -> dict[str, str]:
