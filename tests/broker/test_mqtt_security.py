@@ -21,9 +21,18 @@ import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.cli.main import main
 
-from kafkaesque.client import KafkaesqueError
+from kafkaesque.client import (
+    Client,
+    ClientConfig,
+    Consumer,
+    KafkaesqueError,
+    Security,
+    SyncConnection,
+)
 from kafkaesque.protocol import (
+    BrokerRow,
     Connack,
+    Metadata,
     MqttSubscription,
     MqttVersion,
     Puback,
@@ -409,15 +418,7 @@ def test_the_bridge_reads_an_upstream_mosquitto_over_tls_with_credentials(
 
             wait_for(bridged, 30, "the bridged message in the log")
         finally:
-            bridge.send_signal(signal.SIGTERM)
-            try:
-                bridge.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                bridge.kill()
-                bridge.wait(timeout=10)
-            assert bridge.stdout is not None and bridge.stderr is not None
-            bridge.stdout.close()
-            bridge.stderr.close()
+            _stop(bridge)
 
 
 def _read_line(process: subprocess.Popen[str], timeout: float) -> str:
@@ -442,3 +443,99 @@ def test_the_bridges_tls_options_are_checked_at_start(
 ) -> None:
     assert main(["mqtt-bridge", "--upstream", "h:1", *flags]) == 1
     assert message in capsys.readouterr().err
+
+
+# -- a cluster whose line protocol wants authentication ---------------------------------------
+
+ADMIN = Security(protocol="SASL_PLAINTEXT", username="admin", password="admin-pw")
+
+
+class AuthenticatingCluster(LocalCluster):  # type: ignore[misc]  # (kafkaesque.cli untyped)
+    """A cluster started with ``--users-file``: its readiness check authenticates first."""
+
+    def _registered(self, broker: int) -> int:
+        try:
+            with SyncConnection(
+                self.client_address(broker), security=ADMIN, connect_timeout_s=2
+            ) as connection:
+                rows = connection.request(Metadata(()), 2)
+        except KafkaesqueError:
+            return 0
+        return sum(isinstance(r, BrokerRow) for r in getattr(rows, "rows", ()))
+
+
+def read_as(security: Security, bootstrap: str, topic: str, key: str) -> list[bytes]:
+    """The values of ``topic``'s records under ``key``, read as ``security`` says."""
+    with (
+        Client(bootstrap, config=ClientConfig(security=security)) as client,
+        Consumer(client) as consumer,
+    ):
+        consumer.assign_topic(topic)
+        consumer.seek_to_beginning()
+        return [r.value or b"" for r in consumer.records(follow=False) if r.key == key.encode()]
+
+
+def test_the_bridge_and_the_devices_authenticate_to_the_cluster(
+    tmp_path: Path, setup: Setup
+) -> None:
+    """``--user`` with the password in $KAFKAESQUE_PASSWORD (``--password`` is MQTT's): the
+    bridge appends into a cluster that wants SCRAM, and ``kafkaesque devices`` finds its MQTT
+    listeners and reads its log back there."""
+    users = tmp_path / "cluster-users"
+    credentials = {"admin": "admin-pw", "svc": "svc-pw"}
+    save_users(users, {u: derive_credential(p) for u, p in credentials.items()})
+    topic = f"bridged_{uuid.uuid4().hex[:8]}"
+    rules = tmp_path / "rules"
+    rules.write_text(f"phones/+/spectrum -> {topic} key=1\n")
+    args = ["--users-file", str(users), "--super-users", "User:admin"]
+    env = {**os.environ, "KAFKAESQUE_PASSWORD": "svc-pw"}
+    svc = Security(protocol="SASL_PLAINTEXT", username="svc", password="svc-pw")
+    with (
+        AuthenticatingCluster(
+            str(tmp_path / "cluster"), 1, mqtt=True, mqtt_rules=RULES, extra_args=args
+        ) as cluster,
+        running_mosquitto(tmp_path / "upstream") as upstream,
+    ):
+        bridge = subprocess.Popen(
+            [sys.executable, "-m", "kafkaesque.cli", "mqtt-bridge",
+             "--upstream", upstream.address, "--bootstrap", cluster.bootstrap,
+             "--rules", str(rules), "--client-id", f"bridge-{topic}",
+             "--replication-factor", "1", "--stats-interval", "0", "--user", "svc"],
+            env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        try:
+            assert _read_line(bridge, 60) == "ready"
+            upstream.publish("phones/up2/spectrum", "via-bridge")
+
+            def bridged() -> bool:
+                try:
+                    return b"via-bridge" in read_as(svc, cluster.bootstrap, topic, "up2")
+                except KafkaesqueError:
+                    return False
+
+            wait_for(bridged, 30, "the bridged message in the log")
+        finally:
+            _stop(bridge)
+        options = ["-n", "2", "--interval", "0.1", "--duration", "1", "--processes", "1",
+                   "--json", "--bootstrap", cluster.bootstrap, "--user", "svc"]  # fmt: skip
+        done = subprocess.run(
+            [sys.executable, "-m", "kafkaesque.cli", "devices", *options],
+            env=env, capture_output=True, text=True, timeout=180, check=False,
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr
+        report = json.loads(done.stdout)
+        assert report["connected"] == 2 and report["consumed"] == report["sent"] > 0, report
+        with pytest.raises(KafkaesqueError):  # the cluster does want the credentials
+            read_as(Security(), cluster.bootstrap, topic, "up2")
+
+
+def _stop(process: subprocess.Popen[str]) -> None:
+    process.send_signal(signal.SIGTERM)
+    try:
+        process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
+    for stream in (process.stdout, process.stderr):
+        if stream is not None:
+            stream.close()
