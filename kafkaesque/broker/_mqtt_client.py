@@ -261,7 +261,8 @@ async def open_mqtt_client(options: MqttClientOptions) -> AsyncIterator[MqttClie
     certificate does not verify, ``OSError`` when it cannot be reached. Once connected, a
     failing connection (``MqttConnectionError``, ``OSError``, ``trio.BrokenResourceError``)
     cancels the body and leaves the ``async with`` inside an ``ExceptionGroup`` (the
-    connection's tasks run in a nursery): catch with ``except*``. A normal exit sends DISCONNECT (waiting at most a second for the send).
+    connection's tasks run in a nursery): catch with ``except*``. A normal exit sends
+    DISCONNECT (waiting at most a second for the send).
     """
     core = MqttClientCore(options, now=trio.current_time())
     try:
