@@ -165,8 +165,7 @@ class BrokerMetrics:
         )
         self._mqtt_authorization_failures = Counter(
             "kafkaesque_mqtt_authorization_failures",
-            "MQTT operations the ACL file refused, by action (publish, subscribe, receive, "
-            "will).",
+            "MQTT operations the ACL file refused, by action (publish, subscribe, receive, will).",
             ["action"],
             registry=self.registry,
         )
