@@ -15,7 +15,7 @@ names is created on first use when missing (``--mqtt-partitions``,
 ``--users-file``, so one file may serve both; ``kafkaesque user add``; the old ``user:password``
 format is refused with the command that converts it); without it devices connect anonymously.
 A device's password is checked off the event loop (PBKDF2 takes milliseconds on purpose); an
-address that failed ``--auth-failure-limit`` times within ``--auth-failure-window`` gets CONNACK
+address that failed ``auth_failure_limit`` times within ``auth_failure_window_s`` gets CONNACK
 "not authorized" without a check. The file is read again when it changes. ``--mqtt-acl-file``
 (mosquitto's ``acl_file``, ``kafkaesque.security.MqttAcl``) says what each device may publish,
 subscribe to and receive; refusals are logged at INFO and counted in /metrics. A second
