@@ -14,10 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trio
 import trustme
 from cryptography import x509
 from kafkaesque.cli.cluster import LocalCluster, parse_samples
 
+from kafkaesque.broker._shutdown import Draining
+from kafkaesque.broker._tls import ClientPortGate, TlsRefusals
 from kafkaesque.protocol import BrokerRow, ErrorCode, ErrorReply, MessageRow, OkReply, ReplyDecoder
 
 from .line_client import LineClient
@@ -264,3 +267,33 @@ def test_a_broker_with_another_cas_certificate_never_joins_the_raft_transport(
         )
         assert refused >= 2  # brokers 0 and 1 both dial broker 2, and are refused or refuse
         assert "TLS handshake failed" in Path(cluster.log_path(0)).read_text()
+
+
+# -- in process: the gate before a session --------------------------------------------------------
+
+
+async def test_a_connection_that_never_spoke_is_closed_by_the_drain() -> None:
+    """A plain port's gate waits for a client's first bytes without a bound (a pooled
+    connection may stay quiet), but counts among the connections a drain waits for, and the
+    drain ends that wait: the client reads the end of the stream."""
+    draining = Draining()
+    gate = ClientPortGate(None, TlsRefusals(), draining)
+    [listener] = await trio.open_tcp_listeners(0, host="127.0.0.1")
+    port = listener.socket.getsockname()[1]
+    admitted: list[trio.abc.Stream | None] = []
+    async with trio.open_nursery() as nursery:
+
+        async def admit_one() -> None:
+            admitted.append(await gate.admit(await listener.accept()))
+
+        nursery.start_soon(admit_one)
+        client = await trio.open_tcp_stream("127.0.0.1", port)
+        with trio.fail_after(10):
+            while not draining.open:  # the gate is waiting for the first bytes
+                await trio.sleep(0.01)
+            draining.begin()
+            await draining.wait_closed()
+            assert await client.receive_some(100) == b""
+    assert admitted == [None]
+    await client.aclose()
+    await listener.aclose()
