@@ -3,8 +3,9 @@
 They talk to a running cluster through ``kafkaesque.client``, as any program would. The cluster
 is found through ``--bootstrap host:port,...`` (default ``$KAFKAESQUE_BOOTSTRAP``, else
 ``127.0.0.1:9092``); ``--tls-ca FILE`` (or ``--tls``) and ``--user NAME`` (``$KAFKAESQUE_USER``,
-the password from ``$KAFKAESQUE_PASSWORD``) connect with TLS and SCRAM (``security_commands``). A failure is one line on stderr (``kafkaesque <command>: CODE: message``)
-and a non-zero exit: ``main`` maps ``ClientCommandError`` and ``KafkaesqueError`` so.
+the password from ``$KAFKAESQUE_PASSWORD``) connect with TLS and SCRAM (``security_commands``).
+A failure is one line on stderr (``kafkaesque <command>: CODE: message``) and a non-zero exit:
+``main`` maps ``ClientCommandError`` and ``KafkaesqueError`` so.
 """
 
 from __future__ import annotations
