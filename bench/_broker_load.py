@@ -13,6 +13,10 @@ The peer, NATS JetStream, through its Python client ``nats-py`` (asyncio): ``nat
 synchronously, one acknowledgement at a time) and ``nats-consume`` (a push consumer on the
 stream, no acknowledgements, as ``consume`` commits none). ``nats`` is imported only by these.
 
+``producer`` and ``pubs`` take ``--tls-ca CA --user NAME`` (the password in
+``$KAFKAESQUE_PASSWORD``): TLS to the brokers and SCRAM-SHA-256 authentication, the client
+library's ``Security`` for the one, ``AUTH`` on each raw connection for the other.
+
 A process prints JSON lines on stdout: ``{"event": "ready"}`` once it can be measured (the
 consumer: subscribed), ``{"event": "measuring"}`` when its measured window opens (after the
 warm-up), and last ``{"event": "result", ...}``. Every loop is bounded in time and count.
@@ -27,15 +31,24 @@ import asyncio
 import collections
 import functools
 import json
+import os
 import select
 import selectors
 import socket
+import ssl
 import sys
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
-from kafkaesque.client import Client, DeliveryHandle, GroupConsumer, Producer, ProducerConfig
+from kafkaesque.client import (
+    Client,
+    ClientConfig,
+    DeliveryHandle,
+    GroupConsumer,
+    Producer,
+    ProducerConfig,
+)
 
 MESSAGE_BYTES = 100
 _STAMP = b"%020d %010d "  # due time (monotonic ns) and sequence number, then padding
@@ -59,6 +72,25 @@ def read_stamp(value: bytes) -> tuple[int, int]:
     return int(value[:20]), int(value[21:31])
 
 
+def _secure(args: argparse.Namespace) -> bool:
+    return getattr(args, "tls_ca", None) is not None
+
+
+def client_config(args: argparse.Namespace) -> ClientConfig:
+    """The client's settings: SASL_SSL as ``--user`` when ``--tls-ca`` is given."""
+    if not _secure(args):
+        return ClientConfig()
+    from kafkaesque.client import Security
+
+    security = Security(
+        protocol="SASL_SSL",
+        username=args.user,
+        password=os.environ["KAFKAESQUE_PASSWORD"],
+        ssl_cafile=args.tls_ca,
+    )
+    return ClientConfig(security=security)
+
+
 def percentile(values: Sequence[float], q: float) -> float:
     """The nearest-rank ``q`` quantile (0..1) of ``values`` (sorted or not); nan if empty."""
     if not values:
@@ -78,7 +110,10 @@ def run_producer(args: argparse.Namespace) -> None:
     )
     value = bytes(i % 251 for i in range(MESSAGE_BYTES))
     max_records = int(2_000_000 * (args.warmup + args.seconds))  # far above any real rate
-    with Client(args.bootstrap) as client, Producer(client, config) as producer:
+    with (
+        Client(args.bootstrap, config=client_config(args)) as client,
+        Producer(client, config) as producer,
+    ):
         client.partitions_for(args.topic)
         emit("ready")
         send, topic = producer.send, args.topic
@@ -116,9 +151,17 @@ def run_producer(args: argparse.Namespace) -> None:
 class _PubsConnection:
     """One connection keeping ``window`` PUBS lines in flight."""
 
-    def __init__(self, address: tuple[str, int], line: bytes, window: int) -> None:
+    def __init__(
+        self, address: tuple[str, int], line: bytes, window: int, args: argparse.Namespace
+    ) -> None:
         self.sock = socket.create_connection(address, timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if _secure(args):
+            from kafkaesque.cli._dev_pki import scram_login
+
+            context = ssl.create_default_context(cafile=args.tls_ca)
+            self.sock = context.wrap_socket(self.sock, server_hostname=address[0])
+            scram_login(self.sock, args.user, os.environ["KAFKAESQUE_PASSWORD"])
         self.line = line
         self.window = window
         self.outstanding = 0
@@ -139,6 +182,11 @@ class _PubsConnection:
         data = self.sock.recv(1 << 18)
         if not data:
             return False
+        if isinstance(self.sock, ssl.SSLSocket):
+            # TLS hands over one record at a time: what is decrypted and waiting does not
+            # make the socket readable again, so take it now.
+            while self.sock.pending():
+                data += self.sock.recv(1 << 18)
         data = self._tail + data
         end = data.rfind(b"\n") + 1
         done, self._tail = data[:end], data[end:]
@@ -158,7 +206,7 @@ def run_pubs(args: argparse.Namespace) -> None:
     line = b"PUBS %s %s\r\n" % (args.topic.encode(), value)
     addresses = [(h, int(p)) for h, _, p in (a.rpartition(":") for a in args.addresses)]
     window = min(args.window, _MAX_WINDOW)
-    conns = [_PubsConnection(a, line, window) for a in addresses]
+    conns = [_PubsConnection(a, line, window, args) for a in addresses]
     emit("ready")
     selector = selectors.DefaultSelector()
     for conn in conns:
@@ -577,14 +625,17 @@ def main(argv: list[str] | None = None) -> int:
     paced.add_argument("--rate", type=float, required=True)
     paced.add_argument("--seconds", type=float, required=True)
     paced.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
-    p = kinds.add_parser("producer", parents=[timed])
+    secure = argparse.ArgumentParser(add_help=False)  # TLS + SCRAM (password from the env)
+    secure.add_argument("--tls-ca", help="the brokers' CA: TLS and SCRAM as --user")
+    secure.add_argument("--user", help="the SCRAM user (password: $KAFKAESQUE_PASSWORD)")
+    p = kinds.add_parser("producer", parents=[timed, secure])
     p.add_argument("bootstrap")
     p.add_argument("topic")
     p.add_argument("--batch-size", type=int, required=True)
     p.add_argument("--linger-ms", type=float, required=True)
     p.add_argument("--buffer-bytes", type=int, required=True)
     p.set_defaults(run=run_producer)
-    p = kinds.add_parser("pubs", parents=[timed])
+    p = kinds.add_parser("pubs", parents=[timed, secure])
     p.add_argument("topic")
     p.add_argument("addresses", nargs="+")
     p.add_argument("--window", type=int, required=True)

@@ -14,7 +14,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,11 +31,14 @@ class LoadError(RuntimeError):
 class Load:
     """One ``python -m bench._broker_load`` process; a context manager that always ends it."""
 
-    def __init__(self, name: str, *args: str) -> None:
+    def __init__(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> None:
+        """``env``: variables added to this process's environment (a password: never on a
+        command line)."""
         self.name = name
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "bench._broker_load", *args],
             cwd=REPO,
+            env=None if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

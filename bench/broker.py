@@ -20,6 +20,12 @@ phase has its own 3-partition topic.
   10,000 msg/s and at 1,000 msg/s. The publisher is the library's ``Producer`` (linger as
   printed); the first half second of messages is warm-up, left out of the percentiles.
 
+* (d) security's cost: a second cluster of 3 brokers with TLS on the client and peer ports (a
+  development CA, ``kafkaesque.cli._dev_pki``) and SCRAM-SHA-256 users (``--users-file``),
+  measured as (a) and (b) with clients that authenticate (the ``Producer`` with
+  ``Security(SASL_SSL)``; each PUBS connection does TLS, then ``AUTH``): each rate and its ratio
+  to the plaintext one measured just before (target: >= 0.7).
+
 The peer, NATS JetStream, is measured in the same run after the brokers stop, on the same machine:
 3 ``nats-server`` processes on loopback (a cluster with JetStream on file storage), a stream of 3
 replicas per phase, the Python client ``nats-py`` (asyncio), the same 100-byte messages, warm-up
@@ -50,7 +56,9 @@ e2e_10k_p99_vs_nats=…`` (our p99 / NATS's: above 1, ours is slower), ``nats_as
 ((a')), ``producer_vs_nats=… pubs_vs_nats=…`` ((a) and (b) / (a'): above 1, ours is faster),
 ``nats_e2e_1k_p50_ms=… nats_e2e_10k_p50_ms=…``, and of the synchronous publishes
 ``nats_sync_ack_p50_ms=… nats_sync_ack_p99_ms=…`` (due to acknowledged) and
-``nats_sync_call_p99_ms=…`` (one call).
+``nats_sync_call_p99_ms=…`` (one call), and (d)'s ``tls_producer_ratio=… tls_pubs_ratio=…``
+(rate with TLS and SCRAM / plaintext rate) with its rates ``tls_producer_msgs_per_s=…
+tls_pubs_msgs_per_s=…``.
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster
 from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client
@@ -95,6 +104,7 @@ E2E_RUNS = ((10_000, 1.0), (1_000, 0.0))  # (messages/s, the publisher's linger_
 NATS_WINDOW = 4000  # async publishes in flight: nats-py's default (publish_async_max_pending)
 NATS_SYNC_RATE = 1_000  # synchronous publishes, one acknowledgement at a time
 TARGETS = {"producer": 300_000, "pubs": 50_000, "e2e_10k_p99_ms": 10.0, "e2e_1k_p99_ms": 3.0}
+TLS_RATIO_TARGET = 0.7  # issue 25: with TLS and SCRAM, at least 0.7 of the plaintext rate
 
 
 @dataclass(frozen=True)
@@ -172,34 +182,105 @@ def loopback(seconds: float) -> tuple[float, float, float]:
 # -- the phases -----------------------------------------------------------------------------------
 
 
-def flat_out_phase(phase: Phase, name: str, seconds: float, *args: str) -> dict[str, Any]:
-    """One load process as fast as it goes, measured after its warm-up."""
+def flat_out_phase(
+    phase: Phase,
+    name: str,
+    seconds: float,
+    *args: str,
+    kind: str | None = None,
+    env: dict[str, str] | None = None,
+) -> dict[str, Any]:
+    """One load process (``kind``, default ``name``) as fast as it goes, measured after its
+    warm-up; ``env`` is added to its environment."""
     with Load(
-        name, name, *args, f"--seconds={seconds}", f"--warmup={phase.durations.warmup}"
+        name,
+        kind or name,
+        *args,
+        f"--seconds={seconds}",
+        f"--warmup={phase.durations.warmup}",
+        env=env,
     ) as load:
         result, share = phase.measure(name, load, [load], seconds)
     result["cpu"] = share
     return result
 
 
-def producer_phase(phase: Phase, bootstrap: str, topic: str) -> dict[str, Any]:
+def producer_phase(
+    phase: Phase, bootstrap: str, topic: str, security: DevSecurity | None = None
+) -> dict[str, Any]:
     return flat_out_phase(
         phase,
-        "producer",
+        "producer" if security is None else "tls-producer",
         phase.durations.producer,
         bootstrap,
         topic,
         f"--batch-size={PRODUCER_BATCH_BYTES}",
         f"--linger-ms={PRODUCER_LINGER_MS}",
         f"--buffer-bytes={PRODUCER_BUFFER_BYTES}",
+        *_secure_args(security),
+        kind="producer",
+        env=_secure_env(security),
     )
 
 
-def pubs_phase(phase: Phase, cluster: LocalCluster, topic: str) -> dict[str, Any]:
+def pubs_phase(
+    phase: Phase, cluster: LocalCluster, topic: str, security: DevSecurity | None = None
+) -> dict[str, Any]:
     addresses = [":".join(map(str, cluster.client_address(i))) for i in range(BROKERS)]
     return flat_out_phase(
-        phase, "pubs", phase.durations.pubs, topic, *addresses, f"--window={PUBS_WINDOW}"
+        phase,
+        "pubs" if security is None else "tls-pubs",
+        phase.durations.pubs,
+        topic,
+        *addresses,
+        f"--window={PUBS_WINDOW}",
+        *_secure_args(security),
+        kind="pubs",
+        env=_secure_env(security),
     )
+
+
+def _secure_args(security: DevSecurity | None) -> list[str]:
+    return [] if security is None else ["--tls-ca", security.pki.ca, "--user", security.username]
+
+
+def _secure_env(security: DevSecurity | None) -> dict[str, str] | None:
+    return None if security is None else {"KAFKAESQUE_PASSWORD": security.password}
+
+
+def secure_phases(
+    root: Path, durations: Durations, ours: dict[str, Any], started: float
+) -> dict[str, Any]:
+    """(d): a cluster with TLS (client and peer ports) and SCRAM users, measured as (a) and
+    (b) by authenticated clients; each printed beside ``ours`` (``producer``, ``pubs``)."""
+    security = DevSecurity.make(str(root / "tls"), username="bench")
+    with SecureCluster(str(root / "tls-cluster"), BROKERS, security=security) as cluster:
+        topics = ["bench-tls-producer", "bench-tls-pubs"]
+        with Client(cluster.bootstrap, config=security.client_config()) as client:
+            for topic in topics:
+                client.create_topic(topic, PARTITIONS, BROKERS)
+        print(
+            f"(d) with TLS (client and peer ports, ECDSA P-256 certificates) and SCRAM-SHA-256: "
+            f"a new cluster of {BROKERS} brokers, the same topics and loads, every client "
+            f"authenticated [{time.monotonic() - started:.0f} s]"
+        )
+        phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], durations, None)
+        out: dict[str, Any] = {}
+        out["producer"] = producer_phase(phase, cluster.bootstrap, topics[0], security)
+        _print_secure("Producer", out["producer"], ours["producer"], started)
+        out["pubs"] = pubs_phase(phase, cluster, topics[1], security)
+        _print_secure("PUBS", out["pubs"], ours["pubs"], started)
+    return out
+
+
+def _print_secure(what: str, result: dict[str, Any], plain: dict[str, Any], started: float) -> None:
+    rate = float(result["msgs_per_s"])
+    ratio = _ratio(rate, float(plain["msgs_per_s"]))
+    print(
+        f"      {what}: {rate:10,.0f} msg/s, {ratio:.2f} of plaintext ({plain['msgs_per_s']:,.0f})"
+        f"  target >= {TLS_RATIO_TARGET}: {_verdict(ratio >= TLS_RATIO_TARGET)}"
+    )
+    print(f"      {result['cpu']}  [{time.monotonic() - started:.0f} s]")
 
 
 def paced_pair(
@@ -448,6 +529,17 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
                     f"(c) {rate}/s: {c['missing']} missing, {c['duplicates']} duplicates, "
                     f"{pub['failed']} failed publishes"
                 )
+    tls: dict[str, Any] = {}
+    try:
+        tls = secure_phases(root, durations, {"producer": a, "pubs": b}, started)
+    except LoadError as error:
+        problems.append(f"(d) TLS and SCRAM: {error}")
+    else:
+        tls_a, tls_b = tls["producer"], tls["pubs"]
+        if tls_a["failed"] or tls_a["delivered"] != tls_a["sent"]:
+            problems.append(f"(d) Producer: {tls_a['failed']} failed")
+        if tls_b["errors"] or tls_b["unanswered"]:
+            problems.append(f"(d) PUBS: {tls_b['errors']} -ERR ({tls_b['first_error']})")
     nats: dict[str, Any] = {}
     if (missing := nats_missing()) is not None:
         print(f"NATS JetStream not measured: {missing} (its RESULT fields are nan)")
@@ -463,6 +555,8 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
     nats_hi, nats_lo = (nats.get("e2e", {}).get(rate, {}) for rate in (10_000, 1_000))
     nats_pub = _field(nats.get("producer"), "msgs_per_s")
     sync = nats.get("sync")
+    tls_producer = _field(tls.get("producer"), "msgs_per_s")
+    tls_pubs = _field(tls.get("pubs"), "msgs_per_s")
     print(
         f"RESULT producer_msgs_per_s={a['msgs_per_s']:.0f} producer_mb_per_s={a_mb:.1f} "
         f"pubs_msgs_per_s={b['msgs_per_s']:.0f} e2e_p50_ms={hi['p50_ms']:.2f} "
@@ -481,7 +575,10 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
         f"nats_e2e_10k_p50_ms={_field(nats_hi, 'p50_ms'):.2f} "
         f"nats_sync_ack_p50_ms={_field(sync, 'ack_p50_ms'):.2f} "
         f"nats_sync_ack_p99_ms={_field(sync, 'ack_p99_ms'):.2f} "
-        f"nats_sync_call_p99_ms={_field(sync, 'call_p99_ms'):.2f}"
+        f"nats_sync_call_p99_ms={_field(sync, 'call_p99_ms'):.2f} "
+        f"tls_producer_ratio={_ratio(tls_producer, a['msgs_per_s']):.3f} "
+        f"tls_pubs_ratio={_ratio(tls_pubs, b['msgs_per_s']):.3f} "
+        f"tls_producer_msgs_per_s={tls_producer:.0f} tls_pubs_msgs_per_s={tls_pubs:.0f}"
     )
     return 1 if problems else 0
 

@@ -300,13 +300,35 @@ def scram_login(sock: socket.socket, username: str, password: str) -> bytes:
 
 class SecureCluster(LocalCluster):
     """``LocalCluster`` whose brokers speak TLS on the client and peer ports and require SCRAM
-    (``security.broker_args``); its own questions (readiness, ADDBROKER) go over TLS as the
-    user. ``extra_args`` come after the security flags."""
+    (``security.broker_args``); its own questions (readiness) go over TLS as the user.
+    ``extra_args`` come after the security flags.
 
-    def __init__(self, data_dir: str, n: int = 3, *, security: DevSecurity, **kwargs: Any) -> None:
+    ``mqtt_tls`` (with ``mqtt=True``): each broker's MQTT listener (``mqtt_address``) speaks
+    TLS with the same certificate, and devices authenticate against the same users file."""
+
+    def __init__(
+        self,
+        data_dir: str,
+        n: int = 3,
+        *,
+        security: DevSecurity,
+        mqtt_tls: bool = False,
+        **kwargs: Any,
+    ) -> None:
         extra = kwargs.pop("extra_args", None) or []
         super().__init__(data_dir, n, extra_args=[*security.broker_args(), *extra], **kwargs)
         self.security = security
+        self.mqtt_tls = mqtt_tls
+
+    def command(self, broker: int) -> list[str]:
+        command = super().command(broker)
+        if self.mqtt and self.mqtt_tls:
+            at = command.index("--mqtt-listen")
+            cert = self.security.pki.brokers[0]
+            command[at] = "--mqtt-tls-listen"
+            command += ["--mqtt-tls-cert", cert.cert, "--mqtt-tls-key", cert.key]
+            command += ["--mqtt-users", self.security.users_file]
+        return command
 
     def _registered(self, broker: int) -> int:
         data = self.security.ask(self.client_address(broker), "METADATA", 2)
