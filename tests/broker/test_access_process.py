@@ -27,6 +27,7 @@ from kafkaesque.protocol import (
     BrokerRow,
     ErrorCode,
     ErrorReply,
+    GroupStateRow,
     OkReply,
     PartitionRow,
     ReplyDecoder,
@@ -490,3 +491,21 @@ def test_plain_authenticates_over_tls(tmp_path: Path) -> None:
         with TlsClient(running.client_address(0), context) as c:  # SCRAM over TLS too
             assert isinstance(c.login("alice"), OkReply)
             c.ok("PUBS tls-t with scram")
+
+
+def test_groups_lists_only_the_groups_the_principal_may_describe(cluster: UsersCluster) -> None:
+    with admin(cluster) as root, user(cluster, "carol", broker=1) as carol:
+        for group in ("vis-a", "vis-b"):
+            root.ok(f"COMMIT {group} acl-t 0 0")
+        root.ok("ACL ADD User:carol allow describe group literal vis-a")
+        try:
+            deadline = time.monotonic() + WAIT_S
+            seen: set[str] = set()
+            while "vis-a" not in seen and time.monotonic() < deadline:
+                seen = {r.group for r in carol.rows("GROUPS") if isinstance(r, GroupStateRow)}
+                time.sleep(0.05)
+            assert "vis-a" in seen and "vis-b" not in seen, seen
+            everything = {r.group for r in root.rows("GROUPS") if isinstance(r, GroupStateRow)}
+            assert {"vis-a", "vis-b"} <= everything
+        finally:
+            root.ok("ACL REMOVE User:carol allow describe group literal vis-a")
