@@ -107,3 +107,18 @@ def test_the_users_file_holds_no_password_and_loads(tmp_path: Path) -> None:
     assert set(users) == {"jepsen"}
     assert security.verify_password(users["jepsen"], password)
     assert not security.verify_password(users["jepsen"], password + "x")
+
+
+def test_a_secure_cluster_answers_its_user_over_tls_only(tmp_path: Path) -> None:
+    from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster
+    from kafkaesque.cli.cluster import _ask
+
+    security = DevSecurity.make(str(tmp_path / "security"), username="tester")
+    with SecureCluster(str(tmp_path / "cluster"), 1, security=security) as cluster:
+        address = cluster.client_address(0)
+        assert b"+BROKER 0 " in security.ask(address, "METADATA", 10)
+        # Plaintext on the TLS port is told so; a wrong password is refused.
+        assert _ask(address, "PING", 10).startswith(b"-ERR BAD_ARGS this port speaks TLS")
+        wrong = DevSecurity(security.pki, security.users_file, "tester", "not-the-password")
+        with pytest.raises(ConnectionRefusedError, match="AUTH_FAILED"):
+            wrong.ask(address, "METADATA", 10)
