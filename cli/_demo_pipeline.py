@@ -19,7 +19,13 @@ from typing import Any, TextIO
 
 import trio
 
-from kafkaesque.client import AsyncClient, AsyncGroupConsumer, KafkaesqueError, open_producer
+from kafkaesque.client import (
+    AsyncClient,
+    AsyncGroupConsumer,
+    ClientConfig,
+    KafkaesqueError,
+    open_producer,
+)
 
 from .cluster import LocalCluster
 
@@ -74,14 +80,25 @@ class PipelineResult:
 
 
 async def run_pipeline(
-    cluster: LocalCluster, plan: DemoPlan, out: TextIO, devices_command: list[str]
+    cluster: LocalCluster,
+    plan: DemoPlan,
+    out: TextIO,
+    devices_command: list[str],
+    client_config: ClientConfig | None = None,
+    devices_env: dict[str, str] | None = None,
 ) -> PipelineResult:
     """Run devices, controller, probe, fault and status until the devices are done and the
-    controller has read everything; returns what happened."""
+    controller has read everything; returns what happened. ``client_config``: how the
+    controller, probe and status connect (their security); ``devices_env``: the devices
+    process's environment (None: this one's)."""
     result = PipelineResult(started_at=time.time(), devices_report={})
     devices_done = trio.Event()
-    async with AsyncClient(cluster.bootstrap) as client, trio.open_nursery() as nursery:
-        nursery.start_soon(_devices, devices_command, result, devices_done)
+    config = client_config or ClientConfig()
+    async with (
+        AsyncClient(cluster.bootstrap, config=config) as client,
+        trio.open_nursery() as nursery,
+    ):
+        nursery.start_soon(_devices, devices_command, result, devices_done, devices_env)
         nursery.start_soon(_controller, client, plan, result, devices_done)
         nursery.start_soon(_fault, cluster, client, plan, result)
         nursery.start_soon(_probe, client, result, devices_done)
@@ -89,10 +106,12 @@ async def run_pipeline(
     return result
 
 
-async def _devices(command: list[str], result: PipelineResult, done: trio.Event) -> None:
+async def _devices(
+    command: list[str], result: PipelineResult, done: trio.Event, env: dict[str, str] | None
+) -> None:
     try:
         proc = await trio.run_process(
-            command, capture_stdout=True, capture_stderr=True, check=False
+            command, capture_stdout=True, capture_stderr=True, check=False, env=env
         )
     finally:
         done.set()
@@ -133,18 +152,30 @@ async def _controller(
                     result.commands_sent += 1
             now = trio.current_time()
             if now - last_commit >= 1.0:
-                await consumer.commit()
+                await _commit(consumer)
                 last_commit = now
             if time.time() - result.started_at < plan.slow_until_s and batch:
                 await trio.sleep(len(batch) / slow_rate)
             if not batch and devices_done.is_set() and await _caught_up(client, consumer):
-                await consumer.commit()
+                await _commit(consumer)
                 return
+
+
+async def _commit(consumer: AsyncGroupConsumer) -> None:
+    """Commit what was read. A subscription that expired meanwhile (``UNKNOWN_SUBSCRIPTION``: its
+    broker was the one killed, and the session timed out before the controller got back) is not
+    an error here, as Kafka's CommitFailedException after a rebalance: the next poll subscribes
+    again and the next commit goes through the new subscription."""
+    try:
+        await consumer.commit()
+    except KafkaesqueError as exc:
+        if exc.code_name != "UNKNOWN_SUBSCRIPTION":
+            raise
 
 
 async def _caught_up(client: AsyncClient, consumer: AsyncGroupConsumer) -> bool:
     description = await client.describe_topic(READINGS)
-    await consumer.commit()
+    await _commit(consumer)
     committed = await client.committed_offsets(CONTROLLER_GROUP, READINGS)
     return all(
         (committed.get(row.partition) or 0) >= (row.end_offset or 0)
@@ -252,8 +283,13 @@ def _now_ms() -> int:
     return int(time.time() * 1000)
 
 
-def devices_command(cluster: LocalCluster, plan: DemoPlan, mqtt_addresses: list[str]) -> list[str]:
-    """The ``kafkaesque devices`` command line the demo runs."""
+def devices_command(
+    cluster: LocalCluster,
+    plan: DemoPlan,
+    mqtt_addresses: list[str],
+    extra: list[str] | None = None,
+) -> list[str]:
+    """The ``kafkaesque devices`` command line the demo runs (``extra``: more flags)."""
     return [
         sys.executable, "-m", "kafkaesque.cli", "devices",
         "--mqtt", ",".join(mqtt_addresses),
@@ -263,6 +299,7 @@ def devices_command(cluster: LocalCluster, plan: DemoPlan, mqtt_addresses: list[
         "--qos", "1",
         "--bootstrap", cluster.bootstrap,
         "--json",
+        *(extra or []),
     ]  # fmt: skip
 
 

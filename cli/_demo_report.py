@@ -14,7 +14,7 @@ from collections import Counter, defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from kafkaesque.client import Client, Consumer
+from kafkaesque.client import Client, ClientConfig, Consumer
 
 from ._demo_pipeline import READINGS, PipelineResult
 
@@ -37,10 +37,10 @@ class LogSummary:
         return sum(self.readings.values()) - len(self.readings)
 
 
-def read_log(bootstrap: str) -> LogSummary:
+def read_log(bootstrap: str, config: ClientConfig | None = None) -> LogSummary:
     """Read every record of ``readings`` from its first offset to its end."""
     summary = LogSummary()
-    with Client(bootstrap) as client, Consumer(client) as consumer:
+    with Client(bootstrap, config=config or ClientConfig()) as client, Consumer(client) as consumer:
         consumer.assign_topic(READINGS)
         consumer.seek_to_beginning()
         for record in consumer.records(follow=False):

@@ -6,19 +6,24 @@ Per device: messages, loss by serial-number gap, duplicates and latency percenti
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from ._demo_pipeline import READINGS
 from ._demo_report import SparkTotals
 
 
-def spark_report(bootstrap: str, show: int = 5) -> SparkTotals:
-    """Run the per-device report on a ``local[2]`` Spark; print ``show`` rows; the totals."""
+def spark_report(
+    bootstrap: str, show: int = 5, options: Mapping[str, str] | None = None
+) -> SparkTotals:
+    """Run the per-device report on a ``local[2]`` Spark; print ``show`` rows; the totals.
+    ``options``: more source options (its security)."""
     from kafkaesque.spark_source import local_session, stop_session
     from kafkaesque.spark_source.device_report import device_report, readings
     from pyspark.sql import functions as F
 
     spark = local_session("kafkaesque-demo", master="local[2]")
     try:
-        rows = readings(spark, bootstrap, READINGS).cache()
+        rows = readings(spark, bootstrap, READINGS, options=options).cache()
         report = device_report(rows).cache()
         shown = report.select(
             "device",

@@ -16,6 +16,11 @@
    loss by serial-number gap, duplicates, latency percentiles.
 6. Prints a summary table and writes a PNG plot of throughput and latency with the fault marked.
 
+With ``--secure`` the same pipeline runs with security on every listener: TLS on the client,
+peer and MQTT ports (a development CA), a random cluster secret, SCRAM-SHA-256 users for every
+client and the devices, and an MQTT ACL that lets each phone publish only its own readings and
+read only its own commands (docs/security.md).
+
 Exits with status 1 if any acknowledged reading is missing from the log. Every process it
 started is stopped when it ends, also on Ctrl-C.
 """
@@ -75,6 +80,11 @@ def add_parser(commands: Any) -> None:
         "--quick", action="store_true", help="a short run (30 s of publishing, under 2 minutes)"
     )
     parser.add_argument("--no-spark", action="store_true", help="skip the Spark job")
+    parser.add_argument(
+        "--secure",
+        action="store_true",
+        help="TLS on every listener, SCRAM users, an MQTT ACL (a development CA)",
+    )
     parser.set_defaults(run=run)
 
 
@@ -117,10 +127,11 @@ def run(args: argparse.Namespace) -> int:
     plan = plan_for(args)
     import trio
 
-    from kafkaesque.client import Client
+    from kafkaesque.client import Client, ClientConfig
 
     from ._demo_pipeline import COMMANDS, READINGS, DemoRunError, devices_command, run_pipeline
     from ._demo_report import format_table, plot, read_log, summary_rows
+    from ._demo_secure import DemoSecurity
     from .cluster import LocalCluster
 
     root = os.path.join(os.path.abspath(args.data_dir), "demo")
@@ -129,11 +140,24 @@ def run(args: argparse.Namespace) -> int:
     out = sys.stdout
     print(f"starting {BROKERS} brokers in {root} ...", file=out, flush=True)
     started = time.monotonic()
-    with LocalCluster(
-        os.path.join(root, "cluster"), BROKERS, mqtt=True, mqtt_rules=mqtt_rules(READINGS, COMMANDS)
-    ) as cluster:
+    rules = mqtt_rules(READINGS, COMMANDS)
+    data = os.path.join(root, "cluster")
+    security = DemoSecurity.make(os.path.join(root, "security")) if args.secure else None
+    if security is None:
+        cluster_of_demo = LocalCluster(data, BROKERS, mqtt=True, mqtt_rules=rules)
+        config = ClientConfig()
+    else:
+        security.export_secret()
+        cluster_of_demo = security.cluster(data, BROKERS, rules)
+        config = security.dev.client_config()
+        print(
+            "security: TLS on the client, peer and MQTT ports (CA "
+            f"{security.dev.pki.ca}), SCRAM users demo and phones, MQTT ACL {security.acl_file}",
+            file=out,
+        )
+    with cluster_of_demo as cluster:
         mqtt = [f"{host}:{port}" for host, port in cluster.mqtt_addresses]
-        with Client(cluster.bootstrap) as client:
+        with Client(cluster.bootstrap, config=config) as client:
             client.create_topic(READINGS, 6, 3)
             client.create_topic(COMMANDS, 3, 3)
         print(f"brokers: clients {cluster.bootstrap}  MQTT {','.join(mqtt)}", file=out)
@@ -143,19 +167,21 @@ def run(args: argparse.Namespace) -> int:
             file=out,
             flush=True,
         )
+        extra = security.devices_args() if security else None
+        command = devices_command(cluster, plan, mqtt, extra)
+        env = security.devices_env() if security else None
         try:
-            result = trio.run(
-                run_pipeline, cluster, plan, out, devices_command(cluster, plan, mqtt)
-            )
+            result = trio.run(run_pipeline, cluster, plan, out, command, config, env)
         except DemoRunError as exc:
             raise DemoError(str(exc)) from exc
-        log = read_log(cluster.bootstrap)
+        log = read_log(cluster.bootstrap, config)
         spark = None
         if not args.no_spark:
             print("Spark: per-device report of readings (local mode) ...", file=out, flush=True)
             from ._demo_spark import spark_report
 
-            spark = spark_report(cluster.bootstrap)
+            options = security.spark_options() if security else None
+            spark = spark_report(cluster.bootstrap, options=options)
     png = os.path.join(root, "demo.png")
     plot(result, log, png)
     print(format_table(summary_rows(result, log, spark)), file=out)
