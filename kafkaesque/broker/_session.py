@@ -15,11 +15,11 @@ buffer without limit.
 Who writes a reply: the task that made it ready, when it can (``_Pipeline.flush``). A publish's
 reply is ready when its batch commits, which the Raft driver (or the peer connection bringing
 the commit news) learns first; when the session's writer task is idle and the connection is an
-``FdStream``, that task writes the replies now ready at once (``FdStream.send_now``), as an MQTT
-device's PUBACKs are (``_mqtt_device``), instead of waking the writer for a pass of the
-scheduler that costs far more than the write. What a full socket does not take is kept, in
-order, for the writer, which also does all the writing on other streams (TLS, tests' memory
-streams).
+``FdStream`` or an ``SslFdStream`` (TLS), that task writes the replies now ready at once
+(``send_now``), as an MQTT device's PUBACKs are (``_mqtt_device``), instead of waking the writer
+for a pass of the scheduler that costs far more than the write. What a full socket does not take
+is kept, in order, for the writer, which also does all the writing on other streams (tests'
+memory streams).
 
 Graceful shutdown (``Draining``, see ``_shutdown``): once the broker starts to stop, the session
 takes no new request. What it dispatched before finishes: a write waits for its commit (at the
@@ -42,7 +42,7 @@ from typing import Protocol
 
 import trio
 
-from kafkaesque._fd_stream import FdStream
+from kafkaesque._fd_stream import FdStream, SslFdStream
 from kafkaesque.protocol import (
     BadCommand,
     Command,
@@ -66,6 +66,8 @@ log = logging.getLogger("kafkaesque.broker.session")
 _RECEIVE_BYTES = 64 * 1024
 _SEND_COALESCE_BYTES = 256 * 1024
 _PUBLISHES = (Pubs, PublishRecord, PublishBatch)
+# The streams whose replies may be written at once by whoever sees them ready (``send_now``).
+_FAST_STREAMS = (FdStream, SslFdStream)
 # After its last reply and the end of the stream, a stopping session reads (and drops) what the
 # client still sends for this long at most, until the client closes its end: closing a socket
 # with unread bytes resets the connection, which may destroy replies the client has not read.
@@ -351,7 +353,7 @@ class _Pipeline:
         self.writing = False  # the writer task is between its wake-up and its next wait
         self.broken = False  # a write failed, or the session ended
         self.drained = trio.Event()
-        self._fd = stream if type(stream) is FdStream else None
+        self._fd = stream if isinstance(stream, _FAST_STREAMS) else None
         self._writer_wake = trio.Event()
         self._room = trio.Event()
 
@@ -443,7 +445,7 @@ class _Pipeline:
 async def _write_loop(stream: trio.abc.Stream, state: _Pipeline) -> None:
     """The writer task: what ``flush`` leaves to it, until the reader is closing and all the
     replies were sent (then ``drained``)."""
-    fd = stream if type(stream) is FdStream else None
+    fd = stream if isinstance(stream, _FAST_STREAMS) else None
     while True:
         state.writing = True
         if fd is not None and fd.kept:

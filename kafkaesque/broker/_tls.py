@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kafkaesque._fd_stream import FdStream
+from kafkaesque._fd_stream import FdStream, SslFdStream
 from kafkaesque.protocol import ErrorCode, ErrorReply, encode_reply
 from kafkaesque.security import ReloadingContext, client_context, server_context
 
@@ -185,8 +185,8 @@ class ClientPortGate:
         return self._context is not None
 
     async def admit(self, stream: trio.SocketStream) -> trio.abc.Stream | None:
-        """The stream to serve the session on (an ``FdStream``, or a ``trio.SSLStream`` over
-        one on a TLS port), or None: ``stream`` was refused and closed.
+        """The stream to serve the session on (an ``FdStream``, or an ``SslFdStream`` on a
+        TLS port), or None: ``stream`` was refused and closed.
 
         The wait for the first bytes counts among the connections a draining broker waits
         for, and ends when the drain begins (the connection is closed, having asked nothing).
@@ -225,13 +225,15 @@ class ClientPortGate:
             self._refusals.count("client", "plaintext")
             await _tell_and_close(stream, NOT_TLS_REPLY)
             return None
-        return await server_handshake(
-            FdStream(stream),
-            self._context.context,
-            listener="client",
-            where=where,
-            refusals=self._refusals,
-        )
+        try:
+            with trio.fail_after(HANDSHAKE_TIMEOUT_S):
+                return await SslFdStream.open(stream, self._context.context, server_side=True)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, trio.TooSlowError) as exc:
+            why = "timed out" if isinstance(exc, trio.TooSlowError) else _reason(exc)
+            log.info("client port: TLS handshake with %s failed: %s", where, why)
+            self._refusals.count("client", "handshake")
+            await trio.aclose_forcefully(stream)  # closed already unless it timed out early
+            return None
 
 
 async def _tell_and_close(stream: trio.SocketStream, reply: bytes) -> None:
