@@ -21,6 +21,7 @@ import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.cli.main import main
 
+from kafkaesque.broker._mqtt_listener import check_password
 from kafkaesque.client import (
     Client,
     ClientConfig,
@@ -539,3 +540,12 @@ def _stop(process: subprocess.Popen[str]) -> None:
     for stream in (process.stdout, process.stderr):
         if stream is not None:
             stream.close()
+
+
+def test_check_password_takes_a_decoy_for_unknown_users() -> None:
+    right, decoy = derive_credential("right"), derive_credential("decoy")
+    assert check_password(right, decoy, b"right")
+    assert not check_password(right, decoy, b"wrong")
+    assert not check_password(right, decoy, None)
+    assert not check_password(right, decoy, b"\xff\xfe")  # not UTF-8
+    assert not check_password(None, decoy, b"decoy")  # an unknown user never passes
