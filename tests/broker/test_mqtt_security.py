@@ -293,8 +293,9 @@ def test_the_users_file_is_read_again_when_it_changes(
 
 
 def test_an_address_that_failed_too_often_is_refused_unheard(tmp_path: Path, setup: Setup) -> None:
-    """BrokerConfig.auth_failure_limit (10 in 60 s by default): then even the right password gets CONNACK
-    not authorized (0x87), from a broker of its own (the limit holds 127.0.0.1 for a minute)."""
+    """BrokerConfig.auth_failure_limit (10 in 60 s by default): then even the right password
+    gets CONNACK not authorized (0x87). A broker of its own: the limit holds 127.0.0.1 for a
+    minute."""
     with LocalCluster(
         str(tmp_path), 1, mqtt=True, extra_args=["--mqtt-users", str(setup.users)]
     ) as cluster:
