@@ -18,8 +18,9 @@ in TLS before the handshake above, the acceptor requiring a certificate that the
 signed (its context says so), the dialer checking the acceptor's against the same CA and the
 address it dialled. A peer whose certificate fails is refused (logged, counted in ``rejected``)
 and never reaches Raft. The HMAC handshake still runs inside: TLS says the peer holds a
-certificate of the cluster, the handshake which broker it is. Over TLS every frame goes through
-the writer task (``flush`` cannot write on an ``SSLStream`` without waiting).
+certificate of the cluster, the handshake which broker it is. Over TLS the connection is an
+``SslFdStream`` (OpenSSL's own socket, with ``FdStream``'s ``send_now``), so ``flush`` works as
+on a plain one, and a frame goes out as one TLS record or a few (its buffers joined).
 
 Lifetime: everything runs inside ``PeerTransport.run`` (listener, dialers, one nursery per
 connection); cancelling it closes every connection.
@@ -35,7 +36,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque._fd_stream import FdStream
+from kafkaesque._fd_stream import FdStream, SslFdStream
 
 from ._wire import (
     DEFAULT_MAX_FRAME,
@@ -78,35 +79,9 @@ class _Link:
 class _Connection:
     """The sending side of one connection to a peer: its writer task's or ``flush``'s."""
 
-    stream: FdStream | _TlsPeerStream
+    stream: FdStream | SslFdStream
     encoder: FrameEncoder = field(default_factory=FrameEncoder)
     writing: bool = False  # the writer task is sending: ``flush`` must leave it the outbox
-
-
-class _TlsPeerStream(trio.abc.AsyncResource):
-    """A TLS connection with the surface of ``FdStream`` that the transport uses: ``kept`` is
-    always True, so ``flush`` leaves every frame to the writer task, which sends each frame in
-    one TLS record or a few (its buffers joined)."""
-
-    kept = True
-
-    def __init__(self, tls: trio.SSLStream[FdStream]) -> None:
-        self._tls = tls
-
-    def send_now(self, buffers: list[bytes | memoryview]) -> bool:
-        raise AssertionError("flush never writes on a TLS connection (kept is True)")
-
-    async def send_kept(self) -> None:
-        pass
-
-    async def send_all(self, data: bytes | bytearray | memoryview) -> None:
-        await self._tls.send_all(data)
-
-    async def receive_some(self, max_bytes: int | None = None) -> bytes:
-        return bytes(await self._tls.receive_some(max_bytes))  # bytes already: no copy
-
-    async def aclose(self) -> None:
-        await self._tls.aclose()
 
 
 class PeerTransport:
@@ -259,7 +234,7 @@ class PeerTransport:
                 with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                     if self._client_ssl is not None:
                         stream = await _tls_handshake(
-                            FdStream(sock), self._client_ssl, server_hostname=link.address[0]
+                            sock, self._client_ssl, server_hostname=link.address[0]
                         )
                     hello = Hello(self._cluster, self.node_id, peer, new_nonce())
                     await stream.send_all(hello_frame(hello))
@@ -283,9 +258,7 @@ class PeerTransport:
         try:
             with trio.fail_after(HANDSHAKE_TIMEOUT_S):
                 if self._server_ssl is not None:
-                    stream = await _tls_handshake(
-                        FdStream(sock), self._server_ssl, server_side=True
-                    )
+                    stream = await _tls_handshake(sock, self._server_ssl, server_side=True)
                 hello = parse_hello(
                     await self._next_frame(stream, decoder, early), self._cluster, self.node_id
                 )
@@ -321,11 +294,11 @@ class PeerTransport:
     ) -> None:
         link = self._links[peer]
         # The handshake is done: now for the hot path. The FdStream owns ``stream`` from here
-        # on, and closes it (it must know: it caches the descriptor); over TLS, an FdStream
-        # under the SSLStream already does.
-        fast: FdStream | _TlsPeerStream
-        if isinstance(stream, trio.SSLStream):
-            fast = _TlsPeerStream(stream)
+        # on, and closes it (it must know: it caches the descriptor); over TLS, the
+        # SslFdStream already does.
+        fast: FdStream | SslFdStream
+        if isinstance(stream, SslFdStream):
+            fast = stream
         else:
             assert isinstance(stream, trio.SocketStream)
             fast = FdStream(stream)
@@ -364,7 +337,7 @@ class PeerTransport:
     async def _read_loop(
         self,
         peer: int,
-        stream: FdStream | _TlsPeerStream,
+        stream: FdStream | SslFdStream,
         decoder: FrameDecoder,
         connection: trio.CancelScope,
     ) -> None:
@@ -394,7 +367,7 @@ class PeerTransport:
                 await stream.send_kept()
                 items, link.outbox = link.outbox, []
                 for frame in encoder.frames(items):
-                    if isinstance(stream, _TlsPeerStream):
+                    if isinstance(stream, SslFdStream):
                         await stream.send_all(b"".join(frame))  # a record, not one per buffer
                     else:
                         for buffer in frame:
@@ -411,24 +384,25 @@ class PeerTransport:
 
 
 async def _tls_handshake(
-    sock: FdStream,
+    sock: trio.SocketStream,
     context: ssl.SSLContext,
     *,
     server_side: bool = False,
     server_hostname: str | None = None,
-) -> trio.SSLStream[FdStream]:
-    """``sock`` wrapped in TLS, handshake done. A handshake that fails (a certificate from
-    another CA, no certificate, not TLS at all) raises ``PeerProtocolError``: the connection is
-    refused and counted; a connection that broke is ``trio.BrokenResourceError`` as before."""
-    tls = trio.SSLStream(sock, context, server_side=server_side, server_hostname=server_hostname)
+) -> SslFdStream:
+    """``sock`` (taken over) under TLS, handshake done. A handshake that fails (a certificate
+    from another CA, no certificate, not TLS at all) raises ``PeerProtocolError``: the
+    connection is refused and counted; a connection that broke is ``trio.BrokenResourceError``
+    as before."""
     try:
-        await tls.do_handshake()
+        return await SslFdStream.open(
+            sock, context, server_side=server_side, server_hostname=server_hostname
+        )
     except trio.BrokenResourceError as exc:
         cause = exc.__cause__ or exc.__context__
         if isinstance(cause, ssl.SSLError):
             raise PeerProtocolError(f"TLS handshake failed: {cause.reason or cause}") from exc
         raise
-    return tls
 
 
 def _peer_name(stream: trio.SocketStream) -> str:
