@@ -606,7 +606,9 @@ def main(argv: list[str] | None = None) -> int:
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
-    parser.add_argument("--quick", action="store_true", help="a shorter run (about 90 s)")
+    parser.add_argument(
+        "--quick", action="store_true", help="a shorter run (about 60 s on a quiet machine)"
+    )
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
