@@ -60,6 +60,12 @@ class FdStream(trio.abc.Stream):
         #: not empty). An attribute, not a property: every flush of a connection asks.
         self.kept = False
 
+    @property
+    def socket(self) -> trio.socket.SocketType:
+        """The connection's socket (for ``getpeername`` and the like): do not read, write or
+        close it."""
+        return self._socket
+
     def _fd(self) -> int:
         if self._closed:
             raise trio.ClosedResourceError("the stream is closed")
@@ -327,3 +333,36 @@ class SslFdStream(trio.abc.Stream):
     async def aclose(self) -> None:
         self._close(notify=True)
         await trio.lowlevel.checkpoint()
+
+
+def peer_address(stream: trio.abc.Stream) -> tuple[str, int] | None:
+    """``(host, port)`` at the other end of ``stream``: a ``trio.SocketStream``, an
+    ``FdStream`` or ``SslFdStream``, or a stream layered over one of them (``trio.SSLStream``'s
+    ``transport_stream``, a WebSocket's ``transport``), a few layers deep; None when it cannot
+    be told (a test's memory stream, a connection already reset)."""
+    for _ in range(4):
+        inner = getattr(stream, "transport_stream", None) or getattr(stream, "transport", None)
+        if not isinstance(inner, trio.abc.Stream):
+            break
+        stream = inner
+    sock = getattr(stream, "socket", None)
+    try:
+        name = sock.getpeername() if sock is not None else None
+    except OSError:
+        return None
+    if isinstance(name, tuple) and len(name) >= 2 and isinstance(name[0], str):
+        return name[0], int(name[1])
+    return None
+
+
+def peer_host(stream: trio.abc.Stream) -> str:
+    """The host (IP address) at the other end of ``stream`` (``peer_address``), ``""`` when it
+    cannot be told."""
+    address = peer_address(stream)
+    return "" if address is None else address[0]
+
+
+def peer_name(stream: trio.abc.Stream) -> str:
+    """``host:port`` at the other end of ``stream``, for logs; ``?`` when it cannot be told."""
+    address = peer_address(stream)
+    return "?" if address is None else f"{address[0]}:{address[1]}"

@@ -30,8 +30,6 @@ import time
 from collections.abc import Callable, Iterable
 from typing import NoReturn, Protocol
 
-import trio
-
 from kafkaesque.protocol import (
     AclOperation,
     AclResource,
@@ -328,26 +326,6 @@ class AccessControl:
         self._metrics.auth_failed()
         log.info("broker %d: AUTH from %s failed: %s", self._broker_id, session.address or "?", why)
         return encode_reply(ErrorReply(ErrorCode.AUTH_FAILED, why))
-
-
-def peer_host(stream: trio.abc.Stream) -> str:
-    """The host (IP address) of the client at the other end of ``stream``: a
-    ``trio.SocketStream``, an ``FdStream`` over one, or a ``trio.SSLStream`` over either;
-    ``""`` when it cannot be told (a test's memory stream, a socket already reset)."""
-    for _ in range(4):  # unwrap TLS (and any stream that names its transport) a few levels
-        inner = getattr(stream, "transport_stream", None)
-        if not isinstance(inner, trio.abc.Stream):
-            break
-        stream = inner
-    # FdStream keeps its socket private; trio.SocketStream's is public.
-    sock = getattr(stream, "socket", None) or getattr(stream, "_socket", None)
-    try:
-        name = sock.getpeername() if sock is not None else None
-    except OSError:
-        return ""
-    if isinstance(name, tuple) and name and isinstance(name[0], str):
-        return name[0]
-    return ""
 
 
 def _b64(data: bytes) -> str:

@@ -34,6 +34,7 @@ from typing import Any
 
 import trio
 
+from kafkaesque._fd_stream import peer_host, peer_name
 from kafkaesque.protocol import (
     Acks,
     Answer,
@@ -76,7 +77,7 @@ from kafkaesque.raft._driver import MultiRaft, RaftGroup
 from kafkaesque.raft._transport import PeerTransport
 from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
-from ._access import AccessControl, peer_host
+from ._access import AccessControl
 from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import PartitionAppender
 from ._balancer import LeaderBalancer
@@ -100,7 +101,6 @@ from ._tls import (
     ClientPortGate,
     PeerRefusals,
     TlsRefusals,
-    peer_name,
     server_handshake,
 )
 from ._writes import WritePath

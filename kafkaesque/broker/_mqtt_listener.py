@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from kafkaesque._fd_stream import FdListener
+from kafkaesque._fd_stream import FdListener, peer_host
 from kafkaesque.protocol import (
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
@@ -144,20 +144,6 @@ def check_password(
         text = ""
     matches = verify_password(credential or decoy, text)
     return matches and credential is not None and password is not None
-
-
-def peer_host(stream: trio.abc.Stream) -> str:
-    """The remote host of an accepted stream (under TLS and WebSocket layers), "" if unknown."""
-    for _ in range(4):
-        inner = getattr(stream, "transport_stream", None) or getattr(stream, "_transport", None)
-        if inner is None:
-            break
-        stream = inner
-    sock = getattr(stream, "_socket", None) or getattr(stream, "socket", None)
-    try:
-        return str(sock.getpeername()[0]) if sock is not None else ""
-    except OSError:
-        return ""
 
 
 def load_mapping(path: str | None) -> TopicMapping:

@@ -42,6 +42,8 @@ class WebSocketStream(trio.abc.Stream):
 
     def __init__(self, transport: trio.abc.Stream) -> None:
         self._transport = transport
+        #: The stream under the WebSocket (for ``peer_address``): do not read or write it.
+        self.transport = transport
         self._ws = WSConnection(ConnectionType.SERVER)
         self._send_lock = trio.Lock()  # the reader answers pings while the writer sends
         self._open = False  # the upgrade was accepted

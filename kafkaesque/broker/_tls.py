@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kafkaesque._fd_stream import FdStream, SslFdStream
+from kafkaesque._fd_stream import FdStream, SslFdStream, peer_name
 from kafkaesque.protocol import ErrorCode, ErrorReply, encode_reply
 from kafkaesque.security import ReloadingContext, client_context, server_context
 
@@ -261,12 +261,3 @@ def _reason(exc: BaseException) -> str:
     if isinstance(cause, ssl.SSLError):
         return cause.reason or str(cause)
     return str(cause or exc) or type(exc).__name__
-
-
-def peer_name(stream: trio.SocketStream) -> str:
-    """``host:port`` of the other end (for logs), ``?`` if it is gone already."""
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"

@@ -36,7 +36,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque._fd_stream import FdStream, SslFdStream
+from kafkaesque._fd_stream import FdStream, SslFdStream, peer_name
 
 from ._wire import (
     DEFAULT_MAX_FRAME,
@@ -252,7 +252,7 @@ class PeerTransport:
 
     async def _accept(self, sock: trio.SocketStream) -> None:
         decoder = FrameDecoder(self._max_frame)
-        where = _peer_name(sock)
+        where = peer_name(sock)
         early: list[Any] = []
         stream: trio.abc.Stream = sock
         try:
@@ -403,11 +403,3 @@ async def _tls_handshake(
         if isinstance(cause, ssl.SSLError):
             raise PeerProtocolError(f"TLS handshake failed: {cause.reason or cause}") from exc
         raise
-
-
-def _peer_name(stream: trio.SocketStream) -> str:
-    try:
-        host, port = stream.socket.getpeername()[:2]
-    except OSError:
-        return "?"
-    return f"{host}:{port}"

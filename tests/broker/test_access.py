@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
+from kafkaesque._fd_stream import peer_host
 from kafkaesque.broker._access import (
     AUTHENTICATION_REQUIRED,
     NOT_ENABLED,
     AccessControl,
-    peer_host,
 )
 from kafkaesque.broker._config import Address, BrokerConfig, ConfigError
 from kafkaesque.broker._errors import RequestError
