@@ -97,6 +97,8 @@ _FLAGS = {
     "super_users": "super_users",
     "mqtt_acl_file": "mqtt_acl_file",
     "insecure": "insecure",
+    "auth_failure_limit": "auth_failure_limit",
+    "auth_failure_window": "auth_failure_window_s",
 }
 
 
@@ -147,7 +149,11 @@ def add_parser(commands: Any) -> None:
         "--mqtt-listen", "--mqtt", dest="mqtt", help="host:port for MQTT devices (off if absent)"
     )
     parser.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (docs/mqtt.md)")
-    parser.add_argument("--mqtt-users", help="a file of user:password lines (absent: anonymous)")
+    parser.add_argument(
+        "--mqtt-users",
+        help="devices' salted users, the --users-file format (`kafkaesque user add`; absent: "
+        "anonymous devices)",
+    )
     parser.add_argument(
         "--mqtt-tls-listen", dest="mqtt_tls", help="host:port for MQTT over TLS (off if absent)"
     )
@@ -234,6 +240,15 @@ def add_parser(commands: Any) -> None:
         type=lambda text: tuple(p.strip() for p in text.split(",") if p.strip()),
         metavar="User:NAME,...",
         help="principals every ACL check lets through (as Kafka's super.users)",
+    )
+    security.add_argument(
+        "--auth-failure-limit",
+        type=int,
+        help="failed logins (AUTH, MQTT CONNECT) an address may make per --auth-failure-window "
+        "before it is refused unheard (10; 0: no limit)",
+    )
+    security.add_argument(
+        "--auth-failure-window", type=float, help="seconds the failure limit counts over (60)"
     )
     security.add_argument(
         "--mqtt-acl-file", help="MQTT ACLs in mosquitto's acl_file format (off if absent)"

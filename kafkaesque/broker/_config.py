@@ -84,7 +84,8 @@ class BrokerConfig:
     mqtt_tls_client_ca: str | None = None
     mqtt_ws: Address | None = None  # the MQTT-over-WebSocket listener (disabled when None)
     mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
-    mqtt_users: str | None = None  # a file of user:password lines (None: anonymous devices)
+    # Devices' salted users, in users_file's format (None: anonymous devices).
+    mqtt_users: str | None = None
     # Log topics the mapping names are created on first use with these (RF capped by brokers).
     mqtt_partitions: int = 6
     mqtt_replication_factor: int = 3
@@ -168,6 +169,16 @@ class BrokerConfig:
         ):
             raise ConfigError(
                 f"leader_balance_rate must be a number >= 0, not {self.leader_balance_rate!r}"
+            )
+        if type(self.auth_failure_limit) is not int or self.auth_failure_limit < 0:
+            raise ConfigError(
+                f"auth_failure_limit must be a whole number >= 0, not {self.auth_failure_limit!r}"
+            )
+        if not (
+            isinstance(self.auth_failure_window_s, int | float) and self.auth_failure_window_s > 0
+        ):
+            raise ConfigError(
+                f"auth_failure_window_s must be a number > 0, not {self.auth_failure_window_s!r}"
             )
         if (self.client_tls or self.admin_tls or self.peer_tls) and self.tls_cert is None:
             raise ConfigError("client_tls, admin_tls and peer_tls need tls_cert (and tls_key)")

@@ -69,3 +69,16 @@ def test_certificates_that_cannot_be_loaded_are_a_clear_error(tmp_path: Path) ->
         config = config_from_mapping({**BASE, "mqtt_tls": "127.0.0.1:8883", "mqtt_tls_cert": cert})
         with pytest.raises(ConfigError, match="mqtt_tls: cannot load the certificates"):
             load_tls(config)
+
+
+@pytest.mark.parametrize(
+    ("setting", "value", "message"),
+    [
+        ("auth_failure_limit", -1, "auth_failure_limit must be a whole number >= 0"),
+        ("auth_failure_limit", 2.5, "auth_failure_limit must be a whole number >= 0"),
+        ("auth_failure_window_s", 0, "auth_failure_window_s must be a number > 0"),
+    ],
+)
+def test_the_login_failure_limit_is_checked(setting: str, value: object, message: str) -> None:
+    with pytest.raises(ConfigError, match=message):
+        config_from_mapping({**BASE, setting: value})
