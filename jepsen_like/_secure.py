@@ -1,6 +1,6 @@
 """``--secure`` runs: TLS on every broker port, SCRAM users, mutual TLS between brokers.
 
-``SecureSetup.make`` writes a development PKI (``kafkaesque.cli._dev_pki``: a CA, a certificate
+``SecureSetup.make`` writes a development PKI (``kafkaesque.cli.dev_pki``: a CA, a certificate
 per broker whose alternative names are every address a broker is reached at) and a users file
 with one generated user, and draws a random cluster secret. Brokers then start with
 ``--client-tls --peer-tls --admin-tls``, their certificate, ``--users-file`` and the secret in
@@ -12,7 +12,6 @@ that user. The user is a super user: the run tests the transport, not ACLs.
 
 from __future__ import annotations
 
-import base64
 import os
 import ssl
 from collections.abc import Iterable
@@ -20,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from kafkaesque.cli._dev_pki import DevPki, make_dev_pki, random_secret, write_users
+from kafkaesque.cli.dev_pki import DevPki, make_dev_pki, random_secret, write_users
 
 USER = "jepsen"
 _LINE_LIMIT = 64 * 1024  # an AUTH reply is a few hundred bytes
@@ -89,7 +88,7 @@ class SecureSetup:
         stream = trio.SSLStream(tcp, self.ssl_context(), server_hostname=address[0])
         try:
             await stream.do_handshake()
-            await scram_login(stream, self.username, self.password)
+            await scram_login(stream, self.client_security(), f"{address[0]}:{address[1]}")
         except (trio.BrokenResourceError, ssl.SSLError) as exc:
             await trio.aclose_forcefully(stream)
             raise AuthError(f"TLS to {address[0]}:{address[1]}: {exc}") from exc
@@ -99,63 +98,35 @@ class SecureSetup:
         return stream
 
 
-async def scram_login(stream: trio.abc.Stream, username: str, password: str) -> None:
-    """The SCRAM-SHA-256 exchange of the line protocol's ``AUTH`` on ``stream`` (nothing else
-    may be in flight on it). Raises ``AuthError`` on a refusal or a wrong server signature."""
-    from kafkaesque.security import AuthenticationFailed, ScramClient
+async def scram_login(stream: trio.abc.Stream, security: Any, where: str) -> None:
+    """The line protocol's ``AUTH`` exchange on ``stream`` (nothing else may be in flight on
+    it), as the client library does it (its sans-I/O ``SaslHandshake``: the server's signature
+    checked). Raises ``AuthError`` on a refusal or a wrong server signature."""
+    from kafkaesque.client import KafkaesqueError, SaslHandshake
+    from kafkaesque.protocol import (
+        NEED_DATA,
+        Authenticate,
+        ErrorReply,
+        OkReply,
+        ReplyDecoder,
+        encode_command,
+    )
 
-    scram = ScramClient(username, password)
-    reader = _LineReader(stream)
-    reply = await _auth(stream, reader, scram.first())
-    kind, _, payload = _auth_reply(reply)
-    if kind != "continue":
-        raise AuthError(f"AUTH answered {reply!r} to the first message")
-    reply = await _auth(stream, reader, scram.final(payload))
-    kind, _, payload = _auth_reply(reply)
-    if kind != "authenticated":
-        raise AuthError(f"AUTH answered {reply!r} to the final message")
+    handshake = SaslHandshake(security, where)
+    decoder = ReplyDecoder()
     try:
-        scram.verify(payload)
-    except AuthenticationFailed as exc:
-        raise AuthError(f"the broker's SCRAM signature is wrong: {exc}") from exc
-
-
-async def _auth(stream: trio.abc.Stream, reader: _LineReader, message: bytes) -> str:
-    await stream.send_all(b"AUTH SCRAM-SHA-256 " + base64.b64encode(message) + b"\r\n")
-    reply = await reader.line()
-    if not reply.startswith("+OK "):
-        raise AuthError(f"AUTH refused: {reply}")
-    return reply
-
-
-def _auth_reply(text: str) -> tuple[str, str | None, bytes]:
-    """``+OK continue <b64>`` or ``+OK authenticated <user> [<b64>]`` (docs/protocol.md)."""
-    parts = text.split()
-    try:
-        if parts[1] == "continue" and len(parts) == 3:
-            return "continue", None, base64.b64decode(parts[2], validate=True)
-        if parts[1] == "authenticated" and len(parts) in (3, 4):
-            payload = base64.b64decode(parts[3], validate=True) if len(parts) == 4 else b""
-            return "authenticated", parts[2], payload
-    except (IndexError, ValueError):
-        pass
-    raise AuthError(f"AUTH answered {text!r}")
-
-
-class _LineReader:
-    """Reads ``\\r\\n``-ended lines from a stream; keeps what follows the line."""
-
-    def __init__(self, stream: trio.abc.Stream) -> None:
-        self.stream = stream
-        self.buffer = b""
-
-    async def line(self) -> str:
-        while b"\r\n" not in self.buffer:
-            if len(self.buffer) > _LINE_LIMIT:
-                raise AuthError("a reply line longer than 64 KiB")
-            chunk = await self.stream.receive_some(4096)
-            if not chunk:
-                raise AuthError("the broker closed the connection during AUTH")
-            self.buffer += chunk
-        line, self.buffer = self.buffer.split(b"\r\n", 1)
-        return line.decode(errors="replace")
+        command: Authenticate | None = handshake.start()
+        while command is not None:
+            await stream.send_all(encode_command(command))
+            reply = decoder.next_event()
+            while reply is NEED_DATA:
+                chunk = await stream.receive_some(4096)
+                if not chunk:
+                    raise AuthError(f"{where}: the broker closed the connection during AUTH")
+                decoder.feed(chunk)
+                reply = decoder.next_event()
+            if not isinstance(reply, OkReply | ErrorReply):
+                raise AuthError(f"{where}: AUTH answered {reply!r}")
+            command = handshake.step(reply)
+    except KafkaesqueError as exc:
+        raise AuthError(str(exc)) from exc

@@ -50,7 +50,7 @@ from ._producer_core import (
     SendRequest,
 )
 from ._retry import RetryDecision, RetryPolicy, retry_decision
-from ._security import Security
+from ._security import SaslHandshake, Security
 from ._steps import ClientConfig, ClusterState
 from ._sync import DEFAULT_BOOTSTRAP, Client, Consumer, GroupConsumer, Producer, RecordFuture
 from ._sync_connection import SyncConnection
@@ -101,6 +101,7 @@ __all__ = [
     "RetryDecision",
     "RetryPolicy",
     "RoundRobinPartitioner",
+    "SaslHandshake",
     "Security",
     "SendRequest",
     "StickyPartitioner",

@@ -1,4 +1,4 @@
-"""The development PKI (cli/_dev_pki.py): its certificates pass a real TLS handshake, both ways
+"""The development PKI (cli/dev_pki.py): its certificates pass a real TLS handshake, both ways
 (mutual TLS, as the peer transport does), checked against 127.0.0.1 and localhost; a certificate
 from another development CA is refused; the users file it writes loads."""
 
@@ -12,7 +12,7 @@ import threading
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli._dev_pki import DevPki, make_dev_pki, random_secret, write_users
+from kafkaesque.cli.dev_pki import DevPki, make_dev_pki, random_secret, write_users
 
 
 def _server_context(pki: DevPki, node_id: int) -> ssl.SSLContext:
@@ -110,8 +110,8 @@ def test_the_users_file_holds_no_password_and_loads(tmp_path: Path) -> None:
 
 
 def test_a_secure_cluster_answers_its_user_over_tls_only(tmp_path: Path) -> None:
-    from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster
     from kafkaesque.cli.cluster import _ask
+    from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
 
     security = DevSecurity.make(str(tmp_path / "security"), username="tester")
     with SecureCluster(str(tmp_path / "cluster"), 1, security=security) as cluster:

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster
+from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
 from kafkaesque.cli.security_commands import security_from_args
 
 from kafkaesque.client import Security

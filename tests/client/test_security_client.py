@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster
+from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
 
 from kafkaesque.client import (
     AsyncClient,

@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli._dev_pki import scram_login
+from kafkaesque.cli.dev_pki import scram_login
 
 from tests.docs._blocks import commands, parse_blocks, read_blocks
 from tests.docs._procs import ROOT, Env, kill_marked, run_script

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli._dev_pki import DevSecurity, SecureCluster, write_users
+from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster, write_users
 from kafkaesque.spark_source import OptionError
 from kafkaesque.spark_source._options import Mode, parse_options
 from kafkaesque.spark_source._read import ReadSettings

@@ -23,7 +23,6 @@ and the CA key sits beside the certificates (docs/security.md says how to make r
 
 from __future__ import annotations
 
-import base64
 import datetime
 import ipaddress
 import os
@@ -247,7 +246,8 @@ class DevSecurity:
             socket.create_connection(address, timeout=timeout) as raw,
             self.ssl_context().wrap_socket(raw, server_hostname=address[0]) as sock,
         ):
-            data = scram_login(sock, self.username, self.password)
+            scram_login(sock, self.client_security(), f"{address[0]}:{address[1]}")
+            data = b""
             sock.sendall(line.encode() + b"\r\n")
             while True:
                 first = data.split(b"\r\n", 1)[0]
@@ -261,41 +261,38 @@ class DevSecurity:
                 data += chunk
 
 
-def scram_login(sock: socket.socket, username: str, password: str) -> bytes:
-    """The line protocol's ``AUTH SCRAM-SHA-256`` exchange on a connected (TLS) socket; returns
-    what was read past the last reply (nothing, as nothing else was sent). ``OSError`` when the
-    broker refuses or its signature is wrong."""
-    from kafkaesque.security import AuthenticationFailed, ScramClient
+def scram_login(sock: socket.socket, security: Any, where: str) -> None:
+    """The line protocol's ``AUTH`` exchange on a connected (TLS) socket, as the client library
+    does it (its sans-I/O ``SaslHandshake``: the server's signature checked). ``OSError`` when
+    the broker refuses or its signature is wrong."""
+    from kafkaesque.client import KafkaesqueError, SaslHandshake
+    from kafkaesque.protocol import (
+        NEED_DATA,
+        Authenticate,
+        ErrorReply,
+        OkReply,
+        ReplyDecoder,
+        encode_command,
+    )
 
-    scram = ScramClient(username, password)
-    buffer = b""
-
-    def exchange(message: bytes) -> tuple[str, list[str]]:
-        nonlocal buffer
-        sock.sendall(b"AUTH SCRAM-SHA-256 " + base64.b64encode(message) + b"\r\n")
-        while b"\r\n" not in buffer:
-            chunk = sock.recv(4096)
-            if not chunk or len(buffer) > 65536:
-                raise ConnectionError("the broker closed the connection during AUTH")
-            buffer += chunk
-        reply, buffer = buffer.split(b"\r\n", 1)
-        text = reply.decode(errors="replace")
-        parts = text.split()
-        if len(parts) < 3 or parts[0] != "+OK":
-            raise ConnectionRefusedError(f"AUTH refused: {text}")
-        return text, parts
-
-    text, parts = exchange(scram.first())
-    if parts[1] != "continue":
-        raise ConnectionRefusedError(f"AUTH answered {text!r}")
-    text, parts = exchange(scram.final(base64.b64decode(parts[2])))
-    if parts[1] != "authenticated" or len(parts) != 4:
-        raise ConnectionRefusedError(f"AUTH answered {text!r}")
+    handshake = SaslHandshake(security, where)
+    decoder = ReplyDecoder()
     try:
-        scram.verify(base64.b64decode(parts[3]))
-    except AuthenticationFailed as exc:
-        raise ConnectionRefusedError(f"the broker's SCRAM signature is wrong: {exc}") from exc
-    return buffer
+        command: Authenticate | None = handshake.start()
+        while command is not None:
+            sock.sendall(encode_command(command))
+            reply = decoder.next_event()
+            while reply is NEED_DATA:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    raise ConnectionError(f"{where}: the broker closed the connection during AUTH")
+                decoder.feed(chunk)
+                reply = decoder.next_event()
+            if not isinstance(reply, OkReply | ErrorReply):
+                raise ConnectionRefusedError(f"{where}: AUTH answered {reply!r}")
+            command = handshake.step(reply)
+    except KafkaesqueError as exc:
+        raise ConnectionRefusedError(str(exc)) from exc
 
 
 class SecureCluster(LocalCluster):
