@@ -246,7 +246,7 @@ class DevSecurity:
             socket.create_connection(address, timeout=timeout) as raw,
             self.ssl_context().wrap_socket(raw, server_hostname=address[0]) as sock,
         ):
-            scram_login(sock, self.client_security(), f"{address[0]}:{address[1]}")
+            scram_login(sock, self.username, self.password)
             data = b""
             sock.sendall(line.encode() + b"\r\n")
             while True:
@@ -261,11 +261,11 @@ class DevSecurity:
                 data += chunk
 
 
-def scram_login(sock: socket.socket, security: Any, where: str) -> None:
-    """The line protocol's ``AUTH`` exchange on a connected (TLS) socket, as the client library
-    does it (its sans-I/O ``SaslHandshake``: the server's signature checked). ``OSError`` when
-    the broker refuses or its signature is wrong."""
-    from kafkaesque.client import KafkaesqueError, SaslHandshake
+def scram_login(sock: socket.socket, username: str, password: str) -> None:
+    """The line protocol's ``AUTH SCRAM-SHA-256`` exchange on a connected (TLS) socket, as the
+    client library does it (its sans-I/O ``SaslHandshake``: the server's signature checked).
+    ``OSError`` when the broker refuses or its signature is wrong."""
+    from kafkaesque.client import KafkaesqueError, SaslHandshake, Security
     from kafkaesque.protocol import (
         NEED_DATA,
         Authenticate,
@@ -275,6 +275,8 @@ def scram_login(sock: socket.socket, security: Any, where: str) -> None:
         encode_command,
     )
 
+    where = "{}:{}".format(*sock.getpeername()[:2])
+    security = Security(protocol="SASL_SSL", username=username, password=password)
     handshake = SaslHandshake(security, where)
     decoder = ReplyDecoder()
     try:

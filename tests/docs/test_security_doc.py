@@ -91,7 +91,8 @@ def wait_ready(port: int, ca: str, deadline_s: float = _READY_TIMEOUT_S) -> None
                 socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
                 context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
             ):
-                data = scram_login(sock, "admin", "admin-secret")
+                scram_login(sock, "admin", "admin-secret")
+                data = b""
                 sock.sendall(b"METADATA\r\n")
                 while not data.endswith(b"+END\r\n") and not data.startswith(b"-ERR"):
                     chunk = sock.recv(65536)
