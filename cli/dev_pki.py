@@ -199,20 +199,33 @@ class DevSecurity:
     password: str = field(repr=False)
 
     @classmethod
-    def make(cls, directory: str, username: str = "demo") -> DevSecurity:
-        """Write the PKI (``<directory>/pki``) and the users file (``<directory>/users``) with
-        ``username`` and a random password."""
-        pki = make_dev_pki(os.path.join(directory, "pki"), [0])
+    def files(
+        cls,
+        directory: str,
+        username: str,
+        brokers: Iterable[int] = (0,),
+        hosts: Sequence[str] = DEFAULT_HOSTS,
+    ) -> tuple[DevPki, str, str]:
+        """Write the PKI (``<directory>/pki``, a certificate per broker id in ``brokers``
+        naming ``hosts``) and the users file (``<directory>/users``) with ``username`` and a
+        random password: the PKI, the users file's path, the password."""
+        pki = make_dev_pki(os.path.join(directory, "pki"), brokers, hosts=hosts)
         password = random_secret()
         users_file = os.path.join(directory, "users")
         write_users(users_file, {username: password})
+        return pki, users_file, password
+
+    @classmethod
+    def make(cls, directory: str, username: str = "demo") -> DevSecurity:
+        """``files`` for one certificate every broker of a loopback cluster shares."""
+        pki, users_file, password = cls.files(directory, username)
         return cls(pki, users_file, username, password)
 
-    def broker_args(self, *, super_user: bool = True) -> list[str]:
-        """The ``kafkaesque broker`` flags: TLS on the client and peer ports, the users file,
-        and (``super_user``) the user as a super user."""
+    def broker_args(self, node: int = 0, *, super_user: bool = True) -> list[str]:
+        """The ``kafkaesque broker`` flags: broker ``node``'s certificate, TLS on the client and
+        peer ports, the users file, and (``super_user``) the user as a super user."""
         return [
-            *self.pki.broker_args(0),
+            *self.pki.broker_args(node),
             "--client-tls", "--peer-tls",
             "--users-file", self.users_file,
             *(["--super-users", f"User:{self.username}"] if super_user else []),
@@ -237,6 +250,7 @@ class DevSecurity:
         return ClientConfig(security=self.client_security(), **settings)
 
     def ssl_context(self) -> ssl.SSLContext:
+        """A client context that trusts the CA (and checks the broker's name)."""
         return ssl.create_default_context(cafile=self.pki.ca)
 
     def ask(self, address: tuple[str, int], line: str, timeout: float) -> bytes:

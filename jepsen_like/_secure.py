@@ -12,17 +12,15 @@ that user. The user is a super user: the run tests the transport, not ACLs.
 
 from __future__ import annotations
 
-import os
 import ssl
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from kafkaesque.cli.dev_pki import DevPki, make_dev_pki, random_secret, write_users
+from kafkaesque.cli.dev_pki import DevSecurity, random_secret
 
 USER = "jepsen"
-_LINE_LIMIT = 64 * 1024  # an AUTH reply is a few hundred bytes
 
 
 class AuthError(OSError):
@@ -30,55 +28,30 @@ class AuthError(OSError):
     harness treats it as a broker it could not ask)."""
 
 
+# (mypy sees kafkaesque.cli untyped, as pyproject.toml says: DevSecurity is Any to it.)
 @dataclass(frozen=True)
-class SecureSetup:
-    """The certificates, user and secret of one secure run (see the module docstring)."""
+class SecureSetup(DevSecurity):  # type: ignore[misc]
+    """The certificates, user and secret of one secure run (see the module docstring): a
+    ``DevSecurity`` with a certificate per broker, the admin port on TLS too, and a random
+    cluster secret."""
 
-    pki: DevPki
-    users_file: str
-    username: str
-    password: str = field(repr=False)
-    cluster_secret: str = field(repr=False)
+    cluster_secret: str = field(default="", repr=False)
 
     @classmethod
-    def make(cls, directory: str, nodes: Iterable[int], hosts: Iterable[str]) -> SecureSetup:
+    def make_run(cls, directory: str, nodes: Iterable[int], hosts: Iterable[str]) -> SecureSetup:
         """Write the PKI and users file into ``directory``; ``hosts`` are the addresses brokers
         are reached at (their own, proxies'), added to 127.0.0.1 and localhost."""
         names = list(dict.fromkeys(["127.0.0.1", "localhost", *hosts]))
-        pki = make_dev_pki(os.path.join(directory, "pki"), nodes, hosts=names)
-        password = random_secret()
-        users_file = os.path.join(directory, "users")
-        write_users(users_file, {USER: password})
+        pki, users_file, password = cls.files(directory, USER, nodes, names)
         return cls(pki, users_file, USER, password, random_secret())
 
-    def broker_args(self, node: int) -> list[str]:
+    def broker_args(self, node: int = 0, *, super_user: bool = True) -> list[str]:
         """The security flags of broker ``node``'s command line."""
-        return [
-            *self.pki.broker_args(node),
-            "--client-tls", "--peer-tls", "--admin-tls",
-            "--users-file", self.users_file,
-            "--super-users", f"User:{self.username}",
-        ]  # fmt: skip
+        return [*super().broker_args(node, super_user=super_user), "--admin-tls"]
 
     def broker_env(self) -> dict[str, str]:
         """Environment of every broker: the cluster's secret (never on a command line)."""
         return {"KAFKAESQUE_CLUSTER_SECRET": self.cluster_secret}
-
-    def client_security(self) -> Any:
-        """``kafkaesque.client.Security`` for SASL_SSL as this run's user."""
-        from kafkaesque.client import Security
-
-        return Security(
-            protocol="SASL_SSL",
-            sasl_mechanism="SCRAM-SHA-256",
-            username=self.username,
-            password=self.password,
-            ssl_cafile=self.pki.ca,
-        )
-
-    def ssl_context(self) -> ssl.SSLContext:
-        """A client context that trusts the run's CA (and checks the broker's name)."""
-        return ssl.create_default_context(cafile=self.pki.ca)
 
     async def open_stream(self, address: tuple[str, int]) -> trio.abc.Stream:
         """A line-protocol connection to ``address``: TCP, TLS, then ``AUTH SCRAM-SHA-256``

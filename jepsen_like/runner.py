@@ -173,7 +173,7 @@ async def _run(
         security: SecureSetup | None = None
         if options.secure:
             hosts = [proxy_host, *(a.host for a in placement.nodes.values())]
-            security = SecureSetup.make(run_dir, range(total), hosts)
+            security = SecureSetup.make_run(run_dir, range(total), hosts)
             secure_workload = dataclasses.replace(options.workload, secure=security)
             options = dataclasses.replace(options, workload=secure_workload)
         cluster = JepsenCluster(

@@ -37,7 +37,39 @@ _YIELD_BYTES: Final = 256 * 1024
 _T = TypeVar("_T")
 
 
-class FdStream(trio.abc.Stream):
+class _DescriptorStream(trio.abc.Stream):
+    """What ``FdStream`` and ``SslFdStream`` share: the cached descriptor and its closed mark,
+    and the bytes ``send_now`` could not write, which ``send_kept`` sends."""
+
+    def __init__(self, fileno: int) -> None:
+        # The descriptor is read once: ``socket.fileno()`` costs two calls, and every read and
+        # write needs it (several per message). The number stays ours until ``aclose``, which
+        # sets ``_closed`` before it closes the socket.
+        self._fileno = fileno
+        self._closed = fileno < 0
+        self._unyielded = 0  # bytes written since send_all last yielded
+        self._kept: list[bytes] = []  # what ``send_now`` could not write yet
+        #: Whether ``send_now`` kept bytes that ``send_kept`` has not sent yet (``_kept`` is
+        #: not empty). An attribute, not a property: every flush of a connection asks.
+        self.kept = False
+
+    def _fd(self) -> int:
+        if self._closed:
+            raise trio.ClosedResourceError("the stream is closed")
+        return self._fileno
+
+    async def send_kept(self) -> None:
+        """Send, waiting as ``send_all`` does, what ``send_now`` kept."""
+        while self._kept:
+            data = self._kept.pop(0)
+            self.kept = bool(self._kept)
+            await self.send_all(data)
+
+    async def wait_send_all_might_not_block(self) -> None:
+        await trio.lowlevel.wait_writable(self._fd())
+
+
+class FdStream(_DescriptorStream):
     """``stream``'s bytes, read and written on its file descriptor (see the module docstring).
 
     The stream owns ``stream``: close it through ``aclose`` only, never ``stream`` itself.
@@ -47,29 +79,15 @@ class FdStream(trio.abc.Stream):
     """
 
     def __init__(self, stream: trio.SocketStream) -> None:
+        super().__init__(stream.socket.fileno())
         self._stream = stream
         self._socket = stream.socket
-        # The descriptor is read once: ``socket.fileno()`` costs two calls, and every read and
-        # write needs it (several per message). The number stays ours until ``aclose``, which
-        # sets ``_closed`` before it closes the socket.
-        self._fileno = stream.socket.fileno()
-        self._closed = self._fileno < 0
-        self._unyielded = 0  # bytes written since send_all last yielded
-        self._kept: list[bytes] = []  # what ``send_now`` could not write yet
-        #: Whether ``send_now`` kept bytes that ``send_kept`` has not sent yet (``_kept`` is
-        #: not empty). An attribute, not a property: every flush of a connection asks.
-        self.kept = False
 
     @property
     def socket(self) -> trio.socket.SocketType:
         """The connection's socket (for ``getpeername`` and the like): do not read, write or
         close it."""
         return self._socket
-
-    def _fd(self) -> int:
-        if self._closed:
-            raise trio.ClosedResourceError("the stream is closed")
-        return self._fileno
 
     async def receive_some(self, max_bytes: int | None = None) -> bytes:
         size = _RECEIVE_BYTES if max_bytes is None else max_bytes
@@ -133,16 +151,6 @@ class FdStream(trio.abc.Stream):
         self.kept = True
         return False
 
-    async def send_kept(self) -> None:
-        """Send, waiting as ``send_all`` does, what ``send_now`` kept."""
-        while self._kept:
-            data = self._kept.pop(0)
-            self.kept = bool(self._kept)
-            await self.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        await trio.lowlevel.wait_writable(self._fd())
-
     async def send_eof(self) -> None:
         """Half-close: the peer reads the end of the stream after what was sent; receiving
         goes on (``trio.abc.HalfCloseableStream.send_eof``). Raises ``trio.ClosedResourceError``
@@ -172,7 +180,7 @@ class FdListener(trio.abc.Listener[trio.abc.Stream]):
         await self.listener.aclose()
 
 
-class SslFdStream(trio.abc.Stream):
+class SslFdStream(_DescriptorStream):
     """TLS over a connected TCP socket, through the ``ssl`` module's own ``SSLSocket`` in
     non-blocking mode: each read and write is one call into OpenSSL, where ``trio.SSLStream``
     drives an ``SSLObject`` and its memory BIOs from Python (measured: ``bench.broker``'s
@@ -188,13 +196,8 @@ class SslFdStream(trio.abc.Stream):
     """
 
     def __init__(self, sock: ssl.SSLSocket) -> None:
+        super().__init__(sock.fileno())
         self._ssl = sock
-        self._fileno = sock.fileno()
-        self._closed = self._fileno < 0
-        self._unyielded = 0
-        self._kept: list[bytes] = []
-        #: As ``FdStream.kept``.
-        self.kept = False
 
     @classmethod
     async def open(
@@ -330,18 +333,6 @@ class SslFdStream(trio.abc.Stream):
         self._kept.append(bytes(data))
         self.kept = True
         return False
-
-    async def send_kept(self) -> None:
-        """Send, waiting as ``send_all`` does, what ``send_now`` kept."""
-        while self._kept:
-            data = self._kept.pop(0)
-            self.kept = bool(self._kept)
-            await self.send_all(data)
-
-    async def wait_send_all_might_not_block(self) -> None:
-        if self._closed:
-            raise trio.ClosedResourceError("the stream is closed")
-        await trio.lowlevel.wait_writable(self._fileno)
 
     def _close(self, *, notify: bool = False) -> None:
         if self._closed:
