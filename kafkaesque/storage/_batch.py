@@ -278,6 +278,40 @@ def iter_batches(buf: bytes | memoryview, *, verify: bool = True) -> Iterator[Ba
         pos += header.size
 
 
+def data_records(
+    buf: bytes | memoryview, from_offset: int = 0, *, verify: bool = True
+) -> Iterator[Record]:
+    """The records of the data batches in ``buf`` (consecutive whole batches, as a read
+    returns them) whose offset is ``from_offset`` or later, in offset order.
+
+    The one record walk of every reader: control batches (leader no-ops, configuration
+    changes) are skipped as Kafka consumers skip control records, and a batch that starts before
+    ``from_offset`` gives only its later records. ``verify=False`` skips the CRC checks, for
+    bytes the log verified on read. Raises ``InvalidBatchError`` at a bad batch.
+    """
+    pos = 0
+    while pos < len(buf):
+        header = decode_header(buf, pos, verify=verify)
+        end = pos + header.size
+        if header.batch_type is BatchType.DATA and header.next_offset > from_offset:
+            for record in decode_records(buf[pos:end], header):
+                if record.offset >= from_offset:
+                    yield record
+        pos = end
+
+
+def end_offset(buf: bytes | memoryview) -> int | None:
+    """The offset after the last whole batch in ``buf`` (where the next read starts: past
+    control batches too), or None for no batch. Reads headers only, without CRC checks."""
+    pos = 0
+    end: int | None = None
+    while pos < len(buf):
+        header = decode_header(buf, pos, verify=False)
+        end = header.next_offset
+        pos += header.size
+    return end
+
+
 def decode_records(batch: bytes | memoryview, header: BatchHeader | None = None) -> list[Record]:
     """Unpack the records of one batch (the consumer side; the broker never does this)."""
     if header is None:

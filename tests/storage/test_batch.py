@@ -127,3 +127,25 @@ def test_the_log_rejects_bad_batches_and_stays_unchanged(tmp_path) -> None:  # t
             log.append_replicated(elsewhere)
         assert log.log_end_offset == 1
         assert len(decode_records(log.read(0).data)) == 1
+
+
+def test_data_records_walks_data_batches_from_an_offset_and_skips_control_batches() -> None:
+    from kafkaesque.storage import data_records, end_offset
+
+    first = build_batch([Record(b"a"), Record(b"b"), Record(b"c")], base_offset=10)
+    control = build_batch([Record(b"noop")], base_offset=13, batch_type=BatchType.NOOP)
+    last = build_batch([Record(b"d")], base_offset=14)
+    buf = first + control + last
+    assert [(r.offset, r.value) for r in data_records(buf)] == [
+        (10, b"a"),
+        (11, b"b"),
+        (12, b"c"),
+        (14, b"d"),
+    ]
+    assert [r.value for r in data_records(buf, 12)] == [b"c", b"d"]
+    assert list(data_records(buf, 15)) == []
+    assert end_offset(buf) == 15
+    assert end_offset(first + control) == 14  # past the control batch too
+    assert end_offset(b"") is None
+    with pytest.raises(InvalidBatchError):
+        list(data_records(first[:-1] + b"\x00"))
