@@ -29,7 +29,6 @@ import logging
 import os
 import shutil
 import time
-from collections.abc import Iterable
 from typing import Any
 
 import trio
@@ -56,7 +55,6 @@ from kafkaesque.protocol import (
     PeerCall,
     PeerReply,
     ReadRequest,
-    ReadResult,
     Refused,
     Request,
     Shares,
@@ -81,7 +79,7 @@ from ._access import AccessControl
 from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import PartitionAppender
 from ._balancer import LeaderBalancer
-from ._commands import CommandHandler, group_name
+from ._commands import CommandHandler
 from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
 from ._errors import RequestError
@@ -93,7 +91,8 @@ from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics, ClusterProbes
 from ._mqtt_listener import MqttService
-from ._reads import Fetched, committed_offset_for_time
+from ._partition_ids import group_name
+from ._read_path import ReadPath
 from ._session import serve_session
 from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
 from ._tls import (
@@ -116,11 +115,6 @@ _MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _STARTUP_LOG_S = 60.0  # the start-up timeline (INFO lines "... s after start") ends then
 _FORWARD_SLACK_S = 5.0
-# A read may be served by any replica, so a forwarded one waits less for its answer; a replica
-# that let one go unanswered is passed over by the reads of the next _READ_PASS_OVER_S seconds.
-_READ_SLACK_S = 1.0
-_READ_PASS_OVER_S = 5.0
-_BOUNDS_WAIT_S = 1.0  # DESCRIBE falls back to this broker's replica after that
 
 
 class Broker:
@@ -161,10 +155,16 @@ class Broker:
         )
         self.leaders = LeaderTable()
         self.forwarder = Forwarder(self.transport.send)
-        # broker -> until when reads pass it over (it let a forwarded read go unanswered)
-        self._unanswered_reads: dict[int, float] = {}
         self.writes = WritePath(
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
+        )
+        self.reads = ReadPath(
+            config.id,
+            self.raft,
+            self.writes,
+            self.forwarder,
+            self.transport.connected_peers,
+            self._topic_info,
         )
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
         self.tls_refusals = TlsRefusals(self.metrics.registry)
@@ -189,7 +189,7 @@ class Broker:
                 partitions=self._all_partitions,
                 leader_of=lambda topic, p: self.writes.leader_of(group_name(topic, p)),
                 committed=self.groups.committed_offsets,
-                ends=self._high_watermarks,
+                ends=self.reads.high_watermarks,
             )
         )
         self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
@@ -631,13 +631,20 @@ class Broker:
             topic_dir = os.path.dirname(directory)
             await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
 
+    def _topic_info(self, topic: str) -> TopicInfo:
+        """The topic's metadata; ``RequestError`` UNKNOWN_TOPIC when there is no such topic."""
+        info = self.metadata.view.topics.get(topic)
+        if info is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
+        return info
+
     @property
     def nursery(self) -> trio.Nursery | None:
         """The broker's own nursery while it runs (for work that outlives a request)."""
         return self._nursery
 
     def local_group(self, topic: str, partition: int) -> RaftGroup | None:
-        return self.raft.groups.get(group_name(topic, partition))
+        return self.reads.local_replica(topic, partition)
 
     def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
         key = (topic, partition, acks)
@@ -753,108 +760,6 @@ class Broker:
         topics = self.metadata.view.topics.values()
         return [(t.name, p) for t in topics for p in range(len(t.replicas))]
 
-    async def _high_watermarks(
-        self, partitions: list[tuple[str, int]]
-    ) -> dict[tuple[str, int], int]:
-        """The high watermark of each of ``partitions`` as its leader has it (``leader_bounds``:
-        one request per leader; those not known within its wait are left out)."""
-        names = {group_name(topic, p): (topic, p) for topic, p in partitions}
-        bounds = await self.leader_bounds(names)
-        return {names[g]: b[1] for g, b in bounds.items() if g in names}
-
-    async def leader_bounds(
-        self, group_ids: Iterable[str], *, time_ms: int | None = None
-    ) -> dict[str, tuple[int, ...]]:
-        """The log start and high watermark of each group as its leader has them now (what a
-        consumer reading from the leader finds); with ``time_ms`` a third value, the leader's
-        earliest committed offset whose record timestamp is >= it (else the high watermark).
-        Groups led elsewhere cost one ``BOUNDS`` request per leader, all at once; a group whose
-        leader is unknown, or does not answer within ``_BOUNDS_WAIT_S``, or no longer leads it,
-        is left out."""
-        found: dict[str, tuple[int, ...]] = {}
-        remote: dict[int, list[str]] = {}
-        for group_id in group_ids:
-            here = self._led_bounds(group_id, time_ms)
-            if here is not None:
-                found[group_id] = here
-                continue
-            leader = self.writes.leader_of(group_id)
-            if leader is not None and leader != self.config.id:
-                remote.setdefault(leader, []).append(group_id)
-
-        async def ask(leader: int, asked: list[str]) -> None:
-            deadline = trio.current_time() + _BOUNDS_WAIT_S
-            try:
-                answer = await self.forwarder.call(
-                    leader, BoundsRequest(tuple(asked), time_ms), deadline=deadline
-                )
-            except ForwardError as exc:
-                log.info("broker %d: no bounds from broker %d: %s", self.config.id, leader, exc)
-                return
-            width = 2 if time_ms is None else 3
-            if not isinstance(answer, Bounds) or len(answer.bounds) != len(asked):
-                log.warning("broker %d: malformed bounds answer of %d", self.config.id, leader)
-                return
-            for group_id, bounds in zip(asked, answer.bounds, strict=True):
-                if bounds is not None and len(bounds) == width:
-                    found[group_id] = bounds
-
-        async with trio.open_nursery() as nursery:
-            for leader, asked in remote.items():
-                nursery.start_soon(ask, leader, asked)
-        return found
-
-    def _led_bounds(self, group_id: str, time_ms: int | None = None) -> tuple[int, ...] | None:
-        """(log start, high watermark) of a group led here, else None; with ``time_ms`` also
-        the offset for that time among the committed records (a bounded read of the log)."""
-        group = self.raft.groups.get(group_id)
-        if group is None or group.role is not Role.LEADER:
-            return None
-        start, end = group.log.log_start_offset, group.commit_index + 1
-        if time_ms is None:
-            return start, end
-        at_time = committed_offset_for_time(group, time_ms)
-        return None if at_time is None else (start, end, at_time)
-
-    async def forward_to_replica(
-        self, info: TopicInfo, partition: int, request: ReadRequest, *, local_replica: bool
-    ) -> Fetched | RequestError:
-        """Read on a broker holding a replica: the leader first, then the others. What the first
-        that answers read, or the error it answered (returned: the caller tells it apart from
-        ``NO_QUORUM``, raised when none answered).
-
-        A replica that let a read go unanswered lately (a one-way cut: its connection looks up,
-        but nothing from here reaches it) is tried last, and not at all when the caller has a
-        ``local_replica`` to read instead: its reads are not held up by the same timeout again.
-        """
-        leader = self.writes.leader_of(group_name(info.name, partition))
-        candidates = [leader] if leader is not None else []
-        candidates += [r for r in info.replicas[partition] if r != leader]
-        connected = self.transport.connected_peers()
-        now = trio.current_time()
-        reachable = [b for b in candidates if b != self.config.id and b in connected]
-        answering = [b for b in reachable if self._unanswered_reads.get(b, now) <= now]
-        if not local_replica:
-            answering += [b for b in reachable if b not in answering]
-        last_error = "no replica is reachable"
-        for broker in answering:
-            deadline = trio.current_time() + request.wait_ms / 1000 + _READ_SLACK_S
-            try:
-                answer = await self.forwarder.call(broker, request, deadline=deadline)
-            except ForwardError as exc:
-                self._unanswered_reads[broker] = trio.current_time() + _READ_PASS_OVER_S
-                last_error = f"forwarding to broker {broker}: {exc}"
-                continue
-            match answer:
-                case ReadResult(data, next_offset, high_watermark):
-                    return Fetched(data, next_offset, high_watermark)
-                case Refused(code, message):
-                    return RequestError(code, message)
-            raise RequestError(
-                ErrorCode.INTERNAL, f"broker {broker} answered a read with {answer!r:.200}"
-            )
-        raise RequestError(ErrorCode.NO_QUORUM, f"{info.name}/{partition}: {last_error}; retry")
-
     def _on_items(self, peer: int, items: list[Any]) -> None:
         raft_items = []
         for item in items:
@@ -892,7 +797,9 @@ class Broker:
         """Answer a peer's request: at once, or from a task of the broker's nursery (none
         while it is stopping: the request is dropped, the peer's call times out)."""
         if isinstance(request, BoundsRequest):
-            bounds = Bounds(tuple(self._led_bounds(g, request.time_ms) for g in request.groups))
+            bounds = Bounds(
+                tuple(self.reads.led_bounds(g, request.time_ms) for g in request.groups)
+            )
             self.forwarder.reply(peer, req, bounds)
             return
         nursery = self._nursery
@@ -907,7 +814,7 @@ class Broker:
                     self._serve_find_resend, peer, req, group_id, (client, packet), digest, seconds
                 )
             case ReadRequest():
-                nursery.start_soon(self._serve_read, peer, req, request)
+                nursery.start_soon(self.reads.serve_read, peer, req, request)
             case GroupCommandRequest(command):
                 nursery.start_soon(self._serve_group_command, peer, req, command)
             case LatestRequest():
@@ -921,26 +828,6 @@ class Broker:
         self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
     ) -> None:
         answer = await self.writes.serve_find_resend(group_id, key, digest, s)
-        self.forwarder.reply(peer, req, answer)
-
-    async def _serve_read(self, peer: int, req: int, request: ReadRequest) -> None:
-        """A peer chose this replica for a read: served from it, never forwarded again."""
-        answer: Answer
-        try:
-            fetched = await self.commands.read_replica(
-                request.topic,
-                request.partition,
-                request.offset,
-                request.max_bytes,
-                request.wait_ms / 1000,
-            )
-        except RequestError as exc:
-            answer = Refused(exc.code, exc.message)
-        except Exception:  # a bug: answer it, log it, keep serving everyone else
-            log.exception("broker %d: a read for broker %d failed", self.config.id, peer)
-            answer = Refused(ErrorCode.INTERNAL, "internal error (logged)")
-        else:
-            answer = ReadResult(bytes(fetched.data), fetched.next_offset, fetched.high_watermark)
         self.forwarder.reply(peer, req, answer)
 
     async def _serve_group_command(self, peer: int, req: int, command: GroupCommand) -> None:

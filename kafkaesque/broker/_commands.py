@@ -68,7 +68,6 @@ from kafkaesque.protocol import (
     PublishRecord,
     Pubs,
     Quit,
-    ReadRequest,
     Reassign,
     RemoveBroker,
     Reply,
@@ -82,14 +81,13 @@ from kafkaesque.protocol import (
     partition_for_key,
     published_reply,
 )
-from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import CommitTimeout, RaftGroup
+from kafkaesque.raft import Role
 from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
 from ._appender import Flight
 from ._config import MAX_PARTITIONS
 from ._decommission import decommission, delegate_decommission
-from ._errors import RequestError
+from ._errors import RequestError, unknown_partition
 from ._metadata import (
     InvalidConfigError,
     MetadataError,
@@ -100,11 +98,10 @@ from ._metadata import (
     UnknownTopicError,
 )
 from ._metrics import command_word
+from ._partition_ids import group_name
 from ._reads import (
     DEFAULT_CONS_MESSAGES,
     DEFAULT_FETCH_BYTES,
-    Fetched,
-    beyond_follower,
     committed_offset_for_time,
     fetch_committed,
     message_rows,
@@ -119,7 +116,6 @@ log = logging.getLogger("kafkaesque.broker.commands")
 _T = TypeVar("_T")
 
 REASSIGN_TIMEOUT_S = 120.0
-_LOG_START_TRIES = 3
 _REASSIGN_POLL_S = 0.05
 # An auto-creation waits this long at most for the brokers it would place replicas on to register
 # (a cluster just started may have registered only some), then creates with those there are.
@@ -582,7 +578,7 @@ class CommandHandler:
                 counter = self._round_robin.setdefault(topic, itertools.count())
                 partition = next(counter) % count
         elif partition >= count:
-            raise _unknown_partition(topic, partition, count)
+            raise unknown_partition(topic, partition, count)
         record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
         flight, index = self._broker.appender(topic, partition, acks).add(record)
         return PublishSlot(flight, index, self._publish_failed[word])
@@ -627,7 +623,7 @@ class CommandHandler:
         ``word`` (PUB or PUBB) labels a failure in the metrics."""
         info = self._topic(topic)
         if partition >= info.config.partitions:
-            raise _unknown_partition(topic, partition, info.config.partitions)
+            raise unknown_partition(topic, partition, info.config.partitions)
         group_id = group_name(topic, partition)
         writes = self._broker.writes
         deadline = trio.current_time() + writes.timeout
@@ -653,7 +649,7 @@ class CommandHandler:
     async def _fetch(self, command: Fetch) -> bytes:
         info = self._topic(command.topic)
         if command.partition >= info.config.partitions:
-            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
+            raise unknown_partition(command.topic, command.partition, info.config.partitions)
         max_bytes = command.max_bytes or DEFAULT_FETCH_BYTES
         wait_s = (command.wait_ms or 0) / 1000
         if command.replica is FetchReplica.LOCAL:
@@ -668,7 +664,7 @@ class CommandHandler:
                 )
             fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
         else:
-            fetched = await self.fetch_batches(
+            fetched = await self._broker.reads.fetch(
                 command.topic, command.partition, command.offset, max_bytes, wait_s
             )
         if command.format is FetchFormat.TEXT:
@@ -703,7 +699,7 @@ class CommandHandler:
         if partition is None:
             partition = partition_for_key(key, count)
         elif partition >= count:
-            raise _unknown_partition(topic, partition, count)
+            raise unknown_partition(topic, partition, count)
         group = self._broker.local_group(topic, partition)
         if group is not None and group.role is Role.LEADER:
             record = await self._broker.latest.lookup(group, key)
@@ -720,215 +716,6 @@ class CommandHandler:
                 f"{'was asked by a peer' if forwarded else 'knows no leader'}; retry",
             )
         return await self._broker.forward_latest(leader, topic, partition, key)
-
-    async def fetch_batches(
-        self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
-    ) -> Fetched:
-        """Committed batches, from the leader when it can be reached, else from any replica.
-
-        The leader learns of a commit first: reading there, a consumer sees a record as soon as
-        it is acknowledged, and a client reads its own acknowledged writes. A follower is a
-        heartbeat behind, so it serves reads only while the leader is out of reach (including a
-        leader that let a read go unanswered in the last seconds: ``forward_to_replica``).
-        """
-        group = self._broker.local_group(topic, partition)
-        if group is not None and group.role is Role.LEADER:
-            return await self._read_local(group, offset, max_bytes, wait_s)
-        info = self._topic(topic)
-        read = ReadRequest(topic, partition, offset, max_bytes, int(wait_s * 1000))
-        local = group is not None and not beyond_follower(group, offset)
-        try:
-            answer = await self._broker.forward_to_replica(
-                info, partition, read, local_replica=local
-            )
-        except RequestError:
-            if group is None or beyond_follower(group, offset):
-                raise
-            return await self._read_local(group, offset, max_bytes, wait_s)
-        if isinstance(answer, RequestError):  # the replica's own answer: no fallback
-            raise answer
-        return answer
-
-    async def read_replica(
-        self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
-    ) -> Fetched:
-        """A read a peer chose this replica for (``ReadRequest``): served from it, never
-        forwarded again. Raises ``RequestError``; ``NOT_LEADER`` when this broker holds no
-        replica, or its log ends before ``offset`` (behind the leader: not out of range).
-        """
-        info = self._topic(topic)
-        if partition >= info.config.partitions:
-            raise _unknown_partition(topic, partition, info.config.partitions)
-        group = self._broker.local_group(topic, partition)
-        if group is None:
-            raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
-        if beyond_follower(group, offset):
-            # Behind, not out of range: a consumer told OFFSET_OUT_OF_RANGE resets its
-            # position (to the log start), and would read again what it had read.
-            raise RequestError(
-                ErrorCode.NOT_LEADER,
-                f"this replica's log ends at {group.log.log_end_offset}, before offset "
-                f"{offset}: it is behind the leader; retry",
-            )
-        return await self._read_local(group, offset, max_bytes, wait_s)
-
-    async def _read_local(
-        self, group: RaftGroup, offset: int, max_bytes: int, wait_s: float
-    ) -> Fetched:
-        """``fetch_committed`` on this replica, where "past the end of the log" is answered
-        OFFSET_OUT_OF_RANGE only by a leader that confirms it still leads.
-
-        A consumer told OFFSET_OUT_OF_RANGE resets its position to the log start. A deposed
-        leader that has not heard of its successor yet (it was paused, or cut off) has a shorter
-        log than what was committed since; its "out of range" sent consumers back to offset 0
-        (found by jepsen_like). It answers NOT_LEADER instead, and the consumer retries.
-        """
-        try:
-            return await fetch_committed(group, offset, max_bytes, wait_s)
-        except RequestError as exc:
-            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE or offset <= group.log.log_end_offset:
-                raise
-            try:
-                await self._broker.raft.read_index(group.id, timeout=self._broker.writes.timeout)
-            except (NotLeader, CommitTimeout) as lost:
-                raise RequestError(
-                    ErrorCode.NOT_LEADER,
-                    f"{group.id}: offset {offset} is past this replica's log, which may be "
-                    f"behind the leader's ({lost}); retry",
-                ) from exc
-            return await fetch_committed(group, offset, max_bytes, wait_s)
-
-    async def cons_pass(
-        self, topic: str, wanted: dict[int, int], limit: int, deadline: float
-    ) -> tuple[list[Reply], dict[int, int]]:
-        """Read the partitions of ``wanted`` (partition -> offset), waiting until ``deadline``
-        for records if there are none. Returns the rows (at most ``limit``) and every
-        partition's next offset.
-
-        First every partition is read at once without waiting (so a CONS gets everything there
-        is); only if that finds nothing, every partition is long-polled at once, and the first
-        to deliver records is the answer (a record reaches its consumer as soon as it commits).
-
-        A long poll (``deadline`` ahead) reads the replicas on this broker, followers too
-        (``_long_poll_replica``): no request to the leader's broker and back, and a follower
-        learns each commit one message after the leader. A CONS that does not wait reads at the
-        leader, so a client reads its own acknowledged writes.
-        """
-        local = deadline > trio.current_time()
-        results = await self._read_all(topic, wanted, wait_until=None, local=local)
-        found = any(fetched.data for fetched, _ in results.values())
-        if not found and deadline > trio.current_time():
-            results = await self._read_all(topic, wanted, wait_until=deadline, local=local)
-        rows: list[Reply] = []
-        next_offsets = dict(wanted)
-        for partition, (fetched, offset) in sorted(results.items()):
-            if len(rows) >= limit:
-                break
-            got, next_offsets[partition] = message_rows(
-                partition, fetched, offset, limit - len(rows)
-            )
-            rows.extend(got)
-        return rows, next_offsets
-
-    async def _read_all(
-        self, topic: str, wanted: dict[int, int], wait_until: float | None, *, local: bool
-    ) -> dict[int, tuple[Fetched, int]]:
-        """Read every partition concurrently; with ``wait_until``, long-poll and stop at the
-        first that has records; with ``local``, from this broker's replicas where they may
-        serve (``_long_poll_replica``). Returns what each read found (and from which offset)."""
-        results: dict[int, tuple[Fetched, int]] = {}
-        errors: list[RequestError] = []
-        async with trio.open_nursery() as nursery:
-
-            async def read(partition: int, offset: int) -> None:
-                wait_s = 0.0 if wait_until is None else max(0.0, wait_until - trio.current_time())
-                group = self._long_poll_replica(topic, partition, offset) if local else None
-                try:
-                    if group is not None:
-                        fetched = await self._read_local(group, offset, DEFAULT_FETCH_BYTES, wait_s)
-                    else:
-                        fetched = await self.fetch_batches(
-                            topic, partition, offset, DEFAULT_FETCH_BYTES, wait_s
-                        )
-                except RequestError as exc:
-                    failed: RequestError | None = exc
-                    if exc.code is ErrorCode.OFFSET_OUT_OF_RANGE:
-                        failed = await self._past_the_end(topic, partition, offset, exc)
-                    if failed is not None:
-                        errors.append(failed)
-                        nursery.cancel_scope.cancel()
-                        return
-                    fetched, offset = await self._from_log_start(topic, partition, offset)
-                results[partition] = (fetched, offset)
-                if fetched.data and wait_until is not None:
-                    nursery.cancel_scope.cancel()
-
-            for partition, offset in wanted.items():
-                nursery.start_soon(read, partition, offset)
-        if errors:
-            raise errors[0]
-        return results
-
-    def _long_poll_replica(self, topic: str, partition: int, offset: int) -> RaftGroup | None:
-        """This broker's replica of the partition, if a long poll may read it: the leader, or
-        a follower whose log reaches ``offset`` and that hears from its leader (a follower cut
-        off would keep its consumers waiting while the leader has records)."""
-        group = self._broker.local_group(topic, partition)
-        if group is None or group.role is Role.LEADER:
-            return group
-        leader = group.leader
-        if leader is None or not self._broker.raft.hears(leader) or beyond_follower(group, offset):
-            return None
-        return group
-
-    async def _past_the_end(
-        self, topic: str, partition: int, offset: int, out_of_range: RequestError
-    ) -> RequestError | None:
-        """What a CONS answers for an ``offset`` the partition's leader found out of range.
-
-        None below the log start: CONS reads from the start instead (the seed's rule, see
-        ``_from_log_start``). Past the end, the error FETCH answers, naming the partition: an
-        empty read would tell the consumer "nothing yet" and it would wait for ever at an offset
-        the log may never reach (the topic was deleted and created again, say). When the start
-        is unknown now (no leader known), None too: ``_from_log_start`` answers nothing for the
-        partition this time, and the consumer's next CONS asks again.
-        """
-        start = await self._leader_log_start(topic, partition)
-        if start is None or offset < start:
-            return None
-        return RequestError(out_of_range.code, f"{topic}/{partition}: {out_of_range.message}")
-
-    async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
-        """The seed's CONS takes any offset: below the log start it reads from the start.
-
-        The start is the leader's (retention runs on each replica at its own pace); it may move
-        again before the read, hence a few tries.
-        """
-        for _ in range(_LOG_START_TRIES):
-            start = await self._leader_log_start(topic, partition)
-            if start is None or offset >= start:
-                return Fetched(b"", offset, offset), offset  # past the end: nothing yet
-            try:
-                fetched = await self.fetch_batches(topic, partition, start, DEFAULT_FETCH_BYTES, 0)
-            except RequestError as exc:
-                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                    raise
-                continue
-            return fetched, start
-        raise RequestError(
-            ErrorCode.OFFSET_OUT_OF_RANGE, f"{topic}/{partition}: the log start keeps moving"
-        )
-
-    async def _leader_log_start(self, topic: str, partition: int) -> int | None:
-        """The partition's log start as its leader has it (None: unknown now)."""
-        group_id = group_name(topic, partition)
-        bounds = await self._broker.leader_bounds([group_id])
-        if group_id in bounds:
-            return bounds[group_id][0]
-        if self._broker.writes.leader_of(group_id) is None:
-            group = self._broker.local_group(topic, partition)
-            return None if group is None else group.log.log_start_offset
-        return None
 
     # -- administration -------------------------------------------------------------------------
 
@@ -1013,7 +800,7 @@ class CommandHandler:
     async def _reassign(self, command: Reassign) -> bytes:
         info = self._topic(command.topic)
         if command.partition >= info.config.partitions:
-            raise _unknown_partition(command.topic, command.partition, info.config.partitions)
+            raise unknown_partition(command.topic, command.partition, info.config.partitions)
         unknown = set(command.replicas) - set(self._broker.metadata.view.brokers)
         if unknown:
             raise RequestError(
@@ -1087,7 +874,7 @@ class CommandHandler:
         With ``time_ms``, each row's offset for that time too, from the same source."""
         info = self._topic(topic)
         groups = [group_name(info.name, p) for p in range(len(info.replicas))]
-        bounds = await self._broker.leader_bounds(groups, time_ms=time_ms)
+        bounds = await self._broker.reads.leader_bounds(groups, time_ms=time_ms)
         rows = self._partition_rows(info, bounds, time_ms)
         return encode_replies([_topic_row(info), *rows, EndReply()])
 
@@ -1145,11 +932,6 @@ def _acl_order(acl: AclRow) -> tuple[str, ...]:
     return (acl.principal, acl.resource, acl.name, acl.pattern, acl.operation, acl.permission)
 
 
-def group_name(topic: str, partition: int) -> str:
-    """The Raft group id of a partition: ``topic/partition`` (a topic name has no ``/``)."""
-    return f"{topic}/{partition}"
-
-
 def _ready(*replies: Reply) -> ReadySlot:
     return ReadySlot(encode_replies(replies))
 
@@ -1169,13 +951,6 @@ def _topic_row(info: TopicInfo) -> TopicRow:
 
 def _numbers(values: Sequence[int]) -> str:
     return ",".join(map(str, values))
-
-
-def _unknown_partition(topic: str, partition: int, count: int) -> RequestError:
-    return RequestError(
-        ErrorCode.UNKNOWN_PARTITION,
-        f"{topic} has partitions 0..{count - 1}, not {partition}",
-    )
 
 
 def _retention(asked: int | None, default: int | None) -> int | None:

@@ -20,3 +20,11 @@ class RequestError(Exception):
 
     def reply(self) -> ErrorReply:
         return ErrorReply(self.code, self.message)
+
+
+def unknown_partition(topic: str, partition: int, count: int) -> RequestError:
+    """The error for a partition number a topic of ``count`` partitions does not have."""
+    return RequestError(
+        ErrorCode.UNKNOWN_PARTITION,
+        f"{topic} has partitions 0..{count - 1}, not {partition}",
+    )

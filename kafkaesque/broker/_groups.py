@@ -211,7 +211,6 @@ class GroupCoordinator:
             await self._change(partition, where[0], where[1], member, None, leaving=True)
 
     async def _cons(self, partition: int, command: Cons) -> bytes:
-        handler = self._broker.commands
         table = await self._table(partition)
         group, owned = self._owned(table, command.subscription_id, command.topic)
         if self._grown(table, group, command.topic):
@@ -223,7 +222,9 @@ class GroupCoordinator:
         wanted = self._positions(table, group, command, owned)
         limit = command.max_messages or DEFAULT_CONS_MESSAGES
         deadline = trio.current_time() + (command.wait_ms or 0) / 1000
-        rows, next_offsets = await handler.cons_pass(command.topic, wanted, limit, deadline)
+        rows, next_offsets = await self._broker.reads.cons_pass(
+            command.topic, wanted, limit, deadline
+        )
         # No await from here on: the answer holds only what the member owns now.
         table = self._tables[partition]
         _, now_owned = self._owned(table, command.subscription_id, command.topic)
@@ -286,7 +287,7 @@ class GroupCoordinator:
             if info is None:
                 continue  # the topic was deleted: its offsets stay until the group is deleted
             # One bounds request per leader for all partitions, instead of one read each.
-            bounds = await self._broker.leader_bounds(
+            bounds = await self._broker.reads.leader_bounds(
                 _group_id_of(topic, p) for p in range(info.config.partitions)
             )
             group = table.groups.get((command.group, topic), _Group())
@@ -346,7 +347,7 @@ class GroupCoordinator:
             _refuse_members(table, group, [topic])
             ids = {p: _group_id_of(topic, p) for p in range(info.config.partitions)}
             time_ms = command.value if command.kind is ResetKind.TIME else None
-            bounds = await self._broker.leader_bounds(ids.values(), time_ms=time_ms)
+            bounds = await self._broker.reads.leader_bounds(ids.values(), time_ms=time_ms)
             missing = sorted(p for p, g in ids.items() if g not in bounds)
             if missing:
                 raise RequestError(

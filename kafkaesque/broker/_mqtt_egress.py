@@ -290,7 +290,7 @@ class Egress:
         start: int | None = None,
     ) -> None:
         """Deliver the partition's records from ``start`` (None: its end), for ever."""
-        commands = self._broker.commands
+        reads = self._broker.reads
         offset: int | None = start
         while True:
             try:
@@ -300,7 +300,7 @@ class Egress:
                     if positioned is not None:
                         positioned()
                         positioned = None
-                fetched = await commands.fetch_batches(
+                fetched = await reads.fetch(
                     log_topic, partition, offset, _FETCH_BYTES, _LONG_POLL_S
                 )
             except RequestError as exc:
@@ -316,15 +316,9 @@ class Egress:
 
     async def _end_of(self, log_topic: str, partition: int) -> int:
         """The partition's high watermark (where a new subscription starts)."""
-        commands = self._broker.commands
-        try:
-            fetched = await commands.fetch_batches(log_topic, partition, 0, 1, 0)
-        except RequestError as exc:
-            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                raise
-            fetched, start = await commands._from_log_start(log_topic, partition, 0)
-            return max(fetched.high_watermark, start)
-        return fetched.high_watermark
+        # Offset 0 is never past the end: out of range only below the log start.
+        fetched, start = await self._broker.reads.follow(log_topic, partition, 0, 1, 0)
+        return max(fetched.high_watermark, start)
 
     def _deliver_batches(
         self, log_topic: str, partition: int, data: bytes | memoryview, offset: int

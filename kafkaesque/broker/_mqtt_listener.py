@@ -70,7 +70,6 @@ from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
 from ._appender import Flight, PartitionAppender
 from ._bridge import run_in_thread
-from ._commands import group_name
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
@@ -91,6 +90,7 @@ from ._mqtt_sessions import (
     session_record,
 )
 from ._mqtt_websocket import WebSocketListener
+from ._partition_ids import group_name
 from ._resends import resend_key, value_digest
 
 if TYPE_CHECKING:
@@ -667,18 +667,16 @@ class MqttService:
         """Deliver again what a resumed session may lack: the records from its stored
         positions up to where the live readers were when it subscribed, that match its QoS 1/2
         subscriptions (they were kept in the log)."""
-        commands = self._broker.commands
+        reads = self._broker.reads
         for where, start in sorted(device.catching_up.items()):
             end = self.egress.positions.get(where)
             offset = start
             while end is not None and offset < end and not device.conn.closed:
                 try:
-                    fetched = await commands.fetch_batches(where[0], where[1], offset, 1 << 18, 0)
-                except RequestError as exc:
-                    if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                        await trio.sleep(0.2)
-                        continue
-                    fetched, offset = await commands._from_log_start(where[0], where[1], offset)
+                    fetched, offset = await reads.follow(where[0], where[1], offset, 1 << 18, 0)
+                except RequestError:
+                    await trio.sleep(0.2)
+                    continue
                 if not fetched.data:  # the replica read is behind: a moment
                     await trio.sleep(0.05)
                     continue

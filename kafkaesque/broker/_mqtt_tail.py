@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING, Final
 
 import trio
 
-from kafkaesque.protocol import ErrorCode
 from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
 from ._errors import RequestError
@@ -59,19 +58,17 @@ class TopicTail:
             except RequestError as exc:
                 log.info("mqtt: %s is not available yet: %s", self._topic, exc)
                 await trio.sleep(_RETRY_S)
-        commands = self._broker.commands
+        reads = self._broker.reads
         while True:
             try:
                 wait_s = _LONG_POLL_S if self.loaded.is_set() else 0.0
-                fetched = await commands.fetch_batches(
+                fetched, self.offset = await reads.follow(
                     self._topic, 0, self.offset, _FETCH_BYTES, wait_s
                 )
             except RequestError as exc:
-                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
-                    log.debug("mqtt: reading %s: %s; retrying", self._topic, exc)
-                    await trio.sleep(_RETRY_S)
-                    continue
-                fetched, self.offset = await commands._from_log_start(self._topic, 0, self.offset)
+                log.debug("mqtt: reading %s: %s; retrying", self._topic, exc)
+                await trio.sleep(_RETRY_S)
+                continue
             self._apply_batches(fetched.data)
             if not fetched.data and self.offset >= fetched.high_watermark:
                 self.loaded.set()
@@ -102,9 +99,9 @@ class TopicTail:
         """Wait until everything committed now is applied; False if that took too long."""
         with trio.move_on_after(_CATCH_UP_S):
             await self.loaded.wait()
-            commands = self._broker.commands
+            reads = self._broker.reads
             try:
-                fetched = await commands.fetch_batches(self._topic, 0, self.offset, 1, 0)
+                fetched = await reads.fetch(self._topic, 0, self.offset, 1, 0)
             except RequestError:
                 return False
             end = fetched.high_watermark

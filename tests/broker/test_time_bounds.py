@@ -25,7 +25,7 @@ from tests.broker.test_forwarding import Wire, _idle_broker
 
 @dataclass
 class FakeGroup:
-    """What ``_led_bounds`` reads of a Raft group: its role, log and commit index."""
+    """What ``ReadPath.led_bounds`` reads of a Raft group: its role, log and commit index."""
 
     role: Role
     log: PartitionLog
@@ -83,7 +83,7 @@ async def test_a_broker_asks_the_leader_for_the_groups_it_does_not_lead(
     monkeypatch.setattr(broker.forwarder, "call", call)
     monkeypatch.setattr(broker.writes, "leader_of", lambda group_id: 1)
     try:
-        found = await broker.leader_bounds(["t/0", "t/1", "t/2"], time_ms=2_500)
+        found = await broker.reads.leader_bounds(["t/0", "t/1", "t/2"], time_ms=2_500)
         assert asked == [(1, BoundsRequest(("t/1", "t/2"), 2_500))]
         assert found == {"t/0": (0, 4, 1), "t/1": (7, 9, 8)}
     finally:
