@@ -43,7 +43,6 @@ from ._line_commands import (
     ConsOffsets,
     DeleteGroup,
     DescribeGroup,
-    ErrorCode,
     FetchOffsets,
     Leave,
     ListGroups,
@@ -51,6 +50,7 @@ from ._line_commands import (
     ResetOffsets,
     Subs,
 )
+from ._line_errors import ErrorCode
 
 PEER_TAG_MIN: Final = 10
 """Items whose first element is an int at or above this are the broker's, not Raft's."""
