@@ -49,7 +49,7 @@ from kafkaesque.protocol import (
     peer_from_wire,
     peer_to_wire,
 )
-from kafkaesque.protocol._peer import REQUEST_TAGS
+from kafkaesque.protocol._peer_messages import REQUEST_TAGS
 from kafkaesque.raft import Role
 from kafkaesque.raft._driver import MultiRaft
 from kafkaesque.storage import Record, build_batch

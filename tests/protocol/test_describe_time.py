@@ -18,6 +18,7 @@ from kafkaesque.protocol import (
     EndReply,
     ErrorCode,
     LineDecoder,
+    MalformedPeerMessage,
     PartitionRow,
     PeerCall,
     PeerReply,
@@ -28,7 +29,6 @@ from kafkaesque.protocol import (
     peer_from_wire,
     peer_to_wire,
 )
-from kafkaesque.protocol._peer import MalformedPeerMessage
 
 
 def _decode_line(line: bytes) -> Any:

@@ -55,7 +55,13 @@ from kafkaesque.protocol import (
     peer_from_wire,
     peer_to_wire,
 )
-from kafkaesque.protocol._peer import ANSWER_TAGS, COMMAND_TAGS, PEER_TAG_MIN, REQUEST_TAGS, TAGS
+from kafkaesque.protocol._peer_messages import (
+    ANSWER_TAGS,
+    COMMAND_TAGS,
+    PEER_TAG_MIN,
+    REQUEST_TAGS,
+    TAGS,
+)
 
 naturals = st.integers(min_value=0, max_value=2**63 - 1)
 positives = st.integers(min_value=1, max_value=2**31 - 1)
