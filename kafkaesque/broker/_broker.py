@@ -771,7 +771,7 @@ class Broker:
             self.raft.handle_items(peer, raft_items)
 
     def _on_peer_item(self, peer: int, item: list[Any]) -> None:
-        """One broker-to-broker message: decoded once here, then handled (see ``_peer``).
+        """One broker-to-broker message (``protocol._peer_messages``): decoded once, then handled.
 
         A malformed one is the peer's protocol violation: dropped and logged, nothing else.
         """
