@@ -20,20 +20,12 @@ from ._batch import (
     stamp,
     stamped_prefix,
 )
+from ._cleaner import CompactionResult
 from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
-from ._partition_log import (
-    AppendResult,
-    CheckedBatch,
-    CompactionResult,
-    FlushTicket,
-    FsyncPolicy,
-    LogConfig,
-    PartitionLog,
-    ReadResult,
-    wall_clock_ms,
-)
+from ._partition_log import PartitionLog, wall_clock_ms
 from ._segment import RecoveryReport, segment_data_end
 from ._statefile import fsync_directory, read_state_file, write_state_file
+from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
 __all__ = [
     "HEADER_SIZE",

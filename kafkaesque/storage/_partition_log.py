@@ -33,44 +33,24 @@ Not thread-safe: one owner (task) calls everything, except ``FlushTicket.run``.
 from __future__ import annotations
 
 import fcntl
-import itertools
 import logging
 import os
-import struct
 import time
 from bisect import bisect_right
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-from enum import StrEnum
-from typing import NamedTuple
 
-from crc32c import crc32c
-
-from ._batch import (
-    BatchHeader,
-    BatchType,
-    build_batch,
-    decode_header,
-    decode_records,
-    iter_batches,
-    stamped_prefix,
-)
+from ._batch import BatchHeader, decode_header, stamped_prefix
+from ._cleaner import CompactionResult, compact, expired_segments
 from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
-from ._segment import IOV_MAX, BatchWrite, RecoveryReport, Segment, segment_name
-from ._statefile import fsync_directory, read_state_file, write_state_file
+from ._recovery import LOCK_FILE, LossRecord, Scrubber, find_repair, load_segments, verify_segments
+from ._segment import IOV_MAX, BatchWrite, RecoveryReport, Segment
+from ._statefile import fsync_directory
 from ._term_table import TermTable
+from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
 log = logging.getLogger("kafkaesque.storage")
 
 _STAMP_END = 25  # bytes [0, 25) are rewritten when a leader stamps offset and term
-
-# The flushed-end watermark: the end of what was fsynced (so may have been acknowledged). It is
-# the content of the ``.lock`` file, which the log holds open anyway (no descriptor more per
-# partition): 8-byte offset + 4-byte CRC32C, rewritten in place (not fsynced) after each flush.
-LOCK_FILE = ".lock"
-_WATERMARK = struct.Struct(">qI")
-# The lost end: what a replica may have acknowledged and no longer holds (a state file).
-LOST_END_FILE = "lost-end"
 
 
 def _tail(batch: bytes | memoryview) -> memoryview:
@@ -78,105 +58,18 @@ def _tail(batch: bytes | memoryview) -> memoryview:
     return memoryview(batch)[_STAMP_END:]
 
 
-class FsyncPolicy(StrEnum):
-    """When appended data reaches the disk; see the module docstring for what each promises."""
-
-    ALWAYS = "always"
-    INTERVAL = "interval"
-    NEVER = "never"
-
-
-@dataclass(frozen=True, slots=True)
-class LogConfig:
-    """Per-partition settings. ``None`` disables a limit."""
-
-    segment_bytes: int = 64 * 1024 * 1024
-    segment_ms: int | None = 7 * 24 * 3600 * 1000
-    index_interval_bytes: int = 4096
-    retention_bytes: int | None = None
-    retention_ms: int | None = 7 * 24 * 3600 * 1000
-    fsync: FsyncPolicy = FsyncPolicy.ALWAYS
-    fsync_interval_ms: int = 1000
-    max_batch_bytes: int = 8 * 1024 * 1024
-    verify_reads: bool = True
-
-    def __post_init__(self) -> None:
-        if not 1024 <= self.segment_bytes <= 2**32 - 1:
-            # The sparse index stores 32-bit positions.
-            raise ValueError("segment_bytes must be between 1024 and 4 GiB - 1")
-        if self.index_interval_bytes < 1:
-            raise ValueError("index_interval_bytes must be positive")
-        if self.max_batch_bytes > 2**31 - 1:
-            raise ValueError("max_batch_bytes must fit in the 32-bit batch length field")
-
-
-class AppendResult(NamedTuple):
-    base_offset: int
-    last_offset: int
-
-
-class ReadResult(NamedTuple):
-    """Whole batches, and the offset to read from next (after the last batch returned).
-
-    The first batch may begin before the offset asked for (it holds that offset); readers skip
-    the records below it. ``data`` is empty when nothing at or after the offset is readable.
-    """
-
-    data: bytes | memoryview
-    next_offset: int
-
-
-@dataclass(frozen=True, slots=True)
-class CompactionResult:
-    segments_rewritten: int
-    records_removed: int
-    bytes_before: int
-    bytes_after: int
-
-
-@dataclass(slots=True)
-class FlushTicket:
-    """An fsync to run off the owner's thread: ``run()`` in a worker, then ``log.flushed(t)``."""
-
-    fd: int
-    end_offset: int
-    generation: int
-    done: bool = False
-
-    def run(self) -> None:
-        try:
-            os.fdatasync(self.fd)  # the segment is preallocated: data, no metadata (_segment.py)
-        finally:
-            os.close(self.fd)
-        self.done = True
-
-
-class CheckedBatch(NamedTuple):
-    """A batch that ``PartitionLog.check_batch`` passed, and its header (see there).
-
-    Made by ``check_batch`` only: ``append_many`` trusts the header to be the bytes'.
-    """
-
-    data: bytes
-    header: BatchHeader
-
-
 def wall_clock_ms() -> float:
     return time.time() * 1000.0
 
 
-def _read_watermark(fd: int) -> int | None:
-    """The flushed end the lock file records; None if it is empty (a log from before the
-    watermark) or damaged."""
-    data = os.pread(fd, _WATERMARK.size, 0)
-    if len(data) < _WATERMARK.size:
-        return None
-    end, crc = _WATERMARK.unpack(data)
-    return int(end) if crc32c(data[:8]) == crc else None
-
-
 class PartitionLog:
-    """A partition's log: append, read, truncate, roll, retention, compaction, recovery."""
+    """A partition's log: append, read, truncate, roll, retention, compaction, recovery.
+
+    The log keeps its segments, their base offsets and the term table; the cleaner
+    (``_cleaner``: retention, compaction) and recovery (``_recovery``: loading, the watermark
+    and lost end, scrub, repair) work on the segments it hands them, and the log applies what
+    they decide to its own bookkeeping.
+    """
 
     def __init__(
         self,
@@ -198,16 +91,11 @@ class PartitionLog:
         self._lock_fd = lock_fd
         #: What recovery cut from the active segment when the log was opened (None: nothing).
         self.recovery = recovery
-        #: Corruption found in this log since it was opened (recovery cuts below the flushed
-        #: end, checksum failures on reads and scrubs): a counter for metrics.
-        self.corruptions = 0
         self._generation = 0  # bumped by truncate/reset: outstanding flush tickets go stale
         self._flushed_end = self.log_end_offset  # recovery fsynced what it kept
-        # Invariant: the lock file holds _watermark (or less, before its first write).
-        self._watermark = _read_watermark(lock_fd)
-        # Invariant: None or > log_end_offset, and durable in LOST_END_FILE.
-        self._lost_end: int | None = None
-        self._scrub_at = (0, 0)  # (segment base, byte position) the scrub resumes at
+        # The flushed-end watermark, the lost end and the corruption count.
+        self._losses = LossRecord(directory, lock_fd)
+        self._scrubber = Scrubber()
         self._last_flush_ms = clock()
         self._closed = False
 
@@ -235,86 +123,13 @@ class PartitionLog:
             os.close(lock_fd)
             raise StorageError(f"{directory} is locked by another process") from None
         try:
-            return cls._recover(directory, config, clock, lock_fd)
+            segments, terms, report = load_segments(directory, config)
+            plog = cls(directory, config, clock, segments, terms, lock_fd, report)
+            plog._losses.recover_lost_end(plog.log_end_offset, report, plog._active)
+            return plog
         except BaseException:
             os.close(lock_fd)
             raise
-
-    @classmethod
-    def _recover(
-        cls, directory: str, config: LogConfig, clock: Callable[[], float], lock_fd: int
-    ) -> PartitionLog:
-        bases = []
-        for name in os.listdir(directory):
-            if name.endswith((".tmp", ".cleaned")):
-                # Leftovers of an interrupted state-file write or compaction: never adopted.
-                os.unlink(os.path.join(directory, name))
-            elif name.endswith(".log") and name[:-4].isdigit():
-                bases.append(int(name[:-4]))
-        bases.sort()
-        interval = config.index_interval_bytes
-        segments = [
-            Segment.open_sealed(directory, base, nxt, interval)
-            for base, nxt in itertools.pairwise(bases)
-        ]
-        active, report, seen_terms = Segment.recover_active(
-            directory, bases[-1] if bases else 0, interval
-        )
-        segments.append(active)
-        if not bases:
-            fsync_directory(directory)
-        terms = TermTable.load(directory)
-        # The active segment's batches are the truth about its terms: the table is saved only
-        # when a segment is sealed (and on close), so its tail may be stale or missing.
-        terms.rebuild_from(active.base_offset, seen_terms, active.next_offset)
-        terms.save()
-        plog = cls(directory, config, clock, segments, terms, lock_fd, report)
-        plog._recover_lost_end(report)
-        return plog
-
-    def _recover_lost_end(self, report: RecoveryReport | None) -> None:
-        """Decide whether recovery lost data this replica may have acknowledged.
-
-        A cut at or above the flushed-end watermark only removed writes that were never
-        fsynced (a torn tail after a crash or power loss): normal, nothing was acknowledged.
-        A log that ends below the watermark (cut by recovery, or truncated at a batch boundary
-        behind our back) lost fsynced data: corruption, and the replica must not vote until it
-        has re-replicated up to the old watermark. Without a readable watermark (a log written
-        before it existed, or the watermark itself damaged) a cut counts as a loss of the cut
-        batch at least: safety first.
-        """
-        state = read_state_file(self.directory, LOST_END_FILE)
-        lost = None if state is None or state.get("lost_end") is None else int(state["lost_end"])
-        end = self.log_end_offset
-        if self._watermark is not None:
-            # Also catches a tail cut at a batch boundary, which recovery cannot see.
-            cut_lost = self._watermark
-        else:
-            cut_lost = report.first_lost_offset + 1 if report is not None else end
-        if cut_lost > end:
-            how = (
-                f"{report.truncated_bytes} bytes cut at byte {report.valid_bytes}: {report.reason}"
-                if report is not None
-                else "the log ends below its flushed end"
-            )
-            self._report(
-                f"{self.directory}: offsets [{end}, {cut_lost}) were fsynced and are gone ({how}); "
-                "this replica re-replicates them before it votes again"
-            )
-            lost = max(lost or 0, cut_lost)
-        if lost is not None and lost <= end:
-            lost = None
-        if lost != (None if state is None else state.get("lost_end")):
-            write_state_file(self.directory, LOST_END_FILE, {"lost_end": lost})
-        self._lost_end = lost
-        if self._watermark is None or self._watermark < end:
-            # Written before a crash and never flushed: make it durable now, so that the
-            # flushed end the log starts with (its whole length) is true.
-            self._active.sync()
-            self._write_watermark(end, sync=False)
-        elif self._watermark > end:
-            # Now that the loss is on record, the watermark may describe this log again.
-            self._write_watermark(end, sync=True)
 
     @property
     def lost_end_offset(self) -> int | None:
@@ -324,39 +139,13 @@ class PartitionLog:
         durably, once the log is fsynced up to it again (re-replicated). Until then Raft keeps
         this replica from voting (see docs/storage-format.md, "Corruption and repair").
         """
-        return self._lost_end
+        return self._losses.lost_end
 
-    def _report(self, what: str) -> None:
-        self.corruptions += 1
-        log.error("corruption: %s", what)
-
-    def _write_watermark(self, end: int, *, sync: bool) -> None:
-        """Record that everything below ``end`` was fsynced (``sync``: durably, now)."""
-        data = struct.pack(">q", end)
-        os.pwrite(self._lock_fd, data + struct.pack(">I", crc32c(data)), 0)
-        if sync:
-            os.fsync(self._lock_fd)
-        self._watermark = end
-
-    def _note_flushed(self) -> None:
-        """The flushed end moved up: raise the watermark; clear a lost end now re-replicated."""
-        end = self._flushed_end
-        if self._watermark is None or end > self._watermark:
-            # Not fsynced: it only has to survive what the flushed data survives, a crash of
-            # the process; after a power loss an older value is read, which flags less.
-            self._write_watermark(end, sync=False)
-        if self._lost_end is not None and end >= self._lost_end:
-            write_state_file(self.directory, LOST_END_FILE, {"lost_end": None})
-            log.warning(
-                "%s: re-replicated up to the lost end %d: repaired", self.directory, self._lost_end
-            )
-            self._lost_end = None
-
-    def _lower_watermark(self, end: int) -> None:
-        """Before the log is cut to ``end`` on purpose: a later open must not take the cut
-        for a loss (durable first, so a crash between the two steps errs on neither side)."""
-        if self._watermark is None or self._watermark > end:
-            self._write_watermark(end, sync=True)
+    @property
+    def corruptions(self) -> int:
+        """Corruption found in this log since it was opened (recovery cuts below the flushed
+        end, checksum failures on reads and scrubs): a counter for metrics."""
+        return self._losses.corruptions
 
     def close(self) -> None:
         """Flush and close. The log object must not be used afterwards."""
@@ -365,7 +154,7 @@ class PartitionLog:
         self._active.flush_index()
         self._active.sync()
         self._flushed_end = self.log_end_offset
-        self._note_flushed()
+        self._losses.note_flushed(self._flushed_end)
         self._terms.save()
         for seg in self._segments:
             seg.close()
@@ -652,7 +441,7 @@ class PartitionLog:
         self._active.sync()
         self._flushed_end = max(self._flushed_end, end)
         self._last_flush_ms = self._clock()
-        self._note_flushed()
+        self._losses.note_flushed(self._flushed_end)
 
     def flush_ticket(self) -> FlushTicket:
         """An fsync of the active segment to run on a worker thread (see ``FlushTicket``)."""
@@ -666,7 +455,7 @@ class PartitionLog:
             self._flushed_end = max(self._flushed_end, min(ticket.end_offset, self.log_end_offset))
             if self.config.fsync is FsyncPolicy.INTERVAL:  # only its interval needs the time
                 self._last_flush_ms = self._clock()
-            self._note_flushed()
+            self._losses.note_flushed(self._flushed_end)
 
     def flush_due(self) -> bool:
         """Whether the policy wants a flush now: something is not fsynced, and the policy is
@@ -718,7 +507,7 @@ class PartitionLog:
                 )
             except CorruptLogError as exc:
                 exc.offset = offset
-                self._report(f"{exc} (reading offset {offset} of {self.directory})")
+                self._losses.report(f"{exc} (reading offset {offset} of {self.directory})")
                 raise
             return ReadResult(data, next_offset if next_offset is not None else offset)
         return ReadResult(b"", offset)
@@ -740,7 +529,7 @@ class PartitionLog:
             try:
                 found = seg.offset_for_time(timestamp_ms, end, verify=self.config.verify_reads)
             except CorruptLogError as exc:
-                self._report(f"{exc} (looking up time {timestamp_ms} in {self.directory})")
+                self._losses.report(f"{exc} (looking up time {timestamp_ms} in {self.directory})")
                 raise
             if found is not None:
                 return found
@@ -772,7 +561,7 @@ class PartitionLog:
             keep -= 1  # the segment starting at ``offset`` goes whole
             target = self._segments[keep]
         self._generation += 1
-        self._lower_watermark(offset)
+        self._losses.lower_watermark(offset)
         # Newest first, so a crash midway leaves a prefix of the log: a valid shorter log.
         while len(self._segments) > keep + 1:
             self._segments.pop().delete()
@@ -795,7 +584,7 @@ class PartitionLog:
         if start_offset < 0:
             raise ValueError("start_offset must not be negative")
         self._generation += 1
-        self._lower_watermark(start_offset)
+        self._losses.lower_watermark(start_offset)
         while self._segments:
             self._segments.pop().delete()
         self._bases.clear()
@@ -807,7 +596,8 @@ class PartitionLog:
         self._bases.append(start_offset)
         fsync_directory(self.directory)
         self._flushed_end = start_offset
-        self._note_flushed()  # a reset past what a corrupt log lost ends that loss
+        # A reset past what a corrupt log lost ends that loss.
+        self._losses.note_flushed(self._flushed_end)
 
     # -- retention and compaction ---------------------------------------------------------------
 
@@ -817,19 +607,7 @@ class PartitionLog:
         Only segments wholly below ``max_offset`` go (Raft passes its commit bound, so nothing
         uncommitted is removed). The active segment is never deleted.
         """
-        now = self._clock()
-        limit_bytes, limit_ms = self.config.retention_bytes, self.config.retention_ms
-        total = self.size_bytes
-        doomed: list[Segment] = []
-        for seg in self._segments[:-1]:
-            if max_offset is not None and seg.next_offset > max_offset:
-                break
-            by_size = limit_bytes is not None and total - seg.size >= limit_bytes
-            by_time = limit_ms is not None and now - seg.sealed_max_timestamp() > limit_ms
-            if not (by_size or by_time):
-                break
-            doomed.append(seg)
-            total -= seg.size
+        doomed = expired_segments(self._segments, self.config, self._clock(), max_offset=max_offset)
         if not doomed:
             return []
         # Oldest first, so a crash midway leaves a suffix: the log start just moved less far.
@@ -856,82 +634,13 @@ class PartitionLog:
         record. A batch keeps its offsets and span even when records go (an emptied batch stays
         as a header), so offsets, terms and Raft's view of the log do not change.
         """
-        candidates = [
-            s for s in self._segments[:-1] if max_offset is None or s.next_offset <= max_offset
-        ]
-        if not candidates:
-            return CompactionResult(0, 0, 0, 0)
-        latest: dict[bytes, int] = {}
-        for seg in self._segments:
-            for _, header, batch in self._segment_batches(seg):
-                if header.batch_type is not BatchType.DATA:
-                    continue
-                for record in decode_records(batch, header):
-                    if record.key is not None and (
-                        max_offset is None or record.offset < max_offset
-                    ):
-                        latest[record.key] = record.offset
-        rewritten = removed = before = after = 0
-        for seg in candidates:
-            parts: list[bytes] = []
-            changed = 0
-            for _, header, batch in self._segment_batches(seg):
-                if header.batch_type is not BatchType.DATA:
-                    parts.append(bytes(batch))
-                    continue
-                records = decode_records(batch, header)
-                kept = [r for r in records if r.key is None or latest.get(r.key) == r.offset]
-                if len(kept) == len(records):
-                    parts.append(bytes(batch))
-                    continue
-                changed += len(records) - len(kept)
-                parts.append(
-                    build_batch(
-                        kept,
-                        base_offset=header.base_offset,
-                        term=header.term,
-                        batch_type=header.batch_type,
-                        producer_id=header.producer_id,
-                        producer_epoch=header.producer_epoch,
-                        base_sequence=header.base_sequence,
-                        offset_deltas=[r.offset - header.base_offset for r in kept],
-                        last_offset_delta=header.last_offset_delta,
-                        max_timestamp=header.max_timestamp,
-                    )
-                )
-            if not changed:
-                continue
-            before += seg.size
-            cleaned = os.path.join(self.directory, segment_name(seg.base_offset) + ".log.cleaned")
-            fd = os.open(cleaned, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-            try:
-                data = b"".join(parts)
-                os.write(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            seg.replace_contents(cleaned)
-            fsync_directory(self.directory)
-            if self._scrub_at[0] == seg.base_offset:
-                # The scrub's byte position was in the old file: in the new one it may fall
-                # inside a batch, which would read as corruption. Start that segment again.
-                self._scrub_at = (seg.base_offset, 0)
-            after += seg.size
-            rewritten += 1
-            removed += changed
-        return CompactionResult(rewritten, removed, before, after)
-
-    def _segment_batches(self, seg: Segment) -> list[tuple[int, BatchHeader, memoryview]]:
-        if seg.size == 0:
-            return []
-        data, _ = seg.read(0, seg.size, None, verify=self.config.verify_reads)
-        view = memoryview(data)
-        out = []
-        pos = 0
-        for header in iter_batches(view, verify=False):
-            out.append((pos, header, view[pos : pos + header.size]))
-            pos += header.size
-        return out
+        return compact(
+            self.directory,
+            self._segments,
+            max_offset=max_offset,
+            verify=self.config.verify_reads,
+            rewritten=self._scrubber.rewritten,
+        )
 
     # -- inspection (tests, tools) ---------------------------------------------------------------
 
@@ -944,8 +653,7 @@ class PartitionLog:
 
         Reads check each byte once per process; this checks everything, whatever was checked.
         """
-        for seg in self._segments:
-            seg.scrub()
+        verify_segments(self._segments)
 
     # -- corruption: scrubbing and repair ---------------------------------------------------------
 
@@ -958,32 +666,11 @@ class PartitionLog:
         ``CorruptLogError`` (logged and counted) at a bad batch; ``repair_corruption`` then
         cuts the log before it.
         """
-        sealed = self._segments[:-1]
-        if not sealed:
-            return True
-        base, pos = self._scrub_at
-        i = bisect_right(self._bases, base) - 1
-        if i < 0 or i >= len(sealed):
-            i, pos = 0, 0
-        elif self._bases[i] != base:
-            pos = 0
-        budget = max_bytes
-        while budget > 0:
-            seg = sealed[i]
-            try:
-                end = seg.verify_chunk(pos, budget)
-            except CorruptLogError as exc:
-                self._report(f"{exc} (scrub of {self.directory})")
-                raise
-            budget -= max(end - pos, 1)
-            pos = end
-            if pos >= seg.size:
-                i, pos = i + 1, 0
-                if i >= len(sealed):
-                    self._scrub_at = (0, 0)
-                    return True
-        self._scrub_at = (sealed[i].base_offset, pos)
-        return False
+        try:
+            return self._scrubber.step(self._segments, self._bases, max_bytes)
+        except CorruptLogError as exc:
+            self._losses.report(f"{exc} (scrub of {self.directory})")
+            raise
 
     def repair_corruption(self, error: CorruptLogError) -> int:
         """Cut the log before the first bad batch of the segment ``error`` names; return the
@@ -995,31 +682,19 @@ class PartitionLog:
         durable end is recorded first, durably, as ``lost_end_offset``. Nothing is cut if the
         segment turns out valid (the fault was elsewhere, or already repaired).
         """
-        i = next((j for j, s in enumerate(self._segments) if s.log_path == error.path), None)
-        if i is None:
+        repair = find_repair(self._segments, error)
+        if repair is None:
             return self.log_end_offset
-        seg = self._segments[i]
-        scan, index = seg.scan_all()
-        if scan.error is None:
-            return self.log_end_offset
-        new_end = scan.next_offset if scan.next_offset is not None else seg.base_offset
-        lost = max(self.durable_end_offset, self._lost_end or 0)
-        self._report(
-            f"{seg.log_path}: bad batch at byte {scan.valid_bytes} ({scan.error}): cutting the "
-            f"log at offset {new_end} (it ended at {self.log_end_offset}, durable to {lost})"
-        )
-        if lost > new_end and lost != self._lost_end:
-            write_state_file(self.directory, LOST_END_FILE, {"lost_end": lost})
-            self._lost_end = lost
+        self._losses.record_repair(repair, self.log_end_offset, self.durable_end_offset)
         self._generation += 1
-        self._lower_watermark(new_end)
-        while len(self._segments) > i + 1:  # newest first: a crash leaves a valid prefix
+        self._losses.lower_watermark(repair.new_end)
+        while len(self._segments) > repair.position + 1:  # newest first: a valid prefix
             self._segments.pop().delete()
             self._bases.pop()
         fsync_directory(self.directory)
-        seg.cut_after_scan(scan, index)
+        repair.cut()
         self._terms.truncate_from_end(self.log_end_offset)
         self._terms.save()
         self._flushed_end = min(self._flushed_end, self.log_end_offset)
-        self._scrub_at = (0, 0)
+        self._scrubber.restart()
         return self.log_end_offset

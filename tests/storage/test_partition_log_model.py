@@ -23,14 +23,12 @@ from hypothesis.stateful import (
 
 from kafkaesque.storage import (
     AppendResult,
-    BatchType,
     LogConfig,
     OffsetOutOfRangeError,
     PartitionLog,
     Record,
     build_batch,
-    decode_records,
-    iter_batches,
+    data_records,
 )
 
 KEYS = [b"a", b"b", b"c", b"d", None]
@@ -262,15 +260,7 @@ class PartitionLogMachine(RuleBasedStateMachine):
 
 
 def _records(data: bytes | memoryview) -> list[ModelRecord]:
-    out: list[ModelRecord] = []
-    pos = 0
-    for header in iter_batches(data):
-        batch = data[pos : pos + header.size]
-        pos += header.size
-        if header.batch_type is not BatchType.DATA:
-            continue
-        out.extend(ModelRecord(r.offset, r.key, r.value) for r in decode_records(batch, header))
-    return out
+    return [ModelRecord(r.offset, r.key, r.value) for r in data_records(data)]
 
 
 PartitionLogMachine.TestCase.settings = settings(

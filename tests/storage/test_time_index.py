@@ -24,7 +24,7 @@ from kafkaesque.storage import (
     PartitionLog,
     Record,
     build_batch,
-    decode_records,
+    data_records,
     iter_batches,
 )
 from kafkaesque.storage._segment import Segment
@@ -45,13 +45,7 @@ def _all_records(plog: PartitionLog, max_offset: int | None = None) -> list[Reco
         result = plog.read(offset, 4096, max_offset=max_offset)
         if not result.data:
             break
-        view = memoryview(result.data)
-        pos = 0
-        for header in iter_batches(view):
-            if header.batch_type is BatchType.DATA:
-                batch = view[pos : pos + header.size]
-                out.extend(r for r in decode_records(batch, header) if r.offset >= offset)
-            pos += header.size
+        out.extend(data_records(memoryview(result.data), offset))
         offset = result.next_offset
     return out
 
