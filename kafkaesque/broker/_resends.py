@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import zlib
 
-from kafkaesque.protocol import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
+from kafkaesque.protocol.mqtt import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
 from kafkaesque.storage import BatchType, PartitionLog, decode_records, iter_batches
 
 TAIL_RECORDS = 50_000

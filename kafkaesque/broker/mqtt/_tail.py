@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
 from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
 
-from ._errors import RequestError
-from ._metadata import TopicInfo
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .._errors import RequestError
+from .._metadata import TopicInfo
+from .._read_path import ReadPath
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
 
@@ -36,12 +34,12 @@ class TopicTail:
 
     def __init__(
         self,
-        broker: Broker,
+        reads: ReadPath,
         topic: str,
         ensure_topic: Callable[[str], Awaitable[TopicInfo]],
         apply: Callable[[Record], None],
     ) -> None:
-        self._broker = broker
+        self._reads = reads
         self._topic = topic
         self._ensure_topic = ensure_topic
         self._apply = apply
@@ -58,7 +56,7 @@ class TopicTail:
             except RequestError as exc:
                 log.info("mqtt: %s is not available yet: %s", self._topic, exc)
                 await trio.sleep(_RETRY_S)
-        reads = self._broker.reads
+        reads = self._reads
         while True:
             try:
                 wait_s = _LONG_POLL_S if self.loaded.is_set() else 0.0
@@ -99,7 +97,7 @@ class TopicTail:
         """Wait until everything committed now is applied; False if that took too long."""
         with trio.move_on_after(_CATCH_UP_S):
             await self.loaded.wait()
-            reads = self._broker.reads
+            reads = self._reads
             try:
                 fetched = await reads.fetch(self._topic, 0, self.offset, 1, 0)
             except RequestError:
