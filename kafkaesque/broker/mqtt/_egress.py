@@ -40,7 +40,7 @@ from kafkaesque.protocol.mqtt import (
     origin_of,
     parse_shared_subscription,
 )
-from kafkaesque.storage import BatchType, decode_records, iter_batches
+from kafkaesque.storage import data_records, end_offset
 
 from .._errors import RequestError
 from .._metadata import ClusterMetadata, TopicInfo
@@ -326,24 +326,15 @@ class Egress:
     ) -> int:
         """Deliver the records of ``data`` at or after ``offset``; the next offset to read."""
         mapping = self._mapping
-        pos = 0
-        next_offset = offset
-        for header in iter_batches(data, verify=False):  # the log verified them on read
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            next_offset = max(next_offset, header.next_offset)
-            if header.batch_type is not BatchType.DATA or header.next_offset <= offset:
+        for record in data_records(data, offset, verify=False):  # the log verified them on read
+            topic = mapping.mqtt_topic_for(log_topic, record.key, record.headers)
+            if topic is None:
                 continue
-            for record in decode_records(batch, header):
-                if record.offset < offset:
-                    continue
-                topic = mapping.mqtt_topic_for(log_topic, record.key, record.headers)
-                if topic is None:
-                    continue
-                where = (log_topic, partition, record.offset)
-                origin = origin_of(record.headers)
-                self.deliver(topic, record.value or b"", origin, where, record.timestamp)
-        return next_offset
+            where = (log_topic, partition, record.offset)
+            origin = origin_of(record.headers)
+            self.deliver(topic, record.value or b"", origin, where, record.timestamp)
+        end = end_offset(data)  # past control batches too
+        return offset if end is None else max(offset, end)
 
 
 def _score(text: str) -> bytes:

@@ -69,7 +69,7 @@ from kafkaesque.security import (
     derive_credential,
     verify_password,
 )
-from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+from kafkaesque.storage import Record, data_records, end_offset
 
 from .._appender import Flight, PartitionAppender
 from .._bridge import run_in_thread
@@ -694,37 +694,30 @@ class MqttService:
             for s in device.subscriptions.values()
             if s.qos > 0 and not s.topic_filter.startswith("$share/")
         ]
-        pos = 0
-        next_offset = offset
-        for header in iter_batches(data, verify=False):
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            next_offset = max(next_offset, min(header.next_offset, end))
-            if header.batch_type is not BatchType.DATA:
+        for record in data_records(data, offset, verify=False):
+            if record.offset >= end:
+                break  # in offset order: the live readers deliver the rest
+            topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
+            if topic is None:
                 continue
-            for record in decode_records(batch, header):
-                if not offset <= record.offset < end:
-                    continue
-                topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
-                if topic is None:
-                    continue
-                origin = origin_of(record.headers)
-                matching = [
-                    s
-                    for s in subscriptions
-                    if mqtt_topic_matches(s.topic_filter, topic)
-                    and origin.wanted_by(s, device.client_id_bytes)
-                ]
-                if not matching:
-                    continue
-                while not device.has_room():
-                    if device.conn.closed:
-                        return record.offset
-                    await trio.sleep(0.01)
-                place = (*where, record.offset)
-                payload = record.value or b""
-                deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
-        return next_offset
+            origin = origin_of(record.headers)
+            matching = [
+                s
+                for s in subscriptions
+                if mqtt_topic_matches(s.topic_filter, topic)
+                and origin.wanted_by(s, device.client_id_bytes)
+            ]
+            if not matching:
+                continue
+            while not device.has_room():
+                if device.conn.closed:
+                    return record.offset
+                await trio.sleep(0.01)
+            place = (*where, record.offset)
+            payload = record.value or b""
+            deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
+        last = end_offset(data)  # past control batches too, but not past ``end``
+        return offset if last is None else max(offset, min(last, end))
 
     async def device_gone(self, device: MqttDevice) -> None:
         """The connection ended: forget it, and publish its Will if the end was abnormal."""

@@ -15,7 +15,7 @@ from typing import Final
 
 import trio
 
-from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+from kafkaesque.storage import Record, data_records, end_offset
 
 from .._errors import RequestError
 from .._metadata import TopicInfo
@@ -74,15 +74,12 @@ class TopicTail:
             self._moved = trio.Event()
 
     def _apply_batches(self, data: bytes | memoryview) -> None:
-        pos = 0
-        for header in iter_batches(data, verify=False):  # the log verified them on read
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            if header.batch_type is BatchType.DATA and header.next_offset > self.offset:
-                for record in decode_records(batch, header):
-                    if record.offset >= self.offset:
-                        self._apply(record)
-            self.offset = max(self.offset, header.next_offset)
+        # The log verified them on read; the next offset is past control batches too.
+        for record in data_records(data, self.offset, verify=False):
+            self._apply(record)
+        end = end_offset(data)
+        if end is not None:
+            self.offset = max(self.offset, end)
 
     async def reach(self, offset: int) -> None:
         """Wait until every record before ``offset`` is applied."""
