@@ -10,7 +10,7 @@ all, paced by a client process on raw non-blocking sockets. The figure is the se
 
 * ``socket``: ``trio.SocketStream`` (the baseline);
 * ``socket+timeout``: the same, each read inside its own ``trio.move_on_at`` (how the MQTT reader
-  enforced keep-alive before ``_mqtt_deadlines``);
+  enforced keep-alive before ``kafkaesque.broker.mqtt._deadlines``);
 * ``fd``: ``FdStream`` (what MQTT devices, line-protocol clients and Raft peers use);
 * ``fd+timeout``: ``FdStream`` with the per-read timeout.
 

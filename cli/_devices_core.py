@@ -29,7 +29,7 @@ from dataclasses import dataclass, field
 from itertools import repeat
 from typing import Final
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     Connect,
     MqttSubscription,
     MqttVersion,

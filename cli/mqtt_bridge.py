@@ -36,11 +36,18 @@ from typing import Any
 
 import trio
 
-from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge
-from kafkaesque.broker._mqtt_client_core import DEFAULT_SESSION_EXPIRY_S, MqttClientOptions
-from kafkaesque.broker._mqtt_converters import CONVERTER_NAMES, make_converter
 from kafkaesque.client import ClientConfig, Security
-from kafkaesque.protocol import (
+from kafkaesque.mqtt_bridge import (
+    CONVERTER_NAMES,
+    DEFAULT_SESSION_EXPIRY_S,
+    BridgeConfig,
+    BridgeError,
+    BridgeStats,
+    MqttBridge,
+    MqttClientOptions,
+    make_converter,
+)
+from kafkaesque.protocol.mqtt import (
     InvalidMappingError,
     InvalidMqttTopicError,
     MqttVersion,

@@ -90,7 +90,6 @@ from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics, ClusterProbes
-from ._mqtt_listener import MqttService
 from ._partition_ids import group_name
 from ._read_path import ReadPath
 from ._session import serve_session
@@ -103,6 +102,7 @@ from ._tls import (
     server_handshake,
 )
 from ._writes import WritePath
+from .mqtt import MqttService, MqttWiring
 
 log = logging.getLogger("kafkaesque.broker")
 
@@ -201,10 +201,6 @@ class Broker:
         self._unreported_peers: set[int] = set()
         self.client_port = config.client.port
         self.admin_port: int | None = None
-        # The MQTT listeners (--mqtt-listen, --mqtt-tls-listen), if any; their rules, users and
-        # certificates are read now.
-        self.mqtt = MqttService(self) if config.mqtt_enabled else None
-        self.mqtt_port: int | None = None
         # Set once this broker knows the cluster (see the module docstring); never cleared.
         self._ready = trio.Event()
         self._started_at = time.monotonic()
@@ -212,6 +208,29 @@ class Broker:
         self._accepting = trio.CancelScope()
         # Begun by ``drain``: the client connections (line protocol, MQTT) finish and close.
         self.draining = Draining()
+        # The MQTT listeners (--mqtt-listen, --mqtt-tls-listen), if any; their rules, users and
+        # certificates are read now.
+        self.mqtt = (
+            MqttService(
+                MqttWiring(
+                    config=config,
+                    metadata=self.metadata,
+                    reads=self.reads,
+                    writes=self.writes,
+                    appender=self.appender,
+                    register_stats=self.metrics.register_mqtt,
+                    authorization_failed=self.metrics.mqtt_authorization_failed,
+                    draining=self.draining,
+                    ready=lambda: self.ready,
+                    tell_peers=self.tell_peers,
+                    connected_peers=self.transport.connected_peers,
+                    wait_for_leaders=self.wait_for_leaders,
+                )
+            )
+            if config.mqtt_enabled
+            else None
+        )
+        self.mqtt_port: int | None = None
         # The client port's protocol check and, with client_tls, its TLS (``_tls``).
         self._client_gate = ClientPortGate(self.tls.client, self.tls_refusals, self.draining)
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).

@@ -25,8 +25,8 @@ from __future__ import annotations
 
 import zlib
 
-from kafkaesque.protocol import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
-from kafkaesque.storage import BatchType, PartitionLog, decode_records, iter_batches
+from kafkaesque.protocol.mqtt import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
+from kafkaesque.storage import PartitionLog, data_records
 
 TAIL_RECORDS = 50_000
 _READ_BYTES = 1 << 20
@@ -72,15 +72,9 @@ class ResendIndex:
         if not result.data:
             self._indexed_to = end
             return True
-        data, pos = result.data, 0
-        for header in iter_batches(data, verify=False):  # the log verified them on read
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            if header.batch_type is not BatchType.DATA:
-                continue
-            for record in decode_records(batch, header):
-                if record.offset >= offset:
-                    self._note(record.offset, record.headers, record.value)
+        # The log verified them on read.
+        for record in data_records(result.data, offset, verify=False):
+            self._note(record.offset, record.headers, record.value)
         self._indexed_to = max(result.next_offset, offset + 1)
         if len(self._where) > 2 * self._tail:
             self._where = {k: v for k, v in self._where.items() if v[0] >= floor}

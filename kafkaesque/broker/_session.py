@@ -16,7 +16,7 @@ Who writes a reply: the task that made it ready, when it can (``_Pipeline.flush`
 reply is ready when its batch commits, which the Raft driver (or the peer connection bringing
 the commit news) learns first; when the session's writer task is idle and the connection is an
 ``FdStream`` or an ``SslFdStream`` (TLS), that task writes the replies now ready at once
-(``send_now``), as an MQTT device's PUBACKs are (``_mqtt_device``), instead of waking the writer
+(``send_now``), as an MQTT device's PUBACKs are (``mqtt._device``), instead of waking the writer
 for a pass of the scheduler that costs far more than the write. What a full socket does not take
 is kept, in order, for the writer, which also does all the writing on other streams (tests'
 memory streams).

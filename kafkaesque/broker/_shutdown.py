@@ -20,7 +20,7 @@ one is told (``Draining``), stops taking requests, finishes those it had taken, 
 reply it owes, then closes; one with nothing owed closes at once. A line-protocol connection
 answers a request it reads after that with a retriable ``NOT_READY`` (``_session``); an MQTT
 connection sends the acknowledgements it owes, then (MQTT 5) DISCONNECT "Server shutting down"
-(``_mqtt_device``). ``Broker.drain`` waits for them until its deadline.
+(``broker.mqtt._device``). ``Broker.drain`` waits for them until its deadline.
 """
 
 from __future__ import annotations

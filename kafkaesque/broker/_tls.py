@@ -1,6 +1,6 @@
 """TLS on the broker's own listeners: the client port (line protocol) and the admin port.
 
-(MQTT's TLS listener has its own, ``_mqtt_listener``; the peer transport's mutual TLS is in
+(MQTT's TLS listener has its own, ``broker.mqtt``; the peer transport's mutual TLS is in
 ``kafkaesque.raft._transport``.)
 
 A port speaks one thing: with ``--client-tls`` the client port speaks TLS only, without it

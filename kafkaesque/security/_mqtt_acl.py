@@ -40,7 +40,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     InvalidMqttTopicError,
     mqtt_topic_matches,
     parse_shared_subscription,

@@ -8,8 +8,6 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from kafkaesque.broker._mqtt_bridge import BridgeConfig, MqttBridge
-from kafkaesque.broker._mqtt_client_core import MqttClientOptions
 from kafkaesque.client import (
     AsyncClient,
     AsyncConsumer,
@@ -17,6 +15,8 @@ from kafkaesque.client import (
     KafkaesqueError,
     OffsetReset,
 )
+from kafkaesque.mqtt_bridge import BridgeConfig, MqttBridge
+from kafkaesque.protocol.mqtt import MqttClientOptions
 from tests.mosquitto import Mosquitto
 
 

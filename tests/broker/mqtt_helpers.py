@@ -12,7 +12,7 @@ import paho.mqtt.client as paho
 from paho.mqtt.enums import CallbackAPIVersion
 
 from kafkaesque.client import Client, Consumer, ConsumerRecord
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     Connack,
     Connect,
     MqttDecoder,

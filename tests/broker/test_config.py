@@ -61,7 +61,7 @@ def test_a_tls_listener_needs_a_certificate() -> None:
 
 
 def test_certificates_that_cannot_be_loaded_are_a_clear_error(tmp_path: Path) -> None:
-    from kafkaesque.broker._mqtt_listener import load_tls
+    from kafkaesque.broker.mqtt._listener import load_tls
 
     bad = tmp_path / "broker.pem"
     bad.write_text("not a certificate")

@@ -21,19 +21,21 @@ from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.protocol import (
     NEED_DATA,
     DataReply,
-    Disconnect,
     EndReply,
     ErrorCode,
     ErrorReply,
     MessageRow,
+    OkReply,
+    PartitionRow,
+    ReplyDecoder,
+)
+from kafkaesque.protocol.mqtt import (
+    Disconnect,
     MqttProperties,
     MqttReasonCode,
     MqttVersion,
-    OkReply,
-    PartitionRow,
     Puback,
     Publish,
-    ReplyDecoder,
     encode_mqtt,
 )
 

@@ -8,7 +8,7 @@ import pytest
 from kafkaesque.cli.main import main
 from kafkaesque.cli.mqtt_bridge import stats_line
 
-from kafkaesque.broker._mqtt_bridge import BridgeStats
+from kafkaesque.mqtt_bridge import BridgeStats
 
 
 @pytest.mark.parametrize(

@@ -5,19 +5,15 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaesque.broker._mqtt_client_core import (
+from kafkaesque.protocol.mqtt import (
+    Connack,
+    Connect,
     Connected,
+    Disconnect,
     MessageReceived,
     MqttClientCore,
     MqttClientOptions,
     MqttConnectionError,
-    PublishAcked,
-    Subscribed,
-)
-from kafkaesque.protocol import (
-    Connack,
-    Connect,
-    Disconnect,
     MqttDecoder,
     MqttPacket,
     MqttProperties,
@@ -27,8 +23,10 @@ from kafkaesque.protocol import (
     Pingresp,
     Puback,
     Publish,
+    PublishAcked,
     Suback,
     Subscribe,
+    SubscribeAcked,
     encode_mqtt,
 )
 
@@ -135,7 +133,7 @@ def test_subscribe_and_publish_take_distinct_packet_ids_freed_by_their_answers()
     assert isinstance(publish, Publish) and publish.qos == 1 and publish.packet_id == pub_id
     assert pub_id != sub_id and core.outbound_in_flight == 2
     events = core.receive_data(server.send(Puback(pub_id), Suback(sub_id, (1,))))
-    assert events == [PublishAcked(pub_id, 0), Subscribed(sub_id, (1,))]
+    assert events == [PublishAcked(pub_id, 0), SubscribeAcked(sub_id, (1,))]
     assert core.outbound_in_flight == 0
 
 

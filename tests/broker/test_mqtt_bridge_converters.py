@@ -9,21 +9,19 @@ from pathlib import Path
 import fastavro
 import pytest
 
-from kafkaesque.broker._mqtt_bridge import subscriptions_for
-from kafkaesque.broker._mqtt_bridge_records import (
+from kafkaesque.mqtt_bridge import (
+    ConversionError,
     LogRecord,
     Refused,
     default_filters,
-    shared_filter,
-    to_log_record,
-)
-from kafkaesque.broker._mqtt_converters import (
-    ConversionError,
     json_converter,
     make_converter,
     raw_converter,
+    shared_filter,
+    subscriptions_for,
+    to_log_record,
 )
-from kafkaesque.protocol import MqttVersion, Publish, TopicMapping
+from kafkaesque.protocol.mqtt import MqttVersion, Publish, TopicMapping
 
 SCHEMA = {
     "type": "record",

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaesque.broker._mqtt_connection import (
+from kafkaesque.protocol.mqtt import (
     CONNECT_TIMEOUT_S,
     RECEIVE_MAXIMUM,
     TOPIC_ALIAS_MAXIMUM,
@@ -12,20 +12,13 @@ from kafkaesque.broker._mqtt_connection import (
     Action,
     Append,
     Close,
-    MqttServerConnection,
-    Refused,
-    Released,
-    Send,
-    Subscribed,
-    Unsubscribed,
-)
-from kafkaesque.protocol import (
     Connack,
     Connect,
     Disconnect,
     MqttDecoder,
     MqttPacket,
     MqttProperties,
+    MqttServerConnection,
     MqttSubscription,
     MqttVersion,
     Pingreq,
@@ -35,10 +28,15 @@ from kafkaesque.protocol import (
     Publish,
     Pubrec,
     Pubrel,
+    Refused,
+    Released,
+    Send,
     Suback,
     Subscribe,
+    Subscribed,
     Unsuback,
     Unsubscribe,
+    Unsubscribed,
     Will,
     encode_mqtt,
 )
@@ -683,7 +681,7 @@ def test_a_delivery_larger_than_the_clients_maximum_packet_size_is_discarded() -
 
 
 def test_tagged_deliveries_report_their_acknowledgement() -> None:
-    from kafkaesque.broker._mqtt_connection import Acked
+    from kafkaesque.protocol.mqtt import Acked
 
     conn = connected()
     conn.deliver("a", b"x", 1, tag=("readings", 0, 42))

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kafkaesque.broker._mqtt_deadlines import Deadlines
+from kafkaesque.broker.mqtt._deadlines import Deadlines
 
 
 @dataclass

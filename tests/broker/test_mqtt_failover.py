@@ -24,7 +24,7 @@ import trio
 from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     Connack,
     Connect,
     MqttDecoder,

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kafkaesque.broker._mqtt_filters import filter_covers, filters_overlap, log_topics_for
-from kafkaesque.protocol import TopicMapping
+from kafkaesque.protocol.mqtt import TopicMapping, filter_covers, filters_overlap, log_topics_for
 
 
 @pytest.mark.parametrize(

@@ -20,11 +20,11 @@ from kafkaesque.cli.cluster import LocalCluster
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
-from kafkaesque.broker._mqtt_connection import RECEIVE_MAXIMUM
-from kafkaesque.broker._mqtt_egress import Egress
-from kafkaesque.broker._mqtt_listener import MAX_PACKET_SIZE
+from kafkaesque.broker.mqtt._egress import Egress
+from kafkaesque.broker.mqtt._listener import MAX_PACKET_SIZE
 from kafkaesque.client import Client, Producer
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
+    RECEIVE_MAXIMUM,
     Disconnect,
     MqttProperties,
     MqttSubscription,
@@ -1069,7 +1069,7 @@ async def test_egress_says_when_its_shared_groups_change_and_only_then() -> None
     async def no_topic(name: str) -> Any:
         raise AssertionError("not asked for")
 
-    egress = Egress(cast(Any, None), TopicMapping.default(), no_topic)
+    egress = Egress(0, cast(Any, None), cast(Any, None), TopicMapping.default(), no_topic)
     reading = trio.Event()
     reading.set()
     egress._start_reading = lambda log_topic: reading  # type: ignore[method-assign]

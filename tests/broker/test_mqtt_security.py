@@ -21,7 +21,7 @@ import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.cli.main import main
 
-from kafkaesque.broker._mqtt_listener import check_password
+from kafkaesque.broker.mqtt._listener import check_password
 from kafkaesque.client import (
     Client,
     ClientConfig,
@@ -30,10 +30,9 @@ from kafkaesque.client import (
     Security,
     SyncConnection,
 )
-from kafkaesque.protocol import (
-    BrokerRow,
+from kafkaesque.protocol import BrokerRow, Metadata
+from kafkaesque.protocol.mqtt import (
     Connack,
-    Metadata,
     MqttSubscription,
     MqttVersion,
     Puback,

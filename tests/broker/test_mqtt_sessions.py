@@ -11,7 +11,7 @@ import msgpack
 import pytest
 from kafkaesque.cli.cluster import LocalCluster
 
-from kafkaesque.broker._mqtt_sessions import (
+from kafkaesque.broker.mqtt._sessions import (
     SessionStore,
     StoredSession,
     decode_session,
@@ -19,7 +19,7 @@ from kafkaesque.broker._mqtt_sessions import (
     session_record,
 )
 from kafkaesque.client import Client, Producer
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     Disconnect,
     MqttProperties,
     MqttSubscription,

@@ -17,7 +17,7 @@ import trustme
 from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from kafkaesque.client import Client
-from kafkaesque.protocol import Connect, MqttVersion, encode_mqtt
+from kafkaesque.protocol.mqtt import Connect, MqttVersion, encode_mqtt
 
 from .mqtt_helpers import RULES, PahoDevice, assert_round_trip, keyed_records
 

@@ -22,7 +22,7 @@ from wsproto.events import (
     TextMessage,
 )
 
-from kafkaesque.broker._mqtt_websocket import WebSocketStream
+from kafkaesque.broker.mqtt._websocket import WebSocketStream
 from kafkaesque.client import Client
 
 from .mqtt_helpers import RULES, PahoDevice, assert_round_trip, wait_for

@@ -19,18 +19,8 @@ from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client, ClientConfig, KafkaesqueError, RetryPolicy
 from kafkaesque.client._retry import NO_RETRY
-from kafkaesque.protocol import (
-    BrokerRow,
-    Connack,
-    ConnackReturnCode,
-    DataReply,
-    ErrorCode,
-    ErrorReply,
-    MqttReasonCode,
-    MqttVersion,
-    OkReply,
-    PartitionRow,
-)
+from kafkaesque.protocol import BrokerRow, DataReply, ErrorCode, ErrorReply, OkReply, PartitionRow
+from kafkaesque.protocol.mqtt import Connack, ConnackReturnCode, MqttReasonCode, MqttVersion
 
 from .line_client import Answer, LineClient
 from .mqtt_helpers import RawMqtt

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from kafkaesque.broker._resends import ResendIndex, resend_key, value_digest
-from kafkaesque.protocol import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
+from kafkaesque.protocol.mqtt import MQTT_CLIENT_HEADER, MQTT_PACKET_ID_HEADER
 from kafkaesque.storage import PartitionLog, Record, build_batch
 
 

@@ -31,8 +31,8 @@ from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.cli.devices import mqtt_listeners, run_devices
 
 from kafkaesque.client import Client, ClusterMetadata, Producer, ProducerConfig
-from kafkaesque.protocol import (
-    BrokerRow,
+from kafkaesque.protocol import BrokerRow
+from kafkaesque.protocol.mqtt import (
     Connack,
     Connect,
     MqttDecoder,

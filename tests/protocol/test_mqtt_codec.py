@@ -16,7 +16,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import HealthCheck, given, settings
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     MQTT_NEED_DATA,
     NO_PROPERTIES,
     Auth,
@@ -50,7 +50,7 @@ from kafkaesque.protocol import (
     is_valid_mqtt_topic_filter,
     v311_connack_code,
 )
-from kafkaesque.protocol._mqtt_codec import _vbi
+from kafkaesque.protocol.mqtt._codec import _vbi
 
 V31, V311, V5 = MqttVersion.V31, MqttVersion.V311, MqttVersion.V5
 MALFORMED = MqttReasonCode.MALFORMED_PACKET

@@ -6,13 +6,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafkaesque.protocol import (
-    MQTT_TOPIC_HEADER,
-    InvalidMappingError,
-    Route,
-    TopicMapping,
-    validate_topic_name,
-)
+from kafkaesque.protocol import validate_topic_name
+from kafkaesque.protocol.mqtt import MQTT_TOPIC_HEADER, InvalidMappingError, Route, TopicMapping
 
 RULES = """
 # the demo's rules

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     NO_PROPERTIES,
     MqttProperties,
     MqttVersion,

@@ -1,9 +1,9 @@
 """MQTT topic names, filters and matching (§4.7, v5 §4.8.2) against a reference and the spec.
 
 The reference matcher below is written straight from the spec's prose, by recursion over levels,
-and shares no code with ``_mqtt_topics``; hypothesis compares it with ``mqtt_topic_matches`` and
-with both tries on generated names and filters that favour the tricky cases (``$``, empty
-levels, ``#`` matching its parent level).
+and shares no code with ``protocol.mqtt._topics``; hypothesis compares it with
+``mqtt_topic_matches`` and with both tries on generated names and filters that favour the tricky
+cases (``$``, empty levels, ``#`` matching its parent level).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given, settings
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     InvalidMqttTopicError,
     MqttSubscriptionTrie,
     MqttTopicTrie,

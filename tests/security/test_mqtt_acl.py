@@ -6,7 +6,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import example, given, settings
 
-from kafkaesque.protocol import mqtt_topic_matches
+from kafkaesque.protocol.mqtt import mqtt_topic_matches
 from kafkaesque.security._mqtt_acl import (
     MqttAcl,
     MqttAclError,

@@ -40,27 +40,30 @@ from typing import TYPE_CHECKING, Final, NamedTuple
 import trio
 
 from kafkaesque._fd_stream import FdStream
-from kafkaesque.protocol import MqttReasonCode, MqttSubscription, Will
-
-from ._appender import Flight
-from ._errors import RequestError
-from ._mqtt_connection import (
+from kafkaesque.protocol.mqtt import (
     Accepted,
     Acked,
     Action,
     Append,
     Close,
+    MqttReasonCode,
     MqttServerConnection,
+    MqttSubscription,
     Refused,
     Released,
     Send,
     Subscribed,
     Unsubscribed,
+    Will,
+    seconds_left,
 )
 
+from .._appender import Flight
+from .._errors import RequestError
+
 if TYPE_CHECKING:
-    from ._mqtt_listener import MqttService
-    from ._mqtt_sessions import Position, StoredSession
+    from ._listener import MqttService
+    from ._sessions import Position, StoredSession
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
 
@@ -155,7 +158,7 @@ class MqttDevice:
         self.will: Will | None = None
         self.publish_will = False
         self.subscriptions: dict[str, MqttSubscription] = {}
-        # A persistent session (see ``_mqtt_sessions``): its epoch, None for a clean one.
+        # A persistent session (see ``_sessions``): its epoch, None for a clean one.
         self.session_epoch: int | None = None
         self.restored: StoredSession | None = None  # the session found at CONNECT
         self.unacked: dict[Position, set[int]] = {}  # offsets delivered, not yet acknowledged
@@ -519,7 +522,7 @@ class MqttDevice:
             self.queued_bytes -= d.size
             expiry_s = None
             if d.expires_ms is not None:
-                expiry_s = seconds_left(d.expires_ms)
+                expiry_s = seconds_left(d.expires_ms, now_ms())
                 if expiry_s is None:  # expired while queued: not sent (MQTT-3.3.2-5)
                     if d.where is not None:
                         self._settled(d.where)
@@ -557,10 +560,3 @@ class MqttDevice:
 def now_ms() -> int:
     """Wall-clock milliseconds: records' timestamps, and so message expiry, are in these."""
     return int(time.time() * 1000)
-
-
-def seconds_left(expires_ms: int) -> int | None:
-    """What remains of a message's expiry interval, in whole seconds rounded up (the Message
-    Expiry Interval it goes out with, MQTT-3.3.2-6); None once it has expired."""
-    left_ms = expires_ms - now_ms()
-    return -(-left_ms // 1000) if left_ms > 0 else None

@@ -26,31 +26,28 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Final
 
 import trio
 
-from kafkaesque.protocol import (
-    MQTT_CLIENT_HEADER,
-    MQTT_EXPIRY_HEADER,
-    MQTT_QOS_HEADER,
-    MQTT_RETAIN_HEADER,
-    ErrorCode,
+from kafkaesque.protocol import ErrorCode
+from kafkaesque.protocol.mqtt import (
     MqttSubscription,
     MqttSubscriptionTrie,
+    Origin,
     TopicMapping,
-    is_forwarded_header,
+    log_topics_for,
+    origin_of,
     parse_shared_subscription,
 )
-from kafkaesque.storage import BatchType, decode_records, iter_batches
+from kafkaesque.storage import data_records, end_offset
 
-from ._errors import RequestError
-from ._metadata import TopicInfo
-from ._mqtt_filters import log_topics_for
+from .._errors import RequestError
+from .._metadata import ClusterMetadata, TopicInfo
+from .._read_path import ReadPath
 
 if TYPE_CHECKING:
-    from ._broker import Broker
-    from ._mqtt_device import MqttDevice
+    from ._device import MqttDevice
 
 log = logging.getLogger("kafkaesque.broker.mqtt.egress")
 
@@ -83,11 +80,15 @@ class Egress:
 
     def __init__(
         self,
-        broker: Broker,
+        broker_id: int,
+        reads: ReadPath,
+        metadata: ClusterMetadata,
         mapping: TopicMapping,
         ensure_topic: Callable[[str], Awaitable[TopicInfo]],
     ) -> None:
-        self._broker = broker
+        self._broker_id = broker_id
+        self._reads = reads
+        self._metadata = metadata
         self._mapping = mapping
         self._ensure_topic = ensure_topic
         # A device's own subscription carries its options (QoS, No Local); a group's, none.
@@ -190,14 +191,14 @@ class Egress:
         where = (share, log_topic, partition)
         server = self._servers.get(where)
         if server is None:
-            me = self._broker.config.id
+            me = self._broker_id
             brokers = [me, *(p for p, s in self._peer_shares.items() if share in s)]
             # Rendezvous hashing: the broker with the highest score for this partition. Not
             # CRC-32: being linear, it would rank the brokers alike for every partition.
             name = f"{share[0]}\0{share[1]}\0{log_topic}\0{partition}"
             server = max(brokers, key=lambda b: (_score(f"{name}\0{b}"), b))
             self._servers[where] = server
-        return server == self._broker.config.id
+        return server == self._broker_id
 
     # -- delivery -------------------------------------------------------------------------------
 
@@ -228,7 +229,7 @@ class Egress:
             else:
                 assert found is not None
                 sub = found
-                if not origin.wanted_by(sub, subscriber):
+                if not origin.wanted_by(sub, subscriber.client_id_bytes):
                     continue
             matched.setdefault(subscriber, []).append(sub)
         for device, subs in matched.items():
@@ -270,7 +271,7 @@ class Egress:
     async def _read_new_partitions(self, log_topic: str, known: int, nursery: trio.Nursery) -> None:
         """Read the partitions added to ``log_topic`` later (``ALTER``) as well, each from its
         start: everything in it was written after this reader began. Runs for ever."""
-        metadata = self._broker.metadata
+        metadata = self._metadata
         while True:
             # The view now first: a change applied since ``known`` was read is not waited for.
             view = metadata.view
@@ -290,7 +291,7 @@ class Egress:
         start: int | None = None,
     ) -> None:
         """Deliver the partition's records from ``start`` (None: its end), for ever."""
-        reads = self._broker.reads
+        reads = self._reads
         offset: int | None = start
         while True:
             try:
@@ -317,7 +318,7 @@ class Egress:
     async def _end_of(self, log_topic: str, partition: int) -> int:
         """The partition's high watermark (where a new subscription starts)."""
         # Offset 0 is never past the end: out of range only below the log start.
-        fetched, start = await self._broker.reads.follow(log_topic, partition, 0, 1, 0)
+        fetched, start = await self._reads.follow(log_topic, partition, 0, 1, 0)
         return max(fetched.high_watermark, start)
 
     def _deliver_batches(
@@ -325,49 +326,19 @@ class Egress:
     ) -> int:
         """Deliver the records of ``data`` at or after ``offset``; the next offset to read."""
         mapping = self._mapping
-        pos = 0
-        next_offset = offset
-        for header in iter_batches(data, verify=False):  # the log verified them on read
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            next_offset = max(next_offset, header.next_offset)
-            if header.batch_type is not BatchType.DATA or header.next_offset <= offset:
+        for record in data_records(data, offset, verify=False):  # the log verified them on read
+            topic = mapping.mqtt_topic_for(log_topic, record.key, record.headers)
+            if topic is None:
                 continue
-            for record in decode_records(batch, header):
-                if record.offset < offset:
-                    continue
-                topic = mapping.mqtt_topic_for(log_topic, record.key, record.headers)
-                if topic is None:
-                    continue
-                where = (log_topic, partition, record.offset)
-                origin = origin_of(record.headers)
-                self.deliver(topic, record.value or b"", origin, where, record.timestamp)
-        return next_offset
+            where = (log_topic, partition, record.offset)
+            origin = origin_of(record.headers)
+            self.deliver(topic, record.value or b"", origin, where, record.timestamp)
+        end = end_offset(data)  # past control batches too
+        return offset if end is None else max(offset, end)
 
 
 def _score(text: str) -> bytes:
     return hashlib.blake2b(text.encode(), digest_size=8).digest()
-
-
-class Origin(NamedTuple):
-    """How a record was published over MQTT, from its headers (``origin_of``)."""
-
-    qos: int
-    publisher: bytes | None
-    retained: bool
-    expiry_s: int | None
-    forwarded: tuple[tuple[str, bytes], ...]  # the headers that carry its other v5 properties
-
-    def expires_ms(self, timestamp_ms: int) -> int | None:
-        """When the message expires (wall-clock ms), for a record stamped ``timestamp_ms``."""
-        return None if self.expiry_s is None else timestamp_ms + 1000 * self.expiry_s
-
-    def wanted_by(self, sub: MqttSubscription, device: MqttDevice) -> bool:
-        """Whether ``device``'s ``sub`` takes the message: not with No Local (v5) when the
-        device published it itself."""
-        return not (
-            sub.no_local and self.publisher is not None and self.publisher == device.client_id_bytes
-        )
 
 
 def deliver_to(
@@ -394,24 +365,3 @@ def deliver_to(
         tuple(s.identifier for s in subs if s.identifier),
         origin.forwarded,
     )
-
-
-def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:
-    """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
-    already), its MQTT publisher's client id (``mqtt.client``), if it has one, whether it was
-    published with RETAIN (``mqtt.retain``), its Message Expiry Interval (``mqtt.expiry``) and
-    the headers of its other v5 properties (``is_forwarded_header``)."""
-    qos, publisher, retained, expiry = 1, None, False, None
-    forwarded: list[tuple[str, bytes]] = []
-    for name, value in headers:
-        if name == MQTT_QOS_HEADER:
-            qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
-        elif name == MQTT_CLIENT_HEADER:
-            publisher = value
-        elif name == MQTT_RETAIN_HEADER:
-            retained = value == b"1"
-        elif name == MQTT_EXPIRY_HEADER and value.isdigit():
-            expiry = int(value)
-        elif is_forwarded_header(name):
-            forwarded.append((name, value))
-    return Origin(qos, publisher, retained, expiry, tuple(forwarded))

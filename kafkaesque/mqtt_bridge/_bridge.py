@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import logging
 import random
+import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -54,28 +55,29 @@ from kafkaesque.client import (
     TopicPartition,
     open_producer,
 )
-from kafkaesque.protocol import (
-    ErrorCode,
+from kafkaesque.protocol import ErrorCode
+from kafkaesque.protocol.mqtt import (
+    MqttClientOptions,
+    MqttConnectionError,
     MqttProperties,
     MqttSubscription,
     MqttVersion,
     Publish,
     TopicMapping,
     delivery_properties,
+    origin_of,
+    seconds_left,
 )
 
-from ._mqtt_bridge_records import (
+from ._client import MqttClient, open_mqtt_client
+from ._converters import Converter, raw_converter
+from ._records import (
     LogRecord,
     Refused,
     default_filters,
     shared_filter,
     to_log_record,
 )
-from ._mqtt_client import MqttClient, open_mqtt_client
-from ._mqtt_client_core import MqttClientOptions, MqttConnectionError
-from ._mqtt_converters import Converter, raw_converter
-from ._mqtt_device import seconds_left
-from ._mqtt_egress import origin_of
 
 log = logging.getLogger("kafkaesque.mqtt_bridge")
 
@@ -490,7 +492,7 @@ def _publish_properties(
     expires_ms = origin.expires_ms(timestamp_ms)
     remaining = None
     if expires_ms is not None:
-        remaining = seconds_left(expires_ms)
+        remaining = seconds_left(expires_ms, int(time.time() * 1000))
         if remaining is None:
             return None
     return delivery_properties(origin.forwarded, remaining)

@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Final
 
-from kafkaesque.protocol import (
+from kafkaesque.protocol.mqtt import (
     MQTT_QOS_HEADER,
     MQTT_TOPIC_HEADER,
     Publish,
@@ -21,7 +21,7 @@ from kafkaesque.protocol import (
     message_headers,
 )
 
-from ._mqtt_converters import ConversionError, Converter
+from ._converters import ConversionError, Converter
 
 ERROR_HEADER: Final = "error"
 TARGET_TOPIC_HEADER: Final = "target.topic"

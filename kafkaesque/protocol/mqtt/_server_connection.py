@@ -7,7 +7,7 @@ answers, PINGREQ, DISCONNECT and its Will suppression, packet identifiers of del
 a protocol violation ends the connection (MQTT 3.1.1 closes the network connection, MQTT 5.0
 first sends a DISCONNECT or CONNACK with the reason code where the spec asks for one).
 
-The trio driver (``_mqtt_listener``) feeds it what the socket delivered (``receive``), asks it
+The trio driver (``broker.mqtt``) feeds it what the socket delivered (``receive``), asks it
 when the connection must be closed for silence (``deadline``, the 1.5x keep-alive rule of
 MQTT-3.1.2-24 / v5 §3.1.2.10), tells it about deliveries (``deliver``) and about the end
 (``connection_lost``), and performs the actions it returns, in order:
@@ -50,14 +50,16 @@ import secrets
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from kafkaesque.protocol import (
+from ._codec import MqttDecoder, encode_mqtt, encode_mqtt_puback
+from ._headers import delivery_properties, message_headers
+from ._packets import (
+    CONNACK_REASON_CODES,
+    DISCONNECT_REASON_CODES,
     NO_PROPERTIES,
     Connack,
     ConnackReturnCode,
     Connect,
     Disconnect,
-    InvalidMqttTopicError,
-    MqttDecoder,
     MqttPacket,
     MqttProperties,
     MqttProtocolError,
@@ -77,14 +79,8 @@ from kafkaesque.protocol import (
     Unsuback,
     Unsubscribe,
     Will,
-    delivery_properties,
-    encode_mqtt,
-    encode_mqtt_puback,
-    is_valid_mqtt_topic_filter,
-    message_headers,
-    parse_shared_subscription,
 )
-from kafkaesque.protocol._mqtt_packets import CONNACK_REASON_CODES, DISCONNECT_REASON_CODES
+from ._topics import InvalidMqttTopicError, is_valid_mqtt_topic_filter, parse_shared_subscription
 
 CONNECT_TIMEOUT_S: Final = 10.0
 """A socket must send its CONNECT within this long (MQTT-3.1.4: "a reasonable amount of time")."""

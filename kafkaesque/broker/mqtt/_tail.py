@@ -11,17 +11,15 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
-from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+from kafkaesque.storage import Record, data_records, end_offset
 
-from ._errors import RequestError
-from ._metadata import TopicInfo
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .._errors import RequestError
+from .._metadata import TopicInfo
+from .._read_path import ReadPath
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
 
@@ -36,12 +34,12 @@ class TopicTail:
 
     def __init__(
         self,
-        broker: Broker,
+        reads: ReadPath,
         topic: str,
         ensure_topic: Callable[[str], Awaitable[TopicInfo]],
         apply: Callable[[Record], None],
     ) -> None:
-        self._broker = broker
+        self._reads = reads
         self._topic = topic
         self._ensure_topic = ensure_topic
         self._apply = apply
@@ -58,7 +56,7 @@ class TopicTail:
             except RequestError as exc:
                 log.info("mqtt: %s is not available yet: %s", self._topic, exc)
                 await trio.sleep(_RETRY_S)
-        reads = self._broker.reads
+        reads = self._reads
         while True:
             try:
                 wait_s = _LONG_POLL_S if self.loaded.is_set() else 0.0
@@ -76,15 +74,12 @@ class TopicTail:
             self._moved = trio.Event()
 
     def _apply_batches(self, data: bytes | memoryview) -> None:
-        pos = 0
-        for header in iter_batches(data, verify=False):  # the log verified them on read
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            if header.batch_type is BatchType.DATA and header.next_offset > self.offset:
-                for record in decode_records(batch, header):
-                    if record.offset >= self.offset:
-                        self._apply(record)
-            self.offset = max(self.offset, header.next_offset)
+        # The log verified them on read; the next offset is past control batches too.
+        for record in data_records(data, self.offset, verify=False):
+            self._apply(record)
+        end = end_offset(data)
+        if end is not None:
+            self.offset = max(self.offset, end)
 
     async def reach(self, offset: int) -> None:
         """Wait until every record before ``offset`` is applied."""
@@ -99,7 +94,7 @@ class TopicTail:
         """Wait until everything committed now is applied; False if that took too long."""
         with trio.move_on_after(_CATCH_UP_S):
             await self.loaded.wait()
-            reads = self._broker.reads
+            reads = self._reads
             try:
                 fetched = await reads.fetch(self._topic, 0, self.offset, 1, 0)
             except RequestError:

@@ -27,7 +27,7 @@ fed before that is held until it is decoded, so feed one read at a time and drai
 
 What is deliberately left to the session layer above: topic aliases, receive-maximum and
 packet-identifier bookkeeping, keep-alive, authorisation, and the validity of subscription
-*filters* (answered per filter in SUBACK, see ``_mqtt_topics.validate_mqtt_topic_filter``).
+*filters* (answered per filter in SUBACK, see ``_topics.validate_mqtt_topic_filter``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ import struct
 from collections.abc import Callable
 from typing import Any, Final
 
-from ._mqtt_packets import (
+from ._packets import (
     AUTH_REASON_CODES,
     CONNACK_REASON_CODES,
     DISCONNECT_REASON_CODES,
@@ -78,7 +78,7 @@ from ._mqtt_packets import (
     Unsubscribe,
     Will,
 )
-from ._mqtt_topics import InvalidMqttTopicError, validate_mqtt_topic_filter
+from ._topics import InvalidMqttTopicError, validate_mqtt_topic_filter
 
 MQTT_DEFAULT_MAX_PACKET_SIZE: Final = 1024 * 1024
 MAX_REMAINING_LENGTH: Final = 268_435_455  # FF FF FF 7F, the largest 4-byte VBI

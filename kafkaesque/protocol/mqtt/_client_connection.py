@@ -2,7 +2,7 @@
 
 The core holds what the protocol asks a *client* to remember on one connection, and nothing
 else: no socket, no clock (``now`` is passed in, in seconds), no task. The driver
-(``_mqtt_client``) feeds what it reads with ``receive_data`` and sends the bytes the methods
+(``mqtt_bridge._client``) feeds what it reads with ``receive_data`` and sends the bytes the methods
 return::
 
     core = MqttClientCore(options, now=clock())
@@ -19,7 +19,7 @@ Contracts:
   stays unacknowledged on the server, which redelivers it on the next connection of a persistent
   session; that is how the bridge loses nothing.
 * Outbound PUBLISH QoS 1 and SUBSCRIBE take packet identifiers from one pool (1..65535, never two
-  in use at once, MQTT-2.3.1-2); ``PublishAcked``/``Subscribed`` free them.
+  in use at once, MQTT-2.3.1-2); ``PublishAcked``/``SubscribeAcked`` free them.
 * Keep-alive: ``tick(now)`` returns a PINGREQ once ``keep_alive_s`` passed since the last packet
   sent, and raises ``MqttConnectionError`` when a PINGRESP (or any packet) did not come within
   another ``keep_alive_s`` (the server would have dropped us by then anyway, MQTT-3.1.2-24).
@@ -36,12 +36,12 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from kafkaesque.protocol import (
+from ._codec import MqttDecoder, encode_mqtt
+from ._packets import (
     NO_PROPERTIES,
     Connack,
     Connect,
     Disconnect,
-    MqttDecoder,
     MqttProperties,
     MqttProtocolError,
     MqttSubscription,
@@ -52,7 +52,6 @@ from kafkaesque.protocol import (
     Publish,
     Suback,
     Subscribe,
-    encode_mqtt,
 )
 
 MAX_PACKET_ID: Final = 65535
@@ -119,7 +118,7 @@ class MessageReceived:
 
 
 @dataclass(frozen=True, slots=True)
-class Subscribed:
+class SubscribeAcked:
     """SUBACK for ``packet_id``: one reason code per filter (>= 0x80: refused)."""
 
     packet_id: int
@@ -134,7 +133,7 @@ class PublishAcked:
     reason_code: int
 
 
-MqttClientEvent = Connected | MessageReceived | Subscribed | PublishAcked
+MqttClientEvent = Connected | MessageReceived | SubscribeAcked | PublishAcked
 
 
 class _State(enum.Enum):
@@ -213,7 +212,7 @@ class MqttClientCore:
 
     def subscribe(self, subscriptions: Iterable[MqttSubscription]) -> tuple[int, bytes]:
         """A SUBSCRIBE for ``subscriptions``: (its packet id, its bytes). Answered by
-        ``Subscribed``."""
+        ``SubscribeAcked``."""
         self._require_connected()
         packet_id = self._take_packet_id("subscribe")
         packet = Subscribe(packet_id, tuple(subscriptions))
@@ -344,7 +343,7 @@ class MqttClientCore:
             if self._outbound.get(packet.packet_id) != "subscribe":
                 raise self._violation(f"SUBACK for unknown packet id {packet.packet_id}")
             del self._outbound[packet.packet_id]
-            return Subscribed(packet.packet_id, packet.reason_codes)
+            return SubscribeAcked(packet.packet_id, packet.reason_codes)
         if isinstance(packet, Pingresp):
             return None
         if isinstance(packet, Disconnect):

@@ -31,8 +31,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ._line_commands import topic_name_error
-from ._mqtt_topics import (
+from kafkaesque.protocol import topic_name_error
+
+from ._topics import (
     InvalidMqttTopicError,
     is_valid_mqtt_topic_name,
     mqtt_topic_matches,

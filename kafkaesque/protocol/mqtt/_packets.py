@@ -1,6 +1,6 @@
 """MQTT 3.1.1 and 5.0 control packets as values: frozen dataclasses, reason codes, properties.
 
-This module only describes packets; ``_mqtt_codec`` turns them into bytes and back. One set of
+This module only describes packets; ``_codec`` turns them into bytes and back. One set of
 classes serves both protocol versions: a field that a version cannot carry keeps its default
 (``NO_PROPERTIES``, reason code 0, no subscribe options) and the encoder refuses to drop a value
 it cannot express (``MqttLocalProtocolError``) instead of losing it silently.
@@ -391,7 +391,7 @@ class Subscribe:
     """SUBSCRIBE (client to server): at least one subscription (MQTT-3.8.3-3).
 
     Filters are *not* validated by the decoder: the server answers an invalid one per filter
-    (SUBACK 0x80 in 3.1.1, 0x8F in v5) with ``_mqtt_topics.validate_mqtt_topic_filter``.
+    (SUBACK 0x80 in 3.1.1, 0x8F in v5) with ``_topics.validate_mqtt_topic_filter``.
     """
 
     packet_id: int

@@ -24,17 +24,19 @@ from contextlib import asynccontextmanager
 
 import trio
 
-from kafkaesque.protocol import NO_PROPERTIES, MqttProperties, MqttSubscription, Publish
-
-from ._mqtt_client_core import (
+from kafkaesque.protocol.mqtt import (
+    NO_PROPERTIES,
     Connected,
     MessageReceived,
     MqttClientCore,
     MqttClientEvent,
     MqttClientOptions,
     MqttConnectionError,
+    MqttProperties,
+    MqttSubscription,
+    Publish,
     PublishAcked,
-    Subscribed,
+    SubscribeAcked,
 )
 
 _READ_SIZE = 65536
@@ -159,7 +161,7 @@ class MqttClient:
     async def _dispatch(self, event: MqttClientEvent) -> None:
         if isinstance(event, MessageReceived):
             await self._inbox_send.send(event.publish)
-        elif isinstance(event, PublishAcked | Subscribed):
+        elif isinstance(event, PublishAcked | SubscribeAcked):
             waiter = self._waiters.pop(event.packet_id, None)
             if waiter is not None:
                 if isinstance(event, PublishAcked):

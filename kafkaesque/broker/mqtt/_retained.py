@@ -20,21 +20,21 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Final, NamedTuple
 
-from kafkaesque.protocol import (
-    INTERNAL_TOPIC_PREFIX,
+from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX
+from kafkaesque.protocol.mqtt import (
     MqttSubscription,
     MqttTopicTrie,
+    origin_of,
     parse_shared_subscription,
 )
 from kafkaesque.storage import Record
 
-from ._metadata import TopicInfo
-from ._mqtt_egress import origin_of
-from ._mqtt_tail import TopicTail
+from .._metadata import TopicInfo
+from .._read_path import ReadPath
+from ._tail import TopicTail
 
 if TYPE_CHECKING:
-    from ._broker import Broker
-    from ._mqtt_device import MqttDevice
+    from ._device import MqttDevice
 
 log = logging.getLogger("kafkaesque.broker.mqtt.retained")
 
@@ -51,9 +51,11 @@ class _Retained(NamedTuple):
 class RetainedStore:
     """This broker's copy of the retained messages, by MQTT topic."""
 
-    def __init__(self, broker: Broker, ensure_topic: Callable[[str], Awaitable[TopicInfo]]) -> None:
+    def __init__(
+        self, reads: ReadPath, ensure_topic: Callable[[str], Awaitable[TopicInfo]]
+    ) -> None:
         self.messages: MqttTopicTrie[_Retained] = MqttTopicTrie()
-        self.tail = TopicTail(broker, RETAINED_TOPIC, ensure_topic, self._apply)
+        self.tail = TopicTail(reads, RETAINED_TOPIC, ensure_topic, self._apply)
 
     async def run(self) -> None:
         """Read the retained topic from its start and follow it, until cancelled."""

@@ -33,28 +33,31 @@ import sys
 import time
 from collections.abc import Iterable, Mapping
 from dataclasses import replace
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
 from kafkaesque._fd_stream import FdListener, peer_host
-from kafkaesque.protocol import (
+from kafkaesque.protocol import Acks, ErrorCode, Shares, partition_for_key
+from kafkaesque.protocol.mqtt import (
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
     MQTT_TOPIC_HEADER,
-    Acks,
-    ErrorCode,
+    Accepted,
+    Action,
+    Close,
     InvalidMappingError,
+    MqttServerConnection,
     MqttSubscription,
     Route,
-    Shares,
     TopicMapping,
     Will,
+    log_topics_for,
     message_headers,
     mqtt_topic_matches,
-    partition_for_key,
+    origin_of,
 )
 from kafkaesque.security import (
     FailureLimiter,
@@ -66,21 +69,21 @@ from kafkaesque.security import (
     derive_credential,
     verify_password,
 )
-from kafkaesque.storage import BatchType, Record, decode_records, iter_batches
+from kafkaesque.storage import Record, data_records, end_offset
 
-from ._appender import Flight, PartitionAppender
-from ._bridge import run_in_thread
-from ._config import BrokerConfig, ConfigError
-from ._errors import RequestError
-from ._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
-from ._mqtt_connection import Accepted, Action, Close, MqttServerConnection
-from ._mqtt_deadlines import SCAN_S as DEADLINE_SCAN_S
-from ._mqtt_deadlines import Deadlines
-from ._mqtt_device import SLOW_GRACE_S, MqttDevice, now_ms
-from ._mqtt_egress import Egress, Share, deliver_to, origin_of
-from ._mqtt_filters import log_topics_for
-from ._mqtt_retained import RETAINED_TOPIC, RetainedStore
-from ._mqtt_sessions import (
+from .._appender import Flight, PartitionAppender
+from .._bridge import run_in_thread
+from .._config import BrokerConfig, ConfigError
+from .._errors import RequestError
+from .._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
+from .._partition_ids import group_name
+from .._resends import resend_key, value_digest
+from ._deadlines import SCAN_S as DEADLINE_SCAN_S
+from ._deadlines import Deadlines
+from ._device import SLOW_GRACE_S, MqttDevice, now_ms
+from ._egress import Egress, Share, deliver_to
+from ._retained import RETAINED_TOPIC, RetainedStore
+from ._sessions import (
     HANDOVER_S,
     SAVE_EVERY_S,
     SESSIONS_TOPIC,
@@ -89,12 +92,8 @@ from ._mqtt_sessions import (
     StoredSession,
     session_record,
 )
-from ._mqtt_websocket import WebSocketListener
-from ._partition_ids import group_name
-from ._resends import resend_key, value_digest
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from ._websocket import WebSocketListener
+from ._wiring import MqttWiring
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
 
@@ -181,10 +180,11 @@ def load_tls(config: BrokerConfig) -> ssl.SSLContext | None:
 class MqttService:
     """The MQTT side of one broker (see the module docstring). Trio thread only."""
 
-    def __init__(self, broker: Broker) -> None:
-        config = broker.config
+    def __init__(self, wiring: MqttWiring) -> None:
+        config = wiring.config
         assert config.mqtt_enabled
-        self._broker = broker
+        self._wiring = wiring
+        self._config = config
         self.mapping = load_mapping(config.mqtt_rules)
         self.users = load_users(config.mqtt_users)
         self.acl = load_acl(config.mqtt_acl_file)
@@ -195,9 +195,11 @@ class MqttService:
         self.port: int | None = None
         self.tls_port: int | None = None
         self.ws_port: int | None = None
-        self.egress = Egress(broker, self.mapping, self.ensure_topic)
-        self.retained = RetainedStore(broker, self.ensure_topic)
-        self.sessions = SessionStore(broker, self.ensure_topic, self._session_changed)
+        self.egress = Egress(
+            config.id, wiring.reads, wiring.metadata, self.mapping, self.ensure_topic
+        )
+        self.retained = RetainedStore(wiring.reads, self.ensure_topic)
+        self.sessions = SessionStore(wiring.reads, self.ensure_topic, self._session_changed)
         self._devices: dict[str, MqttDevice] = {}  # connected sessions, by client id
         # The last state of sessions whose connection here ended, until the table has it (or a
         # newer epoch): what a takeover through another broker is handed (``_hand_over``).
@@ -223,7 +225,7 @@ class MqttService:
             ),
             0,
         )
-        broker.metrics.register_mqtt(self._stats)
+        wiring.register_stats(self._stats)
 
     def _stats(self) -> Mapping[str, int]:
         return {
@@ -238,7 +240,7 @@ class MqttService:
         self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
     ) -> None:
         """Listen until cancelled; ``started`` with the bound TCP port (None: TLS only)."""
-        config = self._broker.config
+        config = self._config
         listeners: list[trio.abc.Listener[trio.abc.Stream]] = []
         where = []
         if config.mqtt is not None:
@@ -298,7 +300,7 @@ class MqttService:
             shares = self.egress.local_shares()
             now = trio.current_time()
             if shares != told or now - told_at >= _SHARES_EVERY_S:
-                self._broker.tell_peers(Shares(tuple(sorted(shares))))
+                self._wiring.tell_peers(Shares(tuple(sorted(shares))))
                 told, told_at = shares, now
 
     async def _serve(self, stream: trio.abc.Stream) -> None:
@@ -313,10 +315,10 @@ class MqttService:
         device.address = peer_host(stream)
         self._deadlines.add(device)
         try:
-            with self._broker.draining.connection(device.shut_down):
+            with self._wiring.draining.connection(device.shut_down):
                 await device.serve()
         except Exception:  # a bug in one connection must not take the listener down
-            log.exception("broker %d: an MQTT connection failed", self._broker.config.id)
+            log.exception("broker %d: an MQTT connection failed", self._config.id)
 
     # -- security -------------------------------------------------------------------------------
 
@@ -353,7 +355,7 @@ class MqttService:
             action,
             topic,
         )
-        self._broker.metrics.mqtt_authorization_failed(action)
+        self._wiring.authorization_failed(action)
 
     # -- sessions -------------------------------------------------------------------------------
 
@@ -365,7 +367,7 @@ class MqttService:
         the CONNACK that the caller then queues behind the close is never sent."""
         accepted = device.accepted
         assert accepted is not None
-        if not self._broker.ready:
+        if not self._wiring.ready():
             # It could not find the device's session, nor place its records, from metadata it
             # has not loaded yet (see ``Broker.ready``): the device is told to come back.
             device.perform_nowait(device.conn.unavailable())
@@ -376,7 +378,7 @@ class MqttService:
         old = self._devices.get(client_id)
         if old is not None and old is not device:
             # Its last state, recorded as ended, is in the table before this connection reads
-            # it (nothing to hand over between brokers, see ``_mqtt_sessions``).
+            # it (nothing to hand over between brokers, see ``_sessions``).
             self.closing(old)
             await self.save_session(old)
             old.owner_lost = True
@@ -402,7 +404,7 @@ class MqttService:
         )
         if present and stored is not None and stored.ended_ms is None:
             # Its last connection is not known to have ended: its broker may hold a newer state
-            # of it than the table's (see ``_mqtt_sessions``, handing a session over).
+            # of it than the table's (see ``_sessions``, handing a session over).
             handed = await self._take_over(client_id, stored, epoch, device.conn.session_expiry_s)
             if handed is None:  # another connection took the session meanwhile
                 device.owner_lost = True
@@ -419,7 +421,7 @@ class MqttService:
             device.known_epoch = epoch
             # The stored session ends with this connection (before the CONNACK, so that a
             # reconnect anywhere sees it gone).
-            ended = StoredSession(self._broker.config.id, epoch, deleted=True)
+            ended = StoredSession(self._config.id, epoch, deleted=True)
             flight = await self._append_session(client_id, ended)
             await flight.done.wait()
         return present
@@ -430,7 +432,7 @@ class MqttService:
         """Take over the session ``stored`` at ``epoch``, owned by a connection that is not known
         to have ended: its state once its previous owner handed it over (or ``HANDOVER_S``
         later, the newest the table has), or None if another connection took it meanwhile."""
-        me = self._broker.config.id
+        me = self._config.id
         takeover = replace(
             stored,
             owner=me,
@@ -449,7 +451,7 @@ class MqttService:
             return stored  # resumed from what the table has: at least once
         tail = self.sessions.tail
         # A previous owner that is not reachable cannot answer: the table's state it is.
-        answers = stored.owner == me or stored.owner in self._broker.transport.connected_peers()
+        answers = stored.owner == me or stored.owner in self._wiring.connected_peers()
         with trio.move_on_after(HANDOVER_S):
             await tail.reach(flight.base + index + 1)
             while (
@@ -485,7 +487,7 @@ class MqttService:
     def _session_changed(self, client_id: str, session: StoredSession) -> None:
         """A session record was applied: a newer epoch elsewhere closes our connection; a
         takeover that awaits this broker gets the session's last state (``_hand_over``)."""
-        me = self._broker.config.id
+        me = self._config.id
         final = self._final.get(client_id)
         if final is not None and (
             session.epoch > final.epoch
@@ -533,7 +535,7 @@ class MqttService:
             expiry_s=takeover.expiry_s,
             ended_ms=None,
             awaiting_owner=None,
-            handed_by=self._broker.config.id,
+            handed_by=self._config.id,
         )
         try:
             record = session_record(client_id, handover, int(time.time() * 1000))
@@ -545,7 +547,7 @@ class MqttService:
         """Start writing a persistent session's state; its flight (None: nothing to write)."""
         if device.session_epoch is None or device.owner_lost or device.client_id is None:
             return None
-        if SESSIONS_TOPIC not in self._broker.metadata.view.topics:
+        if SESSIONS_TOPIC not in self._wiring.metadata.view.topics:
             return None  # not possible once a persistent session was accepted (it wrote one)
         record = session_record(
             device.client_id, self._session_state(device), int(time.time() * 1000)
@@ -559,9 +561,7 @@ class MqttService:
         delivering to it. A v5 DISCONNECT that set the session expiry to 0 ends the session."""
         if device.frozen is None and device.session_epoch is not None:
             if device.conn.session_expiry_s == 0:
-                device.frozen = StoredSession(
-                    self._broker.config.id, device.session_epoch, deleted=True
-                )
+                device.frozen = StoredSession(self._config.id, device.session_epoch, deleted=True)
             else:
                 device.frozen = replace(self._session_state(device), ended_ms=now_ms())
         self.egress.drop(device)
@@ -583,7 +583,7 @@ class MqttService:
             base.subscriptions if base is not None else tuple(device.subscriptions.values())
         )
         return StoredSession(
-            self._broker.config.id,
+            self._config.id,
             device.session_epoch,
             subscriptions,
             self._positions(device),
@@ -639,7 +639,7 @@ class MqttService:
     async def _expiry_loop(self) -> None:
         """Mark deleted the sessions this broker owns that expired (v5 Session Expiry). At the
         session's own epoch: a reconnect elsewhere meanwhile writes a newer one, which wins."""
-        me = self._broker.config.id
+        me = self._config.id
         while True:
             await trio.sleep(EXPIRY_SWEEP_S)
             now = now_ms()
@@ -667,7 +667,7 @@ class MqttService:
         """Deliver again what a resumed session may lack: the records from its stored
         positions up to where the live readers were when it subscribed, that match its QoS 1/2
         subscriptions (they were kept in the log)."""
-        reads = self._broker.reads
+        reads = self._wiring.reads
         for where, start in sorted(device.catching_up.items()):
             end = self.egress.positions.get(where)
             offset = start
@@ -694,36 +694,30 @@ class MqttService:
             for s in device.subscriptions.values()
             if s.qos > 0 and not s.topic_filter.startswith("$share/")
         ]
-        pos = 0
-        next_offset = offset
-        for header in iter_batches(data, verify=False):
-            batch = data[pos : pos + header.size]
-            pos += header.size
-            next_offset = max(next_offset, min(header.next_offset, end))
-            if header.batch_type is not BatchType.DATA:
+        for record in data_records(data, offset, verify=False):
+            if record.offset >= end:
+                break  # in offset order: the live readers deliver the rest
+            topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
+            if topic is None:
                 continue
-            for record in decode_records(batch, header):
-                if not offset <= record.offset < end:
-                    continue
-                topic = self.mapping.mqtt_topic_for(where[0], record.key, record.headers)
-                if topic is None:
-                    continue
-                origin = origin_of(record.headers)
-                matching = [
-                    s
-                    for s in subscriptions
-                    if mqtt_topic_matches(s.topic_filter, topic) and origin.wanted_by(s, device)
-                ]
-                if not matching:
-                    continue
-                while not device.has_room():
-                    if device.conn.closed:
-                        return record.offset
-                    await trio.sleep(0.01)
-                place = (*where, record.offset)
-                payload = record.value or b""
-                deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
-        return next_offset
+            origin = origin_of(record.headers)
+            matching = [
+                s
+                for s in subscriptions
+                if mqtt_topic_matches(s.topic_filter, topic)
+                and origin.wanted_by(s, device.client_id_bytes)
+            ]
+            if not matching:
+                continue
+            while not device.has_room():
+                if device.conn.closed:
+                    return record.offset
+                await trio.sleep(0.01)
+            place = (*where, record.offset)
+            payload = record.value or b""
+            deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
+        last = end_offset(data)  # past control batches too, but not past ``end``
+        return offset if last is None else max(offset, min(last, end))
 
     async def device_gone(self, device: MqttDevice) -> None:
         """The connection ended: forget it, and publish its Will if the end was abnormal."""
@@ -877,7 +871,7 @@ class MqttService:
         route, partition = placed
         # A first copy sent through this broker gets its outcome first (it may be in a batch).
         await self._appender(route.log_topic, partition).settled()
-        writes = self._broker.writes
+        writes = self._wiring.writes
         try:
             offset = await writes.find_resend(
                 group_name(route.log_topic, partition),
@@ -903,7 +897,7 @@ class MqttService:
         it needs does not exist yet. Without a key in the route, the partition follows the
         client id: each device's messages stay in one partition, in order."""
         route = self.route(topic)
-        topics = self._broker.metadata.view.topics
+        topics = self._wiring.metadata.view.topics
         info = topics.get(route.log_topic)
         if info is None or (retain and RETAINED_TOPIC not in topics):
             return None
@@ -918,7 +912,7 @@ class MqttService:
     def _appender(self, topic: str, partition: int) -> PartitionAppender:
         """The partition's appender, shared with the line protocol's quorum-acked publishes:
         one open batch per partition on this broker, whoever the records come from."""
-        return self._broker.appender(topic, partition, Acks.QUORUM)
+        return self._wiring.appender(topic, partition, Acks.QUORUM)
 
     async def ensure_route(self, topic: str) -> TopicInfo:
         """The log topic of MQTT topic ``topic`` (and the retained topic), created if missing;
@@ -931,10 +925,10 @@ class MqttService:
         partition, a mapped log topic with ``--mqtt-partitions``. The replication factor is
         ``--mqtt-replication-factor`` capped at the cluster's size; a broker that starts first
         waits a little for the others to register before creating a topic with fewer."""
-        broker = self._broker
+        wiring = self._wiring
         compact = name in (RETAINED_TOPIC, SESSIONS_TOPIC)
         while True:
-            info = broker.metadata.view.topics.get(name)
+            info = wiring.metadata.view.topics.get(name)
             if info is not None:
                 return info
             creating = self._creating.get(name)
@@ -943,12 +937,12 @@ class MqttService:
             await creating.wait()
         self._creating[name] = done = trio.Event()
         try:
-            config = broker.config
+            config = self._config
             wanted = min(config.mqtt_replication_factor, len(config.peers))
             with trio.move_on_after(_BROKERS_WAIT_S):
-                while len(broker.metadata.view.brokers) < wanted:
+                while len(wiring.metadata.view.brokers) < wanted:
                     await trio.sleep(0.1)
-            brokers = max(1, len(broker.metadata.view.brokers))
+            brokers = max(1, len(wiring.metadata.view.brokers))
             topic_config = TopicConfig(
                 partitions=1 if compact else config.mqtt_partitions,
                 replication_factor=min(config.mqtt_replication_factor, brokers),
@@ -957,13 +951,13 @@ class MqttService:
                 compact=compact,
             )
             try:
-                info = await broker.metadata.create_topic(name, topic_config)
+                info = await wiring.metadata.create_topic(name, topic_config)
             except TopicExistsError:  # another broker created it with its own view
-                info = broker.metadata.view.topics[name]
+                info = wiring.metadata.view.topics[name]
             except MetadataError as exc:
                 raise RequestError(ErrorCode.NO_QUORUM, f"creating {name}: {exc}") from exc
             log.info("broker %d: created log topic %s for MQTT", config.id, name)
-            await broker.wait_for_leaders(info)
+            await wiring.wait_for_leaders(info)
             return info
         finally:
             del self._creating[name]

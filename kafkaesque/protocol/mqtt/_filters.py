@@ -9,7 +9,8 @@ never miss one (that would lose deliveries).
 
 from __future__ import annotations
 
-from kafkaesque.protocol import TopicMapping, parse_shared_subscription
+from ._mapping import TopicMapping
+from ._topics import parse_shared_subscription
 
 
 def filters_overlap(a: str, b: str) -> bool:

@@ -18,15 +18,20 @@ controller's command then reaches a v5 device with a Response Topic and Correlat
 is MQTT 5's request/response. A header MQTT cannot carry (not UTF-8, U+0000, longer than 65,535
 bytes, a Response Topic with wildcards) is left out of the PUBLISH instead of failing delivery.
 A 3.1.1 device receives none of them.
+
+``origin_of`` reads, in one pass over a record's headers, how it was published over MQTT
+(``Origin``: its QoS, publisher, RETAIN, expiry and the headers above), for every reader that
+delivers records to MQTT clients (the broker's egress, retained messages, the bridge).
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Final
+from typing import Final, NamedTuple
 
-from ._mqtt_packets import MqttProperties
-from ._mqtt_topics import is_valid_mqtt_topic_name
+from ._mapping import MQTT_CLIENT_HEADER, MQTT_QOS_HEADER, MQTT_RETAIN_HEADER
+from ._packets import MqttProperties, MqttSubscription
+from ._topics import is_valid_mqtt_topic_name
 
 MQTT_EXPIRY_HEADER: Final = "mqtt.expiry"
 MQTT_FORMAT_HEADER: Final = "mqtt.format"
@@ -125,3 +130,51 @@ def _mqtt_string(value: bytes) -> str | None:
     except UnicodeDecodeError:
         return None
     return None if "\x00" in text else text
+
+
+class Origin(NamedTuple):
+    """How a record was published over MQTT, from its headers (``origin_of``)."""
+
+    qos: int
+    publisher: bytes | None
+    retained: bool
+    expiry_s: int | None
+    forwarded: tuple[tuple[str, bytes], ...]  # the headers that carry its other v5 properties
+
+    def expires_ms(self, timestamp_ms: int) -> int | None:
+        """When the message expires (wall-clock ms), for a record stamped ``timestamp_ms``."""
+        return None if self.expiry_s is None else timestamp_ms + 1000 * self.expiry_s
+
+    def wanted_by(self, sub: MqttSubscription, client_id: bytes | None) -> bool:
+        """Whether the subscription ``sub`` of the client ``client_id`` takes the message: not
+        with No Local (v5) when that client published it itself."""
+        return not (sub.no_local and self.publisher is not None and self.publisher == client_id)
+
+
+def origin_of(headers: tuple[tuple[str, bytes], ...]) -> Origin:
+    """A record's QoS (its ``mqtt.qos``; 1 without: a record from another client is in the log
+    already), its MQTT publisher's client id (``mqtt.client``), if it has one, whether it was
+    published with RETAIN (``mqtt.retain``), its Message Expiry Interval (``mqtt.expiry``) and
+    the headers of its other v5 properties (``is_forwarded_header``)."""
+    qos, publisher, retained, expiry = 1, None, False, None
+    forwarded: list[tuple[str, bytes]] = []
+    for name, value in headers:
+        if name == MQTT_QOS_HEADER:
+            qos = {b"0": 0, b"1": 1, b"2": 2}.get(value, 1)
+        elif name == MQTT_CLIENT_HEADER:
+            publisher = value
+        elif name == MQTT_RETAIN_HEADER:
+            retained = value == b"1"
+        elif name == MQTT_EXPIRY_HEADER and value.isdigit():
+            expiry = int(value)
+        elif is_forwarded_header(name):
+            forwarded.append((name, value))
+    return Origin(qos, publisher, retained, expiry, tuple(forwarded))
+
+
+def seconds_left(expires_ms: int, now_ms: int) -> int | None:
+    """What remains at ``now_ms`` (wall-clock ms) of a message's expiry interval, in whole
+    seconds rounded up (the Message Expiry Interval it goes out with, MQTT-3.3.2-6); None once
+    it has expired."""
+    left_ms = expires_ms - now_ms
+    return -(-left_ms // 1000) if left_ms > 0 else None

@@ -47,18 +47,17 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import msgpack
 
-from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX, MqttSubscription
+from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX
+from kafkaesque.protocol.mqtt import MqttSubscription
 from kafkaesque.storage import Record
 
-from ._metadata import TopicInfo
-from ._mqtt_tail import TopicTail
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from .._metadata import TopicInfo
+from .._read_path import ReadPath
+from ._tail import TopicTail
 
 SESSIONS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_sessions"
 SAVE_EVERY_S: Final = 1.0
@@ -158,13 +157,13 @@ class SessionStore:
 
     def __init__(
         self,
-        broker: Broker,
+        reads: ReadPath,
         ensure_topic: Callable[[str], Awaitable[TopicInfo]],
         on_change: Callable[[str, StoredSession], None],
     ) -> None:
         self.sessions: dict[str, StoredSession] = {}
         self._on_change = on_change
-        self.tail = TopicTail(broker, SESSIONS_TOPIC, ensure_topic, self._apply)
+        self.tail = TopicTail(reads, SESSIONS_TOPIC, ensure_topic, self._apply)
 
     async def run(self) -> None:
         await self.tail.run()
