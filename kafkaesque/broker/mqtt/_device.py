@@ -35,7 +35,8 @@ from __future__ import annotations
 import logging
 import time
 from collections import deque
-from typing import TYPE_CHECKING, Final, NamedTuple
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 import trio
 
@@ -60,9 +61,9 @@ from kafkaesque.protocol.mqtt import (
 
 from .._appender import Flight
 from .._errors import RequestError
+from .._metadata import TopicInfo
 
 if TYPE_CHECKING:
-    from ._listener import MqttService
     from ._sessions import Position, StoredSession
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
@@ -95,6 +96,50 @@ class _Delivery(NamedTuple):
     expires_ms: int | None
     identifiers: tuple[int, ...]
     forwarded: tuple[tuple[str, bytes], ...]
+
+
+class DeviceHost(Protocol):
+    """What a device asks of the MQTT service that runs it (``MqttService`` is the one): its
+    admission and session, its subscriptions, the appends of its PUBLISHes, and the counters."""
+
+    async def admit(self, device: MqttDevice, accepted: Accepted) -> list[Action] | None: ...
+    async def accept(self, device: MqttDevice) -> bool: ...
+    async def restore(self, device: MqttDevice) -> None: ...
+    def save_session_nowait(self, device: MqttDevice) -> Flight | None: ...
+    def closing(self, device: MqttDevice) -> None: ...
+    async def device_gone(self, device: MqttDevice) -> None: ...
+    async def subscribe(
+        self, device: MqttDevice, subscriptions: Iterable[MqttSubscription]
+    ) -> None: ...
+    def send_retained(
+        self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]
+    ) -> None: ...
+    async def unsubscribe(self, device: MqttDevice, topic_filters: Iterable[str]) -> None: ...
+    def refused(self, device: MqttDevice, action: str, topic: str) -> None: ...
+    async def append_resend(
+        self,
+        topic: str,
+        payload: bytes,
+        retain: bool,
+        client_id: str,
+        packet_id: int,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> list[Flight] | None: ...
+    def append_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        client_id: str = "",
+        packet_id: int = 0,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> list[Flight] | None: ...
+    async def ensure_route(self, topic: str) -> TopicInfo: ...
+    def metrics_in(self, nbytes: int) -> None: ...
+    def metrics_out(self) -> None: ...
+    def dropped(self, count: int) -> None: ...
+    def slow_consumer(self) -> None: ...
 
 
 class MqttDevice:
@@ -134,7 +179,7 @@ class MqttDevice:
     )
 
     def __init__(
-        self, service: MqttService, stream: trio.abc.Stream, conn: MqttServerConnection
+        self, service: DeviceHost, stream: trio.abc.Stream, conn: MqttServerConnection
     ) -> None:
         self.service = service
         self.stream = stream

@@ -26,7 +26,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Awaitable, Callable, Iterable, Sequence
-from typing import TYPE_CHECKING, Final
+from typing import Final
 
 import trio
 
@@ -45,9 +45,7 @@ from kafkaesque.storage import data_records, end_offset
 from .._errors import RequestError
 from .._metadata import ClusterMetadata, TopicInfo
 from .._read_path import ReadPath
-
-if TYPE_CHECKING:
-    from ._device import MqttDevice
+from ._recipient import Recipient
 
 log = logging.getLogger("kafkaesque.broker.mqtt.egress")
 
@@ -64,10 +62,10 @@ class _ShareGroup:
     __slots__ = ("members", "turn")
 
     def __init__(self) -> None:
-        self.members: dict[MqttDevice, MqttSubscription] = {}  # device -> its subscription
+        self.members: dict[Recipient, MqttSubscription] = {}  # device -> its subscription
         self.turn = 0
 
-    def pick(self) -> tuple[MqttDevice, MqttSubscription] | None:
+    def pick(self) -> tuple[Recipient, MqttSubscription] | None:
         if not self.members:
             return None
         self.turn += 1
@@ -92,7 +90,7 @@ class Egress:
         self._mapping = mapping
         self._ensure_topic = ensure_topic
         # A device's own subscription carries its options (QoS, No Local); a group's, none.
-        self._trie: MqttSubscriptionTrie[MqttDevice | _SharedKey, MqttSubscription | None] = (
+        self._trie: MqttSubscriptionTrie[Recipient | _SharedKey, MqttSubscription | None] = (
             MqttSubscriptionTrie()
         )
         self._groups: dict[_SharedKey, _ShareGroup] = {}
@@ -121,9 +119,7 @@ class Egress:
 
     # -- subscriptions --------------------------------------------------------------------------
 
-    async def subscribe(
-        self, device: MqttDevice, subscriptions: Iterable[MqttSubscription]
-    ) -> None:
+    async def subscribe(self, device: Recipient, subscriptions: Iterable[MqttSubscription]) -> None:
         """Add the subscriptions; return once the log topics they read from are being read
         (so a record committed after the SUBACK is delivered), or after a timeout."""
         topics: set[str] = set()
@@ -147,17 +143,17 @@ class Egress:
             for log_topic in topics:
                 await self._start_reading(log_topic).wait()
 
-    def unsubscribe(self, device: MqttDevice, topic_filters: Iterable[str]) -> None:
+    def unsubscribe(self, device: Recipient, topic_filters: Iterable[str]) -> None:
         for topic_filter in topic_filters:
             if topic_filter in device.subscriptions:
                 self._remove(device, topic_filter)
 
-    def drop(self, device: MqttDevice) -> None:
+    def drop(self, device: Recipient) -> None:
         """The device's session ended: forget all its subscriptions."""
         for topic_filter in list(device.subscriptions):
             self._remove(device, topic_filter)
 
-    def _remove(self, device: MqttDevice, topic_filter: str) -> None:
+    def _remove(self, device: Recipient, topic_filter: str) -> None:
         del device.subscriptions[topic_filter]
         shared = parse_shared_subscription(topic_filter)
         if shared is None:
@@ -216,7 +212,7 @@ class Egress:
         subscription's message goes to a local member only if this broker serves that partition
         for the group. ``timestamp_ms`` is the record's, from which its expiry counts.
         """
-        matched: dict[MqttDevice, list[MqttSubscription]] = {}
+        matched: dict[Recipient, list[MqttSubscription]] = {}
         for subscriber, found in self._trie.match(topic):
             if isinstance(subscriber, tuple):
                 if where is not None and not self._serves(subscriber, where[0], where[1]):
@@ -342,7 +338,7 @@ def _score(text: str) -> bytes:
 
 
 def deliver_to(
-    device: MqttDevice,
+    device: Recipient,
     topic: str,
     payload: bytes,
     origin: Origin,

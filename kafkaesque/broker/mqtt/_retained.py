@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import Final, NamedTuple
 
 from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX
 from kafkaesque.protocol.mqtt import (
@@ -31,10 +31,8 @@ from kafkaesque.storage import Record
 
 from .._metadata import TopicInfo
 from .._read_path import ReadPath
+from ._recipient import Recipient
 from ._tail import TopicTail
-
-if TYPE_CHECKING:
-    from ._device import MqttDevice
 
 log = logging.getLogger("kafkaesque.broker.mqtt.retained")
 
@@ -78,7 +76,7 @@ class RetainedStore:
         else:
             self.messages.delete(topic)
 
-    def send_to(self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]) -> None:
+    def send_to(self, device: Recipient, subscriptions: tuple[MqttSubscription, ...]) -> None:
         """Deliver the retained messages matching ``subscriptions``: not for shared ones (v5
         §4.8.2: retained messages are not sent to a shared subscription), nor when the
         subscription's Retain Handling is 2 (Retain Handling 1, "only if the subscription is
