@@ -156,7 +156,7 @@ def row_tuples(
     view = memoryview(payload)
     for span in _data_batches(view, lo, hi, where):
         try:
-            records = batch_records(view, span, topic, partition)
+            records = batch_records(view, span)
         except CorruptBatchError as exc:
             raise CorruptDataError(f"malformed records from {where}: {exc.reason}") from exc
         for r in records:

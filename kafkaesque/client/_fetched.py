@@ -6,8 +6,8 @@
 reader that decodes in bulk (the Spark source builds Arrow columns straight from these bytes)
 asks ``data_batches`` where the data batches of an offset range lie, having had every batch's
 CRCs checked, and reads the records in place; ``batch_records`` decodes one such batch the
-ordinary way, record by record (the consumer's decoding, through ``kafkaesque.storage``'s one
-record walk). Nothing here does I/O but the ``fetch_batch`` call.
+ordinary way, record by record, with ``kafkaesque.storage``'s one record walk. Nothing here
+does I/O but the ``fetch_batch`` call.
 """
 
 from __future__ import annotations
@@ -15,10 +15,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from kafkaesque.protocol import Fetch
-from kafkaesque.storage import HEADER_SIZE, BatchType, InvalidBatchError, data_records, iter_batches
+from kafkaesque.storage import (
+    HEADER_SIZE,
+    BatchType,
+    InvalidBatchError,
+    Record,
+    data_records,
+    iter_batches,
+)
 
 from ._calls import Call
-from ._consumer_core import ConsumerRecord, TopicPartition
+from ._consumer_core import TopicPartition
 from ._wire import Response, expect_data
 
 
@@ -106,17 +113,14 @@ def data_batches(payload: bytes | memoryview, lo: int, hi: int) -> list[BatchSpa
     return found
 
 
-def batch_records(
-    payload: bytes | memoryview, span: BatchSpan, topic: str, partition: int
-) -> list[ConsumerRecord]:
+def batch_records(payload: bytes | memoryview, span: BatchSpan) -> list[Record]:
     """Every record of the data batch at ``span`` (from ``data_batches``, which checked its
-    CRCs), decoded. Raises ``CorruptBatchError`` if its records break the format."""
+    CRCs), decoded as the log reads them (``value``, ``key``, ``headers``, ``timestamp``,
+    ``offset``: no ``ConsumerRecord`` is built, one object a record is what a bulk reader can
+    afford). Raises ``CorruptBatchError`` if its records break the format."""
     batch = memoryview(payload)[span.start : span.end]
     try:
-        return [
-            ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers)
-            for r in data_records(batch, verify=False)
-        ]
+        return list(data_records(batch, verify=False))
     except InvalidBatchError as exc:
         raise CorruptBatchError(str(exc), span.start) from exc
 
