@@ -4,19 +4,20 @@ from __future__ import annotations
 
 import hashlib
 import os
+import time
 from dataclasses import dataclass
 
 import pyarrow as pa  # type: ignore[import-untyped]
 import pyarrow.parquet as pq  # type: ignore[import-untyped]
-from kafkaesque.spark_source._decode import arrow_batch, row_tuples
-from kafkaesque.spark_source._offsets import OffsetRange
-from kafkaesque.spark_source._options import parse_options
-from kafkaesque.spark_source._read import ReadSettings, fetch_range
+from kafkaesque.spark_source import arrow_batch, row_tuples
 from pyspark.sql import SparkSession
 
-from kafkaesque.client import Client, Producer, ProducerConfig, TopicPartition
+from kafkaesque.client import Client, Producer, ProducerConfig
 
 VALUE_BYTES = 100
+FETCH_BYTES = 1024 * 1024  # what the source fetches at a time by default (fetchMaxBytes)
+EMPTY_WAIT_MS = 200  # a fetch that found nothing waits this long for data on the next try
+FETCH_PATIENCE_S = 30.0
 DEVICES = 1000
 JSON_SCHEMA = (
     "key string, value string, topic string, partition int, offset long, "
@@ -78,15 +79,31 @@ class Fetched:
 
 
 def fetch_topic(bootstrap: str, topic: str) -> list[Fetched]:
-    """Every partition of ``topic``, fetched by offset with the source's own fetch loop."""
-    with Client(bootstrap) as client:
-        rows = client.describe_topic(topic).partitions
-    settings = ReadSettings.of(parse_options({"bootstrap": bootstrap, "subscribe": topic}))
+    """Every partition of ``topic``, fetched by offset with the client's ``fetch_batch`` (the
+    call the source's fetch loop makes), ``FETCH_BYTES`` at a time.
+
+    Raises ``RuntimeError`` if a partition makes no progress for ``FETCH_PATIENCE_S``.
+    """
     fetched = []
-    for row in rows:
-        assert row.start_offset is not None and row.end_offset is not None
-        rng = OffsetRange(TopicPartition(topic, row.partition), row.start_offset, row.end_offset)
-        fetched.append(Fetched(row.partition, row.end_offset, list(fetch_range(rng, settings))))
+    with Client(bootstrap) as client:
+        client.refresh_metadata([topic])  # so fetches go to the leaders
+        for row in client.describe_topic(topic).partitions:
+            assert row.start_offset is not None and row.end_offset is not None
+            payloads: list[tuple[bytes, int]] = []
+            offset, wait_ms = row.start_offset, 0
+            progress_at = time.monotonic()
+            while offset < row.end_offset:
+                got = client.fetch_batch(
+                    topic, row.partition, offset, max_bytes=FETCH_BYTES, wait_ms=wait_ms
+                )
+                if got.next_offset <= offset:  # a leader that has not yet learnt the commit
+                    if time.monotonic() - progress_at > FETCH_PATIENCE_S:
+                        raise RuntimeError(f"no data at {topic}/{row.partition} offset {offset}")
+                    wait_ms = EMPTY_WAIT_MS
+                    continue
+                payloads.append((got.payload, offset))
+                offset, wait_ms, progress_at = got.next_offset, 0, time.monotonic()
+            fetched.append(Fetched(row.partition, row.end_offset, payloads))
     return fetched
 
 

@@ -6,9 +6,10 @@ same records from a local JSON-lines file and from a local Parquet file, all in 
 * The topic: 6 partitions, replication factor 3, on a local cluster of 3 broker processes;
   2,000,000 records of a 100-byte value and a 12-byte key (``--quick``: 600,000), loaded with
   the client library's ``Producer``.
-* The baselines: the same records read back from the topic (by the source's fetch loop and
-  decoder, without Spark) and written as one Parquet file (the source's own schema) and one
-  JSON-lines file (key and value as text), in the same run's scratch directory.
+* The baselines: the same records read back from the topic (by the client's ``fetch_batch``,
+  the call the source's fetch loop makes, and the source's decoder, without Spark) and written
+  as one Parquet file (the source's own schema) and one JSON-lines file (key and value as
+  text), in the same run's scratch directory.
 * A read is a full scan of every column into Spark rows (``write.format("noop")``): ``count()``
   would let Parquet answer from its footer without reading anything. Rounds alternate between
   the three sources and the best of each is kept (the machine is shared; the best is the least

@@ -11,10 +11,12 @@
 
 Options and schema follow Spark's built-in Kafka source; see docs/spark.md. ``local_session()``
 starts an embedded ``local[*]`` session with the source registered and the workers' Python set.
+The source's two decoders are public too: ``arrow_batch`` and ``row_tuples`` turn the payload of
+``kafkaesque.client.Client.fetch_batch`` into rows of its schema, without Spark.
 Needs the ``spark`` extra (pyspark >= 4.0, pyarrow) and a Java runtime.
 """
 
-from ._decode import CorruptDataError
+from ._decode import CorruptDataError, arrow_batch, row_tuples
 from ._offsets import DataLossError
 from ._options import OptionError
 from ._read import ReadStalledError
@@ -32,9 +34,11 @@ __all__ = [
     "OptionError",
     "ReadStalledError",
     "WorkerPythonError",
+    "arrow_batch",
     "arrow_schema",
     "local_session",
     "register",
+    "row_tuples",
     "spark_schema",
     "stop_session",
     "worker_python",

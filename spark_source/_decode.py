@@ -3,7 +3,8 @@
 A ``FETCH`` reply's payload is record batches as stored (docs/storage-format.md): a 70-byte
 header, then ``record_count`` msgpack arrays ``[offset_delta, timestamp_delta, key, value,
 headers]``. Both decoders here take one payload and the offset range ``[lo, hi)`` the task reads,
-skip control batches and records outside the range, and check every batch's CRCs first.
+skip control batches and records outside the range, and check every batch's CRCs first (the
+client's ``data_batches`` says where the data batches lie, having checked them).
 
 The fast path (``arrow_batch``) creates no Python object per record: the compiled scanner
 (``_scan``) walks the msgpack records in place and notes each one's offset, timestamp and where
@@ -11,8 +12,8 @@ its key, value and headers lie; the binary columns are then copied out whole int
 On one core that is about 4 million 100-byte records/s, three times the rate of unpacking them
 with msgpack, and over ten times the tuple path (``row_tuples``), which builds one Python tuple
 and one ``datetime`` per record and leaves the conversion to Spark. The tuple path decodes with
-msgpack itself and is kept as the reference (tests hold the two equal on any records, and on
-damaged ones) and for ``useArrow=false``.
+msgpack itself (the client's ``batch_records``) and is kept as the reference (tests hold the two
+equal on any records, and on damaged ones) and for ``useArrow=false``.
 """
 
 from __future__ import annotations
@@ -24,14 +25,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kafkaesque.storage import (
-    HEADER_SIZE,
-    BatchHeader,
-    BatchType,
-    InvalidBatchError,
-    decode_records,
-    iter_batches,
-)
+from kafkaesque.client import BatchSpan, CorruptBatchError, batch_records, data_batches
 
 from . import _scan
 from ._schema import ARROW_HEADERS_TYPE, TIMESTAMP_TYPE_CREATE_TIME, arrow_schema
@@ -50,21 +44,14 @@ class CorruptDataError(RuntimeError):
     """A fetched batch failed its CRC or its records do not follow the format; never skipped."""
 
 
-def _data_batches(view: memoryview, lo: int, hi: int, where: str) -> list[tuple[BatchHeader, int]]:
+def _data_batches(view: memoryview, lo: int, hi: int, where: str) -> list[BatchSpan]:
     """The data batches of ``view`` holding records in ``[lo, hi)``, with their positions."""
-    found: list[tuple[BatchHeader, int]] = []
-    pos = 0
     try:
-        for header in iter_batches(view):
-            start, pos = pos, pos + header.size
-            if header.base_offset >= hi:
-                break  # batches are in offset order: nothing further is in the range
-            data = header.batch_type is BatchType.DATA and header.record_count > 0
-            if data and header.next_offset > lo:
-                found.append((header, start))
-    except InvalidBatchError as exc:
-        raise CorruptDataError(f"corrupt batch from {where} at byte {pos}: {exc}") from exc
-    return found
+        return data_batches(view, lo, hi)
+    except CorruptBatchError as exc:
+        raise CorruptDataError(
+            f"corrupt batch from {where} at byte {exc.position}: {exc.reason}"
+        ) from exc
 
 
 def arrow_batch(
@@ -81,10 +68,7 @@ def arrow_batch(
     if not found:
         return None
     batches = np.array(
-        [
-            (p + HEADER_SIZE, p + h.size, h.record_count, h.base_offset, h.first_timestamp)
-            for h, p in found
-        ],
+        [(b.records_start, b.end, b.record_count, b.base_offset, b.first_timestamp) for b in found],
         np.int64,
     )
     buf = np.frombuffer(payload, np.uint8)
@@ -92,8 +76,8 @@ def arrow_batch(
     kept, error, at, pairs = _scan.scan(buf, batches, lo, hi, out)
     if error != _scan.OK:
         raise CorruptDataError(
-            f"malformed records from {where} in the batches at offsets {found[0][0].base_offset}"
-            f" to {found[-1][0].last_offset}: {_scan.ERRORS[error]} (byte {at})"
+            f"malformed records from {where} in the batches at offsets {found[0].base_offset}"
+            f" to {found[-1].last_offset}: {_scan.ERRORS[error]} (byte {at})"
         )
     if kept == 0:
         return None
@@ -170,11 +154,11 @@ def row_tuples(
     """
     where = f"{topic}/{partition}"
     view = memoryview(payload)
-    for header, pos in _data_batches(view, lo, hi, where):
+    for span in _data_batches(view, lo, hi, where):
         try:
-            records = decode_records(view[pos : pos + header.size], header)
-        except InvalidBatchError as exc:
-            raise CorruptDataError(f"malformed records from {where}: {exc}") from exc
+            records = batch_records(view, span)
+        except CorruptBatchError as exc:
+            raise CorruptDataError(f"malformed records from {where}: {exc.reason}") from exc
         for r in records:
             if not lo <= r.offset < hi:
                 continue

@@ -1,22 +1,14 @@
 """The driver's view of the cluster: which partitions a subscription reads, and their bounds.
 
 Runs where Spark plans (the driver's Python planner), through the client library's ``Client``:
-one ``LIST`` for a pattern, one ``DESCRIBE`` per topic. A broker that holds no replica of a
-partition leaves its start and end out of its rows; those are asked of the partition's leader.
+one ``LIST`` for a pattern, one ``DESCRIBE`` per topic (``Client.partition_offsets``: a broker
+that holds no replica of a partition leaves its start and end out of its rows; the client asks
+those of the partition's leader).
 """
 
 from __future__ import annotations
 
-from kafkaesque.client import (
-    Call,
-    Client,
-    KafkaesqueError,
-    ListResponse,
-    Pinned,
-    Response,
-    TopicPartition,
-)
-from kafkaesque.protocol import DescribeTopic, ErrorCode, ErrorReply, PartitionRow
+from kafkaesque.client import Client, ErrorCode, KafkaesqueError, TopicPartition
 
 from ._offsets import Bounds, name
 from ._options import OptionError, Subscription
@@ -73,40 +65,7 @@ def partition_bounds(client: Client, tp: TopicPartition) -> Bounds | None:
 
 
 def _partition_rows(client: Client, topic: str) -> dict[TopicPartition, Bounds]:
-    rows = {row.partition: row for row in client.describe_topic(topic).partitions}
-    unbounded = [row for row in rows.values() if row.start_offset is None or row.end_offset is None]
-    if unbounded:
-        client.refresh_metadata([topic])
-        brokers = client.state.metadata.brokers
-        for row in unbounded:
-            leader = brokers.get(row.leader) if row.leader is not None else None
-            if leader is None:
-                raise KafkaesqueError(
-                    ErrorCode.NOT_LEADER, f"{topic}/{row.partition} has no leader right now"
-                )
-            rows[row.partition] = _row_from(client, (leader.host, leader.port), row)
-    bounds = {}
-    for partition, row in rows.items():
-        assert row.start_offset is not None and row.end_offset is not None
-        bounds[TopicPartition(topic, partition)] = Bounds(row.start_offset, row.end_offset)
-    return bounds
-
-
-def _row_from(client: Client, address: tuple[str, int], row: PartitionRow) -> PartitionRow:
-    """``row`` as the broker at ``address`` (a replica) describes it, with start and end."""
-
-    def parse(response: Response) -> PartitionRow:
-        if isinstance(response, ErrorReply):
-            raise KafkaesqueError.from_reply(response)
-        rows = response.rows if isinstance(response, ListResponse) else ()
-        for got in rows:
-            if not isinstance(got, PartitionRow) or got.partition != row.partition:
-                continue
-            if got.start_offset is not None and got.end_offset is not None:
-                return got
-        raise KafkaesqueError(
-            ErrorCode.NOT_LEADER,
-            f"{row.topic}/{row.partition}: the leader reported no offsets",
-        )
-
-    return client.call(Call(DescribeTopic(row.topic), parse, Pinned(address)))
+    return {
+        TopicPartition(topic, partition): Bounds(start, end)
+        for partition, (start, end) in client.partition_offsets(topic).items()
+    }

@@ -4,7 +4,8 @@ Runs in an executor's Python worker, which has nothing but the ``RangePartition`
 (the reader object it came from was pickled and rebuilt there, and holds no connection): the
 range and the ``ReadSettings`` travel in it. The task opens its own ``Client``, asks for the
 topic's metadata so its fetches go straight to the partition's leader, and pulls
-``[from_offset, until_offset)`` chunk by chunk. Only committed data is ever served (any replica
+``[from_offset, until_offset)`` chunk by chunk (``Client.fetch_batch``: the committed batches as
+stored, decoded here in bulk). Only committed data is ever served (any replica
 answers with what it knows committed), so a range planned below the high watermark reads the same
 records on every attempt: that is what makes a retried task, or a micro-batch replayed after a
 restart, produce exactly the rows of the first attempt.
@@ -26,14 +27,7 @@ from typing import Any
 
 from pyspark.sql.datasource import InputPartition
 
-from kafkaesque.client import (
-    Call,
-    Client,
-    KafkaesqueError,
-    Response,
-    TopicPartition,
-)
-from kafkaesque.protocol import DataReply, ErrorCode, ErrorReply, Fetch, RemoteProtocolError
+from kafkaesque.client import Client, ErrorCode, FetchedBatch, KafkaesqueError, TopicPartition
 
 from ._decode import arrow_batch, row_tuples
 from ._discover import partition_bounds
@@ -129,14 +123,6 @@ def fetch_range(
         yield from _RangeFetcher(client, rng, settings, clock, sleep).chunks()
 
 
-def _data_reply(response: Response) -> DataReply:
-    if isinstance(response, ErrorReply):
-        raise KafkaesqueError.from_reply(response)
-    if not isinstance(response, DataReply):
-        raise RemoteProtocolError(f"FETCH answered {response!r}")
-    return response
-
-
 class _RangeFetcher:
     """The fetch loop of one range (see ``fetch_range``)."""
 
@@ -167,35 +153,34 @@ class _RangeFetcher:
         except KafkaesqueError as exc:
             self.trouble = str(exc)  # any broker will do meanwhile
         while self.offset < until:
-            reply = self._fetch(max_bytes, wait_ms)
-            if reply is None:
+            fetched = self._fetch(max_bytes, wait_ms)
+            if fetched is None:
                 continue
-            if reply.next_offset <= self.offset:
+            if fetched.next_offset <= self.offset:
                 # Nothing yet: a replica that is behind, or a new leader that has not yet
                 # learnt the commit index. Committed data below ``until`` does come.
                 self.trouble = (
-                    f"no data at offset {self.offset} (high watermark {reply.high_watermark})"
+                    f"no data at offset {self.offset} (high watermark {fetched.high_watermark})"
                 )
                 self._check_stalled()
                 wait_ms = EMPTY_WAIT_MS
                 continue
             wait_ms = 0
-            yield reply.payload, self.offset
-            per_offset = len(reply.payload) / (reply.next_offset - self.offset)
-            wanted = int((until - reply.next_offset) * per_offset * 1.1)
+            yield fetched.payload, self.offset
+            per_offset = len(fetched.payload) / (fetched.next_offset - self.offset)
+            wanted = int((until - fetched.next_offset) * per_offset * 1.1)
             max_bytes = max(MIN_FETCH_BYTES, min(self.settings.fetch_max_bytes, wanted))
-            self._moved_to(reply.next_offset)
+            self._moved_to(fetched.next_offset)
 
     def _moved_to(self, offset: int) -> None:
         self.offset = offset
         self.progress_at = self.clock()
 
-    def _fetch(self, max_bytes: int, wait_ms: int) -> DataReply | None:
+    def _fetch(self, max_bytes: int, wait_ms: int) -> FetchedBatch | None:
         """One fetch; None after a failure that was handled (retry), raising what cannot be."""
-        fetch = Fetch(self.tp.topic, self.tp.partition, self.offset, max_bytes, wait_ms)
         try:
-            return self.client.call(
-                Call(fetch, _data_reply, self.tp, extra_timeout_s=wait_ms / 1000)
+            return self.client.fetch_batch(
+                self.tp.topic, self.tp.partition, self.offset, max_bytes=max_bytes, wait_ms=wait_ms
             )
         except KafkaesqueError as exc:
             error = exc

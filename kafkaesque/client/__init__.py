@@ -30,6 +30,8 @@ The sans-I/O cores (``ProducerCore``, ``ConsumerCore``, ``ConnectionCore``, ``_s
 decision; the drivers only move bytes and time.
 """
 
+from kafkaesque.protocol import ErrorCode  # the type of ``KafkaesqueError.code``
+
 from ._calls import Call, ConsBatch, GroupDescription, Pinned
 from ._consumer_core import (
     ConsumerCore,
@@ -40,6 +42,7 @@ from ._consumer_core import (
     decode_fetch,
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
+from ._fetched import BatchSpan, CorruptBatchError, FetchedBatch, batch_records, data_batches
 from ._metadata import ClusterMetadata, TopicDescription, parse_bootstrap
 from ._partitioner import Partitioning, RoundRobinPartitioner, StickyPartitioner
 from ._producer_core import (
@@ -72,6 +75,7 @@ __all__ = [
     "AsyncGroupConsumer",
     "AsyncProducer",
     "AsyncRecordFuture",
+    "BatchSpan",
     "Call",
     "Client",
     "ClientConfig",
@@ -82,8 +86,11 @@ __all__ = [
     "Consumer",
     "ConsumerCore",
     "ConsumerRecord",
+    "CorruptBatchError",
     "DeliveryHandle",
+    "ErrorCode",
     "FetchResult",
+    "FetchedBatch",
     "GroupConsumer",
     "GroupDescription",
     "KafkaesqueConnectionError",
@@ -109,6 +116,8 @@ __all__ = [
     "TopicDescription",
     "TopicPartition",
     "TrioConnection",
+    "batch_records",
+    "data_batches",
     "decode_fetch",
     "open_producer",
     "parse_bootstrap",

@@ -26,7 +26,7 @@ from kafkaesque.protocol import (
     PartitionRow,
     RemoteProtocolError,
 )
-from kafkaesque.storage import BatchType, InvalidBatchError, decode_records, iter_batches
+from kafkaesque.storage import InvalidBatchError, data_records
 
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
 from ._wire import ListResponse, Response, shown
@@ -78,21 +78,11 @@ def decode_fetch(topic: str, partition: int, offset: int, reply: DataReply) -> F
     (the first batch may start before it). Every batch's CRCs are checked: a corrupt batch raises
     ``KafkaesqueConnectionError`` (not retriable), never a silently wrong record.
     """
-    payload = memoryview(reply.payload)
-    records: list[ConsumerRecord] = []
-    pos = 0
     try:
-        for header in iter_batches(payload):
-            if header.batch_type is BatchType.DATA and header.next_offset > offset:
-                batch = payload[pos : pos + header.size]
-                records.extend(
-                    ConsumerRecord(
-                        topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers
-                    )
-                    for r in decode_records(batch, header)
-                    if r.offset >= offset
-                )
-            pos += header.size
+        records = [
+            ConsumerRecord(topic, partition, r.offset, r.key, r.value, r.timestamp, r.headers)
+            for r in data_records(memoryview(reply.payload), offset)
+        ]
     except InvalidBatchError as exc:
         raise KafkaesqueConnectionError(
             f"corrupt data from {topic}/{partition} at offset {offset}: {exc}",

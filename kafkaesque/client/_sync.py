@@ -30,6 +30,8 @@ from kafkaesque.protocol import (
 )
 
 from . import _calls as calls
+from . import _fetched as fetched
+from . import _log_bounds as log_bounds
 from . import _steps as steps
 from ._calls import GroupDescription
 from ._consumer_core import (
@@ -47,6 +49,7 @@ from ._errors import (
     leader_moved,
     reply_broken,
 )
+from ._fetched import FetchedBatch
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
 from ._producer_core import (
     DeliveryHandle,
@@ -337,6 +340,30 @@ class Client:
                 replica=replica,
             )
         )
+
+    def fetch_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> FetchedBatch:
+        """One ``FETCH`` from the partition's leader, with retries, its payload left as the log
+        stores it: whole committed batches, control batches included, for a reader that decodes
+        in bulk (``data_batches`` says where the records lie; ``batch_records`` decodes them).
+        Errors as ``fetch``'s, ``OFFSET_OUT_OF_RANGE`` included (never reset here)."""
+        return self.call(
+            fetched.fetch_batch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+        )
+
+    def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Each partition of ``topic`` → ``(start, end)``: its log start and its high watermark
+        (everything below is committed). A partition the broker answering ``DESCRIBE`` holds no
+        replica of is asked of its leader. ``UNKNOWN_TOPIC``; ``NOT_LEADER`` (retriable) while
+        such a partition has no leader."""
+        return self.run(log_bounds.partition_offsets(self.state, self.config, topic))
 
     def latest(self, topic: str, key: bytes) -> ConsumerRecord | None:
         """The newest committed record of ``key`` in the compacted ``topic`` (``LATEST``),

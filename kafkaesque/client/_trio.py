@@ -27,6 +27,8 @@ from kafkaesque.protocol import (
 from kafkaesque.storage import wall_clock_ms
 
 from . import _calls as calls
+from . import _fetched as fetched
+from . import _log_bounds as log_bounds
 from . import _steps as steps
 from ._calls import GroupDescription
 from ._consumer_core import (
@@ -38,6 +40,7 @@ from ._consumer_core import (
     TopicPartition,
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, leader_moved
+from ._fetched import FetchedBatch
 from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
 from ._producer_core import (
     DeliveryHandle,
@@ -279,6 +282,25 @@ class AsyncClient:
                 replica=replica,
             )
         )
+
+    async def fetch_batch(
+        self,
+        topic: str,
+        partition: int,
+        offset: int,
+        *,
+        max_bytes: int | None = None,
+        wait_ms: int | None = None,
+    ) -> FetchedBatch:
+        """One ``FETCH`` from the partition's leader, its payload undecoded (see
+        ``Client.fetch_batch``)."""
+        return await self.call(
+            fetched.fetch_batch(topic, partition, offset, max_bytes=max_bytes, wait_ms=wait_ms)
+        )
+
+    async def partition_offsets(self, topic: str) -> dict[int, tuple[int, int]]:
+        """Each partition of ``topic`` → ``(start, end)`` (see ``Client.partition_offsets``)."""
+        return await self.run(log_bounds.partition_offsets(self.state, self.config, topic))
 
     async def latest(self, topic: str, key: bytes) -> ConsumerRecord | None:
         """The newest committed record of ``key`` in the compacted ``topic`` (``LATEST``),

@@ -7,15 +7,18 @@ errors in a row before data comes.
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 from kafkaesque.spark_source import ReadStalledError
 from kafkaesque.spark_source._offsets import OffsetRange
 from kafkaesque.spark_source._read import ReadSettings, _RangeFetcher
 
-from kafkaesque.client import Call, KafkaesqueConnectionError, KafkaesqueError, TopicPartition
-from kafkaesque.protocol import DataReply, ErrorCode, Fetch
+from kafkaesque.client import (
+    FetchedBatch,
+    KafkaesqueConnectionError,
+    KafkaesqueError,
+    TopicPartition,
+)
+from kafkaesque.protocol import DataReply, ErrorCode
 from kafkaesque.storage import Record, build_batch
 
 TP = TopicPartition("t", 0)
@@ -48,14 +51,18 @@ class ScriptedClient:
     def refresh_metadata(self, topics: list[str]) -> None:
         del topics
 
-    def call(self, call: Call[Any]) -> Any:
-        assert isinstance(call.command, Fetch)
-        self.offsets.append(call.command.offset)
+    def fetch_batch(
+        self, topic: str, partition: int, offset: int, *, max_bytes: int, wait_ms: int
+    ) -> FetchedBatch:
+        del max_bytes, wait_ms
+        self.offsets.append(offset)
         self.clock.now += self.call_s
         reply = self.replies.pop(0) if len(self.replies) > 1 else self.replies[0]
         if isinstance(reply, KafkaesqueError):
             raise reply
-        return reply
+        return FetchedBatch(
+            topic, partition, offset, reply.payload, reply.next_offset, reply.high_watermark
+        )
 
 
 def fetcher(client: ScriptedClient) -> _RangeFetcher:
