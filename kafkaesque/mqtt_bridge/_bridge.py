@@ -49,13 +49,13 @@ from kafkaesque.client import (
     AsyncProducer,
     AsyncRecordFuture,
     ClientConfig,
+    ErrorCode,
     KafkaesqueError,
     OffsetReset,
     ProducerConfig,
     TopicPartition,
     open_producer,
 )
-from kafkaesque.protocol import ErrorCode
 from kafkaesque.protocol.mqtt import (
     MqttClientOptions,
     MqttConnectionError,
