@@ -83,7 +83,7 @@ from kafkaesque.protocol import (
     published_reply,
 )
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import CommitTimeout, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, RaftGroup
 from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
 from ._appender import Flight

@@ -52,7 +52,6 @@ leader is replaced within one election timeout, as a leader of a busy group is.
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
 import math
 import os
@@ -60,41 +59,40 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from kafkaesque.storage import (
-    BatchType,
     CheckedBatch,
     CorruptLogError,
     FlushTicket,
     FsyncPolicy,
     LogConfig,
     PartitionLog,
-    Record,
-    decode_records,
-    iter_batches,
 )
 
-from ._config import RaftConfig
-from ._core import RaftNode
-from ._errors import MalformedMessage, NotLeader, ProposalDropped
-from ._fsync import FsyncWorkers
-from ._hard_state_store import HardStateStore
-from ._membership import Configuration
-from ._messages import (
-    AppendEntries,
+from .. import (
+    Configuration,
     Heartbeat,
     HeartbeatResponse,
+    MalformedMessage,
+    NotLeader,
+    ProposalDropped,
+    RaftConfig,
+    RaftNode,
+    Ready,
+    Role,
     TimeoutNow,
     from_wire,
     to_wire,
 )
+from ._errors import CommitTimeout, ProposalLost
+from ._fsync import FsyncWorkers
+from ._group import PendingRead, RaftGroup
+from ._hard_state_store import HardStateStore
 from ._partition_storage import PartitionStorage
-from ._ready import Ready
-from ._types import HardState, Role
+from ._round import Round, make_durable, replicates_only
 
 log = logging.getLogger("kafkaesque.raft.driver")
 
@@ -107,132 +105,6 @@ _QUIESCE_AFTER_TICKS = 3
 # The background scrub reads this much of one group's sealed segments per tick (about 1.3 MB/s
 # at the default tick): restart time and foreground work do not grow with the log's size.
 SCRUB_BYTES_PER_TICK = 64 * 1024
-
-
-class CommitTimeout(Exception):
-    """The proposal was appended but not known committed in time: its outcome is unknown."""
-
-
-class ProposalLost(Exception):
-    """The proposal was removed from the log before it committed: it definitely failed."""
-
-
-@dataclass(eq=False)
-class _PendingRead:
-    """A read-index request: ``index`` once confirmed, None if leadership was lost first."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    index: int | None = None
-
-
-@dataclass(eq=False)
-class RaftGroup:
-    """One Raft group hosted here: its core, its storage, and who waits for its commits."""
-
-    id: str
-    node: RaftNode
-    storage: PartitionStorage
-    commit_index: int = -1
-    quiesced: bool = False
-    idle_ticks: int = 0
-    # (offset, seq, term, callback): who waits for an offset to commit in its term, a heap.
-    # Invariant: each callback is in it once, and is called once, as it leaves it.
-    _waiters: list[tuple[int, int, int, Callable[[], None]]] = field(default_factory=list)
-    _seq: int = 0
-    # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
-    changed: trio.Event = field(default_factory=trio.Event)
-    # Corruption found and not yet repaired: the core is set aside until the driver repairs.
-    corrupt: CorruptLogError | None = None
-    _on_corrupt: Callable[[RaftGroup, CorruptLogError], None] | None = None
-    # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
-    _reads: dict[bytes, _PendingRead] = field(default_factory=dict)
-
-    def report_corruption(self, error: CorruptLogError) -> None:
-        """A read of this group's log (a consumer's fetch, say) found ``error``: repair it.
-
-        The driver cuts the log before the bad batch at its next turn and re-replicates it.
-        """
-        if self._on_corrupt is not None:
-            self._on_corrupt(self, error)
-
-    @property
-    def log(self) -> PartitionLog:
-        return self.storage.log
-
-    @property
-    def role(self) -> Role:
-        return self.node.role
-
-    @property
-    def leader(self) -> int | None:
-        return self.node.leader
-
-    def committed_records(self, start: int | None = None) -> list[Record]:
-        """The data records committed from ``start`` (default: the log start) on.
-
-        Only committed data is returned (what consumers may see); control batches are skipped.
-        """
-        out: list[Record] = []
-        offset = self.log.log_start_offset if start is None else start
-        while offset <= self.commit_index:
-            result = self.log.read(offset, 1 << 20, max_offset=self.commit_index + 1)
-            if not result.data:
-                break
-            pos = 0
-            for header in iter_batches(result.data, verify=False):  # the log verified them
-                batch = result.data[pos : pos + header.size]
-                pos += header.size
-                if header.batch_type is BatchType.DATA:
-                    out.extend(r for r in decode_records(batch, header) if r.offset >= offset)
-            offset = result.next_offset
-        return out
-
-    async def wait_committed(self, last: int, term: int) -> None:
-        """Until the commit index reaches ``last`` (proposed in ``term``), or the entries from
-        ``last`` on are lost here (truncated, the log reset or repaired, the group removed).
-
-        The caller tells which from ``commit_index`` and the log. Unlike ``changed``, it wakes
-        its caller once, not at every move of the commit index: a leader with many writes in
-        flight would otherwise wake each of them at every commit.
-        """
-        done = trio.Event()
-        self.on_committed(last, term, done.set)
-        await done.wait()
-
-    def on_committed(self, last: int, term: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once, when the commit index reaches ``last`` (proposed in
-        ``term``) or the entries from ``last`` on are lost here, as ``wait_committed`` wakes:
-        at once if the commit index is already there.
-
-        No task waits: the callback runs in whichever task moves the commit index or cuts the
-        log (the driver's loop, a peer connection's reader handling commit news, the task
-        removing the group), in the middle of its step. So it must be quick, must not raise,
-        and tells what happened from ``commit_index`` and the log, as ``wait_committed``'s
-        caller does. Callbacks run in the order of their offsets.
-        """
-        if self.commit_index >= last:
-            callback()
-            return
-        self._seq += 1
-        heapq.heappush(self._waiters, (last, self._seq, term, callback))
-
-    def _notify(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= self.commit_index:
-            heapq.heappop(waiters)[3]()  # popped first: a callback may add waiters
-
-    def _fail_waiters_above(self, offset: int) -> None:
-        """Call the waiters of offsets from ``offset`` on: their entries are gone (they see
-        that from the log: ``ProposalLost`` for ``propose``)."""
-        cut = [item for item in self._waiters if item[0] >= offset]
-        if not cut:
-            return
-        self._waiters = [item for item in self._waiters if item[0] < offset]
-        heapq.heapify(self._waiters)
-        for item in sorted(cut):  # (offset, seq) are unique: callbacks are never compared
-            item[3]()
 
 
 class MultiRaft:
@@ -272,7 +144,7 @@ class MultiRaft:
         self._silent: set[int] = set()  # peers not heard from lately
         # The round in flight: Readys written and handed to the fsync worker, not yet finished.
         # Invariant: at most one; a group has at most one Ready out, in it or being settled.
-        self._round: _Round | None = None
+        self._round: Round | None = None
         self._running = False  # ``run``'s loop collects the rounds' ends (tests call ``_process``)
         self._busy = 0  # inside a step, tick or round's end: the kick waits for its end
         self._ticks = 0
@@ -441,7 +313,7 @@ class MultiRaft:
         self._read_seq += 1
         ctx = self._read_seq.to_bytes(8, "big")
         group.node.read_index(ctx)  # raises NotLeader
-        pending = group._reads[ctx] = _PendingRead()
+        pending = group._reads[ctx] = PendingRead()
         self._wake_group(group)
         try:
             with trio.move_on_after(timeout):
@@ -817,7 +689,7 @@ class MultiRaft:
                 continue
             try:
                 rd = group.node.ready()
-                early = _replicates_only(rd, group.storage.hard_state)
+                early = replicates_only(rd, group.storage.hard_state)
                 if early:
                     # A leader replicates while it writes to its own disk (thesis §10.2.1, as
                     # etcd does): it counts itself only for what is durable (``advance``), and
@@ -843,13 +715,13 @@ class MultiRaft:
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
         # (The group commit's duration is real time, whatever clock drives the ticks.)
-        rnd = _Round(readies, tickets, snapshot is not None, time.perf_counter())
+        rnd = Round(readies, tickets, snapshot is not None, time.perf_counter())
         if not tickets and snapshot is None:
             self._end_round(rnd)
             return True
         self._round = rnd
         self._fsync_workers.submit(
-            functools.partial(_make_durable, [t for _, t in tickets], self.hard_states, snapshot)
+            functools.partial(make_durable, [t for _, t in tickets], self.hard_states, snapshot)
         )
         return True
 
@@ -875,7 +747,7 @@ class MultiRaft:
             finally:
                 self._busy -= 1
 
-    def _end_round(self, rnd: _Round) -> None:
+    def _end_round(self, rnd: Round) -> None:
         for group, rd, sent in rnd.readies:
             self._after_persist(group, rd, sent)
 
@@ -924,35 +796,8 @@ class MultiRaft:
             self._mark(group)
 
 
-@dataclass(eq=False, slots=True)
-class _Round:
-    """Readys written to their logs, waiting for their durability work to end."""
-
-    readies: list[tuple[RaftGroup, Ready, bool]]  # (group, Ready, its messages already sent)
-    tickets: list[tuple[PartitionLog, FlushTicket]]  # the fsyncs, by log
-    hard_states: bool  # whether the hard-state file is written too
-    started: float
-
-
 def _nothing() -> None:
     pass
-
-
-def _replicates_only(rd: Ready, persisted: HardState) -> bool:
-    """Whether ``rd``'s messages may be sent before ``rd`` is durable: they are all a leader's
-    AppendEntries and heartbeats, and the Ready changes neither term nor vote."""
-    if not rd.messages:
-        return False
-    hard = rd.hard_state
-    if hard is not None and (hard.term, hard.vote) != (persisted.term, persisted.vote):
-        return False
-    for m in rd.messages:  # noqa: SIM110 (a loop, not all(): called for every Ready)
-        if type(m) not in _REPLICATION:
-            return False
-    return True
-
-
-_REPLICATION = (AppendEntries, Heartbeat)
 
 
 def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
@@ -961,20 +806,4 @@ def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
     return ordered[zlib.crc32(group_id.encode()) % len(ordered)] if ordered else None
 
 
-def _make_durable(
-    tickets: list[FlushTicket], hard_states: HardStateStore, snapshot: dict[str, Any] | None
-) -> None:
-    for ticket in tickets:
-        ticket.run()
-    if snapshot is not None:
-        hard_states.write(snapshot)
-
-
-__all__ = [
-    "CommitTimeout",
-    "MultiRaft",
-    "NotLeader",
-    "ProposalDropped",
-    "ProposalLost",
-    "RaftGroup",
-]
+__all__ = ["MultiRaft", "preferred_leader"]
