@@ -21,7 +21,7 @@ from kafkaesque.storage import (
     iter_batches,
 )
 
-from .. import RaftNode, Role
+from .. import QuietState, RaftNode, Role
 from ._partition_storage import PartitionStorage
 
 
@@ -41,8 +41,8 @@ class RaftGroup:
     node: RaftNode
     storage: PartitionStorage
     commit_index: int = -1
-    quiesced: bool = False
-    idle_ticks: int = 0
+    # Quiescence (``QuiescencePolicy``): only the driver's policy changes it.
+    quiet: QuietState = field(default_factory=QuietState)
     # (offset, seq, term, callback): who waits for an offset to commit in its term, a heap.
     # Invariant: each callback is in it once, and is called once, as it leaves it.
     _waiters: list[tuple[int, int, int, Callable[[], None]]] = field(default_factory=list)
@@ -62,6 +62,11 @@ class RaftGroup:
         """
         if self._on_corrupt is not None:
             self._on_corrupt(self, error)
+
+    @property
+    def quiesced(self) -> bool:
+        """Whether the group is quiesced here (not ticked until something wakes it)."""
+        return self.quiet.quiesced
 
     @property
     def log(self) -> PartitionLog:

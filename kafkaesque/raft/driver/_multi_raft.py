@@ -46,14 +46,15 @@ too. An idle partition then costs nothing but its share of one ping per peer per
 for a group wakes it; a follower also wakes when the leader's broker stops answering pings (the
 per-node heartbeat: a killed broker's connection closes, but a paused one's stays open and says
 nothing), and counts the ticks of that silence toward its election timeout, so a dead or paused
-leader is replaced within one election timeout, as a leader of a busy group is.
+leader is replaced within one election timeout, as a leader of a busy group is. The core's
+``QuiescencePolicy`` decides all of it (the simulator runs the same policy); the driver sends the
+pings and the "quiesce" notes and keeps the set of groups it ticks.
 """
 
 from __future__ import annotations
 
 import functools
 import logging
-import math
 import os
 import random
 import time
@@ -74,11 +75,10 @@ from kafkaesque.storage import (
 
 from .. import (
     Configuration,
-    Heartbeat,
-    HeartbeatResponse,
     MalformedMessage,
     NotLeader,
     ProposalDropped,
+    QuiescencePolicy,
     RaftConfig,
     RaftNode,
     Ready,
@@ -100,8 +100,6 @@ log = logging.getLogger("kafkaesque.raft.driver")
 _MSG = 0  # [0, group, wire message]
 _QUIESCE = 1  # [1, group, term, commit]
 _PING = 2  # [2]
-
-_QUIESCE_AFTER_TICKS = 3
 # The background scrub reads this much of one group's sealed segments per tick (about 1.3 MB/s
 # at the default tick): restart time and foreground work do not grow with the log's size.
 SCRUB_BYTES_PER_TICK = 64 * 1024
@@ -141,7 +139,6 @@ class MultiRaft:
         self._dirty: set[RaftGroup] = set()
         # Invariant: exactly the groups that are not quiesced (only these are ticked).
         self._active: set[RaftGroup] = set()
-        self._silent: set[int] = set()  # peers not heard from lately
         # The round in flight: Readys written and handed to the fsync worker, not yet finished.
         # Invariant: at most one; a group has at most one Ready out, in it or being settled.
         self._round: Round | None = None
@@ -149,8 +146,8 @@ class MultiRaft:
         self._busy = 0  # inside a step, tick or round's end: the kick waits for its end
         self._ticks = 0
         self._read_seq = 0  # read-index request ids (ctx), unique in this driver
-        self._last_heard: dict[int, int] = {}
-        self._election_tick = self._raft_config(node_id).election_tick
+        # Which groups tick and which peers are heard: a pure policy, clocked by ``_ticks``.
+        self._quiet = QuiescencePolicy(node_id, self._raft_config(node_id).election_tick)
         self.fsyncs = 0
         self._fsync_workers = FsyncWorkers(1, f"kafkaesque-fsync-{node_id}")
         # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
@@ -366,13 +363,13 @@ class MultiRaft:
 
     def hears(self, peer: int) -> bool:
         """Whether ``peer`` answered this broker's pings lately (it is not silent)."""
-        return peer not in self._silent
+        return self._quiet.hears(peer)
 
     # -- the transport side -----------------------------------------------------------------
 
     def handle_items(self, peer: int, items: list[Any]) -> None:
         """Take a frame's items from ``peer`` (the transport's ``on_items`` callback)."""
-        self._last_heard[peer] = self._ticks
+        self._quiet.heard(peer, self._ticks)
         self._busy += 1
         try:
             self._handle_items(peer, items)
@@ -391,10 +388,8 @@ class MultiRaft:
                     if group is None or group.corrupt is not None:
                         continue  # not (yet) here, or being repaired: the sender retries
                     msg = from_wire(item[2])
-                    if group.quiesced:  # anything from a peer means the group is active
-                        self._activate(group)
-                    if not isinstance(msg, Heartbeat | HeartbeatResponse):
-                        group.idle_ticks = 0  # heartbeats are how an idle group stays alive
+                    if self._quiet.stepped(group.quiet, msg):  # anything from a peer wakes it
+                        self._active.add(group)
                     try:
                         group.node.step(msg)
                     except CorruptLogError as exc:
@@ -433,23 +428,16 @@ class MultiRaft:
     def peer_changed(self, peer: int, connected: bool) -> None:
         """The transport's news: a lost connection makes ``peer`` silent at once."""
         if not connected:
-            self._last_heard[peer] = -(10**9)
-            self._silent.add(peer)
+            self._quiet.disconnected(peer)
             self._wake_orphans(peer, gone=True)
 
     def _maybe_quiesce_follower(self, peer: int, group_id: str, term: int, commit: int) -> None:
         group = self.groups.get(group_id)
         if group is None:
             return
-        node = group.node
-        if (
-            node.role is Role.FOLLOWER
-            and node.term == term
-            and node.leader == peer
-            and node.commit == commit == group.storage.last_index()
-            and not node.has_ready()
-        ):
-            self._quiesce(group)
+        last = group.storage.last_index()
+        if self._quiet.quiesce_follower(group.quiet, group.node, last, peer, term, commit):
+            self._active.discard(group)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -495,29 +483,22 @@ class MultiRaft:
 
     def _tick(self) -> None:
         self._ticks += 1
-        live_after = self._ticks - max(2, math.ceil(self._election_tick / 3))
         for peer in self._peers:
             self._send(peer, [_PING])
-            if self._last_heard.get(peer, -1) >= live_after:
-                self._silent.discard(peer)
-            elif peer not in self._silent:
-                self._silent.add(peer)
-                self._wake_orphans(peer, gone=False)
+        for peer in self._quiet.check_peers(self._peers, self._ticks):
+            self._wake_orphans(peer, gone=False)
         for group in list(self._active):
             node = group.node
             # Checked before ticking: a tick makes a leader queue its heartbeat.
-            if (
-                node.role is Role.LEADER
-                and group.idle_ticks >= _QUIESCE_AFTER_TICKS
-                and self._maybe_quiesce_leader(group)
-            ):
+            if self._quiet.quiesce_leader(group.quiet, node):
+                self._quiesce_followers(group)
                 continue
             try:
                 node.tick()
             except CorruptLogError as exc:
                 self._corrupted(group, exc)
                 continue
-            group.idle_ticks += 1
+            self._quiet.ticked(group.quiet)
             self._mark(group)
         self._scrub_one()
 
@@ -585,61 +566,32 @@ class MultiRaft:
             group.log.lost_end_offset,
         )
         group._notify()
-        self._activate(group)
+        self._quiet.wake(group.quiet)
+        self._active.add(group)
         self._mark(group)
 
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep over the
-        groups it leads here.
-
-        Silence wakes the quiesced ones and, in every one, counts the ticks of silence toward
-        the election timeout (their own clock stood still while quiesced; a paused broker keeps
-        its connection open, so silence is all there is to see). A closed connection is
-        stronger news (a killed broker's kernel closes it at once), so followers also forget
-        that leader (no stickiness for a leader known gone). Either way one survivor, the
-        lowest-id other voter, stands first: at once when the leader is gone, one election
-        timeout after the silence began otherwise (the others a tick later at the earliest):
-        one candidate, so no split vote. Pre-vote still guards a mistaken verdict (a one-way
-        cut): a voter that still hears the leader refuses.
-        """
+        groups it leads here, each woken and told what the policy decided
+        (``QuiescencePolicy.orphaned``)."""
         for group in self.groups.values():
-            node = group.node
-            if node.role is Role.LEADER or node.leader != peer:
+            wake = self._quiet.orphaned(group.quiet, group.node, peer, self._ticks, gone=gone)
+            if wake is None:
                 continue
-            woke = group.quiesced
-            self._activate(group)
-            others = [v for v in node.configuration.voters if v != peer]
-            first = bool(others) and min(others) == self.node_id
-            if gone:
-                node.forget_leader()
-                if first:
-                    node.campaign()
-            else:
-                silent = self._ticks - self._last_heard.get(peer, 0)
-                node.leader_silent_for(max(0, silent), stand_first=first)
+            self._active.add(group)
+            wake.apply(group.node)
             self._mark(group)
-            if woke:
+            if wake.woke:
                 log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
 
-    def _quiesce(self, group: RaftGroup) -> None:
-        group.quiesced = True
+    def _quiesce_followers(self, group: RaftGroup) -> None:
+        """The policy quiesced the leader's ``group``: stop ticking it, and tell every other
+        member the term and commit to quiesce at."""
         self._active.discard(group)
-
-    def _activate(self, group: RaftGroup) -> None:
-        group.quiesced = False
-        self._active.add(group)
-
-    def _maybe_quiesce_leader(self, group: RaftGroup) -> bool:
-        """Quiesce ``group`` if its followers hold the whole log and were told the commit index
-        (``RaftNode.quiescent``)."""
         node = group.node
-        if not node.quiescent():
-            return False
-        self._quiesce(group)
         for peer in node.configuration.members:
             if peer != self.node_id:
                 self._send(peer, [_QUIESCE, group.id, node.term, node.commit])
-        return True
 
     def _mark(self, group: RaftGroup) -> None:
         if self.groups.get(group.id) is not group:
@@ -648,11 +600,11 @@ class MultiRaft:
         self._kick()
 
     def _wake_group(self, group: RaftGroup) -> None:
-        if group in self._dirty and not group.quiesced:
-            group.idle_ticks = 0  # already active, marked and the loop woken: a proposal burst
-            return
-        self._activate(group)
-        group.idle_ticks = 0
+        """A local request for ``group`` (a proposal, a read, a membership change) wakes it."""
+        woke = self._quiet.requested(group.quiet)
+        if not woke and group in self._dirty:
+            return  # already active, marked and the loop woken: a proposal burst
+        self._active.add(group)
         self._mark(group)
 
     def _kick(self) -> None:
@@ -773,7 +725,7 @@ class MultiRaft:
         if not sent:
             self._send_messages(group, rd)
         if rd.entries:
-            group.idle_ticks = 0
+            self._quiet.wrote(group.quiet)
         if rd.truncate_from is not None:
             group._fail_waiters_above(rd.truncate_from)
         if rd.log_reset is not None:
