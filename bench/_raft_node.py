@@ -33,8 +33,7 @@ from typing import Any
 import trio
 
 from kafkaesque.raft import NotLeader, ProposalDropped, RaftConfig, Role
-from kafkaesque.raft._driver import CommitTimeout, MultiRaft, ProposalLost, RaftGroup
-from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.raft.driver import CommitTimeout, MultiRaft, PeerTransport, ProposalLost, RaftGroup
 from kafkaesque.storage import Record, build_batch
 
 

@@ -38,9 +38,8 @@ from dataclasses import dataclass, field
 
 import trio
 
-from kafkaesque.raft import NotLeader, ProposalDropped, RaftUsageError, Role
-from kafkaesque.raft._core import Status
-from kafkaesque.raft._driver import MultiRaft
+from kafkaesque.raft import NotLeader, ProposalDropped, RaftUsageError, Role, Status
+from kafkaesque.raft.driver import MultiRaft
 
 log = logging.getLogger("kafkaesque.broker.balancer")
 

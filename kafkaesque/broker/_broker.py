@@ -71,8 +71,7 @@ from kafkaesque.raft import (
     RaftUsageError,
     Role,
 )
-from kafkaesque.raft._driver import MultiRaft, RaftGroup
-from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.raft.driver import MultiRaft, PeerTransport, RaftGroup
 from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
 from ._access import AccessControl

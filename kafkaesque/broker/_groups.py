@@ -81,7 +81,7 @@ from kafkaesque.protocol import (
     partition_for_key,
 )
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import CommitTimeout
+from kafkaesque.raft.driver import CommitTimeout
 from kafkaesque.storage import BatchType, Record, build_batch, decode_records, iter_batches
 
 from ._assignor import MemberSpec, assign

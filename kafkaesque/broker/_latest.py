@@ -39,7 +39,7 @@ import trio
 
 from kafkaesque.protocol import ErrorCode, is_internal_topic
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import CommitTimeout, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, RaftGroup
 from kafkaesque.storage import (
     BatchType,
     CorruptLogError,

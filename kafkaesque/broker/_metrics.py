@@ -40,7 +40,7 @@ from kafkaesque.protocol import (
     encode_command,
 )
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import RaftGroup
+from kafkaesque.raft.driver import RaftGroup
 
 log = logging.getLogger("kafkaesque.broker.metrics")
 

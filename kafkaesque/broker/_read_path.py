@@ -30,7 +30,7 @@ from kafkaesque.protocol import (
     Reply,
 )
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import CommitTimeout, MultiRaft, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftGroup
 
 from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder, ForwardError

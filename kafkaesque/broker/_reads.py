@@ -14,7 +14,7 @@ import trio
 
 from kafkaesque.protocol import ErrorCode, MessageRow
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import RaftGroup
+from kafkaesque.raft.driver import RaftGroup
 from kafkaesque.storage import (
     BatchType,
     CorruptLogError,

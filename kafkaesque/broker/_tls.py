@@ -1,7 +1,7 @@
 """TLS on the broker's own listeners: the client port (line protocol) and the admin port.
 
 (MQTT's TLS listener has its own, ``broker.mqtt``; the peer transport's mutual TLS is in
-``kafkaesque.raft._transport``.)
+``kafkaesque.raft.driver``.)
 
 A port speaks one thing: with ``--client-tls`` the client port speaks TLS only, without it
 plaintext only. A client that got it wrong learns so at once instead of hanging until its

@@ -52,7 +52,7 @@ from kafkaesque.protocol import (
     Unknown,
 )
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
-from kafkaesque.raft._driver import CommitTimeout, MultiRaft, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftGroup
 from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError

@@ -1,4 +1,5 @@
-"""Raft, one group per partition: a pure core, a trio driver and a msgpack transport.
+"""Raft, one group per partition: the pure core. Its I/O half, the trio driver and the msgpack
+transport, is the subpackage ``kafkaesque.raft.driver``.
 
 The public API of the core (the trio driver and the simulator use only these names):
 
@@ -11,6 +12,8 @@ The public API of the core (the trio driver and the simulator use only these nam
 * Values: ``Entry``, ``EntryKind``, ``HardState``, ``Role``, ``Ready``, ``SoftState``,
   ``ReadState``, ``LogReset``.
 * Messages and their wire form: ``Message`` and its types, ``to_wire``, ``from_wire``.
+* ``QuiescencePolicy``, ``QuietState``, ``OrphanWake``: when a quiet group stops ticking and
+  what wakes it (time is a tick count passed in).
 * Errors: ``RaftError``, ``NotLeader``, ``ProposalDropped``, ``InvalidConfigChange``,
   ``RaftUsageError``, ``MalformedMessage``, ``RaftInvariantError``.
 """
@@ -49,6 +52,7 @@ from ._messages import (
     to_wire,
 )
 from ._progress import ProgressState
+from ._quiescence import QUIESCE_AFTER_TICKS, OrphanWake, QuiescencePolicy, QuietState
 from ._ready import LogReset, ReadState, Ready, SoftState
 from ._storage import InitialState, MemoryStorage, RaftStorage
 from ._types import Entry, EntryKind, HardState, Role
@@ -58,6 +62,7 @@ __all__ = [
     "BUG_FORGET_VOTE",
     "BUG_VOTE_WITHOUT_LOG_CHECK",
     "KNOWN_BUGS",
+    "QUIESCE_AFTER_TICKS",
     "AppendEntries",
     "AppendEntriesResponse",
     "Configuration",
@@ -74,9 +79,12 @@ __all__ = [
     "MemoryStorage",
     "Message",
     "NotLeader",
+    "OrphanWake",
     "ProgressInfo",
     "ProgressState",
     "ProposalDropped",
+    "QuiescencePolicy",
+    "QuietState",
     "RaftConfig",
     "RaftError",
     "RaftInvariantError",

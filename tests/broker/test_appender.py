@@ -23,7 +23,7 @@ from kafkaesque.broker._producers import WINDOW
 from kafkaesque.broker._writes import WritePath
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import MultiRaft
+from kafkaesque.raft.driver import MultiRaft
 from kafkaesque.storage import NO_PRODUCER_ID, Record, build_batch, decode_header
 
 

@@ -21,10 +21,7 @@ from kafkaesque.broker._balancer import (
     preferred_target,
 )
 from kafkaesque.client import Client
-from kafkaesque.raft import Role
-from kafkaesque.raft._core import ProgressInfo, Status
-from kafkaesque.raft._membership import Configuration
-from kafkaesque.raft._progress import ProgressState
+from kafkaesque.raft import Configuration, ProgressInfo, ProgressState, Role, Status
 
 from ..raft.test_driver import GROUPS, Broker, _propose_until_committed
 from .test_config import BASE

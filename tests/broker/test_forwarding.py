@@ -51,7 +51,7 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.protocol._peer_messages import REQUEST_TAGS
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import MultiRaft
+from kafkaesque.raft.driver import MultiRaft
 from kafkaesque.storage import Record, build_batch
 
 PAUSED = 2

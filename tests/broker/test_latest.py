@@ -28,7 +28,7 @@ from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._latest import KeyIndex, LatestIndexes, catch_up, record_at
 from kafkaesque.protocol import ErrorCode
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft._driver import RaftGroup
+from kafkaesque.raft.driver import RaftGroup
 from kafkaesque.storage import (
     BatchType,
     LogConfig,

@@ -25,9 +25,8 @@ from kafkaesque.broker._metrics import (
     command_word,
 )
 from kafkaesque.protocol import BadCommand, ErrorCode, LineDecoder
-from kafkaesque.raft import Role
-from kafkaesque.raft._driver import RaftGroup
-from kafkaesque.raft._membership import Configuration
+from kafkaesque.raft import Configuration, Role
+from kafkaesque.raft.driver import RaftGroup
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 

@@ -20,11 +20,8 @@ from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from kafkaesque.broker._shutdown import HandOver, hand_over_groups, successor
 from kafkaesque.protocol import MessageRow, PartitionRow
-from kafkaesque.raft import Role
-from kafkaesque.raft._core import ProgressInfo, Status
-from kafkaesque.raft._driver import MultiRaft
-from kafkaesque.raft._membership import Configuration
-from kafkaesque.raft._progress import ProgressState
+from kafkaesque.raft import Configuration, ProgressInfo, ProgressState, Role, Status
+from kafkaesque.raft.driver import MultiRaft
 from kafkaesque.storage import Record, build_batch
 
 from ..raft.test_driver import GROUPS, Broker, _propose_until_committed

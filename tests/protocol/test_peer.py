@@ -135,7 +135,7 @@ messages: st.SearchStrategy[PeerMessage] = st.one_of(
 
 
 def _through_msgpack(value: Any) -> Any:
-    """What the peer's ``FrameDecoder`` hands over (``kafkaesque.raft._wire``'s settings)."""
+    """What the peer's ``FrameDecoder`` hands over (``kafkaesque.raft.driver``'s settings)."""
     packed = msgpack.packb(value, use_bin_type=True)
     return msgpack.unpackb(packed, raw=False, strict_map_key=False)
 

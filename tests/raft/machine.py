@@ -85,6 +85,7 @@ class RaftMachine(RuleBasedStateMachine):
     # hypothesis would otherwise happily shrink towards that instead. The healing still happens,
     # so the schedule is the same as in the bug-free runs.
     CHECK_LIVENESS: ClassVar[bool] = True
+    QUIESCE: ClassVar[bool] = False  # every node runs the driver's quiescence policy
     stats: ClassVar[Stats] = Stats()
 
     def __init__(self) -> None:
@@ -129,6 +130,7 @@ class RaftMachine(RuleBasedStateMachine):
             tick_every=tick_every,
             sync_delay=sync_delay,
             bugs=self.BUGS,
+            quiesce=self.QUIESCE,
         )
         self._cluster = Cluster(config, seed)
         self._cluster.nemesis = nemesis
@@ -248,9 +250,18 @@ class RaftMachine(RuleBasedStateMachine):
             self._guarded(self._liveness)
 
 
-def machine(voters: int, bugs: frozenset[str] = frozenset()) -> type[RaftMachine]:
-    """A machine class for ``voters`` voters with ``bugs`` planted, with its own counters."""
-    name = f"Raft{voters}" + "".join(f"_{b}" for b in sorted(bugs))
-    attrs = {"VOTERS": voters, "BUGS": bugs, "CHECK_LIVENESS": not bugs, "stats": Stats()}
+def machine(
+    voters: int, bugs: frozenset[str] = frozenset(), *, quiesce: bool = False
+) -> type[RaftMachine]:
+    """A machine class for ``voters`` voters with ``bugs`` planted (and quiescing nodes with
+    ``quiesce``), with its own counters."""
+    name = f"Raft{voters}" + "".join(f"_{b}" for b in sorted(bugs)) + ("_quiet" if quiesce else "")
+    attrs = {
+        "VOTERS": voters,
+        "BUGS": bugs,
+        "CHECK_LIVENESS": not bugs,
+        "QUIESCE": quiesce,
+        "stats": Stats(),
+    }
     cls = type(name, (RaftMachine,), attrs)
     return cls

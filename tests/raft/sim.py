@@ -17,6 +17,13 @@ link drops packets in flight too, as a reset TCP connection does); crashes and r
 delivered in order when it resumes; nothing is dropped, no connection closes). The
 safety checker runs after every event; ``check_liveness`` heals everything and demands a leader
 and a committed proposal within a bounded number of ticks.
+
+With ``SimConfig.quiesce`` each node runs the driver's quiescence policy
+(``kafkaesque.raft.QuiescencePolicy``) as the driver does: at each tick it pings every other
+node, wakes the groups of a peer that went silent, and quiesces an idle leader (which then tells
+its followers, ``Quiesce``) instead of ticking it; a quiesced node does not tick its core. Pings
+and "quiesce" notes travel as packets under the same faults; a crash closes the others'
+connections to the node (``QuiescencePolicy.disconnected``), a pause or a partition does not.
 """
 
 from __future__ import annotations
@@ -31,12 +38,16 @@ from kafkaesque.raft import (
     MemoryStorage,
     Message,
     NotLeader,
+    OrphanWake,
     ProposalDropped,
+    QuiescencePolicy,
+    QuietState,
     RaftConfig,
     RaftInvariantError,
     RaftNode,
     RaftUsageError,
     Ready,
+    RequestVote,
     RequestVoteResponse,
     Role,
     describe,
@@ -59,6 +70,7 @@ class SimConfig:
     tick_every: int = 2  # steps per tick: message delays are measured in steps
     sync_delay: float = 0.0  # probability that a Ready stays unpersisted until the next step
     bugs: frozenset[str] = frozenset()
+    quiesce: bool = False  # run the driver's quiescence policy (pings, quiet groups)
 
 
 @dataclass
@@ -107,13 +119,38 @@ class SimNode:
     core: RaftNode | None = None
     pending: Ready | None = None  # taken from the core, not yet durable
     incarnation: int = 0
+    # With ``SimConfig.quiesce``: the driver's policy and clock, lost in a crash like the core.
+    policy: QuiescencePolicy | None = None
+    quiet: QuietState = field(default_factory=QuietState)
+    ticks: int = 0  # the node's own clock: a paused node's stands still
+
+
+@dataclass(frozen=True)
+class Ping:
+    """The driver's per-node heartbeat (a transport item, not a Raft message)."""
+
+    src: int
+    dst: int
+
+
+@dataclass(frozen=True)
+class Quiesce:
+    """A quiescing leader's note to a follower: quiesce at ``term`` and ``commit``."""
+
+    src: int
+    dst: int
+    term: int
+    commit: int
+
+
+Packet = Message | Ping | Quiesce
 
 
 @dataclass(order=True)
 class _Packet:
     due: int
     seq: int
-    msg: Message = field(compare=False)
+    msg: Packet = field(compare=False)
     # The receiver's incarnation when sent: a packet for a node that restarted since is lost, as
     # the TCP connection it travelled on died with the process.
     incarnation: int = field(default=0, compare=False)
@@ -138,6 +175,8 @@ class Cluster:
         self._values = 0
         self._reads = 0
         self.trace: deque[tuple[int, str, object]] = deque(maxlen=400)
+        self.raft_messages = 0  # Raft messages sent (pings and "quiesce" notes are not)
+        self.votes_asked = 0  # RequestVotes sent, pre-votes included: campaigns
         self.events = 0
         bootstrap = Configuration.of(range(1, config.voters + 1))
         self.nodes: dict[int, SimNode] = {}
@@ -158,7 +197,11 @@ class Cluster:
         """The last events, one a line."""
         lines = []
         for now, kind, what in list(self.trace)[-last:]:
-            text = describe(what) if kind in ("recv", "drop") else str(what)  # type: ignore[arg-type]
+            text = (
+                describe(what)  # type: ignore[arg-type]
+                if kind in ("recv", "drop") and not isinstance(what, Ping | Quiesce)
+                else str(what)
+            )
             lines.append(f"  step {now:5d} {kind:7s} {text}")
         return "\n".join(lines)
 
@@ -183,6 +226,10 @@ class Cluster:
             node.core = RaftNode(cfg, node.disk, rng)
         except RaftInvariantError as exc:
             raise self.violation(f"n{node.id} cannot restart: {exc}") from exc
+        if self.config.quiesce:
+            node.policy = QuiescencePolicy(node.id, cfg.election_tick)
+            node.quiet = QuietState()
+            node.ticks = 0
         self.checker.restarted(node)
 
     def live(self) -> list[SimNode]:
@@ -211,9 +258,14 @@ class Cluster:
             return
         node.core = None
         node.pending = None
+        node.policy = None
         node.incarnation += 1
         self.paused.discard(node_id)  # kill -9 ends a pause too
         self.note("crash", f"n{node_id}")
+        for other in self.live():  # the kernel closes the dead node's connections at once
+            if other.policy is not None:
+                other.policy.disconnected(node_id)
+                self._orphaned(other, node_id, gone=True)
 
     def restart(self, node_id: int) -> None:
         """Start a crashed node from its disk."""
@@ -261,9 +313,13 @@ class Cluster:
 
     # -- network ----------------------------------------------------------------------------------
 
-    def _send(self, msg: Message) -> None:
+    def _send(self, msg: Packet) -> None:
+        if not isinstance(msg, Ping | Quiesce):
+            self.raft_messages += 1
+            self.votes_asked += isinstance(msg, RequestVote)
         if (msg.src, msg.dst) in self.blocked or self.rng.random() < self.faults.loss:
-            self.note("drop", msg)
+            if not isinstance(msg, Ping):  # pings would flood the trace
+                self.note("drop", msg)
             return
         copies = 2 if self.rng.random() < self.faults.dup else 1
         for _ in range(copies):
@@ -305,6 +361,8 @@ class Cluster:
         assert node.core is not None
         node.disk.persist(rd)
         self.checker.persisted(node, rd)
+        if rd.entries and node.policy is not None:
+            node.policy.wrote(node.quiet)
         for msg in rd.messages:
             self._send(msg)
             if isinstance(msg, RequestVoteResponse) and msg.granted and not msg.pre_vote:
@@ -337,26 +395,83 @@ class Cluster:
             or node.incarnation != packet.incarnation
             or (msg.src, msg.dst) in self.blocked
         ):
-            self.note("drop", msg)
+            if not isinstance(msg, Ping):
+                self.note("drop", msg)
+            return
+        if node.policy is not None:
+            node.policy.heard(msg.src, node.ticks)  # any frame from a peer is news of it
+        if isinstance(msg, Ping):
             return
         self.note("recv", msg)
+        if isinstance(msg, Quiesce):
+            if node.policy is not None and node.policy.quiesce_follower(
+                node.quiet, node.core, node.disk.last_index(), msg.src, msg.term, msg.commit
+            ):
+                self.note("quiet", f"n{node.id} quiesced")
+            return
+        if node.policy is not None and node.policy.stepped(node.quiet, msg):
+            self.note("quiet", f"n{node.id} woke: {type(msg).__name__} from n{msg.src}")
         try:
             node.core.step(msg)
         except RaftInvariantError as exc:
             raise self.violation(f"n{node.id} step: {exc}") from exc
         self._after(node)
 
+    def _tick(self, node: SimNode) -> None:
+        """One tick of a running node: the core's, or, with quiescence, the driver's tick."""
+        assert node.core is not None
+        policy = node.policy
+        if policy is not None:
+            node.ticks += 1
+            peers = [p for p in self.nodes if p != node.id]
+            for peer in peers:
+                self._send(Ping(node.id, peer))
+            for peer in policy.check_peers(peers, node.ticks):
+                self._orphaned(node, peer, gone=False)
+            if node.quiet.quiesced:
+                return  # a quiesced group does not tick
+            if policy.quiesce_leader(node.quiet, node.core):
+                core = node.core
+                self.note("quiet", f"n{node.id} quiesced its group at commit {core.commit}")
+                for member in core.configuration.members:
+                    if member != node.id:
+                        self._send(Quiesce(node.id, member, core.term, core.commit))
+                return
+        try:
+            node.core.tick()
+        except RaftInvariantError as exc:
+            raise self.violation(f"n{node.id} tick: {exc}") from exc
+        if policy is not None:
+            policy.ticked(node.quiet)
+        self._after(node)
+
+    def _orphaned(self, node: SimNode, peer: int, *, gone: bool) -> None:
+        """``peer`` went silent (or its connection closed) for ``node``: wake the group if
+        ``peer`` leads it, as the driver's ``_wake_orphans`` does."""
+        assert node.core is not None and node.policy is not None
+        wake: OrphanWake | None = node.policy.orphaned(
+            node.quiet, node.core, peer, node.ticks, gone=gone
+        )
+        if wake is None:
+            return
+        self.note("quiet", f"n{node.id}: leader n{peer} silent (gone: {gone}): {wake}")
+        try:
+            wake.apply(node.core)
+        except RaftInvariantError as exc:
+            raise self.violation(f"n{node.id} wake: {exc}") from exc
+        self._after(node)
+
+    def _requested(self, node: SimNode) -> None:
+        """A local request at ``node`` (proposal, read, membership change): it wakes the group."""
+        if node.policy is not None and node.policy.requested(node.quiet):
+            self.note("quiet", f"n{node.id} woke: a request")
+
     def step(self) -> None:
         """Advance the simulation by one step."""
         self.now += 1
         if self.now % self.config.tick_every == 0:
             for node in self._running():
-                assert node.core is not None
-                try:
-                    node.core.tick()
-                except RaftInvariantError as exc:
-                    raise self.violation(f"n{node.id} tick: {exc}") from exc
-                self._after(node)
+                self._tick(node)
         due = [p for p in self.packets if p.due <= self.now and p.msg.dst not in self.paused]
         if due:
             taken = {id(p) for p in due}
@@ -455,6 +570,7 @@ class Cluster:
             self.note("propose", f"n{node_id} refused {value!r}: {exc}")
             return
         self.note("propose", f"n{node_id} {value!r} -> {index} term {node.core.term}")
+        self._requested(node)
         self._after(node)
 
     def transfer(self, to: int) -> None:
@@ -468,6 +584,7 @@ class Cluster:
             self.note("transfer", f"n{leader.id} -> n{to} refused: {exc}")
             return
         self.note("transfer", f"n{leader.id} -> n{to}")
+        self._requested(leader)
 
     def change_membership(self, kind: str, target: int) -> None:
         """Ask the current leader to add a learner, promote or remove ``target``."""
@@ -482,6 +599,7 @@ class Cluster:
             self.note("member", f"n{leader.id} {kind} n{target} refused: {exc}")
             return
         self.note("member", f"n{leader.id} {kind} n{target} at {index} -> {core.configuration}")
+        self._requested(leader)
         self._after(leader)
 
     def compact(self, node_id: int) -> None:
@@ -505,6 +623,7 @@ class Cluster:
             node.core.read_index(ctx)
         except NotLeader:
             return
+        self._requested(node)
         self.checker.read_asked(ctx)
         self.note("read", f"n{node_id} {ctx!r} (committed so far {self.checker.max_committed})")
 
@@ -544,6 +663,7 @@ class Cluster:
                     proposal = (leader.id, core.term, core.propose(b"live", 1))
                 except (NotLeader, ProposalDropped):
                     continue
+                self._requested(leader)
                 self.note("propose", f"liveness probe at n{leader.id} -> {proposal}")
             _, term, index = proposal
             voters = [self.nodes[v] for v in core.configuration.voters]

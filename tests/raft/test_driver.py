@@ -13,8 +13,7 @@ import trio
 from kafkaesque.cli.cluster import free_ports
 
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import MultiRaft
-from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.raft.driver import MultiRaft, PeerTransport
 from kafkaesque.storage import Record, build_batch
 
 GROUPS = ["t/0", "t/1", "t/2"]

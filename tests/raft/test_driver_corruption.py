@@ -17,8 +17,7 @@ from kafkaesque.cli.cluster import free_ports
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._reads import read_committed
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import MultiRaft
-from kafkaesque.raft._transport import PeerTransport
+from kafkaesque.raft.driver import MultiRaft, PeerTransport
 from kafkaesque.storage import LogConfig, Record, build_batch, iter_batches
 
 GROUP = "t/0"

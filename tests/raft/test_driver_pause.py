@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from kafkaesque.raft import Role
-from kafkaesque.raft._driver import MultiRaft
+from kafkaesque.raft.driver import MultiRaft
 from kafkaesque.storage import Record, build_batch
 
 GROUPS = ["p/0", "p/1", "p/2"]

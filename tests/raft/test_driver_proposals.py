@@ -26,8 +26,9 @@ from kafkaesque.raft import (
     RequestVoteResponse,
     Role,
 )
-from kafkaesque.raft._driver import MultiRaft, _replicates_only
 from kafkaesque.raft._messages import TAGS
+from kafkaesque.raft.driver import MultiRaft
+from kafkaesque.raft.driver._round import replicates_only
 from kafkaesque.storage import (
     BatchType,
     FsyncPolicy,
@@ -162,15 +163,15 @@ def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None
     persisted = HardState(term=3, vote=1, commit=5)
     append = AppendEntries(1, 2, 3, 5, 3, 5)
     heartbeat = Heartbeat(1, 2, 3, 5)
-    assert _replicates_only(ready((append, heartbeat)), persisted)
-    assert _replicates_only(ready((append,), HardState(3, 1, 9)), persisted)  # commit only
-    assert not _replicates_only(ready(()), persisted)
+    assert replicates_only(ready((append, heartbeat)), persisted)
+    assert replicates_only(ready((append,), HardState(3, 1, 9)), persisted)  # commit only
+    assert not replicates_only(ready(()), persisted)
     # Acknowledgements and votes wait for the disk; so does anything beside a new term or vote.
-    assert not _replicates_only(ready((AppendEntriesResponse(2, 1, 3, True, 5),)), persisted)
-    assert not _replicates_only(ready((RequestVoteResponse(2, 1, 3, True),)), persisted)
-    assert not _replicates_only(ready((append, RequestVote(1, 3, 3, 5, 3))), persisted)
-    assert not _replicates_only(ready((append,), HardState(4, None, 5)), persisted)
-    assert not _replicates_only(ready((append,), HardState(3, 2, 5)), persisted)
+    assert not replicates_only(ready((AppendEntriesResponse(2, 1, 3, True, 5),)), persisted)
+    assert not replicates_only(ready((RequestVoteResponse(2, 1, 3, True),)), persisted)
+    assert not replicates_only(ready((append, RequestVote(1, 3, 3, 5, 3))), persisted)
+    assert not replicates_only(ready((append,), HardState(4, None, 5)), persisted)
+    assert not replicates_only(ready((append,), HardState(3, 2, 5)), persisted)
 
 
 async def test_an_invalid_proposal_is_refused_and_the_group_goes_on(tmp_path: Path) -> None:

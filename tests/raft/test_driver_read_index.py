@@ -13,7 +13,7 @@ import trio
 from kafkaesque.cli.cluster import free_ports
 
 from kafkaesque.raft import NotLeader
-from kafkaesque.raft._driver import CommitTimeout
+from kafkaesque.raft.driver import CommitTimeout
 
 from .test_driver import Broker, _leader, _propose_until_committed
 

@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from kafkaesque.raft._fsync import FsyncWorkers
+from kafkaesque.raft.driver import FsyncWorkers
 
 
 async def test_jobs_run_on_the_workers_concurrently_and_all_finish() -> None:

@@ -15,9 +15,16 @@ import pytest
 from hypothesis import settings
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule
 
-from kafkaesque.raft import Configuration, Entry, EntryKind, HardState, MemoryStorage, Ready
-from kafkaesque.raft._partition_storage import PartitionStorage
-from kafkaesque.raft._ready import LogReset
+from kafkaesque.raft import (
+    Configuration,
+    Entry,
+    EntryKind,
+    HardState,
+    LogReset,
+    MemoryStorage,
+    Ready,
+)
+from kafkaesque.raft.driver import PartitionStorage
 from kafkaesque.storage import LogConfig, PartitionLog, Record, build_batch, decode_records
 
 BOOT = Configuration(voters=frozenset({1, 2, 3}))

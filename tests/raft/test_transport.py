@@ -14,8 +14,8 @@ import pytest
 import trio
 from kafkaesque.cli.cluster import free_ports
 
-from kafkaesque.raft._transport import PeerTransport
-from kafkaesque.raft._wire import (
+from kafkaesque.raft.driver import PeerTransport
+from kafkaesque.raft.driver._wire import (
     FrameDecoder,
     Hello,
     check_challenge,

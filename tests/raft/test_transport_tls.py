@@ -14,8 +14,8 @@ import trio
 import trustme
 from kafkaesque.cli.cluster import free_ports
 
-from kafkaesque.raft._transport import PeerTransport
-from kafkaesque.raft._wire import Hello, hello_frame, new_nonce
+from kafkaesque.raft.driver import PeerTransport
+from kafkaesque.raft.driver._wire import Hello, hello_frame, new_nonce
 
 SECRET = b"cluster-secret"
 

@@ -8,7 +8,7 @@ import hypothesis.strategies as st
 import pytest
 from hypothesis import given
 
-from kafkaesque.raft._wire import (
+from kafkaesque.raft.driver._wire import (
     AuthenticationError,
     FrameDecoder,
     FrameEncoder,

@@ -37,11 +37,8 @@ from kafkaesque.storage import (
     write_state_file,
 )
 
+from .. import Configuration, Entry, EntryKind, HardState, InitialState, Ready
 from ._hard_state_store import HardStateStore
-from ._membership import Configuration
-from ._ready import Ready
-from ._storage import InitialState
-from ._types import Entry, EntryKind, HardState
 
 STATE_FILE = "raft-state"
 

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafkaesque.storage import read_state_file, write_state_file
 
-from ._types import HardState
+from .. import HardState
 
 FILE_NAME = "raft-hard-states"
 

@@ -46,55 +46,53 @@ too. An idle partition then costs nothing but its share of one ping per peer per
 for a group wakes it; a follower also wakes when the leader's broker stops answering pings (the
 per-node heartbeat: a killed broker's connection closes, but a paused one's stays open and says
 nothing), and counts the ticks of that silence toward its election timeout, so a dead or paused
-leader is replaced within one election timeout, as a leader of a busy group is.
+leader is replaced within one election timeout, as a leader of a busy group is. The core's
+``QuiescencePolicy`` decides all of it (the simulator runs the same policy); the driver sends the
+pings and the "quiesce" notes and keeps the set of groups it ticks.
 """
 
 from __future__ import annotations
 
 import functools
-import heapq
 import logging
-import math
 import os
 import random
 import time
 import zlib
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 from typing import Any
 
 import trio
 
 from kafkaesque.storage import (
-    BatchType,
     CheckedBatch,
     CorruptLogError,
     FlushTicket,
     FsyncPolicy,
     LogConfig,
     PartitionLog,
-    Record,
-    decode_records,
-    iter_batches,
 )
 
-from ._config import RaftConfig
-from ._core import RaftNode
-from ._errors import MalformedMessage, NotLeader, ProposalDropped
-from ._fsync import FsyncWorkers
-from ._hard_state_store import HardStateStore
-from ._membership import Configuration
-from ._messages import (
-    AppendEntries,
-    Heartbeat,
-    HeartbeatResponse,
+from .. import (
+    Configuration,
+    MalformedMessage,
+    NotLeader,
+    ProposalDropped,
+    QuiescencePolicy,
+    RaftConfig,
+    RaftNode,
+    Ready,
+    Role,
     TimeoutNow,
     from_wire,
     to_wire,
 )
+from ._errors import CommitTimeout, ProposalLost
+from ._fsync import FsyncWorkers
+from ._group import PendingRead, RaftGroup
+from ._hard_state_store import HardStateStore
 from ._partition_storage import PartitionStorage
-from ._ready import Ready
-from ._types import HardState, Role
+from ._round import Round, make_durable, replicates_only
 
 log = logging.getLogger("kafkaesque.raft.driver")
 
@@ -102,137 +100,9 @@ log = logging.getLogger("kafkaesque.raft.driver")
 _MSG = 0  # [0, group, wire message]
 _QUIESCE = 1  # [1, group, term, commit]
 _PING = 2  # [2]
-
-_QUIESCE_AFTER_TICKS = 3
 # The background scrub reads this much of one group's sealed segments per tick (about 1.3 MB/s
 # at the default tick): restart time and foreground work do not grow with the log's size.
 SCRUB_BYTES_PER_TICK = 64 * 1024
-
-
-class CommitTimeout(Exception):
-    """The proposal was appended but not known committed in time: its outcome is unknown."""
-
-
-class ProposalLost(Exception):
-    """The proposal was removed from the log before it committed: it definitely failed."""
-
-
-@dataclass(eq=False)
-class _PendingRead:
-    """A read-index request: ``index`` once confirmed, None if leadership was lost first."""
-
-    done: trio.Event = field(default_factory=trio.Event)
-    index: int | None = None
-
-
-@dataclass(eq=False)
-class RaftGroup:
-    """One Raft group hosted here: its core, its storage, and who waits for its commits."""
-
-    id: str
-    node: RaftNode
-    storage: PartitionStorage
-    commit_index: int = -1
-    quiesced: bool = False
-    idle_ticks: int = 0
-    # (offset, seq, term, callback): who waits for an offset to commit in its term, a heap.
-    # Invariant: each callback is in it once, and is called once, as it leaves it.
-    _waiters: list[tuple[int, int, int, Callable[[], None]]] = field(default_factory=list)
-    _seq: int = 0
-    # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
-    changed: trio.Event = field(default_factory=trio.Event)
-    # Corruption found and not yet repaired: the core is set aside until the driver repairs.
-    corrupt: CorruptLogError | None = None
-    _on_corrupt: Callable[[RaftGroup, CorruptLogError], None] | None = None
-    # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
-    _reads: dict[bytes, _PendingRead] = field(default_factory=dict)
-
-    def report_corruption(self, error: CorruptLogError) -> None:
-        """A read of this group's log (a consumer's fetch, say) found ``error``: repair it.
-
-        The driver cuts the log before the bad batch at its next turn and re-replicates it.
-        """
-        if self._on_corrupt is not None:
-            self._on_corrupt(self, error)
-
-    @property
-    def log(self) -> PartitionLog:
-        return self.storage.log
-
-    @property
-    def role(self) -> Role:
-        return self.node.role
-
-    @property
-    def leader(self) -> int | None:
-        return self.node.leader
-
-    def committed_records(self, start: int | None = None) -> list[Record]:
-        """The data records committed from ``start`` (default: the log start) on.
-
-        Only committed data is returned (what consumers may see); control batches are skipped.
-        """
-        out: list[Record] = []
-        offset = self.log.log_start_offset if start is None else start
-        while offset <= self.commit_index:
-            result = self.log.read(offset, 1 << 20, max_offset=self.commit_index + 1)
-            if not result.data:
-                break
-            pos = 0
-            for header in iter_batches(result.data, verify=False):  # the log verified them
-                batch = result.data[pos : pos + header.size]
-                pos += header.size
-                if header.batch_type is BatchType.DATA:
-                    out.extend(r for r in decode_records(batch, header) if r.offset >= offset)
-            offset = result.next_offset
-        return out
-
-    async def wait_committed(self, last: int, term: int) -> None:
-        """Until the commit index reaches ``last`` (proposed in ``term``), or the entries from
-        ``last`` on are lost here (truncated, the log reset or repaired, the group removed).
-
-        The caller tells which from ``commit_index`` and the log. Unlike ``changed``, it wakes
-        its caller once, not at every move of the commit index: a leader with many writes in
-        flight would otherwise wake each of them at every commit.
-        """
-        done = trio.Event()
-        self.on_committed(last, term, done.set)
-        await done.wait()
-
-    def on_committed(self, last: int, term: int, callback: Callable[[], None]) -> None:
-        """Call ``callback`` once, when the commit index reaches ``last`` (proposed in
-        ``term``) or the entries from ``last`` on are lost here, as ``wait_committed`` wakes:
-        at once if the commit index is already there.
-
-        No task waits: the callback runs in whichever task moves the commit index or cuts the
-        log (the driver's loop, a peer connection's reader handling commit news, the task
-        removing the group), in the middle of its step. So it must be quick, must not raise,
-        and tells what happened from ``commit_index`` and the log, as ``wait_committed``'s
-        caller does. Callbacks run in the order of their offsets.
-        """
-        if self.commit_index >= last:
-            callback()
-            return
-        self._seq += 1
-        heapq.heappush(self._waiters, (last, self._seq, term, callback))
-
-    def _notify(self) -> None:
-        self.changed.set()
-        self.changed = trio.Event()
-        waiters = self._waiters
-        while waiters and waiters[0][0] <= self.commit_index:
-            heapq.heappop(waiters)[3]()  # popped first: a callback may add waiters
-
-    def _fail_waiters_above(self, offset: int) -> None:
-        """Call the waiters of offsets from ``offset`` on: their entries are gone (they see
-        that from the log: ``ProposalLost`` for ``propose``)."""
-        cut = [item for item in self._waiters if item[0] >= offset]
-        if not cut:
-            return
-        self._waiters = [item for item in self._waiters if item[0] < offset]
-        heapq.heapify(self._waiters)
-        for item in sorted(cut):  # (offset, seq) are unique: callbacks are never compared
-            item[3]()
 
 
 class MultiRaft:
@@ -269,16 +139,15 @@ class MultiRaft:
         self._dirty: set[RaftGroup] = set()
         # Invariant: exactly the groups that are not quiesced (only these are ticked).
         self._active: set[RaftGroup] = set()
-        self._silent: set[int] = set()  # peers not heard from lately
         # The round in flight: Readys written and handed to the fsync worker, not yet finished.
         # Invariant: at most one; a group has at most one Ready out, in it or being settled.
-        self._round: _Round | None = None
+        self._round: Round | None = None
         self._running = False  # ``run``'s loop collects the rounds' ends (tests call ``_process``)
         self._busy = 0  # inside a step, tick or round's end: the kick waits for its end
         self._ticks = 0
         self._read_seq = 0  # read-index request ids (ctx), unique in this driver
-        self._last_heard: dict[int, int] = {}
-        self._election_tick = self._raft_config(node_id).election_tick
+        # Which groups tick and which peers are heard: a pure policy, clocked by ``_ticks``.
+        self._quiet = QuiescencePolicy(node_id, self._raft_config(node_id).election_tick)
         self.fsyncs = 0
         self._fsync_workers = FsyncWorkers(1, f"kafkaesque-fsync-{node_id}")
         # Told how long each group commit (the parallel fsyncs of one step) took: for metrics.
@@ -441,7 +310,7 @@ class MultiRaft:
         self._read_seq += 1
         ctx = self._read_seq.to_bytes(8, "big")
         group.node.read_index(ctx)  # raises NotLeader
-        pending = group._reads[ctx] = _PendingRead()
+        pending = group._reads[ctx] = PendingRead()
         self._wake_group(group)
         try:
             with trio.move_on_after(timeout):
@@ -494,13 +363,13 @@ class MultiRaft:
 
     def hears(self, peer: int) -> bool:
         """Whether ``peer`` answered this broker's pings lately (it is not silent)."""
-        return peer not in self._silent
+        return self._quiet.hears(peer)
 
     # -- the transport side -----------------------------------------------------------------
 
     def handle_items(self, peer: int, items: list[Any]) -> None:
         """Take a frame's items from ``peer`` (the transport's ``on_items`` callback)."""
-        self._last_heard[peer] = self._ticks
+        self._quiet.heard(peer, self._ticks)
         self._busy += 1
         try:
             self._handle_items(peer, items)
@@ -519,10 +388,8 @@ class MultiRaft:
                     if group is None or group.corrupt is not None:
                         continue  # not (yet) here, or being repaired: the sender retries
                     msg = from_wire(item[2])
-                    if group.quiesced:  # anything from a peer means the group is active
-                        self._activate(group)
-                    if not isinstance(msg, Heartbeat | HeartbeatResponse):
-                        group.idle_ticks = 0  # heartbeats are how an idle group stays alive
+                    if self._quiet.stepped(group.quiet, msg):  # anything from a peer wakes it
+                        self._active.add(group)
                     try:
                         group.node.step(msg)
                     except CorruptLogError as exc:
@@ -561,23 +428,16 @@ class MultiRaft:
     def peer_changed(self, peer: int, connected: bool) -> None:
         """The transport's news: a lost connection makes ``peer`` silent at once."""
         if not connected:
-            self._last_heard[peer] = -(10**9)
-            self._silent.add(peer)
+            self._quiet.disconnected(peer)
             self._wake_orphans(peer, gone=True)
 
     def _maybe_quiesce_follower(self, peer: int, group_id: str, term: int, commit: int) -> None:
         group = self.groups.get(group_id)
         if group is None:
             return
-        node = group.node
-        if (
-            node.role is Role.FOLLOWER
-            and node.term == term
-            and node.leader == peer
-            and node.commit == commit == group.storage.last_index()
-            and not node.has_ready()
-        ):
-            self._quiesce(group)
+        last = group.storage.last_index()
+        if self._quiet.quiesce_follower(group.quiet, group.node, last, peer, term, commit):
+            self._active.discard(group)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -623,29 +483,22 @@ class MultiRaft:
 
     def _tick(self) -> None:
         self._ticks += 1
-        live_after = self._ticks - max(2, math.ceil(self._election_tick / 3))
         for peer in self._peers:
             self._send(peer, [_PING])
-            if self._last_heard.get(peer, -1) >= live_after:
-                self._silent.discard(peer)
-            elif peer not in self._silent:
-                self._silent.add(peer)
-                self._wake_orphans(peer, gone=False)
+        for peer in self._quiet.check_peers(self._peers, self._ticks):
+            self._wake_orphans(peer, gone=False)
         for group in list(self._active):
             node = group.node
             # Checked before ticking: a tick makes a leader queue its heartbeat.
-            if (
-                node.role is Role.LEADER
-                and group.idle_ticks >= _QUIESCE_AFTER_TICKS
-                and self._maybe_quiesce_leader(group)
-            ):
+            if self._quiet.quiesce_leader(group.quiet, node):
+                self._quiesce_followers(group)
                 continue
             try:
                 node.tick()
             except CorruptLogError as exc:
                 self._corrupted(group, exc)
                 continue
-            group.idle_ticks += 1
+            self._quiet.ticked(group.quiet)
             self._mark(group)
         self._scrub_one()
 
@@ -713,61 +566,32 @@ class MultiRaft:
             group.log.lost_end_offset,
         )
         group._notify()
-        self._activate(group)
+        self._quiet.wake(group.quiet)
+        self._active.add(group)
         self._mark(group)
 
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep over the
-        groups it leads here.
-
-        Silence wakes the quiesced ones and, in every one, counts the ticks of silence toward
-        the election timeout (their own clock stood still while quiesced; a paused broker keeps
-        its connection open, so silence is all there is to see). A closed connection is
-        stronger news (a killed broker's kernel closes it at once), so followers also forget
-        that leader (no stickiness for a leader known gone). Either way one survivor, the
-        lowest-id other voter, stands first: at once when the leader is gone, one election
-        timeout after the silence began otherwise (the others a tick later at the earliest):
-        one candidate, so no split vote. Pre-vote still guards a mistaken verdict (a one-way
-        cut): a voter that still hears the leader refuses.
-        """
+        groups it leads here, each woken and told what the policy decided
+        (``QuiescencePolicy.orphaned``)."""
         for group in self.groups.values():
-            node = group.node
-            if node.role is Role.LEADER or node.leader != peer:
+            wake = self._quiet.orphaned(group.quiet, group.node, peer, self._ticks, gone=gone)
+            if wake is None:
                 continue
-            woke = group.quiesced
-            self._activate(group)
-            others = [v for v in node.configuration.voters if v != peer]
-            first = bool(others) and min(others) == self.node_id
-            if gone:
-                node.forget_leader()
-                if first:
-                    node.campaign()
-            else:
-                silent = self._ticks - self._last_heard.get(peer, 0)
-                node.leader_silent_for(max(0, silent), stand_first=first)
+            self._active.add(group)
+            wake.apply(group.node)
             self._mark(group)
-            if woke:
+            if wake.woke:
                 log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
 
-    def _quiesce(self, group: RaftGroup) -> None:
-        group.quiesced = True
+    def _quiesce_followers(self, group: RaftGroup) -> None:
+        """The policy quiesced the leader's ``group``: stop ticking it, and tell every other
+        member the term and commit to quiesce at."""
         self._active.discard(group)
-
-    def _activate(self, group: RaftGroup) -> None:
-        group.quiesced = False
-        self._active.add(group)
-
-    def _maybe_quiesce_leader(self, group: RaftGroup) -> bool:
-        """Quiesce ``group`` if its followers hold the whole log and were told the commit index
-        (``RaftNode.quiescent``)."""
         node = group.node
-        if not node.quiescent():
-            return False
-        self._quiesce(group)
         for peer in node.configuration.members:
             if peer != self.node_id:
                 self._send(peer, [_QUIESCE, group.id, node.term, node.commit])
-        return True
 
     def _mark(self, group: RaftGroup) -> None:
         if self.groups.get(group.id) is not group:
@@ -776,11 +600,11 @@ class MultiRaft:
         self._kick()
 
     def _wake_group(self, group: RaftGroup) -> None:
-        if group in self._dirty and not group.quiesced:
-            group.idle_ticks = 0  # already active, marked and the loop woken: a proposal burst
-            return
-        self._activate(group)
-        group.idle_ticks = 0
+        """A local request for ``group`` (a proposal, a read, a membership change) wakes it."""
+        woke = self._quiet.requested(group.quiet)
+        if not woke and group in self._dirty:
+            return  # already active, marked and the loop woken: a proposal burst
+        self._active.add(group)
         self._mark(group)
 
     def _kick(self) -> None:
@@ -817,7 +641,7 @@ class MultiRaft:
                 continue
             try:
                 rd = group.node.ready()
-                early = _replicates_only(rd, group.storage.hard_state)
+                early = replicates_only(rd, group.storage.hard_state)
                 if early:
                     # A leader replicates while it writes to its own disk (thesis §10.2.1, as
                     # etcd does): it counts itself only for what is durable (``advance``), and
@@ -843,13 +667,13 @@ class MultiRaft:
         snapshot = self.hard_states.snapshot() if self.hard_states.dirty else None
         self._flush()  # the leaders' appends go out while their entries are made durable here
         # (The group commit's duration is real time, whatever clock drives the ticks.)
-        rnd = _Round(readies, tickets, snapshot is not None, time.perf_counter())
+        rnd = Round(readies, tickets, snapshot is not None, time.perf_counter())
         if not tickets and snapshot is None:
             self._end_round(rnd)
             return True
         self._round = rnd
         self._fsync_workers.submit(
-            functools.partial(_make_durable, [t for _, t in tickets], self.hard_states, snapshot)
+            functools.partial(make_durable, [t for _, t in tickets], self.hard_states, snapshot)
         )
         return True
 
@@ -875,7 +699,7 @@ class MultiRaft:
             finally:
                 self._busy -= 1
 
-    def _end_round(self, rnd: _Round) -> None:
+    def _end_round(self, rnd: Round) -> None:
         for group, rd, sent in rnd.readies:
             self._after_persist(group, rd, sent)
 
@@ -901,7 +725,7 @@ class MultiRaft:
         if not sent:
             self._send_messages(group, rd)
         if rd.entries:
-            group.idle_ticks = 0
+            self._quiet.wrote(group.quiet)
         if rd.truncate_from is not None:
             group._fail_waiters_above(rd.truncate_from)
         if rd.log_reset is not None:
@@ -924,35 +748,8 @@ class MultiRaft:
             self._mark(group)
 
 
-@dataclass(eq=False, slots=True)
-class _Round:
-    """Readys written to their logs, waiting for their durability work to end."""
-
-    readies: list[tuple[RaftGroup, Ready, bool]]  # (group, Ready, its messages already sent)
-    tickets: list[tuple[PartitionLog, FlushTicket]]  # the fsyncs, by log
-    hard_states: bool  # whether the hard-state file is written too
-    started: float
-
-
 def _nothing() -> None:
     pass
-
-
-def _replicates_only(rd: Ready, persisted: HardState) -> bool:
-    """Whether ``rd``'s messages may be sent before ``rd`` is durable: they are all a leader's
-    AppendEntries and heartbeats, and the Ready changes neither term nor vote."""
-    if not rd.messages:
-        return False
-    hard = rd.hard_state
-    if hard is not None and (hard.term, hard.vote) != (persisted.term, persisted.vote):
-        return False
-    for m in rd.messages:  # noqa: SIM110 (a loop, not all(): called for every Ready)
-        if type(m) not in _REPLICATION:
-            return False
-    return True
-
-
-_REPLICATION = (AppendEntries, Heartbeat)
 
 
 def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
@@ -961,20 +758,4 @@ def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
     return ordered[zlib.crc32(group_id.encode()) % len(ordered)] if ordered else None
 
 
-def _make_durable(
-    tickets: list[FlushTicket], hard_states: HardStateStore, snapshot: dict[str, Any] | None
-) -> None:
-    for ticket in tickets:
-        ticket.run()
-    if snapshot is not None:
-        hard_states.write(snapshot)
-
-
-__all__ = [
-    "CommitTimeout",
-    "MultiRaft",
-    "NotLeader",
-    "ProposalDropped",
-    "ProposalLost",
-    "RaftGroup",
-]
+__all__ = ["MultiRaft", "preferred_leader"]
