@@ -77,12 +77,12 @@ COMMANDS: dict[str, Command] = {
 USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("kafkaesque.client._errors", "KafkaesqueError"),
     (".broker", "BrokerCommandError"),
-    (".cluster", "ClusterError"),
+    ("kafkaesque.local_cluster", "ClusterError"),
     (".demo", "DemoError"),
     (".devices", "DevicesError"),
-    (".client_commands", "ClientCommandError"),
-    (".security_commands", "SecurityCommandError"),
-    ("kafkaesque.jepsen_like.runner", "JepsenError"),
+    (".client_options", "ClientCommandError"),
+    (".client_options", "SecurityCommandError"),
+    ("kafkaesque.jepsen_like", "JepsenError"),
     (".mqtt_bridge", "MqttBridgeError"),
 )
 

@@ -29,7 +29,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import trio
-from kafkaesque.cli.cluster import free_ports
+
+from kafkaesque.local_cluster import free_ports
 
 from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
 from ._nemesis import (

@@ -26,10 +26,10 @@ import time
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker._mqtt_bridge import BridgeConfig, MqttBridge
 from kafkaesque.client import AsyncClient, Client, open_producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import TopicMapping
 from tests.broker.mqtt_bridge_helpers import mqtt_options, publish
 from tests.mosquitto import Mosquitto, running_mosquitto

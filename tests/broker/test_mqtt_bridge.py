@@ -13,11 +13,11 @@ from pathlib import Path
 import fastavro
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker._mqtt_bridge import BridgeConfig, BridgeError, MqttBridge
 from kafkaesque.broker._mqtt_converters import avro_converter, json_converter, load_avro_schema
 from kafkaesque.client import AsyncClient, ProducerConfig, open_producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import MqttVersion, TopicMapping
 from tests.broker.mqtt_bridge_helpers import mqtt_options, publish, read_topic, running_bridge
 from tests.mosquitto import (

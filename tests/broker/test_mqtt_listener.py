@@ -16,7 +16,6 @@ from typing import Any, cast
 import paho.mqtt.client as paho
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
@@ -24,6 +23,7 @@ from kafkaesque.broker._mqtt_connection import RECEIVE_MAXIMUM
 from kafkaesque.broker._mqtt_egress import Egress
 from kafkaesque.broker._mqtt_listener import MAX_PACKET_SIZE
 from kafkaesque.client import Client, Producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     Disconnect,
     MqttProperties,

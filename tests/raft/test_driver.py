@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import free_ports
 
+from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft import Role
 from kafkaesque.raft._driver import MultiRaft
 from kafkaesque.raft._transport import PeerTransport
