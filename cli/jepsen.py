@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kafkaesque.jepsen_like import NEMESES, JepsenError, RunOptions, WorkloadOptions, run
+from kafkaesque.jepsen_like.runner import NEMESES, JepsenError, RunOptions, WorkloadOptions, run
 
 __all__ = ["JepsenError", "add_parser", "run_jepsen"]
 

@@ -82,7 +82,7 @@ USER_ERRORS: tuple[tuple[str, str], ...] = (
     (".devices", "DevicesError"),
     (".client_options", "ClientCommandError"),
     (".client_options", "SecurityCommandError"),
-    ("kafkaesque.jepsen_like", "JepsenError"),
+    ("kafkaesque.jepsen_like.runner", "JepsenError"),
     (".mqtt_bridge", "MqttBridgeError"),
 )
 

@@ -57,6 +57,15 @@ from ._workload import (
 from .checker import CheckResult, check_file
 from .history import HistoryWriter
 
+__all__ = [
+    "NEMESES",
+    "JepsenError",
+    "RunOptions",
+    "RunOutcome",
+    "WorkloadOptions",
+    "run",
+]
+
 _NETNS_PORTS = (9092, 9093, 9094, 9095)  # client, peer, controller, admin: one set a namespace
 
 
