@@ -157,7 +157,7 @@ class _PubsConnection:
         self.sock = socket.create_connection(address, timeout=10)
         self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         if _secure(args):
-            from kafkaesque.cli.dev_pki import scram_login
+            from kafkaesque.local_cluster import scram_login
 
             context = ssl.create_default_context(cafile=args.tls_ca)
             self.sock = context.wrap_socket(self.sock, server_hostname=address[0])

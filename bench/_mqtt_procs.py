@@ -1,5 +1,5 @@
 """Process plumbing of ``bench.mqtt``: a throwaway mosquitto (the baseline), resident memory of
-processes, and the load generator's runs (``kafkaesque.cli._devices_fleet``) as one call each.
+processes, and the load generator's runs (``kafkaesque.cli.devices_fleet``) as one call each.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkaesque.cli._devices_fleet import Fleet, FleetSpec, Readiness, WorkerResult
-from kafkaesque.cli.cluster import free_ports
+from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, Readiness, WorkerResult
+
+from kafkaesque.local_cluster import free_ports
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 

@@ -28,7 +28,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafkaesque.cli.cluster import free_ports
+from kafkaesque.local_cluster import free_ports
 
 NATS_SERVER = "/usr/sbin/nats-server"
 ACK_DURABILITY = "a quorum of replicas has written it, not fsynced (nats-server 2.9's file store)"

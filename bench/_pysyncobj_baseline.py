@@ -71,8 +71,9 @@ from multiprocessing.process import BaseProcess
 from typing import Any, Literal, cast, get_args
 
 import pysyncobj
-from kafkaesque.cli.cluster import free_ports
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, replicated
+
+from kafkaesque.local_cluster import free_ports
 
 RECORD_BYTES = 100
 Payload = Literal["repeated", "random"]

@@ -17,7 +17,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
-from kafkaesque.cli.cluster import free_ports
+from kafkaesque.local_cluster import free_ports
 
 
 class RaftCluster:

@@ -21,7 +21,7 @@ phase has its own 3-partition topic.
   printed); the first half second of messages is warm-up, left out of the percentiles.
 
 * (d) security's cost: a second cluster of 3 brokers with TLS on the client and peer ports (a
-  development CA, ``kafkaesque.cli.dev_pki``) and SCRAM-SHA-256 users (``--users-file``),
+  development CA, ``kafkaesque.local_cluster``) and SCRAM-SHA-256 users (``--users-file``),
   measured as (a) and (b) with clients that authenticate (the ``Producer`` with
   ``Security(SASL_SSL)``; each PUBS connection does TLS, then ``AUTH``): each rate and its ratio
   to the plaintext one measured just before (target: >= 0.7).
@@ -75,10 +75,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kafkaesque.cli.cluster import LocalCluster
-from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
-
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import DevSecurity, LocalCluster, SecureCluster
 
 from ._broker_load import MESSAGE_BYTES, percentile
 from ._broker_procs import (

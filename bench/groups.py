@@ -29,8 +29,7 @@ import tempfile
 import threading
 import time
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import EndReply, GroupRow, PartitionRow
 from kafkaesque.storage import Record, build_batch
 from tests.broker.line_client import LineClient

@@ -2,7 +2,7 @@
 
     python -m bench.mqtt [--quick] [--profile DIR]
 
-The load generator is ``kafkaesque devices``' own (``kafkaesque.cli._devices_fleet``):
+The load generator is ``kafkaesque devices``' own (``kafkaesque.cli.devices_fleet``):
 pre-encoded MQTT 3.1.1 packets on raw non-blocking sockets, many connections per process, a
 window of unacknowledged QoS 1 PUBLISHes per connection, connections spread round-robin over the
 brokers' MQTT listeners. The cluster is 3 real ``kafkaesque broker`` processes (``LocalCluster``
@@ -61,12 +61,12 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
-from kafkaesque.cli._devices_core import DeviceConfig, device_id
-from kafkaesque.cli._devices_fleet import Fleet, FleetError, FleetSpec, Readiness
-from kafkaesque.cli._devices_report import check_log, end_offsets, percentile, read_run
-from kafkaesque.cli.cluster import LocalCluster
+from kafkaesque.cli.devices_core import DeviceConfig, device_id
+from kafkaesque.cli.devices_fleet import Fleet, FleetError, FleetSpec, Readiness
+from kafkaesque.cli.devices_report import check_log, end_offsets, percentile, read_run
 
 from kafkaesque.client import Client, Producer, ProducerConfig
+from kafkaesque.local_cluster import LocalCluster
 
 from ._broker_procs import CpuShare, CpuWindow, Profiles, StealWindow, make_scratch
 from ._mqtt_procs import (

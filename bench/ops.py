@@ -64,10 +64,9 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
-from kafkaesque.cli.cluster import LocalCluster
-
-from kafkaesque.broker._balancer import DEFAULT_HOLD_S
+from kafkaesque.broker import DEFAULT_HOLD_S
 from kafkaesque.client import Client, Consumer, KafkaesqueError, Producer, ProducerConfig
+from kafkaesque.local_cluster import LocalCluster
 
 TOPIC = "ops-bench"
 DOWN_S = 3.0  # how long the two brokers stay down (the issue's scenario)
@@ -142,7 +141,7 @@ def probe_until_ok(
     raise TimeoutError(f"{line!r} to {address} got no {good!r} in {_GIVE_UP_S:.0f} s")
 
 
-def _ask(address: tuple[str, int], line: str) -> bytes:
+def ask(address: tuple[str, int], line: str) -> bytes:
     with socket.create_connection(address, timeout=30) as sock:
         sock.sendall(line.encode() + b"\r\n")
         return _read_answer(sock, bytearray())
@@ -290,7 +289,7 @@ def unavailability(
 ) -> tuple[list[float], list[float], int, int, int]:
     """The rolling-restart phase and the kill phase (see the module docstring), one after the
     other with the same probes: (rolling gaps, kill gaps, client errors, lost, duplicates)."""
-    created = _ask(cluster.client_address(0), f"CREATE {ROLLING_TOPIC} {partitions} 3")
+    created = ask(cluster.client_address(0), f"CREATE {ROLLING_TOPIC} {partitions} 3")
     if not created.startswith(b"+OK"):
         raise RuntimeError(f"CREATE answered {created!r}")
     with PartitionProbes(cluster.bootstrap, ROLLING_TOPIC, partitions) as probes:
@@ -367,7 +366,7 @@ def balancing(
     """The leader balancing phase (see the module docstring): (transfers a second, how many
     leaderships broker 0 gave away)."""
     address = cluster.client_address(0)
-    created = _ask(address, f"CREATE {BALANCE_TOPIC} {partitions} 3")
+    created = ask(address, f"CREATE {BALANCE_TOPIC} {partitions} 3")
     if not created.startswith(b"+OK"):
         raise RuntimeError(f"CREATE answered {created!r}")
     with Client(cluster.bootstrap) as client:
@@ -420,10 +419,10 @@ def main(argv: list[str] | None = None) -> int:
             cluster = stack.enter_context(LocalCluster(root, 3, log_level=args.log_level))
             if args.keep_logs:  # also when a trial fails: that is when they are wanted
                 stack.callback(shutil.copytree, cluster.log_dir, args.keep_logs, dirs_exist_ok=True)
-            created = _ask(cluster.client_address(0), f"CREATE {TOPIC} 3 3")
+            created = ask(cluster.client_address(0), f"CREATE {TOPIC} 3 3")
             if not created.startswith(b"+OK"):
                 raise RuntimeError(f"CREATE answered {created!r}")
-            _ask(cluster.client_address(0), f"PUBS {TOPIC} first")
+            ask(cluster.client_address(0), f"PUBS {TOPIC} first")
             acks = []
             for trial in range(trials):
                 acks.append(restart_first_ack(cluster, probe, timeline))

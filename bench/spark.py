@@ -35,11 +35,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import pyarrow as pa  # type: ignore[import-untyped]
-from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.spark_source import local_session, stop_session
 from pyspark.sql import DataFrame, SparkSession
 
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 
 from ._spark_data import JSON_SCHEMA, Fetched, fetch_topic, load_topic, write_baselines
 

@@ -47,9 +47,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
 
-from kafkaesque.cli.cluster import LocalCluster
-
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 
 from ._broker_procs import StealWindow, make_scratch, process_cpu_s
 from .device_io import echo_cpu_us
@@ -73,7 +72,7 @@ QUICK = Plan(writes=2_000, paced_s=5.0, echo_s=3.0)
 FULL = Plan(writes=5_000, paced_s=15.0, echo_s=10.0)
 
 
-class ProfiledCluster(LocalCluster):  # type: ignore[misc]  # cli is untyped to mypy here
+class ProfiledCluster(LocalCluster):
     """A ``LocalCluster`` whose brokers run under ``bench._profiled_broker``."""
 
     def __init__(self, data_dir: str, stats_dir: Path) -> None:
@@ -81,11 +80,9 @@ class ProfiledCluster(LocalCluster):  # type: ignore[misc]  # cli is untyped to 
         self.stats_dir = stats_dir
         self.window_s = 0.0  # how long the last profiled run took
 
-    def command(self, broker: int) -> list[str]:
-        python, dash_m, module, *rest = super().command(broker)
-        assert (dash_m, module) == ("-m", "kafkaesque.cli"), "LocalCluster's command changed"
+    def program(self, broker: int) -> list[str]:
         stats = str(self.stats_dir / f"broker-{broker}.prof")
-        return [python, "-m", "bench._profiled_broker", stats, *rest]
+        return [sys.executable, "-m", "bench._profiled_broker", stats]
 
     def profile_calls(self, run: Callable[[], None]) -> list[int]:
         """Calls each broker's event loop makes while ``run()`` runs."""

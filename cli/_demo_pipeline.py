@@ -26,8 +26,7 @@ from kafkaesque.client import (
     KafkaesqueError,
     open_producer,
 )
-
-from .cluster import LocalCluster
+from kafkaesque.local_cluster import LocalCluster
 
 READINGS = "readings"
 COMMANDS = "commands"

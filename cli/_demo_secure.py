@@ -1,7 +1,7 @@
 """``kafkaesque demo --secure``: the same pipeline with security on every listener.
 
 The brokers speak TLS on the client and peer ports (a development CA and certificate,
-``dev_pki``), have a random cluster secret, and require SCRAM-SHA-256 users: ``demo`` (a super
+``local_cluster``), have a random cluster secret, and require SCRAM-SHA-256 users: ``demo`` (a super
 user: the controller, the probe, the report and the Spark job authenticate as it) and
 ``phones`` (the devices). The MQTT listeners speak TLS too, check the devices' user name and
 password against the same users file, and apply an MQTT ACL so that each phone publishes only
@@ -18,7 +18,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass, field
 
-from .dev_pki import DevSecurity, SecureCluster, random_secret, write_users
+from kafkaesque.local_cluster import DevSecurity, SecureCluster, random_secret, write_users
 
 DEMO_USER = "demo"
 DEVICE_USER = "phones"

@@ -1,12 +1,12 @@
 """One worker process of the device simulator: many device connections on raw non-blocking
-sockets (``selectors``, epoll), driven by the sans-I/O ``_devices_core.Device``.
+sockets (``selectors``, epoll), driven by the sans-I/O ``devices_core.Device``.
 
 Why not trio here: a load generator's cost is per message, and a plain selector loop that reads
 everything a socket has, answers all of it with one ``send``, and never creates a task or a
 cancel scope per message goes several times faster than an async stream per connection. The
 MQTT logic is in ``Device``; this module only moves bytes and time.
 
-A worker (``worker_main``, started by ``_devices_fleet.Fleet``):
+A worker (``worker_main``, started by ``devices_fleet.Fleet``):
 
 1. raises its open-file limit to the hard limit, then connects its devices round-robin over the
    MQTT addresses (device ``i`` to ``addresses[i % len]``, like a load balancer), at most
@@ -45,7 +45,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._devices_core import DISCONNECT, PINGREQ, Device, DeviceConfig, DeviceState, Tally
+from .devices_core import DISCONNECT, PINGREQ, Device, DeviceConfig, DeviceState, Tally
 
 _READ_BYTES = 256 * 1024
 _RECONNECT_DELAY = 0.2  # seconds, times the failed attempts so far plus one

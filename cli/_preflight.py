@@ -22,7 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from .cluster import free_ports
+from kafkaesque.local_cluster import free_ports
 
 MIN_JAVA = 17  # Spark 4 runs on Java 17 or newer
 MIN_FREE_BYTES = 500 * 1024 * 1024  # the demo's cluster logs, Spark's scratch files and the plot

@@ -49,10 +49,16 @@ from typing import Any
 
 import trio
 
-from kafkaesque.broker import Broker, BrokerConfig, ConfigError, config_from_mapping, load_config
-from kafkaesque.broker._config import open_warning
-from kafkaesque.broker._decommission import DECOMMISSION_TIMEOUT_S
-from kafkaesque.broker._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
+from kafkaesque.broker import (
+    DECOMMISSION_TIMEOUT_S,
+    DEFAULT_SHUTDOWN_TIMEOUT_S,
+    Broker,
+    BrokerConfig,
+    ConfigError,
+    config_from_mapping,
+    load_config,
+    open_warning,
+)
 from kafkaesque.client import Client, KafkaesqueError
 from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
 

@@ -3,7 +3,7 @@
 They talk to a running cluster through ``kafkaesque.client``, as any program would. The cluster
 is found through ``--bootstrap host:port,...`` (default ``$KAFKAESQUE_BOOTSTRAP``, else
 ``127.0.0.1:9092``); ``--tls-ca FILE`` (or ``--tls``) and ``--user NAME`` (``$KAFKAESQUE_USER``,
-the password from ``$KAFKAESQUE_PASSWORD``) connect with TLS and SCRAM (``security_commands``).
+the password from ``$KAFKAESQUE_PASSWORD``) connect with TLS and SCRAM (``client_options``).
 A failure is one line on stderr (``kafkaesque <command>: CODE: message``) and a non-zero exit:
 ``main`` maps ``ClientCommandError`` and ``KafkaesqueError`` so.
 """
@@ -22,7 +22,6 @@ from typing import IO, Any, BinaryIO
 
 from kafkaesque.client import (
     Client,
-    ClientConfig,
     Consumer,
     ConsumerRecord,
     DeliveryHandle,
@@ -35,16 +34,15 @@ from kafkaesque.client import (
 )
 from kafkaesque.protocol import Acks, Fsync, GroupRow, PartitionRow, TopicRow, topic_name_error
 
-from .security_commands import SecurityCommandError, add_security_options, security_from_args
+from .client_options import (
+    ClientCommandError,
+    bootstrap_option,
+    client_from_args,
+    text_table,
+)
 
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
-BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
 PROGRESS_MIN_BYTES = 1024 * 1024
 """Inputs at least this large (a file) get a progress bar on stderr, when stderr is a terminal."""
-
-
-class ClientCommandError(Exception):
-    """A client command was used wrongly or could not finish; the message says why."""
 
 
 def add_parsers(commands: Any) -> None:
@@ -59,34 +57,10 @@ def add_parsers(commands: Any) -> None:
         help="brokers (up or down), then every partition's leader, replicas, offsets and "
         "state (ok, under-replicated, no-leader)",
     )
-    _bootstrap_option(status)
+    bootstrap_option(status)
     status.add_argument("--group", help="also show this consumer group (needs --topic)")
     status.add_argument("--topic", help="the topic the group reads")
     status.set_defaults(run=run_status)
-
-
-def _bootstrap_option(parser: argparse.ArgumentParser) -> None:
-    """``--bootstrap`` and the security options (``--tls-ca``, ``--user``...: see
-    ``security_commands``), which every command that talks to the cluster takes."""
-    parser.add_argument(
-        "--bootstrap",
-        default=os.environ.get(BOOTSTRAP_ENV) or DEFAULT_BOOTSTRAP,
-        metavar="HOST:PORT,...",
-        help=f"brokers to start from (${BOOTSTRAP_ENV}, else {DEFAULT_BOOTSTRAP})",
-    )
-    add_security_options(parser)
-
-
-def _client(args: argparse.Namespace) -> Client:
-    """A client of ``--bootstrap``, connecting as the security options say."""
-    try:
-        security = security_from_args(args)
-    except SecurityCommandError as exc:
-        raise ClientCommandError(str(exc)) from exc
-    try:
-        return Client(args.bootstrap, config=ClientConfig(security=security))
-    except ValueError as exc:
-        raise ClientCommandError(f"--bootstrap: {exc}") from exc
 
 
 def _check_topic(name: str, *, writes: bool) -> str:
@@ -95,15 +69,6 @@ def _check_topic(name: str, *, writes: bool) -> str:
     if reason is not None:
         raise ClientCommandError(f"invalid topic name {name!r}: {reason}")
     return name
-
-
-def _table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    """Left-aligned columns, two spaces apart, header first."""
-    cells = [list(header), *([str(c) for c in row] for row in rows)]
-    widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
-    return [
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells
-    ]
 
 
 def _offset(value: int | None) -> str:
@@ -157,12 +122,12 @@ def _add_topic(commands: Any) -> None:
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
     for parser in (create, alter, listing, describe, delete):
-        _bootstrap_option(parser)
+        bootstrap_option(parser)
 
 
 def run_topic_create(args: argparse.Namespace) -> int:
     _check_topic(args.name, writes=True)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.create_topic(
             args.name,
             args.partitions,
@@ -196,7 +161,7 @@ def run_topic_alter(args: argparse.Namespace) -> int:
     ):
         if value is not None and value < -1:
             raise ClientCommandError(f"{flag} must be -1 (unlimited) or more, not {value}")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         changed = client.alter_topic(
             args.name,
             partitions=args.partitions,
@@ -220,7 +185,7 @@ def _settings(t: TopicRow) -> str:
 
 
 def run_topic_list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         topics = client.list_topics()
     rows = [
         (
@@ -243,14 +208,14 @@ def run_topic_list(args: argparse.Namespace) -> int:
         "COMPACT",
         "FSYNC",
     )
-    for line in _table(header, rows):
+    for line in text_table(header, rows):
         print(line)
     return 0
 
 
 def run_topic_describe(args: argparse.Namespace) -> int:
     _check_topic(args.name, writes=False)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         description = client.describe_topic(args.name)
     t = description.topic
     print(f"topic {t.topic}: {_settings(t)}")
@@ -260,7 +225,7 @@ def run_topic_describe(args: argparse.Namespace) -> int:
 
 def run_topic_delete(args: argparse.Namespace) -> int:
     _check_topic(args.name, writes=True)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.delete_topic(args.name)
     print(f"deleted topic {args.name}")
     return 0
@@ -279,7 +244,7 @@ def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
         )
         for row in rows
     ]
-    for line in _table(header, lines):
+    for line in text_table(header, lines):
         print(line)
 
 
@@ -330,21 +295,21 @@ def _add_group(commands: Any) -> None:
     delete.add_argument("name")
     delete.set_defaults(run=run_group_delete)
     for parser in (listing, describe, reset, delete):
-        _bootstrap_option(parser)
+        bootstrap_option(parser)
 
 
 def run_group_list(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         groups = client.list_groups()
     rows = [(g.group, g.topic, g.state, g.members) for g in groups]
-    for line in _table(("GROUP", "TOPIC", "STATE", "MEMBERS"), rows):
+    for line in text_table(("GROUP", "TOPIC", "STATE", "MEMBERS"), rows):
         print(line)
     return 0
 
 
 def run_group_describe(args: argparse.Namespace) -> int:
     topic = None if args.topic is None else _check_topic(args.topic, writes=False)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         descriptions = client.describe_consumer_group(args.name, topic)
     for i, d in enumerate(descriptions):
         if i:
@@ -353,13 +318,13 @@ def run_group_describe(args: argparse.Namespace) -> int:
         print(f"group {s.group} on {s.topic}: {s.state}, {s.members} member(s)")
         if d.members:
             members = [(m.member, ",".join(map(str, m.partitions)) or "-") for m in d.members]
-            for line in _table(("MEMBER", "PARTITIONS"), members):
+            for line in text_table(("MEMBER", "PARTITIONS"), members):
                 print(line)
         table = [
             (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g))
             for g in d.partitions
         ]
-        for line in _table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
             print(line)
     return 0
 
@@ -386,10 +351,10 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
 def run_group_reset(args: argparse.Namespace) -> int:
     topic = _check_topic(args.topic, writes=False)
     kind, value = _reset_target(args)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         offsets = client.reset_offsets(args.name, topic, kind, value, dry_run=not args.execute)
     rows = [(args.name, topic, p, o) for p, o in sorted(offsets.items())]
-    for line in _table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
+    for line in text_table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
         print(line)
     if not args.execute:  # as Kafka warns when --execute is missing
         print("dry run: nothing was changed; add --execute to apply", file=sys.stderr)
@@ -397,7 +362,7 @@ def run_group_reset(args: argparse.Namespace) -> int:
 
 
 def run_group_delete(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.delete_group(args.name)
     print(f"deleted group {args.name}")
     return 0
@@ -407,7 +372,7 @@ def run_group_delete(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
-    with _client(args) as client:
+    with client_from_args(args) as client:
         metadata = client.refresh_metadata()
         rows = [row for topic in sorted(metadata.partitions) for row in metadata.partitions[topic]]
         if any(r.start_offset is None or r.end_offset is None for r in rows):
@@ -431,7 +396,7 @@ def run_status(args: argparse.Namespace) -> int:
         for _, b in sorted(metadata.brokers.items())
     ]
     print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
-    for line in _table(
+    for line in text_table(
         ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE"), brokers
     ):
         print(line)
@@ -453,19 +418,19 @@ def run_status(args: argparse.Namespace) -> int:
         )
         for row, state in zip(rows, states, strict=True)
     ]
-    for line in _table(header, partition_table):
+    for line in text_table(header, partition_table):
         print(line)
     if args.group:
         if not args.topic:
             raise ClientCommandError("--group needs --topic")
-        with _client(args) as client:
+        with client_from_args(args) as client:
             group = client.describe_group(args.group, _check_topic(args.topic, writes=False))
         print()
         print(f"group {args.group} on {args.topic}")
         table = [
             (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g)) for g in group
         ]
-        for line in _table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
             print(line)
     return 0
 
@@ -516,7 +481,7 @@ def _add_produce(commands: Any) -> None:
     )
     produce.add_argument("--linger-ms", type=float, default=5.0, help="batch wait (5)")
     produce.add_argument("--batch-size", type=int, default=64 * 1024, help="batch bytes (65536)")
-    _bootstrap_option(produce)
+    bootstrap_option(produce)
     produce.set_defaults(run=run_produce)
 
 
@@ -586,7 +551,7 @@ def run_produce(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     records = read_bytes = 0
-    with _client(args) as client, source, Producer(client, config) as producer:
+    with client_from_args(args) as client, source, Producer(client, config) as producer:
         for line in _lines(source):
             producer.send(args.topic, line, key, partition=args.partition).handle.add_done_callback(
                 settled
@@ -655,7 +620,7 @@ def _add_consume(commands: Any) -> None:
         help="how to print a record: {topic} {partition} {offset} {key} {value} {timestamp} "
         "(default: {value}); a missing key prints as -",
     )
-    _bootstrap_option(consume)
+    bootstrap_option(consume)
     consume.set_defaults(run=run_consume)
 
 
@@ -689,7 +654,7 @@ def _add_latest(commands: Any) -> None:
         help="how to print the record: {topic} {partition} {offset} {key} {value} "
         "(default: {value})",
     )
-    _bootstrap_option(latest)
+    bootstrap_option(latest)
     latest.set_defaults(run=run_latest)
 
 
@@ -699,7 +664,7 @@ def run_latest(args: argparse.Namespace) -> int:
     key = args.key.encode()
     if not key:
         raise ClientCommandError("the key must not be empty")
-    with _client(args) as client:
+    with client_from_args(args) as client:
         record = client.latest(args.topic, key)
     if record is None:
         print(
@@ -745,7 +710,7 @@ def run_consume(args: argparse.Namespace) -> int:
         )
     printer = _Printer(record_formatter(args.format), args.max, flush=args.follow)
     try:
-        with _client(args) as client:
+        with client_from_args(args) as client:
             if args.group:
                 _consume_group(client, args, printer)
             else:

@@ -128,11 +128,11 @@ def run(args: argparse.Namespace) -> int:
     import trio
 
     from kafkaesque.client import Client, ClientConfig
+    from kafkaesque.local_cluster import LocalCluster
 
     from ._demo_pipeline import COMMANDS, READINGS, DemoRunError, devices_command, run_pipeline
     from ._demo_report import format_table, plot, read_log, summary_rows
     from ._demo_secure import DemoSecurity
-    from .cluster import LocalCluster
 
     root = os.path.join(os.path.abspath(args.data_dir), "demo")
     shutil.rmtree(root, ignore_errors=True)

@@ -48,13 +48,13 @@ from kafkaesque.client import (
     parse_bootstrap,
 )
 
-from ._devices_core import DeviceConfig
-from ._devices_fleet import Fleet, FleetError, FleetSpec
-from ._devices_report import Report, check_log, end_offsets, read_run
+from .devices_core import DeviceConfig
+from .devices_fleet import Fleet, FleetError, FleetSpec
+from .devices_report import Report, check_log, end_offsets, read_run
 from .mqtt_bridge import add_cluster_security_options, cluster_security
 
 SOCKETS_PER_PROCESS = 4000
-DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # as the client commands (cli/client_commands.py)
+DEFAULT_BOOTSTRAP = "127.0.0.1:9092"  # as the client commands (cli/client_options.py)
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"
 PASSWORD_ENV = "KAFKAESQUE_MQTT_PASSWORD"
 

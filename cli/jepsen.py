@@ -13,9 +13,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kafkaesque.jepsen_like._nemesis import NEMESES
-from kafkaesque.jepsen_like._workload import WorkloadOptions
-from kafkaesque.jepsen_like.runner import JepsenError, RunOptions, run
+from kafkaesque.jepsen_like.runner import NEMESES, JepsenError, RunOptions, WorkloadOptions, run
 
 __all__ = ["JepsenError", "add_parser", "run_jepsen"]
 

@@ -77,11 +77,11 @@ COMMANDS: dict[str, Command] = {
 USER_ERRORS: tuple[tuple[str, str], ...] = (
     ("kafkaesque.client._errors", "KafkaesqueError"),
     (".broker", "BrokerCommandError"),
-    (".cluster", "ClusterError"),
+    ("kafkaesque.local_cluster", "ClusterError"),
     (".demo", "DemoError"),
     (".devices", "DevicesError"),
-    (".client_commands", "ClientCommandError"),
-    (".security_commands", "SecurityCommandError"),
+    (".client_options", "ClientCommandError"),
+    (".client_options", "SecurityCommandError"),
     ("kafkaesque.jepsen_like.runner", "JepsenError"),
     (".mqtt_bridge", "MqttBridgeError"),
 )

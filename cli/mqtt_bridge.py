@@ -56,8 +56,8 @@ from kafkaesque.protocol.mqtt import (
 )
 from kafkaesque.security import client_context
 
-from .security_commands import PASSWORD_ENV as PASSWORD_ENV_OF_CLIENTS
-from .security_commands import USER_ENV, SecurityCommandError, security_from_args
+from .client_options import PASSWORD_ENV as PASSWORD_ENV_OF_CLIENTS
+from .client_options import USER_ENV, SecurityCommandError, security_from_args
 
 DEFAULT_BOOTSTRAP = "127.0.0.1:9092"
 BOOTSTRAP_ENV = "KAFKAESQUE_BOOTSTRAP"

@@ -1,7 +1,8 @@
 """Security commands: ``kafkaesque acl add|remove|list`` (the cluster's ACLs, through a broker)
 and ``kafkaesque user add|remove|list|import`` (a users file of salted SCRAM hashes, on disk:
-brokers reread it within a second of a change), and the security options every client command
-takes (``--tls``, ``--tls-ca``, ``--user``, ``--password``, ``--sasl-mechanism``).
+brokers reread it within a second of a change). The security options every client command
+takes (``--tls``, ``--tls-ca``, ``--user``, ``--password``, ``--sasl-mechanism``) are
+``client_options``'.
 
 A password is never prompted for (scripts and CI have no terminal): it comes from ``--password``
 or ``$KAFKAESQUE_PASSWORD`` (better: not in the process list). See docs/security.md.
@@ -13,80 +14,13 @@ import argparse
 import os
 from typing import Any
 
-PASSWORD_ENV = "KAFKAESQUE_PASSWORD"
-USER_ENV = "KAFKAESQUE_USER"
-
-
-class SecurityCommandError(Exception):
-    """A security command was used wrongly or could not finish; the message says why."""
-
-
-# --- The client commands' security options ----------------------------------------------------
-
-
-def add_security_options(parser: argparse.ArgumentParser) -> None:
-    """``--tls``, ``--tls-ca``, ``--tls-cert``, ``--user``, ``--password``, ``--sasl-mechanism``."""
-    group = parser.add_argument_group(
-        "security", "TLS and authentication (the broker's --client-tls and --users-file)"
-    )
-    group.add_argument(
-        "--tls",
-        action="store_true",
-        help="connect with TLS, trusting the system's CAs (or --tls-ca's)",
-    )
-    group.add_argument(
-        "--tls-ca", metavar="FILE", help="connect with TLS, trusting this CA (PEM); implies --tls"
-    )
-    group.add_argument(
-        "--tls-cert", metavar="FILE", help="present this client certificate (PEM, with its key)"
-    )
-    group.add_argument(
-        "--user",
-        default=os.environ.get(USER_ENV) or None,
-        metavar="NAME",
-        help=f"authenticate as NAME (${USER_ENV}); the password comes from --password or "
-        f"${PASSWORD_ENV}",
-    )
-    group.add_argument(
-        "--password",
-        default=None,
-        help=f"the user's password (default ${PASSWORD_ENV}; never prompted for)",
-    )
-    group.add_argument(
-        "--sasl-mechanism",
-        default="SCRAM-SHA-256",
-        choices=("SCRAM-SHA-256", "PLAIN"),
-        type=str.upper,
-        help="SCRAM-SHA-256 (default: no password on the wire) or PLAIN (only with TLS)",
-    )
-
-
-def security_from_args(args: argparse.Namespace) -> Any:
-    """The ``kafkaesque.client.Security`` the options name (``SecurityCommandError`` if they
-    cannot work: a user without a password, PLAIN without TLS, an unreadable file)."""
-    from kafkaesque.client import Security
-
-    tls = bool(getattr(args, "tls", False) or getattr(args, "tls_ca", None))
-    tls = tls or bool(getattr(args, "tls_cert", None))
-    user = getattr(args, "user", None)
-    password = getattr(args, "password", None) or os.environ.get(PASSWORD_ENV)
-    if user and password is None:
-        raise SecurityCommandError(
-            f"--user {user} needs a password: --password, or set ${PASSWORD_ENV}"
-        )
-    protocol = ("SASL_" if user else "") + ("SSL" if tls else "PLAINTEXT")
-    try:
-        return Security(
-            protocol=protocol,
-            sasl_mechanism=getattr(args, "sasl_mechanism", None) or "SCRAM-SHA-256",
-            username=user or None,
-            password=password if user else None,
-            ssl_cafile=getattr(args, "tls_ca", None),
-            ssl_certfile=getattr(args, "tls_cert", None),
-        )
-    except ValueError as exc:
-        raise SecurityCommandError(str(exc)) from exc
-
+from .client_options import (
+    PASSWORD_ENV,
+    SecurityCommandError,
+    bootstrap_option,
+    client_from_args,
+    text_table,
+)
 
 # --- kafkaesque acl ---------------------------------------------------------------------------
 
@@ -98,9 +32,7 @@ def add_parsers(commands: Any) -> None:
 
 
 def _client_options(parser: argparse.ArgumentParser) -> None:
-    from .client_commands import _bootstrap_option
-
-    _bootstrap_option(parser)  # with the security options
+    bootstrap_option(parser)  # with the security options
 
 
 def _acl_fields(parser: argparse.ArgumentParser) -> None:
@@ -213,30 +145,24 @@ def _acl_words(acl: Any) -> str:
 
 
 def run_acl_add(args: argparse.Namespace) -> int:
-    from .client_commands import _client
-
     acl = acl_from_args(args)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         client.add_acl(acl)
     print(f"added: {_acl_words(acl)}")
     return 0
 
 
 def run_acl_remove(args: argparse.Namespace) -> int:
-    from .client_commands import _client
-
     acl = acl_from_args(args)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         removed = client.remove_acl(acl)
     print(f"removed: {_acl_words(acl)}" if removed else f"no such ACL: {_acl_words(acl)}")
     return 0
 
 
 def run_acl_list(args: argparse.Namespace) -> int:
-    from .client_commands import _client, _table
-
     principal = None if args.principal is None else _principal(args.principal)
-    with _client(args) as client:
+    with client_from_args(args) as client:
         acls = client.list_acls(principal)
     if not acls:
         print("no ACLs: every principal may do everything" if principal is None else "no ACLs")
@@ -245,7 +171,7 @@ def run_acl_list(args: argparse.Namespace) -> int:
         (a.principal, a.permission, a.operation, a.resource, a.pattern, a.name)
         for a in sorted(acls, key=_acl_words)
     ]
-    for line in _table(
+    for line in text_table(
         ("PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "PATTERN", "NAME"), rows
     ):
         print(line)

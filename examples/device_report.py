@@ -72,7 +72,7 @@ def publish_demo_readings(bootstrap: str, topic: str, devices: int, per_device: 
 def demo_cluster(topic: str) -> Iterator[str]:
     """A local 3-broker cluster in a scratch directory with ``topic`` (6 partitions, RF 3);
     yields its bootstrap. Every broker and the directory are gone afterwards."""
-    from kafkaesque.cli.cluster import LocalCluster
+    from kafkaesque.local_cluster import LocalCluster
 
     scratch = tempfile.mkdtemp(prefix="kq-example-")
     try:

@@ -17,19 +17,15 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import urllib.request
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TextIO
 
 import trio
 
 # The same rule as ``kafkaesque cluster restart --rolling`` (LocalCluster.wait_in_sync): which
 # partition of a restarted broker is still behind its leader, read from every broker's /metrics.
-from kafkaesque.cli.cluster import _behind, parse_samples
-
+from kafkaesque.local_cluster import BrokerProcesses, broker_program, parse_samples, replicas_behind
 from kafkaesque.protocol import ErrorCode
 
 from ._secure import SecureSetup
@@ -82,8 +78,9 @@ class Placement:
         return a.host, a.peer
 
 
-class JepsenCluster:
-    """The brokers of one run. Synchronous process control; async questions (trio)."""
+class JepsenCluster(BrokerProcesses):
+    """The brokers of one run. Synchronous process control (the local-cluster launcher's
+    ``BrokerProcesses``, with this run's placement and environment); async questions (trio)."""
 
     def __init__(
         self,
@@ -100,9 +97,9 @@ class JepsenCluster:
     ) -> None:
         """``security``: TLS and SCRAM on every broker port, and every question asked over
         them (a ``--secure`` run); None: plaintext."""
+        super().__init__(log_dir)
         self.placement = placement
         self.data_dir = data_dir
-        self.log_dir = log_dir
         self.members = list(members)  # brokers admitted to the cluster (voters)
         self.spares = list(spares or [])  # placed, not started: for ADDBROKER
         self.retired: list[int] = []  # decommissioned (REMOVEBROKER) and stopped: never again
@@ -110,9 +107,7 @@ class JepsenCluster:
         self.unsafe = unsafe_ack_before_commit
         self.log_level = log_level
         self.security = security
-        self.procs: dict[int, subprocess.Popen[bytes]] = {}
         self.paused: set[int] = set()
-        self._logs: dict[int, TextIO] = {}
 
     # -- processes ------------------------------------------------------------------------------
 
@@ -125,7 +120,7 @@ class JepsenCluster:
         a = p.nodes[node]
         return [
             *p.prefixes.get(node, []),
-            sys.executable, "-m", "kafkaesque.cli", "broker",
+            *broker_program(), "broker",
             "--id", str(node),
             "--data-dir", self.data_dir,
             "--client", f"{a.host}:{a.client}",
@@ -144,12 +139,6 @@ class JepsenCluster:
         """Start broker ``node`` (it must not be running)."""
         if self.running(node):
             raise ClusterFault(f"broker {node} is already running")
-        os.makedirs(self.log_dir, exist_ok=True)
-        old = self._logs.pop(node, None)
-        if old is not None:
-            old.close()
-        log = open(os.path.join(self.log_dir, f"broker-{node}.log"), "a")  # noqa: SIM115
-        self._logs[node] = log
         env = dict(os.environ)
         env.pop(UNSAFE_ACK_ENV, None)
         if self.unsafe:
@@ -158,18 +147,8 @@ class JepsenCluster:
             env.update(self.security.broker_env())
         if os.environ.get(BROKER_PYTHONPATH_ENV):
             env["PYTHONPATH"] = os.environ[BROKER_PYTHONPATH_ENV]
-        self.procs[node] = subprocess.Popen(
-            self.command(node, join=join),
-            stdout=subprocess.DEVNULL,
-            stderr=log,
-            stdin=subprocess.DEVNULL,
-            env=env,
-        )
+        self.spawn(node, self.command(node, join=join), env)
         self.paused.discard(node)
-
-    def running(self, node: int) -> bool:
-        proc = self.procs.get(node)
-        return proc is not None and proc.poll() is None
 
     def alive(self) -> list[int]:
         """Members whose process runs (paused ones included)."""
@@ -177,10 +156,7 @@ class JepsenCluster:
 
     def kill(self, node: int) -> None:
         """SIGKILL: a crash, no goodbye."""
-        proc = self.procs.get(node)
-        if proc is not None and proc.poll() is None:
-            proc.kill()
-            proc.wait()
+        super().kill(node)
         self.paused.discard(node)
 
     def pid(self, node: int) -> int | None:
@@ -217,15 +193,7 @@ class JepsenCluster:
 
     def stop_all(self) -> None:
         """Kill every process started (SIGCONT first, so a paused one can die), close logs."""
-        for proc in self.procs.values():
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGCONT)
-                proc.kill()
-        for proc in self.procs.values():
-            proc.wait()
-        for log in self._logs.values():
-            log.close()
-        self._logs.clear()
+        self.kill_all()
         self.paused.clear()
 
     # -- questions ------------------------------------------------------------------------------
@@ -424,7 +392,7 @@ class JepsenCluster:
                 except OSError as exc:
                     waiting = f"metrics unreadable: {exc}"
                 else:
-                    behind: str | None = _behind(node, samples, targets)
+                    behind: str | None = replicas_behind(node, samples, targets)
                     if behind is None:
                         return
                     waiting = behind

@@ -1,6 +1,6 @@
 """``--secure`` runs: TLS on every broker port, SCRAM users, mutual TLS between brokers.
 
-``SecureSetup.make`` writes a development PKI (``kafkaesque.cli.dev_pki``: a CA, a certificate
+``SecureSetup.make`` writes a development PKI (``kafkaesque.local_cluster``: a CA, a certificate
 per broker whose alternative names are every address a broker is reached at) and a users file
 with one generated user, and draws a random cluster secret. Brokers then start with
 ``--client-tls --peer-tls --admin-tls``, their certificate, ``--users-file`` and the secret in
@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import trio
-from kafkaesque.cli.dev_pki import DevSecurity, random_secret
+
+from kafkaesque.local_cluster import DevSecurity, random_secret
 
 USER = "jepsen"
 
@@ -28,9 +29,8 @@ class AuthError(OSError):
     harness treats it as a broker it could not ask)."""
 
 
-# (mypy sees kafkaesque.cli untyped, as pyproject.toml says: DevSecurity is Any to it.)
 @dataclass(frozen=True)
-class SecureSetup(DevSecurity):  # type: ignore[misc]
+class SecureSetup(DevSecurity):
     """The certificates, user and secret of one secure run (see the module docstring): a
     ``DevSecurity`` with a certificate per broker, the admin port on TLS too, and a random
     cluster secret."""

@@ -20,6 +20,7 @@ time, and every wait is bounded, so stopping the run takes at most one timeout.
 
 from __future__ import annotations
 
+import contextlib
 import random
 import time
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -37,7 +38,6 @@ from kafkaesque.client import (
     TopicPartition,
     open_producer,
 )
-from kafkaesque.client import _calls as calls
 
 from ._secure import SecureSetup
 from .history import (
@@ -259,7 +259,7 @@ async def group_member(
             while not stop.is_set() and trio.current_time() < end:
                 await _member_round(rec, process, client, member, opts)
             if rng.random() < 0.5 and member.cursor.subscription_id and member.cursor.address:
-                await _leave(member, opts)
+                await _leave(member)
             rec.record("ok", process, Crash())  # the session ends; its positions with it
         await trio.sleep(rng.uniform(0.0, 2.0))
 
@@ -287,8 +287,8 @@ async def _member_round(
         rec.record("invoke", process, op)
         try:
             with trio.fail_after(10):
-                await client.call(
-                    calls.commit(opts.group, opts.topic, partition, offset, cursor.subscription_id)
+                await client.commit_as_member(
+                    opts.group, opts.topic, partition, offset, cursor.subscription_id
                 )
         except KafkaesqueError as exc:
             rec.record(outcome_of(exc), process, op)
@@ -312,21 +312,10 @@ async def _member_round(
         rec.record("ok", process, done)
 
 
-async def _leave(member: AsyncGroupConsumer, opts: WorkloadOptions) -> None:
-    cursor = member.cursor
-    if cursor.address is None or cursor.subscription_id is None:
-        return
-    with trio.move_on_after(3):
-        try:
-            if opts.secure is None:
-                stream: trio.abc.Stream = await trio.open_tcp_stream(*cursor.address)
-            else:
-                stream = await opts.secure.open_stream(cursor.address)
-            async with stream:
-                await stream.send_all(f"LEAVE {cursor.subscription_id}\r\n".encode())
-                await stream.receive_some(1024)
-        except (OSError, trio.BrokenResourceError):
-            pass  # leaving is a courtesy; the session timeout does the same later
+async def _leave(member: AsyncGroupConsumer) -> None:
+    # Leaving is a courtesy; the session timeout does the same later.
+    with trio.move_on_after(3), contextlib.suppress(KafkaesqueError):
+        await member.leave()
 
 
 async def final_read(
@@ -405,12 +394,12 @@ async def replica_reads(
     async with _client([f"{h}:{p}" for h, p in brokers.values()], opts) as client:
 
         async def end_of(node: int, partition: int) -> int | None:
-            """The replica's high watermark; None if the broker holds no replica."""
+            """The replica's high watermark; None if the broker holds no replica. (The client
+            finds broker ``node`` by its METADATA: the client address it was started with,
+            ``brokers[node]``.)"""
             try:
                 with trio.fail_after(10):
-                    got = await client.call(
-                        calls.fetch(opts.topic, partition, 0, max_bytes=1, replica=brokers[node])
-                    )
+                    got = await client.fetch(opts.topic, partition, 0, max_bytes=1, replica=node)
             except KafkaesqueError as exc:
                 if exc.code_name == "NO_REPLICA":
                     return None
@@ -439,14 +428,13 @@ async def replica_reads(
                 await trio.sleep(0.5)
 
         for node in sorted(brokers):
-            await _replica_read(rec, client, node, brokers[node], opts, end_of)
+            await _replica_read(rec, client, node, opts, end_of)
 
 
 async def _replica_read(
     rec: Recorder,
     client: AsyncClient,
     node: int,
-    address: tuple[str, int],
     opts: WorkloadOptions,
     end_of: Callable[[int, int], Awaitable[int | None]],
 ) -> None:
@@ -462,14 +450,8 @@ async def _replica_read(
                     continue  # no replica here
                 offset = 0
                 while offset < end:
-                    got = await client.call(
-                        calls.fetch(
-                            opts.topic,
-                            partition,
-                            offset,
-                            max_bytes=_REPLICA_FETCH_BYTES,
-                            replica=address,
-                        )
+                    got = await client.fetch(
+                        opts.topic, partition, offset, max_bytes=_REPLICA_FETCH_BYTES, replica=node
                     )
                     reads.extend(_reads([r for r in got.records if r.offset < end]))
                     if got.next_offset <= offset:

@@ -29,7 +29,8 @@ from contextlib import ExitStack
 from dataclasses import dataclass, field
 
 import trio
-from kafkaesque.cli.cluster import free_ports
+
+from kafkaesque.local_cluster import free_ports
 
 from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
 from ._nemesis import (
@@ -55,6 +56,15 @@ from ._workload import (
 )
 from .checker import CheckResult, check_file
 from .history import HistoryWriter
+
+__all__ = [
+    "NEMESES",
+    "JepsenError",
+    "RunOptions",
+    "RunOutcome",
+    "WorkloadOptions",
+    "run",
+]
 
 _NETNS_PORTS = (9092, 9093, 9094, 9095)  # client, peer, controller, admin: one set a namespace
 

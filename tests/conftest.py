@@ -12,7 +12,8 @@ from collections.abc import Iterator
 
 import pytest
 from hypothesis import HealthCheck, settings
-from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.local_cluster import LocalCluster
 
 settings.register_profile(
     "ci",

@@ -22,7 +22,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.cluster import free_ports
+
+from kafkaesque.local_cluster import free_ports
 
 MOSQUITTO = "/usr/sbin/mosquitto"
 MAX_INFLIGHT = 1000

@@ -3,7 +3,28 @@
 ``Broker(config).run`` is one broker (see ``_broker``); ``BrokerConfig`` its settings.
 """
 
+from ._balancer import DEFAULT_HOLD_S
 from ._broker import Broker
-from ._config import Address, BrokerConfig, ConfigError, config_from_mapping, load_config
+from ._config import (
+    Address,
+    BrokerConfig,
+    ConfigError,
+    config_from_mapping,
+    load_config,
+    open_warning,
+)
+from ._decommission import DECOMMISSION_TIMEOUT_S
+from ._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
 
-__all__ = ["Address", "Broker", "BrokerConfig", "ConfigError", "config_from_mapping", "load_config"]
+__all__ = [
+    "DECOMMISSION_TIMEOUT_S",
+    "DEFAULT_HOLD_S",
+    "DEFAULT_SHUTDOWN_TIMEOUT_S",
+    "Address",
+    "Broker",
+    "BrokerConfig",
+    "ConfigError",
+    "config_from_mapping",
+    "load_config",
+    "open_warning",
+]

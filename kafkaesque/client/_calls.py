@@ -35,6 +35,7 @@ from kafkaesque.protocol import (
     GroupRow,
     GroupStateRow,
     Latest,
+    Leave,
     ListGroups,
     ListTopics,
     MemberRow,
@@ -189,6 +190,13 @@ def commit(
     With ``member`` (a subscription id) the broker refuses it (``NOT_ASSIGNED``) unless that
     member owns the partition: a member that lost it in a rebalance is fenced."""
     return Call(Commit(group, topic, partition, offset, member), _ok)
+
+
+def leave(subscription_id: str, address: Address) -> Call[None]:
+    """``LEAVE``: end a group subscription now (its partitions move at once), sent to the broker
+    that holds it. Not retried after an outcome-unknown error: leaving is a courtesy (the
+    session timeout does the same later)."""
+    return Call(Leave(subscription_id), _ok, Pinned(address), idempotent=False)
 
 
 def describe_group(group: str, topic: str) -> Call[list[GroupRow]]:

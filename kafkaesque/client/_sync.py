@@ -378,6 +378,14 @@ class Client:
         """Store ``offset`` as the next offset ``group`` reads from the partition."""
         self.call(calls.commit(group, topic, partition, offset))
 
+    def commit_as_member(
+        self, group: str, topic: str, partition: int, offset: int, member: str | None
+    ) -> None:
+        """``commit``, fenced: the broker refuses it (``NOT_ASSIGNED``) unless the subscription
+        ``member`` owns the partition, so a member that lost it in a rebalance cannot move the
+        group's offset (None: not fenced, as ``commit``)."""
+        self.call(calls.commit(group, topic, partition, offset, member))
+
     def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
         """The group's committed offsets: partition → offset (None: none committed)."""
         return self.call(calls.committed_offsets(group, topic))

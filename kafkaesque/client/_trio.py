@@ -315,6 +315,14 @@ class AsyncClient:
         """Store ``offset`` as the next offset ``group`` reads from the partition."""
         await self.call(calls.commit(group, topic, partition, offset))
 
+    async def commit_as_member(
+        self, group: str, topic: str, partition: int, offset: int, member: str | None
+    ) -> None:
+        """``commit``, fenced: the broker refuses it (``NOT_ASSIGNED``) unless the subscription
+        ``member`` owns the partition, so a member that lost it in a rebalance cannot move the
+        group's offset (None: not fenced, as ``commit``)."""
+        await self.call(calls.commit(group, topic, partition, offset, member))
+
     async def committed_offsets(self, group: str, topic: str) -> dict[int, int | None]:
         """The group's committed offsets: partition → offset (None: none committed)."""
         return await self.call(calls.committed_offsets(group, topic))
@@ -647,3 +655,13 @@ class AsyncGroupConsumer:
         """Commit the offsets reached; returns how many partitions moved."""
         client = self._client
         return await client.run(steps.group_commit(client.state, client.config, self.cursor))
+
+    async def leave(self) -> None:
+        """Leave the group now (``LEAVE`` to the broker holding the subscription): its
+        partitions move to the other members at once instead of after the session timeout.
+        Nothing to do before the first poll joined. One attempt: ``KafkaesqueError`` if it
+        fails or its outcome is unknown (the session timeout then does the same, later)."""
+        cursor = self.cursor
+        if cursor.subscription_id is None or cursor.address is None:
+            return
+        await self._client.call(calls.leave(cursor.subscription_id, cursor.address))

@@ -10,11 +10,11 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.cluster import free_ports
 
 from bench._broker_procs import Load
 from bench._nats import NatsCluster, NatsError, nats_missing
 from bench.broker import _field, _ratio
+from kafkaesque.local_cluster import free_ports
 
 pytestmark = pytest.mark.skipif(nats_missing() is not None, reason=str(nats_missing()))
 

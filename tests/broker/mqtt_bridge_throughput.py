@@ -26,9 +26,9 @@ import time
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import AsyncClient, Client, open_producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.mqtt_bridge import BridgeConfig, MqttBridge
 from kafkaesque.protocol.mqtt import TopicMapping
 from tests.broker.mqtt_bridge_helpers import mqtt_options, publish

@@ -20,8 +20,8 @@ import pytest
 import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     AclRow,
     BrokerRow,
@@ -81,7 +81,7 @@ def refused(answer: Answer, code: ErrorCode = ErrorCode.NOT_AUTHORIZED) -> str:
     return answer.message
 
 
-class UsersCluster(LocalCluster):  # type: ignore[misc]  # (mypy cannot follow kafkaesque.cli)
+class UsersCluster(LocalCluster):
     """A LocalCluster whose readiness check authenticates as the super user."""
 
     def _registered(self, broker: int) -> int:

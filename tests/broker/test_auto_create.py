@@ -14,9 +14,9 @@ import threading
 
 import pytest
 from kafkaesque.cli.broker import add_parser, config_of
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker import ConfigError, config_from_mapping
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     EndReply,
     ErrorCode,

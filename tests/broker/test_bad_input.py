@@ -5,8 +5,7 @@ from __future__ import annotations
 import socket
 import time
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, ErrorReply
 
 from .line_client import LineClient

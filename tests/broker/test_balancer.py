@@ -10,7 +10,6 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from bench.ops import PartitionProbes
 from kafkaesque.broker import ConfigError, config_from_mapping
@@ -21,6 +20,7 @@ from kafkaesque.broker._balancer import (
     preferred_target,
 )
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster, free_ports
 from kafkaesque.raft import Configuration, ProgressInfo, ProgressState, Role, Status
 
 from ..raft.test_driver import GROUPS, Broker, _propose_until_committed

@@ -17,8 +17,8 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorReply, OkReply
 
 from .line_client import LineClient

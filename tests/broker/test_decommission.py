@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from pysyncobj.utility import TcpUtility, UtilityException
 
 from bench.ops import PartitionProbes
@@ -27,6 +26,7 @@ from kafkaesque.broker._metadata import (
     TopicInfo,
 )
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
 
 from ..cli.test_cluster import _kafkaesque

@@ -16,8 +16,8 @@ import time
 from pathlib import Path
 
 import paho.mqtt.client as paho
-from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     NEED_DATA,
     DataReply,

@@ -14,10 +14,10 @@ from pathlib import Path
 import msgpack
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker._groups import OFFSETS_TOPIC, _apply_record, _reset_to, _Table
 from kafkaesque.client import AsyncClient, Client, GroupConsumer, KafkaesqueError
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     ErrorCode,
     ErrorReply,

@@ -22,11 +22,11 @@ import msgpack
 import pytest
 import trio
 import trio.testing
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._groups import OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupCoordinator
 from kafkaesque.broker._metadata import TopicConfig, TopicInfo
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     Commit,
     EndReply,

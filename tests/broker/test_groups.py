@@ -12,8 +12,8 @@ from collections import defaultdict
 from pathlib import Path
 
 import msgpack
-from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     DataReply,
     ErrorCode,

@@ -6,8 +6,7 @@ import threading
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, ErrorReply, MessageRow, OkReply, PartitionRow
 
 from .line_client import LineClient

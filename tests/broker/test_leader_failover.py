@@ -18,8 +18,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorReply, MessageRow, OkReply, PartitionRow
 from kafkaesque.storage import BatchType, PartitionLog, decode_records, iter_batches
 

@@ -13,11 +13,11 @@ import urllib.request
 import pytest
 import trio
 import trio.testing
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque._fd_stream import FdStream
 from kafkaesque.broker._session import Session, Slot, TaskSlot, serve_session
 from kafkaesque.client._calls import subscribe
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     Command,
     DataReply,

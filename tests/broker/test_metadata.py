@@ -24,7 +24,6 @@ import trio
 import trio.testing
 from hypothesis import given
 from hypothesis import strategies as st
-from kafkaesque.cli.cluster import free_ports
 from pysyncobj import FAIL_REASON
 
 from kafkaesque.broker import _bridge
@@ -43,6 +42,7 @@ from kafkaesque.broker._metadata import (
     UnknownTopicError,
     assign_replicas,
 )
+from kafkaesque.local_cluster import free_ports
 
 SECRET = b"test-cluster-secret"
 WAIT = 10.0  # seconds: bound on any wait for a cluster to elect, commit or converge

@@ -13,9 +13,9 @@ from pathlib import Path
 import fastavro
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import AsyncClient, ProducerConfig, open_producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.mqtt_bridge import (
     BridgeConfig,
     BridgeError,

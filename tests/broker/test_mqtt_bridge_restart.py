@@ -16,9 +16,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
 from kafkaesque.client import Client, Consumer, KafkaesqueError
+from kafkaesque.local_cluster import LocalCluster
 from tests.mosquitto import (
     MAX_INFLIGHT,
     Mosquitto,

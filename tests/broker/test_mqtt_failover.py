@@ -21,9 +21,9 @@ from collections import Counter
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol.mqtt import (
     Connack,
     Connect,

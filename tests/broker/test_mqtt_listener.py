@@ -16,13 +16,13 @@ from typing import Any, cast
 import paho.mqtt.client as paho
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 from paho.mqtt.packettypes import PacketTypes
 from paho.mqtt.properties import Properties
 
 from kafkaesque.broker.mqtt._egress import Egress
 from kafkaesque.broker.mqtt._listener import MAX_PACKET_SIZE
 from kafkaesque.client import Client, Producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol.mqtt import (
     RECEIVE_MAXIMUM,
     Disconnect,

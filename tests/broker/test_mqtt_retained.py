@@ -5,7 +5,8 @@ from __future__ import annotations
 import time
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
+
+from kafkaesque.local_cluster import LocalCluster
 
 from .mqtt_helpers import RULES, PahoDevice, wait_for
 

@@ -18,7 +18,6 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 import trustme
-from kafkaesque.cli.cluster import LocalCluster, free_ports
 from kafkaesque.cli.main import main
 
 from kafkaesque.broker.mqtt._listener import check_password
@@ -30,6 +29,7 @@ from kafkaesque.client import (
     Security,
     SyncConnection,
 )
+from kafkaesque.local_cluster import LocalCluster, free_ports
 from kafkaesque.protocol import BrokerRow, Metadata
 from kafkaesque.protocol.mqtt import (
     Connack,
@@ -451,7 +451,7 @@ def test_the_bridges_tls_options_are_checked_at_start(
 ADMIN = Security(protocol="SASL_PLAINTEXT", username="admin", password="admin-pw")
 
 
-class AuthenticatingCluster(LocalCluster):  # type: ignore[misc]  # (kafkaesque.cli untyped)
+class AuthenticatingCluster(LocalCluster):
     """A cluster started with ``--users-file``: its readiness check authenticates first."""
 
     def _registered(self, broker: int) -> int:

@@ -9,7 +9,6 @@ from typing import Any, cast
 
 import msgpack
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.broker.mqtt._sessions import (
     SessionStore,
@@ -19,6 +18,7 @@ from kafkaesque.broker.mqtt._sessions import (
     session_record,
 )
 from kafkaesque.client import Client, Producer
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol.mqtt import (
     Disconnect,
     MqttProperties,

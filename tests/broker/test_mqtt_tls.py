@@ -14,9 +14,9 @@ from pathlib import Path
 import paho.mqtt.client as paho
 import pytest
 import trustme
-from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster, free_ports
 from kafkaesque.protocol.mqtt import Connect, MqttVersion, encode_mqtt
 
 from .mqtt_helpers import RULES, PahoDevice, assert_round_trip, keyed_records

@@ -10,7 +10,6 @@ import paho.mqtt.client as paho
 import pytest
 import trio
 import trio.testing
-from kafkaesque.cli.cluster import LocalCluster, free_ports
 from wsproto import ConnectionType, WSConnection
 from wsproto.events import (
     AcceptConnection,
@@ -24,6 +23,7 @@ from wsproto.events import (
 
 from kafkaesque.broker.mqtt._websocket import WebSocketStream
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster, free_ports
 
 from .mqtt_helpers import RULES, PahoDevice, assert_round_trip, wait_for
 

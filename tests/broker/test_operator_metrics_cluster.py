@@ -8,8 +8,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, ErrorReply
 
 from .line_client import LineClient

@@ -15,10 +15,10 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client, ClientConfig, KafkaesqueError, RetryPolicy
 from kafkaesque.client._retry import NO_RETRY
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import BrokerRow, DataReply, ErrorCode, ErrorReply, OkReply, PartitionRow
 from kafkaesque.protocol.mqtt import Connack, ConnackReturnCode, MqttReasonCode, MqttVersion
 

@@ -12,8 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import MessageRow, PartitionRow, Reply
 
 from .line_client import LineClient

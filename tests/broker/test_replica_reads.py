@@ -13,9 +13,9 @@ import time
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import Client, KafkaesqueError
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import DataReply, ErrorCode, ErrorReply, MessageRow, PartitionRow
 
 from .line_client import LineClient

@@ -10,8 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import EndReply, ErrorCode, ErrorReply, MessageRow, PartitionRow
 
 from .line_client import LineClient

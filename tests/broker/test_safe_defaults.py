@@ -13,10 +13,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkaesque.cli.cluster import free_ports
 
 from kafkaesque.broker import BrokerConfig, ConfigError, config_from_mapping
 from kafkaesque.broker._config import DEV_CLUSTER_SECRET, check_exposure, is_loopback
+from kafkaesque.local_cluster import free_ports
 
 _START_TIMEOUT_S = 60.0
 

@@ -16,9 +16,9 @@ import time
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import LocalCluster, free_ports
 
 from kafkaesque.broker._shutdown import HandOver, hand_over_groups, successor
+from kafkaesque.local_cluster import LocalCluster, free_ports
 from kafkaesque.protocol import MessageRow, PartitionRow
 from kafkaesque.raft import Configuration, ProgressInfo, ProgressState, Role, Status
 from kafkaesque.raft.driver import MultiRaft

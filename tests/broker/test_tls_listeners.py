@@ -17,10 +17,10 @@ import pytest
 import trio
 import trustme
 from cryptography import x509
-from kafkaesque.cli.cluster import LocalCluster, parse_samples
 
 from kafkaesque.broker._shutdown import Draining
 from kafkaesque.broker._tls import ClientPortGate, TlsRefusals
+from kafkaesque.local_cluster import LocalCluster, parse_samples
 from kafkaesque.protocol import BrokerRow, ErrorCode, ErrorReply, MessageRow, OkReply, ReplyDecoder
 
 from .line_client import LineClient
@@ -70,7 +70,7 @@ class TlsLineClient(LineClient):
         self.decoder = ReplyDecoder()
 
 
-class TlsCluster(LocalCluster):  # type: ignore[misc]  # (mypy cannot follow kafkaesque.cli)
+class TlsCluster(LocalCluster):
     """``LocalCluster`` whose client and admin ports speak TLS: readiness asked over TLS."""
 
     def __init__(self, data_dir: str, n: int, certs: Certificates, **kwargs: Any) -> None:
@@ -246,7 +246,7 @@ def test_a_broker_with_another_cas_certificate_never_joins_the_raft_transport(
     (tmp_path / "stranger").mkdir()
     stranger = Certificates(tmp_path / "stranger")
 
-    class Mixed(LocalCluster):  # type: ignore[misc]
+    class Mixed(LocalCluster):
         def command(self, broker: int) -> list[str]:
             tls = (stranger if broker == 2 else certs).args()
             return [*super().command(broker), *tls, "--peer-tls"]

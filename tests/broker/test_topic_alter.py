@@ -16,8 +16,7 @@ import threading
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     ErrorCode,
     ErrorReply,

@@ -8,8 +8,8 @@ import sys
 from pathlib import Path
 
 from kafkaesque.cli.client_commands import partition_state
-from kafkaesque.cli.cluster import LocalCluster
 
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import PartitionRow
 
 

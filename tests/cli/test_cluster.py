@@ -16,20 +16,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from kafkaesque.cli.cluster import (
-    STATE_FILE,
-    LocalCluster,
-    RestartPolicy,
-    Supervisor,
-    _ask,
-    describe_exit,
-)
+from kafkaesque.cli.cluster import STATE_FILE, RestartPolicy, Supervisor
 
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster, ask, describe_exit
 
 HARNESS = """
 import sys, time
-from kafkaesque.cli.cluster import LocalCluster
+from kafkaesque.local_cluster import LocalCluster
 cluster = LocalCluster(sys.argv[1], 1)
 cluster.__enter__()
 print(" ".join(str(p.pid) for p in cluster.procs.values()), flush=True)
@@ -157,7 +151,7 @@ def _published_through(address: tuple[str, int], value: str, timeout: float) -> 
     answer = b""
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError):
-            answer = _ask(address, f"PUBS t {value}", 20)
+            answer = ask(address, f"PUBS t {value}", 20)
             if answer.startswith(b"+OK "):
                 return int(answer.split()[2])
         time.sleep(0.5)
@@ -188,7 +182,7 @@ def test_a_killed_leader_is_named_the_others_serve_and_restart_brings_it_back(
         assert [r.value for r in fetched.records][:1] == [b"after-the-kill"]
 
         up.wait_for(f"broker {victim} is back: it answers on", 60)
-        assert _ask(_address(bootstrap, victim), "PING", 5).startswith(b"+OK")
+        assert ask(_address(bootstrap, victim), "PING", 5).startswith(b"+OK")
         new_pid = up.pid(victim)
         assert new_pid != old_pid and _alive(new_pid)
         assert up.proc.poll() is None, "cluster up stopped when one broker died"
@@ -238,7 +232,7 @@ def test_without_restart_a_dead_broker_is_down_in_status_until_restart_broker(
         assert restarted.stdout.startswith("broker 0 restarted (pid ")
         assert "broker 0 is back: it answers on" in restarted.stdout
         up.wait_for("broker 0 restarted (pid ", 5)
-        assert _ask(_address(bootstrap, 0), "PING", 5).startswith(b"+OK")
+        assert ask(_address(bootstrap, 0), "PING", 5).startswith(b"+OK")
 
         again = _kafkaesque("cluster", "restart-broker", "0", "--data-dir", str(tmp_path))
         assert again.returncode == 1
@@ -271,7 +265,7 @@ def test_a_broker_that_dies_as_it_starts_is_restarted_a_bounded_number_of_times(
 ) -> None:
     cluster = LocalCluster(str(tmp_path), 1)
     # A broker that exits with status 3 as it starts, as one with a bad setting does.
-    cluster.command = lambda broker: [sys.executable, "-c", "raise SystemExit(3)"]
+    cluster.command = lambda broker: [sys.executable, "-c", "raise SystemExit(3)"]  # type: ignore[method-assign]
     out = io.StringIO()
     policy = RestartPolicy(backoff_s=0.01, max_backoff_s=0.02, max_restarts=3, window_s=60)
     supervisor = Supervisor(cluster, out, policy)

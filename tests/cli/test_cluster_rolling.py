@@ -8,10 +8,11 @@ import re
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import STATE_FILE, LocalCluster, _behind, parse_samples
+from kafkaesque.cli.cluster import STATE_FILE
 
 from bench.ops import PartitionProbes, p99
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster, parse_samples, replicas_behind
 
 from .test_cluster import ClusterUp, _kafkaesque
 
@@ -64,21 +65,21 @@ def test_a_replica_is_in_sync_once_it_has_what_its_leader_had_when_first_seen() 
     targets: dict[tuple[str, str], int] = {}
     leader = _rows(0, "0", is_leader=1, term=4, log_end_offset=10, lag_2=5)
     behind = _rows(2, "0", is_leader=0, term=4, log_end_offset=5)
-    assert _behind(2, {0: leader, 2: behind}, targets) == "t/0 on broker 2 is at 5 of 10"
+    assert replicas_behind(2, {0: leader, 2: behind}, targets) == "t/0 on broker 2 is at 5 of 10"
     # The leader took more writes meanwhile: the target stays where it was first seen.
     leader = _rows(0, "0", is_leader=1, term=4, log_end_offset=30, lag_2=18)
     caught_up = _rows(2, "0", is_leader=0, term=4, log_end_offset=12)
-    assert _behind(2, {0: leader, 2: caught_up}, targets) is None
+    assert replicas_behind(2, {0: leader, 2: caught_up}, targets) is None
     # A partition only its leader lists (not open on the restarted broker yet), one without a
     # leader, and a deposed leader that still claims an older term.
-    assert _behind(2, {0: _rows(0, "1", is_leader=1, term=1, log_end_offset=3, lag_2=3)}, {}) == (
-        "t/1 is not open on broker 2 yet"
-    )
-    assert _behind(2, {2: _rows(2, "0", is_leader=0, term=4, log_end_offset=3)}, {}) == (
+    assert replicas_behind(
+        2, {0: _rows(0, "1", is_leader=1, term=1, log_end_offset=3, lag_2=3)}, {}
+    ) == ("t/1 is not open on broker 2 yet")
+    assert replicas_behind(2, {2: _rows(2, "0", is_leader=0, term=4, log_end_offset=3)}, {}) == (
         "t/0 has no leader"
     )
     old = _rows(1, "0", is_leader=1, term=3, log_end_offset=2)
-    assert _behind(2, {0: leader, 1: old, 2: behind}, {}) == "t/0 on broker 2 is at 5 of 30"
+    assert replicas_behind(2, {0: leader, 1: old, 2: behind}, {}) == "t/0 on broker 2 is at 5 of 30"
 
 
 def test_metrics_text_is_read_as_samples() -> None:

@@ -14,7 +14,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli._devices_core import (
+from kafkaesque.cli.devices import mqtt_listeners, run_devices
+from kafkaesque.cli.devices_core import (
     Device,
     DeviceConfig,
     DeviceState,
@@ -25,12 +26,11 @@ from kafkaesque.cli._devices_core import (
     readings_topic,
     spectrum_for,
 )
-from kafkaesque.cli._devices_fleet import Fleet, FleetSpec
-from kafkaesque.cli._devices_report import Report, check_log, parse_reading
-from kafkaesque.cli.cluster import LocalCluster, free_ports
-from kafkaesque.cli.devices import mqtt_listeners, run_devices
+from kafkaesque.cli.devices_fleet import Fleet, FleetSpec
+from kafkaesque.cli.devices_report import Report, check_log, parse_reading
 
 from kafkaesque.client import Client, ClusterMetadata, Producer, ProducerConfig
+from kafkaesque.local_cluster import LocalCluster, free_ports
 from kafkaesque.protocol import BrokerRow
 from kafkaesque.protocol.mqtt import (
     Connack,

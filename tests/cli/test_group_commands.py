@@ -7,9 +7,11 @@ import argparse
 import time
 
 import pytest
-from kafkaesque.cli.client_commands import ClientCommandError, _reset_target
-from kafkaesque.cli.cluster import LocalCluster
+from kafkaesque.cli.client_commands import _reset_target
+from kafkaesque.cli.client_options import ClientCommandError
 from kafkaesque.cli.main import build_parser
+
+from kafkaesque.local_cluster import LocalCluster
 
 from ..broker.line_client import LineClient
 from .test_client_commands import ok, run

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
-from kafkaesque.cli.security_commands import security_from_args
+from kafkaesque.cli.client_options import security_from_args
 
 from kafkaesque.client import Security
+from kafkaesque.local_cluster import DevSecurity, SecureCluster
 from kafkaesque.security import load_users, verify_password
 
 from .test_client_commands import _kafkaesque

@@ -4,9 +4,9 @@
 from __future__ import annotations
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import AsyncClient, Client, KafkaesqueError
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, Fsync
 
 

@@ -9,7 +9,6 @@ from collections import defaultdict
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import (
     AsyncClient,
@@ -24,6 +23,7 @@ from kafkaesque.client import (
     ProducerConfig,
     open_producer,
 )
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, partition_for_key
 
 

@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import (
     AsyncClient,
@@ -26,6 +25,7 @@ from kafkaesque.client import (
     TopicPartition,
 )
 from kafkaesque.client import _steps as steps
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import DescribeTopic, EndReply, ErrorCode, PartitionRow, TopicRow
 from tests.cli.test_client_commands import ok, run
 from tests.client.test_steps import drive

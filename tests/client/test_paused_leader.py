@@ -16,7 +16,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import LocalCluster
 
 from kafkaesque.client import (
     AsyncClient,
@@ -29,6 +28,7 @@ from kafkaesque.client import (
     RecordFuture,
     open_producer,
 )
+from kafkaesque.local_cluster import LocalCluster
 
 PAUSE_S = 8.0
 # The new leader is elected within one or two election timeouts (0.5-1 s) of the pause, and the

@@ -11,7 +11,6 @@ from pathlib import Path
 import pytest
 import trio
 import trustme
-from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
 
 from kafkaesque.client import (
     AsyncClient,
@@ -26,6 +25,7 @@ from kafkaesque.client import (
     Security,
     open_producer,
 )
+from kafkaesque.local_cluster import DevSecurity, SecureCluster
 from kafkaesque.protocol import (
     AclOperation,
     AclPattern,

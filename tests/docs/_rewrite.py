@@ -2,7 +2,7 @@
 
 The docs show the default ports of ``kafkaesque cluster up`` (broker *i* listens on
 ``9092 + 10*i + k``: clients k=0, Raft peers 1, controllers 2, admin/metrics 3, MQTT 4, see
-``BrokerPorts`` in cli/cluster.py) and default data directories. The test runs its cluster on a
+``BrokerPorts`` of local_cluster) and default data directories. The test runs its cluster on a
 free block of ports and in a temporary directory, so every command is rewritten the same way:
 
 * a documented port ``9092 + 10*i + k`` becomes ``base + 10*i + k``;
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 DOC_BASE_PORT = 9092
-PORTS_PER_BROKER = 10  # cli/cluster.py _PORTS_PER_BROKER
+PORTS_PER_BROKER = 10  # kafkaesque/local_cluster/_launcher.py _PORTS_PER_BROKER
 PORT_KINDS = 5  # client, peer, controller, admin, mqtt
 DOC_BROKERS = 3
 DOC_UPSTREAM_MQTT = 1883  # mosquitto's default port

@@ -21,8 +21,8 @@ import time
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.dev_pki import scram_login
 
+from kafkaesque.local_cluster import scram_login
 from tests.docs._blocks import commands, parse_blocks, read_blocks
 from tests.docs._procs import ROOT, Env, kill_marked, run_script
 from tests.docs._rewrite import Rewriter, free_port_block

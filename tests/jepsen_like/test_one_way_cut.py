@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import free_ports
 from kafkaesque.jepsen_like._cluster import JepsenCluster, NodeAddress, Placement
 from kafkaesque.jepsen_like._proxy import ProxyLayer
+
+from kafkaesque.local_cluster import free_ports
 
 pytestmark = pytest.mark.jepsen
 

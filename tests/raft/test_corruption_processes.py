@@ -12,9 +12,8 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
-
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.storage import (
     BatchType,
     LogConfig,

@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import trio
-from kafkaesque.cli.cluster import free_ports
 
+from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft import Role
 from kafkaesque.raft.driver import MultiRaft, PeerTransport
 from kafkaesque.storage import Record, build_batch

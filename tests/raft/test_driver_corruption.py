@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import free_ports
 
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._reads import read_committed
+from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft import Role
 from kafkaesque.raft.driver import MultiRaft, PeerTransport
 from kafkaesque.storage import LogConfig, Record, build_batch, iter_batches

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import free_ports
 
+from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft import NotLeader
 from kafkaesque.raft.driver import CommitTimeout
 

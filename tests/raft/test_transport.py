@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 import trio
-from kafkaesque.cli.cluster import free_ports
 
+from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft.driver import PeerTransport
 from kafkaesque.raft.driver._wire import (
     FrameDecoder,

@@ -11,11 +11,11 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.spark_source import local_session, stop_session
 from pyspark.sql import DataFrame, SparkSession
 
 from kafkaesque.client import Client, Producer, ProducerConfig
+from kafkaesque.local_cluster import LocalCluster
 
 Published = dict[tuple[int, int], tuple[bytes, bytes, int]]
 """(partition, offset) -> (key, value, timestamp in ms) of what a test published."""

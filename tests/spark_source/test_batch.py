@@ -17,7 +17,6 @@ import time
 from typing import Any
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.spark_source import (
     DataLossError,
     KafkaesqueBatchReader,
@@ -32,6 +31,7 @@ from kafkaesque.spark_source._read import ReadSettings, fetch_range
 from pyspark.sql import SparkSession
 
 from kafkaesque.client import Client, TopicPartition
+from kafkaesque.local_cluster import LocalCluster
 
 from .conftest import Published, publish, read, rows_by_offset
 

@@ -13,10 +13,10 @@ from pathlib import Path
 from types import ModuleType
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from pyspark.sql import SparkSession
 
 from kafkaesque.client import Client, Producer
+from kafkaesque.local_cluster import LocalCluster
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "device_report.py"
 

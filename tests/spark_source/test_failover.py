@@ -11,10 +11,10 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from kafkaesque.cli.cluster import LocalCluster
 from pyspark.sql import SparkSession
 
 from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
 
 from .conftest import publish, read, rows_by_offset
 

@@ -10,13 +10,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster, write_users
 from kafkaesque.spark_source import OptionError
 from kafkaesque.spark_source._options import Mode, parse_options
 from kafkaesque.spark_source._read import ReadSettings
 from pyspark.sql import SparkSession
 
 from kafkaesque.client import Client, Producer, Security
+from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
 from kafkaesque.protocol import AclOperation, AclPattern, AclPermission, AclResource, AclRow
 
 BASE = {"bootstrap": "127.0.0.1:9092", "subscribe": "readings"}

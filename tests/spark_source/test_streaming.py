@@ -17,11 +17,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from pyspark.errors import StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.datasource import DataSourceStreamReader
 from pyspark.sql.streaming.query import StreamingQuery
+
+from kafkaesque.local_cluster import LocalCluster
 
 from .conftest import publish
 

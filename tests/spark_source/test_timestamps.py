@@ -13,13 +13,13 @@ from __future__ import annotations
 import json
 
 import pytest
-from kafkaesque.cli.cluster import LocalCluster
 from kafkaesque.spark_source import KafkaesqueStreamReader
 from kafkaesque.spark_source._offsets import Bounds, resolve_times, times_for
 from kafkaesque.spark_source._options import Mode, OptionError, parse_options
 from pyspark.sql import SparkSession
 
 from kafkaesque.client import Client, Producer, TopicPartition
+from kafkaesque.local_cluster import LocalCluster
 
 from .conftest import read
 

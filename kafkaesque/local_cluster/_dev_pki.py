@@ -38,7 +38,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from .cluster import LocalCluster
+from ._launcher import LocalCluster
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 _VALID_DAYS = 30  # long enough for any local run, short enough not to matter if it leaks
@@ -255,7 +255,7 @@ class DevSecurity:
 
     def ask(self, address: tuple[str, int], line: str, timeout: float) -> bytes:
         """``line``'s whole answer (up to ``+END`` for a list), raw, over TLS after ``AUTH``
-        (as ``cluster._ask`` does in plaintext). ``OSError`` if it cannot."""
+        (as ``ask`` does in plaintext). ``OSError`` if it cannot."""
         with (
             socket.create_connection(address, timeout=timeout) as raw,
             self.ssl_context().wrap_socket(raw, server_hostname=address[0]) as sock,

@@ -1,4 +1,4 @@
-"""The development PKI (cli/dev_pki.py): its certificates pass a real TLS handshake, both ways
+"""The development PKI (local_cluster): its certificates pass a real TLS handshake, both ways
 (mutual TLS, as the peer transport does), checked against 127.0.0.1 and localhost; a certificate
 from another development CA is refused; the users file it writes loads."""
 
@@ -12,7 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
-from kafkaesque.cli.dev_pki import DevPki, make_dev_pki, random_secret, write_users
+
+from kafkaesque.local_cluster import DevPki, make_dev_pki, random_secret, write_users
 
 
 def _server_context(pki: DevPki, node_id: int) -> ssl.SSLContext:
@@ -110,15 +111,14 @@ def test_the_users_file_holds_no_password_and_loads(tmp_path: Path) -> None:
 
 
 def test_a_secure_cluster_answers_its_user_over_tls_only(tmp_path: Path) -> None:
-    from kafkaesque.cli.cluster import _ask
-    from kafkaesque.cli.dev_pki import DevSecurity, SecureCluster
+    from kafkaesque.local_cluster import DevSecurity, SecureCluster, ask
 
     security = DevSecurity.make(str(tmp_path / "security"), username="tester")
     with SecureCluster(str(tmp_path / "cluster"), 1, security=security) as cluster:
         address = cluster.client_address(0)
         assert b"+BROKER 0 " in security.ask(address, "METADATA", 10)
         # Plaintext on the TLS port is told so; a wrong password is refused.
-        assert _ask(address, "PING", 10).startswith(b"-ERR BAD_ARGS this port speaks TLS")
+        assert ask(address, "PING", 10).startswith(b"-ERR BAD_ARGS this port speaks TLS")
         wrong = DevSecurity(security.pki, security.users_file, "tester", "not-the-password")
         with pytest.raises(ConnectionRefusedError, match="AUTH_FAILED"):
             wrong.ask(address, "METADATA", 10)

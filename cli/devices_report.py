@@ -22,7 +22,7 @@ from typing import Any, Final
 
 from kafkaesque.client import Client, Consumer, TopicPartition
 
-from ._devices_fleet import WorkerResult
+from .devices_fleet import WorkerResult
 
 _READING: Final = re.compile(
     rb'"run": "(?P<run>[^"]*)", "device": "(?P<device>[^"]*)", "serial": (?P<serial>\d+)\s*, '
