@@ -29,6 +29,7 @@ import logging
 import os
 import shutil
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import trio
@@ -77,13 +78,13 @@ from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
 from ._access import AccessControl
 from ._admin import metrics_route, serve_admin_connection, static_route
-from ._appender import PartitionAppender
+from ._appender import Appenders, PartitionAppender
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
 from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
 from ._errors import RequestError
-from ._forwarding import Forwarder, ForwardError
+from ._forwarding import Forwarder
 from ._groups import GroupCoordinator
 from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
@@ -93,6 +94,7 @@ from ._metrics import BrokerMetrics, ClusterProbes
 from ._mqtt_listener import MqttService
 from ._partition_ids import group_name
 from ._read_path import ReadPath
+from ._relay import CommandRelay
 from ._session import serve_session
 from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
 from ._tls import (
@@ -102,6 +104,7 @@ from ._tls import (
     TlsRefusals,
     server_handshake,
 )
+from ._topic_admin import TopicAdmin
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -169,18 +172,58 @@ class Broker:
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
         self.tls_refusals = TlsRefusals(self.metrics.registry)
         self.metrics.registry.register(PeerRefusals(lambda: self.transport.rejected))
+        # Set once this broker knows the cluster (see the module docstring); never cleared.
+        self._ready = trio.Event()
         self.raft.on_group_commit = self.metrics.fsync_latency.observe
         self.writes.on_written = self.metrics.commit_latency.observe
         # Who each client connection is and what it may do (users file, ACLs): see ``_access``.
         self.access = AccessControl.from_config(config, self.metrics)
         self.metadata.add_view_listener(lambda view: self.access.set_acls(view.acls))
-        self.commands = CommandHandler(self)
-        self.groups = GroupCoordinator(self, config.group_session_timeout_s)
         # LATEST's key indexes, one per compacted partition led here (see ``_latest``).
         self.latest = LatestIndexes(
             lambda: self.raft.groups,
             self._compacted,
-            lambda group_id: self.raft.read_index(group_id, timeout=self.writes.timeout),
+            self._read_index,
+        )
+        # One appender per partition published to here, its task in the broker's nursery.
+        self.appenders = Appenders(self.writes, lambda: self._nursery)
+        # Group commands and LATEST sent here, answered by the broker that serves them.
+        self.relay = CommandRelay(self.forwarder)
+        self.admin = TopicAdmin(
+            config,
+            self.metadata,
+            self.writes,
+            self.reads,
+            self.access,
+            self.membership,
+            self.forwarder,
+            self.transport.connected_peers,
+            lambda: self._nursery,
+        )
+        self.groups = GroupCoordinator(
+            config.id,
+            config.group_session_timeout_s,
+            metadata=self.metadata,
+            writes=self.writes,
+            reads=self.reads,
+            read_index=self._read_index,
+            forward_to=self.relay.forward_to,
+            nursery=lambda: self._nursery,
+        )
+        self.commands = CommandHandler(
+            config.id,
+            metadata=self.metadata,
+            writes=self.writes,
+            reads=self.reads,
+            appender=self.appenders.get,
+            groups=self.groups,
+            admin=self.admin,
+            latest=self.latest,
+            access=self.access,
+            metrics=self.metrics,
+            ready=self._ready.is_set,
+            forward_latest=self.relay.forward_latest,
+            admit_peer=self.admit_peer,
         )
         self.metrics.register_cluster(
             ClusterProbes(
@@ -192,7 +235,6 @@ class Broker:
                 ends=self.reads.high_watermarks,
             )
         )
-        self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
         self._nursery: trio.Nursery | None = None
         self._connections = 0
         self._known_peers = set(config.peers) - {config.id}
@@ -205,8 +247,6 @@ class Broker:
         # certificates are read now.
         self.mqtt = MqttService(self) if config.mqtt_enabled else None
         self.mqtt_port: int | None = None
-        # Set once this broker knows the cluster (see the module docstring); never cleared.
-        self._ready = trio.Event()
         self._started_at = time.monotonic()
         # Cancelled by ``drain``: no new client connection is accepted from then on.
         self._accepting = trio.CancelScope()
@@ -621,15 +661,21 @@ class Broker:
         """Stop hosting the group and delete its files; ``deleted``: the whole topic went,
         so writes queued for it here fail too."""
         topic, _, partition = group_id.rpartition("/")
-        for acks in Acks if deleted else ():
-            appender = self._appenders.pop((topic, int(partition), acks), None)
-            if appender is not None:
-                appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
+        if deleted:
+            self.appenders.topic_deleted(topic, int(partition))
         directory = self.raft.remove_group(group_id)
         if directory is not None:
             await trio.to_thread.run_sync(_remove_tree, directory)
             topic_dir = os.path.dirname(directory)
             await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
+
+    # The MQTT wing's ways in until it takes the appenders and the write path itself (the
+    # merge of issue 24's branches joins them).
+    def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
+        return self.appenders.get(topic, partition, acks)
+
+    async def wait_for_leaders(self, info: TopicInfo) -> None:
+        await self.writes.wait_for_leaders(info)
 
     def _topic_info(self, topic: str) -> TopicInfo:
         """The topic's metadata; ``RequestError`` UNKNOWN_TOPIC when there is no such topic."""
@@ -642,29 +688,6 @@ class Broker:
     def nursery(self) -> trio.Nursery | None:
         """The broker's own nursery while it runs (for work that outlives a request)."""
         return self._nursery
-
-    def local_group(self, topic: str, partition: int) -> RaftGroup | None:
-        return self.reads.local_replica(topic, partition)
-
-    def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
-        key = (topic, partition, acks)
-        appender = self._appenders.get(key)
-        if appender is None:
-            if self._nursery is None:
-                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
-            appender = PartitionAppender(group_name(topic, partition), partition, acks, self.writes)
-            self._appenders[key] = appender
-            self._nursery.start_soon(appender.run, self._nursery)
-        return appender
-
-    async def wait_for_leaders(self, info: TopicInfo) -> None:
-        """Wait (up to the write timeout) until every partition of ``info`` has a leader."""
-        with trio.move_on_after(self.config.write_timeout_s):
-            while any(
-                self.writes.leader_of(group_name(info.name, p)) is None
-                for p in range(info.config.partitions)
-            ):
-                await trio.sleep(_LEADER_WAIT_POLL_S)
 
     # -- leadership reports -----------------------------------------------------------------------
 
@@ -720,35 +743,10 @@ class Broker:
 
     # -- forwarding -------------------------------------------------------------------------------
 
-    async def forward_to(self, broker: int, command: GroupCommand, wait_s: float = 0.0) -> bytes:
-        """Run a consumer-group command on ``broker`` (its coordinator); its encoded reply, to
-        relay to the client as it is. ``RequestError`` if it does not answer within ``wait_s``
-        and ``_FORWARD_SLACK_S``."""
-        deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
-        return await self._relayed(broker, GroupCommandRequest(command), deadline, "a command")
-
-    async def forward_latest(self, broker: int, topic: str, partition: int, key: bytes) -> bytes:
-        """``LATEST`` on ``broker``, the leader of the key's ``partition``; its encoded reply,
-        to relay as it is. ``RequestError`` ``TIMEOUT`` (retriable: a read changes nothing) if it
-        does not answer within ``_FORWARD_SLACK_S``."""
-        deadline = trio.current_time() + _FORWARD_SLACK_S
-        request = LatestRequest(topic, partition, key)
-        return await self._relayed(broker, request, deadline, "LATEST")
-
-    async def _relayed(
-        self, broker: int, request: GroupCommandRequest | LatestRequest, deadline: float, what: str
-    ) -> bytes:
-        """``request`` answered by ``broker`` with a ``CommandReply``: its encoded client reply.
-        ``RequestError``: ``TIMEOUT`` if no answer by ``deadline``, ``INTERNAL`` for another."""
-        try:
-            answer = await self.forwarder.call(broker, request, deadline=deadline)
-        except ForwardError as exc:
-            raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
-        if not isinstance(answer, CommandReply):
-            raise RequestError(
-                ErrorCode.INTERNAL, f"broker {broker} answered {what} with {answer!r:.200}"
-            )
-        return answer.data
+    def _read_index(self, group_id: str) -> Awaitable[int]:
+        """A read barrier on ``group_id``, led here (``MultiRaft.read_index``), bounded by the
+        write timeout."""
+        return self.raft.read_index(group_id, timeout=self.writes.timeout)
 
     def _compacted(self, group_id: str) -> bool:
         """Whether the topic of ``group_id`` is compacted now (LATEST's indexes follow it)."""
@@ -862,7 +860,7 @@ class Broker:
         broker cannot take its own controller out of the quorum. Never delegated again."""
         answer: Answer
         try:
-            answer = Decommissioned(await self.commands.remove_broker(broker, forwarded=True))
+            answer = Decommissioned(await self.admin.remove_broker(broker, forwarded=True))
         except RequestError as exc:
             answer = Refused(exc.code, exc.message)
         except Exception:  # a bug: answer it, log it, keep serving everyone else
