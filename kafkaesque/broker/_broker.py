@@ -110,7 +110,14 @@ _STARTUP_LOG_S = 60.0  # the start-up timeline (INFO lines "... s after start") 
 
 
 class Broker:
-    """A broker process's state and services. Create, then ``await nursery.start(b.run)``."""
+    """A broker process's state and services. Create, then ``await nursery.start(b.run)``.
+
+    The composition root: it builds the services (the write path, the read path, the appenders,
+    the partitions hosted here, the topic admin, the consumer-group coordinator, the command
+    handler, the MQTT wing) and hands each only what it needs; none of them holds the broker.
+    What is the broker's own business (its nursery, readiness, admitting a peer, relaying to
+    another broker) they get as small callables.
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config.validate()
@@ -145,6 +152,8 @@ class Broker:
             config.cluster_secret.encode(),
             join=config.join,
         )
+        # The broker's own nursery while it runs (services start work that outlives a request).
+        self._nursery: trio.Nursery | None = None
         self.leaders = LeaderTable()
         self.forwarder = Forwarder(self.transport.send)
         self.writes = WritePath(
@@ -169,11 +178,7 @@ class Broker:
         self.access = AccessControl.from_config(config, self.metrics)
         self.metadata.add_view_listener(lambda view: self.access.set_acls(view.acls))
         # LATEST's key indexes, one per compacted partition led here (see ``_latest``).
-        self.latest = LatestIndexes(
-            lambda: self.raft.groups,
-            self._compacted,
-            self._read_index,
-        )
+        self.latest = LatestIndexes(lambda: self.raft.groups, self._compacted, self._read_index)
         # One appender per partition published to here, its task in the broker's nursery.
         self.appenders = Appenders(self.writes, lambda: self._nursery)
         # The partitions hosted here, kept in step with the metadata (see ``_hosting``).
@@ -234,7 +239,6 @@ class Broker:
                 ends=self.reads.high_watermarks,
             )
         )
-        self._nursery: trio.Nursery | None = None
         self._connections = 0
         self._known_peers = set(config.peers) - {config.id}
         # Peers (re)connected since the last leadership report: told at once, not at the next
@@ -498,11 +502,6 @@ class Broker:
         if info is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
         return info
-
-    @property
-    def nursery(self) -> trio.Nursery | None:
-        """The broker's own nursery while it runs (for work that outlives a request)."""
-        return self._nursery
 
     # -- leadership reports -----------------------------------------------------------------------
 
