@@ -66,6 +66,7 @@ from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.storage import Record, build_batch
 
 from ._errors import RequestError
+from ._partition_ids import group_name
 from ._producers import WINDOW
 from ._writes import Attempt, WritePath
 
@@ -370,3 +371,40 @@ class PartitionAppender:
             flight.error = error
             flight.finish()
         self._sealed.clear()
+
+
+class Appenders:
+    """The broker's appenders, one per (topic, partition, acks) that was published to here.
+
+    Built by the broker with the write path they write through and its nursery (None while the
+    broker is not running): each appender's ``run`` is a task of the broker, as it outlives the
+    request that made it.
+    """
+
+    def __init__(self, writes: WritePath, nursery: Callable[[], trio.Nursery | None]) -> None:
+        self._writes = writes
+        self._nursery = nursery
+        self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
+
+    def get(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
+        """The partition's appender for ``acks``, made (and its task started) on first use.
+        Raises ``RequestError`` ``BUSY`` when the broker is not running (shutting down)."""
+        key = (topic, partition, acks)
+        appender = self._appenders.get(key)
+        if appender is None:
+            nursery = self._nursery()
+            if nursery is None:
+                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
+            appender = PartitionAppender(
+                group_name(topic, partition), partition, acks, self._writes
+            )
+            self._appenders[key] = appender
+            nursery.start_soon(appender.run, nursery)
+        return appender
+
+    def topic_deleted(self, topic: str, partition: int) -> None:
+        """The partition's topic was deleted: its appenders go, failing the writes queued."""
+        for acks in Acks:
+            appender = self._appenders.pop((topic, partition, acks), None)
+            if appender is not None:
+                appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))

@@ -27,15 +27,14 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
-import shutil
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 import trio
 
 from kafkaesque._fd_stream import peer_host, peer_name
 from kafkaesque.protocol import (
-    Acks,
     Answer,
     AppendRequest,
     Bounds,
@@ -64,33 +63,29 @@ from kafkaesque.protocol import (
     peer_to_wire,
 )
 from kafkaesque.raft import (
-    InvalidConfigChange,
-    NotLeader,
-    ProposalDropped,
     RaftConfig,
-    RaftUsageError,
     Role,
 )
-from kafkaesque.raft.driver import MultiRaft, PeerTransport, RaftGroup
-from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
+from kafkaesque.raft.driver import MultiRaft, PeerTransport
 
 from ._access import AccessControl
 from ._admin import metrics_route, serve_admin_connection, static_route
-from ._appender import PartitionAppender
+from ._appender import Appenders
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
 from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
 from ._errors import RequestError
-from ._forwarding import Forwarder, ForwardError
+from ._forwarding import Forwarder
 from ._groups import GroupCoordinator
+from ._hosting import PartitionHosting, claim_of
 from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
-from ._membership import Change, next_change
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics, ClusterProbes
 from ._partition_ids import group_name
 from ._read_path import ReadPath
+from ._relay import CommandRelay
 from ._session import serve_session
 from ._shutdown import CONTROLLER_GRACE_S, Draining, HandOver, hand_over_groups
 from ._tls import (
@@ -100,6 +95,7 @@ from ._tls import (
     TlsRefusals,
     server_handshake,
 )
+from ._topic_admin import TopicAdmin
 from ._writes import WritePath
 from .mqtt import MqttService, MqttWiring
 
@@ -107,17 +103,19 @@ log = logging.getLogger("kafkaesque.broker")
 
 _LEADER_SCAN_S = 0.05
 _LEADER_REPORT_EVERY_S = 1.0
-_LEADER_WAIT_POLL_S = 0.02
-_RECONCILE_EVERY_S = 1.0
-_COMPACTED_SEGMENT_BYTES = 1 << 20
-_MEMBERSHIP_EVERY_S = 0.2
 _REGISTER_RETRY_S = 0.5
 _STARTUP_LOG_S = 60.0  # the start-up timeline (INFO lines "... s after start") ends then
-_FORWARD_SLACK_S = 5.0
 
 
 class Broker:
-    """A broker process's state and services. Create, then ``await nursery.start(b.run)``."""
+    """A broker process's state and services. Create, then ``await nursery.start(b.run)``.
+
+    The composition root: it builds the services (the write path, the read path, the appenders,
+    the partitions hosted here, the topic admin, the consumer-group coordinator, the command
+    handler, the MQTT wing) and hands each only what it needs; none of them holds the broker.
+    What is the broker's own business (its nursery, readiness, admitting a peer, relaying to
+    another broker) they get as small callables.
+    """
 
     def __init__(self, config: BrokerConfig) -> None:
         self.config = config.validate()
@@ -152,6 +150,8 @@ class Broker:
             config.cluster_secret.encode(),
             join=config.join,
         )
+        # The broker's own nursery while it runs (services start work that outlives a request).
+        self._nursery: trio.Nursery | None = None
         self.leaders = LeaderTable()
         self.forwarder = Forwarder(self.transport.send)
         self.writes = WritePath(
@@ -168,18 +168,64 @@ class Broker:
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
         self.tls_refusals = TlsRefusals(self.metrics.registry)
         self.metrics.registry.register(PeerRefusals(lambda: self.transport.rejected))
+        # Set once this broker knows the cluster (see the module docstring); never cleared.
+        self._ready = trio.Event()
         self.raft.on_group_commit = self.metrics.fsync_latency.observe
         self.writes.on_written = self.metrics.commit_latency.observe
         # Who each client connection is and what it may do (users file, ACLs): see ``_access``.
         self.access = AccessControl.from_config(config, self.metrics)
         self.metadata.add_view_listener(lambda view: self.access.set_acls(view.acls))
-        self.commands = CommandHandler(self)
-        self.groups = GroupCoordinator(self, config.group_session_timeout_s)
         # LATEST's key indexes, one per compacted partition led here (see ``_latest``).
-        self.latest = LatestIndexes(
-            lambda: self.raft.groups,
-            self._compacted,
-            lambda group_id: self.raft.read_index(group_id, timeout=self.writes.timeout),
+        self.latest = LatestIndexes(lambda: self.raft.groups, self._compacted, self._read_index)
+        # One appender per partition published to here, its task in the broker's nursery.
+        self.appenders = Appenders(self.writes, lambda: self._nursery)
+        # The partitions hosted here, kept in step with the metadata (see ``_hosting``).
+        self.hosting = PartitionHosting(
+            config,
+            self.metadata,
+            self.raft,
+            self.writes,
+            self.leaders,
+            self.appenders,
+            self.admit_peer,
+        )
+        # Group commands and LATEST sent here, answered by the broker that serves them.
+        self.relay = CommandRelay(self.forwarder)
+        self.admin = TopicAdmin(
+            config,
+            self.metadata,
+            self.writes,
+            self.reads,
+            self.access,
+            self.hosting.membership,
+            self.forwarder,
+            self.transport.connected_peers,
+            lambda: self._nursery,
+        )
+        self.groups = GroupCoordinator(
+            config.id,
+            config.group_session_timeout_s,
+            metadata=self.metadata,
+            writes=self.writes,
+            reads=self.reads,
+            read_index=self._read_index,
+            forward_to=self.relay.forward_to,
+            nursery=lambda: self._nursery,
+        )
+        self.commands = CommandHandler(
+            config.id,
+            metadata=self.metadata,
+            writes=self.writes,
+            reads=self.reads,
+            appender=self.appenders.get,
+            groups=self.groups,
+            admin=self.admin,
+            latest=self.latest,
+            access=self.access,
+            metrics=self.metrics,
+            ready=self._ready.is_set,
+            forward_latest=self.relay.forward_latest,
+            admit_peer=self.admit_peer,
         )
         self.metrics.register_cluster(
             ClusterProbes(
@@ -191,8 +237,6 @@ class Broker:
                 ends=self.reads.high_watermarks,
             )
         )
-        self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
-        self._nursery: trio.Nursery | None = None
         self._connections = 0
         self._known_peers = set(config.peers) - {config.id}
         # Peers (re)connected since the last leadership report: told at once, not at the next
@@ -200,8 +244,6 @@ class Broker:
         self._unreported_peers: set[int] = set()
         self.client_port = config.client.port
         self.admin_port: int | None = None
-        # Set once this broker knows the cluster (see the module docstring); never cleared.
-        self._ready = trio.Event()
         self._started_at = time.monotonic()
         # Cancelled by ``drain``: no new client connection is accepted from then on.
         self._accepting = trio.CancelScope()
@@ -216,14 +258,14 @@ class Broker:
                     metadata=self.metadata,
                     reads=self.reads,
                     writes=self.writes,
-                    appender=self.appender,
+                    appender=self.appenders.get,
                     register_stats=self.metrics.register_mqtt,
                     authorization_failed=self.metrics.mqtt_authorization_failed,
                     draining=self.draining,
-                    ready=lambda: self.ready,
+                    ready=self._ready.is_set,
                     tell_peers=self.tell_peers,
                     connected_peers=self.transport.connected_peers,
-                    wait_for_leaders=self.wait_for_leaders,
+                    wait_for_leaders=self.writes.wait_for_leaders,
                 )
             )
             if config.mqtt_enabled
@@ -235,7 +277,7 @@ class Broker:
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
         self.balancer = LeaderBalancer(
             self.raft,
-            self._preferred_replica,
+            self.hosting.preferred_replica,
             self.transport.connected_peers,
             rate=config.leader_balance_rate,
         )
@@ -276,12 +318,12 @@ class Broker:
                     self.admin_port = admin[0].socket.getsockname()[1]
                     nursery.start_soon(trio.serve_listeners, self._serve_admin, admin)
                 nursery.start_soon(self._register)
-                nursery.start_soon(self._reconcile_loop)
+                nursery.start_soon(self.hosting.reconcile_loop)
                 nursery.start_soon(self._leader_loop)
-                nursery.start_soon(self._membership_loop)
+                nursery.start_soon(self.hosting.membership_loop)
                 nursery.start_soon(self.balancer.run)
-                nursery.start_soon(self._retention_loop)
-                nursery.start_soon(self._interval_flush_loop)
+                nursery.start_soon(self.hosting.retention_loop)
+                nursery.start_soon(self.hosting.interval_flush_loop)
                 nursery.start_soon(self.groups.run_expiry)
                 nursery.start_soon(self.latest.run)
                 log.info(
@@ -456,36 +498,6 @@ class Broker:
 
     # -- partitions -------------------------------------------------------------------------------
 
-    async def _reconcile_loop(self) -> None:
-        """Host the partitions the metadata assigns here; know every registered broker.
-
-        Runs on every metadata change and every ``_RECONCILE_EVERY_S`` (a replica that was
-        moved away is dropped only once the group's leader has committed its removal, which
-        the metadata does not announce).
-        """
-        version = -1
-        while True:
-            with trio.move_on_after(_RECONCILE_EVERY_S):
-                await self.metadata.wait_changed(version)
-            view = self.metadata.view
-            version = view.version
-            for broker in view.brokers.values():
-                self.admit_peer(broker.id, broker.host, broker.peer_port)
-            for info in view.topics.values():
-                for partition, replicas in enumerate(info.replicas):
-                    if self.config.id in replicas:
-                        self._host(info, partition, replicas)
-            for group_id in list(self.raft.groups):
-                topic, _, number = group_id.rpartition("/")
-                hosted = view.topics.get(topic)
-                if hosted is None:
-                    await self._drop(group_id, deleted=True)
-                elif self.config.id not in hosted.replicas[int(number)] and self._moved_away(
-                    group_id
-                ):
-                    log.info("broker %d: %s moved away; dropping it", self.config.id, group_id)
-                    await self._drop(group_id)
-
     def admit_peer(self, broker: int, host: str, peer_port: int) -> None:
         """Know ``broker`` (a new member): connect to it and include it in Raft pings."""
         if broker not in self._known_peers and broker != self.config.id:
@@ -493,196 +505,12 @@ class Broker:
             self.transport.add_peer(broker, (host, peer_port))
             self.raft.add_peer(broker)
 
-    def _moved_away(self, group_id: str) -> bool:
-        """Whether a committed membership of the group no longer holds this broker."""
-        claim = self.membership(group_id)
-        return (
-            claim is not None
-            and claim.committed
-            and self.config.id not in claim.voters | claim.learners
-        )
-
-    def membership(self, group_id: str) -> Claim | None:
-        """The group's members as its leader sees them (this broker's, if it leads)."""
-        group = self.raft.groups.get(group_id)
-        if group is not None and group.role is Role.LEADER:
-            return _claim_of(group)
-        return self.leaders.claim(group_id)
-
-    async def _retention_loop(self) -> None:
-        """Delete each hosted log's oldest segments past its topic's size or age limit, and
-        compact the sealed segments of compacted topics (the latest record of each key stays).
-
-        Every replica does it on its own, and only below its commit index; a follower that
-        falls behind the leader's new log start is caught up from there (Raft's log-start
-        catch-up), and compaction keeps every batch's offsets and term, so Raft's view of the
-        log does not change. Deleting is a few unlinks; compacting a compacted topic's small
-        segments is short: both stay on the event loop.
-        """
-        while True:
-            await trio.sleep(self.config.retention_check_interval_s)
-            topics = self.metadata.view.topics
-            for group in list(self.raft.groups.values()):
-                if self.raft.groups.get(group.id) is not group:
-                    continue  # dropped meanwhile
-                bound = group.commit_index + 1
-                group.log.enforce_retention(max_offset=bound)
-                info = topics.get(group.id.rpartition("/")[0])
-                if info is not None and info.config.compact and group.log.segment_count > 1:
-                    group.log.compact(max_offset=bound)
-                await trio.lowlevel.checkpoint()
-
-    async def _interval_flush_loop(self) -> None:
-        """fsync the logs of the ``interval`` fsync policy that hold unflushed writes, every
-        half interval: the Raft driver flushes such a log only when a later write finds the
-        interval passed, so a burst followed by silence would stay in the page cache for as
-        long as the silence lasts. With this loop a power loss loses at most about the last
-        interval of acknowledged writes, as ``--fsync interval`` promises (docs/operations.md).
-
-        The fsyncs run on a worker thread (as the driver's do), all of a pass at once; a log
-        dropped meanwhile is not told (its ticket only closed a duplicate descriptor). A failed
-        fsync is fatal, as in the driver: what the log holds on disk is unknown, so it is
-        raised and stops the broker.
-        """
-        period = self.config.fsync_interval_ms / 2000
-        while True:
-            await trio.sleep(period)
-            due = [
-                (group, group.log.flush_ticket())
-                for group in list(self.raft.groups.values())
-                if group.log.config.fsync is FsyncPolicy.INTERVAL
-                and group.log.flushed_end_offset < group.log.log_end_offset
-            ]
-            if not due:
-                continue
-            await trio.to_thread.run_sync(_run_tickets, [ticket for _, ticket in due])
-            for group, ticket in due:
-                if self.raft.groups.get(group.id) is group:
-                    group.log.flushed(ticket)
-
-    async def _membership_loop(self) -> None:
-        """Steer every group led here toward its assigned replicas (see ``_membership``)."""
-        while True:
-            await trio.sleep(_MEMBERSHIP_EVERY_S)
-            topics = self.metadata.view.topics
-            for group in list(self.raft.groups.values()):
-                topic, _, partition = group.id.rpartition("/")
-                info = topics.get(topic)
-                if info is None or group.role is not Role.LEADER:
-                    continue
-                target = frozenset(info.replicas[int(partition)])
-                change = next_change(group.node.configuration, target, self.config.id)
-                if change is not None:
-                    self._apply(group.id, change)
-
-    def _apply(self, group_id: str, change: Change) -> None:
-        steps = {
-            "add_learner": self.raft.add_learner,
-            "promote": self.raft.promote,
-            "remove": self.raft.remove_member,
-            "transfer": self.raft.transfer_leadership,
-        }
-        try:
-            steps[change.action](group_id, change.node)
-        except (NotLeader, ProposalDropped, InvalidConfigChange, RaftUsageError) as exc:
-            log.debug("broker %d: %s %s later: %s", self.config.id, change, group_id, exc)
-            return
-        log.info("broker %d: %s: %s %d", self.config.id, group_id, change.action, change.node)
-
-    def _preferred_replica(self, group_id: str) -> int | None:
-        """The preferred leader of a group: its partition's first assigned replica (None: the
-        topic or partition is not in the metadata)."""
-        topic, _, number = group_id.rpartition("/")
-        info = self.metadata.view.topics.get(topic)
-        if info is None or not number.isdigit() or int(number) >= len(info.replicas):
-            return None
-        replicas = info.replicas[int(number)]
-        return replicas[0] if replicas else None
-
-    def _log_config(self, info: TopicInfo) -> LogConfig:
-        """The settings of ``info``'s partition logs here: the topic's, this broker's where the
-        topic has none (the fsync policy)."""
-        c = info.config
-        return LogConfig(
-            # A compacted topic rolls small segments: compaction rewrites only sealed ones, and
-            # its pause stays short (the live keys of a small log, not 64 MiB of history).
-            segment_bytes=min(self.config.segment_bytes, _COMPACTED_SEGMENT_BYTES)
-            if c.compact
-            else self.config.segment_bytes,
-            retention_ms=c.retention_ms,
-            retention_bytes=c.retention_bytes,
-            fsync=FsyncPolicy(c.fsync or self.config.fsync),
-            fsync_interval_ms=self.config.fsync_interval_ms,
-        )
-
-    def _host(self, info: TopicInfo, partition: int, replicas: tuple[int, ...]) -> None:
-        group_id = group_name(info.name, partition)
-        log_config = self._log_config(info)
-        group = self.raft.groups.get(group_id)
-        if group is not None:
-            # A live change (ALTER): retention and segment size are read by the log at each
-            # use, so the open log takes them now. The fsync policy is fixed at CREATE, so a
-            # change of it never meets a log with acknowledged data it did not flush.
-            if group.log.config != log_config:
-                group.log.config = log_config
-            return
-        directory = os.path.join(self.config.broker_dir, info.name, str(partition))
-        # The assignment spreads first replicas over the brokers: they are the preferred leaders
-        # of a new partition. A replica added to a running group waits to be caught up instead
-        # (it could not win an election with its empty log anyway: pre-vote refuses it).
-        new = self.writes.leader_of(group_id) is None
-        self.raft.add_group(
-            group_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
-        )
-
-    async def _drop(self, group_id: str, *, deleted: bool = False) -> None:
-        """Stop hosting the group and delete its files; ``deleted``: the whole topic went,
-        so writes queued for it here fail too."""
-        topic, _, partition = group_id.rpartition("/")
-        for acks in Acks if deleted else ():
-            appender = self._appenders.pop((topic, int(partition), acks), None)
-            if appender is not None:
-                appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
-        directory = self.raft.remove_group(group_id)
-        if directory is not None:
-            await trio.to_thread.run_sync(_remove_tree, directory)
-            topic_dir = os.path.dirname(directory)
-            await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
-
     def _topic_info(self, topic: str) -> TopicInfo:
         """The topic's metadata; ``RequestError`` UNKNOWN_TOPIC when there is no such topic."""
         info = self.metadata.view.topics.get(topic)
         if info is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
         return info
-
-    @property
-    def nursery(self) -> trio.Nursery | None:
-        """The broker's own nursery while it runs (for work that outlives a request)."""
-        return self._nursery
-
-    def local_group(self, topic: str, partition: int) -> RaftGroup | None:
-        return self.reads.local_replica(topic, partition)
-
-    def appender(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
-        key = (topic, partition, acks)
-        appender = self._appenders.get(key)
-        if appender is None:
-            if self._nursery is None:
-                raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
-            appender = PartitionAppender(group_name(topic, partition), partition, acks, self.writes)
-            self._appenders[key] = appender
-            self._nursery.start_soon(appender.run, self._nursery)
-        return appender
-
-    async def wait_for_leaders(self, info: TopicInfo) -> None:
-        """Wait (up to the write timeout) until every partition of ``info`` has a leader."""
-        with trio.move_on_after(self.config.write_timeout_s):
-            while any(
-                self.writes.leader_of(group_name(info.name, p)) is None
-                for p in range(info.config.partitions)
-            ):
-                await trio.sleep(_LEADER_WAIT_POLL_S)
 
     # -- leadership reports -----------------------------------------------------------------------
 
@@ -698,7 +526,7 @@ class Broker:
                 settled = self._leaders_settled()
             # Forwards waiting on a paused old leader end once a new one is known (issue 23).
             self.forwarder.abandon_replaced(self.writes.leader_of, self.raft.hears)
-            led = {g.id: _claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
+            led = {g.id: claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
             for group_id, claim in led.items():
                 old = reported.get(group_id)
                 if old is None or old.term != claim.term:
@@ -738,35 +566,10 @@ class Broker:
 
     # -- forwarding -------------------------------------------------------------------------------
 
-    async def forward_to(self, broker: int, command: GroupCommand, wait_s: float = 0.0) -> bytes:
-        """Run a consumer-group command on ``broker`` (its coordinator); its encoded reply, to
-        relay to the client as it is. ``RequestError`` if it does not answer within ``wait_s``
-        and ``_FORWARD_SLACK_S``."""
-        deadline = trio.current_time() + wait_s + _FORWARD_SLACK_S
-        return await self._relayed(broker, GroupCommandRequest(command), deadline, "a command")
-
-    async def forward_latest(self, broker: int, topic: str, partition: int, key: bytes) -> bytes:
-        """``LATEST`` on ``broker``, the leader of the key's ``partition``; its encoded reply,
-        to relay as it is. ``RequestError`` ``TIMEOUT`` (retriable: a read changes nothing) if it
-        does not answer within ``_FORWARD_SLACK_S``."""
-        deadline = trio.current_time() + _FORWARD_SLACK_S
-        request = LatestRequest(topic, partition, key)
-        return await self._relayed(broker, request, deadline, "LATEST")
-
-    async def _relayed(
-        self, broker: int, request: GroupCommandRequest | LatestRequest, deadline: float, what: str
-    ) -> bytes:
-        """``request`` answered by ``broker`` with a ``CommandReply``: its encoded client reply.
-        ``RequestError``: ``TIMEOUT`` if no answer by ``deadline``, ``INTERNAL`` for another."""
-        try:
-            answer = await self.forwarder.call(broker, request, deadline=deadline)
-        except ForwardError as exc:
-            raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
-        if not isinstance(answer, CommandReply):
-            raise RequestError(
-                ErrorCode.INTERNAL, f"broker {broker} answered {what} with {answer!r:.200}"
-            )
-        return answer.data
+    def _read_index(self, group_id: str) -> Awaitable[int]:
+        """A read barrier on ``group_id``, led here (``MultiRaft.read_index``), bounded by the
+        write timeout."""
+        return self.raft.read_index(group_id, timeout=self.writes.timeout)
 
     def _compacted(self, group_id: str) -> bool:
         """Whether the topic of ``group_id`` is compacted now (LATEST's indexes follow it)."""
@@ -880,7 +683,7 @@ class Broker:
         broker cannot take its own controller out of the quorum. Never delegated again."""
         answer: Answer
         try:
-            answer = Decommissioned(await self.commands.remove_broker(broker, forwarded=True))
+            answer = Decommissioned(await self.admin.remove_broker(broker, forwarded=True))
         except RequestError as exc:
             answer = Refused(exc.code, exc.message)
         except Exception:  # a bug: answer it, log it, keep serving everyone else
@@ -897,31 +700,3 @@ class Broker:
             self.leaders.forget(peer)
             if self.mqtt is not None:
                 self.mqtt.egress.peer_shares(peer, ())
-
-
-def _run_tickets(tickets: list[FlushTicket]) -> None:
-    """Run every flush ticket (on a worker thread); the first failure is raised after all ran."""
-    errors: list[OSError] = []
-    for ticket in tickets:
-        try:
-            ticket.run()
-        except OSError as exc:
-            errors.append(exc)
-    if errors:
-        raise errors[0]
-
-
-def _remove_tree(path: str) -> None:
-    shutil.rmtree(path, ignore_errors=True)
-
-
-def _remove_empty_dir(path: str) -> None:
-    # Fails while other partitions of the topic are still there (or when it is gone already).
-    with contextlib.suppress(OSError):
-        os.rmdir(path)
-
-
-def _claim_of(group: RaftGroup) -> Claim:
-    node = group.node
-    conf = node.configuration
-    return Claim(node.term, conf.voters, conf.learners, node.configuration_committed)

@@ -17,10 +17,8 @@ import functools
 import itertools
 import logging
 import time
-from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 import trio
 
@@ -35,7 +33,6 @@ from kafkaesque.protocol import (
     AddBroker,
     AlterTopic,
     Authenticate,
-    BrokerRow,
     Command,
     Commit,
     Cons,
@@ -52,7 +49,6 @@ from kafkaesque.protocol import (
     FetchFormat,
     FetchOffsets,
     FetchReplica,
-    Fsync,
     Help,
     Idempotence,
     Latest,
@@ -62,7 +58,6 @@ from kafkaesque.protocol import (
     MessageRow,
     Metadata,
     OkReply,
-    PartitionRow,
     Ping,
     PublishBatch,
     PublishRecord,
@@ -73,10 +68,8 @@ from kafkaesque.protocol import (
     Reply,
     ResetOffsets,
     Subs,
-    TopicRow,
     encode_reply,
     help_replies,
-    is_internal_topic,
     parse_seed_message,
     partition_for_key,
     published_reply,
@@ -84,47 +77,29 @@ from kafkaesque.protocol import (
 from kafkaesque.raft import Role
 from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch, decode_header
 
-from ._appender import Flight
-from ._config import MAX_PARTITIONS
-from ._decommission import decommission, delegate_decommission
+from ._access import AccessControl
+from ._appender import Flight, PartitionAppender
 from ._errors import RequestError, unknown_partition
+from ._groups import GroupCoordinator
+from ._latest import LatestIndexes
 from ._metadata import (
-    InvalidConfigError,
-    MetadataError,
-    MetadataUnavailable,
-    TopicConfig,
-    TopicExistsError,
+    ClusterMetadata,
     TopicInfo,
-    UnknownTopicError,
 )
-from ._metrics import command_word
+from ._metrics import BrokerMetrics, command_word
 from ._partition_ids import group_name
+from ._read_path import ReadPath
 from ._reads import (
     DEFAULT_CONS_MESSAGES,
     DEFAULT_FETCH_BYTES,
-    committed_offset_for_time,
     fetch_committed,
     message_rows,
 )
-from ._session import ReadySlot, Session, Slot, TaskSlot
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from ._session import ReadySlot, Session, Slot, TaskSlot, encode_replies
+from ._topic_admin import Creation, TopicAdmin, metadata_call
+from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker.commands")
-
-_T = TypeVar("_T")
-
-REASSIGN_TIMEOUT_S = 120.0
-_REASSIGN_POLL_S = 0.05
-# An auto-creation waits this long at most for the brokers it would place replicas on to register
-# (a cluster just started may have registered only some), then creates with those there are.
-AUTO_CREATE_BROKERS_WAIT_S = 5.0
-_BROKERS_POLL_S = 0.05
-
-
-def encode_replies(replies: Sequence[Reply]) -> bytes:
-    return b"".join(encode_reply(r) for r in replies)
 
 
 class PublishSlot:
@@ -172,33 +147,55 @@ class _Waiting:
     error: bytes | None = None  # its encoded error, if it could not be dispatched
 
 
-@dataclass(eq=False)
-class _Creation:
-    """A topic this broker is auto-creating, and the publishes waiting for it, in arrival order.
+class CommandHandler:
+    """Executes commands against one broker (see the module docstring).
 
-    Invariant: while a ``_Creation`` is in ``CommandHandler._creating``, every publish to its
-    topic joins ``waiting`` (even once the metadata shows the topic), so that records of one
-    connection reach the appender in the order they were sent.
+    Built by the broker with the services each command goes to: the write path and the
+    appenders (publishes), the read path (reads), the consumer-group coordinator, the topic
+    admin (topic commands, auto-creation), LATEST's key indexes, the replicated metadata, the
+    access control and the metrics; and with what is the broker's own business, as callables:
+    whether it is ready (see ``Broker.ready``), relaying LATEST to a partition's leader, and
+    admitting a new peer broker (ADDBROKER).
     """
 
-    topic: str
-    done: trio.Event = field(default_factory=trio.Event)
-    error: RequestError | None = None
-    waiting: deque[_Waiting] = field(default_factory=deque)
-
-
-class CommandHandler:
-    """Executes commands against one broker (see the module docstring)."""
-
-    def __init__(self, broker: Broker) -> None:
-        self._broker = broker
-        self._access = broker.access
+    def __init__(
+        self,
+        broker_id: int,
+        *,
+        metadata: ClusterMetadata,
+        writes: WritePath,
+        reads: ReadPath,
+        appender: Callable[[str, int, Acks], PartitionAppender],
+        groups: GroupCoordinator,
+        admin: TopicAdmin,
+        latest: LatestIndexes,
+        access: AccessControl,
+        metrics: BrokerMetrics,
+        ready: Callable[[], bool],
+        forward_latest: Callable[[int, str, int, bytes], Awaitable[bytes]],
+        admit_peer: Callable[[int, str, int], None],
+    ) -> None:
+        self._broker_id = broker_id
+        self._metadata = metadata
+        self._writes = writes
+        self._reads = reads
+        self._appender = appender
+        self._groups = groups
+        self._admin = admin
+        self._latest = latest
+        self._access = access
+        self._metrics = metrics
+        self._ready = ready
+        self._forward_latest = forward_latest
+        self._admit_peer = admit_peer
         self._round_robin: dict[str, itertools.count[int]] = {}
-        self._creating: dict[str, _Creation] = {}  # topics being auto-created, by name
+        # The admin's topics being auto-created, by name: the same dict, read here by every
+        # publish (see ``Creation``'s invariant).
+        self._creating = admin.creating
         # A publish's late failure is counted under its command's word: one callback per word,
         # made here once (a publish allocates none).
         self._publish_failed: dict[str, Callable[[ErrorCode], None]] = {
-            word: functools.partial(self._broker.metrics.error, word) for word in ("PUBS", "PUB")
+            word: functools.partial(metrics.error, word) for word in ("PUBS", "PUB")
         }
 
     # -- dispatch -------------------------------------------------------------------------------
@@ -217,11 +214,11 @@ class CommandHandler:
         ACLs) when the broker enforces anything; a peer's (``forwarded``) was checked by the
         broker it arrived at."""
         name = command_word(command)
-        self._broker.metrics.request(name)
+        self._metrics.request(name)
         try:
             return self._dispatch(command, nursery, forwarded, session)
         except RequestError as exc:
-            self._broker.metrics.error(name, exc.code)
+            self._metrics.error(name, exc.code)
             return ReadySlot(encode_reply(exc.reply()))
 
     def _dispatch(
@@ -236,7 +233,7 @@ class CommandHandler:
         # Before anything reads the metadata (a publish's auto-creation included): a broker that
         # has not caught up with the controller quorum would answer from a view that may lack
         # topics that exist (issue 23). See ``Broker.ready``.
-        if not self._broker.ready and not isinstance(command, _WITHOUT_METADATA):
+        if not self._ready() and not isinstance(command, _WITHOUT_METADATA):
             raise RequestError(ErrorCode.NOT_READY, NOT_READY_MESSAGE)
         if checked:
             assert session is not None
@@ -244,7 +241,7 @@ class CommandHandler:
         if isinstance(command, _PUBLISH_TYPES):
             topic = command.topic
             if topic in self._creating or (
-                topic not in self._broker.metadata.view.topics and self.auto_creates(topic)
+                topic not in self._metadata.view.topics and self._admin.auto_creates(topic)
             ):
                 if checked and topic not in self._creating:
                     assert session is not None
@@ -261,19 +258,17 @@ class CommandHandler:
             case Help(command=word):
                 return _ready(*help_replies(word))
             case ListTopics():
-                topics = self._broker.metadata.view.topics
-                names = self._access.visible(session, AclResource.TOPIC, sorted(topics))
-                return _ready(*(_topic_row(topics[n]) for n in names), EndReply())
+                return _ready(*self._admin.list_topics(session))
             case Metadata(topics=names):
-                return _ready(*self._metadata(names, session))
+                return _ready(*self._admin.metadata_rows(names, session))
             case Authenticate():
                 if session is None:  # a peer's: never (peers authenticate otherwise)
                     raise RequestError(ErrorCode.BAD_ARGS, "AUTH is for client connections")
                 auth = TaskSlot()
                 nursery.start_soon(self._authenticate, command, auth, session)
                 return auth
-            case Subs(topic=topic) if checked and topic not in self._broker.metadata.view.topics:
-                if self.auto_creates(topic):  # the subscription creates it: create topic too
+            case Subs(topic=topic) if checked and topic not in self._metadata.view.topics:
+                if self._admin.auto_creates(topic):  # the subscription creates it: create topic too
                     assert session is not None
                     self._access.check_operation(
                         session, AclOperation.CREATE, AclResource.TOPIC, topic
@@ -321,11 +316,11 @@ class CommandHandler:
                     data = self._visible_groups(session, data)
             slot.set(data)
         except RequestError as exc:
-            self._broker.metrics.error(name, exc.code)
+            self._metrics.error(name, exc.code)
             slot.set(encode_reply(exc.reply()))
         except Exception:  # a bug: answer it, log it, keep serving everyone else
             log.exception("command %s failed", name)
-            self._broker.metrics.error(name, ErrorCode.INTERNAL)
+            self._metrics.error(name, ErrorCode.INTERNAL)
             slot.set(encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)")))
 
     async def _execute(self, command: Command, forwarded: bool) -> bytes:
@@ -337,43 +332,40 @@ class CommandHandler:
             case Subs(topic=topic):
                 # The coordinator creates it too when a forwarded SUBS gets there before the
                 # metadata does: an auto-creation of an existing topic is a no-op.
-                if topic not in self._broker.metadata.view.topics and self.auto_creates(topic):
-                    await self.ensure_topic(topic)
-                return await self._broker.groups.execute(command, forwarded)
+                if topic not in self._metadata.view.topics and self._admin.auto_creates(topic):
+                    await self._admin.ensure_topic(topic)
+                return await self._groups.execute(command, forwarded)
             case Cons() | Commit() | FetchOffsets() | Leave() | DescribeGroup():
-                return await self._broker.groups.execute(command, forwarded)
+                return await self._groups.execute(command, forwarded)
             case ListGroups() | ResetOffsets() | DeleteGroup():
-                return await self._broker.groups.execute(command, forwarded)
+                return await self._groups.execute(command, forwarded)
             case DescribeTopic(topic=topic, time_ms=time_ms):
-                return await self._describe(topic, time_ms)
+                return await self._admin.describe(topic, time_ms)
             case CreateTopic():
-                return await self._create(command)
+                return await self._admin.create(command)
             case AlterTopic():
-                return await self._alter(command)
+                return await self._admin.alter(command)
             case DeleteTopic(topic=topic):
-                await self._metadata_call(self._broker.metadata.delete_topic(topic))
-                return encode_reply(OkReply())
+                return await self._admin.delete(topic)
             case Reassign():
-                return await self._reassign(command)
+                return await self._admin.reassign(command)
             case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
                 host, _, port = controller.rpartition(":")
-                await self._metadata_call(
-                    self._broker.metadata.add_controller(broker_id, (host, int(port)))
-                )
+                await metadata_call(self._metadata.add_controller(broker_id, (host, int(port))))
                 peer_host, _, peer_port = peer.rpartition(":")
-                self._broker.admit_peer(broker_id, peer_host, int(peer_port))
+                self._admit_peer(broker_id, peer_host, int(peer_port))
                 return encode_reply(OkReply())
             case RemoveBroker(broker_id=broker_id):
-                moved = await self.remove_broker(broker_id)
+                moved = await self._admin.remove_broker(broker_id)
                 return encode_reply(OkReply(f"moved={moved}"))
             case AclAdd(acl=acl):
-                await self._metadata_call(self._broker.metadata.add_acl(acl))
+                await metadata_call(self._metadata.add_acl(acl))
                 return encode_reply(OkReply())
             case AclRemove(acl=acl):
-                removed = await self._metadata_call(self._broker.metadata.remove_acl(acl))
+                removed = await metadata_call(self._metadata.remove_acl(acl))
                 return encode_reply(OkReply(f"removed={removed}"))
             case AclList(principal=principal):
-                acls = self._broker.metadata.view.acls
+                acls = self._metadata.view.acls
                 rows = sorted(
                     (a for a in acls if principal is None or a.principal == principal),
                     key=_acl_order,
@@ -389,7 +381,7 @@ class CommandHandler:
         except Exception:  # a bug: answer it, log it, keep serving
             log.exception("AUTH failed")
             session.sasl = None
-            self._broker.metrics.error("AUTH", ErrorCode.INTERNAL)
+            self._metrics.error("AUTH", ErrorCode.INTERNAL)
             slot.set(encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)")))
 
     def _visible_groups(self, session: Session, data: bytes) -> bytes:
@@ -412,42 +404,25 @@ class CommandHandler:
 
     # -- auto-creation --------------------------------------------------------------------------
 
-    def auto_creates(self, topic: str) -> bool:
-        """Whether a publish or a subscription naming ``topic``, if missing, creates it: when
-        the broker's ``auto_create_topics`` is on and the name is not an internal one."""
-        return self._broker.config.auto_create_topics and not is_internal_topic(topic)
-
-    async def ensure_topic(self, topic: str) -> TopicInfo:
-        """``topic``, auto-created first if it is missing (see ``_create_on_first_use``).
-
-        Raises ``RequestError``: ``NOT_LEADER`` (retriable) when its partitions have no leader
-        in time, ``NO_QUORUM`` when the controller quorum does not answer, ``INVALID_CONFIG``.
-        """
-        creation = self._creating.get(topic)
-        if creation is None:
-            info = self._broker.metadata.view.topics.get(topic)
-            if info is not None:
-                return info
-            creation = self._start_creation(topic, None)
-        await creation.done.wait()
-        if creation.error is not None:
-            raise creation.error
-        return self._topic(topic)
-
     def _after_creation(self, command: PublishCommand, nursery: trio.Nursery) -> Slot:
         """A publish to a topic being auto-created: its slot, filled once the topic is there
         and the publish was dispatched (in the order the publishes arrived)."""
         creation = self._creating.get(command.topic)
         if creation is None:
-            creation = self._start_creation(command.topic, nursery)
+            creation = self._admin.start_creation(command.topic, nursery)
         waiting = _Waiting(command, nursery)
-        creation.waiting.append(waiting)
+        dispatch = functools.partial(self._dispatch_waiting, waiting)
+        creation.waiting.append(dispatch)
         slot = TaskSlot()
-        nursery.start_soon(self._reply_after_creation, creation, waiting, slot)
+        nursery.start_soon(self._reply_after_creation, creation, waiting, dispatch, slot)
         return slot
 
     async def _reply_after_creation(
-        self, creation: _Creation, waiting: _Waiting, slot: TaskSlot
+        self,
+        creation: Creation,
+        waiting: _Waiting,
+        dispatch: Callable[[RequestError | None], None],
+        slot: TaskSlot,
     ) -> None:
         try:
             await creation.done.wait()
@@ -459,100 +434,24 @@ class CommandHandler:
                 slot.set(waiting.error)
         finally:
             # Cancelled before its turn (its connection closed): never dispatched.
-            if waiting in creation.waiting:
-                creation.waiting.remove(waiting)
+            if dispatch in creation.waiting:
+                creation.waiting.remove(dispatch)
 
-    def _start_creation(self, topic: str, nursery: trio.Nursery | None) -> _Creation:
-        """Begin auto-creating ``topic`` in a task of the broker (it outlives the connection
-        that asked: others may be waiting for it too)."""
-        creation = self._creating[topic] = _Creation(topic)
-        where = self._broker.nursery or nursery
-        if where is None:  # not serving yet: no task can run, nothing waits
-            del self._creating[topic]
-            raise RequestError(ErrorCode.NOT_LEADER, "the broker is starting; retry")
-        where.start_soon(self._create_on_first_use, creation)
-        return creation
-
-    async def _create_on_first_use(self, creation: _Creation) -> None:
-        """Create ``creation.topic`` with the broker's defaults, wait until its partitions have
-        leaders (up to the write timeout), then dispatch the waiting publishes in order.
-
-        The creation is the metadata's own (``create_topic(auto=True)``): applied on the
-        controller quorum, it answers the existing topic if another broker created it first, so
-        brokers that auto-create one topic at once all end with that one topic.
-        """
-        topic = creation.topic
-        try:
-            info = await self._create_topic_auto(topic)
-            await self._broker.wait_for_leaders(info)
-            leaderless = [
-                p
-                for p in range(info.config.partitions)
-                if self._broker.writes.leader_of(group_name(topic, p)) is None
-            ]
-            if leaderless:
-                raise RequestError(
-                    ErrorCode.NOT_LEADER,
-                    f"topic {topic} was created, but partitions {_numbers(leaderless)} have no "
-                    f"leader after {self._broker.config.write_timeout_s:g} s; retry",
-                )
-        except RequestError as exc:
-            creation.error = exc
-        except Exception:  # a bug: answer it, log it, keep the broker serving
-            log.exception("auto-creating topic %s failed", topic)
-            creation.error = RequestError(ErrorCode.INTERNAL, "internal error (logged)")
-        except BaseException:  # cancelled: the broker is stopping
-            creation.error = RequestError(
-                ErrorCode.NOT_LEADER, f"creating topic {topic} was cut short; retry"
-            )
-            raise
-        finally:
-            # No await from here on: the waiting publishes reach their appenders in order
-            # before any publish that comes after them.
-            del self._creating[topic]
-            while creation.waiting:
-                self._dispatch_waiting(creation, creation.waiting.popleft())
-            creation.done.set()
-
-    def _dispatch_waiting(self, creation: _Creation, waiting: _Waiting) -> None:
+    def _dispatch_waiting(self, waiting: _Waiting, error: RequestError | None) -> None:
+        """Dispatch a publish that waited for its topic's creation, which ended with ``error``
+        (None: created); its slot or its encoded error is left in ``waiting``."""
         name = command_word(waiting.command)
         try:
-            if creation.error is not None:
-                raise creation.error
+            if error is not None:
+                raise error
             waiting.slot = self._dispatch_publish(waiting.command, waiting.nursery)
         except RequestError as exc:
-            self._broker.metrics.error(name, exc.code)
+            self._metrics.error(name, exc.code)
             waiting.error = encode_reply(exc.reply())
         except Exception:  # a bug: answer it, log it, keep serving everyone else
             log.exception("publish %s failed", name)
-            self._broker.metrics.error(name, ErrorCode.INTERNAL)
+            self._metrics.error(name, ErrorCode.INTERNAL)
             waiting.error = encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)"))
-
-    async def _create_topic_auto(self, topic: str) -> TopicInfo:
-        """The metadata's auto-creation of ``topic`` with this broker's defaults."""
-        broker = self._broker
-        config = broker.config
-        # A broker that starts first waits a little for the others to register, or the topic
-        # would get fewer replicas than the cluster has (the metadata caps them at those there).
-        await self._wait_registered(min(config.default_replication_factor, len(config.peers)))
-        topic_config = TopicConfig(
-            partitions=config.default_partitions,
-            replication_factor=config.default_replication_factor,
-            retention_ms=config.default_retention_ms,
-            retention_bytes=config.default_retention_bytes,
-        )
-        try:
-            info = await self._metadata_call(
-                broker.metadata.create_topic(topic, topic_config, auto=True)
-            )
-        except RequestError as exc:
-            if exc.code is ErrorCode.TIMEOUT:  # nothing of the publish was written
-                raise RequestError(
-                    ErrorCode.NO_QUORUM, f"creating topic {topic}: {exc.message}"
-                ) from exc
-            raise
-        log.info("broker %d: auto-created topic %s", config.id, topic)
-        return info
 
     # -- publishing -----------------------------------------------------------------------------
 
@@ -580,7 +479,7 @@ class CommandHandler:
         elif partition >= count:
             raise unknown_partition(topic, partition, count)
         record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
-        flight, index = self._broker.appender(topic, partition, acks).add(record)
+        flight, index = self._appender(topic, partition, acks).add(record)
         return PublishSlot(flight, index, self._publish_failed[word])
 
     def _publish_batch(self, command: PublishBatch, nursery: trio.Nursery) -> Slot:
@@ -625,7 +524,7 @@ class CommandHandler:
         if partition >= info.config.partitions:
             raise unknown_partition(topic, partition, info.config.partitions)
         group_id = group_name(topic, partition)
-        writes = self._broker.writes
+        writes = self._writes
         deadline = trio.current_time() + writes.timeout
         attempt = writes.start(group_id, batch, count, acks, deadline)
         slot = TaskSlot()
@@ -636,7 +535,7 @@ class CommandHandler:
                     group_id, batch, count, acks, first=attempt, deadline=deadline
                 )
             except RequestError as exc:
-                self._broker.metrics.error(word, exc.code)
+                self._metrics.error(word, exc.code)
                 slot.set(encode_reply(exc.reply()))
                 return
             slot.set(encode_reply(published_reply(partition, first)))
@@ -655,16 +554,16 @@ class CommandHandler:
         if command.replica is FetchReplica.LOCAL:
             # This replica's own log, whatever its role: how checkers and operators compare
             # replicas (a read served by the leader shows only the leader's).
-            group = self._broker.local_group(command.topic, command.partition)
+            group = self._reads.local_replica(command.topic, command.partition)
             if group is None:
                 raise RequestError(
                     ErrorCode.NO_REPLICA,
-                    f"broker {self._broker.config.id} holds no replica of "
+                    f"broker {self._broker_id} holds no replica of "
                     f"{command.topic}/{command.partition}",
                 )
             fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
         else:
-            fetched = await self._broker.reads.fetch(
+            fetched = await self._reads.fetch(
                 command.topic, command.partition, command.offset, max_bytes, wait_s
             )
         if command.format is FetchFormat.TEXT:
@@ -700,220 +599,27 @@ class CommandHandler:
             partition = partition_for_key(key, count)
         elif partition >= count:
             raise unknown_partition(topic, partition, count)
-        group = self._broker.local_group(topic, partition)
+        group = self._reads.local_replica(topic, partition)
         if group is not None and group.role is Role.LEADER:
-            record = await self._broker.latest.lookup(group, key)
+            record = await self._latest.lookup(group, key)
             rows: list[Reply] = []
             if record is not None:
                 rows.append(MessageRow(partition, record.offset, record.key, record.value))
             return encode_replies([*rows, EndReply()])
         group_id = group_name(topic, partition)
-        leader = self._broker.writes.leader_of(group_id)
-        if forwarded or leader is None or leader == self._broker.config.id:
+        leader = self._writes.leader_of(group_id)
+        if forwarded or leader is None or leader == self._broker_id:
             raise RequestError(
                 ErrorCode.NOT_LEADER,
-                f"{group_id}: broker {self._broker.config.id} does not lead it and "
+                f"{group_id}: broker {self._broker_id} does not lead it and "
                 f"{'was asked by a peer' if forwarded else 'knows no leader'}; retry",
             )
-        return await self._broker.forward_latest(leader, topic, partition, key)
+        return await self._forward_latest(leader, topic, partition, key)
 
     # -- administration -------------------------------------------------------------------------
 
-    async def _wait_registered(self, wanted: int) -> int:
-        """Wait up to ``AUTO_CREATE_BROKERS_WAIT_S`` until ``wanted`` brokers are registered (a
-        cluster just started may have registered only some); how many are registered then."""
-        metadata = self._broker.metadata
-        with trio.move_on_after(AUTO_CREATE_BROKERS_WAIT_S):
-            while len(metadata.view.brokers) < wanted:
-                await trio.sleep(_BROKERS_POLL_S)
-        return len(metadata.view.brokers)
-
-    async def _create(self, command: CreateTopic) -> bytes:
-        """CREATE. A replication factor above the brokers registered is a transient state
-        while the cluster starts, as long as the cluster was configured with that many brokers
-        (``--peers``): it waits for them to register, then answers the retriable ``NOT_READY``.
-        Above the configured size too, the metadata refuses it (``INVALID_CONFIG``)."""
-        config = self._broker.config
-        if not 1 <= command.partitions <= MAX_PARTITIONS:
-            raise RequestError(
-                ErrorCode.INVALID_CONFIG, f"partitions must be between 1 and {MAX_PARTITIONS}"
-            )
-        wanted = command.replication_factor
-        configured = len(config.peers)
-        view = self._broker.metadata.view
-        if command.topic not in view.topics and len(view.brokers) < wanted <= configured:
-            registered = await self._wait_registered(wanted)
-            if registered < wanted:
-                raise RequestError(
-                    ErrorCode.NOT_READY,
-                    f"replication_factor {wanted} needs {wanted} brokers; {registered} of the "
-                    f"{configured} configured have registered so far; retry",
-                )
-        topic_config = TopicConfig(
-            partitions=command.partitions,
-            replication_factor=command.replication_factor,
-            retention_ms=_retention(command.retention_ms, config.default_retention_ms),
-            retention_bytes=_retention(command.retention_bytes, config.default_retention_bytes),
-            compact=command.compact,
-            fsync=None if command.fsync is None else command.fsync.value,
-        )
-        existed = command.topic in self._broker.metadata.view.topics
-        info = await self._metadata_call(
-            self._broker.metadata.create_topic(command.topic, topic_config)
-        )
-        await self._broker.wait_for_leaders(info)
-        return encode_reply(OkReply("exists" if existed else "created"))
-
-    async def _alter(self, command: AlterTopic) -> bytes:
-        """ALTER: change a live topic through the metadata, so every broker applies the same
-        (each broker's reconciliation hosts the new partitions it is given and hands the open
-        logs their new retention). Answers once every partition has a leader; ``+OK altered``,
-        or ``+OK unchanged`` when the topic had these settings already."""
-        info = self._topic(command.topic)
-        changes: dict[str, int | bool | None] = {}
-        if command.partitions is not None:
-            if command.partitions > MAX_PARTITIONS:
-                raise RequestError(
-                    ErrorCode.INVALID_CONFIG, f"partitions must be at most {MAX_PARTITIONS}"
-                )
-            changes["partitions"] = command.partitions
-        if command.retention_ms is not None:
-            changes["retention_ms"] = _retention(command.retention_ms, None)
-        if command.retention_bytes is not None:
-            changes["retention_bytes"] = _retention(command.retention_bytes, None)
-        if command.compact is not None:
-            changes["compact"] = command.compact
-        altered = await self._metadata_call(
-            self._broker.metadata.alter_topic(command.topic, changes)
-        )
-        if altered.config.partitions > info.config.partitions:
-            log.info(
-                "broker %d: topic %s grew from %d to %d partitions",
-                self._broker.config.id,
-                command.topic,
-                info.config.partitions,
-                altered.config.partitions,
-            )
-        await self._broker.wait_for_leaders(altered)
-        return encode_reply(OkReply("unchanged" if altered == info else "altered"))
-
-    async def _reassign(self, command: Reassign) -> bytes:
-        info = self._topic(command.topic)
-        if command.partition >= info.config.partitions:
-            raise unknown_partition(command.topic, command.partition, info.config.partitions)
-        unknown = set(command.replicas) - set(self._broker.metadata.view.brokers)
-        if unknown:
-            raise RequestError(
-                ErrorCode.INVALID_CONFIG, f"brokers {sorted(unknown)} are not in the cluster"
-            )
-        await self._metadata_call(
-            self._broker.metadata.set_replicas(command.topic, command.partition, command.replicas)
-        )
-        group_id = group_name(command.topic, command.partition)
-        target = frozenset(command.replicas)
-        with trio.move_on_after(REASSIGN_TIMEOUT_S):
-            while True:
-                claim = self._broker.membership(group_id)
-                done = claim is not None and claim.committed and not claim.learners
-                if done and claim is not None and claim.voters == target:
-                    return encode_reply(OkReply())
-                await trio.sleep(_REASSIGN_POLL_S)
-        raise RequestError(
-            ErrorCode.TIMEOUT,
-            f"{group_id} is still moving to {sorted(target)} after {REASSIGN_TIMEOUT_S:.0f} s "
-            "(it goes on; DESCRIBE follows it)",
-        )
-
-    async def remove_broker(self, broker_id: int, *, forwarded: bool = False) -> int:
-        """``REMOVEBROKER``: decommission ``broker_id`` (see ``_decommission``); how many
-        partitions were reassigned. Sent to that broker itself, and not ``forwarded``, another
-        broker carries it out (``delegate_decommission``); a forwarded one is never delegated
-        again. Raises ``RequestError``."""
-        b = self._broker
-        if broker_id == b.config.id and not forwarded:
-            connected = b.transport.connected_peers()
-            return await delegate_decommission(b.metadata, b.forwarder, b.config.id, connected)
-        return await self._metadata_call(
-            decommission(b.metadata, b.membership, b.forwarder, b.config.id, broker_id)
-        )
-
-    async def _metadata_call(self, call: Awaitable[_T]) -> _T:
-        try:
-            return await call
-        except UnknownTopicError as exc:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, str(exc)) from exc
-        except TopicExistsError as exc:
-            raise RequestError(ErrorCode.TOPIC_EXISTS, str(exc)) from exc
-        except InvalidConfigError as exc:
-            raise RequestError(ErrorCode.INVALID_CONFIG, str(exc)) from exc
-        except MetadataUnavailable as exc:
-            raise RequestError(
-                ErrorCode.TIMEOUT, f"the controller quorum did not answer in time: {exc}"
-            ) from exc
-        except MetadataError as exc:
-            raise RequestError(ErrorCode.INTERNAL, str(exc)) from exc
-
-    def _metadata(self, names: tuple[str, ...], session: Session | None = None) -> list[Reply]:
-        """METADATA's rows: every broker, then the partitions of ``names`` (all topics if
-        empty) that ``session`` may describe (the others are left out, as if absent)."""
-        view = self._broker.metadata.view
-        rows: list[Reply] = [
-            BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)
-            for _, b in sorted(view.brokers.items())
-        ]
-        wanted = names or tuple(sorted(view.topics))
-        for name in self._access.visible(session, AclResource.TOPIC, wanted):
-            rows.extend(self._partition_rows(self._topic(name)))
-        rows.append(EndReply())
-        return rows
-
-    async def _describe(self, topic: str, time_ms: int | None = None) -> bytes:
-        """The topic and its partitions, with the log start and high watermark of each as its
-        leader has them: what a consumer reading it finds. A replica's may lag by a round trip
-        (a follower learns the commit index with the next append) or by a retention pass.
-        With ``time_ms``, each row's offset for that time too, from the same source."""
-        info = self._topic(topic)
-        groups = [group_name(info.name, p) for p in range(len(info.replicas))]
-        bounds = await self._broker.reads.leader_bounds(groups, time_ms=time_ms)
-        rows = self._partition_rows(info, bounds, time_ms)
-        return encode_replies([_topic_row(info), *rows, EndReply()])
-
-    def _partition_rows(
-        self,
-        info: TopicInfo,
-        leaders: dict[str, tuple[int, ...]] | None = None,
-        time_ms: int | None = None,
-    ) -> list[PartitionRow]:
-        """A row a partition, with start and end (and the offset for ``time_ms``, if given)
-        from ``leaders`` (a group's leader bounds), else from this broker's replica if it has
-        one."""
-        rows = []
-        for partition, replicas in enumerate(info.replicas):
-            group = self._broker.local_group(info.name, partition)
-            start = end = at_time = None
-            bounds = (leaders or {}).get(group_name(info.name, partition))
-            if bounds is not None:
-                start, end = bounds[0], bounds[1]
-                at_time = bounds[2] if time_ms is not None else None
-            elif group is not None:
-                start, end = group.log.log_start_offset, group.commit_index + 1
-                if time_ms is not None:
-                    at_time = committed_offset_for_time(group, time_ms)
-            rows.append(
-                PartitionRow(
-                    info.name,
-                    partition,
-                    self._broker.writes.leader_of(group_name(info.name, partition)),
-                    tuple(replicas),
-                    start,
-                    end,
-                    at_time,
-                )
-            )
-        return rows
-
     def _topic(self, topic: str) -> TopicInfo:
-        info = self._broker.metadata.view.topics.get(topic)
+        info = self._metadata.view.topics.get(topic)
         if info is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
         return info
@@ -934,26 +640,3 @@ def _acl_order(acl: AclRow) -> tuple[str, ...]:
 
 def _ready(*replies: Reply) -> ReadySlot:
     return ReadySlot(encode_replies(replies))
-
-
-def _topic_row(info: TopicInfo) -> TopicRow:
-    c = info.config
-    return TopicRow(
-        info.name,
-        c.partitions,
-        c.replication_factor,
-        c.retention_ms,
-        c.retention_bytes,
-        c.compact,
-        None if c.fsync is None else Fsync(c.fsync),
-    )
-
-
-def _numbers(values: Sequence[int]) -> str:
-    return ",".join(map(str, values))
-
-
-def _retention(asked: int | None, default: int | None) -> int | None:
-    if asked is None:
-        return default
-    return None if asked < 0 else asked

@@ -48,9 +48,9 @@ from __future__ import annotations
 import logging
 import secrets
 import time
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgpack
 import trio
@@ -86,11 +86,11 @@ from kafkaesque.storage import BatchType, Record, build_batch, decode_records, i
 
 from ._assignor import MemberSpec, assign
 from ._errors import RequestError
-from ._metadata import TopicConfig, TopicExistsError, TopicInfo
+from ._metadata import ClusterMetadata, TopicConfig, TopicExistsError, TopicInfo
+from ._partition_ids import group_name
+from ._read_path import ReadPath
 from ._reads import DEFAULT_CONS_MESSAGES, read_committed
-
-if TYPE_CHECKING:
-    from ._broker import Broker
+from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker.groups")
 
@@ -131,11 +131,37 @@ class _Table:
 
 
 class GroupCoordinator:
-    """The group commands of one broker (see the module docstring)."""
+    """The group commands of one broker (see the module docstring).
 
-    def __init__(self, broker: Broker, session_timeout_s: float) -> None:
-        self._broker = broker
+    Built by the broker with what a coordinator works through: the replicated metadata (the
+    topics, and the offsets topic's creation), the write path (the offsets partitions' leaders,
+    their writes), the read path (CONS's reads, the partitions' bounds, this broker's replicas of
+    the offsets partitions), and, as callables, what is the broker's own business: a Raft read
+    barrier on a group led here (``read_index``), relaying a command to its coordinator
+    (``forward_to``) and the broker's nursery (None while it is not running), in which the
+    leaves of a closed connection run.
+    """
+
+    def __init__(
+        self,
+        broker_id: int,
+        session_timeout_s: float,
+        *,
+        metadata: ClusterMetadata,
+        writes: WritePath,
+        reads: ReadPath,
+        read_index: Callable[[str], Awaitable[int]],
+        forward_to: Callable[[int, GroupCommand, float], Awaitable[bytes]],
+        nursery: Callable[[], trio.Nursery | None],
+    ) -> None:
+        self._broker_id = broker_id
         self.session_timeout_s = session_timeout_s
+        self._metadata = metadata
+        self._writes = writes
+        self._reads = reads
+        self._read_index = read_index
+        self._forward_to = forward_to
+        self._nursery = nursery
         self._tables: dict[int, _Table] = {}
         self._locks: dict[int, trio.Lock] = {}
         # One lock per committed key (group, topic, partition): as many as keys ever committed.
@@ -148,7 +174,7 @@ class GroupCoordinator:
     async def execute(self, command: GroupCommand, forwarded: bool) -> bytes:
         """Run ``command`` here if this broker coordinates its group, else forward it there."""
         if isinstance(command, ListGroups | DescribeGroup | DeleteGroup) and (
-            OFFSETS_TOPIC not in self._broker.metadata.view.topics
+            OFFSETS_TOPIC not in self._metadata.view.topics
         ):
             # Nothing was ever committed or joined: answer so rather than create the topic.
             if isinstance(command, ListGroups):
@@ -157,13 +183,13 @@ class GroupCoordinator:
         if isinstance(command, ListGroups) and command.partition is None:
             return await self._list_all()
         partition = await self._coordinator_partition(command)
-        leader = self._broker.writes.leader_of(_group_id(partition))
-        if leader != self._broker.config.id:
+        leader = self._writes.leader_of(_group_id(partition))
+        if leader != self._broker_id:
             if forwarded or leader is None:
                 raise RequestError(
                     ErrorCode.NOT_LEADER, f"{OFFSETS_TOPIC}/{partition} has no leader here; retry"
                 )
-            return await self._broker.forward_to(leader, command, _wait_s(command))
+            return await self._forward_to(leader, command, _wait_s(command))
         match command:
             case Subs():
                 return await self._join(partition, command)
@@ -222,9 +248,7 @@ class GroupCoordinator:
         wanted = self._positions(table, group, command, owned)
         limit = command.max_messages or DEFAULT_CONS_MESSAGES
         deadline = trio.current_time() + (command.wait_ms or 0) / 1000
-        rows, next_offsets = await self._broker.reads.cons_pass(
-            command.topic, wanted, limit, deadline
-        )
+        rows, next_offsets = await self._reads.cons_pass(command.topic, wanted, limit, deadline)
         # No await from here on: the answer holds only what the member owns now.
         table = self._tables[partition]
         _, now_owned = self._owned(table, command.subscription_id, command.topic)
@@ -283,12 +307,12 @@ class GroupCoordinator:
             topics = [command.topic]
         rows: list[Reply] = []
         for topic in topics:
-            info = self._broker.metadata.view.topics.get(topic)
+            info = self._metadata.view.topics.get(topic)
             if info is None:
                 continue  # the topic was deleted: its offsets stay until the group is deleted
             # One bounds request per leader for all partitions, instead of one read each.
-            bounds = await self._broker.reads.leader_bounds(
-                _group_id_of(topic, p) for p in range(info.config.partitions)
+            bounds = await self._reads.leader_bounds(
+                group_name(topic, p) for p in range(info.config.partitions)
             )
             group = table.groups.get((command.group, topic), _Group())
             rows.append(_state_row(command.group, topic, group))
@@ -298,7 +322,7 @@ class GroupCoordinator:
             )
             owners = {p: m for m, ps in group.assignment.items() for p in ps}
             for p in range(info.config.partitions):
-                found = bounds.get(_group_id_of(topic, p))
+                found = bounds.get(group_name(topic, p))
                 end = None if found is None else found[1]  # unreachable now: unknown
                 committed = table.offsets.get((command.group, topic, p))
                 rows.append(GroupRow(command.group, topic, p, owners.get(p), committed, end))
@@ -345,9 +369,9 @@ class GroupCoordinator:
         async with self._locks.setdefault(partition, trio.Lock()):
             table = await self._table(partition)
             _refuse_members(table, group, [topic])
-            ids = {p: _group_id_of(topic, p) for p in range(info.config.partitions)}
+            ids = {p: group_name(topic, p) for p in range(info.config.partitions)}
             time_ms = command.value if command.kind is ResetKind.TIME else None
-            bounds = await self._broker.reads.leader_bounds(ids.values(), time_ms=time_ms)
+            bounds = await self._reads.leader_bounds(ids.values(), time_ms=time_ms)
             missing = sorted(p for p, g in ids.items() if g not in bounds)
             if missing:
                 raise RequestError(
@@ -390,7 +414,7 @@ class GroupCoordinator:
         could take them: the topic grew since the assignment was made. Cheap when nothing is
         unowned, the usual case (a CONS asks it every time)."""
         current = table.groups.get((group, topic))
-        info = self._broker.metadata.view.topics.get(topic)
+        info = self._metadata.view.topics.get(topic)
         if current is None or not current.members or info is None:
             return False
         owned = sum(len(ps) for ps in current.assignment.values())
@@ -468,7 +492,7 @@ class GroupCoordinator:
 
     def connection_closed(self, members: set[str]) -> None:
         """The connection that joined ``members`` closed: they leave (wherever coordinated)."""
-        nursery = self._broker.nursery
+        nursery = self._nursery()
         if nursery is None:
             return
         for member in members:
@@ -505,7 +529,7 @@ class GroupCoordinator:
         """Whether ``partition``'s tick has work: this broker leads it with an entry of its term
         committed, and its table is not loaded in this term, lags the commit index, or has a
         member past its deadline at ``now``."""
-        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
         if group is None or group.role is not Role.LEADER:
             return False
         if group.log.term_at(group.commit_index) != group.node.term:
@@ -532,7 +556,7 @@ class GroupCoordinator:
         Never raises ``RequestError``: a failed eviction is logged and retried at the next
         tick, and the member keeps its passed deadline meanwhile.
         """
-        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
         if group is None or group.role is not Role.LEADER:
             return
         if group.log.term_at(group.commit_index) != group.node.term:
@@ -588,10 +612,10 @@ class GroupCoordinator:
 
     async def _table(self, partition: int) -> _Table:
         """The partition's table, caught up with everything committed (this broker leads it)."""
-        group = self._broker.local_group(OFFSETS_TOPIC, partition)
+        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
         if group is None or group.role is not Role.LEADER:
             raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
-        deadline = trio.current_time() + self._broker.config.write_timeout_s
+        deadline = trio.current_time() + self._writes.timeout
         # A new leader knows everything committed only once an entry of its term commits.
         while group.log.term_at(group.commit_index) != group.node.term:
             if group.role is not Role.LEADER or trio.current_time() > deadline:
@@ -615,9 +639,7 @@ class GroupCoordinator:
         answered OFFSETS with an offset older than one committed through its successor). A
         read-index round (a heartbeat a majority answers) proves it still leads."""
         try:
-            await self._broker.raft.read_index(
-                _group_id(partition), timeout=self._broker.config.write_timeout_s
-            )
+            await self._read_index(_group_id(partition))
         except (NotLeader, CommitTimeout) as exc:
             raise RequestError(
                 ErrorCode.NOT_LEADER,
@@ -629,11 +651,11 @@ class GroupCoordinator:
         """Append ``records`` as one batch to the offsets partition; return once committed."""
         batch = build_batch(records)
         # As the leader that checked, or not at all (see WritePath.write_as_leader).
-        await self._broker.writes.write_as_leader(_group_id(partition), batch, len(records))
+        await self._writes.write_as_leader(_group_id(partition), batch, len(records))
         await self._table(partition)
 
     async def _internal_topic(self) -> TopicInfo:
-        view = self._broker.metadata.view
+        view = self._metadata.view
         info = view.topics.get(OFFSETS_TOPIC)
         if info is not None:
             return info
@@ -644,10 +666,10 @@ class GroupCoordinator:
             compact=True,
         )
         try:
-            info = await self._broker.metadata.create_topic(OFFSETS_TOPIC, config)
+            info = await self._metadata.create_topic(OFFSETS_TOPIC, config)
         except TopicExistsError:  # another broker created it with its own view of the brokers
-            info = self._broker.metadata.view.topics[OFFSETS_TOPIC]
-        await self._broker.wait_for_leaders(info)
+            info = self._metadata.view.topics[OFFSETS_TOPIC]
+        await self._writes.wait_for_leaders(info)
         return info
 
     def committed_offsets(self) -> list[tuple[str, str, int, int]]:
@@ -656,14 +678,14 @@ class GroupCoordinator:
         with the commit index): what the lag metrics read at scrape time, with no await."""
         rows = []
         for partition, table in list(self._tables.items()):
-            group = self._broker.local_group(OFFSETS_TOPIC, partition)
+            group = self._reads.local_replica(OFFSETS_TOPIC, partition)
             if group is None or group.role is not Role.LEADER or table.term != group.node.term:
                 continue  # no longer (or not yet) the coordinator of this partition's groups
             rows += [(g, t, p, offset) for (g, t, p), offset in table.offsets.items()]
         return rows
 
     def _topic(self, topic: str) -> TopicInfo:
-        info = self._broker.metadata.view.topics.get(topic)
+        info = self._metadata.view.topics.get(topic)
         if info is None:
             raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
         return info
@@ -789,11 +811,6 @@ def _unknown_group(group: str) -> RequestError:
         ErrorCode.UNKNOWN_GROUP,
         f"no group {group!r}: it has no members and no committed offsets (GROUPS lists groups)",
     )
-
-
-def _group_id_of(topic: str, partition: int) -> str:
-    """A data partition's Raft group id (``topic/partition``)."""
-    return f"{topic}/{partition}"
 
 
 def _partition_of_member(member: str) -> int:

@@ -36,7 +36,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextlib import nullcontext
 from typing import Protocol
 
@@ -56,6 +56,7 @@ from kafkaesque.protocol import (
     PublishRecord,
     Pubs,
     Quit,
+    Reply,
     encode_reply,
 )
 
@@ -97,6 +98,11 @@ class Slot(Protocol):
         ...
 
     def encode(self) -> bytes: ...
+
+
+def encode_replies(replies: Sequence[Reply]) -> bytes:
+    """The wire bytes of ``replies``, in order (a multi-row reply)."""
+    return b"".join(encode_reply(r) for r in replies)
 
 
 class ReadySlot:

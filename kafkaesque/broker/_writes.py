@@ -64,12 +64,15 @@ from ._forwarding import (
     _Call,
 )
 from ._leaders import LeaderTable
+from ._metadata import TopicInfo
+from ._partition_ids import group_name
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
 
 log = logging.getLogger("kafkaesque.broker.writes")
 
 _LEADER_ACK_POLL_S = 0.001
+_LEADER_WAIT_POLL_S = 0.02
 _MAX_BACKOFF_S = 0.1
 
 UNSAFE_ACK_ENV = "KAFKAESQUE_UNSAFE_ACK_BEFORE_COMMIT"
@@ -148,6 +151,15 @@ class WritePath:
         if group is not None and group.leader is not None:
             return group.leader
         return self._leaders.leader(group_id)
+
+    async def wait_for_leaders(self, info: TopicInfo) -> None:
+        """Wait (up to the write timeout) until every partition of ``info`` has a leader."""
+        with trio.move_on_after(self.timeout):
+            while any(
+                self.leader_of(group_name(info.name, p)) is None
+                for p in range(info.config.partitions)
+            ):
+                await trio.sleep(_LEADER_WAIT_POLL_S)
 
     # -- one attempt ----------------------------------------------------------------------------
 

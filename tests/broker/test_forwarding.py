@@ -282,7 +282,7 @@ async def test_a_forwarded_group_command_reply_is_relayed_as_the_coordinator_enc
         async with trio.open_nursery() as nursery:
 
             async def forward() -> None:
-                got = await broker.forward_to(1, FetchOffsets("g", "t"))
+                got = await broker.relay.forward_to(1, FetchOffsets("g", "t"))
                 assert got is coordinator_reply or got == coordinator_reply
                 nursery.cancel_scope.cancel()
 

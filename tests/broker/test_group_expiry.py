@@ -50,7 +50,9 @@ from .line_client import LineClient
 from .test_groups import assignment_timeline, owners
 
 if TYPE_CHECKING:
-    from kafkaesque.broker._broker import Broker
+    from kafkaesque.broker._metadata import ClusterMetadata
+    from kafkaesque.broker._read_path import ReadPath
+    from kafkaesque.broker._writes import WritePath
 
 SESSION_S = 10.0
 TOPIC = "three"
@@ -113,8 +115,9 @@ class _Config:
 
 
 class _Writes:
-    def __init__(self, replicas: dict[int, _Replica]) -> None:
+    def __init__(self, replicas: dict[int, _Replica], timeout: float) -> None:
         self._replicas = replicas
+        self.timeout = timeout
 
     def _replica(self, group_id: str) -> _Replica:
         topic, _, partition = group_id.rpartition("/")
@@ -149,11 +152,20 @@ class _Metadata:
     view: _View
 
 
+class _Reads:
+    def __init__(self, replicas: dict[int, _Replica]) -> None:
+        self._replicas = replicas
+
+    def local_replica(self, topic: str, partition: int) -> _Replica | None:
+        return self._replicas.get(partition) if topic == OFFSETS_TOPIC else None
+
+
 class _Broker:
     def __init__(self, directory: Path) -> None:
         self.replicas = {p: _Replica(directory / str(p)) for p in range(OFFSETS_PARTITIONS)}
         self.config = _Config()
-        self.writes = _Writes(self.replicas)
+        self.writes = _Writes(self.replicas, self.config.write_timeout_s)
+        self.reads = _Reads(self.replicas)
         offsets = TopicConfig(OFFSETS_PARTITIONS, 1, compact=True)
         self.metadata = _Metadata(
             _View(
@@ -163,9 +175,6 @@ class _Broker:
                 }
             )
         )
-
-    def local_group(self, topic: str, partition: int) -> _Replica | None:
-        return self.replicas.get(partition) if topic == OFFSETS_TOPIC else None
 
     def close(self) -> None:
         for replica in self.replicas.values():
@@ -179,8 +188,25 @@ def broker(tmp_path: Path) -> Iterator[_Broker]:
     b.close()
 
 
+async def _no_read_index(group_id: str) -> int:
+    raise AssertionError(f"no read barrier expected on {group_id}")
+
+
+async def _no_forward(broker: int, command: Any, wait_s: float) -> bytes:
+    raise AssertionError(f"no command is forwarded here: {command!r}")
+
+
 def _coordinator(broker: _Broker) -> GroupCoordinator:
-    return GroupCoordinator(cast("Broker", broker), SESSION_S)
+    return GroupCoordinator(
+        broker.config.id,
+        SESSION_S,
+        metadata=cast("ClusterMetadata", broker.metadata),
+        writes=cast("WritePath", broker.writes),
+        reads=cast("ReadPath", broker.reads),
+        read_index=_no_read_index,
+        forward_to=_no_forward,
+        nursery=lambda: None,
+    )
 
 
 def _joined_earlier(replica: _Replica, group: str, member: str, partitions: list[int]) -> None:

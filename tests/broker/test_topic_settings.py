@@ -188,12 +188,12 @@ def test_the_fsync_policy_reaches_the_partition_logs(tmp_path: Path) -> None:
     async def main() -> None:
         broker = _broker(tmp_path, fsync="interval", fsync_interval_ms=75)
         try:
-            broker._host(_info("plain", TopicConfig(1, 1)), 0, (1,))
-            broker._host(_info("strict", TopicConfig(1, 1, fsync="always")), 0, (1,))
-            broker._host(_info("lax", TopicConfig(1, 1, fsync="never")), 0, (1,))
-            plain = broker.local_group("plain", 0)
-            strict = broker.local_group("strict", 0)
-            lax = broker.local_group("lax", 0)
+            broker.hosting.host(_info("plain", TopicConfig(1, 1)), 0, (1,))
+            broker.hosting.host(_info("strict", TopicConfig(1, 1, fsync="always")), 0, (1,))
+            broker.hosting.host(_info("lax", TopicConfig(1, 1, fsync="never")), 0, (1,))
+            plain = broker.reads.local_replica("plain", 0)
+            strict = broker.reads.local_replica("strict", 0)
+            lax = broker.reads.local_replica("lax", 0)
             assert plain is not None and strict is not None and lax is not None
             assert plain.log.config.fsync is FsyncPolicy.INTERVAL  # the broker's
             assert plain.log.config.fsync_interval_ms == 75
@@ -210,13 +210,13 @@ def test_an_open_log_takes_a_new_retention_without_reopening(tmp_path: Path) -> 
         broker = _broker(tmp_path, fsync="never")
         try:
             config = TopicConfig(1, 1, retention_ms=1000)
-            broker._host(_info("t", config), 0, (1,))
-            group = broker.local_group("t", 0)
+            broker.hosting.host(_info("t", config), 0, (1,))
+            group = broker.reads.local_replica("t", 0)
             assert group is not None
             log_before = group.log
             altered = TopicConfig(1, 1, retention_ms=None, retention_bytes=8192, compact=True)
-            broker._host(_info("t", altered), 0, (1,))
-            assert broker.local_group("t", 0) is group and group.log is log_before
+            broker.hosting.host(_info("t", altered), 0, (1,))
+            assert broker.reads.local_replica("t", 0) is group and group.log is log_before
             assert (group.log.config.retention_ms, group.log.config.retention_bytes) == (
                 None,
                 8192,
@@ -241,15 +241,15 @@ def test_an_interval_log_left_idle_is_flushed_within_its_interval(tmp_path: Path
     async def main() -> None:
         broker = _broker(tmp_path, fsync="interval", fsync_interval_ms=40)
         try:
-            broker._host(_info("lazy", TopicConfig(1, 1)), 0, (1,))
-            broker._host(_info("off", TopicConfig(1, 1, fsync="never")), 0, (1,))
-            lazy, off = broker.local_group("lazy", 0), broker.local_group("off", 0)
+            broker.hosting.host(_info("lazy", TopicConfig(1, 1)), 0, (1,))
+            broker.hosting.host(_info("off", TopicConfig(1, 1, fsync="never")), 0, (1,))
+            lazy, off = broker.reads.local_replica("lazy", 0), broker.reads.local_replica("off", 0)
             assert lazy is not None and off is not None
             _append(lazy, 3)
             _append(off, 3)
             assert lazy.log.flushed_end_offset < lazy.log.log_end_offset  # in the page cache
             async with trio.open_nursery() as nursery:
-                nursery.start_soon(broker._interval_flush_loop)
+                nursery.start_soon(broker.hosting.interval_flush_loop)
                 with trio.fail_after(10):  # a generous bound: the interval is 40 ms
                     while lazy.log.flushed_end_offset < lazy.log.log_end_offset:
                         await trio.sleep(0.01)

@@ -1,0 +1,277 @@
+"""The partitions this broker hosts: one Raft group and log each, kept in step with the metadata.
+
+``PartitionHosting`` opens the replicas the metadata assigns here and drops those it moved away
+or deleted (``reconcile_loop``), steers every group led here toward its assigned replicas, one
+membership change at a time (``membership_loop``, see ``_membership``), and keeps the hosted logs:
+retention and compaction (``retention_loop``), the ``interval`` fsync policy's flushes
+(``interval_flush_loop``). The broker runs the loops in its nursery.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import shutil
+from collections.abc import Callable
+
+import trio
+
+from kafkaesque.raft import InvalidConfigChange, NotLeader, ProposalDropped, RaftUsageError, Role
+from kafkaesque.raft.driver import MultiRaft, RaftGroup
+from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
+
+from ._appender import Appenders
+from ._config import BrokerConfig
+from ._leaders import Claim, LeaderTable
+from ._membership import Change, next_change
+from ._metadata import ClusterMetadata, TopicInfo
+from ._partition_ids import group_name
+from ._writes import WritePath
+
+log = logging.getLogger("kafkaesque.broker")
+
+_RECONCILE_EVERY_S = 1.0
+_COMPACTED_SEGMENT_BYTES = 1 << 20
+_MEMBERSHIP_EVERY_S = 0.2
+
+
+class PartitionHosting:
+    """The replicas hosted here (see the module docstring).
+
+    Built by the broker with its settings, the metadata that assigns the replicas, the Raft
+    driver that hosts them, the write path (who leads a group) and the leaders' claims (each
+    group's membership as its leader reports it), the appenders (a deleted topic's go), and
+    ``admit_peer``: the broker's own business of knowing every registered broker.
+    """
+
+    def __init__(
+        self,
+        config: BrokerConfig,
+        metadata: ClusterMetadata,
+        raft: MultiRaft,
+        writes: WritePath,
+        leaders: LeaderTable,
+        appenders: Appenders,
+        admit_peer: Callable[[int, str, int], None],
+    ) -> None:
+        self._config = config
+        self._metadata = metadata
+        self._raft = raft
+        self._writes = writes
+        self._leaders = leaders
+        self._appenders = appenders
+        self._admit_peer = admit_peer
+
+    async def reconcile_loop(self) -> None:
+        """Host the partitions the metadata assigns here; know every registered broker.
+
+        Runs on every metadata change and every ``_RECONCILE_EVERY_S`` (a replica that was
+        moved away is dropped only once the group's leader has committed its removal, which
+        the metadata does not announce).
+        """
+        version = -1
+        while True:
+            with trio.move_on_after(_RECONCILE_EVERY_S):
+                await self._metadata.wait_changed(version)
+            view = self._metadata.view
+            version = view.version
+            for broker in view.brokers.values():
+                self._admit_peer(broker.id, broker.host, broker.peer_port)
+            for info in view.topics.values():
+                for partition, replicas in enumerate(info.replicas):
+                    if self._config.id in replicas:
+                        self.host(info, partition, replicas)
+            for group_id in list(self._raft.groups):
+                topic, _, number = group_id.rpartition("/")
+                hosted = view.topics.get(topic)
+                if hosted is None:
+                    await self._drop(group_id, deleted=True)
+                elif self._config.id not in hosted.replicas[int(number)] and self._moved_away(
+                    group_id
+                ):
+                    log.info("broker %d: %s moved away; dropping it", self._config.id, group_id)
+                    await self._drop(group_id)
+
+    def _moved_away(self, group_id: str) -> bool:
+        """Whether a committed membership of the group no longer holds this broker."""
+        claim = self.membership(group_id)
+        return (
+            claim is not None
+            and claim.committed
+            and self._config.id not in claim.voters | claim.learners
+        )
+
+    def membership(self, group_id: str) -> Claim | None:
+        """The group's members as its leader sees them (this broker's, if it leads)."""
+        group = self._raft.groups.get(group_id)
+        if group is not None and group.role is Role.LEADER:
+            return claim_of(group)
+        return self._leaders.claim(group_id)
+
+    async def retention_loop(self) -> None:
+        """Delete each hosted log's oldest segments past its topic's size or age limit, and
+        compact the sealed segments of compacted topics (the latest record of each key stays).
+
+        Every replica does it on its own, and only below its commit index; a follower that
+        falls behind the leader's new log start is caught up from there (Raft's log-start
+        catch-up), and compaction keeps every batch's offsets and term, so Raft's view of the
+        log does not change. Deleting is a few unlinks; compacting a compacted topic's small
+        segments is short: both stay on the event loop.
+        """
+        while True:
+            await trio.sleep(self._config.retention_check_interval_s)
+            topics = self._metadata.view.topics
+            for group in list(self._raft.groups.values()):
+                if self._raft.groups.get(group.id) is not group:
+                    continue  # dropped meanwhile
+                bound = group.commit_index + 1
+                group.log.enforce_retention(max_offset=bound)
+                info = topics.get(group.id.rpartition("/")[0])
+                if info is not None and info.config.compact and group.log.segment_count > 1:
+                    group.log.compact(max_offset=bound)
+                await trio.lowlevel.checkpoint()
+
+    async def interval_flush_loop(self) -> None:
+        """fsync the logs of the ``interval`` fsync policy that hold unflushed writes, every
+        half interval: the Raft driver flushes such a log only when a later write finds the
+        interval passed, so a burst followed by silence would stay in the page cache for as
+        long as the silence lasts. With this loop a power loss loses at most about the last
+        interval of acknowledged writes, as ``--fsync interval`` promises (docs/operations.md).
+
+        The fsyncs run on a worker thread (as the driver's do), all of a pass at once; a log
+        dropped meanwhile is not told (its ticket only closed a duplicate descriptor). A failed
+        fsync is fatal, as in the driver: what the log holds on disk is unknown, so it is
+        raised and stops the broker.
+        """
+        period = self._config.fsync_interval_ms / 2000
+        while True:
+            await trio.sleep(period)
+            due = [
+                (group, group.log.flush_ticket())
+                for group in list(self._raft.groups.values())
+                if group.log.config.fsync is FsyncPolicy.INTERVAL
+                and group.log.flushed_end_offset < group.log.log_end_offset
+            ]
+            if not due:
+                continue
+            await trio.to_thread.run_sync(_run_tickets, [ticket for _, ticket in due])
+            for group, ticket in due:
+                if self._raft.groups.get(group.id) is group:
+                    group.log.flushed(ticket)
+
+    async def membership_loop(self) -> None:
+        """Steer every group led here toward its assigned replicas (see ``_membership``)."""
+        while True:
+            await trio.sleep(_MEMBERSHIP_EVERY_S)
+            topics = self._metadata.view.topics
+            for group in list(self._raft.groups.values()):
+                topic, _, partition = group.id.rpartition("/")
+                info = topics.get(topic)
+                if info is None or group.role is not Role.LEADER:
+                    continue
+                target = frozenset(info.replicas[int(partition)])
+                change = next_change(group.node.configuration, target, self._config.id)
+                if change is not None:
+                    self._apply(group.id, change)
+
+    def _apply(self, group_id: str, change: Change) -> None:
+        steps = {
+            "add_learner": self._raft.add_learner,
+            "promote": self._raft.promote,
+            "remove": self._raft.remove_member,
+            "transfer": self._raft.transfer_leadership,
+        }
+        try:
+            steps[change.action](group_id, change.node)
+        except (NotLeader, ProposalDropped, InvalidConfigChange, RaftUsageError) as exc:
+            log.debug("broker %d: %s %s later: %s", self._config.id, change, group_id, exc)
+            return
+        log.info("broker %d: %s: %s %d", self._config.id, group_id, change.action, change.node)
+
+    def preferred_replica(self, group_id: str) -> int | None:
+        """The preferred leader of a group: its partition's first assigned replica (None: the
+        topic or partition is not in the metadata)."""
+        topic, _, number = group_id.rpartition("/")
+        info = self._metadata.view.topics.get(topic)
+        if info is None or not number.isdigit() or int(number) >= len(info.replicas):
+            return None
+        replicas = info.replicas[int(number)]
+        return replicas[0] if replicas else None
+
+    def _log_config(self, info: TopicInfo) -> LogConfig:
+        """The settings of ``info``'s partition logs here: the topic's, this broker's where the
+        topic has none (the fsync policy)."""
+        c = info.config
+        return LogConfig(
+            # A compacted topic rolls small segments: compaction rewrites only sealed ones, and
+            # its pause stays short (the live keys of a small log, not 64 MiB of history).
+            segment_bytes=min(self._config.segment_bytes, _COMPACTED_SEGMENT_BYTES)
+            if c.compact
+            else self._config.segment_bytes,
+            retention_ms=c.retention_ms,
+            retention_bytes=c.retention_bytes,
+            fsync=FsyncPolicy(c.fsync or self._config.fsync),
+            fsync_interval_ms=self._config.fsync_interval_ms,
+        )
+
+    def host(self, info: TopicInfo, partition: int, replicas: tuple[int, ...]) -> None:
+        group_id = group_name(info.name, partition)
+        log_config = self._log_config(info)
+        group = self._raft.groups.get(group_id)
+        if group is not None:
+            # A live change (ALTER): retention and segment size are read by the log at each
+            # use, so the open log takes them now. The fsync policy is fixed at CREATE, so a
+            # change of it never meets a log with acknowledged data it did not flush.
+            if group.log.config != log_config:
+                group.log.config = log_config
+            return
+        directory = os.path.join(self._config.broker_dir, info.name, str(partition))
+        # The assignment spreads first replicas over the brokers: they are the preferred leaders
+        # of a new partition. A replica added to a running group waits to be caught up instead
+        # (it could not win an election with its empty log anyway: pre-vote refuses it).
+        new = self._writes.leader_of(group_id) is None
+        self._raft.add_group(
+            group_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
+        )
+
+    async def _drop(self, group_id: str, *, deleted: bool = False) -> None:
+        """Stop hosting the group and delete its files; ``deleted``: the whole topic went,
+        so writes queued for it here fail too."""
+        topic, _, partition = group_id.rpartition("/")
+        if deleted:
+            self._appenders.topic_deleted(topic, int(partition))
+        directory = self._raft.remove_group(group_id)
+        if directory is not None:
+            await trio.to_thread.run_sync(_remove_tree, directory)
+            topic_dir = os.path.dirname(directory)
+            await trio.to_thread.run_sync(_remove_empty_dir, topic_dir)
+
+
+def _run_tickets(tickets: list[FlushTicket]) -> None:
+    """Run every flush ticket (on a worker thread); the first failure is raised after all ran."""
+    errors: list[OSError] = []
+    for ticket in tickets:
+        try:
+            ticket.run()
+        except OSError as exc:
+            errors.append(exc)
+    if errors:
+        raise errors[0]
+
+
+def _remove_tree(path: str) -> None:
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _remove_empty_dir(path: str) -> None:
+    # Fails while other partitions of the topic are still there (or when it is gone already).
+    with contextlib.suppress(OSError):
+        os.rmdir(path)
+
+
+def claim_of(group: RaftGroup) -> Claim:
+    """The group's members as this broker, its leader, reports them (``LeaderClaims``)."""
+    node = group.node
+    conf = node.configuration
+    return Claim(node.term, conf.voters, conf.learners, node.configuration_committed)
