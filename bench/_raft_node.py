@@ -33,11 +33,17 @@ from typing import Any
 import trio
 
 from kafkaesque.raft import NotLeader, ProposalDropped, RaftConfig, Role
-from kafkaesque.raft.driver import CommitTimeout, MultiRaft, PeerTransport, ProposalLost, RaftGroup
+from kafkaesque.raft.driver import (
+    CommitTimeout,
+    MultiRaft,
+    PeerTransport,
+    ProposalLost,
+    RaftReplica,
+)
 from kafkaesque.storage import Record, build_batch
 
 
-def _count_committed(group: RaftGroup, pending: collections.deque[tuple[int, int]]) -> int:
+def _count_committed(group: RaftReplica, pending: collections.deque[tuple[int, int]]) -> int:
     """Pop the proposals ``(last offset, term)`` the commit index passed; count those committed
     in their term (the others were overwritten). Terms never decrease along a log, so a run of
     proposals of one term whose first and last offsets hold that term all do."""
@@ -86,7 +92,7 @@ class Node:
             on_peer_change=self.raft.peer_changed,
         )
         for i in range(args.groups):
-            self.raft.add_group(f"g{i}", os.path.join(args.data, f"g{i}"), self.peers)
+            self.raft.add_replica(f"g{i}", os.path.join(args.data, f"g{i}"), self.peers)
         self.control_port = args.control
 
     # The transport is made after the driver (which it calls back): these reach it late.
@@ -120,7 +126,7 @@ class Node:
     async def _handle(self, req: dict[str, Any]) -> dict[str, Any]:
         op = req["op"]
         if op == "status":
-            groups = self.raft.groups
+            groups = self.raft.replicas
             return {
                 "role": {g: grp.role.value for g, grp in groups.items()},
                 "leader": {g: grp.leader for g, grp in groups.items()},
@@ -153,21 +159,21 @@ class Node:
     async def _load(self, req: dict[str, Any]) -> dict[str, Any]:
         records, size, window = int(req["records"]), int(req["size"]), int(req["window"])
         batch = build_batch([Record(value=os.urandom(size)) for _ in range(records)])
-        led = [g for g, grp in self.raft.groups.items() if grp.role is Role.LEADER]
+        led = [g for g, grp in self.raft.replicas.items() if grp.role is Role.LEADER]
         if "only" in req:
             led = [g for g in led if g == req["only"]]
         done = {"batches": 0}
         deadline = trio.current_time() + float(req["seconds"])
 
-        async def pipeline(group_id: str) -> None:
+        async def pipeline(log_id: str) -> None:
             # Keep ``window`` batches in flight; count a batch once the commit index passes it
             # in the term it was proposed in (the broker's ingress path).
-            group = self.raft.groups[group_id]
+            group = self.raft.replicas[log_id]
             pending: collections.deque[tuple[int, int]] = collections.deque()
             while trio.current_time() < deadline:
                 try:
                     while len(pending) < window:
-                        pending.append(self.raft.propose_nowait(group_id, batch, records))
+                        pending.append(self.raft.propose_nowait(log_id, batch, records))
                 except (NotLeader, ProposalDropped):
                     pending.clear()
                     await trio.sleep(0.01)
@@ -200,8 +206,8 @@ class Node:
         pstats.Stats(profiler, stream=out).sort_stats(sort).print_stats(limit)
         return out.getvalue()
 
-    def _read(self, group_id: str) -> list[str]:
-        records = self.raft.groups[group_id].committed_records()
+    def _read(self, log_id: str) -> list[str]:
+        records = self.raft.replicas[log_id].committed_records()
         return [(r.value or b"").decode() for r in records]
 
 

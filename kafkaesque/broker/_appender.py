@@ -66,7 +66,7 @@ from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.storage import Record, build_batch
 
 from ._errors import RequestError
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._producers import WINDOW
 from ._writes import Attempt, WritePath
 
@@ -132,8 +132,8 @@ class PartitionAppender:
     """The open batch of one partition and acks level; it seals and starts batches in order,
     from the context of whoever adds a record or finishes a batch (no task per write)."""
 
-    def __init__(self, group_id: str, partition: int, acks: Acks, writes: WritePath) -> None:
-        self._group_id = group_id
+    def __init__(self, log_id: str, partition: int, acks: Acks, writes: WritePath) -> None:
+        self._log_id = log_id
         self._partition = partition
         self._acks = acks
         self._writes = writes
@@ -236,7 +236,7 @@ class PartitionAppender:
         self._sequence += count
         batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])
         deadline = trio.current_time() + self._writes.timeout
-        attempt = self._writes.start(self._group_id, batch, count, self._acks, deadline)
+        attempt = self._writes.start(self._log_id, batch, count, self._acks, deadline)
         self._order.append(flight)
         told = _Told(flight, records, batch, attempt, deadline)
         self._told.append(told)  # before: the group may tell at once
@@ -322,7 +322,7 @@ class PartitionAppender:
             while True:
                 try:
                     flight.base, _ = await self._writes.write(
-                        self._group_id, batch, count, self._acks, first=attempt, deadline=deadline
+                        self._log_id, batch, count, self._acks, first=attempt, deadline=deadline
                     )
                     return
                 except RequestError as exc:
@@ -332,7 +332,7 @@ class PartitionAppender:
                     batch = await self._after_refusal(flight, records, batch, refusals)
                     attempt = None
         except RequestError as exc:
-            log.info("%s: a batch of %d records failed: %s", self._group_id, count, exc)
+            log.info("%s: a batch of %d records failed: %s", self._log_id, count, exc)
             flight.error = exc
         finally:
             self._finished(flight)
@@ -351,9 +351,7 @@ class PartitionAppender:
         records go again under a new producer id, at sequence 0, alone; so do later batches.
         """
         earlier = self._order[: self._order.index(flight)]
-        log.debug(
-            "%s: refused out of order (%d); %d earlier", self._group_id, refusals, len(earlier)
-        )
+        log.debug("%s: refused out of order (%d); %d earlier", self._log_id, refusals, len(earlier))
         for other in earlier:
             await other.done.wait()
         if refusals == 1:
@@ -395,9 +393,7 @@ class Appenders:
             nursery = self._nursery()
             if nursery is None:
                 raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
-            appender = PartitionAppender(
-                group_name(topic, partition), partition, acks, self._writes
-            )
+            appender = PartitionAppender(log_id_of(topic, partition), partition, acks, self._writes)
             self._appenders[key] = appender
             nursery.start_soon(appender.run, nursery)
         return appender

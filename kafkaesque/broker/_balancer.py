@@ -134,49 +134,49 @@ class LeaderBalancer:
     def balance_once(self, now: float, bucket: TokenBucket) -> int:
         """One pass over the groups led here: start the transfers due, as the bucket allows;
         returns how many were started."""
-        led = {g.id: g for g in self.raft.groups.values() if g.role is Role.LEADER}
+        led = {g.id: g for g in self.raft.replicas.values() if g.role is Role.LEADER}
         for gone in [g for g in self._won if g not in led]:
             del self._won[gone]
             self._asked.pop(gone, None)
         connected: Collection[int] | None = None
         started = 0
-        for group_id, group in led.items():
-            term = group.node.term
-            won = self._won.get(group_id)
+        for log_id, replica in led.items():
+            term = replica.node.term
+            won = self._won.get(log_id)
             if won is None or won[0] != term:
-                self._won[group_id] = (term, now)
+                self._won[log_id] = (term, now)
                 if self.hold_s > 0:
                     continue
             elif now - won[1] < self.hold_s:
                 continue
-            preferred = self.preferred(group_id)
+            preferred = self.preferred(log_id)
             if preferred is None or preferred == self.raft.node_id:
                 continue
-            if now - self._asked.get(group_id, -1e18) < _ASK_AGAIN_S:
+            if now - self._asked.get(log_id, -1e18) < _ASK_AGAIN_S:
                 continue
             if connected is None:
                 connected = self.reachable()
             if preferred not in connected:
                 continue
-            to = preferred_target(group.node.status(), preferred, connected)
+            to = preferred_target(replica.node.status(), preferred, connected)
             if to is None:
                 continue
             if not bucket.take():
                 break
             try:
-                self.raft.transfer_leadership(group_id, to)
+                self.raft.transfer_leadership(log_id, to)
             except (NotLeader, ProposalDropped, RaftUsageError, KeyError) as exc:
                 log.debug(
-                    "node %d: %s not given back to %d: %s", self.raft.node_id, group_id, to, exc
+                    "node %d: %s not given back to %d: %s", self.raft.node_id, log_id, to, exc
                 )
                 continue
-            self._asked[group_id] = now
+            self._asked[log_id] = now
             self.transfers += 1
             started += 1
             log.debug(
                 "node %d: %s given back to its preferred replica %d",
                 self.raft.node_id,
-                group_id,
+                log_id,
                 to,
             )
         return started

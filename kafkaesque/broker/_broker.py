@@ -83,7 +83,7 @@ from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
 from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics, ClusterProbes
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._read_path import ReadPath
 from ._relay import CommandRelay
 from ._session import serve_session
@@ -165,7 +165,7 @@ class Broker:
             self.transport.connected_peers,
             self._topic_info,
         )
-        self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.groups.values()))
+        self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.replicas.values()))
         self.tls_refusals = TlsRefusals(self.metrics.registry)
         self.metrics.registry.register(PeerRefusals(lambda: self.transport.rejected))
         # Set once this broker knows the cluster (see the module docstring); never cleared.
@@ -176,7 +176,7 @@ class Broker:
         self.access = AccessControl.from_config(config, self.metrics)
         self.metadata.add_view_listener(lambda view: self.access.set_acls(view.acls))
         # LATEST's key indexes, one per compacted partition led here (see ``_latest``).
-        self.latest = LatestIndexes(lambda: self.raft.groups, self._compacted, self._read_index)
+        self.latest = LatestIndexes(lambda: self.raft.replicas, self._compacted, self._read_index)
         # One appender per partition published to here, its task in the broker's nursery.
         self.appenders = Appenders(self.writes, lambda: self._nursery)
         # The partitions hosted here, kept in step with the metadata (see ``_hosting``).
@@ -232,7 +232,7 @@ class Broker:
                 registered=lambda: self.metadata.view.brokers,
                 hears=self.raft.hears,
                 partitions=self._all_partitions,
-                leader_of=lambda topic, p: self.writes.leader_of(group_name(topic, p)),
+                leader_of=lambda topic, p: self.writes.leader_of(log_id_of(topic, p)),
                 committed=self.groups.committed_offsets,
                 ends=self.reads.high_watermarks,
             )
@@ -522,13 +522,13 @@ class Broker:
         settled = False  # every hosted group had a known leader once (logged, for the timeline)
         while True:
             await trio.sleep(_LEADER_SCAN_S)
-            if not settled and self.ready and self.raft.groups:
+            if not settled and self.ready and self.raft.replicas:
                 settled = self._leaders_settled()
             # Forwards waiting on a paused old leader end once a new one is known (issue 23).
             self.forwarder.abandon_replaced(self.writes.leader_of, self.raft.hears)
-            led = {g.id: claim_of(g) for g in self.raft.groups.values() if g.role is Role.LEADER}
-            for group_id, claim in led.items():
-                old = reported.get(group_id)
+            led = {g.id: claim_of(g) for g in self.raft.replicas.values() if g.role is Role.LEADER}
+            for log_id, claim in led.items():
+                old = reported.get(log_id)
                 if old is None or old.term != claim.term:
                     self.metrics.elections.inc()
             now = trio.current_time()
@@ -548,12 +548,12 @@ class Broker:
         leaderless would otherwise have every group looked at 20 times a second)."""
         if self._since_start() > _STARTUP_LOG_S:
             return True
-        if any(self.writes.leader_of(g) is None for g in self.raft.groups):
+        if any(self.writes.leader_of(g) is None for g in self.raft.replicas):
             return False
         log.info(
             "broker %d: each of the %d partitions hosted here has a leader (%.2f s after start)",
             self.config.id,
-            len(self.raft.groups),
+            len(self.raft.replicas),
             self._since_start(),
         )
         return True
@@ -566,14 +566,14 @@ class Broker:
 
     # -- forwarding -------------------------------------------------------------------------------
 
-    def _read_index(self, group_id: str) -> Awaitable[int]:
-        """A read barrier on ``group_id``, led here (``MultiRaft.read_index``), bounded by the
+    def _read_index(self, log_id: str) -> Awaitable[int]:
+        """A read barrier on ``log_id``, led here (``MultiRaft.read_index``), bounded by the
         write timeout."""
-        return self.raft.read_index(group_id, timeout=self.writes.timeout)
+        return self.raft.read_index(log_id, timeout=self.writes.timeout)
 
-    def _compacted(self, group_id: str) -> bool:
-        """Whether the topic of ``group_id`` is compacted now (LATEST's indexes follow it)."""
-        info = self.metadata.view.topics.get(group_id.rpartition("/")[0])
+    def _compacted(self, log_id: str) -> bool:
+        """Whether the topic of ``log_id`` is compacted now (LATEST's indexes follow it)."""
+        info = self.metadata.view.topics.get(log_id.rpartition("/")[0])
         return info is not None and info.config.compact
 
     def _all_partitions(self) -> list[tuple[str, int]]:
@@ -619,7 +619,7 @@ class Broker:
         while it is stopping: the request is dropped, the peer's call times out)."""
         if isinstance(request, BoundsRequest):
             bounds = Bounds(
-                tuple(self.reads.led_bounds(g, request.time_ms) for g in request.groups)
+                tuple(self.reads.led_bounds(g, request.time_ms) for g in request.log_ids)
             )
             self.forwarder.reply(peer, req, bounds)
             return
@@ -630,9 +630,9 @@ class Broker:
             case AppendRequest():
                 # Started here, in arrival order; answered with no task in the common case.
                 self.writes.serve_forwarded(peer, req, request, nursery)
-            case FindResendRequest(group_id, client, packet, digest, seconds):
+            case FindResendRequest(log_id, client, packet, digest, seconds):
                 nursery.start_soon(
-                    self._serve_find_resend, peer, req, group_id, (client, packet), digest, seconds
+                    self._serve_find_resend, peer, req, log_id, (client, packet), digest, seconds
                 )
             case ReadRequest():
                 nursery.start_soon(self.reads.serve_read, peer, req, request)
@@ -646,9 +646,9 @@ class Broker:
                 nursery.start_soon(self._serve_decommission, peer, req, broker)
 
     async def _serve_find_resend(
-        self, peer: int, req: int, group_id: str, key: tuple[bytes, bytes], digest: int, s: float
+        self, peer: int, req: int, log_id: str, key: tuple[bytes, bytes], digest: int, s: float
     ) -> None:
-        answer = await self.writes.serve_find_resend(group_id, key, digest, s)
+        answer = await self.writes.serve_find_resend(log_id, key, digest, s)
         self.forwarder.reply(peer, req, answer)
 
     async def _serve_group_command(self, peer: int, req: int, command: GroupCommand) -> None:

@@ -87,7 +87,7 @@ from ._metadata import (
     TopicInfo,
 )
 from ._metrics import BrokerMetrics, command_word
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._read_path import ReadPath
 from ._reads import (
     DEFAULT_CONS_MESSAGES,
@@ -523,16 +523,16 @@ class CommandHandler:
         info = self._topic(topic)
         if partition >= info.config.partitions:
             raise unknown_partition(topic, partition, info.config.partitions)
-        group_id = group_name(topic, partition)
+        log_id = log_id_of(topic, partition)
         writes = self._writes
         deadline = trio.current_time() + writes.timeout
-        attempt = writes.start(group_id, batch, count, acks, deadline)
+        attempt = writes.start(log_id, batch, count, acks, deadline)
         slot = TaskSlot()
 
         async def complete() -> None:
             try:
                 first, _ = await writes.write(
-                    group_id, batch, count, acks, first=attempt, deadline=deadline
+                    log_id, batch, count, acks, first=attempt, deadline=deadline
                 )
             except RequestError as exc:
                 self._metrics.error(word, exc.code)
@@ -554,14 +554,14 @@ class CommandHandler:
         if command.replica is FetchReplica.LOCAL:
             # This replica's own log, whatever its role: how checkers and operators compare
             # replicas (a read served by the leader shows only the leader's).
-            group = self._reads.local_replica(command.topic, command.partition)
-            if group is None:
+            replica = self._reads.local_replica(command.topic, command.partition)
+            if replica is None:
                 raise RequestError(
                     ErrorCode.NO_REPLICA,
                     f"broker {self._broker_id} holds no replica of "
                     f"{command.topic}/{command.partition}",
                 )
-            fetched = await fetch_committed(group, command.offset, max_bytes, wait_s)
+            fetched = await fetch_committed(replica, command.offset, max_bytes, wait_s)
         else:
             fetched = await self._reads.fetch(
                 command.topic, command.partition, command.offset, max_bytes, wait_s
@@ -599,19 +599,19 @@ class CommandHandler:
             partition = partition_for_key(key, count)
         elif partition >= count:
             raise unknown_partition(topic, partition, count)
-        group = self._reads.local_replica(topic, partition)
-        if group is not None and group.role is Role.LEADER:
-            record = await self._latest.lookup(group, key)
+        replica = self._reads.local_replica(topic, partition)
+        if replica is not None and replica.role is Role.LEADER:
+            record = await self._latest.lookup(replica, key)
             rows: list[Reply] = []
             if record is not None:
                 rows.append(MessageRow(partition, record.offset, record.key, record.value))
             return encode_replies([*rows, EndReply()])
-        group_id = group_name(topic, partition)
-        leader = self._writes.leader_of(group_id)
+        log_id = log_id_of(topic, partition)
+        leader = self._writes.leader_of(log_id)
         if forwarded or leader is None or leader == self._broker_id:
             raise RequestError(
                 ErrorCode.NOT_LEADER,
-                f"{group_id}: broker {self._broker_id} does not lead it and "
+                f"{log_id}: broker {self._broker_id} does not lead it and "
                 f"{'was asked by a peer' if forwarded else 'knows no leader'}; retry",
             )
         return await self._forward_latest(leader, topic, partition, key)

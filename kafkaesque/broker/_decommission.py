@@ -117,15 +117,15 @@ def still_holding(
     holding = []
     for name, info in topics.items():
         for partition, replicas in enumerate(info.replicas):
-            group_id = f"{name}/{partition}"
-            claim = membership(group_id)
+            log_id = f"{name}/{partition}"
+            claim = membership(log_id)
             if (
                 leaving in replicas
                 or claim is None
                 or not claim.committed
                 or leaving in claim.voters | claim.learners
             ):
-                holding.append(group_id)
+                holding.append(log_id)
     return sorted(holding)
 
 

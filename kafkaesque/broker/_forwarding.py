@@ -74,7 +74,7 @@ class _Call:
     ``ended`` is True, ``wait`` returns and ``on_done``, if any, is called."""
 
     peer: int
-    group: str | None = None  # the partition asked of its leader (append, find-resend)
+    log_id: str | None = None  # the partition asked of its leader (append, find-resend)
     ended: bool = False
     answer: Answer | None = None
     lost: bool = False
@@ -121,8 +121,8 @@ class Forwarder:
         req = next(self._ids)
         if not self._send(peer, peer_to_wire(PeerCall(req, request))):
             raise PeerUnavailable(f"broker {peer} is not connected")
-        group = request.group if isinstance(request, AppendRequest | FindResendRequest) else None
-        call = _Call(peer, group)
+        log_id = request.log_id if isinstance(request, AppendRequest | FindResendRequest) else None
+        call = _Call(peer, log_id)
         self._calls[req] = call
         return req, call
 
@@ -139,7 +139,7 @@ class Forwarder:
             raise PeerLost(f"the connection to broker {call.peer} closed before it answered")
         if call.replaced:
             raise LeaderReplaced(
-                f"broker {call.peer} went silent and {call.group} has a new leader; "
+                f"broker {call.peer} went silent and {call.log_id} has a new leader; "
                 "the outcome is unknown"
             )
         if call.answer is None:
@@ -193,14 +193,14 @@ class Forwarder:
         ended: list[_Call] = []
         silent: dict[int, bool] = {}
         for call in self._calls.values():
-            if call.group is None or call.ended:
+            if call.log_id is None or call.ended:
                 continue
             quiet = silent.get(call.peer)
             if quiet is None:
                 quiet = silent[call.peer] = not hears(call.peer)
             if not quiet:
                 continue
-            leader = leader_of(call.group)
+            leader = leader_of(call.log_id)
             if leader is not None and leader != call.peer:
                 ended.append(call)
         for call in ended:  # after the loop: a callback may start new calls

@@ -87,7 +87,7 @@ from kafkaesque.storage import BatchType, Record, build_batch, decode_records, i
 from ._assignor import MemberSpec, assign
 from ._errors import RequestError
 from ._metadata import ClusterMetadata, TopicConfig, TopicExistsError, TopicInfo
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._read_path import ReadPath
 from ._reads import DEFAULT_CONS_MESSAGES, read_committed
 from ._writes import WritePath
@@ -312,7 +312,7 @@ class GroupCoordinator:
                 continue  # the topic was deleted: its offsets stay until the group is deleted
             # One bounds request per leader for all partitions, instead of one read each.
             bounds = await self._reads.leader_bounds(
-                group_name(topic, p) for p in range(info.config.partitions)
+                log_id_of(topic, p) for p in range(info.config.partitions)
             )
             group = table.groups.get((command.group, topic), _Group())
             rows.append(_state_row(command.group, topic, group))
@@ -322,7 +322,7 @@ class GroupCoordinator:
             )
             owners = {p: m for m, ps in group.assignment.items() for p in ps}
             for p in range(info.config.partitions):
-                found = bounds.get(group_name(topic, p))
+                found = bounds.get(log_id_of(topic, p))
                 end = None if found is None else found[1]  # unreachable now: unknown
                 committed = table.offsets.get((command.group, topic, p))
                 rows.append(GroupRow(command.group, topic, p, owners.get(p), committed, end))
@@ -369,7 +369,7 @@ class GroupCoordinator:
         async with self._locks.setdefault(partition, trio.Lock()):
             table = await self._table(partition)
             _refuse_members(table, group, [topic])
-            ids = {p: group_name(topic, p) for p in range(info.config.partitions)}
+            ids = {p: log_id_of(topic, p) for p in range(info.config.partitions)}
             time_ms = command.value if command.kind is ResetKind.TIME else None
             bounds = await self._reads.leader_bounds(ids.values(), time_ms=time_ms)
             missing = sorted(p for p, g in ids.items() if g not in bounds)
@@ -529,15 +529,15 @@ class GroupCoordinator:
         """Whether ``partition``'s tick has work: this broker leads it with an entry of its term
         committed, and its table is not loaded in this term, lags the commit index, or has a
         member past its deadline at ``now``."""
-        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
+        if replica is None or replica.role is not Role.LEADER:
             return False
-        if group.log.term_at(group.commit_index) != group.node.term:
+        if replica.log.term_at(replica.commit_index) != replica.node.term:
             return False  # no entry of its term committed yet: ``_table`` would wait
         table = self._tables.get(partition)
-        if table is None or table.term != group.node.term:
+        if table is None or table.term != replica.node.term:
             return True
-        if table.next_offset <= group.commit_index:
+        if table.next_offset <= replica.commit_index:
             return True
         return any(deadline <= now for deadline in table.deadlines.values())
 
@@ -556,10 +556,10 @@ class GroupCoordinator:
         Never raises ``RequestError``: a failed eviction is logged and retried at the next
         tick, and the member keeps its passed deadline meanwhile.
         """
-        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
+        if replica is None or replica.role is not Role.LEADER:
             return
-        if group.log.term_at(group.commit_index) != group.node.term:
+        if replica.log.term_at(replica.commit_index) != replica.node.term:
             return  # no entry of its term committed yet: ``_table`` would wait; look next tick
         try:
             table = await self._table(partition)
@@ -612,21 +612,23 @@ class GroupCoordinator:
 
     async def _table(self, partition: int) -> _Table:
         """The partition's table, caught up with everything committed (this broker leads it)."""
-        group = self._reads.local_replica(OFFSETS_TOPIC, partition)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
+        if replica is None or replica.role is not Role.LEADER:
             raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
         deadline = trio.current_time() + self._writes.timeout
         # A new leader knows everything committed only once an entry of its term commits.
-        while group.log.term_at(group.commit_index) != group.node.term:
-            if group.role is not Role.LEADER or trio.current_time() > deadline:
+        while replica.log.term_at(replica.commit_index) != replica.node.term:
+            if replica.role is not Role.LEADER or trio.current_time() > deadline:
                 raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
             await trio.sleep(_LEADER_READY_POLL_S)
         table = self._tables.get(partition)
-        if table is None or table.term != group.node.term:
-            table = self._tables[partition] = _Table(group.node.term, group.log.log_start_offset)
+        if table is None or table.term != replica.node.term:
+            table = self._tables[partition] = _Table(
+                replica.node.term, replica.log.log_start_offset
+            )
         deadline = trio.current_time() + self.session_timeout_s  # of the members read now
-        while table.next_offset <= group.commit_index:
-            fetched = read_committed(group, table.next_offset, _READ_BYTES)
+        while table.next_offset <= replica.commit_index:
+            fetched = read_committed(replica, table.next_offset, _READ_BYTES)
             if not fetched.data:
                 break
             _apply(table, fetched.data, deadline)
@@ -678,8 +680,12 @@ class GroupCoordinator:
         with the commit index): what the lag metrics read at scrape time, with no await."""
         rows = []
         for partition, table in list(self._tables.items()):
-            group = self._reads.local_replica(OFFSETS_TOPIC, partition)
-            if group is None or group.role is not Role.LEADER or table.term != group.node.term:
+            replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
+            if (
+                replica is None
+                or replica.role is not Role.LEADER
+                or table.term != replica.node.term
+            ):
                 continue  # no longer (or not yet) the coordinator of this partition's groups
             rows += [(g, t, p, offset) for (g, t, p), offset in table.offsets.items()]
         return rows

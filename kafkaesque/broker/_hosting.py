@@ -18,7 +18,7 @@ from collections.abc import Callable
 import trio
 
 from kafkaesque.raft import InvalidConfigChange, NotLeader, ProposalDropped, RaftUsageError, Role
-from kafkaesque.raft.driver import MultiRaft, RaftGroup
+from kafkaesque.raft.driver import MultiRaft, RaftReplica
 from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 
 from ._appender import Appenders
@@ -26,7 +26,7 @@ from ._config import BrokerConfig
 from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
 from ._metadata import ClusterMetadata, TopicInfo
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
@@ -82,32 +82,32 @@ class PartitionHosting:
                 for partition, replicas in enumerate(info.replicas):
                     if self._config.id in replicas:
                         self.host(info, partition, replicas)
-            for group_id in list(self._raft.groups):
-                topic, _, number = group_id.rpartition("/")
+            for log_id in list(self._raft.replicas):
+                topic, _, number = log_id.rpartition("/")
                 hosted = view.topics.get(topic)
                 if hosted is None:
-                    await self._drop(group_id, deleted=True)
+                    await self._drop(log_id, deleted=True)
                 elif self._config.id not in hosted.replicas[int(number)] and self._moved_away(
-                    group_id
+                    log_id
                 ):
-                    log.info("broker %d: %s moved away; dropping it", self._config.id, group_id)
-                    await self._drop(group_id)
+                    log.info("broker %d: %s moved away; dropping it", self._config.id, log_id)
+                    await self._drop(log_id)
 
-    def _moved_away(self, group_id: str) -> bool:
+    def _moved_away(self, log_id: str) -> bool:
         """Whether a committed membership of the group no longer holds this broker."""
-        claim = self.membership(group_id)
+        claim = self.membership(log_id)
         return (
             claim is not None
             and claim.committed
             and self._config.id not in claim.voters | claim.learners
         )
 
-    def membership(self, group_id: str) -> Claim | None:
+    def membership(self, log_id: str) -> Claim | None:
         """The group's members as its leader sees them (this broker's, if it leads)."""
-        group = self._raft.groups.get(group_id)
-        if group is not None and group.role is Role.LEADER:
-            return claim_of(group)
-        return self._leaders.claim(group_id)
+        replica = self._raft.replicas.get(log_id)
+        if replica is not None and replica.role is Role.LEADER:
+            return claim_of(replica)
+        return self._leaders.claim(log_id)
 
     async def retention_loop(self) -> None:
         """Delete each hosted log's oldest segments past its topic's size or age limit, and
@@ -122,14 +122,14 @@ class PartitionHosting:
         while True:
             await trio.sleep(self._config.retention_check_interval_s)
             topics = self._metadata.view.topics
-            for group in list(self._raft.groups.values()):
-                if self._raft.groups.get(group.id) is not group:
+            for replica in list(self._raft.replicas.values()):
+                if self._raft.replicas.get(replica.id) is not replica:
                     continue  # dropped meanwhile
-                bound = group.commit_index + 1
-                group.log.enforce_retention(max_offset=bound)
-                info = topics.get(group.id.rpartition("/")[0])
-                if info is not None and info.config.compact and group.log.segment_count > 1:
-                    group.log.compact(max_offset=bound)
+                bound = replica.commit_index + 1
+                replica.log.enforce_retention(max_offset=bound)
+                info = topics.get(replica.id.rpartition("/")[0])
+                if info is not None and info.config.compact and replica.log.segment_count > 1:
+                    replica.log.compact(max_offset=bound)
                 await trio.lowlevel.checkpoint()
 
     async def interval_flush_loop(self) -> None:
@@ -148,34 +148,34 @@ class PartitionHosting:
         while True:
             await trio.sleep(period)
             due = [
-                (group, group.log.flush_ticket())
-                for group in list(self._raft.groups.values())
-                if group.log.config.fsync is FsyncPolicy.INTERVAL
-                and group.log.flushed_end_offset < group.log.log_end_offset
+                (replica, replica.log.flush_ticket())
+                for replica in list(self._raft.replicas.values())
+                if replica.log.config.fsync is FsyncPolicy.INTERVAL
+                and replica.log.flushed_end_offset < replica.log.log_end_offset
             ]
             if not due:
                 continue
             await trio.to_thread.run_sync(_run_tickets, [ticket for _, ticket in due])
-            for group, ticket in due:
-                if self._raft.groups.get(group.id) is group:
-                    group.log.flushed(ticket)
+            for replica, ticket in due:
+                if self._raft.replicas.get(replica.id) is replica:
+                    replica.log.flushed(ticket)
 
     async def membership_loop(self) -> None:
         """Steer every group led here toward its assigned replicas (see ``_membership``)."""
         while True:
             await trio.sleep(_MEMBERSHIP_EVERY_S)
             topics = self._metadata.view.topics
-            for group in list(self._raft.groups.values()):
-                topic, _, partition = group.id.rpartition("/")
+            for replica in list(self._raft.replicas.values()):
+                topic, _, partition = replica.id.rpartition("/")
                 info = topics.get(topic)
-                if info is None or group.role is not Role.LEADER:
+                if info is None or replica.role is not Role.LEADER:
                     continue
                 target = frozenset(info.replicas[int(partition)])
-                change = next_change(group.node.configuration, target, self._config.id)
+                change = next_change(replica.node.configuration, target, self._config.id)
                 if change is not None:
-                    self._apply(group.id, change)
+                    self._apply(replica.id, change)
 
-    def _apply(self, group_id: str, change: Change) -> None:
+    def _apply(self, log_id: str, change: Change) -> None:
         steps = {
             "add_learner": self._raft.add_learner,
             "promote": self._raft.promote,
@@ -183,16 +183,16 @@ class PartitionHosting:
             "transfer": self._raft.transfer_leadership,
         }
         try:
-            steps[change.action](group_id, change.node)
+            steps[change.action](log_id, change.node)
         except (NotLeader, ProposalDropped, InvalidConfigChange, RaftUsageError) as exc:
-            log.debug("broker %d: %s %s later: %s", self._config.id, change, group_id, exc)
+            log.debug("broker %d: %s %s later: %s", self._config.id, change, log_id, exc)
             return
-        log.info("broker %d: %s: %s %d", self._config.id, group_id, change.action, change.node)
+        log.info("broker %d: %s: %s %d", self._config.id, log_id, change.action, change.node)
 
-    def preferred_replica(self, group_id: str) -> int | None:
+    def preferred_replica(self, log_id: str) -> int | None:
         """The preferred leader of a group: its partition's first assigned replica (None: the
         topic or partition is not in the metadata)."""
-        topic, _, number = group_id.rpartition("/")
+        topic, _, number = log_id.rpartition("/")
         info = self._metadata.view.topics.get(topic)
         if info is None or not number.isdigit() or int(number) >= len(info.replicas):
             return None
@@ -216,32 +216,32 @@ class PartitionHosting:
         )
 
     def host(self, info: TopicInfo, partition: int, replicas: tuple[int, ...]) -> None:
-        group_id = group_name(info.name, partition)
+        log_id = log_id_of(info.name, partition)
         log_config = self._log_config(info)
-        group = self._raft.groups.get(group_id)
-        if group is not None:
+        replica = self._raft.replicas.get(log_id)
+        if replica is not None:
             # A live change (ALTER): retention and segment size are read by the log at each
             # use, so the open log takes them now. The fsync policy is fixed at CREATE, so a
             # change of it never meets a log with acknowledged data it did not flush.
-            if group.log.config != log_config:
-                group.log.config = log_config
+            if replica.log.config != log_config:
+                replica.log.config = log_config
             return
         directory = os.path.join(self._config.broker_dir, info.name, str(partition))
         # The assignment spreads first replicas over the brokers: they are the preferred leaders
         # of a new partition. A replica added to a running group waits to be caught up instead
         # (it could not win an election with its empty log anyway: pre-vote refuses it).
-        new = self._writes.leader_of(group_id) is None
-        self._raft.add_group(
-            group_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
+        new = self._writes.leader_of(log_id) is None
+        self._raft.add_replica(
+            log_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
         )
 
-    async def _drop(self, group_id: str, *, deleted: bool = False) -> None:
+    async def _drop(self, log_id: str, *, deleted: bool = False) -> None:
         """Stop hosting the group and delete its files; ``deleted``: the whole topic went,
         so writes queued for it here fail too."""
-        topic, _, partition = group_id.rpartition("/")
+        topic, _, partition = log_id.rpartition("/")
         if deleted:
             self._appenders.topic_deleted(topic, int(partition))
-        directory = self._raft.remove_group(group_id)
+        directory = self._raft.remove_replica(log_id)
         if directory is not None:
             await trio.to_thread.run_sync(_remove_tree, directory)
             topic_dir = os.path.dirname(directory)
@@ -270,8 +270,8 @@ def _remove_empty_dir(path: str) -> None:
         os.rmdir(path)
 
 
-def claim_of(group: RaftGroup) -> Claim:
+def claim_of(replica: RaftReplica) -> Claim:
     """The group's members as this broker, its leader, reports them (``LeaderClaims``)."""
-    node = group.node
+    node = replica.node
     conf = node.configuration
     return Claim(node.term, conf.voters, conf.learners, node.configuration_committed)

@@ -13,7 +13,7 @@ The index, per partition led here (``LatestIndexes``):
 * is built from the log when this replica becomes leader, by a task of its own that reads
   ``_CHUNK_BYTES`` at a time with a checkpoint between chunks, so a new leader serves writes and
   FETCHes meanwhile; until it has caught up once, ``LATEST`` answers ``NOT_READY`` (retriable);
-* follows the commit index as records commit (the task wakes on ``RaftGroup.changed``), and a
+* follows the commit index as records commit (the task wakes on ``RaftReplica.changed``), and a
   lookup first indexes whatever committed since (at most ``_LOOKUP_CATCH_UP_BYTES``; more than
   that answers ``NOT_READY``), so a client reads its own acknowledged write;
 * follows retention: keys whose newest record lies below the log start are forgotten (a key
@@ -39,7 +39,7 @@ import trio
 
 from kafkaesque.protocol import ErrorCode, is_internal_topic
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft.driver import CommitTimeout, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, RaftReplica
 from kafkaesque.storage import (
     BatchType,
     CorruptLogError,
@@ -178,7 +178,7 @@ class _Led:
     """The index of one group led here, and whether it has caught up with the commit index
     once (before that, lookups answer NOT_READY)."""
 
-    group: RaftGroup
+    replica: RaftReplica
     index: KeyIndex
     ready: bool = False
     done: bool = False  # dropped: its task stops
@@ -188,18 +188,18 @@ class _Led:
 class LatestIndexes:
     """The key indexes of the compacted partitions this broker leads (see the module doc).
 
-    ``groups`` gives the Raft groups hosted here (the broker's ``raft.groups``), ``compacted``
+    ``replicas`` gives the Raft groups hosted here (the broker's ``raft.replicas``), ``compacted``
     whether a group's topic is compacted now, ``read_index`` the Raft read index of a group
     (raises ``NotLeader`` or ``CommitTimeout``). Use from the broker's trio thread only.
     """
 
     def __init__(
         self,
-        groups: Callable[[], dict[str, RaftGroup]],
+        replicas: Callable[[], dict[str, RaftReplica]],
         compacted: Callable[[str], bool],
         read_index: Callable[[str], Awaitable[int]],
     ) -> None:
-        self._groups = groups
+        self._groups = replicas
         self._compacted = compacted
         self._read_index = read_index
         self._led: dict[str, _Led] = {}
@@ -208,10 +208,10 @@ class LatestIndexes:
         self._asked: set[str] = set()
         self._nursery: trio.Nursery | None = None
 
-    def keys(self, group_id: str) -> int | None:
-        """How many keys the index of ``group_id`` holds (None: no index here): for tests and
+    def keys(self, log_id: str) -> int | None:
+        """How many keys the index of ``log_id`` holds (None: no index here): for tests and
         metrics."""
-        led = self._led.get(group_id)
+        led = self._led.get(log_id)
         return None if led is None else len(led.index)
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -227,30 +227,30 @@ class LatestIndexes:
                 self._nursery = None
 
     def _start_new(self) -> None:
-        for group_id, group in list(self._groups().items()):
-            if group_id in self._led or group.role is not Role.LEADER:
+        for log_id, replica in list(self._groups().items()):
+            if log_id in self._led or replica.role is not Role.LEADER:
                 continue
-            internal = is_internal_topic(group_id.rpartition("/")[0])
-            if (not internal or group_id in self._asked) and self._compacted(group_id):
-                self._start(group)
+            internal = is_internal_topic(log_id.rpartition("/")[0])
+            if (not internal or log_id in self._asked) and self._compacted(log_id):
+                self._start(replica)
 
-    def _start(self, group: RaftGroup) -> _Led:
-        led = _Led(group, KeyIndex(group.log.log_start_offset))
-        self._led[group.id] = led
+    def _start(self, replica: RaftReplica) -> _Led:
+        led = _Led(replica, KeyIndex(replica.log.log_start_offset))
+        self._led[replica.id] = led
         if self._nursery is not None:
             self._nursery.start_soon(self._follow, led)
         return led
 
     def _current(self, led: _Led) -> bool:
         """Whether ``led`` still describes a compacted group led here (else it is dropped)."""
-        group = led.group
+        replica = led.replica
         if (
             not led.done
-            and self._groups().get(group.id) is group
-            and group.role is Role.LEADER
-            and group.corrupt is None
-            and group.log.log_end_offset >= led.index.next_offset
-            and self._compacted(group.id)
+            and self._groups().get(replica.id) is replica
+            and replica.role is Role.LEADER
+            and replica.corrupt is None
+            and replica.log.log_end_offset >= led.index.next_offset
+            and self._compacted(replica.id)
         ):
             return True
         self._drop(led)
@@ -259,34 +259,36 @@ class LatestIndexes:
     def _drop(self, led: _Led) -> None:
         led.done = True
         led.cancel.cancel()
-        if self._led.get(led.group.id) is led:
-            del self._led[led.group.id]
-            log.debug("%s: key index dropped", led.group.id)
+        if self._led.get(led.replica.id) is led:
+            del self._led[led.replica.id]
+            log.debug("%s: key index dropped", led.replica.id)
 
     async def _follow(self, led: _Led) -> None:
         """(Re)build ``led``'s index from the log, then follow the commit index, a chunk at a
         time, until the group is no longer led here."""
-        group = led.group
+        replica = led.replica
         with led.cancel:
             while self._current(led):
-                changed = group.changed  # taken before reading: a commit meanwhile wakes us
+                changed = replica.changed  # taken before reading: a commit meanwhile wakes us
                 try:
-                    reached = catch_up(led.index, group.log, group.commit_index + 1, _CHUNK_BYTES)
+                    reached = catch_up(
+                        led.index, replica.log, replica.commit_index + 1, _CHUNK_BYTES
+                    )
                 except CorruptLogError as exc:
-                    group.report_corruption(exc)
+                    replica.report_corruption(exc)
                     self._drop(led)
                     return
                 if reached:
                     if not led.ready:
                         led.ready = True
-                        log.info("%s: key index ready (%d keys)", group.id, len(led.index))
+                        log.info("%s: key index ready (%d keys)", replica.id, len(led.index))
                     with trio.move_on_after(_RECHECK_S):
                         await changed.wait()
                 else:
                     await trio.lowlevel.checkpoint()
 
-    async def lookup(self, group: RaftGroup, key: bytes) -> Record | None:
-        """The newest committed record of ``key`` in ``group`` (led here), None if it has no
+    async def lookup(self, replica: RaftReplica, key: bytes) -> Record | None:
+        """The newest committed record of ``key`` in ``replica`` (led here), None if it has no
         value (never written, deleted by a tombstone, or by retention).
 
         Raises ``RequestError``: ``NOT_LEADER`` (this replica does not lead the group, or could
@@ -294,48 +296,50 @@ class LatestIndexes:
         far behind: retry after a backoff), ``INTERNAL`` (corruption: this replica repairs).
         """
         try:
-            await self._read_index(group.id)
+            await self._read_index(replica.id)
         except (NotLeader, CommitTimeout) as exc:
             raise RequestError(
-                ErrorCode.NOT_LEADER, f"{group.id}: this broker cannot confirm it leads ({exc})"
+                ErrorCode.NOT_LEADER, f"{replica.id}: this broker cannot confirm it leads ({exc})"
             ) from exc
-        led = self._led.get(group.id)
-        if led is not None and (led.group is not group or not self._current(led)):
+        led = self._led.get(replica.id)
+        if led is not None and (led.replica is not replica or not self._current(led)):
             led = None
         if led is None:
-            if group.role is not Role.LEADER:
-                raise RequestError(ErrorCode.NOT_LEADER, f"{group.id}: not the leader any more")
-            self._asked.add(group.id)
-            self._start(group)
-            raise _not_ready(group.id, "is being built (this broker just became the leader)")
+            if replica.role is not Role.LEADER:
+                raise RequestError(ErrorCode.NOT_LEADER, f"{replica.id}: not the leader any more")
+            self._asked.add(replica.id)
+            self._start(replica)
+            raise _not_ready(replica.id, "is being built (this broker just became the leader)")
         if not led.ready:
-            raise _not_ready(group.id, f"is being built ({led.index.next_offset} indexed)")
-        end = group.commit_index + 1
+            raise _not_ready(replica.id, f"is being built ({led.index.next_offset} indexed)")
+        end = replica.commit_index + 1
         try:
-            if not catch_up(led.index, group.log, end, _LOOKUP_CATCH_UP_BYTES):
-                raise _not_ready(group.id, "is catching up with a burst of writes")
+            if not catch_up(led.index, replica.log, end, _LOOKUP_CATCH_UP_BYTES):
+                raise _not_ready(replica.id, "is catching up with a burst of writes")
             offset = led.index.offset_of(key)
             if offset is None:
                 return None
-            record = record_at(group.log, offset, key, end)
+            record = record_at(replica.log, offset, key, end)
         except CorruptLogError as exc:
-            group.report_corruption(exc)
+            replica.report_corruption(exc)
             self._drop(led)
             raise RequestError(
                 ErrorCode.INTERNAL,
-                f"{group.id}: corruption: {exc}; this replica is repairing its copy, retry",
+                f"{replica.id}: corruption: {exc}; this replica is repairing its copy, retry",
             ) from exc
         if record is None:
             # Below the log start (retention ran since the catch-up) or gone from the log in a
             # way the index did not see: never guess. A fresh index answers the retry.
-            if offset < group.log.log_start_offset:
-                led.index.forget_below(group.log.log_start_offset)
+            if offset < replica.log.log_start_offset:
+                led.index.forget_below(replica.log.log_start_offset)
                 return None
-            log.warning("%s: key index disagrees with the log at %d; rebuilding", group.id, offset)
+            log.warning(
+                "%s: key index disagrees with the log at %d; rebuilding", replica.id, offset
+            )
             self._drop(led)
-            raise _not_ready(group.id, "is being rebuilt")
+            raise _not_ready(replica.id, "is being rebuilt")
         return record
 
 
-def _not_ready(group_id: str, what: str) -> RequestError:
-    return RequestError(ErrorCode.NOT_READY, f"{group_id}: the key index {what}; retry")
+def _not_ready(log_id: str, what: str) -> RequestError:
+    return RequestError(ErrorCode.NOT_READY, f"{log_id}: the key index {what}; retry")

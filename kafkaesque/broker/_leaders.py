@@ -32,30 +32,30 @@ class LeaderTable:
         """``broker`` says it leads exactly the groups ``led`` now."""
         old = self._claims.get(broker, {})
         self._claims[broker] = dict(led)
-        for group, claim in led.items():
-            best = self._best.get(group)
+        for log_id, claim in led.items():
+            best = self._best.get(log_id)
             if best is None or claim.term > best[0].term or best[1] == broker:
-                self._best[group] = (claim, broker)
-        for group in old.keys() - led.keys():
-            self._recompute(group)
+                self._best[log_id] = (claim, broker)
+        for log_id in old.keys() - led.keys():
+            self._recompute(log_id)
 
     def forget(self, broker: int) -> None:
         """``broker`` is gone (its connection closed): its claims are void."""
-        for group in self._claims.pop(broker, {}):
-            self._recompute(group)
+        for log_id in self._claims.pop(broker, {}):
+            self._recompute(log_id)
 
-    def leader(self, group: str) -> int | None:
-        best = self._best.get(group)
+    def leader(self, log_id: str) -> int | None:
+        best = self._best.get(log_id)
         return None if best is None else best[1]
 
-    def claim(self, group: str) -> Claim | None:
-        """The believed leader's report of ``group`` (None when no leader is known)."""
-        best = self._best.get(group)
+    def claim(self, log_id: str) -> Claim | None:
+        """The believed leader's report of ``log_id`` (None when no leader is known)."""
+        best = self._best.get(log_id)
         return None if best is None else best[0]
 
-    def _recompute(self, group: str) -> None:
-        claims = [(led[group], b) for b, led in self._claims.items() if group in led]
+    def _recompute(self, log_id: str) -> None:
+        claims = [(led[log_id], b) for b, led in self._claims.items() if log_id in led]
         if claims:
-            self._best[group] = max(claims, key=lambda c: (c[0].term, c[1]))
+            self._best[log_id] = max(claims, key=lambda c: (c[0].term, c[1]))
         else:
-            self._best.pop(group, None)
+            self._best.pop(log_id, None)

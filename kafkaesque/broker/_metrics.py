@@ -40,7 +40,7 @@ from kafkaesque.protocol import (
     encode_command,
 )
 from kafkaesque.raft import Role
-from kafkaesque.raft.driver import RaftGroup
+from kafkaesque.raft.driver import RaftReplica
 
 log = logging.getLogger("kafkaesque.broker.metrics")
 
@@ -112,9 +112,9 @@ class BrokerMetrics:
     """Every metric of one broker; ``expose()`` renders them in the text format, ``scrape()``
     first reads what must be awaited (the consumer groups' log ends), then renders them."""
 
-    def __init__(self, broker_id: int, groups: Callable[[], Iterable[RaftGroup]]) -> None:
+    def __init__(self, broker_id: int, replicas: Callable[[], Iterable[RaftReplica]]) -> None:
         self._broker_id = broker_id
-        self._groups = groups
+        self._replicas = replicas
         self.registry = CollectorRegistry(auto_describe=False)
         self._requests = Counter(
             "kafkaesque_requests",
@@ -170,7 +170,7 @@ class BrokerMetrics:
             registry=self.registry,
         )
         self._in_sync = InSyncTracker()
-        self._partitions = _PartitionCollector(broker_id, groups, self._in_sync)
+        self._partitions = _PartitionCollector(broker_id, replicas, self._in_sync)
         self.registry.register(self._partitions)
         self._request_children: dict[str, Counter] = {}
         self._cluster: _ClusterCollector | None = None
@@ -179,7 +179,7 @@ class BrokerMetrics:
         """Expose the cluster-wide gauges (brokers up, under-replicated and offline partitions,
         consumer-group lag), read through ``probes`` at scrape time."""
         self._partitions.hears = probes.hears
-        self._cluster = _ClusterCollector(self._broker_id, probes, self._groups)
+        self._cluster = _ClusterCollector(self._broker_id, probes, self._replicas)
         self.registry.register(self._cluster)
 
     async def scrape(self) -> bytes:
@@ -320,11 +320,11 @@ class _PartitionCollector(Collector):
     def __init__(
         self,
         broker_id: int,
-        groups: Callable[[], Iterable[RaftGroup]],
+        replicas: Callable[[], Iterable[RaftReplica]],
         in_sync: InSyncTracker,
     ) -> None:
         self._broker = str(broker_id)
-        self._groups = groups
+        self._replicas = replicas
         self._in_sync = in_sync
         self.hears: Callable[[int], bool] = lambda peer: True  # until ClusterProbes say
 
@@ -370,16 +370,16 @@ class _PartitionCollector(Collector):
         )
         under_count = 0
         self._in_sync.begin()
-        for group in self._groups():
-            topic, _, partition = group.id.rpartition("/")
+        for replica in self._replicas():
+            topic, _, partition = replica.id.rpartition("/")
             key = [self._broker, topic, partition]
-            node = group.node
+            node = replica.node
             leader.add_metric(key, -1 if node.leader is None else node.leader)
             is_leader.add_metric(key, 1 if node.role is Role.LEADER else 0)
             term.add_metric(key, node.term)
-            commit.add_metric(key, group.commit_index)
-            end.add_metric(key, group.log.log_end_offset)
-            corruptions.add_metric(key, group.log.corruptions)
+            commit.add_metric(key, replica.commit_index)
+            end.add_metric(key, replica.log.log_end_offset)
+            corruptions.add_metric(key, replica.log.corruptions)
             status = node.status()
             repairing.add_metric(key, 0 if status.lost_end is None else 1)
             if node.role is Role.LEADER:
@@ -390,7 +390,7 @@ class _PartitionCollector(Collector):
                         followers += 1
                         lag.add_metric([*key, str(peer)], status.last_index - progress.match)
                         synced += self._in_sync.observe(
-                            group.id, peer, progress.match, status.last_index, self.hears(peer)
+                            replica.id, peer, progress.match, status.last_index, self.hears(peer)
                         )
                 in_sync.add_metric(key, synced)
                 short = 1 if synced < followers + 1 else 0
@@ -413,12 +413,12 @@ class _ClusterCollector(Collector):
     lag of the consumer groups it coordinates (see ``ClusterProbes``)."""
 
     def __init__(
-        self, broker_id: int, probes: ClusterProbes, groups: Callable[[], Iterable[RaftGroup]]
+        self, broker_id: int, probes: ClusterProbes, replicas: Callable[[], Iterable[RaftReplica]]
     ) -> None:
         self._id = broker_id
         self._broker = str(broker_id)
         self._probes = probes
-        self._groups = groups
+        self._replicas = replicas
         # (group, topic, partition) -> (committed, high watermark), as of the last refresh
         self._lag: dict[tuple[str, str, int], tuple[int, int]] = {}
 
@@ -488,14 +488,14 @@ class _ClusterCollector(Collector):
         then only this count tells that it is cut off."""
         hears = self._probes.hears
         stranded = set()
-        for group in self._groups():
-            node = group.node
+        for replica in self._replicas():
+            node = replica.node
             if node.role is not Role.LEADER:
                 continue
             voters = node.configuration.voters
             heard = sum(1 for v in voters if v == self._id or hears(v))
             if 2 * heard <= len(voters):
-                topic, _, partition = group.id.rpartition("/")
+                topic, _, partition = replica.id.rpartition("/")
                 stranded.add((topic, int(partition)))
         return stranded
 

@@ -30,12 +30,12 @@ from kafkaesque.protocol import (
     Reply,
 )
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftReplica
 
 from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder, ForwardError
 from ._metadata import TopicInfo
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._reads import (
     DEFAULT_FETCH_BYTES,
     Fetched,
@@ -82,9 +82,9 @@ class ReadPath:
         # broker -> until when reads pass it over (it let a forwarded read go unanswered)
         self._unanswered_reads: dict[int, float] = {}
 
-    def local_replica(self, topic: str, partition: int) -> RaftGroup | None:
+    def local_replica(self, topic: str, partition: int) -> RaftReplica | None:
         """This broker's replica of the partition (its Raft group), if it hosts one."""
-        return self._raft.groups.get(group_name(topic, partition))
+        return self._raft.replicas.get(log_id_of(topic, partition))
 
     async def follow(
         self,
@@ -106,10 +106,10 @@ class ReadPath:
         ever at an offset the log may never reach (the topic was deleted and created again).
         Other ``RequestError``s (no leader, no quorum) are raised as ``fetch`` raises them.
         """
-        group = self._long_poll_replica(topic, partition, offset) if local else None
+        replica = self._long_poll_replica(topic, partition, offset) if local else None
         try:
-            if group is not None:
-                return await self.read_local(group, offset, max_bytes, wait_s), offset
+            if replica is not None:
+                return await self.read_local(replica, offset, max_bytes, wait_s), offset
             return await self.fetch(topic, partition, offset, max_bytes, wait_s), offset
         except RequestError as exc:
             if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
@@ -129,18 +129,18 @@ class ReadPath:
         heartbeat behind, so it serves reads only while the leader is out of reach (including a
         leader that let a read go unanswered in the last seconds: ``forward_to_replica``).
         """
-        group = self.local_replica(topic, partition)
-        if group is not None and group.role is Role.LEADER:
-            return await self.read_local(group, offset, max_bytes, wait_s)
+        replica = self.local_replica(topic, partition)
+        if replica is not None and replica.role is Role.LEADER:
+            return await self.read_local(replica, offset, max_bytes, wait_s)
         info = self._topic_info(topic)
         read = ReadRequest(topic, partition, offset, max_bytes, int(wait_s * 1000))
-        local = group is not None and not beyond_follower(group, offset)
+        local = replica is not None and not beyond_follower(replica, offset)
         try:
             answer = await self.forward_to_replica(info, partition, read, local_replica=local)
         except RequestError:
-            if group is None or beyond_follower(group, offset):
+            if replica is None or beyond_follower(replica, offset):
                 raise
-            return await self.read_local(group, offset, max_bytes, wait_s)
+            return await self.read_local(replica, offset, max_bytes, wait_s)
         if isinstance(answer, RequestError):  # the replica's own answer: no fallback
             raise answer
         return answer
@@ -168,13 +168,13 @@ class ReadPath:
 
     async def leader_log_start(self, topic: str, partition: int) -> int | None:
         """The partition's log start as its leader has it (None: unknown now)."""
-        group_id = group_name(topic, partition)
-        bounds = await self.leader_bounds([group_id])
-        if group_id in bounds:
-            return bounds[group_id][0]
-        if self._writes.leader_of(group_id) is None:
-            group = self.local_replica(topic, partition)
-            return None if group is None else group.log.log_start_offset
+        log_id = log_id_of(topic, partition)
+        bounds = await self.leader_bounds([log_id])
+        if log_id in bounds:
+            return bounds[log_id][0]
+        if self._writes.leader_of(log_id) is None:
+            replica = self.local_replica(topic, partition)
+            return None if replica is None else replica.log.log_start_offset
         return None
 
     async def cons_pass(
@@ -239,17 +239,17 @@ class ReadPath:
             raise errors[0]
         return results
 
-    def _long_poll_replica(self, topic: str, partition: int, offset: int) -> RaftGroup | None:
+    def _long_poll_replica(self, topic: str, partition: int, offset: int) -> RaftReplica | None:
         """This broker's replica of the partition, if a long poll may read it: the leader, or
         a follower whose log reaches ``offset`` and that hears from its leader (a follower cut
         off would keep its consumers waiting while the leader has records)."""
-        group = self.local_replica(topic, partition)
-        if group is None or group.role is Role.LEADER:
-            return group
-        leader = group.leader
-        if leader is None or not self._raft.hears(leader) or beyond_follower(group, offset):
+        replica = self.local_replica(topic, partition)
+        if replica is None or replica.role is Role.LEADER:
+            return replica
+        leader = replica.leader
+        if leader is None or not self._raft.hears(leader) or beyond_follower(replica, offset):
             return None
-        return group
+        return replica
 
     async def _past_the_end(
         self, topic: str, partition: int, offset: int, out_of_range: RequestError
@@ -278,18 +278,18 @@ class ReadPath:
         info = self._topic_info(topic)
         if partition >= info.config.partitions:
             raise unknown_partition(topic, partition, info.config.partitions)
-        group = self.local_replica(topic, partition)
-        if group is None:
+        replica = self.local_replica(topic, partition)
+        if replica is None:
             raise RequestError(ErrorCode.NOT_LEADER, "this broker holds no replica")
-        if beyond_follower(group, offset):
+        if beyond_follower(replica, offset):
             # Behind, not out of range: a consumer told OFFSET_OUT_OF_RANGE resets its
             # position (to the log start), and would read again what it had read.
             raise RequestError(
                 ErrorCode.NOT_LEADER,
-                f"this replica's log ends at {group.log.log_end_offset}, before offset "
+                f"this replica's log ends at {replica.log.log_end_offset}, before offset "
                 f"{offset}: it is behind the leader; retry",
             )
-        return await self.read_local(group, offset, max_bytes, wait_s)
+        return await self.read_local(replica, offset, max_bytes, wait_s)
 
     async def serve_read(self, peer: int, req: int, request: ReadRequest) -> None:
         """A peer chose this replica for a read (``ReadRequest``): served from it, never
@@ -313,7 +313,7 @@ class ReadPath:
         self._forwarder.reply(peer, req, answer)
 
     async def read_local(
-        self, group: RaftGroup, offset: int, max_bytes: int, wait_s: float
+        self, replica: RaftReplica, offset: int, max_bytes: int, wait_s: float
     ) -> Fetched:
         """``fetch_committed`` on this replica, where "past the end of the log" is answered
         OFFSET_OUT_OF_RANGE only by a leader that confirms it still leads.
@@ -324,19 +324,22 @@ class ReadPath:
         (found by jepsen_like). It answers NOT_LEADER instead, and the consumer retries.
         """
         try:
-            return await fetch_committed(group, offset, max_bytes, wait_s)
+            return await fetch_committed(replica, offset, max_bytes, wait_s)
         except RequestError as exc:
-            if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE or offset <= group.log.log_end_offset:
+            if (
+                exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE
+                or offset <= replica.log.log_end_offset
+            ):
                 raise
             try:
-                await self._raft.read_index(group.id, timeout=self._writes.timeout)
+                await self._raft.read_index(replica.id, timeout=self._writes.timeout)
             except (NotLeader, CommitTimeout) as lost:
                 raise RequestError(
                     ErrorCode.NOT_LEADER,
-                    f"{group.id}: offset {offset} is past this replica's log, which may be "
+                    f"{replica.id}: offset {offset} is past this replica's log, which may be "
                     f"behind the leader's ({lost}); retry",
                 ) from exc
-            return await fetch_committed(group, offset, max_bytes, wait_s)
+            return await fetch_committed(replica, offset, max_bytes, wait_s)
 
     async def forward_to_replica(
         self, info: TopicInfo, partition: int, request: ReadRequest, *, local_replica: bool
@@ -349,7 +352,7 @@ class ReadPath:
         but nothing from here reaches it) is tried last, and not at all when the caller has a
         ``local_replica`` to read instead: its reads are not held up by the same timeout again.
         """
-        leader = self._writes.leader_of(group_name(info.name, partition))
+        leader = self._writes.leader_of(log_id_of(info.name, partition))
         candidates = [leader] if leader is not None else []
         candidates += [r for r in info.replicas[partition] if r != leader]
         connected = self._connected_peers()
@@ -378,7 +381,7 @@ class ReadPath:
         raise RequestError(ErrorCode.NO_QUORUM, f"{info.name}/{partition}: {last_error}; retry")
 
     async def leader_bounds(
-        self, group_ids: Iterable[str], *, time_ms: int | None = None
+        self, log_ids: Iterable[str], *, time_ms: int | None = None
     ) -> dict[str, tuple[int, ...]]:
         """The log start and high watermark of each group as its leader has them now (what a
         consumer reading from the leader finds); with ``time_ms`` a third value, the leader's
@@ -388,14 +391,14 @@ class ReadPath:
         is left out."""
         found: dict[str, tuple[int, ...]] = {}
         remote: dict[int, list[str]] = {}
-        for group_id in group_ids:
-            here = self.led_bounds(group_id, time_ms)
+        for log_id in log_ids:
+            here = self.led_bounds(log_id, time_ms)
             if here is not None:
-                found[group_id] = here
+                found[log_id] = here
                 continue
-            leader = self._writes.leader_of(group_id)
+            leader = self._writes.leader_of(log_id)
             if leader is not None and leader != self._broker_id:
-                remote.setdefault(leader, []).append(group_id)
+                remote.setdefault(leader, []).append(log_id)
 
         async def ask(leader: int, asked: list[str]) -> None:
             deadline = trio.current_time() + _BOUNDS_WAIT_S
@@ -410,25 +413,25 @@ class ReadPath:
             if not isinstance(answer, Bounds) or len(answer.bounds) != len(asked):
                 log.warning("broker %d: malformed bounds answer of %d", self._broker_id, leader)
                 return
-            for group_id, bounds in zip(asked, answer.bounds, strict=True):
+            for log_id, bounds in zip(asked, answer.bounds, strict=True):
                 if bounds is not None and len(bounds) == width:
-                    found[group_id] = bounds
+                    found[log_id] = bounds
 
         async with trio.open_nursery() as nursery:
             for leader, asked in remote.items():
                 nursery.start_soon(ask, leader, asked)
         return found
 
-    def led_bounds(self, group_id: str, time_ms: int | None = None) -> tuple[int, ...] | None:
+    def led_bounds(self, log_id: str, time_ms: int | None = None) -> tuple[int, ...] | None:
         """(log start, high watermark) of a group led here, else None; with ``time_ms`` also
         the offset for that time among the committed records (a bounded read of the log)."""
-        group = self._raft.groups.get(group_id)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._raft.replicas.get(log_id)
+        if replica is None or replica.role is not Role.LEADER:
             return None
-        start, end = group.log.log_start_offset, group.commit_index + 1
+        start, end = replica.log.log_start_offset, replica.commit_index + 1
         if time_ms is None:
             return start, end
-        at_time = committed_offset_for_time(group, time_ms)
+        at_time = committed_offset_for_time(replica, time_ms)
         return None if at_time is None else (start, end, at_time)
 
     async def high_watermarks(
@@ -436,6 +439,6 @@ class ReadPath:
     ) -> dict[tuple[str, int], int]:
         """The high watermark of each of ``partitions`` as its leader has it (``leader_bounds``:
         one request per leader; those not known within its wait are left out)."""
-        names = {group_name(topic, p): (topic, p) for topic, p in partitions}
+        names = {log_id_of(topic, p): (topic, p) for topic, p in partitions}
         bounds = await self.leader_bounds(names)
         return {names[g]: b[1] for g, b in bounds.items() if g in names}

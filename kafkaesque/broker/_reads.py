@@ -14,7 +14,7 @@ import trio
 
 from kafkaesque.protocol import ErrorCode, MessageRow
 from kafkaesque.raft import Role
-from kafkaesque.raft.driver import RaftGroup
+from kafkaesque.raft.driver import RaftReplica
 from kafkaesque.storage import (
     BatchType,
     CorruptLogError,
@@ -35,14 +35,14 @@ class Fetched(NamedTuple):
     high_watermark: int  # the commit index + 1: everything below it is committed
 
 
-def read_committed(group: RaftGroup, offset: int, max_bytes: int) -> Fetched:
-    """Committed batches of ``group`` from ``offset`` (``RequestError`` when out of range).
+def read_committed(replica: RaftReplica, offset: int, max_bytes: int) -> Fetched:
+    """Committed batches of ``replica`` from ``offset`` (``RequestError`` when out of range).
 
     A follower's out of range may only mean it is behind: ``beyond_follower`` tells the caller
     to ask the leader instead.
     """
-    log = group.log
-    hw = group.commit_index + 1
+    log = replica.log
+    hw = replica.commit_index + 1
     start, end = log.log_start_offset, log.log_end_offset
     if offset < start or offset > end:
         raise RequestError(
@@ -58,39 +58,41 @@ def read_committed(group: RaftGroup, offset: int, max_bytes: int) -> Fetched:
     except CorruptLogError as exc:
         # Never bad data, never a crash: this replica cuts its log before the bad batch and
         # re-replicates it from the leader; the consumer retries (here or at another replica).
-        group.report_corruption(exc)
+        replica.report_corruption(exc)
         raise RequestError(
             ErrorCode.INTERNAL,
-            f"{group.id}: corruption: {exc}; this replica is repairing its copy, retry",
+            f"{replica.id}: corruption: {exc}; this replica is repairing its copy, retry",
         ) from exc
     return Fetched(result.data, result.next_offset, hw)
 
 
-def committed_offset_for_time(group: RaftGroup, time_ms: int) -> int | None:
+def committed_offset_for_time(replica: RaftReplica, time_ms: int) -> int | None:
     """The earliest committed offset of this replica whose record timestamp is >= ``time_ms``
     (the high watermark if none is): ``DESCRIBE time=``. None if the lookup met corruption:
     the replica repairs its copy (as after a read) and the caller leaves the answer out."""
     try:
-        return group.log.offset_for_time(time_ms, max_offset=group.commit_index + 1)
+        return replica.log.offset_for_time(time_ms, max_offset=replica.commit_index + 1)
     except CorruptLogError as exc:
-        group.report_corruption(exc)
+        replica.report_corruption(exc)
         return None
 
 
-def beyond_follower(group: RaftGroup, offset: int) -> bool:
+def beyond_follower(replica: RaftReplica, offset: int) -> bool:
     """Whether ``offset`` lies past the end of a follower (the leader may have it)."""
-    return group.role is not Role.LEADER and offset > group.log.log_end_offset
+    return replica.role is not Role.LEADER and offset > replica.log.log_end_offset
 
 
-async def fetch_committed(group: RaftGroup, offset: int, max_bytes: int, wait_s: float) -> Fetched:
+async def fetch_committed(
+    replica: RaftReplica, offset: int, max_bytes: int, wait_s: float
+) -> Fetched:
     """``read_committed``, waiting up to ``wait_s`` for data when there is none yet."""
     deadline = trio.current_time() + wait_s
     while True:
-        fetched = read_committed(group, offset, max_bytes)
+        fetched = read_committed(replica, offset, max_bytes)
         if fetched.data or trio.current_time() >= deadline:
             return fetched
         with trio.move_on_at(deadline):
-            await group.changed.wait()
+            await replica.changed.wait()
 
 
 def message_rows(

@@ -192,40 +192,40 @@ async def hand_over_groups(
     while True:
         now = trio.current_time()
         pending = []
-        for group in list(raft.groups.values()):
-            if group.id in hopeless:
+        for replica in list(raft.replicas.values()):
+            if replica.id in hopeless:
                 continue
-            if group.role is Role.LEADER:
-                led.add(group.id)
-                if group.node.configuration.voters <= {me}:
-                    hopeless.add(group.id)
+            if replica.role is Role.LEADER:
+                led.add(replica.id)
+                if replica.node.configuration.voters <= {me}:
+                    hopeless.add(replica.id)
                     continue
-                pending.append(group)
-            elif group.id in led and group.leader in (None, me):
-                pending.append(group)  # stepped down; its successor has not been heard yet
-                stuck.setdefault(group.id, now)
+                pending.append(replica)
+            elif replica.id in led and replica.leader in (None, me):
+                pending.append(replica)  # stepped down; its successor has not been heard yet
+                stuck.setdefault(replica.id, now)
         if not pending or now >= deadline:
             break
         connected = reachable()
-        for group in pending:
-            if now - stuck.get(group.id, now) >= _STUCK_S:
-                hopeless.add(group.id)
+        for replica in pending:
+            if now - stuck.get(replica.id, now) >= _STUCK_S:
+                hopeless.add(replica.id)
                 continue
-            if group.role is not Role.LEADER:
+            if replica.role is not Role.LEADER:
                 continue
-            to = successor(group.node.status(), connected)
+            to = successor(replica.node.status(), connected)
             if to is None:
-                stuck.setdefault(group.id, now)
+                stuck.setdefault(replica.id, now)
                 continue
-            stuck.pop(group.id, None)
-            if now - asked.get(group.id, -1e18) < _ASK_AGAIN_S:
+            stuck.pop(replica.id, None)
+            if now - asked.get(replica.id, -1e18) < _ASK_AGAIN_S:
                 continue
             try:
-                raft.transfer_leadership(group.id, to)
+                raft.transfer_leadership(replica.id, to)
             except (NotLeader, ProposalDropped, RaftUsageError, KeyError) as exc:
-                log.info("node %d: %s not handed to %d: %s", me, group.id, to, exc)
+                log.info("node %d: %s not handed to %d: %s", me, replica.id, to, exc)
                 continue
-            asked[group.id] = now
+            asked[replica.id] = now
         await trio.sleep(poll_s)
-    left = sorted(g for g in led if g in raft.groups and raft.groups[g].leader in (None, me))
+    left = sorted(g for g in led if g in raft.replicas and raft.replicas[g].leader in (None, me))
     return len(led), tuple(left)

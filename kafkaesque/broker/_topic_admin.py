@@ -50,7 +50,7 @@ from ._metadata import (
     TopicInfo,
     UnknownTopicError,
 )
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._read_path import ReadPath
 from ._reads import committed_offset_for_time
 from ._session import Session, encode_replies
@@ -166,7 +166,7 @@ class TopicAdmin:
             leaderless = [
                 p
                 for p in range(info.config.partitions)
-                if self._writes.leader_of(group_name(topic, p)) is None
+                if self._writes.leader_of(log_id_of(topic, p)) is None
             ]
             if leaderless:
                 raise RequestError(
@@ -306,18 +306,18 @@ class TopicAdmin:
         await metadata_call(
             self._metadata.set_replicas(command.topic, command.partition, command.replicas)
         )
-        group_id = group_name(command.topic, command.partition)
+        log_id = log_id_of(command.topic, command.partition)
         target = frozenset(command.replicas)
         with trio.move_on_after(REASSIGN_TIMEOUT_S):
             while True:
-                claim = self._membership(group_id)
+                claim = self._membership(log_id)
                 done = claim is not None and claim.committed and not claim.learners
                 if done and claim is not None and claim.voters == target:
                     return encode_reply(OkReply())
                 await trio.sleep(_REASSIGN_POLL_S)
         raise RequestError(
             ErrorCode.TIMEOUT,
-            f"{group_id} is still moving to {sorted(target)} after {REASSIGN_TIMEOUT_S:.0f} s "
+            f"{log_id} is still moving to {sorted(target)} after {REASSIGN_TIMEOUT_S:.0f} s "
             "(it goes on; DESCRIBE follows it)",
         )
 
@@ -360,8 +360,8 @@ class TopicAdmin:
         (a follower learns the commit index with the next append) or by a retention pass.
         With ``time_ms``, each row's offset for that time too, from the same source."""
         info = self.topic(topic)
-        groups = [group_name(info.name, p) for p in range(len(info.replicas))]
-        bounds = await self._reads.leader_bounds(groups, time_ms=time_ms)
+        log_ids = [log_id_of(info.name, p) for p in range(len(info.replicas))]
+        bounds = await self._reads.leader_bounds(log_ids, time_ms=time_ms)
         rows = self._partition_rows(info, bounds, time_ms)
         return encode_replies([_topic_row(info), *rows, EndReply()])
 
@@ -376,21 +376,21 @@ class TopicAdmin:
         one."""
         rows = []
         for partition, replicas in enumerate(info.replicas):
-            group = self._reads.local_replica(info.name, partition)
+            replica = self._reads.local_replica(info.name, partition)
             start = end = at_time = None
-            bounds = (leaders or {}).get(group_name(info.name, partition))
+            bounds = (leaders or {}).get(log_id_of(info.name, partition))
             if bounds is not None:
                 start, end = bounds[0], bounds[1]
                 at_time = bounds[2] if time_ms is not None else None
-            elif group is not None:
-                start, end = group.log.log_start_offset, group.commit_index + 1
+            elif replica is not None:
+                start, end = replica.log.log_start_offset, replica.commit_index + 1
                 if time_ms is not None:
-                    at_time = committed_offset_for_time(group, time_ms)
+                    at_time = committed_offset_for_time(replica, time_ms)
             rows.append(
                 PartitionRow(
                     info.name,
                     partition,
-                    self._writes.leader_of(group_name(info.name, partition)),
+                    self._writes.leader_of(log_id_of(info.name, partition)),
                     tuple(replicas),
                     start,
                     end,

@@ -52,7 +52,7 @@ from kafkaesque.protocol import (
     Unknown,
 )
 from kafkaesque.raft import NotLeader, ProposalDropped, Role
-from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftGroup
+from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftReplica
 from kafkaesque.storage import NO_PRODUCER_ID, InvalidBatchError, decode_header
 
 from ._errors import RequestError
@@ -65,7 +65,7 @@ from ._forwarding import (
 )
 from ._leaders import LeaderTable
 from ._metadata import TopicInfo
-from ._partition_ids import group_name
+from ._partition_ids import log_id_of
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
 
@@ -91,7 +91,7 @@ class _Retry(Exception):
 
 @dataclass(slots=True)
 class _Local:
-    group: RaftGroup
+    replica: RaftReplica
     last: int
     term: int
     count: int
@@ -145,56 +145,54 @@ class WritePath:
         if self.unsafe_ack_before_commit:
             log.warning("UNSAFE: acknowledging writes before they commit (%s=1)", UNSAFE_ACK_ENV)
 
-    def leader_of(self, group_id: str) -> int | None:
+    def leader_of(self, log_id: str) -> int | None:
         """The partition's leader as known here: the local replica's view first."""
-        group = self._raft.groups.get(group_id)
-        if group is not None and group.leader is not None:
-            return group.leader
-        return self._leaders.leader(group_id)
+        replica = self._raft.replicas.get(log_id)
+        if replica is not None and replica.leader is not None:
+            return replica.leader
+        return self._leaders.leader(log_id)
 
     async def wait_for_leaders(self, info: TopicInfo) -> None:
         """Wait (up to the write timeout) until every partition of ``info`` has a leader."""
         with trio.move_on_after(self.timeout):
             while any(
-                self.leader_of(group_name(info.name, p)) is None
+                self.leader_of(log_id_of(info.name, p)) is None
                 for p in range(info.config.partitions)
             ):
                 await trio.sleep(_LEADER_WAIT_POLL_S)
 
     # -- one attempt ----------------------------------------------------------------------------
 
-    def start(
-        self, group_id: str, batch: bytes, count: int, acks: Acks, deadline: float
-    ) -> Attempt:
+    def start(self, log_id: str, batch: bytes, count: int, acks: Acks, deadline: float) -> Attempt:
         """Propose or forward now, without awaiting; never raises."""
-        group = self._raft.groups.get(group_id)
-        if group is not None and group.role is Role.LEADER:
-            return self._start_local(group, batch, count)
-        leader = self.leader_of(group_id)
+        replica = self._raft.replicas.get(log_id)
+        if replica is not None and replica.role is Role.LEADER:
+            return self._start_local(replica, batch, count)
+        leader = self.leader_of(log_id)
         if leader is None or leader == self.node_id:
             return _Failed("the partition has no leader yet")
         remaining = max(0.0, deadline - trio.current_time())
         try:
             req, call = self._forwarder.start(
-                leader, AppendRequest(group_id, batch, count, acks, remaining)
+                leader, AppendRequest(log_id, batch, count, acks, remaining)
             )
         except PeerUnavailable as exc:
             return _Failed(str(exc))
         return _Remote(req, call)
 
-    def _start_local(self, group: RaftGroup, batch: bytes, count: int) -> Attempt:
+    def _start_local(self, replica: RaftReplica, batch: bytes, count: int) -> Attempt:
         """Propose as the leader; an idempotent producer's retry is not appended twice.
 
         The batch is checked once, here: its header decides for the producer and rides with
         the proposal into the log (``check_proposal``)."""
         try:
-            checked = group.storage.check_proposal(batch, count)
+            checked = replica.storage.check_proposal(batch, count)
         except InvalidBatchError as exc:
             return _Failed(str(exc), RequestError(ErrorCode.INVALID_BATCH, str(exc)))
         header = checked.header
         states = None
         if header.producer_id != NO_PRODUCER_ID:
-            states = self._producer_states(group)
+            states = self._producer_states(replica)
             if states is None:
                 return _Failed("the new leader is still loading producer state")
             decision = states.decide(header)
@@ -202,28 +200,28 @@ class WritePath:
                 return _Failed(decision.message, RequestError(decision.code, decision.message))
             if isinstance(decision, Duplicate):
                 first, last = decision
-                term = group.node.log.term_at(last)
-                return _Local(group, last, term, last - first + 1)
+                term = replica.node.log.term_at(last)
+                return _Local(replica, last, term, last - first + 1)
         try:
-            last, term = self._raft.propose_nowait(group.id, checked, count)
+            last, term = self._raft.propose_nowait(replica.id, checked, count)
         except (NotLeader, ProposalDropped) as exc:
             return _Failed(f"the local replica refused: {exc}")
         except InvalidBatchError as exc:
             return _Failed(str(exc), RequestError(ErrorCode.INVALID_BATCH, str(exc)))
         if states is not None:
             states.record(header, last - count + 1, last)
-        return _Local(group, last, term, count)
+        return _Local(replica, last, term, count)
 
-    def _producer_states(self, group: RaftGroup) -> ProducerStates | None:
-        """The producer windows of ``group`` for this leader's term (None: not yet readable)."""
-        node = group.node
-        states = self._producers.get(group.id)
+    def _producer_states(self, replica: RaftReplica) -> ProducerStates | None:
+        """The producer windows of ``replica`` for this leader's term (None: not yet readable)."""
+        node = replica.node
+        states = self._producers.get(replica.id)
         if states is not None and states.term == node.term:
             return states
         raft_log = node.log
         if raft_log.stable_last() < raft_log.term_start_offset(node.term) - 1:
             return None  # entries of earlier terms are not all on disk yet: a moment
-        states = self._producers[group.id] = rebuild(group.log, node.term)
+        states = self._producers[replica.id] = rebuild(replica.log, node.term)
         return states
 
     async def finish(self, attempt: Attempt, acks: Acks, deadline: float) -> tuple[int, int]:
@@ -261,7 +259,7 @@ class WritePath:
         (``on_written`` was told), or with the attempt to go on with through
         ``write(first=...)``, which then answers and retries exactly as it would have awaited
         from the start. A proposal is told from the task that sees the commit index reach the
-        entry or the entry cut (``RaftGroup.on_committed``; at once if it has committed
+        entry or the entry cut (``RaftReplica.on_committed``; at once if it has committed
         already): a failed attempt when the entry was cut before it committed (``write``
         proposes again, as it would have), or ``attempt`` itself when the group woke it with
         the entry neither committed nor cut (the group was removed). A forwarded attempt is
@@ -306,34 +304,34 @@ class WritePath:
     ) -> None:
         """Tell ``callback`` once the group commits ``attempt``'s entry or loses it (see
         ``when_written``); ``on_written`` too, of a write ``started`` then, if not None."""
-        group, last, term = attempt.group, attempt.last, attempt.term
+        replica, last, term = attempt.replica, attempt.last, attempt.term
 
         def committed() -> None:
-            log_ = group.log
+            log_ = replica.log
             in_log = log_.log_end_offset > last and log_.term_at(last) == term
-            if in_log and group.commit_index >= last:
+            if in_log and replica.commit_index >= last:
                 if started is not None and self.on_written is not None:
                     self.on_written(trio.current_time() - started)
                 callback((last - attempt.count + 1, last))
             elif not in_log:
                 # Worded as ``_finish_local`` words it (which reads the commit index later,
                 # once the step that cut the entry is over).
-                how = "replaced" if group.commit_index >= last else "truncated"
+                how = "replaced" if replica.commit_index >= last else "truncated"
                 callback(_Failed(f"offset {last} of term {term} was {how} before it committed"))
             else:
                 callback(attempt)
 
-        group.on_committed(last, term, committed)
+        replica.on_committed(last, term, committed)
 
     async def _finish_local(self, a: _Local, acks: Acks, deadline: float) -> tuple[int, int]:
-        group, last, term = a.group, a.last, a.term
+        replica, last, term = a.replica, a.last, a.term
         if self.unsafe_ack_before_commit:
             acks = Acks.LEADER
-        log_ = group.log
+        log_ = replica.log
         seen = False  # whether our entry was ever in the log (then vanishing means lost)
         while True:
             in_log = log_.log_end_offset > last and log_.term_at(last) == term
-            if group.commit_index >= last or (acks is Acks.LEADER and in_log):
+            if replica.commit_index >= last or (acks is Acks.LEADER and in_log):
                 if in_log:
                     return last - a.count + 1, last
                 raise _Retry(f"offset {last} of term {term} was replaced before it committed")
@@ -346,7 +344,7 @@ class WritePath:
                 if acks is Acks.LEADER:
                     await trio.sleep(_LEADER_ACK_POLL_S)
                 else:
-                    await group.wait_committed(last, term)
+                    await replica.wait_committed(last, term)
                     # Woken at the commit or once the entry was cut: not in the log now is lost.
                     seen = True
 
@@ -354,7 +352,7 @@ class WritePath:
 
     async def write(
         self,
-        group_id: str,
+        log_id: str,
         batch: bytes,
         count: int,
         acks: Acks,
@@ -371,7 +369,7 @@ class WritePath:
         if deadline is None:
             deadline = trio.current_time() + self.timeout
         started = deadline - self.timeout
-        attempt = first or self.start(group_id, batch, count, acks, deadline)
+        attempt = first or self.start(log_id, batch, count, acks, deadline)
         unknown = False
         backoff = 0.005
         while True:
@@ -381,7 +379,7 @@ class WritePath:
                 if retry.unknown and not _carries_producer_id(batch):
                     raise RequestError(
                         ErrorCode.TIMEOUT,
-                        f"{group_id}: outcome unknown ({retry}); a batch without a producer id "
+                        f"{log_id}: outcome unknown ({retry}); a batch without a producer id "
                         "is not sent again by the broker, since a second copy could be appended",
                     ) from None
                 unknown |= retry.unknown
@@ -394,17 +392,17 @@ class WritePath:
             if now >= deadline:
                 if unknown:
                     raise RequestError(
-                        ErrorCode.TIMEOUT, f"{group_id}: not acknowledged in time ({reason})"
+                        ErrorCode.TIMEOUT, f"{log_id}: not acknowledged in time ({reason})"
                     )
                 raise RequestError(
-                    ErrorCode.NO_QUORUM, f"{group_id}: no leader with a quorum ({reason})"
+                    ErrorCode.NO_QUORUM, f"{log_id}: no leader with a quorum ({reason})"
                 )
             await trio.sleep(min(backoff, deadline - now))
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
-            attempt = self.start(group_id, batch, count, acks, deadline)
+            attempt = self.start(log_id, batch, count, acks, deadline)
 
     async def write_as_leader(
-        self, group_id: str, batch: bytes, count: int, acks: Acks = Acks.QUORUM
+        self, log_id: str, batch: bytes, count: int, acks: Acks = Acks.QUORUM
     ) -> tuple[int, int]:
         """Write ``batch`` as this broker's leader replica, in one attempt: never forwarded,
         never retried elsewhere.
@@ -416,20 +414,20 @@ class WritePath:
         ``RequestError``: ``NOT_LEADER`` (nothing written; ask the new leader) or ``TIMEOUT``
         (the outcome is unknown).
         """
-        group = self._raft.groups.get(group_id)
-        if group is None or group.role is not Role.LEADER:
-            raise RequestError(ErrorCode.NOT_LEADER, f"{group_id}: not the leader here; retry")
+        replica = self._raft.replicas.get(log_id)
+        if replica is None or replica.role is not Role.LEADER:
+            raise RequestError(ErrorCode.NOT_LEADER, f"{log_id}: not the leader here; retry")
         deadline = trio.current_time() + self.timeout
         try:
-            return await self.finish(self._start_local(group, batch, count), acks, deadline)
+            return await self.finish(self._start_local(replica, batch, count), acks, deadline)
         except _Retry as retry:
             code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
-            raise RequestError(code, f"{group_id}: {retry}; retry") from None
+            raise RequestError(code, f"{log_id}: {retry}; retry") from None
 
     # -- MQTT QoS 1 resends ------------------------------------------------------------------
 
     async def find_resend(
-        self, group_id: str, key: tuple[bytes, bytes], digest: int, deadline: float
+        self, log_id: str, key: tuple[bytes, bytes], digest: int, deadline: float
     ) -> int | None:
         """The offset of the committed first copy of an MQTT QoS 1 resend, or None when the
         log does not hold one (see ``_resends``): asked of the partition's leader, local or
@@ -439,17 +437,17 @@ class WritePath:
         """
         backoff = 0.005
         while True:
-            group = self._raft.groups.get(group_id)
+            replica = self._raft.replicas.get(log_id)
             try:
-                if group is not None and group.role is Role.LEADER:
-                    return await self._find_resend_here(group, key, digest, deadline)
-                leader = self.leader_of(group_id)
+                if replica is not None and replica.role is Role.LEADER:
+                    return await self._find_resend_here(replica, key, digest, deadline)
+                leader = self.leader_of(log_id)
                 if leader is None or leader == self.node_id:
                     raise _Retry("the partition has no leader yet")
                 remaining = max(0.0, deadline - trio.current_time())
                 answer = await self._forwarder.call(
                     leader,
-                    FindResendRequest(group_id, *key, digest, remaining),
+                    FindResendRequest(log_id, *key, digest, remaining),
                     deadline=deadline,
                 )
                 return _found_of(answer)
@@ -458,48 +456,52 @@ class WritePath:
             now = trio.current_time()
             if now >= deadline:
                 raise RequestError(
-                    ErrorCode.TIMEOUT, f"{group_id}: a resend could not be looked up ({reason})"
+                    ErrorCode.TIMEOUT, f"{log_id}: a resend could not be looked up ({reason})"
                 )
             await trio.sleep(min(backoff, deadline - now))
             backoff = min(backoff * 2, _MAX_BACKOFF_S)
 
     async def serve_find_resend(
-        self, group_id: str, key: tuple[bytes, bytes], digest: int, seconds: float
+        self, log_id: str, key: tuple[bytes, bytes], digest: int, seconds: float
     ) -> Found | Absent | Retry:
         """A peer's ``find_resend``, as this leader: the answer to send it."""
-        group = self._raft.groups.get(group_id)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._raft.replicas.get(log_id)
+        if replica is None or replica.role is not Role.LEADER:
             return Retry("not the leader here")
         try:
-            offset = await self._find_resend_here(group, key, digest, trio.current_time() + seconds)
+            offset = await self._find_resend_here(
+                replica, key, digest, trio.current_time() + seconds
+            )
         except _Retry as retry:
             return Retry(str(retry))
         return Absent() if offset is None else Found(offset)
 
     async def _find_resend_here(
-        self, group: RaftGroup, key: tuple[bytes, bytes], digest: int, deadline: float
+        self, replica: RaftReplica, key: tuple[bytes, bytes], digest: int, deadline: float
     ) -> int | None:
         try:
             # Every entry of an earlier term that will ever commit is in our log after this.
-            await self._raft.read_index(group.id, timeout=max(0.0, deadline - trio.current_time()))
+            await self._raft.read_index(
+                replica.id, timeout=max(0.0, deadline - trio.current_time())
+            )
         except (NotLeader, CommitTimeout) as exc:
             raise _Retry(f"no read point: {exc}") from exc
-        node = group.node
+        node = replica.node
         if node.role is not Role.LEADER:
             raise _Retry("leadership moved")
-        index = self._resends.get(group.id)
+        index = self._resends.get(replica.id)
         if index is None or index.term != node.term:
-            index = self._resends[group.id] = ResendIndex(node.term)
-        while not index.catch_up(group.log):  # a chunk at a time: the broker serves on between
+            index = self._resends[replica.id] = ResendIndex(node.term)
+        while not index.catch_up(replica.log):  # a chunk at a time: the broker serves on between
             await trio.lowlevel.checkpoint()
-        if node is not group.node or node.role is not Role.LEADER or node.term != index.term:
+        if node is not replica.node or node.role is not Role.LEADER or node.term != index.term:
             raise _Retry("leadership moved")
-        offset = index.find(group.log, key, digest)
+        offset = index.find(replica.log, key, digest)
         if offset is None:
             return None
         try:  # an entry of our own term may not have committed yet
             await self._finish_local(
-                _Local(group, offset, node.log.term_at(offset), 1), Acks.QUORUM, deadline
+                _Local(replica, offset, node.log.term_at(offset), 1), Acks.QUORUM, deadline
             )
         except _Retry as retry:
             if retry.unknown:
@@ -510,7 +512,7 @@ class WritePath:
     # -- the leader's side of a forwarded append -------------------------------------------
 
     def start_forwarded(
-        self, group_id: str, batch: bytes, count: int, acks: Acks, seconds: float
+        self, log_id: str, batch: bytes, count: int, acks: Acks, seconds: float
     ) -> ForwardedAppend | Retry:
         """Start a peer's append as the leader, at once; or the answer to send it now.
 
@@ -518,11 +520,11 @@ class WritePath:
         producer pipelines through one broker are then proposed in the order they were sent, so
         the leader's idempotence check does not refuse the later ones as out of order.
         """
-        group = self._raft.groups.get(group_id)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._raft.replicas.get(log_id)
+        if replica is None or replica.role is not Role.LEADER:
             return Retry("not the leader here")
         deadline = trio.current_time() + seconds
-        return ForwardedAppend(self.start(group_id, batch, count, acks, deadline), acks, deadline)
+        return ForwardedAppend(self.start(log_id, batch, count, acks, deadline), acks, deadline)
 
     async def finish_forwarded(
         self, append: ForwardedAppend
@@ -553,12 +555,12 @@ class WritePath:
         before it committed is answered ``Retry`` at once, with ``_finish_local``'s reason.
         """
         # ``start_forwarded``, inline: this runs once per forwarded write.
-        group = self._raft.groups.get(request.group)
-        if group is None or group.role is not Role.LEADER:
+        replica = self._raft.replicas.get(request.log_id)
+        if replica is None or replica.role is not Role.LEADER:
             self._forwarder.reply(peer, req, Retry("not the leader here"))
             return
         deadline = trio.current_time() + request.seconds
-        attempt = self._start_local(group, request.batch, request.count)
+        attempt = self._start_local(replica, request.batch, request.count)
         if (
             not isinstance(attempt, _Local)
             or request.acks is not Acks.QUORUM

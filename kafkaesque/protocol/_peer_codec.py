@@ -269,12 +269,12 @@ _REQUEST_DECODERS: Final[dict[int, Callable[[list[Any] | tuple[Any, ...]], Reque
 
 def _request_fields(request: Request) -> list[object]:
     match request:
-        case AppendRequest(group, batch, count, acks, seconds):
-            return [group, batch, count, acks.value, seconds]
-        case FindResendRequest(group, client, packet, digest, seconds):
-            return [group, client, packet, digest, seconds]
-        case BoundsRequest(groups, time_ms):
-            return [list(groups)] if time_ms is None else [list(groups), time_ms]
+        case AppendRequest(log_id, batch, count, acks, seconds):
+            return [log_id, batch, count, acks.value, seconds]
+        case FindResendRequest(log_id, client, packet, digest, seconds):
+            return [log_id, client, packet, digest, seconds]
+        case BoundsRequest(log_ids, time_ms):
+            return [list(log_ids)] if time_ms is None else [list(log_ids), time_ms]
         case ReadRequest(topic, partition, offset, max_bytes, wait_ms):
             return [topic, partition, offset, max_bytes, wait_ms]
         case GroupCommandRequest(command):
@@ -378,11 +378,11 @@ def _claims(x: object) -> dict[str, LeaderClaim]:
     if not isinstance(x, dict):
         raise MalformedPeerMessage(f"expected a map of claims, got {type(x).__name__}")
     out: dict[str, LeaderClaim] = {}
-    for group, value in x.items():
+    for log_id, value in x.items():
         v = _list(value, "claim fields")
         if len(v) != 4:
             raise MalformedPeerMessage(f"a claim needs 4 fields, got {len(v)}")
-        out[_str(group)] = LeaderClaim(
+        out[_str(log_id)] = LeaderClaim(
             _int(v[0]),
             frozenset(_natural(n) for n in _list(v[1], "voters")),
             frozenset(_natural(n) for n in _list(v[2], "learners")),

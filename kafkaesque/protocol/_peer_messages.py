@@ -59,10 +59,10 @@ class MalformedPeerMessage(Exception):
 
 @dataclass(frozen=True, slots=True)
 class AppendRequest:
-    """Append ``batch`` (``count`` offsets) as the leader of ``group``; answer within
+    """Append ``batch`` (``count`` offsets) as the leader of ``log_id``; answer within
     ``seconds`` with ``Appended``, ``Retry`` (not appended), ``Unknown`` or ``Refused``."""
 
-    group: str
+    log_id: str
     batch: bytes
     count: int
     acks: Acks
@@ -71,10 +71,10 @@ class AppendRequest:
 
 @dataclass(frozen=True, slots=True)
 class FindResendRequest:
-    """As the leader of ``group``, look an MQTT QoS 1 resend up in its log (its client id,
+    """As the leader of ``log_id``, look an MQTT QoS 1 resend up in its log (its client id,
     packet id and payload digest); answer ``Found``, ``Absent`` or ``Retry`` within ``seconds``."""
 
-    group: str
+    log_id: str
     client: bytes
     packet: bytes
     digest: int
@@ -87,7 +87,7 @@ class BoundsRequest:
     ``time_ms``, also the earliest committed offset whose record timestamp is >= it (the high
     watermark if none is: ``PartitionLog.offset_for_time``)."""
 
-    groups: tuple[str, ...]
+    log_ids: tuple[str, ...]
     time_ms: int | None = None
 
 

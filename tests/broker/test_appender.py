@@ -38,7 +38,7 @@ class _HeldWrites:
         self._held: list[tuple[int, trio.Event, list[int]]] = []  # count, committed, offsets
         self._next = 0
 
-    def start(self, group_id: str, batch: bytes, count: int, *args: Any) -> None:
+    def start(self, log_id: str, batch: bytes, count: int, *args: Any) -> None:
         self.started.append(count)
         header = decode_header(batch)
         self.stamps.append((header.producer_id, header.base_sequence))
@@ -46,7 +46,7 @@ class _HeldWrites:
     def when_written(self, *args: Any) -> bool:
         return False  # every write is awaited, by ``write``
 
-    async def write(self, group_id: str, batch: bytes, count: int, *args: Any, **kw: Any) -> Any:
+    async def write(self, log_id: str, batch: bytes, count: int, *args: Any, **kw: Any) -> Any:
         committed, offsets = trio.Event(), list[int]()
         self._held.append((count, committed, offsets))
         await committed.wait()
@@ -188,7 +188,7 @@ class _ToldWrites:
         self._held: list[tuple[int, Any]] = []  # count, callback
         self._next = 0
 
-    def start(self, group_id: str, batch: bytes, count: int, *args: Any) -> object:
+    def start(self, log_id: str, batch: bytes, count: int, *args: Any) -> object:
         self.started.append(count)
         self.stamps.append(decode_header(batch).base_sequence)
         self.in_flight += 1
@@ -323,7 +323,7 @@ class _Brokers:
             for i in range(n)
         ]
         for raft in self.rafts:
-            raft.add_group(GROUP, str(root / f"b{raft.node_id}"), range(n))
+            raft.add_replica(GROUP, str(root / f"b{raft.node_id}"), range(n))
         self.writes = [
             WritePath(
                 r.node_id, r, LeaderTable(), Forwarder(lambda peer, item: False), timeout=timeout
@@ -356,7 +356,7 @@ class _Brokers:
                     self.rafts[dst].handle_items(src, [item])
 
     def leader(self) -> MultiRaft:
-        (leader,) = [r for r in self.rafts if r.groups[GROUP].role is Role.LEADER]
+        (leader,) = [r for r in self.rafts if r.replicas[GROUP].role is Role.LEADER]
         return leader
 
     def close(self) -> None:
@@ -379,7 +379,7 @@ class _Spawns(trio.abc.Instrument):
 
 
 def _values(raft: MultiRaft) -> list[bytes | None]:
-    return [r.value for r in raft.groups[GROUP].committed_records()]
+    return [r.value for r in raft.replicas[GROUP].committed_records()]
 
 
 async def test_a_batch_its_own_leader_commits_finishes_its_flight_with_no_task(
@@ -420,7 +420,7 @@ async def test_a_leaders_writes_need_no_task_of_the_appender_at_all(tmp_path: Pa
     # the next one (a proposal from inside the Raft step's callback).
     brokers = _Brokers(tmp_path, 1)
     await brokers.settle()
-    group = brokers.rafts[0].groups[GROUP]
+    group = brokers.rafts[0].replicas[GROUP]
     appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0])
     try:
         spawns = _Spawns()
@@ -446,10 +446,10 @@ async def _elect_another(brokers: _Brokers, old: MultiRaft) -> MultiRaft:
     """Election timeouts pass without a word from ``old``: another broker leads."""
     others = [r for r in brokers.rafts if r is not old]
     for _ in range(100):
-        if any(r.groups[GROUP].role is Role.LEADER for r in others):
+        if any(r.replicas[GROUP].role is Role.LEADER for r in others):
             break
         await brokers.settle(cut_off=old.node_id, ticks=1)
-    return next(r for r in others if r.groups[GROUP].role is Role.LEADER)
+    return next(r for r in others if r.replicas[GROUP].role is Role.LEADER)
 
 
 async def test_a_batch_cut_before_it_commits_is_retried_by_a_task_and_gets_its_offset(
@@ -487,7 +487,7 @@ async def test_a_batch_cut_before_it_commits_is_retried_by_a_task_and_gets_its_o
             assert flight.error is None
             values = _values(old)
             assert values.count(b"reading") == 1
-            records = old.groups[GROUP].committed_records()
+            records = old.replicas[GROUP].committed_records()
             assert [r.offset for r in records if r.value == b"reading"] == [flight.base + index]
             nursery.cancel_scope.cancel()
     finally:

@@ -86,7 +86,7 @@ async def test_every_group_goes_back_to_its_preferred_replica_and_stays(tmp_path
 
         def leaders() -> dict[str, int | None]:
             return {
-                g: next((b.id for b in brokers if b.raft.groups[g].role is Role.LEADER), None)
+                g: next((b.id for b in brokers if b.raft.replicas[g].role is Role.LEADER), None)
                 for g in GROUPS
             }
 

@@ -327,7 +327,7 @@ class _Cluster:
             for i in range(n)
         ]
         for raft in self.rafts:
-            raft.add_group(GROUP, str(root / f"b{raft.node_id}"), range(n))
+            raft.add_replica(GROUP, str(root / f"b{raft.node_id}"), range(n))
         self.forwarders = [Forwarder(self._sender(i)) for i in range(n)]
         self.writes = [
             WritePath(i, self.rafts[i], LeaderTable(), self.forwarders[i], timeout=timeout)
@@ -379,12 +379,12 @@ class _Cluster:
         (leader,) = [
             r.node_id
             for r in self.rafts
-            if r.node_id not in self.dead and r.groups[GROUP].role is Role.LEADER
+            if r.node_id not in self.dead and r.replicas[GROUP].role is Role.LEADER
         ]
         return leader
 
     def values(self, broker: int) -> list[bytes | None]:
-        return [r.value for r in self.rafts[broker].groups[GROUP].committed_records()]
+        return [r.value for r in self.rafts[broker].replicas[GROUP].committed_records()]
 
     def close(self) -> None:
         for raft in self.rafts:
@@ -495,7 +495,7 @@ async def test_a_forwarded_append_cut_before_it_commits_is_answered_retry_at_onc
         try:
             await cluster.settle()
             old = cluster.leader()
-            term = cluster.rafts[old].groups[GROUP].node.term
+            term = cluster.rafts[old].replicas[GROUP].node.term
             cluster.writes[old].serve_forwarded(
                 1, 7, _request(build_batch([Record(value=b"a")]), 30.0), nursery
             )
@@ -504,7 +504,7 @@ async def test_a_forwarded_append_cut_before_it_commits_is_answered_retry_at_onc
             for _ in range(100):
                 await cluster.settle(ticks=1)
                 if any(
-                    r.groups[GROUP].role is Role.LEADER for r in cluster.rafts if r.node_id != old
+                    r.replicas[GROUP].role is Role.LEADER for r in cluster.rafts if r.node_id != old
                 ):
                     break
             new = cluster.leader()
@@ -567,7 +567,7 @@ async def test_a_forward_whose_leader_dies_before_answering_is_retried_and_writt
             assert flight.error is None
             new = cluster.leader()
             assert new != old
-            records = cluster.rafts[new].groups[GROUP].committed_records()
+            records = cluster.rafts[new].replicas[GROUP].committed_records()
             assert [r.value for r in records].count(b"reading") == 1
             assert [r.offset for r in records if r.value == b"reading"] == [flight.base + index]
             nursery.cancel_scope.cancel()

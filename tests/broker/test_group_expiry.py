@@ -119,16 +119,16 @@ class _Writes:
         self._replicas = replicas
         self.timeout = timeout
 
-    def _replica(self, group_id: str) -> _Replica:
-        topic, _, partition = group_id.rpartition("/")
+    def _replica(self, log_id: str) -> _Replica:
+        topic, _, partition = log_id.rpartition("/")
         assert topic == OFFSETS_TOPIC
         return self._replicas[int(partition)]
 
-    def leader_of(self, group_id: str) -> int | None:
-        return 0 if self._replica(group_id).role is Role.LEADER else None
+    def leader_of(self, log_id: str) -> int | None:
+        return 0 if self._replica(log_id).role is Role.LEADER else None
 
-    async def write_as_leader(self, group_id: str, batch: bytes, count: int) -> tuple[int, int]:
-        replica = self._replica(group_id)
+    async def write_as_leader(self, log_id: str, batch: bytes, count: int) -> tuple[int, int]:
+        replica = self._replica(log_id)
         if replica.role is not Role.LEADER:
             raise RequestError(ErrorCode.NOT_LEADER, "not the leader")
         if replica.stall_s:
@@ -188,8 +188,8 @@ def broker(tmp_path: Path) -> Iterator[_Broker]:
     b.close()
 
 
-async def _no_read_index(group_id: str) -> int:
-    raise AssertionError(f"no read barrier expected on {group_id}")
+async def _no_read_index(log_id: str) -> int:
+    raise AssertionError(f"no read barrier expected on {log_id}")
 
 
 async def _no_forward(broker: int, command: Any, wait_s: float) -> bytes:

@@ -28,7 +28,7 @@ from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._latest import KeyIndex, LatestIndexes, catch_up, record_at
 from kafkaesque.protocol import ErrorCode
 from kafkaesque.raft import NotLeader, Role
-from kafkaesque.raft.driver import RaftGroup
+from kafkaesque.raft.driver import RaftReplica
 from kafkaesque.storage import (
     BatchType,
     LogConfig,
@@ -213,7 +213,7 @@ def test_record_at_answers_none_for_an_offset_of_another_key_or_below_the_start(
 
 @dataclass(eq=False)
 class FakeGroup:
-    """What ``LatestIndexes`` reads of a ``RaftGroup``: a real log, a role, a commit index."""
+    """What ``LatestIndexes`` reads of a ``RaftReplica``: a real log, a role, a commit index."""
 
     id: str
     log: PartitionLog
@@ -232,14 +232,14 @@ class FakeGroup:
 
 
 def _indexes(group: FakeGroup, compacted: list[bool]) -> LatestIndexes:
-    async def read_index(group_id: str) -> int:
+    async def read_index(log_id: str) -> int:
         # No checkpoint, as a leader that confirmed at once: the lookup runs on without yielding.
         if group.role is not Role.LEADER:
             raise NotLeader(None)
         return group.commit_index
 
     return LatestIndexes(
-        lambda: {group.id: cast(RaftGroup, group)}, lambda _: compacted[0], read_index
+        lambda: {group.id: cast(RaftReplica, group)}, lambda _: compacted[0], read_index
     )
 
 
@@ -265,7 +265,7 @@ async def test_a_leader_builds_its_index_in_the_background_and_drops_it_when_it_
     group.commit()
     compacted = [True]
     indexes = _indexes(group, compacted)
-    lookup = partial(indexes.lookup, cast(RaftGroup, group))
+    lookup = partial(indexes.lookup, cast(RaftReplica, group))
     try:
         async with trio.open_nursery() as nursery:
             await nursery.start(indexes.run)

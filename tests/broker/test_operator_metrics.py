@@ -26,7 +26,7 @@ from kafkaesque.broker._metrics import (
 )
 from kafkaesque.protocol import BadCommand, ErrorCode, LineDecoder
 from kafkaesque.raft import Configuration, Role
-from kafkaesque.raft.driver import RaftGroup
+from kafkaesque.raft.driver import RaftReplica
 
 Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]
 
@@ -93,14 +93,14 @@ class FakeGroup:
     log: FakeLog
 
 
-def led(group_id: str, me: int, end: int, matches: dict[int, int]) -> RaftGroup:
+def led(log_id: str, me: int, end: int, matches: dict[int, int]) -> RaftReplica:
     node = FakeNode(me, Role.LEADER, me, end, matches)
-    return cast(RaftGroup, FakeGroup(group_id, node, end, FakeLog(end + 1)))
+    return cast(RaftReplica, FakeGroup(log_id, node, end, FakeLog(end + 1)))
 
 
-def followed(group_id: str, me: int, leader: int | None, end: int) -> RaftGroup:
+def followed(log_id: str, me: int, leader: int | None, end: int) -> RaftReplica:
     node = FakeNode(me, Role.FOLLOWER, leader, end)
-    return cast(RaftGroup, FakeGroup(group_id, node, end, FakeLog(end + 1)))
+    return cast(RaftReplica, FakeGroup(log_id, node, end, FakeLog(end + 1)))
 
 
 class Clock:

@@ -79,7 +79,7 @@ async def test_a_leader_hands_every_group_over_within_a_few_ticks(tmp_path: Path
 
         # The broker that leads the most groups hands them over.
         def led(b: Broker) -> list[str]:
-            return [g for g in GROUPS if b.raft.groups[g].role is Role.LEADER]
+            return [g for g in GROUPS if b.raft.replicas[g].role is Role.LEADER]
 
         victim = max(brokers, key=lambda b: len(led(b)))
         had = led(victim)
@@ -96,8 +96,8 @@ async def test_a_leader_hands_every_group_over_within_a_few_ticks(tmp_path: Path
         assert elapsed < ELECTION_TICK, f"the hand-over took {elapsed} ticks"
         others = [b for b in brokers if b is not victim]
         for g in had:
-            assert victim.raft.groups[g].role is not Role.LEADER
-            assert victim.raft.groups[g].leader in {b.id for b in others}
+            assert victim.raft.replicas[g].role is not Role.LEADER
+            assert victim.raft.replicas[g].leader in {b.id for b in others}
         # Nothing committed was lost, and the new leaders take writes.
         for g in had:
             await _propose_until_committed(brokers, g, alive, b"after")
@@ -112,11 +112,11 @@ async def test_a_leader_hands_every_group_over_within_a_few_ticks(tmp_path: Path
 
 async def test_a_group_without_another_voter_is_left_at_once(tmp_path: Path) -> None:
     raft = MultiRaft(0, lambda peer, item: True, state_dir=str(tmp_path / "state"))
-    raft.add_group("solo/0", str(tmp_path / "solo-0"), [0])
+    raft.add_replica("solo/0", str(tmp_path / "solo-0"), [0])
     async with trio.open_nursery() as nursery:
         await nursery.start(raft.run)
         with trio.fail_after(5):
-            while raft.groups["solo/0"].role is not Role.LEADER:
+            while raft.replicas["solo/0"].role is not Role.LEADER:
                 await trio.sleep(0.01)
             await raft.propose("solo/0", build_batch([Record(value=b"x")]), 1)
             # Not waited for until the deadline: nobody could take it.

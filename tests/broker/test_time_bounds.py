@@ -49,8 +49,8 @@ def test_a_leader_answers_the_offset_for_a_time_among_committed_records(
     wire = Wire()
     broker.forwarder._send = wire.send
     # Committed up to offset 2: the record stamped 5,000 at offset 3 is not.
-    broker.raft.groups["t/0"] = FakeGroup(Role.LEADER, led_log, 2)  # type: ignore[assignment]
-    broker.raft.groups["t/1"] = FakeGroup(Role.FOLLOWER, led_log, 2)  # type: ignore[assignment]
+    broker.raft.replicas["t/0"] = FakeGroup(Role.LEADER, led_log, 2)  # type: ignore[assignment]
+    broker.raft.replicas["t/1"] = FakeGroup(Role.FOLLOWER, led_log, 2)  # type: ignore[assignment]
     try:
         items = [
             peer_to_wire(PeerCall(5, BoundsRequest(("t/0", "t/1"), 2_500))),
@@ -65,7 +65,7 @@ def test_a_leader_answers_the_offset_for_a_time_among_committed_records(
             PeerReply(7, Bounds(((0, 3),))),
         ]
     finally:
-        broker.raft.groups.clear()  # fakes: nothing of theirs to close
+        broker.raft.replicas.clear()  # fakes: nothing of theirs to close
         broker.raft.close()
 
 
@@ -73,7 +73,7 @@ async def test_a_broker_asks_the_leader_for_the_groups_it_does_not_lead(
     tmp_path: Path, led_log: PartitionLog, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     broker = _idle_broker(tmp_path / "broker")
-    broker.raft.groups["t/0"] = FakeGroup(Role.LEADER, led_log, 3)  # type: ignore[assignment]
+    broker.raft.replicas["t/0"] = FakeGroup(Role.LEADER, led_log, 3)  # type: ignore[assignment]
     asked: list[tuple[int, Any]] = []
 
     async def call(peer: int, request: Any, *, deadline: float) -> Any:
@@ -81,11 +81,11 @@ async def test_a_broker_asks_the_leader_for_the_groups_it_does_not_lead(
         return Bounds(((7, 9, 8), (0, 1)))  # the second lacks the offset: left out
 
     monkeypatch.setattr(broker.forwarder, "call", call)
-    monkeypatch.setattr(broker.writes, "leader_of", lambda group_id: 1)
+    monkeypatch.setattr(broker.writes, "leader_of", lambda log_id: 1)
     try:
         found = await broker.reads.leader_bounds(["t/0", "t/1", "t/2"], time_ms=2_500)
         assert asked == [(1, BoundsRequest(("t/1", "t/2"), 2_500))]
         assert found == {"t/0": (0, 4, 1), "t/1": (7, 9, 8)}
     finally:
-        broker.raft.groups.clear()  # fakes: nothing of theirs to close
+        broker.raft.replicas.clear()  # fakes: nothing of theirs to close
         broker.raft.close()

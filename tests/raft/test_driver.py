@@ -34,7 +34,7 @@ class Broker:
             on_peer_change=self.raft.peer_changed,
         )
         for g in GROUPS:
-            self.raft.add_group(g, str(root / f"b{node_id}" / g.replace("/", "-")), peers)
+            self.raft.add_replica(g, str(root / f"b{node_id}" / g.replace("/", "-")), peers)
         self.scope = trio.CancelScope()
 
     def _send(self, peer: int, item: object) -> bool:
@@ -46,15 +46,15 @@ class Broker:
                 await nursery.start(self.transport.run, "127.0.0.1", self.port)
                 await nursery.start(self.raft.run)
 
-    def committed_values(self, group: str) -> list[bytes]:
-        return [r.value or b"" for r in self.raft.groups[group].committed_records()]
+    def committed_values(self, replica: str) -> list[bytes]:
+        return [r.value or b"" for r in self.raft.replicas[replica].committed_records()]
 
 
-async def _leader(brokers: list[Broker], group: str, alive: set[int]) -> Broker:
+async def _leader(brokers: list[Broker], replica: str, alive: set[int]) -> Broker:
     with trio.fail_after(10):
         while True:
             leaders = [
-                b for b in brokers if b.id in alive and b.raft.groups[group].role is Role.LEADER
+                b for b in brokers if b.id in alive and b.raft.replicas[replica].role is Role.LEADER
             ]
             if len(leaders) == 1:
                 return leaders[0]
@@ -62,12 +62,12 @@ async def _leader(brokers: list[Broker], group: str, alive: set[int]) -> Broker:
 
 
 async def _propose_until_committed(
-    brokers: list[Broker], group: str, alive: set[int], value: bytes
+    brokers: list[Broker], replica: str, alive: set[int], value: bytes
 ) -> None:
     while True:
-        leader = await _leader(brokers, group, alive)
+        leader = await _leader(brokers, replica, alive)
         try:
-            await leader.raft.propose(group, build_batch([Record(value=value)]), 1, timeout=2)
+            await leader.raft.propose(replica, build_batch([Record(value=value)]), 1, timeout=2)
             return
         except Exception:  # noqa: BLE001 - NotLeader, lost or timed out: find the leader again
             await trio.sleep(0.02)

@@ -47,7 +47,7 @@ class Broker:
             on_peer_change=self.raft.peer_changed,
         )
         self.dir = root / f"b{node_id}" / "t-0"
-        self.raft.add_group(GROUP, str(self.dir), peers, LOG_CONFIG)
+        self.raft.add_replica(GROUP, str(self.dir), peers, LOG_CONFIG)
         self.scope = trio.CancelScope()
 
     def _send(self, peer: int, item: object) -> bool:
@@ -60,11 +60,11 @@ class Broker:
                 await nursery.start(self.raft.run)
 
     @property
-    def group(self):  # type: ignore[no-untyped-def]
-        return self.raft.groups[GROUP]
+    def replica(self):  # type: ignore[no-untyped-def]
+        return self.raft.replicas[GROUP]
 
     def committed_values(self) -> list[bytes]:
-        return [r.value or b"" for r in self.group.committed_records()]
+        return [r.value or b"" for r in self.replica.committed_records()]
 
 
 def _value(i: int) -> bytes:
@@ -74,7 +74,7 @@ def _value(i: int) -> bytes:
 async def _leader(brokers: list[Broker]) -> Broker:
     with trio.fail_after(20):
         while True:
-            leaders = [b for b in brokers if b.group.role is Role.LEADER]
+            leaders = [b for b in brokers if b.replica.role is Role.LEADER]
             if len(leaders) == 1:
                 return leaders[0]
             await trio.sleep(0.02)
@@ -171,18 +171,18 @@ async def test_a_consumer_read_that_hits_corruption_gets_an_error_and_the_replic
         bad = _flip_sealed(victim)
         follower = cluster.start(victim.id)
         with trio.fail_after(30):
-            while follower.group.commit_index < COUNT:
+            while follower.replica.commit_index < COUNT:
                 await trio.sleep(0.05)
         with pytest.raises(RequestError, match="corruption"):
-            read_committed(follower.group, bad, 1 << 20)
+            read_committed(follower.replica, bad, 1 << 20)
         # The driver cuts the log, re-replicates it from the leader and ends whole again.
         with trio.fail_after(30):
-            while follower.raft.corruptions < 1 or follower.group.node.status().lost_end:
+            while follower.raft.corruptions < 1 or follower.replica.node.status().lost_end:
                 await trio.sleep(0.05)
         await _commit(cluster.brokers, b"after")
         await _converged(cluster.brokers, [*want, b"after"])
-        follower.group.log.verify()
-        assert read_committed(follower.group, bad, 1 << 20).data
+        follower.replica.log.verify()
+        assert read_committed(follower.replica, bad, 1 << 20).data
 
     await _run(tmp_path, 0, scenario)
     assert any("corruption: " in r.getMessage() for r in caplog.records)
@@ -202,8 +202,8 @@ async def test_the_scrub_finds_a_flip_under_the_leader_which_steps_down_and_repa
         # Another broker leads, the old leader re-replicates, nothing committed is lost.
         await _commit(cluster.brokers, b"after")
         await _converged(cluster.brokers, [*want, b"after"])
-        leader.group.log.verify()
-        assert leader.group.log.lost_end_offset is None
+        leader.replica.log.verify()
+        assert leader.replica.log.lost_end_offset is None
 
     await _run(tmp_path, 64 * 1024, scenario)
 
@@ -226,16 +226,16 @@ async def test_a_follower_whose_acknowledged_tail_was_cut_re_replicates_it(
         with open(active, "r+b") as f:
             f.truncate(len(data) - sum(batches[-3:]) + 5)  # 3 batches gone, a torn 4th
         follower = cluster.start(victim.id)
-        status = follower.group.node.status()
+        status = follower.replica.node.status()
         assert status.lost_end is not None  # its old end: it may not vote below it
-        assert status.lost_end > follower.group.log.log_end_offset
-        assert follower.group.log.corruptions == 1
+        assert status.lost_end > follower.replica.log.log_end_offset
+        assert follower.replica.log.corruptions == 1
         with trio.fail_after(30):
-            while follower.group.node.status().lost_end is not None:
-                assert follower.group.role is not Role.LEADER
+            while follower.replica.node.status().lost_end is not None:
+                assert follower.replica.role is not Role.LEADER
                 await trio.sleep(0.05)
         await _commit(cluster.brokers, b"after")
         await _converged(cluster.brokers, [*want, b"after"])
-        assert follower.group.log.lost_end_offset is None
+        assert follower.replica.log.lost_end_offset is None
 
     await _run(tmp_path, 0, scenario)

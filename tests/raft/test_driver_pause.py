@@ -47,7 +47,7 @@ class Cluster:
         ]
         for b in self.brokers:
             for g in GROUPS:
-                b.add_group(g, str(root / f"b{b.node_id}" / g.replace("/", "-")), range(n))
+                b.add_replica(g, str(root / f"b{b.node_id}" / g.replace("/", "-")), range(n))
 
     def _sender(self, src: int) -> Any:
         def send(dst: int, item: Any) -> bool:
@@ -79,8 +79,8 @@ class Cluster:
             b.tick()
         await self.settle()
 
-    def leaders(self, group: str) -> list[int]:
-        return [b.node_id for b in self.running() if b.groups[group].role is Role.LEADER]
+    def leaders(self, replica: str) -> list[int]:
+        return [b.node_id for b in self.running() if b.replicas[replica].role is Role.LEADER]
 
     async def resume(self) -> None:
         """The paused broker reads what waited in its socket, then runs on."""
@@ -106,7 +106,7 @@ async def _quiet_cluster(tmp_path: Path, seed: int) -> Cluster:
     await cluster.settle()
     for _ in range(10):
         await cluster.tick()
-    assert all(group.quiesced for b in cluster.brokers for group in b.groups.values())
+    assert all(replica.quiesced for b in cluster.brokers for replica in b.replicas.values())
     return cluster
 
 
@@ -116,7 +116,7 @@ async def test_a_paused_leader_of_quiesced_groups_is_replaced_within_two_timeout
 ) -> None:
     cluster = await _quiet_cluster(tmp_path, seed)
     victim = cluster.brokers[0]
-    led = [g for g in GROUPS if victim.groups[g].role is Role.LEADER]
+    led = [g for g in GROUPS if victim.replicas[g].role is Role.LEADER]
     assert led, "broker 0 leads at least one group (the preferred-leader hash spreads them)"
     cluster.paused = victim.node_id
     replaced: dict[str, int] = {}
@@ -143,13 +143,13 @@ async def test_a_paused_leader_of_quiesced_groups_is_replaced_within_two_timeout
     for _ in range(3 * ELECTION_TICK):
         await cluster.tick()
         if all(len(cluster.leaders(g)) == 1 for g in GROUPS) and all(
-            len({b.groups[g].commit_index for b in cluster.brokers}) == 1 for g in GROUPS
+            len({b.replicas[g].commit_index for b in cluster.brokers}) == 1 for g in GROUPS
         ):
             break
     for g in led:
-        assert victim.groups[g].role is Role.FOLLOWER
+        assert victim.replicas[g].role is Role.FOLLOWER
         histories = {
-            tuple(r.value for r in b.groups[g].committed_records()) for b in cluster.brokers
+            tuple(r.value for r in b.replicas[g].committed_records()) for b in cluster.brokers
         }
         assert histories == {(b"before", b"during")}, (g, histories)
     for b in cluster.brokers:

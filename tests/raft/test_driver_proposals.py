@@ -59,7 +59,7 @@ class Cluster:
             for i in range(n)
         ]
         for b in self.brokers:
-            b.add_group(GROUP, str(root / f"b{b.node_id}"), range(n), log_config)
+            b.add_replica(GROUP, str(root / f"b{b.node_id}"), range(n), log_config)
 
     def _sender(self, src: int) -> Any:
         def send(dst: int, item: Any) -> bool:
@@ -71,7 +71,7 @@ class Cluster:
         return send
 
     def _check(self, src: int, wire: list[Any]) -> None:
-        log = self.brokers[src].groups[GROUP].log
+        log = self.brokers[src].replicas[GROUP].log
         if wire[0] == 4 and wire[4]:  # a successful AppendEntriesResponse: [4, s, d, t, ok, i..]
             assert log.flushed_end_offset > wire[5], "acknowledged before it was durable"
         if wire[0] == 3 and wire[7]:  # AppendEntries with entries: [3, s, d, t, p, pt, c, ents]
@@ -90,7 +90,7 @@ class Cluster:
                     self.brokers[dst].handle_items(src, [item])
 
     def leader(self) -> MultiRaft:
-        (leader,) = [b for b in self.brokers if b.groups[GROUP].role is Role.LEADER]
+        (leader,) = [b for b in self.brokers if b.replicas[GROUP].role is Role.LEADER]
         return leader
 
 
@@ -107,13 +107,13 @@ async def test_followers_acknowledge_only_durable_entries_and_the_leader_does_no
     for _ in range(5):
         leader.propose_nowait(GROUP, _batch(), 3)
         await cluster.settle()
-    assert leader.groups[GROUP].commit_index == 15  # the no-op at 0, then 5 batches of 3
+    assert leader.replicas[GROUP].commit_index == 15  # the no-op at 0, then 5 batches of 3
     # The leader replicated its entries before its own fsync of them (thesis §10.2.1).
     assert cluster.early_appends > 0
     leader.tick()  # the followers learn the last commit from the tick's heartbeat
     await cluster.settle()
     for b in cluster.brokers:
-        records = b.groups[GROUP].committed_records()
+        records = b.replicas[GROUP].committed_records()
         assert [r.value for r in records] == [b"v0", b"v1", b"v2"] * 5
 
 
@@ -134,10 +134,10 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
         queue, cluster.queue = cluster.queue, []
         for src, dst, item in queue:
             cluster.brokers[dst].handle_items(src, [item])
-        if leader.groups[GROUP].commit_index == 3:
+        if leader.replicas[GROUP].commit_index == 3:
             break
-    assert leader.groups[GROUP].commit_index == 3
-    assert [f.groups[GROUP].commit_index for f in followers] == [0, 0]
+    assert leader.replicas[GROUP].commit_index == 3
+    assert [f.replicas[GROUP].commit_index for f in followers] == [0, 0]
     assert cluster.queue == []  # a commit is not sent on its own: it waits for the heartbeat
     leader.tick()
     await leader._process()
@@ -149,11 +149,11 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
     assert {dst for _, dst, _ in news} == {f.node_id for f in followers}
     for src, dst, item in news:
         cluster.brokers[dst].handle_items(src, [item])  # and no pass of the loop after it
-    assert [f.groups[GROUP].commit_index for f in followers] == [3, 3]
+    assert [f.replicas[GROUP].commit_index for f in followers] == [3, 3]
     assert not any(f._dirty for f in followers)
     await cluster.settle()
     for b in cluster.brokers:
-        assert [r.value for r in b.groups[GROUP].committed_records()] == [b"v0", b"v1", b"v2"]
+        assert [r.value for r in b.replicas[GROUP].committed_records()] == [b"v0", b"v1", b"v2"]
 
 
 def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None:
@@ -202,8 +202,8 @@ async def test_an_invalid_proposal_is_refused_and_the_group_goes_on(tmp_path: Pa
             await raft.propose(GROUP, batch, count)
     assert raft.propose_nowait(GROUP, good, 3)[0] == 3
     await cluster.settle()
-    assert raft.groups[GROUP].commit_index == 3
-    assert raft.groups[GROUP].node.configuration.voters == {0}
+    assert raft.replicas[GROUP].commit_index == 3
+    assert raft.replicas[GROUP].node.configuration.voters == {0}
 
 
 async def test_a_proposal_is_parsed_once_and_carried_checked_into_the_log(
@@ -217,7 +217,7 @@ async def test_a_proposal_is_parsed_once_and_carried_checked_into_the_log(
     cluster = Cluster(tmp_path, 1)
     await cluster.settle()
     raft = cluster.leader()
-    group = raft.groups[GROUP]
+    replica = raft.replicas[GROUP]
     batch = _batch()
     decoded: list[int] = []
     real = decode_header
@@ -230,33 +230,33 @@ async def test_a_proposal_is_parsed_once_and_carried_checked_into_the_log(
     for _ in range(4):
         raft.propose_nowait(GROUP, batch, 3)
     assert len(decoded) == 4  # the checks
-    checked = group.storage.check_proposal(batch, 3)
+    checked = replica.storage.check_proposal(batch, 3)
     assert len(decoded) == 5
     with pytest.raises(InvalidBatchError, match="not 2"):
         raft.propose_nowait(GROUP, checked, 2)
     raft.propose_nowait(GROUP, checked, 3)
     await cluster.settle()
-    assert len(decoded) == 5 and group.commit_index == 15
+    assert len(decoded) == 5 and replica.commit_index == 15
     # What the log wrote is the batch stamped at each offset.
-    data = group.log.read(1).data
+    data = replica.log.read(1).data
     assert struct.unpack_from(">q", data, 0)[0] == 1
-    assert [r.offset for r in group.committed_records()] == list(range(1, 16))
+    assert [r.offset for r in replica.committed_records()] == list(range(1, 16))
 
 
 async def _leader_with_commit_waiter(
     tmp_path: Path,
 ) -> tuple[Cluster, MultiRaft, list[int], Callable[[int, int], Awaitable[None]]]:
     """Three brokers with a leader; a task body that waits on the leader's
-    ``group.wait_committed``, and the commit indexes it woke at."""
+    ``replica.wait_committed``, and the commit indexes it woke at."""
     cluster = Cluster(tmp_path, 3)
     await cluster.settle()
     leader = cluster.leader()
-    group = leader.groups[GROUP]
+    replica = leader.replicas[GROUP]
     woken_at: list[int] = []
 
     async def wait(last: int, term: int) -> None:
-        await group.wait_committed(last, term)
-        woken_at.append(group.commit_index)
+        await replica.wait_committed(last, term)
+        woken_at.append(replica.commit_index)
 
     return cluster, leader, woken_at, wait
 
@@ -265,14 +265,14 @@ async def test_a_commit_waiter_wakes_when_its_offset_commits_and_not_before(
     tmp_path: Path,
 ) -> None:
     cluster, leader, woken_at, wait = await _leader_with_commit_waiter(tmp_path)
-    group = leader.groups[GROUP]
+    replica = leader.replicas[GROUP]
     async with trio.open_nursery() as nursery:
         last, term = leader.propose_nowait(GROUP, _batch(), 3)
         nursery.start_soon(wait, last + 3, term)  # the next batch's last offset
         await trio.testing.wait_all_tasks_blocked()
         await cluster.settle()
         await trio.testing.wait_all_tasks_blocked()
-        assert group.commit_index == last and woken_at == []
+        assert replica.commit_index == last and woken_at == []
         leader.propose_nowait(GROUP, _batch(), 3)
         await cluster.settle()
         await trio.testing.wait_all_tasks_blocked()
@@ -285,12 +285,12 @@ async def _elect_another_leader(cluster: Cluster, old: MultiRaft) -> None:
     (over ``old``'s uncommitted entries at the same offsets)."""
     others = [b for b in cluster.brokers if b is not old]
     for _ in range(100):  # election timeouts pass without a word from the old leader
-        if any(b.groups[GROUP].role is Role.LEADER for b in others):
+        if any(b.replicas[GROUP].role is Role.LEADER for b in others):
             break
         for b in others:
             b.tick()
         await cluster.settle(cut_off=old.node_id)
-    new = next(b for b in others if b.groups[GROUP].role is Role.LEADER)
+    new = next(b for b in others if b.replicas[GROUP].role is Role.LEADER)
     new.propose_nowait(GROUP, _batch(1), 1)
     await cluster.settle(cut_off=old.node_id)
 
@@ -308,7 +308,7 @@ async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
     tmp_path: Path,
 ) -> None:
     cluster, old, woken_at, wait = await _leader_with_commit_waiter(tmp_path)
-    group = old.groups[GROUP]
+    replica = old.replicas[GROUP]
     async with trio.open_nursery() as nursery:
         last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
         nursery.start_soon(wait, last, term)
@@ -318,7 +318,7 @@ async def test_a_commit_waiter_wakes_short_of_the_commit_when_its_entry_is_cut(
         await trio.testing.wait_all_tasks_blocked()
         nursery.cancel_scope.cancel()
     assert len(woken_at) == 1 and woken_at[0] < last
-    assert group.log.log_end_offset <= last or group.log.term_at(last) != term
+    assert replica.log.log_end_offset <= last or replica.log.term_at(last) != term
 
 
 async def test_commit_callbacks_run_once_in_offset_order_from_the_step_that_commits(
@@ -328,21 +328,21 @@ async def test_commit_callbacks_run_once_in_offset_order_from_the_step_that_comm
     cluster = Cluster(tmp_path, 3)
     await cluster.settle()
     leader = cluster.leader()
-    group = leader.groups[GROUP]
+    replica = leader.replicas[GROUP]
     heard: list[tuple[str, int]] = []
     first, term = leader.propose_nowait(GROUP, _batch(), 3)
     second, _ = leader.propose_nowait(GROUP, _batch(), 3)
-    group.on_committed(second, term, lambda: heard.append(("second", group.commit_index)))
-    group.on_committed(first, term, lambda: heard.append(("first", group.commit_index)))
+    replica.on_committed(second, term, lambda: heard.append(("second", replica.commit_index)))
+    replica.on_committed(first, term, lambda: heard.append(("first", replica.commit_index)))
     assert heard == []
     await cluster.settle()
     assert [name for name, _ in heard] == ["first", "second"]
     assert heard[0][1] >= first and heard[1][1] >= second
-    group.on_committed(first, term, lambda: heard.append(("late", group.commit_index)))
+    replica.on_committed(first, term, lambda: heard.append(("late", replica.commit_index)))
     assert heard[-1] == ("late", second)  # already committed: called at once
     leader.propose_nowait(GROUP, _batch(), 3)
     await cluster.settle()
-    assert len(heard) == 3 and group._waiters == []  # each called once
+    assert len(heard) == 3 and replica._waiters == []  # each called once
 
 
 async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
@@ -351,11 +351,11 @@ async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
     cluster = Cluster(tmp_path, 3)
     await cluster.settle()
     old = cluster.leader()
-    group = old.groups[GROUP]
+    replica = old.replicas[GROUP]
     heard: list[tuple[int, int]] = []  # (commit index, log end) when called
     last, term = old.propose_nowait(GROUP, _batch(), 3)  # never leaves the old leader
-    group.on_committed(
-        last, term, lambda: heard.append((group.commit_index, group.log.log_end_offset))
+    replica.on_committed(
+        last, term, lambda: heard.append((replica.commit_index, replica.log.log_end_offset))
     )
     await _elect_another_leader(cluster, old)
     assert heard == []
@@ -363,8 +363,8 @@ async def test_a_commit_callback_runs_once_when_its_entry_is_cut(
     assert len(heard) == 1
     commit, end = heard[0]
     assert commit < last and end <= last  # called at the cut, not at a later commit
-    assert group.log.log_end_offset <= last or group.log.term_at(last) != term
-    assert group._waiters == []  # and it is called no more
+    assert replica.log.log_end_offset <= last or replica.log.term_at(last) != term
+    assert replica._waiters == []  # and it is called no more
 
 
 async def _deliver_forever(cluster: Cluster) -> None:
@@ -390,7 +390,7 @@ async def test_a_round_starts_where_its_cause_is_handled_and_acks_wait_for_the_d
     async with trio.open_nursery() as nursery:
         for b in cluster.brokers:
             await nursery.start(b.run)
-        glog = leader.groups[GROUP].log
+        glog = leader.replicas[GROUP].log
         end = glog.log_end_offset
         last, _ = leader.propose_nowait(GROUP, _batch(), 3)
         assert glog.log_end_offset == end + 3  # written, no await in between
@@ -400,7 +400,7 @@ async def test_a_round_starts_where_its_cause_is_handled_and_acks_wait_for_the_d
         assert sorted(dst for dst, _ in appends) == sorted(f.node_id for f in followers)
         assert leader._round is not None  # its fsync is in flight
         follower = followers[0]
-        flog = follower.groups[GROUP].log
+        flog = follower.replicas[GROUP].log
         (item,) = [item for dst, item in appends if dst == follower.node_id]
         cluster.queue.clear()
         follower.handle_items(leader.node_id, [item])
@@ -408,15 +408,15 @@ async def test_a_round_starts_where_its_cause_is_handled_and_acks_wait_for_the_d
         assert not [i for s, _, i in cluster.queue if s == follower.node_id and i[0] == 0]
         nursery.start_soon(_deliver_forever, cluster)
         with trio.fail_after(10):
-            while leader.groups[GROUP].commit_index < last:
+            while leader.replicas[GROUP].commit_index < last:
                 await trio.sleep(0.005)
         for i in range(20):  # and a stream of proposals, each committed in order
             last, _ = leader.propose_nowait(GROUP, build_batch([Record(value=b"s%d" % i)]), 1)
             with trio.fail_after(10):
-                while leader.groups[GROUP].commit_index < last:
+                while leader.replicas[GROUP].commit_index < last:
                     await trio.sleep(0.001)
         nursery.cancel_scope.cancel()
-    values = [r.value for r in leader.groups[GROUP].committed_records()]
+    values = [r.value for r in leader.replicas[GROUP].committed_records()]
     assert values == [b"v0", b"v1", b"v2"] + [b"s%d" % i for i in range(20)]
     for b in cluster.brokers:
         b.close()
@@ -438,6 +438,6 @@ async def test_an_interval_logs_due_flush_runs_on_the_worker_never_on_the_event_
     last, _ = leader.propose_nowait(GROUP, _batch(), 3)
     await cluster.settle()
     for b in cluster.brokers:
-        glog = b.groups[GROUP].log
+        glog = b.replicas[GROUP].log
         assert glog.flushed_end_offset == last + 1  # flushed, by a ticket on the worker
-    assert leader.groups[GROUP].commit_index == last
+    assert leader.replicas[GROUP].commit_index == last

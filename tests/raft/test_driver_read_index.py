@@ -31,7 +31,7 @@ async def test_a_leader_answers_a_read_point_at_or_past_every_acknowledged_write
         for i in range(3):
             await _propose_until_committed(brokers, "t/0", alive, b"v%d" % i)
         leader = await _leader(brokers, "t/0", alive)
-        last = leader.raft.groups["t/0"].commit_index
+        last = leader.raft.replicas["t/0"].commit_index
         assert await leader.raft.read_index("t/0", timeout=5) >= last
         await trio.sleep(0.5)  # the group goes quiet: a read wakes it up
         assert await leader.raft.read_index("t/0", timeout=5) >= last

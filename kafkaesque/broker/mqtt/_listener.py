@@ -76,7 +76,7 @@ from .._bridge import run_in_thread
 from .._config import BrokerConfig, ConfigError
 from .._errors import RequestError
 from .._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
-from .._partition_ids import group_name
+from .._partition_ids import log_id_of
 from .._resends import resend_key, value_digest
 from ._deadlines import SCAN_S as DEADLINE_SCAN_S
 from ._deadlines import Deadlines
@@ -874,7 +874,7 @@ class MqttService:
         writes = self._wiring.writes
         try:
             offset = await writes.find_resend(
-                group_name(route.log_topic, partition),
+                log_id_of(route.log_topic, partition),
                 resend_key(client_id, packet_id),
                 value_digest(payload),
                 trio.current_time() + writes.timeout,

@@ -5,10 +5,10 @@ each ``Ready`` (fsync on a worker thread, group commit across groups), sends its
 the peer transport, ticks the cores on a trio clock, and wakes whoever waits for a commit.
 
 * ``MultiRaft(node_id, send, *, state_dir, ...)``: every group of one broker, one trio task
-  (``run``); ``add_group``, ``remove_group``, ``propose`` / ``propose_nowait``,
+  (``run``); ``add_replica``, ``remove_replica``, ``propose`` / ``propose_nowait``,
   ``read_index``, membership changes, ``handle_items`` and ``peer_changed`` (the transport's
   callbacks), ``hears(peer)``.
-* ``RaftGroup``: one hosted group (its core, ``PartitionStorage``, commit index and waiters).
+* ``RaftReplica``: one hosted group (its core, ``PartitionStorage``, commit index and waiters).
 * ``PeerTransport``: the authenticated, optionally TLS, msgpack frame transport between brokers;
   ``PeerProtocolError`` and ``AuthenticationError`` for a peer that breaks its protocol.
 * Storage on disk: ``PartitionStorage`` (the core's storage over a ``PartitionLog``),
@@ -19,10 +19,10 @@ the peer transport, ticks the cores on a trio clock, and wakes whoever waits for
 
 from ._errors import CommitTimeout, ProposalLost
 from ._fsync import FsyncWorkers
-from ._group import RaftGroup
 from ._hard_state_store import HardStateStore
 from ._multi_raft import SCRUB_BYTES_PER_TICK, MultiRaft, preferred_leader
 from ._partition_storage import PartitionStorage
+from ._replica import RaftReplica
 from ._transport import PeerTransport
 from ._wire import AuthenticationError, PeerProtocolError
 
@@ -37,6 +37,6 @@ __all__ = [
     "PeerProtocolError",
     "PeerTransport",
     "ProposalLost",
-    "RaftGroup",
+    "RaftReplica",
     "preferred_leader",
 ]

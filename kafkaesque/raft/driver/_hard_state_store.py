@@ -38,17 +38,17 @@ class HardStateStore:
         }
         self._dirty = False
 
-    def get(self, group: str) -> HardState | None:
-        return self._states.get(group)
+    def get(self, replica: str) -> HardState | None:
+        return self._states.get(replica)
 
-    def put(self, group: str, hard_state: HardState, *, urgent: bool) -> None:
-        """Record ``group``'s hard state; ``urgent`` (term or vote changed) needs a save."""
-        self._states[group] = hard_state
+    def put(self, replica: str, hard_state: HardState, *, urgent: bool) -> None:
+        """Record ``replica``'s hard state; ``urgent`` (term or vote changed) needs a save."""
+        self._states[replica] = hard_state
         self._dirty |= urgent
 
-    def forget(self, group: str) -> None:
-        """Drop ``group`` (no longer hosted); saved with the next change of term or vote."""
-        self._states.pop(group, None)
+    def forget(self, replica: str) -> None:
+        """Drop ``replica`` (no longer hosted); saved with the next change of term or vote."""
+        self._states.pop(replica, None)
 
     @property
     def dirty(self) -> bool:

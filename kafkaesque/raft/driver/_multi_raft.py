@@ -89,9 +89,9 @@ from .. import (
 )
 from ._errors import CommitTimeout, ProposalLost
 from ._fsync import FsyncWorkers
-from ._group import PendingRead, RaftGroup
 from ._hard_state_store import HardStateStore
 from ._partition_storage import PartitionStorage
+from ._replica import PendingRead, RaftReplica
 from ._round import Round, make_durable, replicates_only
 
 log = logging.getLogger("kafkaesque.raft.driver")
@@ -135,10 +135,10 @@ class MultiRaft:
         self.tick_interval = tick_interval
         self._raft_config = raft_config or (lambda i: RaftConfig(id=i))
         self._rng = rng or random.Random()
-        self.groups: dict[str, RaftGroup] = {}
-        self._dirty: set[RaftGroup] = set()
+        self.replicas: dict[str, RaftReplica] = {}
+        self._dirty: set[RaftReplica] = set()
         # Invariant: exactly the groups that are not quiesced (only these are ticked).
-        self._active: set[RaftGroup] = set()
+        self._active: set[RaftReplica] = set()
         # The round in flight: Readys written and handed to the fsync worker, not yet finished.
         # Invariant: at most one; a group has at most one Ready out, in it or being settled.
         self._round: Round | None = None
@@ -158,55 +158,55 @@ class MultiRaft:
         self._scrub_bytes = scrub_bytes_per_tick
         self._scrub_order: list[str] = []  # groups in the order the scrub visits them
         self._scrub_next = 0
-        self._corrupt: set[RaftGroup] = set()  # set aside, repaired at the next loop turn
+        self._corrupt: set[RaftReplica] = set()  # set aside, repaired at the next loop turn
 
     # -- groups -------------------------------------------------------------------------------
 
-    def add_group(
+    def add_replica(
         self,
-        group_id: str,
+        log_id: str,
         directory: str,
         voters: Iterable[int],
         log_config: LogConfig | None = None,
         *,
         preferred: int | None = None,
-    ) -> RaftGroup:
+    ) -> RaftReplica:
         """Open (or reopen) the group's log in ``directory`` and start its core.
 
         ``preferred`` is the replica that should lead a new group (default: a stable hash of
         the group id over the voters); it stands for election at once.
         """
-        if group_id in self.groups:
-            return self.groups[group_id]
+        if log_id in self.replicas:
+            return self.replicas[log_id]
         storage = PartitionStorage(
             PartitionLog.open(directory, log_config),
             Configuration(voters=frozenset(voters)),
             hard_states=self.hard_states,
-            key=group_id,
+            key=log_id,
         )
         node = RaftNode(self._raft_config(self.node_id), storage, self._rng)
-        group = RaftGroup(group_id, node, storage, _on_corrupt=self._corrupted)
-        self.groups[group_id] = group
-        self._scrub_order.append(group_id)
+        replica = RaftReplica(log_id, node, storage, _on_corrupt=self._corrupted)
+        self.replicas[log_id] = replica
+        self._scrub_order.append(log_id)
         if storage.log.lost_end_offset is not None:
             log.error(
                 "corruption: node %d: %s lost offsets up to %d it may have acknowledged; it "
                 "re-replicates them and does not vote until then",
                 self.node_id,
-                group_id,
+                log_id,
                 storage.log.lost_end_offset,
             )
-        self._active.add(group)
+        self._active.add(replica)
         self._peers |= set(node.configuration.members) - {self.node_id}
         if preferred is None:
-            preferred = preferred_leader(group_id, node.configuration.voters)
+            preferred = preferred_leader(log_id, node.configuration.voters)
         if node.term == 0 and preferred == self.node_id:
             # A new group: its preferred replica stands at once instead of every replica
             # waiting out a random timeout (1,000 new groups would otherwise split votes for
             # a minute). A stable hash spreads the leaders over the brokers.
             node.campaign()
-        self._mark(group)
-        return group
+        self._mark(replica)
+        return replica
 
     def add_peer(self, node: int) -> None:
         """``node`` joined the cluster: ping it every tick like the other peers."""
@@ -215,66 +215,66 @@ class MultiRaft:
 
     # -- membership changes (the caller leads the group; one change at a time) --------------
 
-    def add_learner(self, group_id: str, node: int) -> int:
-        """Propose adding ``node`` to ``group_id`` as a learner (see ``RaftNode.add_learner``)."""
+    def add_learner(self, log_id: str, node: int) -> int:
+        """Propose adding ``node`` to ``log_id`` as a learner (see ``RaftNode.add_learner``)."""
         self.add_peer(node)
-        return self._change(group_id, lambda n: n.add_learner(node))
+        return self._change(log_id, lambda n: n.add_learner(node))
 
-    def promote(self, group_id: str, node: int) -> int:
+    def promote(self, log_id: str, node: int) -> int:
         """Propose making caught-up learner ``node`` a voter (see ``RaftNode.promote``)."""
-        return self._change(group_id, lambda n: n.promote(node))
+        return self._change(log_id, lambda n: n.promote(node))
 
-    def remove_member(self, group_id: str, node: int) -> int:
-        """Propose removing ``node`` from ``group_id`` (see ``RaftNode.remove``)."""
-        return self._change(group_id, lambda n: n.remove(node))
+    def remove_member(self, log_id: str, node: int) -> int:
+        """Propose removing ``node`` from ``log_id`` (see ``RaftNode.remove``)."""
+        return self._change(log_id, lambda n: n.remove(node))
 
-    def transfer_leadership(self, group_id: str, to: int) -> None:
-        """Hand the leadership of ``group_id`` to voter ``to`` (see ``RaftNode``)."""
-        self._change(group_id, lambda n: n.transfer_leadership(to))
+    def transfer_leadership(self, log_id: str, to: int) -> None:
+        """Hand the leadership of ``log_id`` to voter ``to`` (see ``RaftNode``)."""
+        self._change(log_id, lambda n: n.transfer_leadership(to))
 
-    def _change(self, group_id: str, change: Callable[[RaftNode], int | None]) -> int:
-        group = self.groups[group_id]
-        if group.corrupt is not None:
-            raise ProposalDropped(f"{group_id} is repairing its log")
+    def _change(self, log_id: str, change: Callable[[RaftNode], int | None]) -> int:
+        replica = self.replicas[log_id]
+        if replica.corrupt is not None:
+            raise ProposalDropped(f"{log_id} is repairing its log")
         try:
-            result = change(group.node)
+            result = change(replica.node)
         except CorruptLogError as exc:
-            self._corrupted(group, exc)
-            raise ProposalDropped(f"{group_id}: corruption found, repairing: {exc}") from exc
-        self._wake_group(group)
+            self._corrupted(replica, exc)
+            raise ProposalDropped(f"{log_id}: corruption found, repairing: {exc}") from exc
+        self._wake_replica(replica)
         return -1 if result is None else result
 
-    def remove_group(self, group_id: str) -> str | None:
-        """Stop hosting ``group_id`` (its topic was deleted) and close its log.
+    def remove_replica(self, log_id: str) -> str | None:
+        """Stop hosting ``log_id`` (its topic was deleted) and close its log.
 
         Returns the log's directory for the caller to delete (None if not hosted). Proposals
         still waiting for a commit wake up and fail; the group's hard state is forgotten.
         """
-        group = self.groups.pop(group_id, None)
-        if group is None:
+        replica = self.replicas.pop(log_id, None)
+        if replica is None:
             return None
-        self._active.discard(group)
-        self._dirty.discard(group)
-        self._corrupt.discard(group)
-        self._scrub_order.remove(group_id)
-        group._fail_waiters_above(0)
-        group._notify()
-        self.hard_states.forget(group_id)
-        directory = group.log.directory
-        group.storage.close()
+        self._active.discard(replica)
+        self._dirty.discard(replica)
+        self._corrupt.discard(replica)
+        self._scrub_order.remove(log_id)
+        replica._fail_waiters_above(0)
+        replica._notify()
+        self.hard_states.forget(log_id)
+        directory = replica.log.directory
+        replica.storage.close()
         return directory
 
     def close(self) -> None:
         self._fsync_workers.close()
-        for group in self.groups.values():
-            group.storage.close()
-        self.groups.clear()
+        for replica in self.replicas.values():
+            replica.storage.close()
+        self.replicas.clear()
         self.hard_states.save()
 
     # -- requests ---------------------------------------------------------------------------
 
     async def propose(
-        self, group_id: str, batch: bytes | CheckedBatch, count: int, *, timeout: float = 5.0
+        self, log_id: str, batch: bytes | CheckedBatch, count: int, *, timeout: float = 5.0
     ) -> tuple[int, int]:
         """Append ``batch`` (``count`` offsets) as the leader and wait until it is committed.
 
@@ -283,52 +283,52 @@ class MultiRaft:
         known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if the
         entry was truncated away (definitely failed, retry) or ``CommitTimeout`` (unknown).
         """
-        group = self.groups[group_id]
-        last = self._propose(group, batch, count)
-        term = group.node.term
+        replica = self.replicas[log_id]
+        last = self._propose(replica, batch, count)
+        term = replica.node.term
         with trio.move_on_after(timeout):
-            await group.wait_committed(last, term)
-        if group.commit_index >= last and group.storage.log.term_at(last) == term:
+            await replica.wait_committed(last, term)
+        if replica.commit_index >= last and replica.storage.log.term_at(last) == term:
             return last - count + 1, last
-        if group.storage.last_index() < last or group.storage.log.term_at(last) != term:
+        if replica.storage.last_index() < last or replica.storage.log.term_at(last) != term:
             raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
         raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
 
-    async def read_index(self, group_id: str, *, timeout: float = 5.0) -> int:
+    async def read_index(self, log_id: str, *, timeout: float = 5.0) -> int:
         """A linearizable read point (Raft thesis §6.4): wait until this leader has confirmed,
         with a heartbeat round answered by a majority, that it still leads, and until its commit
         index has reached the commit index it had when asked. Every write acknowledged before
-        the call is then at or below ``group.commit_index``: state read now is not stale, even if
+        the call is then at or below ``replica.commit_index``: state read now is not stale, even if
         another leader was elected behind this one's back.
 
         Raises ``NotLeader`` (not the leader, or leadership lost before the read was confirmed)
         or ``CommitTimeout`` (no answer within ``timeout``: a partition, say; retry).
         """
-        group = self.groups[group_id]
-        if group.corrupt is not None:
+        replica = self.replicas[log_id]
+        if replica.corrupt is not None:
             raise NotLeader(None)
         self._read_seq += 1
         ctx = self._read_seq.to_bytes(8, "big")
-        group.node.read_index(ctx)  # raises NotLeader
-        pending = group._reads[ctx] = PendingRead()
-        self._wake_group(group)
+        replica.node.read_index(ctx)  # raises NotLeader
+        pending = replica._reads[ctx] = PendingRead()
+        self._wake_replica(replica)
         try:
             with trio.move_on_after(timeout):
                 await pending.done.wait()
-                while pending.index is not None and group.commit_index < pending.index:
-                    await group.changed.wait()
+                while pending.index is not None and replica.commit_index < pending.index:
+                    await replica.changed.wait()
         finally:
-            group._reads.pop(ctx, None)
+            replica._reads.pop(ctx, None)
         if not pending.done.is_set():
-            raise CommitTimeout(f"{group_id}: no read point within {timeout} s")
+            raise CommitTimeout(f"{log_id}: no read point within {timeout} s")
         if pending.index is None:
-            raise NotLeader(group.node.leader)
-        if group.commit_index < pending.index:
-            raise CommitTimeout(f"{group_id}: not applied up to the read point within {timeout} s")
+            raise NotLeader(replica.node.leader)
+        if replica.commit_index < pending.index:
+            raise CommitTimeout(f"{log_id}: not applied up to the read point within {timeout} s")
         return pending.index
 
     def propose_nowait(
-        self, group_id: str, batch: bytes | CheckedBatch, count: int
+        self, log_id: str, batch: bytes | CheckedBatch, count: int
     ) -> tuple[int, int]:
         """Append ``batch`` as the leader without waiting; return ``(last offset, term)``.
 
@@ -336,21 +336,21 @@ class MultiRaft:
         parsed again.
 
         The entry is committed once ``group.commit_index >= last`` while the log still holds it
-        in ``term`` (``group.wait_committed`` waits for that); this is the
+        in ``term`` (``replica.wait_committed`` waits for that); this is the
         pipelining path (a broker's ingress), ``propose`` the one-at-a-time one. Raises
         ``InvalidBatchError``, ``NotLeader`` or ``ProposalDropped`` (nothing appended).
         """
-        group = self.groups[group_id]
-        return self._propose(group, batch, count), group.node.term
+        replica = self.replicas[log_id]
+        return self._propose(replica, batch, count), replica.node.term
 
-    def _propose(self, group: RaftGroup, batch: bytes | CheckedBatch, count: int) -> int:
-        if group.corrupt is not None:
+    def _propose(self, replica: RaftReplica, batch: bytes | CheckedBatch, count: int) -> int:
+        if replica.corrupt is not None:
             raise NotLeader(None)  # set aside while its log is repaired
         # Checked before it joins the Raft log: a bad batch, or a count that disagrees with it,
         # is refused here (it would otherwise stop the driver when the log is written).
-        checked = group.storage.check_proposal(batch, count)
-        last = group.node.propose(checked.data, count, checked)
-        self._wake_group(group)
+        checked = replica.storage.check_proposal(batch, count)
+        last = replica.node.propose(checked.data, count, checked)
+        self._wake_replica(replica)
         return last
 
     @property
@@ -358,8 +358,8 @@ class MultiRaft:
         """Ticks since this driver started (its clock, in Raft time)."""
         return self._ticks
 
-    def leader_of(self, group_id: str) -> int | None:
-        return self.groups[group_id].leader
+    def leader_of(self, log_id: str) -> int | None:
+        return self.replicas[log_id].leader
 
     def hears(self, peer: int) -> bool:
         """Whether ``peer`` answered this broker's pings lately (it is not silent)."""
@@ -379,51 +379,51 @@ class MultiRaft:
         self._flush()
 
     def _handle_items(self, peer: int, items: list[Any]) -> None:
-        stepped: dict[RaftGroup, None] = {}  # in order, once each
+        stepped: dict[RaftReplica, None] = {}  # in order, once each
         for item in items:
             try:
                 kind = item[0]
                 if kind == _MSG:
-                    group = self.groups.get(item[1])
-                    if group is None or group.corrupt is not None:
+                    replica = self.replicas.get(item[1])
+                    if replica is None or replica.corrupt is not None:
                         continue  # not (yet) here, or being repaired: the sender retries
                     msg = from_wire(item[2])
-                    if self._quiet.stepped(group.quiet, msg):  # anything from a peer wakes it
-                        self._active.add(group)
+                    if self._quiet.stepped(replica.quiet, msg):  # anything from a peer wakes it
+                        self._active.add(replica)
                     try:
-                        group.node.step(msg)
+                        replica.node.step(msg)
                     except CorruptLogError as exc:
-                        self._corrupted(group, exc)
+                        self._corrupted(replica, exc)
                         continue
-                    stepped[group] = None
+                    stepped[replica] = None
                 elif kind == _QUIESCE:
                     self._maybe_quiesce_follower(peer, item[1], item[2], item[3])
             except (MalformedMessage, IndexError, TypeError, KeyError) as exc:
                 log.warning(
                     "node %d: dropped a malformed item from node %d: %s", self.node_id, peer, exc
                 )
-        for group in stepped:
-            if group.corrupt is None and self.groups.get(group.id) is group:
-                self._settle(group)
+        for replica in stepped:
+            if replica.corrupt is None and self.replicas.get(replica.id) is replica:
+                self._settle(replica)
 
-    def _settle(self, group: RaftGroup) -> None:
-        """Handle ``group``'s Ready here and now if it has nothing to make durable (a commit
+    def _settle(self, replica: RaftReplica) -> None:
+        """Handle ``replica``'s Ready here and now if it has nothing to make durable (a commit
         to expose, commit news: what most steps of a replicating group leave); else leave it
         to the loop. That saves the loop a pass of the scheduler on each such step."""
-        node = group.node
+        node = replica.node
         if not node.has_ready():
             return  # nothing to do, or a Ready is out: its ``advance`` looks again
         if node.ready_needs_storage():
-            self._mark(group)
+            self._mark(replica)
             return
         try:
             rd = node.ready()
-            group.storage.persist(rd)  # only a hard state that needs no save: it is in memory
+            replica.storage.persist(rd)  # only a hard state that needs no save: it is in memory
         except CorruptLogError as exc:
-            self._corrupted(group, exc)
+            self._corrupted(replica, exc)
             return
         self.readies += 1
-        self._after_persist(group, rd, False)
+        self._after_persist(replica, rd, False)
 
     def peer_changed(self, peer: int, connected: bool) -> None:
         """The transport's news: a lost connection makes ``peer`` silent at once."""
@@ -431,13 +431,13 @@ class MultiRaft:
             self._quiet.disconnected(peer)
             self._wake_orphans(peer, gone=True)
 
-    def _maybe_quiesce_follower(self, peer: int, group_id: str, term: int, commit: int) -> None:
-        group = self.groups.get(group_id)
-        if group is None:
+    def _maybe_quiesce_follower(self, peer: int, log_id: str, term: int, commit: int) -> None:
+        replica = self.replicas.get(log_id)
+        if replica is None:
             return
-        last = group.storage.last_index()
-        if self._quiet.quiesce_follower(group.quiet, group.node, last, peer, term, commit):
-            self._active.discard(group)
+        last = replica.storage.last_index()
+        if self._quiet.quiesce_follower(replica.quiet, replica.node, last, peer, term, commit):
+            self._active.discard(replica)
 
     # -- the loop -----------------------------------------------------------------------------
 
@@ -487,19 +487,19 @@ class MultiRaft:
             self._send(peer, [_PING])
         for peer in self._quiet.check_peers(self._peers, self._ticks):
             self._wake_orphans(peer, gone=False)
-        for group in list(self._active):
-            node = group.node
+        for replica in list(self._active):
+            node = replica.node
             # Checked before ticking: a tick makes a leader queue its heartbeat.
-            if self._quiet.quiesce_leader(group.quiet, node):
-                self._quiesce_followers(group)
+            if self._quiet.quiesce_leader(replica.quiet, node):
+                self._quiesce_followers(replica)
                 continue
             try:
                 node.tick()
             except CorruptLogError as exc:
-                self._corrupted(group, exc)
+                self._corrupted(replica, exc)
                 continue
-            self._quiet.ticked(group.quiet)
-            self._mark(group)
+            self._quiet.ticked(replica.quiet)
+            self._mark(replica)
         self._scrub_one()
 
     # -- corruption -------------------------------------------------------------------------
@@ -509,21 +509,21 @@ class MultiRaft:
         if self._scrub_bytes <= 0 or not self._scrub_order:
             return
         self._scrub_next %= len(self._scrub_order)
-        group = self.groups[self._scrub_order[self._scrub_next]]
-        if group.corrupt is not None:
+        replica = self.replicas[self._scrub_order[self._scrub_next]]
+        if replica.corrupt is not None:
             return
         try:
-            if group.log.scrub_step(self._scrub_bytes):
+            if replica.log.scrub_step(self._scrub_bytes):
                 self._scrub_next += 1  # a full pass over this group: on to the next
         except CorruptLogError as exc:
-            self._corrupted(group, exc)
+            self._corrupted(replica, exc)
 
-    def _corrupted(self, group: RaftGroup, error: CorruptLogError) -> None:
-        """Set ``group``'s core aside (it must act on its log no more) until ``_repair``."""
-        if self.groups.get(group.id) is not group or group.corrupt is not None:
+    def _corrupted(self, replica: RaftReplica, error: CorruptLogError) -> None:
+        """Set ``replica``'s core aside (it must act on its log no more) until ``_repair``."""
+        if self.replicas.get(replica.id) is not replica or replica.corrupt is not None:
             return
-        log.error("corruption: node %d: %s: %s; repairing", self.node_id, group.id, error)
-        node = group.node
+        log.error("corruption: node %d: %s: %s; repairing", self.node_id, replica.id, error)
+        node = replica.node
         if node.role is Role.LEADER:
             # Step down first: hand the group to the follower that holds most of the log.
             status = node.status()
@@ -538,74 +538,74 @@ class MultiRaft:
             )
             if best is not None:
                 self._send(
-                    best, [_MSG, group.id, to_wire(TimeoutNow(self.node_id, best, node.term))]
+                    best, [_MSG, replica.id, to_wire(TimeoutNow(self.node_id, best, node.term))]
                 )
-        group.corrupt = error
-        self._active.discard(group)
-        self._dirty.discard(group)
-        self._corrupt.add(group)
+        replica.corrupt = error
+        self._active.discard(replica)
+        self._dirty.discard(replica)
+        self._corrupt.add(replica)
         self._kick()
 
-    def _repair(self, group: RaftGroup) -> None:
-        """Cut ``group``'s log before the bad batch and start a new core over it (no Ready of
+    def _repair(self, replica: RaftReplica) -> None:
+        """Cut ``replica``'s log before the bad batch and start a new core over it (no Ready of
         the group is in flight): a follower that re-replicates what it lost."""
-        error = group.corrupt
+        error = replica.corrupt
         if error is None:
             return
-        end = group.storage.repair_corruption(error)
-        group._fail_waiters_above(end)
-        group.node = RaftNode(self._raft_config(self.node_id), group.storage, self._rng)
-        group.corrupt = None
+        end = replica.storage.repair_corruption(error)
+        replica._fail_waiters_above(end)
+        replica.node = RaftNode(self._raft_config(self.node_id), replica.storage, self._rng)
+        replica.corrupt = None
         self.corruptions += 1
         log.error(
             "corruption: node %d: %s: log cut to end at %d; re-replicating from the leader "
             "(no vote until offset %s is back)",
             self.node_id,
-            group.id,
+            replica.id,
             end,
-            group.log.lost_end_offset,
+            replica.log.lost_end_offset,
         )
-        group._notify()
-        self._quiet.wake(group.quiet)
-        self._active.add(group)
-        self._mark(group)
+        replica._notify()
+        self._quiet.wake(replica.quiet)
+        self._active.add(replica)
+        self._mark(replica)
 
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep over the
         groups it leads here, each woken and told what the policy decided
         (``QuiescencePolicy.orphaned``)."""
-        for group in self.groups.values():
-            wake = self._quiet.orphaned(group.quiet, group.node, peer, self._ticks, gone=gone)
+        for replica in self.replicas.values():
+            wake = self._quiet.orphaned(replica.quiet, replica.node, peer, self._ticks, gone=gone)
             if wake is None:
                 continue
-            self._active.add(group)
-            wake.apply(group.node)
-            self._mark(group)
+            self._active.add(replica)
+            wake.apply(replica.node)
+            self._mark(replica)
             if wake.woke:
-                log.info("node %d: %s woke up, node %d is silent", self.node_id, group.id, peer)
+                log.info("node %d: %s woke up, node %d is silent", self.node_id, replica.id, peer)
 
-    def _quiesce_followers(self, group: RaftGroup) -> None:
-        """The policy quiesced the leader's ``group``: stop ticking it, and tell every other
+    def _quiesce_followers(self, replica: RaftReplica) -> None:
+        """The policy quiesced the leader's ``replica``: stop ticking it, and tell every other
         member the term and commit to quiesce at."""
-        self._active.discard(group)
-        node = group.node
+        self._active.discard(replica)
+        node = replica.node
         for peer in node.configuration.members:
             if peer != self.node_id:
-                self._send(peer, [_QUIESCE, group.id, node.term, node.commit])
+                self._send(peer, [_QUIESCE, replica.id, node.term, node.commit])
 
-    def _mark(self, group: RaftGroup) -> None:
-        if self.groups.get(group.id) is not group:
+    def _mark(self, replica: RaftReplica) -> None:
+        if self.replicas.get(replica.id) is not replica:
             return  # removed while a step was in flight: its log is closed
-        self._dirty.add(group)
+        self._dirty.add(replica)
         self._kick()
 
-    def _wake_group(self, group: RaftGroup) -> None:
-        """A local request for ``group`` (a proposal, a read, a membership change) wakes it."""
-        woke = self._quiet.requested(group.quiet)
-        if not woke and group in self._dirty:
+    def _wake_replica(self, replica: RaftReplica) -> None:
+        """A local request for ``replica`` (a proposal, a read, a membership change) wakes it."""
+        woke = self._quiet.requested(replica.quiet)
+        if not woke and replica in self._dirty:
             return  # already active, marked and the loop woken: a proposal burst
-        self._active.add(group)
-        self._mark(group)
+        self._active.add(replica)
+        self._mark(replica)
 
     def _kick(self) -> None:
         """Start a round if work is marked, none is in flight, and no step, tick or round's
@@ -631,33 +631,33 @@ class MultiRaft:
         """One round's start; False if no marked group had a Ready."""
         # Here no Ready is in flight: the groups set aside for corruption can be repaired.
         corrupt, self._corrupt = self._corrupt, set()
-        for group in corrupt:
-            if self.groups.get(group.id) is group:
-                self._repair(group)
+        for replica in corrupt:
+            if self.replicas.get(replica.id) is replica:
+                self._repair(replica)
         dirty, self._dirty = self._dirty, set()
-        readies: list[tuple[RaftGroup, Ready, bool]] = []
-        for group in dirty:
-            if group.corrupt is not None or not group.node.has_ready():
+        readies: list[tuple[RaftReplica, Ready, bool]] = []
+        for replica in dirty:
+            if replica.corrupt is not None or not replica.node.has_ready():
                 continue
             try:
-                rd = group.node.ready()
-                early = replicates_only(rd, group.storage.hard_state)
+                rd = replica.node.ready()
+                early = replicates_only(rd, replica.storage.hard_state)
                 if early:
                     # A leader replicates while it writes to its own disk (thesis §10.2.1, as
                     # etcd does): it counts itself only for what is durable (``advance``), and
                     # these messages acknowledge nothing and announce no vote.
-                    self._send_messages(group, rd)
-                group.storage.persist(rd)
+                    self._send_messages(replica, rd)
+                replica.storage.persist(rd)
             except CorruptLogError as exc:
-                self._corrupted(group, exc)  # this Ready is dropped, as a crash would drop it
+                self._corrupted(replica, exc)  # this Ready is dropped, as a crash would drop it
                 continue
-            readies.append((group, rd, early))
+            readies.append((replica, rd, early))
         if not readies:
             return False
         self.readies += len(readies)
         tickets: list[tuple[PartitionLog, FlushTicket]] = []
-        for group, rd, _ in readies:
-            glog = group.storage.log
+        for replica, rd, _ in readies:
+            glog = replica.storage.log
             wrote = rd.entries or rd.truncate_from is not None or rd.log_reset is not None
             # An INTERVAL log's flush, when due, joins the round's job too: never an fsync on
             # the event loop (its acknowledgements need not wait for it, but waiting once an
@@ -700,8 +700,8 @@ class MultiRaft:
                 self._busy -= 1
 
     def _end_round(self, rnd: Round) -> None:
-        for group, rd, sent in rnd.readies:
-            self._after_persist(group, rd, sent)
+        for replica, rd, sent in rnd.readies:
+            self._after_persist(replica, rd, sent)
 
     async def _process(self) -> None:
         """One round by hand, for tests that drive brokers without ``run``: start a round
@@ -717,45 +717,45 @@ class MultiRaft:
             await self._fsync_workers.wait()
             self._collect()
 
-    def _send_messages(self, group: RaftGroup, rd: Ready) -> None:
+    def _send_messages(self, replica: RaftReplica, rd: Ready) -> None:
         for msg in rd.messages:
-            self._send(msg.dst, [_MSG, group.id, to_wire(msg)])
+            self._send(msg.dst, [_MSG, replica.id, to_wire(msg)])
 
-    def _after_persist(self, group: RaftGroup, rd: Ready, sent: bool) -> None:
+    def _after_persist(self, replica: RaftReplica, rd: Ready, sent: bool) -> None:
         if not sent:
-            self._send_messages(group, rd)
+            self._send_messages(replica, rd)
         if rd.entries:
-            self._quiet.wrote(group.quiet)
+            self._quiet.wrote(replica.quiet)
         if rd.truncate_from is not None:
-            group._fail_waiters_above(rd.truncate_from)
+            replica._fail_waiters_above(rd.truncate_from)
         if rd.log_reset is not None:
-            group._fail_waiters_above(rd.log_reset.start)
+            replica._fail_waiters_above(rd.log_reset.start)
         if rd.committed is not None:
-            group.commit_index = max(group.commit_index, rd.committed[1])
+            replica.commit_index = max(replica.commit_index, rd.committed[1])
         if rd.committed is not None or rd.truncate_from is not None or rd.log_reset is not None:
-            group._notify()
+            replica._notify()
         for state in rd.read_states:
-            pending = group._reads.get(state.ctx)
+            pending = replica._reads.get(state.ctx)
             if pending is not None:
                 pending.index = state.index
                 pending.done.set()
         for ctx in rd.dropped_reads:
-            pending = group._reads.get(ctx)
+            pending = replica._reads.get(ctx)
             if pending is not None:
                 pending.done.set()  # index None: leadership was lost
-        group.node.advance(rd)
-        if group.node.has_ready():
-            self._mark(group)
+        replica.node.advance(rd)
+        if replica.node.has_ready():
+            self._mark(replica)
 
 
 def _nothing() -> None:
     pass
 
 
-def preferred_leader(group_id: str, voters: Iterable[int]) -> int | None:
-    """The replica that should lead ``group_id``: a stable hash over the sorted voters."""
+def preferred_leader(log_id: str, voters: Iterable[int]) -> int | None:
+    """The replica that should lead ``log_id``: a stable hash over the sorted voters."""
     ordered = sorted(voters)
-    return ordered[zlib.crc32(group_id.encode()) % len(ordered)] if ordered else None
+    return ordered[zlib.crc32(log_id.encode()) % len(ordered)] if ordered else None
 
 
 __all__ = ["MultiRaft", "preferred_leader"]

@@ -12,15 +12,15 @@ from typing import Any
 from kafkaesque.storage import FlushTicket, PartitionLog
 
 from .. import AppendEntries, HardState, Heartbeat, Ready
-from ._group import RaftGroup
 from ._hard_state_store import HardStateStore
+from ._replica import RaftReplica
 
 
 @dataclass(eq=False, slots=True)
 class Round:
     """Readys written to their logs, waiting for their durability work to end."""
 
-    readies: list[tuple[RaftGroup, Ready, bool]]  # (group, Ready, its messages already sent)
+    readies: list[tuple[RaftReplica, Ready, bool]]  # (group, Ready, its messages already sent)
     tickets: list[tuple[PartitionLog, FlushTicket]]  # the fsyncs, by log
     hard_states: bool  # whether the hard-state file is written too
     started: float

@@ -317,8 +317,8 @@ class PeerTransport:
                     # woken resumes every frame of its task's await chain, so each read would
                     # also resume this function and the handshake's (a call each per read).
                     nursery.start_soon(self._read_loop, peer, fast, decoder, nursery.cancel_scope)
-            except* PeerProtocolError as group:
-                for exc in group.exceptions:
+            except* PeerProtocolError as replica:
+                for exc in replica.exceptions:
                     self._refuse(peer, link.address, exc)
             except* (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
                 pass  # the peer went away; the dialer reconnects

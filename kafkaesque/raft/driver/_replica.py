@@ -1,7 +1,7 @@
 """One Raft group hosted by a broker: its core, its storage, and who waits for its commits.
 
 The driver (``MultiRaft``) owns the groups and moves their commit index; readers and proposers
-wait on a ``RaftGroup`` (``wait_committed``, ``on_committed``, ``changed``).
+wait on a ``RaftReplica`` (``wait_committed``, ``on_committed``, ``changed``).
 """
 
 from __future__ import annotations
@@ -34,7 +34,7 @@ class PendingRead:
 
 
 @dataclass(eq=False)
-class RaftGroup:
+class RaftReplica:
     """One Raft group hosted here: its core, its storage, and who waits for its commits."""
 
     id: str
@@ -51,7 +51,7 @@ class RaftGroup:
     changed: trio.Event = field(default_factory=trio.Event)
     # Corruption found and not yet repaired: the core is set aside until the driver repairs.
     corrupt: CorruptLogError | None = None
-    _on_corrupt: Callable[[RaftGroup, CorruptLogError], None] | None = None
+    _on_corrupt: Callable[[RaftReplica, CorruptLogError], None] | None = None
     # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
     _reads: dict[bytes, PendingRead] = field(default_factory=dict)
 
