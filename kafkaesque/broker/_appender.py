@@ -66,7 +66,7 @@ from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.storage import Record, build_batch
 
 from ._errors import RequestError
-from ._partition_ids import log_id_of
+from ._log_ids import log_id_of
 from ._producers import WINDOW
 from ._writes import Attempt, WritePath
 

@@ -24,9 +24,9 @@ from kafkaesque.storage import FlushTicket, FsyncPolicy, LogConfig
 from ._appender import Appenders
 from ._config import BrokerConfig
 from ._leaders import Claim, LeaderTable
+from ._log_ids import log_id_of
 from ._membership import Change, next_change
 from ._metadata import ClusterMetadata, TopicInfo
-from ._partition_ids import log_id_of
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")

@@ -40,6 +40,7 @@ from ._decommission import decommission, delegate_decommission
 from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder
 from ._leaders import Claim
+from ._log_ids import log_id_of
 from ._metadata import (
     ClusterMetadata,
     InvalidConfigError,
@@ -50,7 +51,6 @@ from ._metadata import (
     TopicInfo,
     UnknownTopicError,
 )
-from ._partition_ids import log_id_of
 from ._read_path import ReadPath
 from ._reads import committed_offset_for_time
 from ._session import Session, encode_replies

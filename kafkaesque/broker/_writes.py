@@ -64,8 +64,8 @@ from ._forwarding import (
     _Call,
 )
 from ._leaders import LeaderTable
+from ._log_ids import log_id_of
 from ._metadata import TopicInfo
-from ._partition_ids import log_id_of
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
 
