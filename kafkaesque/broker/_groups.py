@@ -82,7 +82,11 @@ from kafkaesque.protocol import (
 )
 from kafkaesque.raft import NotLeader, Role
 from kafkaesque.raft.driver import CommitTimeout
-from kafkaesque.storage import BatchType, Record, build_batch, decode_records, iter_batches
+from kafkaesque.storage import (
+    Record,
+    build_batch,
+    data_records,
+)
 
 from ._assignor import MemberSpec, assign
 from ._errors import RequestError
@@ -699,15 +703,8 @@ class GroupCoordinator:
 
 def _apply(table: _Table, data: bytes | memoryview, deadline: float) -> None:
     """Apply the committed batches ``data`` to ``table``; members that join get ``deadline``."""
-    pos = 0
-    for header in iter_batches(data, verify=False):
-        batch = data[pos : pos + header.size]
-        pos += header.size
-        if header.batch_type is not BatchType.DATA:
-            continue
-        for record in decode_records(batch, header):
-            if record.offset < table.next_offset or record.key is None:
-                continue
+    for record in data_records(data, table.next_offset, verify=False):
+        if record.key is not None:
             _apply_record(table, msgpack.unpackb(record.key), record.value, deadline)
 
 

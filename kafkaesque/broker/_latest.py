@@ -41,13 +41,11 @@ from kafkaesque.protocol import ErrorCode, is_internal_topic
 from kafkaesque.raft import NotLeader, Role
 from kafkaesque.raft.driver import CommitTimeout, RaftReplica
 from kafkaesque.storage import (
-    BatchType,
     CorruptLogError,
     OffsetOutOfRangeError,
     PartitionLog,
     Record,
-    decode_records,
-    iter_batches,
+    data_records,
 )
 
 from ._errors import RequestError
@@ -93,20 +91,13 @@ class KeyIndex:
             raise ValueError(f"next_offset {next_offset} is before {self.next_offset}")
         start = self.next_offset
         offsets = self._offsets
-        view = memoryview(data)
-        pos = 0
-        for header in iter_batches(view, verify=False):  # the log verified them on read
-            batch = view[pos : pos + header.size]
-            pos += header.size
-            if header.batch_type is not BatchType.DATA or header.next_offset <= start:
+        for record in data_records(data, start, verify=False):  # the log verified them on read
+            if record.key is None:
                 continue
-            for record in decode_records(batch, header):
-                if record.offset < start or record.key is None:
-                    continue
-                if record.value is None:
-                    offsets.pop(record.key, None)
-                else:
-                    offsets[record.key] = record.offset
+            if record.value is None:
+                offsets.pop(record.key, None)
+            else:
+                offsets[record.key] = record.offset
         self.next_offset = next_offset
 
     def forget_below(self, log_start: int) -> int:
@@ -158,18 +149,10 @@ def record_at(plog: PartitionLog, offset: int, key: bytes, end: int) -> Record |
         result = plog.read(offset, 1, max_offset=end)  # 1 byte: just the batch holding it
     except OffsetOutOfRangeError:
         return None
-    view = memoryview(result.data)
-    pos = 0
-    for header in iter_batches(view, verify=False):
-        batch = view[pos : pos + header.size]
-        pos += header.size
-        if header.batch_type is not BatchType.DATA:
-            continue
-        if header.base_offset <= offset <= header.last_offset:
-            for record in decode_records(batch, header):
-                if record.offset == offset:
-                    return record if record.key == key else None
-            return None
+    # The first record at or after ``offset``: the one at ``offset``, unless compaction (or a
+    # control batch) left none there.
+    for record in data_records(result.data, offset, verify=False):
+        return record if record.offset == offset and record.key == key else None
     return None
 
 

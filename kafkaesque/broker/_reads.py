@@ -16,11 +16,10 @@ from kafkaesque.protocol import ErrorCode, MessageRow
 from kafkaesque.raft import Role
 from kafkaesque.raft.driver import RaftReplica
 from kafkaesque.storage import (
-    BatchType,
     CorruptLogError,
     OffsetOutOfRangeError,
-    decode_records,
-    iter_batches,
+    data_records,
+    end_offset,
 )
 
 from ._errors import RequestError
@@ -104,19 +103,13 @@ def message_rows(
     configuration changes) are skipped, so offsets in the rows may have gaps.
     """
     rows: list[MessageRow] = []
-    data = fetched.data
-    pos = 0
     next_offset = offset
-    for header in iter_batches(data, verify=False):  # the log verified them on read
-        batch = data[pos : pos + header.size]
-        pos += header.size
-        if header.batch_type is BatchType.DATA:
-            for record in decode_records(batch, header):
-                if record.offset < offset:
-                    continue
-                if len(rows) >= limit:
-                    return rows, next_offset
-                rows.append(MessageRow(partition, record.offset, record.key, record.value))
-                next_offset = record.offset + 1
-        next_offset = max(next_offset, header.next_offset)
+    for record in data_records(fetched.data, offset, verify=False):  # verified on read
+        if len(rows) >= limit:
+            return rows, next_offset
+        rows.append(MessageRow(partition, record.offset, record.key, record.value))
+        next_offset = record.offset + 1
+    end = end_offset(fetched.data)  # past trailing control batches too
+    if end is not None:
+        next_offset = max(next_offset, end)
     return rows, max(next_offset, min(fetched.next_offset, fetched.high_watermark))

@@ -13,12 +13,10 @@ from dataclasses import dataclass, field
 import trio
 
 from kafkaesque.storage import (
-    BatchType,
     CorruptLogError,
     PartitionLog,
     Record,
-    decode_records,
-    iter_batches,
+    data_records,
 )
 
 from .. import QuietState, RaftNode, Role
@@ -91,12 +89,7 @@ class RaftReplica:
             result = self.log.read(offset, 1 << 20, max_offset=self.commit_index + 1)
             if not result.data:
                 break
-            pos = 0
-            for header in iter_batches(result.data, verify=False):  # the log verified them
-                batch = result.data[pos : pos + header.size]
-                pos += header.size
-                if header.batch_type is BatchType.DATA:
-                    out.extend(r for r in decode_records(batch, header) if r.offset >= offset)
+            out.extend(data_records(result.data, offset, verify=False))  # the log verified them
             offset = result.next_offset
         return out
 
