@@ -82,10 +82,8 @@ from ._appender import Flight, PartitionAppender
 from ._errors import RequestError, unknown_partition
 from ._groups import GroupCoordinator
 from ._latest import LatestIndexes
-from ._metadata import (
-    ClusterMetadata,
-    TopicInfo,
-)
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicInfo
 from ._metrics import BrokerMetrics, command_word
 from ._partition_ids import log_id_of
 from ._read_path import ReadPath

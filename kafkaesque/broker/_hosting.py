@@ -25,7 +25,8 @@ from ._appender import Appenders
 from ._config import BrokerConfig
 from ._leaders import Claim, LeaderTable
 from ._membership import Change, next_change
-from ._metadata import ClusterMetadata, TopicInfo
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicInfo
 from ._partition_ids import log_id_of
 from ._writes import WritePath
 

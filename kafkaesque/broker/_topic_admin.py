@@ -40,8 +40,8 @@ from ._decommission import decommission, delegate_decommission
 from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder
 from ._leaders import Claim
-from ._metadata import (
-    ClusterMetadata,
+from ._metadata import ClusterMetadata
+from ._metadata_view import (
     InvalidConfigError,
     MetadataError,
     MetadataUnavailable,

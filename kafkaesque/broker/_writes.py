@@ -64,7 +64,7 @@ from ._forwarding import (
     _Call,
 )
 from ._leaders import LeaderTable
-from ._metadata import TopicInfo
+from ._metadata_view import TopicInfo
 from ._partition_ids import log_id_of
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
