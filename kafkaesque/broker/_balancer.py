@@ -1,7 +1,7 @@
 """Leader balancing: every broker gives the groups it leads back to their preferred replicas.
 
 The assignment (``TopicInfo.replicas``) lists each partition's replicas preferred first, and
-spreads the first replicas evenly over the brokers (``_metadata.assign_replicas``): when every
+spreads the first replicas evenly over the brokers (``_metadata_view.assign_replicas``): when every
 group is led by its preferred replica, leaderships are even. Elections break that: a broker that
 stops or restarts loses its leaderships to the others, and nothing gives them back.
 

@@ -82,7 +82,8 @@ from ._hosting import PartitionHosting, claim_of
 from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
 from ._log_ids import log_id_of
-from ._metadata import BrokerInfo, ClusterMetadata, MetadataError, TopicInfo
+from ._metadata import ClusterMetadata
+from ._metadata_view import BrokerInfo, MetadataError, TopicInfo
 from ._metrics import BrokerMetrics, ClusterProbes
 from ._read_path import ReadPath
 from ._relay import CommandRelay

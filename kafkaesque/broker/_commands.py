@@ -83,10 +83,8 @@ from ._errors import RequestError, unknown_partition
 from ._groups import GroupCoordinator
 from ._latest import LatestIndexes
 from ._log_ids import log_id_of
-from ._metadata import (
-    ClusterMetadata,
-    TopicInfo,
-)
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicInfo
 from ._metrics import BrokerMetrics, command_word
 from ._read_path import ReadPath
 from ._reads import (

@@ -17,7 +17,7 @@ from typing import Any
 
 from kafkaesque.protocol import LineLimits
 
-from ._metadata import FSYNC_POLICIES
+from ._metadata_view import FSYNC_POLICIES
 
 DEV_CLUSTER_SECRET = "kafkaesque-dev-secret"
 """The built-in development secret: a broker that uses it and listens beyond loopback refuses to

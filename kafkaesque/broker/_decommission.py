@@ -52,7 +52,8 @@ from kafkaesque.protocol import (
 from ._errors import RequestError
 from ._forwarding import Forwarder, ForwardError, PeerUnavailable
 from ._leaders import Claim
-from ._metadata import ClusterMetadata, TopicInfo
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicInfo
 
 log = logging.getLogger("kafkaesque.broker.decommission")
 

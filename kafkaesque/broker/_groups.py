@@ -91,7 +91,8 @@ from kafkaesque.storage import (
 from ._assignor import MemberSpec, assign
 from ._errors import RequestError
 from ._log_ids import log_id_of
-from ._metadata import ClusterMetadata, TopicConfig, TopicExistsError, TopicInfo
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicConfig, TopicExistsError, TopicInfo
 from ._read_path import ReadPath
 from ._reads import DEFAULT_CONS_MESSAGES, read_committed
 from ._writes import WritePath

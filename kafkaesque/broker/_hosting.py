@@ -26,7 +26,8 @@ from ._config import BrokerConfig
 from ._leaders import Claim, LeaderTable
 from ._log_ids import log_id_of
 from ._membership import Change, next_change
-from ._metadata import ClusterMetadata, TopicInfo
+from ._metadata import ClusterMetadata
+from ._metadata_view import TopicInfo
 from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")

@@ -1,15 +1,10 @@
 """The controller quorum: cluster metadata replicated by pysyncobj on every controller.
 
-What lives here changes rarely: the broker registry, and topics with their configuration and
-partition→replicas assignment. Partition leadership does not: each partition's own Raft group
-elects it and reports it for routing. Consumer groups are not here either: their membership and
-committed offsets live in the ``__consumer_offsets`` topic (see :mod:`._groups`).
+What the metadata holds, its value types, errors and rules are in :mod:`._metadata_view`.
 
-Layout. :class:`MetadataState` is the state machine, pure and deterministic: every replica applies
-the same commands in the same order and uses nothing else (no clock, no randomness, no
-``hash()``, which is salted per process). ``_ReplicatedState`` is
-pysyncobj's handle on it: one ``@replicated`` method per command. :class:`ClusterMetadata` is the
-trio side.
+Layout. :class:`._metadata_state.MetadataState` is the state machine, pure and deterministic
+(:mod:`._metadata_state`). ``_ReplicatedState`` is pysyncobj's handle on it: one
+``@replicated`` method per command. :class:`ClusterMetadata` is the trio side.
 
 Threads. Each :class:`ClusterMetadata` runs its ``SyncObj`` in one thread of its own
 (:class:`._bridge.TickingThread`, ``autoTick=False``): the SyncObj is built, ticked, applies
@@ -18,11 +13,9 @@ The trio thread only enqueues commands (pysyncobj's queue is thread-safe) and re
 immutable :class:`MetadataView` snapshots through ``TrioToken.run_sync_soon``
 (:mod:`._bridge`).
 
-Errors. An apply function never raises (the exception would leave pysyncobj's apply loop with the
-entry half-applied but not counted as applied; here it would stop the controller): a refusal is
-returned as a :class:`MetadataError` value and raised on the caller's side.
-:class:`MetadataUnavailable` is the retriable failure; its ``maybe_applied`` tells "certainly not
-applied" from "outcome unknown".
+Errors. An apply function never raises (see :mod:`._metadata_state`): a refusal is returned as a
+:class:`MetadataError` value and raised on the caller's side. :class:`MetadataUnavailable` is the
+retriable failure; its ``maybe_applied`` tells "certainly not applied" from "outcome unknown".
 
 Durability (pysyncobj 0.3.17, read from its source). The journal is written through ``mmap`` and
 never fsynced, term and vote are saved by write-and-rename without fsync, and the commit index is
@@ -38,46 +31,34 @@ import dataclasses
 import logging
 import os
 import queue
-import re
-import zlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from types import MappingProxyType
 from typing import Any, Protocol, TypeVar, cast
 
 import trio
 from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException
 from pysyncobj import replicated as _pysyncobj_replicated
 
-from kafkaesque.protocol import (
-    ANY_PRINCIPAL,
-    CLUSTER_RESOURCE_NAME,
-    AclOperation,
-    AclPattern,
-    AclPermission,
-    AclResource,
-    AclRow,
-)
+from kafkaesque.protocol import AclRow
 
 from . import _bridge
+from ._metadata_state import MetadataState
+from ._metadata_view import (
+    ALTERABLE,
+    BrokerInfo,
+    InvalidConfigError,
+    MetadataError,
+    MetadataUnavailable,
+    MetadataView,
+    TopicConfig,
+    TopicInfo,
+    acl_problem,
+    acl_tuple,
+    config_problem,
+)
 
 __all__ = [
-    "BrokerInfo",
-    "TopicConfig",
-    "TopicInfo",
-    "MetadataView",
-    "MetadataError",
-    "TopicExistsError",
-    "UnknownTopicError",
-    "InvalidConfigError",
-    "FSYNC_POLICIES",
-    "ALTERABLE",
-    "MetadataUnavailable",
     "ControllerSettings",
-    "MetadataState",
-    "assign_replicas",
-    "acl_problem",
-    "describe_config",
     "ClusterMetadata",
 ]
 
@@ -86,112 +67,7 @@ log = logging.getLogger("kafkaesque.broker.metadata")
 _T = TypeVar("_T")
 _F = TypeVar("_F", bound=Callable[..., object])
 
-# Kafka's rule for topic names: they become directory names, so no "/", no "..".
-_TOPIC_NAME = re.compile(r"[A-Za-z0-9._-]{1,249}")
 _RETRY_DELAY = 0.05  # seconds between two sends of a command pysyncobj certainly refused
-_DUMP_FORMAT = 1  # version of MetadataState.to_primitive's layout
-
-
-# --- What the broker sees -------------------------------------------------------------------
-
-
-# BrokerInfo and TopicConfig travel in the journal as tuples of their fields, read back with
-# cls(*fields): add new fields at the end, with defaults, and old journals still read.
-
-
-@dataclass(frozen=True)
-class BrokerInfo:
-    """What a broker registers: its id and where each of its listeners is."""
-
-    id: int
-    host: str
-    client_port: int
-    peer_port: int
-    controller_port: int
-    admin_port: int | None = None
-    mqtt_port: int | None = None
-    mqtt_tls_port: int | None = None
-    mqtt_ws_port: int | None = None
-
-
-@dataclass(frozen=True)
-class TopicConfig:
-    """A topic's configuration: set at creation (a CREATE with another one is refused), then
-    changed only by :meth:`ClusterMetadata.alter_topic` (more partitions, retention, compaction).
-
-    ``fsync`` is the topic's fsync policy (``always``, ``interval`` or ``never``: the words of
-    ``kafkaesque.storage.FsyncPolicy``, kept as a plain str in the journal); None: each broker's
-    own ``--fsync``.
-    """
-
-    partitions: int
-    replication_factor: int
-    retention_ms: int | None = None
-    retention_bytes: int | None = None
-    compact: bool = False
-    fsync: str | None = None
-
-
-FSYNC_POLICIES = ("always", "interval", "never")
-"""The values of :attr:`TopicConfig.fsync` (besides None)."""
-
-# What ALTER may change, as the keyword arguments of MetadataState.alter_topic.
-ALTERABLE = frozenset({"partitions", "retention_ms", "retention_bytes", "compact"})
-
-
-@dataclass(frozen=True)
-class TopicInfo:
-    """A topic and its assignment: ``replicas[p]`` lists partition p's brokers, preferred first."""
-
-    name: str
-    config: TopicConfig
-    replicas: tuple[tuple[int, ...], ...]
-
-
-@dataclass(frozen=True)
-class MetadataView:
-    """An immutable snapshot of the metadata, as this replica has applied it.
-
-    ``version`` counts the changes applied (the same number on every replica at the same point of
-    the log); it never decreases. A leader change alone gives a new view with the same version.
-    ``controller_leader`` is the broker id of the pysyncobj leader, if known and mapped to an id.
-    """
-
-    version: int
-    brokers: Mapping[int, BrokerInfo]
-    topics: Mapping[str, TopicInfo]
-    controller_leader: int | None
-    # The access rules every broker enforces (docs/security.md); the same object from one view
-    # to the next while they do not change, so a cache of decisions can tell by identity.
-    acls: frozenset[AclRow] = frozenset()
-
-
-class MetadataError(Exception):
-    """Base of the metadata errors."""
-
-
-class TopicExistsError(MetadataError):
-    """The topic exists with a different configuration."""
-
-
-class UnknownTopicError(MetadataError):
-    """No such topic."""
-
-
-class InvalidConfigError(MetadataError):
-    """A request the metadata cannot satisfy as asked: bad name, bad numbers, unknown brokers."""
-
-
-class MetadataUnavailable(MetadataError):
-    """Retriable: no controller leader, or the command was not known committed in time.
-
-    ``maybe_applied`` is True when the outcome is unknown (the command may still commit later, so
-    retry only idempotent requests blindly), False when it certainly was not applied.
-    """
-
-    def __init__(self, message: str, *, maybe_applied: bool = True) -> None:
-        super().__init__(message)
-        self.maybe_applied = maybe_applied
 
 
 @dataclass(frozen=True)
@@ -219,380 +95,6 @@ class ControllerSettings:
     tick_period: float = 0.05
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 300.0
-
-
-# --- The state machine ----------------------------------------------------------------------
-
-
-def assign_replicas(
-    name: str, partitions: int, replication_factor: int, broker_ids: Iterable[int]
-) -> tuple[tuple[int, ...], ...]:
-    """Deterministic replica assignment: replicas and preferred leaders spread evenly.
-
-    With the broker ids sorted (n of them) and ``start`` a stable function of the name (CRC-32,
-    the same in every process, so that topics start at different brokers), the partitions take
-    consecutive windows of ``replication_factor`` brokers around the ring: partition p gets the
-    brokers at ``start + p * rf + i`` (mod n) for ``i < rf``. The replica slots thus follow each
-    other round the ring, so no broker holds more than one replica more than another. Each
-    partition's preferred leader is the first broker of its window that leads the fewest
-    partitions so far, followed by the rest of the window in ring order; this keeps leader counts
-    within one of each other too (the simple "partition p starts at broker start + p" keeps
-    leaders even but not replicas: 2 partitions of 2 replicas on 4 brokers load them 1, 2, 1, 0).
-
-    Requires ``1 <= replication_factor <= n`` and ``partitions >= 0``.
-    """
-    ids = sorted(broker_ids)
-    n = len(ids)
-    if not 1 <= replication_factor <= n:
-        raise ValueError(f"replication factor {replication_factor} with {n} brokers")
-    start = zlib.crc32(name.encode()) % n
-    led = [0] * n  # partitions led so far, by position in `ids`
-    assignment = []
-    for p in range(partitions):
-        window = [(start + p * replication_factor + i) % n for i in range(replication_factor)]
-        leader = min(window, key=lambda b: led[b])  # the first of the least loaded
-        led[leader] += 1
-        k = window.index(leader)
-        assignment.append(tuple(ids[b] for b in window[k:] + window[:k]))
-    return tuple(assignment)
-
-
-def describe_config(config: TopicConfig) -> str:
-    """``config`` as people read it in an error line: ``partitions=3 replication_factor=3
-    retention_ms=604800000 retention_bytes=unlimited compact=no``."""
-
-    def limit(value: int | None) -> str:
-        return "unlimited" if value is None else str(value)
-
-    return (
-        f"partitions={config.partitions} replication_factor={config.replication_factor} "
-        f"retention_ms={limit(config.retention_ms)} "
-        f"retention_bytes={limit(config.retention_bytes)} "
-        f"compact={'yes' if config.compact else 'no'}"
-        + ("" if config.fsync is None else f" fsync={config.fsync}")
-    )
-
-
-def _config_problem(name: str, config: TopicConfig) -> str | None:
-    """Why ``name``/``config`` cannot be a topic, whatever the cluster holds; None if they can."""
-    if not _TOPIC_NAME.fullmatch(name) or name in {".", ".."}:
-        return f"invalid topic name {name!r}: up to 249 of [A-Za-z0-9._-], not . or .."
-    if config.partitions < 1:
-        return f"partitions must be >= 1, not {config.partitions}"
-    if config.replication_factor < 1:
-        return f"replication_factor must be >= 1, not {config.replication_factor}"
-    if config.retention_ms is not None and config.retention_ms < 1:
-        return f"retention_ms must be >= 1 or None, not {config.retention_ms}"
-    if config.retention_bytes is not None and config.retention_bytes < 1:
-        return f"retention_bytes must be >= 1 or None, not {config.retention_bytes}"
-    if config.fsync is not None and config.fsync not in FSYNC_POLICIES:
-        return f"fsync must be one of {', '.join(FSYNC_POLICIES)} or None, not {config.fsync!r}"
-    return None
-
-
-_ACL_PRINCIPAL = re.compile(r"User:[^\s]+")
-_ACL_NAME = re.compile(r"[^\s]{1,249}")
-
-
-def acl_tuple(acl: AclRow) -> tuple[str, ...]:
-    """``acl`` as the journal holds it: a 6-tuple of str."""
-    return (
-        acl.principal,
-        str(acl.permission),
-        str(acl.operation),
-        str(acl.resource),
-        str(acl.pattern),
-        acl.name,
-    )
-
-
-def acl_row(acl: tuple[str, ...]) -> AclRow:
-    """Inverse of :func:`acl_tuple` (for a tuple :func:`acl_problem` accepts)."""
-    principal, permission, operation, resource, pattern, name = acl
-    return AclRow(
-        principal,
-        AclPermission(permission),
-        AclOperation(operation),
-        AclResource(resource),
-        AclPattern(pattern),
-        name,
-    )
-
-
-def acl_problem(acl: tuple[Any, ...]) -> str | None:
-    """Why the 6-tuple ``acl`` (principal, permission, operation, resource, pattern, name) is
-    not an ACL; None if it is. The principal is ``User:<name>`` or ``User:*``; the cluster
-    resource is named ``kafka-cluster`` (literal); a name has no white space."""
-    if len(acl) != 6 or not all(isinstance(field, str) for field in acl):
-        return f"an ACL is six words, not {acl!r}"
-    principal, permission, operation, resource, pattern, name = acl
-    if principal != ANY_PRINCIPAL and not _ACL_PRINCIPAL.fullmatch(principal):
-        return f"an ACL's principal is User:<name> or {ANY_PRINCIPAL}, not {principal!r}"
-    for kind, value in (
-        (AclPermission, permission),
-        (AclOperation, operation),
-        (AclResource, resource),
-        (AclPattern, pattern),
-    ):
-        if value not in kind.__members__.values():
-            words = "|".join(str(m) for m in kind)
-            return f"{value!r} is not one of {words}"
-    if not _ACL_NAME.fullmatch(name):
-        return f"an ACL's name is 1 to 249 characters without spaces, not {name!r}"
-    if resource == AclResource.CLUSTER and (
-        name != CLUSTER_RESOURCE_NAME or pattern != AclPattern.LITERAL
-    ):
-        return f"the cluster resource is named {CLUSTER_RESOURCE_NAME} (literal), not {name!r}"
-    return None
-
-
-class MetadataState:
-    """The replicated metadata and its commands; pure, deterministic, not thread-safe.
-
-    Each command returns its answer, a :class:`MetadataError` when it refuses (nothing changed
-    then), and never raises on well-typed arguments. ``version`` is incremented once by every
-    command that changed something. Invariants, kept by every command: each topic has one replica
-    tuple per partition, of distinct broker ids that were registered when assigned.
-    """
-
-    def __init__(self) -> None:
-        self.version = 0
-        self.brokers: dict[int, BrokerInfo] = {}
-        self.topics: dict[str, TopicInfo] = {}
-        # The ACLs as plain 6-tuples of str (principal, permission, operation, resource,
-        # pattern, name): what the journal and the dump hold, never our classes.
-        self.acls: set[tuple[str, ...]] = set()
-        self._acl_rows: frozenset[AclRow] | None = None  # acls as rows, made once per change
-
-    def register_broker(self, info: BrokerInfo) -> None:
-        """Insert or replace a broker's registration (idempotent)."""
-        if self.brokers.get(info.id) != info:
-            self.brokers[info.id] = info
-            self.version += 1
-
-    def create_topic(
-        self, name: str, config: TopicConfig, *, auto: bool = False
-    ) -> TopicInfo | MetadataError:
-        """Create a topic, assigned over the registered brokers by :func:`assign_replicas`.
-
-        Idempotent: the same config gives back the existing topic; a different one is a
-        :class:`TopicExistsError`. :class:`InvalidConfigError` for a bad name or numbers, or a
-        replication factor above the number of registered brokers.
-
-        ``auto`` is a creation on first use (a publish or a subscription named the topic): any
-        existing topic is the answer, whatever its config (two brokers that auto-create one topic
-        at once, each with its own defaults, end with the one applied first), and the replication
-        factor is capped at the brokers registered now. Deciding here, as the command is applied,
-        is what makes it one topic: a check on one broker before sending could not.
-        """
-        existing = self.topics.get(name)
-        if existing is not None:
-            if auto or existing.config == config:
-                return existing
-            return TopicExistsError(
-                f"topic {name!r} exists with {describe_config(existing.config)}, "
-                f"not {describe_config(config)}"
-            )
-        problem = _config_problem(name, config)
-        if problem is not None:
-            return InvalidConfigError(problem)
-        if auto and self.brokers:
-            replication = min(config.replication_factor, len(self.brokers))
-            config = dataclasses.replace(config, replication_factor=replication)
-        if config.replication_factor > len(self.brokers):
-            return InvalidConfigError(
-                f"replication_factor {config.replication_factor} > "
-                f"{len(self.brokers)} registered brokers"
-            )
-        replicas = assign_replicas(name, config.partitions, config.replication_factor, self.brokers)
-        info = TopicInfo(name, config, replicas)
-        self.topics[name] = info
-        self.version += 1
-        return info
-
-    def alter_topic(self, name: str, changes: Mapping[str, object]) -> TopicInfo | MetadataError:
-        """Change a live topic's settings: ``changes`` maps names of :data:`ALTERABLE` to their
-        new values (those absent stay as they are; a retention of None is unlimited).
-
-        Partitions only grow: the new ones are assigned as if the topic had been created with
-        the new count (:func:`assign_replicas` over the brokers registered now, its first
-        partitions' windows left as they are). Idempotent: values already in force change
-        nothing (the same info, no new version). :class:`UnknownTopicError`;
-        :class:`InvalidConfigError` for an unknown setting, fewer partitions, a bad value, or a
-        replication factor above the brokers registered when partitions must be added.
-        """
-        info = self.topics.get(name)
-        if info is None:
-            return UnknownTopicError(f"no topic {name!r}")
-        unknown = sorted(set(changes) - ALTERABLE)
-        if unknown:
-            return InvalidConfigError(f"cannot alter {', '.join(unknown)} of a topic")
-        try:
-            config = dataclasses.replace(info.config, **changes)  # type: ignore[arg-type]
-        except TypeError as exc:  # not reachable through alter_topic's typed arguments
-            return InvalidConfigError(str(exc))
-        if config.partitions < info.config.partitions:
-            return InvalidConfigError(
-                f"topic {name!r} has {info.config.partitions} partitions: they can be added, "
-                f"not removed ({config.partitions} asked)"
-            )
-        problem = _config_problem(name, config)
-        if problem is not None:
-            return InvalidConfigError(problem)
-        if config == info.config:
-            return info
-        replicas = info.replicas
-        if config.partitions > len(replicas):
-            if config.replication_factor > len(self.brokers):
-                return InvalidConfigError(
-                    f"replication_factor {config.replication_factor} > "
-                    f"{len(self.brokers)} registered brokers: cannot place new partitions"
-                )
-            grown = assign_replicas(
-                name, config.partitions, config.replication_factor, self.brokers
-            )
-            replicas = replicas + grown[len(replicas) :]
-        info = TopicInfo(name, config, replicas)
-        self.topics[name] = info
-        self.version += 1
-        return info
-
-    def delete_topic(self, name: str) -> UnknownTopicError | None:
-        """Delete a topic; :class:`UnknownTopicError` if there is none."""
-        if name not in self.topics:
-            return UnknownTopicError(f"no topic {name!r}")
-        del self.topics[name]
-        self.version += 1
-        return None
-
-    def set_replicas(
-        self, topic: str, partition: int, replicas: tuple[int, ...]
-    ) -> TopicInfo | MetadataError:
-        """Replace one partition's replicas (preferred leader first).
-
-        The count may differ from the topic's replication factor, so that a reassignment can go
-        one membership change at a time. :class:`UnknownTopicError`; :class:`InvalidConfigError`
-        for a partition out of range, or replicas empty, repeated or not registered.
-        """
-        info = self.topics.get(topic)
-        if info is None:
-            return UnknownTopicError(f"no topic {topic!r}")
-        if not 0 <= partition < len(info.replicas):
-            return InvalidConfigError(f"topic {topic!r} has no partition {partition}")
-        if not replicas or len(set(replicas)) != len(replicas):
-            shown = ",".join(map(str, replicas)) or "none"
-            return InvalidConfigError(f"replicas must be distinct and not empty, not {shown}")
-        unknown = sorted(set(replicas) - set(self.brokers))
-        if unknown:
-            return InvalidConfigError(f"unregistered brokers {','.join(map(str, unknown))}")
-        if info.replicas[partition] == replicas:
-            return info
-        assignment = list(info.replicas)
-        assignment[partition] = replicas
-        info = dataclasses.replace(info, replicas=tuple(assignment))
-        self.topics[topic] = info
-        self.version += 1
-        return info
-
-    def remove_broker(self, broker_id: int) -> InvalidConfigError | None:
-        """Take a broker out of the registry (decommission, once its replicas have moved).
-
-        Idempotent: an unregistered broker is no error. :class:`InvalidConfigError` while a
-        partition is still assigned to it (nothing changed then): its replicas go first.
-        """
-        if broker_id not in self.brokers:
-            return None
-        holding = sorted(
-            f"{info.name}/{p}"
-            for info in self.topics.values()
-            for p, replicas in enumerate(info.replicas)
-            if broker_id in replicas
-        )
-        if holding:
-            shown = ", ".join(holding[:5]) + (", ..." if len(holding) > 5 else "")
-            return InvalidConfigError(
-                f"broker {broker_id} still holds replicas of {len(holding)} partitions ({shown})"
-            )
-        del self.brokers[broker_id]
-        self.version += 1
-        return None
-
-    def write_acls(
-        self, add: Iterable[tuple[str, ...]], remove: Iterable[tuple[str, ...]]
-    ) -> tuple[int, int] | MetadataError:
-        """Add the ACLs of ``add`` and remove those of ``remove`` (6-tuples of str, see
-        :func:`acl_problem`), all or nothing: :class:`InvalidConfigError` if one is not a
-        valid ACL (nothing changed then). Idempotent: an ACL added twice is there once, one
-        removed that is absent is no error. Returns how many were (added, removed)."""
-        adding = [tuple(acl) for acl in add]
-        removing = [tuple(acl) for acl in remove]
-        for acl in adding + removing:
-            problem = acl_problem(acl)
-            if problem is not None:
-                return InvalidConfigError(problem)
-        added = removed = 0
-        for acl in removing:
-            if acl in self.acls:
-                self.acls.discard(acl)
-                removed += 1
-        for acl in adding:
-            if acl not in self.acls:
-                self.acls.add(acl)
-                added += 1
-        if added or removed:
-            self._acl_rows = None
-            self.version += 1
-        return added, removed
-
-    def acl_rows(self) -> frozenset[AclRow]:
-        """The ACLs as rows: one object while they do not change (see ``MetadataView.acls``)."""
-        if self._acl_rows is None:
-            self._acl_rows = frozenset(acl_row(acl) for acl in self.acls)
-        return self._acl_rows
-
-    def snapshot(self, controller_leader: int | None) -> MetadataView:
-        """An immutable view of the state now (shallow copies: the values are frozen)."""
-        return MetadataView(
-            version=self.version,
-            brokers=MappingProxyType(dict(self.brokers)),
-            topics=MappingProxyType(dict(self.topics)),
-            controller_leader=controller_leader,
-            acls=self.acl_rows(),
-        )
-
-    def to_primitive(self) -> dict[str, Any]:
-        """The state as plain tuples and dicts, for pysyncobj's full dump.
-
-        No class of ours goes into the dump, so renaming or moving a class cannot make an old dump
-        unreadable.
-        """
-        return {
-            "format": _DUMP_FORMAT,
-            "version": self.version,
-            "brokers": [dataclasses.astuple(b) for b in self.brokers.values()],
-            "topics": [
-                (t.name, dataclasses.astuple(t.config), t.replicas) for t in self.topics.values()
-            ],
-            "acls": sorted(self.acls),
-        }
-
-    @classmethod
-    def from_primitive(cls, data: Mapping[str, Any]) -> MetadataState:
-        """Inverse of :meth:`to_primitive`."""
-        if data.get("format") != _DUMP_FORMAT:
-            raise ValueError(f"unknown metadata dump format {data.get('format')!r}")
-        state = cls()
-        state.version = data["version"]
-        for fields in data["brokers"]:
-            broker = BrokerInfo(*fields)
-            state.brokers[broker.id] = broker
-        for name, config, replicas in data["topics"]:
-            state.topics[name] = TopicInfo(name, TopicConfig(*config), replicas)
-        # Dumps written before ACLs existed have none: no ACLs.
-        state.acls = {tuple(acl) for acl in data.get("acls", ())}
-        # Older dumps also hold a "subscriptions" list (consumer groups, since moved to
-        # __consumer_offsets): ignored.
-        return state
 
 
 # --- pysyncobj's handle on the state machine ------------------------------------------------
@@ -1094,7 +596,7 @@ class ClusterMetadata:
         creation on first use), any existing topic is returned, and the replication factor is
         capped at the registered brokers, both decided as the command is applied.
         """
-        problem = _config_problem(name, config)
+        problem = config_problem(name, config)
         if problem is not None:  # fail fast; apply checks it again
             raise InvalidConfigError(problem)
         fields = dataclasses.astuple(config)

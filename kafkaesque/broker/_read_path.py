@@ -35,7 +35,7 @@ from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftReplica
 from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder, ForwardError
 from ._log_ids import log_id_of
-from ._metadata import TopicInfo
+from ._metadata_view import TopicInfo
 from ._reads import (
     DEFAULT_FETCH_BYTES,
     Fetched,

@@ -41,8 +41,8 @@ from ._errors import RequestError, unknown_partition
 from ._forwarding import Forwarder
 from ._leaders import Claim
 from ._log_ids import log_id_of
-from ._metadata import (
-    ClusterMetadata,
+from ._metadata import ClusterMetadata
+from ._metadata_view import (
     InvalidConfigError,
     MetadataError,
     MetadataUnavailable,

@@ -65,7 +65,7 @@ from ._forwarding import (
 )
 from ._leaders import LeaderTable
 from ._log_ids import log_id_of
-from ._metadata import TopicInfo
+from ._metadata_view import TopicInfo
 from ._producers import Duplicate, ProducerStates, Refuse, rebuild
 from ._resends import ResendIndex
 

@@ -18,13 +18,8 @@ from bench.ops import PartitionProbes
 from kafkaesque.broker._config import BrokerConfig
 from kafkaesque.broker._decommission import plan_removal, still_holding
 from kafkaesque.broker._leaders import Claim
-from kafkaesque.broker._metadata import (
-    BrokerInfo,
-    InvalidConfigError,
-    MetadataState,
-    TopicConfig,
-    TopicInfo,
-)
+from kafkaesque.broker._metadata_state import MetadataState
+from kafkaesque.broker._metadata_view import BrokerInfo, InvalidConfigError, TopicConfig, TopicInfo
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker

@@ -23,7 +23,8 @@ from kafkaesque.broker._decommission import (
 )
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._forwarding import Forwarder
-from kafkaesque.broker._metadata import BrokerInfo, ClusterMetadata, MetadataView
+from kafkaesque.broker._metadata import ClusterMetadata
+from kafkaesque.broker._metadata_view import BrokerInfo, MetadataView
 from kafkaesque.protocol import (
     Answer,
     ControllerHandOver,

@@ -25,7 +25,7 @@ import trio.testing
 
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._groups import OFFSETS_PARTITIONS, OFFSETS_TOPIC, GroupCoordinator
-from kafkaesque.broker._metadata import TopicConfig, TopicInfo
+from kafkaesque.broker._metadata_view import TopicConfig, TopicInfo
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     Commit,

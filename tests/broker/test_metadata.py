@@ -27,13 +27,12 @@ from hypothesis import strategies as st
 from pysyncobj import FAIL_REASON
 
 from kafkaesque.broker import _bridge
-from kafkaesque.broker._metadata import (
+from kafkaesque.broker._metadata import ClusterMetadata, ControllerSettings
+from kafkaesque.broker._metadata_state import MetadataState
+from kafkaesque.broker._metadata_view import (
     BrokerInfo,
-    ClusterMetadata,
-    ControllerSettings,
     InvalidConfigError,
     MetadataError,
-    MetadataState,
     MetadataUnavailable,
     MetadataView,
     TopicConfig,

@@ -9,11 +9,11 @@ from pathlib import Path
 import pytest
 import trio
 
-from kafkaesque.broker._metadata import (
+from kafkaesque.broker._metadata import _ReplicatedState
+from kafkaesque.broker._metadata_state import MetadataState
+from kafkaesque.broker._metadata_view import (
     InvalidConfigError,
-    MetadataState,
     MetadataView,
-    _ReplicatedState,
     acl_problem,
     acl_row,
     acl_tuple,

@@ -15,10 +15,10 @@ import trio
 
 from kafkaesque.broker import ConfigError, config_from_mapping
 from kafkaesque.broker._broker import Broker
-from kafkaesque.broker._metadata import (
+from kafkaesque.broker._metadata_state import MetadataState
+from kafkaesque.broker._metadata_view import (
     BrokerInfo,
     InvalidConfigError,
-    MetadataState,
     TopicConfig,
     TopicInfo,
     UnknownTopicError,

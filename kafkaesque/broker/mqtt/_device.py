@@ -61,7 +61,7 @@ from kafkaesque.protocol.mqtt import (
 
 from .._appender import Flight
 from .._errors import RequestError
-from .._metadata import TopicInfo
+from .._metadata_view import TopicInfo
 
 if TYPE_CHECKING:
     from ._sessions import Position, StoredSession

@@ -43,7 +43,8 @@ from kafkaesque.protocol.mqtt import (
 from kafkaesque.storage import data_records, end_offset
 
 from .._errors import RequestError
-from .._metadata import ClusterMetadata, TopicInfo
+from .._metadata import ClusterMetadata
+from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
 from ._recipient import Recipient
 

@@ -76,7 +76,7 @@ from .._bridge import run_in_thread
 from .._config import BrokerConfig, ConfigError
 from .._errors import RequestError
 from .._log_ids import log_id_of
-from .._metadata import MetadataError, TopicConfig, TopicExistsError, TopicInfo
+from .._metadata_view import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from .._resends import resend_key, value_digest
 from ._deadlines import SCAN_S as DEADLINE_SCAN_S
 from ._deadlines import Deadlines

@@ -29,7 +29,7 @@ from kafkaesque.protocol.mqtt import (
 )
 from kafkaesque.storage import Record
 
-from .._metadata import TopicInfo
+from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
 from ._recipient import Recipient
 from ._tail import TopicTail

@@ -55,7 +55,7 @@ from kafkaesque.protocol import INTERNAL_TOPIC_PREFIX
 from kafkaesque.protocol.mqtt import MqttSubscription
 from kafkaesque.storage import Record
 
-from .._metadata import TopicInfo
+from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
 from ._tail import TopicTail
 

@@ -18,7 +18,7 @@ import trio
 from kafkaesque.storage import Record, data_records, end_offset
 
 from .._errors import RequestError
-from .._metadata import TopicInfo
+from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
 
 log = logging.getLogger("kafkaesque.broker.mqtt")

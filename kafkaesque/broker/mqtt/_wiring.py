@@ -14,7 +14,8 @@ from kafkaesque.protocol import Acks, Shares
 
 from .._appender import PartitionAppender
 from .._config import BrokerConfig
-from .._metadata import ClusterMetadata, TopicInfo
+from .._metadata import ClusterMetadata
+from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
 from .._shutdown import Draining
 from .._writes import WritePath
