@@ -14,8 +14,8 @@ ACLs, a command costs a test of the session's principal. With ACLs, decisions ar
 frozenset while they do not change: a new set starts a new cache).
 
 Threads: PLAIN's PBKDF2 check (``verify_password``) runs in a worker thread through
-``_bridge.run_in_thread``; everything else here runs on the event loop and never blocks (SCRAM's
-server side is a few HMACs).
+``_thread_bridge.run_in_thread``; everything else here runs on the event loop and never blocks
+(SCRAM's server side is a few HMACs).
 
 The MQTT listener may share ``users`` and ``limiter`` (one users file, one count of failures per
 address for both protocols).
@@ -64,7 +64,7 @@ from kafkaesque.security import (
     verify_password,
 )
 
-from . import _bridge
+from . import _thread_bridge
 from ._config import BrokerConfig, ConfigError
 from ._errors import RequestError
 from ._session import ANONYMOUS, Session
@@ -295,14 +295,14 @@ class AccessControl:
         known = credential is not None
         if credential is None:  # the same work for an unknown user: no user enumeration
             credential = await self._decoy_credential()
-        ok = await _bridge.run_in_thread(verify_password, credential, password)
+        ok = await _thread_bridge.run_in_thread(verify_password, credential, password)
         if not (ok and known):
             return self._failed(session, "authentication failed", counted=True)
         return self._succeeded(session, user, None)
 
     async def _decoy_credential(self) -> ScramCredential:
         if self._decoy is None:
-            self._decoy = await _bridge.run_in_thread(derive_credential, "decoy")
+            self._decoy = await _thread_bridge.run_in_thread(derive_credential, "decoy")
         return self._decoy
 
     def _succeeded(self, session: Session, user: str, server_final: bytes | None) -> bytes:

@@ -7,11 +7,11 @@ Layout. :class:`._metadata_state.MetadataState` is the state machine, pure and d
 ``@replicated`` method per command. :class:`ClusterMetadata` is the trio side.
 
 Threads. Each :class:`ClusterMetadata` runs its ``SyncObj`` in one thread of its own
-(:class:`._bridge.TickingThread`, ``autoTick=False``): the SyncObj is built, ticked, applies
+(:class:`._thread_bridge.TickingThread`, ``autoTick=False``): the SyncObj is built, ticked, applies
 its log and is destroyed on that thread, and :class:`MetadataState` is only ever touched there.
 The trio thread only enqueues commands (pysyncobj's queue is thread-safe) and receives answers and
 immutable :class:`MetadataView` snapshots through ``TrioToken.run_sync_soon``
-(:mod:`._bridge`).
+(:mod:`._thread_bridge`).
 
 Errors. An apply function never raises (see :mod:`._metadata_state`): a refusal is returned as a
 :class:`MetadataError` value and raised on the caller's side. :class:`MetadataUnavailable` is the
@@ -41,7 +41,7 @@ from pysyncobj import replicated as _pysyncobj_replicated
 
 from kafkaesque.protocol import AclRow
 
-from . import _bridge
+from . import _thread_bridge
 from ._metadata_state import MetadataState
 from ._metadata_view import (
     ALTERABLE,
@@ -120,9 +120,10 @@ class _Applied:
 class _ReplicatedState(SyncObjConsumer):  # type: ignore[misc]  # pysyncobj is untyped
     """The commands of :class:`MetadataState` as pysyncobj replicated methods.
 
-    Called on the trio thread, a method only enqueues its command (``_bridge.call_replicated``);
-    pysyncobj then runs its body on its own thread on every replica, in log order. Arguments and
-    the dump are plain tuples, never our classes (see :meth:`MetadataState.to_primitive`).
+    Called on the trio thread, a method only enqueues its command
+    (``_thread_bridge.call_replicated``); pysyncobj then runs its body on its own thread on every
+    replica, in log order. Arguments and the dump are plain tuples, never our classes (see
+    :meth:`MetadataState.to_primitive`).
     """
 
     def __init__(self) -> None:
@@ -342,7 +343,7 @@ class ClusterMetadata:
         self._started = True
         self._token = trio.lowlevel.current_trio_token()
         try:
-            thread = await _bridge.TickingThread.open(
+            thread = await _thread_bridge.TickingThread.open(
                 f"kafkaesque-controller-{self._self_id}", self._open, self._tick, self._close
             )
         except BaseException:
@@ -464,7 +465,7 @@ class ClusterMetadata:
             view = last.view
         self._posted = _Status(view, ready, members)
         assert self._token is not None  # set by run() before the thread starts
-        _bridge.post(self._token, self._receive, self._posted)
+        _thread_bridge.post(self._token, self._receive, self._posted)
 
     def _broker_id(self, address: str, state: MetadataState) -> int | None:
         found = self._ids_by_address.get(address)
@@ -537,8 +538,8 @@ class ClusterMetadata:
             method = select(self._running())
             remaining = max(0.0, deadline - trio.current_time())
             try:
-                return await _bridge.call_replicated(method, *args, timeout=remaining)
-            except _bridge.ReplicationError as exc:
+                return await _thread_bridge.call_replicated(method, *args, timeout=remaining)
+            except _thread_bridge.ReplicationError as exc:
                 maybe_applied = maybe_applied or exc.maybe_applied
                 hopeless = exc.maybe_applied and not idempotent
                 if hopeless or deadline - trio.current_time() <= _RETRY_DELAY:

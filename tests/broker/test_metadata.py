@@ -1,4 +1,5 @@
-"""The controller quorum (``kafkaesque.broker._metadata``) and its thread bridge (``_bridge``).
+"""The controller quorum (``kafkaesque.broker._metadata``) and its bridge to threads
+(``_thread_bridge``).
 
 Three layers, fastest first: the bridge with fake pysyncobj methods; the pure state machine
 (``MetadataState``, ``assign_replicas``), with hypothesis for its invariants; then real pysyncobj
@@ -26,7 +27,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from pysyncobj import FAIL_REASON
 
-from kafkaesque.broker import _bridge
+from kafkaesque.broker import _thread_bridge
 from kafkaesque.broker._metadata import ClusterMetadata, ControllerSettings
 from kafkaesque.broker._metadata_state import MetadataState
 from kafkaesque.broker._metadata_view import (
@@ -70,7 +71,7 @@ async def test_call_replicated_hands_back_an_answer_from_another_thread() -> Non
         thread.start()
 
     with trio.fail_after(WAIT):
-        assert await _bridge.call_replicated(method, 21, timeout=WAIT) == 42
+        assert await _thread_bridge.call_replicated(method, 21, timeout=WAIT) == 42
     threads[0].join()
 
 
@@ -90,8 +91,8 @@ async def test_call_replicated_tells_failed_from_maybe(reason: int, maybe_applie
     def method(*, callback: Callable[[object, int], None]) -> None:
         callback(None, reason)  # at once, on this thread: what pysyncobj does for QUEUE_FULL
 
-    with pytest.raises(_bridge.ReplicationError) as info:
-        await _bridge.call_replicated(method, timeout=WAIT)
+    with pytest.raises(_thread_bridge.ReplicationError) as info:
+        await _thread_bridge.call_replicated(method, timeout=WAIT)
     assert (info.value.reason, info.value.maybe_applied) == (reason, maybe_applied)
 
 
@@ -102,8 +103,8 @@ async def test_call_replicated_without_an_answer_times_out_as_maybe(
         pass  # the command sits in pysyncobj's queue: no answer
 
     start = trio.current_time()
-    with pytest.raises(_bridge.ReplicationError) as info:
-        await _bridge.call_replicated(method, timeout=3.0)
+    with pytest.raises(_thread_bridge.ReplicationError) as info:
+        await _thread_bridge.call_replicated(method, timeout=3.0)
     assert trio.current_time() - start == pytest.approx(3.0)
     assert info.value.reason is None
     assert info.value.maybe_applied
@@ -113,7 +114,7 @@ def test_post_after_the_trio_run_is_dropped() -> None:
     async def token() -> trio.lowlevel.TrioToken:
         return trio.lowlevel.current_trio_token()
 
-    assert _bridge.post(trio.run(token), print, "never printed") is False
+    assert _thread_bridge.post(trio.run(token), print, "never printed") is False
 
 
 async def test_ticking_thread_runs_on_its_own_thread_and_reports_a_tick_error() -> None:
@@ -126,7 +127,9 @@ async def test_ticking_thread_runs_on_its_own_thread_and_reports_a_tick_error() 
 
     closed: list[str] = []
     with trio.fail_after(WAIT):
-        thread = await _bridge.TickingThread.open("ticker", lambda: "obj", tick, closed.append)
+        thread = await _thread_bridge.TickingThread.open(
+            "ticker", lambda: "obj", tick, closed.append
+        )
         try:
             assert thread.value == "obj"
             with pytest.raises(ValueError, match="tick failed"):
@@ -144,7 +147,7 @@ async def test_ticking_thread_reports_an_open_error_and_closes_nothing() -> None
 
     closed: list[str] = []
     with trio.fail_after(WAIT), pytest.raises(OSError, match="port taken"):
-        await _bridge.TickingThread.open("opener", open_, lambda _: None, closed.append)
+        await _thread_bridge.TickingThread.open("opener", open_, lambda _: None, closed.append)
     assert closed == []
     assert not [t for t in threading.enumerate() if t.name == "opener"]
 
@@ -154,7 +157,9 @@ async def test_ticking_thread_reports_a_close_error_and_ends() -> None:
         raise OSError("flush failed")
 
     with trio.fail_after(WAIT):
-        thread = await _bridge.TickingThread.open("closer", lambda: "obj", lambda _: None, close)
+        thread = await _thread_bridge.TickingThread.open(
+            "closer", lambda: "obj", lambda _: None, close
+        )
         with pytest.raises(OSError, match="flush failed"):
             await thread.aclose()
         await thread.aclose()  # again: nothing left to report

@@ -72,12 +72,12 @@ from kafkaesque.security import (
 from kafkaesque.storage import Record, data_records, end_offset
 
 from .._appender import Flight, PartitionAppender
-from .._bridge import run_in_thread
 from .._config import BrokerConfig, ConfigError
 from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import MetadataError, TopicConfig, TopicExistsError, TopicInfo
 from .._resends import resend_key, value_digest
+from .._thread_bridge import run_in_thread
 from ._deadlines import SCAN_S as DEADLINE_SCAN_S
 from ._deadlines import Deadlines
 from ._device import SLOW_GRACE_S, MqttDevice, now_ms
