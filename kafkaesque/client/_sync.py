@@ -99,9 +99,7 @@ class Client:
         self._connections: dict[Address, SyncConnection] = {}
 
     @classmethod
-    def pinned(
-        cls, address: str | Address, *, config: steps.ClientConfig | None = None
-    ) -> Client:
+    def pinned(cls, address: str | Address, *, config: steps.ClientConfig | None = None) -> Client:
         """A client of the one broker at ``address`` (``"host:port"`` or a pair): every call
         goes there, whatever its route, and retries too (``PinnedState``); nothing is rerouted
         to a leader or another broker. For asking one broker what it sees (its ``METADATA``,

@@ -4,6 +4,7 @@ broker; then a pinned ``AsyncClient`` against a real socket that names other bro
 
 from __future__ import annotations
 
+import socket
 from functools import partial
 from typing import Any
 
@@ -20,6 +21,7 @@ from kafkaesque.client import (
     ListResponse,
     PinnedState,
     RetryPolicy,
+    SyncConnection,
     TopicPartition,
 )
 from kafkaesque.client import _calls as calls
@@ -143,3 +145,18 @@ async def test_a_pinned_async_client_asks_its_broker_only() -> None:
     add = b"ADDBROKER 2 127.0.0.1:3 127.0.0.1:4"
     assert seen == [b"METADATA", b"PING", add, b"METADATA", add]
 
+
+def test_a_detached_connection_hands_its_socket_over_and_is_closed_for_the_client() -> None:
+    with socket.create_server(("127.0.0.1", 0)) as server:
+        connection = SyncConnection(server.getsockname()[:2], connect_timeout_s=5)
+        peer, _ = server.accept()
+        with peer:
+            sock = connection.detach()
+            with sock:
+                sock.sendall(b"PING\r\n")
+                assert peer.recv(100) == b"PING\r\n"
+            assert connection.closed
+            with pytest.raises(KafkaesqueConnectionError, match="detached"):
+                connection.send(Ping())
+            with pytest.raises(RuntimeError, match="cannot detach"):
+                connection.detach()
