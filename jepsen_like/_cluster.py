@@ -24,8 +24,6 @@ from typing import TypeVar
 
 import trio
 
-# The same rule as ``kafkaesque cluster restart --rolling`` (LocalCluster.wait_in_sync): which
-# partition of a restarted broker is still behind its leader, read from every broker's /metrics.
 from kafkaesque.client import (
     AsyncClient,
     ClientConfig,
@@ -33,9 +31,17 @@ from kafkaesque.client import (
     ErrorCode,
     KafkaesqueConnectionError,
     KafkaesqueError,
-    RetryPolicy,
 )
-from kafkaesque.local_cluster import BrokerProcesses, broker_program, parse_samples, replicas_behind
+
+# The same rule as ``kafkaesque cluster restart --rolling`` (LocalCluster.wait_in_sync): which
+# partition of a restarted broker is still behind its leader, read from every broker's /metrics.
+from kafkaesque.local_cluster import (
+    BrokerProcesses,
+    broker_program,
+    one_attempt,
+    parse_samples,
+    replicas_behind,
+)
 
 from ._secure import SecureSetup
 
@@ -52,7 +58,6 @@ STOP_TIMEOUT_S = 30.0
 ``--shutdown-timeout``, 5 s) before it kills it."""
 REMOVE_TIMEOUT_S = 240.0
 """How long ``remove_broker`` keeps sending ``REMOVEBROKER`` (each attempt waits for the moves)."""
-ONE_ATTEMPT = RetryPolicy(max_attempts=1, backoff_ms=0, backoff_max_ms=0, unknown_topic_attempts=1)
 NO_ANSWER = (KafkaesqueConnectionError, trio.TooSlowError)
 """What ``ask`` raises when the broker gave no answer (unreachable, cut, paused, too slow)."""
 
@@ -226,12 +231,8 @@ class JepsenCluster(BrokerProcesses):
         """The settings of the harness's own clients: one attempt (the procedures below retry
         as an operator does, and must know which broker answered), ``timeout`` for the
         connection and the request, TLS and SCRAM in a secure run."""
-        security = {} if self.security is None else {"security": self.security.client_security()}
-        return ClientConfig(
-            request_timeout_ms=timeout * 1000.0,
-            connect_timeout_ms=timeout * 1000.0,
-            retry=ONE_ATTEMPT,
-            **security,
+        return one_attempt(
+            timeout, None if self.security is None else self.security.client_security()
         )
 
     async def ask(self, node: int, question: Question[T], timeout: float = 3.0) -> T:
@@ -262,10 +263,8 @@ class JepsenCluster(BrokerProcesses):
         out)."""
         try:
             metadata = await self.ask_any(lambda c: c.refresh_metadata([topic]))
-        except KafkaesqueError as exc:
-            if exc.code is None:
-                raise
-            return {}  # a refusal (NOT_READY...) names no leader
+        except KafkaesqueError:  # a refusal (NOT_READY...): no answer is a ClusterFault
+            return {}
         rows = metadata.partitions.get(topic, ())
         return {row.partition: row.leader for row in rows if row.leader is not None}
 

@@ -47,10 +47,11 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
-from kafkaesque.client import KafkaesqueError
+from kafkaesque.client import AsyncClient, KafkaesqueError
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
@@ -346,7 +347,7 @@ async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
     else:
         raise NothingToDo("a single replica on the only broker")
     try:
-        await ctx.cluster.ask_any(lambda c: c.reassign(topic, p, new, wait_s=0.0), timeout=30.0)
+        await ctx.cluster.ask_any(partial(_reassign, topic, p, new), timeout=30.0)
     except KafkaesqueError as exc:  # a refusal (no answer is a ClusterFault)
         raise NothingToDo(f"REASSIGN answered {exc}") from exc
     ctx.moved[p] = replicas
@@ -354,14 +355,16 @@ async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
     return _names(new)
 
 
+async def _reassign(topic: str, p: int, replicas: list[int], client: AsyncClient) -> None:
+    """``REASSIGN`` ``topic``/``p`` to ``replicas``; the ``ask`` timeout bounds its wait."""
+    await client.reassign(topic, p, replicas, wait_s=0.0)
+
+
 async def _stop_membership(ctx: NemesisContext) -> tuple[str, ...]:
     back: list[int] = []
     for p, replicas in sorted(ctx.moved.items()):
         try:
-            await ctx.cluster.ask_any(
-                lambda c, p=p, replicas=replicas: c.reassign(ctx.topic, p, replicas, wait_s=0.0),
-                timeout=30.0,
-            )
+            await ctx.cluster.ask_any(partial(_reassign, ctx.topic, p, replicas), timeout=30.0)
         except KafkaesqueError as exc:  # a refusal (no answer is a ClusterFault)
             ctx.log.append(f"{ctx.topic}/{p}: moving back answered {exc}")
             continue

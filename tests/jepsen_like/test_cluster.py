@@ -77,7 +77,7 @@ class _Scripted(JepsenCluster):  # type: ignore[misc]  # untyped by its installe
         return queue.pop(0) if len(queue) > 1 else queue[0]
 
 
-class _ScriptedBroker(AsyncClient):  # type: ignore[misc]  # untyped by its installed name
+class _ScriptedBroker(AsyncClient):
     """A client of broker ``node`` whose answers come from the script: the client's own calls
     and parsing, the script's reply lines instead of a socket."""
 
