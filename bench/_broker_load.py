@@ -48,6 +48,8 @@ from kafkaesque.client import (
     GroupConsumer,
     Producer,
     ProducerConfig,
+    Security,
+    SyncConnection,
 )
 
 MESSAGE_BYTES = 100
@@ -154,14 +156,19 @@ class _PubsConnection:
     def __init__(
         self, address: tuple[str, int], line: bytes, window: int, args: argparse.Namespace
     ) -> None:
-        self.sock = socket.create_connection(address, timeout=10)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        if _secure(args):
-            from kafkaesque.local_cluster import scram_login
-
-            context = ssl.create_default_context(cafile=args.tls_ca)
-            self.sock = context.wrap_socket(self.sock, server_hostname=address[0])
-            scram_login(self.sock, args.user, os.environ["KAFKAESQUE_PASSWORD"])
+        # A raw socket on purpose: the load is lines pipelined by hand, not the client's.
+        if _secure(args):  # the client connects it: TLS, then SCRAM, then hands it over
+            security = Security(
+                "SASL_SSL",
+                username=args.user,
+                password=os.environ["KAFKAESQUE_PASSWORD"],
+                ssl_cafile=args.tls_ca,
+            )
+            self.sock = SyncConnection(address, connect_timeout_s=10, security=security).detach()
+            self.sock.settimeout(10)
+        else:
+            self.sock = socket.create_connection(address, timeout=10)
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.line = line
         self.window = window
         self.outstanding = 0

@@ -29,14 +29,22 @@ import tempfile
 import threading
 import time
 
+from kafkaesque.client import Client, ListResponse, SyncConnection
 from kafkaesque.local_cluster import LocalCluster
-from kafkaesque.protocol import EndReply, GroupRow, PartitionRow
+from kafkaesque.protocol import Cons, OkReply, Subs
 from kafkaesque.storage import Record, build_batch
-from tests.broker.line_client import LineClient
 
 MEMBERS = 10
 PARTITIONS = 100
 PAUSE_S = 1.0
+TIMEOUT_S = 30.0
+
+
+def _subscribe(connection: SyncConnection) -> str:
+    """``SUBS load crew`` on ``connection`` (a subscription lives on its connection): its id."""
+    reply = connection.request(Subs("load", "crew"), TIMEOUT_S)
+    assert isinstance(reply, OkReply), f"SUBS answered {reply!r}"
+    return reply.text
 
 
 class _Member(threading.Thread):
@@ -44,8 +52,8 @@ class _Member(threading.Thread):
 
     def __init__(self, address: tuple[str, int], stop: threading.Event) -> None:
         super().__init__(daemon=True)
-        self.client = LineClient(address, timeout=30)
-        self.id = self.client.ok("SUBS load crew")
+        self.connection = SyncConnection(address, connect_timeout_s=TIMEOUT_S)
+        self.id = _subscribe(self.connection)
         self.owned: frozenset[int] = frozenset()
         self.stop = stop
         self.errors = 0
@@ -55,21 +63,20 @@ class _Member(threading.Thread):
     def run(self) -> None:
         last = time.monotonic()
         while not self.stop.is_set():
-            reply = self.client.call(f"CONS load {self.id} 0 max=1 wait_ms=100")
+            reply = self.connection.request(Cons("load", self.id, 0, 1, 100), TIMEOUT_S)
             now = time.monotonic()
-            if isinstance(reply, list) and isinstance(reply[-1], EndReply):
-                self.owned = frozenset(p for p, _ in reply[-1].next_offsets)
+            if isinstance(reply, ListResponse):
+                self.owned = frozenset(p for p, _ in reply.end.next_offsets)
                 self.history.append((now, self.owned))
                 self.longest_gap = max(self.longest_gap, now - last)
                 last = now
             else:
                 self.errors += 1
-        self.client.close()
+        self.connection.close()
 
 
-def _owners(admin: LineClient) -> dict[int, str | None]:
-    rows = admin.rows("GROUPS crew load")
-    return {r.partition: r.owner for r in rows if isinstance(r, GroupRow)}
+def _owners(admin: Client) -> dict[int, str | None]:
+    return {r.partition: r.owner for r in admin.describe_group("crew", "load")}
 
 
 def _rebalances(cluster: LocalCluster, rounds: int) -> tuple[list[float], int]:
@@ -79,23 +86,25 @@ def _rebalances(cluster: LocalCluster, rounds: int) -> tuple[list[float], int]:
         m.start()
     samples: list[float] = []
     paused = 0
-    with LineClient(cluster.client_address(0)) as admin:
+    with Client.pinned(cluster.client_address(0)) as admin:
         time.sleep(1.0)
         for _ in range(rounds):
             before = {m.id: m.owned for m in members}
             for m in members:
                 m.longest_gap, m.errors = 0.0, 0
             started = time.monotonic()
-            newcomer = LineClient(cluster.client_address(1), timeout=30)
-            nid = newcomer.ok("SUBS load crew")
-            rows = newcomer.rows(f"CONS load {nid} 0 max=1")
-            end = rows[-1]
-            assert isinstance(end, EndReply) and end.next_offsets, "the newcomer got no share"
+            newcomer = SyncConnection(cluster.client_address(1), connect_timeout_s=TIMEOUT_S)
+            nid = _subscribe(newcomer)
+            rows = newcomer.request(Cons("load", nid, 0, 1), TIMEOUT_S)
+            assert isinstance(rows, ListResponse), f"CONS answered {rows!r}"
+            assert rows.end.next_offsets, "the newcomer got no share"
             samples.append(time.monotonic() - started)
             time.sleep(0.3)
-            newcomer.sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
+            # A crash, on purpose below the client (which closes politely): the socket is reset.
+            sock = newcomer.detach()
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\1\0\0\0\0\0\0\0")
             started = time.monotonic()
-            newcomer.close()  # a crash: the connection is reset
+            sock.close()  # a crash: the connection is reset
             while nid in _owners(admin).values() and time.monotonic() - started < 30:
                 time.sleep(0.005)
             samples.append(time.monotonic() - started)
@@ -113,7 +122,8 @@ def _rebalances(cluster: LocalCluster, rounds: int) -> tuple[list[float], int]:
 
 def _publish_rate(address: tuple[str, int], seconds: float, producer_id: int | None) -> float:
     """Records/s of pipelined PUBB batches (100 x 100 B) to partition 0 of ``speed``; with a
-    ``producer_id``, idempotent (its sequences start at 0)."""
+    ``producer_id``, idempotent (its sequences start at 0). A raw socket on purpose: what is
+    measured is the broker's cost of idempotence, without a client's batching in the way."""
     records = [Record(value=b"x" * 100) for _ in range(100)]
     window = 16
     sock = socket.create_connection(address)
@@ -158,13 +168,13 @@ def main(argv: list[str] | None = None) -> int:
     root = tempfile.mkdtemp(prefix="kq-bench-groups-")
     try:
         with LocalCluster(root, 3) as cluster:
-            with LineClient(cluster.client_address(0)) as admin:
-                admin.ok(f"CREATE load {PARTITIONS} 3")
-                admin.ok("CREATE speed 1 3")
+            with Client.pinned(cluster.client_address(0)) as admin:
+                admin.create_topic("load", PARTITIONS, 3)
+                admin.create_topic("speed", 1, 3)
                 pings = []
                 for _ in range(200):
                     t = time.perf_counter()
-                    admin.ok("PING")
+                    admin.ping()
                     pings.append(time.perf_counter() - t)
             samples, paused = _rebalances(cluster, rounds)
             address = cluster.client_address(_leader(cluster))
@@ -195,9 +205,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _leader(cluster: LocalCluster) -> int:
-    with LineClient(cluster.client_address(0)) as c:
-        rows = c.rows("METADATA speed")
-    leader = next(r.leader for r in rows if isinstance(r, PartitionRow))
+    with Client.pinned(cluster.client_address(0)) as c:
+        leader = c.refresh_metadata(["speed"]).partitions["speed"][0].leader
     return 0 if leader is None else leader
 
 

@@ -37,7 +37,13 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, TextIO
 
-from kafkaesque.local_cluster import ClusterError, LocalCluster, RollingStep, ask, describe_exit
+from kafkaesque.local_cluster import (
+    ClusterError,
+    LocalCluster,
+    RollingStep,
+    answers_ping,
+    describe_exit,
+)
 
 DEFAULT_DATA_DIR = os.path.join(".kafkaesque-data", "cluster")
 DEFAULT_BASE_PORT = 9092
@@ -301,11 +307,8 @@ class Supervisor:
         for broker in sorted(self._returning):
             if self.cluster.procs[broker].poll() is not None:
                 continue  # died again: _notice_deaths says so next round
-            try:
-                answer = ask(self.cluster.client_address(broker), "PING", _PING_TIMEOUT_S)
-            except OSError:
-                continue  # not listening yet
-            if answer.startswith(b"+OK"):
+            # False while not listening yet, or while it says NOT_READY.
+            if answers_ping(self.cluster.client_address(broker), _PING_TIMEOUT_S):
                 self._returning.discard(broker)
                 host, port = self.cluster.client_address(broker)
                 self._say(f"broker {broker} is back: it answers on {host}:{port}")
@@ -391,9 +394,8 @@ def wait_answering(data_dir: str, broker: int, timeout: float) -> str:
         if not info["running"]:
             raise ClusterError(f"broker {broker} died again as it started; see {info['log']}")
         host, _, port = str(info["client"]).rpartition(":")
-        with contextlib.suppress(OSError):
-            if ask((host, int(port)), "PING", _PING_TIMEOUT_S).startswith(b"+OK"):
-                return str(info["client"])
+        if answers_ping((host, int(port)), _PING_TIMEOUT_S):
+            return str(info["client"])
         if time.monotonic() >= deadline:
             raise ClusterError(
                 f"broker {broker} (pid {info['pid']}) runs but does not answer on "

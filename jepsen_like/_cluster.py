@@ -18,15 +18,30 @@ from __future__ import annotations
 import os
 import signal
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TypeVar
 
 import trio
 
+from kafkaesque.client import (
+    AsyncClient,
+    ClientConfig,
+    ClusterMetadata,
+    ErrorCode,
+    KafkaesqueConnectionError,
+    KafkaesqueError,
+)
+
 # The same rule as ``kafkaesque cluster restart --rolling`` (LocalCluster.wait_in_sync): which
 # partition of a restarted broker is still behind its leader, read from every broker's /metrics.
-from kafkaesque.local_cluster import BrokerProcesses, broker_program, parse_samples, replicas_behind
-from kafkaesque.protocol import ErrorCode
+from kafkaesque.local_cluster import (
+    BrokerProcesses,
+    broker_program,
+    one_attempt,
+    parse_samples,
+    replicas_behind,
+)
 
 from ._secure import SecureSetup
 
@@ -43,6 +58,12 @@ STOP_TIMEOUT_S = 30.0
 ``--shutdown-timeout``, 5 s) before it kills it."""
 REMOVE_TIMEOUT_S = 240.0
 """How long ``remove_broker`` keeps sending ``REMOVEBROKER`` (each attempt waits for the moves)."""
+NO_ANSWER = (KafkaesqueConnectionError, trio.TooSlowError)
+"""What ``ask`` raises when the broker gave no answer (unreachable, cut, paused, too slow)."""
+
+T = TypeVar("T")
+Question = Callable[[AsyncClient], Awaitable[T]]
+"""What the harness asks one broker: a call of the public client."""
 
 
 class ClusterFault(RuntimeError):
@@ -206,56 +227,46 @@ class JepsenCluster(BrokerProcesses):
     def bootstrap(self) -> list[str]:
         return [":".join(map(str, self.client_address(i))) for i in self.members]
 
-    async def ask(self, node: int, line: str, timeout: float = 3.0) -> list[str]:
-        """Send one command to ``node``; its reply lines (up to ``+END`` for a list)."""
+    def client_config(self, timeout: float) -> ClientConfig:
+        """The settings of the harness's own clients: one attempt (the procedures below retry
+        as an operator does, and must know which broker answered), ``timeout`` for the
+        connection and the request, TLS and SCRAM in a secure run."""
+        return one_attempt(
+            timeout, None if self.security is None else self.security.client_security()
+        )
+
+    async def ask(self, node: int, question: Question[T], timeout: float = 3.0) -> T:
+        """Ask broker ``node``, and no other, ``question`` (e.g. ``lambda c:
+        c.refresh_metadata()``) on a pinned client of its own: a fresh connection (as an
+        operator's command opens one: never one a fault left half-open), closed after it, one
+        attempt, within ``timeout``. Raises what the client raises (``KafkaesqueConnectionError``:
+        no answer; another ``KafkaesqueError``: the broker's refusal) or ``trio.TooSlowError``."""
         with trio.fail_after(timeout):
-            stream = await self.open_stream(self.client_address(node))
-            async with stream:
-                await stream.send_all(line.encode() + b"\r\n")
-                data = b""
-                while True:
-                    chunk = await stream.receive_some(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-                    if not data.endswith(b"\r\n"):
-                        continue
-                    lines = data.decode(errors="replace").split("\r\n")[:-1]
-                    if lines[-1].startswith("+END") or lines[0].startswith(("+OK", "-ERR")):
-                        return lines
-                return data.decode(errors="replace").split("\r\n")
+            address = self.client_address(node)
+            async with AsyncClient.pinned(address, config=self.client_config(timeout)) as client:
+                return await question(client)
 
-    async def open_stream(self, address: tuple[str, int]) -> trio.abc.Stream:
-        """A line-protocol connection to a broker's client ``address``: plain TCP, or TLS and
-        SCRAM in a secure run (``OSError`` if it cannot be made)."""
-        if self.security is None:
-            return await trio.open_tcp_stream(*address)
-        return await self.security.open_stream(address)
-
-    async def ask_any(self, line: str, timeout: float = 3.0) -> list[str]:
-        """``ask`` the first running, unpaused member that answers."""
+    async def ask_any(self, question: Question[T], timeout: float = 3.0) -> T:
+        """``ask`` the first running, unpaused member that answers (a refusal is an answer)."""
         last: Exception | None = None
         for node in self.alive():
             if node in self.paused:
                 continue
             try:
-                return await self.ask(node, line, timeout)
-            except (OSError, trio.TooSlowError) as exc:
+                return await self.ask(node, question, timeout)
+            except NO_ANSWER as exc:
                 last = exc
-        raise ClusterFault(f"no broker answered {line!r}: {last}")
+        raise ClusterFault(f"no broker answered: {last}")
 
     async def leaders(self, topic: str) -> dict[int, int]:
         """Partition → leader id, as some broker reports it now (partitions without one left
         out)."""
-        out: dict[int, int] = {}
-        for row in await self.ask_any(f"METADATA {topic}"):
-            if not row.startswith("+PARTITION "):
-                continue
-            parts = row.split()
-            fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
-            if fields.get("leader", "-").isdigit():
-                out[int(parts[2])] = int(fields["leader"])
-        return out
+        try:
+            metadata = await self.ask_any(lambda c: c.refresh_metadata([topic]))
+        except KafkaesqueError:  # a refusal (NOT_READY...): no answer is a ClusterFault
+            return {}
+        rows = metadata.partitions.get(topic, ())
+        return {row.partition: row.leader for row in rows if row.leader is not None}
 
     async def add_broker(self, timeout: float = 60.0) -> int:
         """Start the next spare with ``--join``, admit it with ``ADDBROKER``, wait until every
@@ -268,11 +279,15 @@ class JepsenCluster(BrokerProcesses):
         a = self.placement.nodes[node]
         peer = self.placement.peer_of(min(self.members), node)
         try:
-            reply = await self.ask_any(
-                f"ADDBROKER {node} {peer[0]}:{peer[1]} {a.host}:{a.controller}", timeout
-            )
-            if not reply or not reply[0].startswith("+OK"):
-                raise ClusterFault(f"ADDBROKER {node} answered {reply[:1]}")
+            try:
+                await self.ask_any(
+                    lambda c: c.add_broker(
+                        node, f"{peer[0]}:{peer[1]}", f"{a.host}:{a.controller}"
+                    ),
+                    timeout,
+                )
+            except KafkaesqueError as exc:
+                raise ClusterFault(f"ADDBROKER {node} answered {exc}") from exc
             self.members.append(node)
             self.spares.remove(node)
             await self.wait_ready(timeout, nodes=[m for m in self.alive() if m not in self.paused])
@@ -300,36 +315,48 @@ class JepsenCluster(BrokerProcesses):
             raise ClusterFault(f"broker {node} is not a member")
         deadline = trio.current_time() + timeout
         last = "not sent yet"
-        reply: list[str] = []
+        moved: int | None = None
         while trio.current_time() < deadline:
             senders = [m for m in self.alive() if m != node and m not in self.paused]
             if not senders:
                 raise ClusterFault(f"no other broker runs to send REMOVEBROKER {node} to")
             try:
-                reply = await self.ask(
-                    senders[0], f"REMOVEBROKER {node}", max(1.0, deadline - trio.current_time())
+                moved = await self.ask(
+                    senders[0],
+                    lambda c: c.remove_broker(node, wait_s=0.0),  # the timeout is the wait
+                    max(1.0, deadline - trio.current_time()),
                 )
-            except (OSError, trio.TooSlowError) as exc:
+                break
+            except NO_ANSWER as exc:
+                if isinstance(exc, KafkaesqueError) and not exc.retriable:
+                    # A reply that breaks the protocol: no refusal to act on, nothing changed.
+                    raise ClusterFault(f"REMOVEBROKER {node} answered {exc}") from exc
                 last = f"n{senders[0]}: {exc}"
                 await trio.sleep(0.5)
                 continue
-            first = reply[0] if reply else ""
-            if first.startswith("+OK"):
-                break
-            last = first
-            code = first.split()[1] if first.startswith("-ERR ") and len(first.split()) > 1 else ""
-            if code == "BUSY" and "controller quorum" in first:
-                await self.terminate(node)
-            elif code not in ErrorCode.__members__ or not ErrorCode[code].retriable:
-                raise ClusterFault(f"REMOVEBROKER {node} answered {first!r}")
-            await trio.sleep(0.5)
+            except KafkaesqueError as exc:
+                last = f"-ERR {exc.code_name} {exc.message}".rstrip()
+                if exc.code is ErrorCode.BUSY and "controller quorum" in exc.message:
+                    await self.terminate(node)
+                elif not exc.retriable:
+                    raise ClusterFault(f"REMOVEBROKER {node} answered {last!r}") from exc
+                await trio.sleep(0.5)
         else:
             raise ClusterFault(f"REMOVEBROKER {node} not done in {timeout:.0f} s ({last})")
         await self._wait_gone(node, max(5.0, deadline - trio.current_time()))
         await self.terminate(node)
         self.members.remove(node)
         self.retired.append(node)
-        return reply[0]
+        return f"+OK moved={moved}"  # the broker's reply line (its one form)
+
+    async def _metadata(self, node: int, timeout: float) -> ClusterMetadata:
+        """Broker ``node``'s ``METADATA``; a refusal (``NOT_READY``...) lists nothing."""
+        try:
+            return await self.ask(node, lambda c: c.refresh_metadata(), timeout)
+        except KafkaesqueError as exc:
+            if exc.code is None:
+                raise
+            return ClusterMetadata()
 
     async def _wait_gone(self, node: int, timeout: float) -> None:
         """Until every running member's METADATA neither registers ``node`` nor gives it a
@@ -339,18 +366,12 @@ class JepsenCluster(BrokerProcesses):
             while True:
                 others = [m for m in self.alive() if m != node and m not in self.paused]
                 try:
-                    views = [await self.ask(m, "METADATA", 3.0) for m in others]
-                except (OSError, trio.TooSlowError) as exc:
+                    views = [await self._metadata(m, 3.0) for m in others]
+                except NO_ANSWER as exc:
                     last = str(exc)
                     await trio.sleep(_POLL_S)
                     continue
-                holding = [
-                    row
-                    for rows in views
-                    for row in rows
-                    if (row.startswith("+BROKER ") and row.split()[1] == str(node))
-                    or (row.startswith("+PARTITION ") and node in _replicas_of(row))
-                ]
+                holding = [where for view in views for where in _holding(view, node)]
                 if not holding:
                     return
                 last = holding[0]
@@ -414,22 +435,17 @@ class JepsenCluster(BrokerProcesses):
             if node in self.paused:
                 continue
             try:
-                rows = await self.ask(node, f"DESCRIBE {topic}")
-            except (OSError, trio.TooSlowError):
+                description = await self.ask(node, lambda c: c.describe_topic(topic))
+            except (KafkaesqueError, trio.TooSlowError):
                 continue
-            for row in rows:
-                parts = row.split()
-                if not row.startswith("+PARTITION ") or len(parts) < 3:
-                    continue
-                fields = dict(p.split("=", 1) for p in parts[3:] if "=" in p)
-                if fields.get("end", "").isdigit():
-                    partition = int(parts[2])
-                    out[partition] = max(out.get(partition, 0), int(fields["end"]))
+            for row in description.partitions:
+                if row.end_offset is not None:
+                    out[row.partition] = max(out.get(row.partition, 0), row.end_offset)
         return out
 
     async def registered(self, node: int) -> int:
         """How many brokers ``node``'s METADATA lists."""
-        return sum(1 for r in await self.ask(node, "METADATA", 2.0) if r.startswith("+BROKER "))
+        return len((await self._metadata(node, 2.0)).brokers)
 
     async def wait_ready(self, timeout: float = 90.0, nodes: list[int] | None = None) -> None:
         """Until every running member (or ``nodes``) lists every member as registered."""
@@ -445,30 +461,33 @@ class JepsenCluster(BrokerProcesses):
                     if all(c >= len(self.members) for c in counts):
                         return
                     last = f"registered counts {counts}"
-                except (OSError, trio.TooSlowError) as exc:
+                except NO_ANSWER as exc:
                     last = str(exc)
                 await trio.sleep(0.3)
         raise ClusterFault(f"the cluster did not become ready in {timeout:.0f} s ({last})")
 
     async def create_topic(self, topic: str, partitions: int, rf: int, timeout: float = 60) -> None:
         """CREATE the topic, retrying until some broker says +OK."""
-        last: list[str] | str = ""
+        last = ""
         with trio.move_on_after(timeout):
             while True:
                 try:
-                    last = await self.ask_any(f"CREATE {topic} {partitions} {rf}", 30.0)
-                    if last and last[0].startswith("+OK"):
-                        return
-                except (ClusterFault, OSError, trio.TooSlowError) as exc:
+                    await self.ask_any(lambda c: c.create_topic(topic, partitions, rf), 30.0)
+                    return
+                except (ClusterFault, KafkaesqueError, trio.TooSlowError) as exc:
                     last = str(exc)
                 await trio.sleep(0.5)
         raise ClusterFault(f"CREATE {topic} failed: {last}")
 
 
-def _replicas_of(row: str) -> set[int]:
-    """The replica ids of a ``+PARTITION`` row of METADATA (``replicas=1,2,3``)."""
-    fields = dict(p.split("=", 1) for p in row.split()[3:] if "=" in p)
-    return {int(r) for r in fields.get("replicas", "").split(",") if r.isdigit()}
+def _holding(view: ClusterMetadata, node: int) -> list[str]:
+    """Where one broker's METADATA still has ``node``: registered, or a replica of a partition."""
+    found = [f"broker {node} registered"] if node in view.brokers else []
+    for rows in view.partitions.values():
+        found += [
+            f"{r.topic}/{r.partition} replicas {r.replicas}" for r in rows if node in r.replicas
+        ]
+    return found
 
 
 def partition_dirs(data_dir: str, node: int, topic: str) -> Mapping[int, str]:

@@ -47,9 +47,11 @@ import os
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from functools import partial
 
 import trio
 
+from kafkaesque.client import AsyncClient, KafkaesqueError
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
@@ -325,13 +327,15 @@ async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
         return _names([node])
     members = ctx.cluster.members
     p = ctx.rng.randrange(ctx.partitions)
-    rows = await ctx.cluster.ask_any(f"METADATA {ctx.topic}")
+    topic = ctx.topic
     replicas: list[int] = []
-    for row in rows:
-        parts = row.split()
-        if row.startswith("+PARTITION ") and int(parts[2]) == p:
-            fields = dict(x.split("=", 1) for x in parts[3:] if "=" in x)
-            replicas = [int(r) for r in fields.get("replicas", "").split(",") if r]
+    try:
+        metadata = await ctx.cluster.ask_any(lambda c: c.refresh_metadata([topic]))
+    except KafkaesqueError:
+        pass  # a refusal (NOT_READY...): no replicas known
+    else:
+        row = metadata.partition(topic, p)
+        replicas = [] if row is None else list(row.replicas)
     if not replicas:
         raise NothingToDo(f"no replicas known for {ctx.topic}/{p}")
     outside = [m for m in members if m not in replicas]
@@ -342,31 +346,33 @@ async def _start_membership(ctx: NemesisContext) -> tuple[str, ...]:
         new.pop(ctx.rng.randrange(len(new)))
     else:
         raise NothingToDo("a single replica on the only broker")
-    reply = await ctx.cluster.ask_any(
-        f"REASSIGN {ctx.topic} {p} {','.join(map(str, new))}", timeout=30.0
-    )
-    if not reply or not reply[0].startswith("+OK"):
-        raise NothingToDo(f"REASSIGN answered {reply[:1]}")
+    try:
+        await ctx.cluster.ask_any(partial(_reassign, topic, p, new), timeout=30.0)
+    except KafkaesqueError as exc:  # a refusal (no answer is a ClusterFault)
+        raise NothingToDo(f"REASSIGN answered {exc}") from exc
     ctx.moved[p] = replicas
     ctx.log.append(f"{ctx.topic}/{p}: replicas {replicas} -> {new}")
     return _names(new)
+
+
+async def _reassign(topic: str, p: int, replicas: list[int], client: AsyncClient) -> None:
+    """``REASSIGN`` ``topic``/``p`` to ``replicas``; the ``ask`` timeout bounds its wait."""
+    await client.reassign(topic, p, replicas, wait_s=0.0)
 
 
 async def _stop_membership(ctx: NemesisContext) -> tuple[str, ...]:
     back: list[int] = []
     for p, replicas in sorted(ctx.moved.items()):
         try:
-            reply = await ctx.cluster.ask_any(
-                f"REASSIGN {ctx.topic} {p} {','.join(map(str, replicas))}", timeout=30.0
-            )
+            await ctx.cluster.ask_any(partial(_reassign, ctx.topic, p, replicas), timeout=30.0)
+        except KafkaesqueError as exc:  # a refusal (no answer is a ClusterFault)
+            ctx.log.append(f"{ctx.topic}/{p}: moving back answered {exc}")
+            continue
         except (ClusterFault, OSError, trio.TooSlowError) as exc:
             ctx.log.append(f"{ctx.topic}/{p}: moving back failed: {exc}")
             continue
-        if reply and reply[0].startswith("+OK"):
-            back.extend(replicas)
-            del ctx.moved[p]
-        else:
-            ctx.log.append(f"{ctx.topic}/{p}: moving back answered {reply[:1]}")
+        back.extend(replicas)
+        del ctx.moved[p]
     return _names(set(back))
 
 

@@ -54,7 +54,7 @@ from ._producer_core import (
 )
 from ._retry import RetryDecision, RetryPolicy, retry_decision
 from ._security import SaslHandshake, Security
-from ._steps import ClientConfig, ClusterState
+from ._steps import ClientConfig, ClusterState, PinnedState
 from ._sync import DEFAULT_BOOTSTRAP, Client, Consumer, GroupConsumer, Producer, RecordFuture
 from ._sync_connection import SyncConnection
 from ._trio import (
@@ -99,6 +99,7 @@ __all__ = [
     "OffsetReset",
     "Partitioning",
     "Pinned",
+    "PinnedState",
     "Producer",
     "ProducerConfig",
     "ProducerCore",

@@ -18,6 +18,7 @@ from kafkaesque.protocol import (
     AclList,
     AclRemove,
     AclRow,
+    AddBroker,
     AlterTopic,
     Commit,
     Cons,
@@ -44,7 +45,9 @@ from kafkaesque.protocol import (
     PartitionRow,
     Ping,
     PublishRecord,
+    Reassign,
     RemoteProtocolError,
+    RemoveBroker,
     ResetKind,
     ResetOffsets,
     Subs,
@@ -72,6 +75,13 @@ from ._metadata import (
 from ._wire import Response, expect_data, expect_list, expect_ok
 
 T = TypeVar("T")
+
+
+DECOMMISSION_WAIT_S = 330.0
+"""How long a ``REMOVEBROKER`` answer may take beyond the request timeout: the broker's own
+bound on the moves (``kafkaesque.broker.DECOMMISSION_TIMEOUT_S``, 300 s) and a margin."""
+REASSIGN_WAIT_S = 30.0
+"""How long a ``REASSIGN`` answer may take beyond the request timeout by default."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -410,3 +420,32 @@ def list_acls(principal: str | None = None) -> Call[list[AclRow]]:
         AclList(principal),
         lambda response: [r for r in expect_list(response).rows if isinstance(r, AclRow)],
     )
+
+
+def add_broker(broker_id: int, peer: str, controller: str) -> Call[None]:
+    """``ADDBROKER``: admit broker ``broker_id`` (started with ``--join``), whose Raft transport
+    listens at ``peer`` and controller at ``controller`` (``host:port`` each). Not idempotent:
+    a retry after an outcome-unknown error could meet the member the first attempt admitted."""
+    return Call(AddBroker(broker_id, peer, controller), _ok, idempotent=False)
+
+
+def remove_broker(broker_id: int, wait_s: float) -> Call[int]:
+    """``REMOVEBROKER``: decommission ``broker_id``; the result is how many partitions moved
+    off it (``+OK moved=<n>``). The broker answers once every move is done, so the attempt
+    may take ``wait_s`` beyond the request timeout. Idempotent: a retry finds the moves done
+    or under way and waits for them."""
+    return Call(RemoveBroker(broker_id), _moved, extra_timeout_s=wait_s)
+
+
+def _moved(response: Response) -> int:
+    name, eq, count = expect_ok(response).text.partition("=")
+    if name == "moved" and eq and count.isdigit() and count.isascii():
+        return int(count)
+    raise RemoteProtocolError(f"REMOVEBROKER answered '+OK {expect_ok(response).text[:80]}'")
+
+
+def reassign(topic: str, partition: int, replicas: tuple[int, ...], wait_s: float) -> Call[None]:
+    """``REASSIGN``: make ``replicas`` the partition's replicas (one server at a time); the
+    broker answers once its Raft group has exactly these voters, so the attempt may take
+    ``wait_s`` beyond the request timeout. Idempotent: the replicas are absolute."""
+    return Call(Reassign(topic, partition, replicas), _ok, extra_timeout_s=wait_s)

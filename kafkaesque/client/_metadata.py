@@ -59,6 +59,17 @@ def parse_bootstrap(bootstrap: str | Iterable[str]) -> list[Address]:
     return addresses
 
 
+def one_address(address: str | Address) -> list[Address]:
+    """``address`` (``"host:port"`` or a pair) as a bootstrap list of one; ``ValueError`` for
+    none or several."""
+    if isinstance(address, tuple):
+        return [address]
+    addresses = parse_bootstrap(address)
+    if len(addresses) != 1:
+        raise ValueError(f"one address expected, not {address!r}")
+    return addresses
+
+
 @dataclass(frozen=True, slots=True)
 class ClusterMetadata:
     """A snapshot of the cluster: brokers by id, and each known topic's partitions in order.

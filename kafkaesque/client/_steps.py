@@ -152,6 +152,21 @@ class ClusterState:
         self._failures.pop(address, None)
 
 
+class PinnedState(ClusterState):
+    """A ``ClusterState`` that sends every request to one broker, whatever the route and the
+    metadata say: no rerouting to a leader, no other candidate after a failure. For questions
+    whose answer is one broker's view (an operator's, a checker's: "which brokers does broker
+    3 list?"). A ``METADATA`` answer is still kept, but only as what that broker said."""
+
+    def candidates(self) -> list[Address]:
+        """Only the pinned address."""
+        return self.bootstrap[:1]
+
+    def address_for(self, route: calls.Route) -> Address:
+        """The pinned address, for every route."""
+        return self.bootstrap[0]
+
+
 def protocol_violation(exc: RemoteProtocolError) -> KafkaesqueConnectionError:
     """The error a broker's broken reply becomes (not retriable: it is a bug somewhere)."""
     return KafkaesqueConnectionError(

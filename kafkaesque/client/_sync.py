@@ -50,7 +50,13 @@ from ._errors import (
     reply_broken,
 )
 from ._fetched import FetchedBatch
-from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
+from ._metadata import (
+    Address,
+    ClusterMetadata,
+    TopicDescription,
+    one_address,
+    parse_bootstrap,
+)
 from ._producer_core import (
     DeliveryHandle,
     ProducerConfig,
@@ -91,6 +97,16 @@ class Client:
         self.config = config or steps.ClientConfig()
         self.state = steps.ClusterState(parse_bootstrap(bootstrap))
         self._connections: dict[Address, SyncConnection] = {}
+
+    @classmethod
+    def pinned(cls, address: str | Address, *, config: steps.ClientConfig | None = None) -> Client:
+        """A client of the one broker at ``address`` (``"host:port"`` or a pair): every call
+        goes there, whatever its route, and retries too (``PinnedState``); nothing is rerouted
+        to a leader or another broker. For asking one broker what it sees (its ``METADATA``,
+        its ``PING``). ``ValueError`` unless ``address`` is exactly one address."""
+        client = cls(config=config)
+        client.state = steps.PinnedState(one_address(address))
+        return client
 
     def __enter__(self) -> Client:
         return self
@@ -431,6 +447,33 @@ class Client:
     def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""
         return self.run(steps.partition_count(self.state, self.config, topic))
+
+    def add_broker(self, broker_id: int, peer: str, controller: str) -> None:
+        """Admit broker ``broker_id`` to the cluster (``ADDBROKER``): it runs already, started
+        with ``--join``; ``peer`` and ``controller`` (``host:port``) are where its Raft
+        transport and its controller listen. Not retried after an outcome-unknown error."""
+        self.call(calls.add_broker(broker_id, peer, controller))
+
+    def remove_broker(self, broker_id: int, *, wait_s: float = calls.DECOMMISSION_WAIT_S) -> int:
+        """Decommission broker ``broker_id`` (``REMOVEBROKER``): its replicas move to other
+        brokers, then it leaves the controller quorum and the registry; returns how many
+        partitions moved. The answer may take ``wait_s`` beyond the request timeout (the moves).
+        ``INVALID_CONFIG`` if a partition would fall below its replication factor; ``TIMEOUT``
+        (retriable) while moves go on. Stop the broker once it returns."""
+        return self.call(calls.remove_broker(broker_id, wait_s))
+
+    def reassign(
+        self,
+        topic: str,
+        partition: int,
+        replicas: Sequence[int],
+        *,
+        wait_s: float = calls.REASSIGN_WAIT_S,
+    ) -> None:
+        """Move a partition's replicas to exactly ``replicas`` (``REASSIGN``), one server at a
+        time; returns once its Raft group has exactly these voters (``wait_s`` beyond the
+        request timeout at most)."""
+        self.call(calls.reassign(topic, partition, tuple(replicas), wait_s))
 
     def add_acl(self, acl: AclRow) -> None:
         """Add an ACL (``ACL ADD``; one that exists changes nothing). Every broker enforces it

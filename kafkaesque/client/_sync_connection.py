@@ -130,6 +130,16 @@ class SyncConnection:
         still waiting fail with it, and a late reply is never read."""
         self._fail(error)
 
+    def detach(self) -> socket.socket:
+        """Hand the open socket (TLS done, authenticated) over to the caller, for a tool that
+        speaks the line protocol itself (a benchmark that pipelines raw lines); nothing may be
+        in flight. The connection is closed for the client from then on, the socket is not:
+        closing it is the caller's. ``RuntimeError`` if commands are in flight or it failed."""
+        if self._failure is not None or self._core.in_flight or self._done:
+            raise RuntimeError(f"cannot detach the connection to {self._where}: in use or closed")
+        self._failure = KafkaesqueConnectionError("the socket was detached", sent=False)
+        return self._sock
+
     def send(self, command: Command, *, timeout_s: float = 10.0) -> int:
         """Write ``command``; return its ticket for ``wait``. ``LocalProtocolError`` for a
         command that cannot be encoded; ``KafkaesqueConnectionError`` if the connection failed."""

@@ -41,7 +41,13 @@ from ._consumer_core import (
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError, client_timeout, leader_moved
 from ._fetched import FetchedBatch
-from ._metadata import Address, ClusterMetadata, TopicDescription, parse_bootstrap
+from ._metadata import (
+    Address,
+    ClusterMetadata,
+    TopicDescription,
+    one_address,
+    parse_bootstrap,
+)
 from ._producer_core import (
     DeliveryHandle,
     ProducerConfig,
@@ -78,6 +84,16 @@ class AsyncClient:
         self.state = steps.ClusterState(parse_bootstrap(bootstrap))
         self._connections: dict[Address, TrioConnection] = {}
         self._connecting: dict[Address, trio.Lock] = {}
+
+    @classmethod
+    def pinned(
+        cls, address: str | Address, *, config: steps.ClientConfig | None = None
+    ) -> AsyncClient:
+        """A client of the one broker at ``address``: every call goes there (see
+        ``Client.pinned``)."""
+        client = cls(config=config)
+        client.state = steps.PinnedState(one_address(address))
+        return client
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -372,6 +388,27 @@ class AsyncClient:
     async def list_acls(self, principal: str | None = None) -> list[AclRow]:
         """The cluster's ACLs, or those naming ``principal`` (see ``Client.list_acls``)."""
         return await self.call(calls.list_acls(principal))
+
+    async def add_broker(self, broker_id: int, peer: str, controller: str) -> None:
+        """Admit a broker started with ``--join`` (see ``Client.add_broker``)."""
+        await self.call(calls.add_broker(broker_id, peer, controller))
+
+    async def remove_broker(
+        self, broker_id: int, *, wait_s: float = calls.DECOMMISSION_WAIT_S
+    ) -> int:
+        """Decommission a broker; how many partitions moved (see ``Client.remove_broker``)."""
+        return await self.call(calls.remove_broker(broker_id, wait_s))
+
+    async def reassign(
+        self,
+        topic: str,
+        partition: int,
+        replicas: Sequence[int],
+        *,
+        wait_s: float = calls.REASSIGN_WAIT_S,
+    ) -> None:
+        """Move a partition's replicas (see ``Client.reassign``)."""
+        await self.call(calls.reassign(topic, partition, tuple(replicas), wait_s))
 
     async def partitions_for(self, topic: str) -> int:
         """How many partitions ``topic`` has (from metadata; refreshed if unknown)."""

@@ -21,7 +21,6 @@ from ._dev_pki import (
     SecureCluster,
     make_dev_pki,
     random_secret,
-    scram_login,
     write_users,
 )
 from ._launcher import (
@@ -30,10 +29,11 @@ from ._launcher import (
     ClusterError,
     LocalCluster,
     RollingStep,
-    ask,
+    answers_ping,
     broker_program,
     describe_exit,
     free_ports,
+    one_attempt,
     parse_samples,
     replicas_behind,
 )
@@ -49,14 +49,14 @@ __all__ = [
     "LocalCluster",
     "RollingStep",
     "SecureCluster",
-    "ask",
+    "answers_ping",
     "broker_program",
     "describe_exit",
     "free_ports",
     "make_dev_pki",
+    "one_attempt",
     "parse_samples",
     "random_secret",
     "replicas_behind",
-    "scram_login",
     "write_users",
 ]

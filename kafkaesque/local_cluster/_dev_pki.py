@@ -27,7 +27,6 @@ import datetime
 import ipaddress
 import os
 import secrets
-import socket
 import ssl
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -38,7 +37,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from ._launcher import LocalCluster
+from kafkaesque.client import ClientConfig
+
+from ._launcher import LocalCluster, one_attempt
 
 DEFAULT_HOSTS = ("127.0.0.1", "localhost")
 _VALID_DAYS = 30  # long enough for any local run, short enough not to matter if it leaks
@@ -253,63 +254,6 @@ class DevSecurity:
         """A client context that trusts the CA (and checks the broker's name)."""
         return ssl.create_default_context(cafile=self.pki.ca)
 
-    def ask(self, address: tuple[str, int], line: str, timeout: float) -> bytes:
-        """``line``'s whole answer (up to ``+END`` for a list), raw, over TLS after ``AUTH``
-        (as ``ask`` does in plaintext). ``OSError`` if it cannot."""
-        with (
-            socket.create_connection(address, timeout=timeout) as raw,
-            self.ssl_context().wrap_socket(raw, server_hostname=address[0]) as sock,
-        ):
-            scram_login(sock, self.username, self.password)
-            data = b""
-            sock.sendall(line.encode() + b"\r\n")
-            while True:
-                first = data.split(b"\r\n", 1)[0]
-                if data.endswith(b"\r\n") and (
-                    data.endswith(b"+END\r\n") or first.startswith((b"+OK", b"-ERR"))
-                ):
-                    return data
-                chunk = sock.recv(65536)
-                if not chunk:
-                    return data
-                data += chunk
-
-
-def scram_login(sock: socket.socket, username: str, password: str) -> None:
-    """The line protocol's ``AUTH SCRAM-SHA-256`` exchange on a connected (TLS) socket, as the
-    client library does it (its sans-I/O ``SaslHandshake``: the server's signature checked).
-    ``OSError`` when the broker refuses or its signature is wrong."""
-    from kafkaesque.client import KafkaesqueError, SaslHandshake, Security
-    from kafkaesque.protocol import (
-        NEED_DATA,
-        Authenticate,
-        ErrorReply,
-        OkReply,
-        ReplyDecoder,
-        encode_command,
-    )
-
-    where = "{}:{}".format(*sock.getpeername()[:2])
-    security = Security(protocol="SASL_SSL", username=username, password=password)
-    handshake = SaslHandshake(security, where)
-    decoder = ReplyDecoder()
-    try:
-        command: Authenticate | None = handshake.start()
-        while command is not None:
-            sock.sendall(encode_command(command))
-            reply = decoder.next_event()
-            while reply is NEED_DATA:
-                chunk = sock.recv(4096)
-                if not chunk:
-                    raise ConnectionError(f"{where}: the broker closed the connection during AUTH")
-                decoder.feed(chunk)
-                reply = decoder.next_event()
-            if not isinstance(reply, OkReply | ErrorReply):
-                raise ConnectionRefusedError(f"{where}: AUTH answered {reply!r}")
-            command = handshake.step(reply)
-    except KafkaesqueError as exc:
-        raise ConnectionRefusedError(str(exc)) from exc
-
 
 class SecureCluster(LocalCluster):
     """``LocalCluster`` whose brokers speak TLS on the client and peer ports and require SCRAM
@@ -343,6 +287,6 @@ class SecureCluster(LocalCluster):
             command += ["--mqtt-users", self.security.users_file]
         return command
 
-    def _registered(self, broker: int) -> int:
-        data = self.security.ask(self.client_address(broker), "METADATA", 2)
-        return sum(1 for line in data.split(b"\r\n") if line.startswith(b"+BROKER "))
+    def client_config(self, timeout: float) -> ClientConfig:
+        """One attempt within ``timeout``, over TLS as the cluster's user."""
+        return one_attempt(timeout, self.security.client_security())

@@ -24,6 +24,14 @@ from dataclasses import dataclass
 from types import TracebackType
 from typing import Self, TextIO
 
+from kafkaesque.client import (
+    Client,
+    ClientConfig,
+    KafkaesqueConnectionError,
+    KafkaesqueError,
+    RetryPolicy,
+    Security,
+)
 from kafkaesque.security import import_plaintext, save_users
 
 _PORTS_PER_BROKER = 10  # client +0, peer +1, controller +2, admin +3, mqtt +4
@@ -263,13 +271,11 @@ class LocalCluster(BrokerProcesses):
             raise ClusterError("no spare ports: create the cluster with spare=")
         self.start(broker)
         p = self.ports[broker]
-        reply = ask(
-            self.client_address(0),
-            f"ADDBROKER {broker} 127.0.0.1:{p.peer} 127.0.0.1:{p.controller}",
-            timeout,
-        )
-        if not reply.startswith(b"+OK"):
-            raise ClusterError(f"ADDBROKER {broker} answered {reply!r}")
+        try:
+            with Client.pinned(self.client_address(0), config=self.client_config(timeout)) as c:
+                c.add_broker(broker, f"127.0.0.1:{p.peer}", f"127.0.0.1:{p.controller}")
+        except KafkaesqueError as exc:
+            raise ClusterError(f"ADDBROKER {broker} answered {exc}") from exc
         self.n += 1
         self.wait_ready(timeout)
         return broker
@@ -356,7 +362,7 @@ class LocalCluster(BrokerProcesses):
             try:
                 if all(self._registered(i) >= len(wanted) for i in wanted):
                     return
-            except OSError as exc:
+            except KafkaesqueConnectionError as exc:  # not listening yet, or not answering
                 last = str(exc)
             time.sleep(0.2)
         raise ClusterError(f"the cluster did not become ready in {timeout:.0f} s ({last})")
@@ -433,10 +439,21 @@ class LocalCluster(BrokerProcesses):
         with urllib.request.urlopen(url, timeout=_SCRAPE_TIMEOUT_S) as reply:
             return parse_samples(reply.read().decode("utf-8", "replace"))
 
+    def client_config(self, timeout: float) -> ClientConfig:
+        """The settings of the launcher's own questions: one attempt within ``timeout`` (its
+        waits retry), plaintext (``SecureCluster``: TLS and SCRAM)."""
+        return one_attempt(timeout)
+
     def _registered(self, broker: int) -> int:
-        """How many brokers ``broker``'s METADATA lists."""
-        data = ask(self.client_address(broker), "METADATA", 2)
-        return sum(1 for line in data.split(b"\r\n") if line.startswith(b"+BROKER "))
+        """How many brokers ``broker``'s METADATA lists (0 while it refuses: ``NOT_READY``).
+        ``KafkaesqueConnectionError`` if it does not answer."""
+        with Client.pinned(self.client_address(broker), config=self.client_config(2)) as client:
+            try:
+                return len(client.refresh_metadata().brokers)
+            except KafkaesqueConnectionError:
+                raise
+            except KafkaesqueError:
+                return 0
 
 
 def parse_samples(text: str) -> list[tuple[str, dict[str, str], float]]:
@@ -500,22 +517,29 @@ def replicas_behind(
     return None
 
 
-def ask(address: tuple[str, int], line: str, timeout: float) -> bytes:
-    """One command's whole answer, raw (up to ``+END`` for a list)."""
-    with socket.create_connection(address, timeout=timeout) as sock:
-        sock.sendall(line.encode() + b"\r\n")
-        data = b""
-        while True:
-            chunk = sock.recv(65536)
-            if not chunk:
-                return data
-            data += chunk
-            first = data.split(b"\r\n", 1)[0]
-            if data.endswith(b"\r\n") and (
-                data.endswith(b"+END\r\n")
-                or (b"\r\n" in data and first.startswith((b"+OK", b"-ERR")))
-            ):
-                return data
+def one_attempt(timeout: float, security: Security | None = None) -> ClientConfig:
+    """A client configuration for one question to one broker: a single attempt, ``timeout``
+    seconds for the connection and the request; ``security`` None: plaintext."""
+    return ClientConfig(
+        request_timeout_ms=timeout * 1000.0,
+        connect_timeout_ms=timeout * 1000.0,
+        retry=RetryPolicy(max_attempts=1, backoff_ms=0, backoff_max_ms=0, unknown_topic_attempts=1),
+        **({} if security is None else {"security": security}),
+    )
+
+
+def answers_ping(
+    address: tuple[str, int], timeout: float, config: ClientConfig | None = None
+) -> bool:
+    """Whether the broker at ``address`` answers ``PING`` with ``+OK`` within ``timeout``
+    seconds (one attempt; ``config``: its security). False if it cannot be reached (not
+    listening yet) and if it refuses (``NOT_READY``: it is still starting)."""
+    try:
+        with Client.pinned(address, config=config or one_attempt(timeout)) as client:
+            client.ping()
+    except KafkaesqueError:
+        return False
+    return True
 
 
 def describe_exit(returncode: int) -> str:

@@ -18,8 +18,8 @@ from typing import Any
 
 from kafkaesque.cli.cluster import STATE_FILE, RestartPolicy, Supervisor
 
-from kafkaesque.client import Client
-from kafkaesque.local_cluster import LocalCluster, ask, describe_exit
+from kafkaesque.client import Client, KafkaesqueError
+from kafkaesque.local_cluster import LocalCluster, answers_ping, describe_exit, one_attempt
 
 HARNESS = """
 import sys, time
@@ -146,16 +146,18 @@ def _address(bootstrap: str, broker: int) -> tuple[str, int]:
 
 
 def _published_through(address: tuple[str, int], value: str, timeout: float) -> int:
-    """``PUBS t value`` sent to ``address`` until it is acknowledged; its offset."""
+    """``value`` published to ``t`` through ``address`` (and only it) until it is
+    acknowledged; its offset."""
     deadline = time.monotonic() + timeout
-    answer = b""
+    answer: object = "not sent yet"
     while time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            answer = ask(address, f"PUBS t {value}", 20)
-            if answer.startswith(b"+OK "):
-                return int(answer.split()[2])
+        try:
+            with Client.pinned(address, config=one_attempt(20)) as client:
+                return client.publish("t", value.encode())[1]
+        except KafkaesqueError as exc:
+            answer = exc
         time.sleep(0.5)
-    raise AssertionError(f"PUBS through {address} never acknowledged: {answer!r}")
+    raise AssertionError(f"PUB through {address} never acknowledged: {answer!r}")
 
 
 def test_a_killed_leader_is_named_the_others_serve_and_restart_brings_it_back(
@@ -182,7 +184,7 @@ def test_a_killed_leader_is_named_the_others_serve_and_restart_brings_it_back(
         assert [r.value for r in fetched.records][:1] == [b"after-the-kill"]
 
         up.wait_for(f"broker {victim} is back: it answers on", 60)
-        assert ask(_address(bootstrap, victim), "PING", 5).startswith(b"+OK")
+        assert answers_ping(_address(bootstrap, victim), 5)
         new_pid = up.pid(victim)
         assert new_pid != old_pid and _alive(new_pid)
         assert up.proc.poll() is None, "cluster up stopped when one broker died"
@@ -232,7 +234,7 @@ def test_without_restart_a_dead_broker_is_down_in_status_until_restart_broker(
         assert restarted.stdout.startswith("broker 0 restarted (pid ")
         assert "broker 0 is back: it answers on" in restarted.stdout
         up.wait_for("broker 0 restarted (pid ", 5)
-        assert ask(_address(bootstrap, 0), "PING", 5).startswith(b"+OK")
+        assert answers_ping(_address(bootstrap, 0), 5)
 
         again = _kafkaesque("cluster", "restart-broker", "0", "--data-dir", str(tmp_path))
         assert again.returncode == 1

@@ -14,15 +14,14 @@ from __future__ import annotations
 
 import re
 import shlex
-import socket
-import ssl
 import sys
 import time
 from pathlib import Path
 
 import pytest
 
-from kafkaesque.local_cluster import scram_login
+from kafkaesque.client import Client, KafkaesqueError, Security
+from kafkaesque.local_cluster import one_attempt
 from tests.docs._blocks import commands, parse_blocks, read_blocks
 from tests.docs._procs import ROOT, Env, kill_marked, run_script
 from tests.docs._rewrite import Rewriter, free_port_block
@@ -85,24 +84,14 @@ def wait_ready(port: int, ca: str, deadline_s: float = _READY_TIMEOUT_S) -> None
     deadline = time.monotonic() + deadline_s
     last = "no answer yet"
     while time.monotonic() < deadline:
+        security = Security("SASL_SSL", username="admin", password="admin-secret", ssl_cafile=ca)
         try:
-            context = ssl.create_default_context(cafile=ca)
-            with (
-                socket.create_connection(("127.0.0.1", port), timeout=5) as raw,
-                context.wrap_socket(raw, server_hostname="127.0.0.1") as sock,
-            ):
-                scram_login(sock, "admin", "admin-secret")
-                data = b""
-                sock.sendall(b"METADATA\r\n")
-                while not data.endswith(b"+END\r\n") and not data.startswith(b"-ERR"):
-                    chunk = sock.recv(65536)
-                    if not chunk:
-                        break
-                    data += chunk
-            if b"+BROKER 0 " in data:
+            with Client.pinned(("127.0.0.1", port), config=one_attempt(5, security)) as client:
+                metadata = client.refresh_metadata()
+            if 0 in metadata.brokers:
                 return
-            last = data.decode(errors="replace")
-        except OSError as exc:
+            last = f"registered: {sorted(metadata.brokers)}"
+        except KafkaesqueError as exc:
             last = str(exc)
         time.sleep(0.3)
     raise SystemExit(f"the broker did not become ready in {deadline_s:.0f} s: {last}")

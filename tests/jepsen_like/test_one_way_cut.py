@@ -17,9 +17,10 @@ from pathlib import Path
 
 import pytest
 import trio
-from kafkaesque.jepsen_like._cluster import JepsenCluster, NodeAddress, Placement
+from kafkaesque.jepsen_like._cluster import JepsenCluster, NodeAddress, Placement, Question
 from kafkaesque.jepsen_like._proxy import ProxyLayer
 
+from kafkaesque.client import FetchResult
 from kafkaesque.local_cluster import free_ports
 
 pytestmark = pytest.mark.jepsen
@@ -63,9 +64,13 @@ async def _leader_of(cluster: JepsenCluster, topic: str) -> int:
     return int(leaders[0])
 
 
-def _values(rows: list[str]) -> list[str]:
-    assert rows[-1].startswith("+END"), rows[-3:]
-    return [row.split(" ", 4)[4] for row in rows if row.startswith("+MSG ")]
+def _values(fetched: FetchResult) -> list[str]:
+    return [(r.value or b"").decode() for r in fetched.records]
+
+
+def _fetch(offset: int, wait_ms: int) -> Question[FetchResult]:
+    """``FETCH t 0 offset wait_ms=...`` (to the broker asked: it forwards to the leader)."""
+    return lambda client: client.fetch("t", 0, offset, wait_ms=wait_ms)
 
 
 async def test_a_follower_its_leader_cannot_hear_serves_every_acknowledged_record(
@@ -78,31 +83,30 @@ async def test_a_follower_its_leader_cannot_hear_serves_every_acknowledged_recor
         proxies.cut(follower, leader)
         sent = [f"m{i}" for i in range(RECORDS)]
         for value in sent:
-            reply = await cluster.ask(third, f"PUBS t {value}", timeout=30)
-            assert reply[0].startswith("+OK"), reply
+            await cluster.ask(third, _publish(value), timeout=30)  # acknowledged, or it raises
 
-        fetch = "FETCH t 0 0 wait_ms=500 format=text"
         # The first read waits for the leader in vain, then reads elsewhere.
-        assert _values(await cluster.ask(follower, fetch, timeout=30)) == sent
+        assert _values(await cluster.ask(follower, _fetch(0, 500), timeout=30)) == sent
         # The next ones pass the silent leader over.
         for _ in range(3):
             started = trio.current_time()
-            rows = await cluster.ask(follower, fetch, timeout=30)
-            assert _values(rows) == sent
+            fetched = await cluster.ask(follower, _fetch(0, 500), timeout=30)
+            assert _values(fetched) == sent
             assert trio.current_time() - started < FORWARD_TIMEOUT_S, "waited for the leader"
-        end = int(rows[-1].rsplit(":", 1)[1])  # +END 0:<next offset>
+        end = fetched.next_offset
         # A long-polling read at the follower gets a record published after it started.
         async with trio.open_nursery() as nursery:
             got: list[str] = []
 
             async def poll() -> None:
-                rows = await cluster.ask(
-                    follower, f"FETCH t 0 {end} wait_ms=10000 format=text", timeout=30
-                )
-                got.extend(_values(rows))
+                got.extend(_values(await cluster.ask(follower, _fetch(end, 10000), timeout=30)))
 
             nursery.start_soon(poll)
             await trio.sleep(0.5)
-            reply = await cluster.ask(third, "PUBS t late", timeout=30)
-            assert reply[0].startswith("+OK"), reply
+            await cluster.ask(third, _publish("late"), timeout=30)
         assert got == ["late"]
+
+
+def _publish(value: str) -> Question[tuple[int, int]]:
+    """One record published through the broker asked (it forwards to the leader)."""
+    return lambda client: client.publish("t", value.encode())

@@ -111,14 +111,33 @@ def test_the_users_file_holds_no_password_and_loads(tmp_path: Path) -> None:
 
 
 def test_a_secure_cluster_answers_its_user_over_tls_only(tmp_path: Path) -> None:
-    from kafkaesque.local_cluster import DevSecurity, SecureCluster, ask
+    from kafkaesque.client import Client, KafkaesqueError
+    from kafkaesque.local_cluster import DevSecurity, SecureCluster
 
     security = DevSecurity.make(str(tmp_path / "security"), username="tester")
     with SecureCluster(str(tmp_path / "cluster"), 1, security=security) as cluster:
         address = cluster.client_address(0)
-        assert b"+BROKER 0 " in security.ask(address, "METADATA", 10)
+        with Client.pinned(address, config=cluster.client_config(10)) as client:
+            assert 0 in client.refresh_metadata().brokers
         # Plaintext on the TLS port is told so; a wrong password is refused.
-        assert ask(address, "PING", 10).startswith(b"-ERR BAD_ARGS this port speaks TLS")
+        assert _plaintext_ping(address).startswith(b"-ERR BAD_ARGS this port speaks TLS")
         wrong = DevSecurity(security.pki, security.users_file, "tester", "not-the-password")
-        with pytest.raises(ConnectionRefusedError, match="AUTH_FAILED"):
-            wrong.ask(address, "METADATA", 10)
+        with (
+            pytest.raises(KafkaesqueError, match="AUTH_FAILED"),
+            Client.pinned(address, config=wrong.client_config()) as client,
+        ):
+            client.refresh_metadata()
+
+
+def _plaintext_ping(address: tuple[str, int]) -> bytes:
+    """``PING`` in plaintext, on purpose a raw socket: the client would speak TLS to a TLS port
+    (as it should), and what is tested is the broker's answer to a client that does not."""
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(b"PING\r\n")
+        data = b""
+        while not data.endswith(b"\r\n"):
+            chunk = sock.recv(65536)
+            if not chunk:
+                break
+            data += chunk
+        return data
