@@ -20,7 +20,7 @@ import pytest
 import trustme
 from kafkaesque.cli.main import main
 
-from kafkaesque.broker.mqtt._listener import check_password
+from kafkaesque.broker.mqtt._admission import check_password
 from kafkaesque.client import (
     Client,
     ClientConfig,

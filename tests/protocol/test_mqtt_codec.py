@@ -50,7 +50,7 @@ from kafkaesque.protocol.mqtt import (
     is_valid_mqtt_topic_filter,
     v311_connack_code,
 )
-from kafkaesque.protocol.mqtt._codec import _vbi
+from kafkaesque.protocol.mqtt._wire import encode_vbi
 
 V31, V311, V5 = MqttVersion.V31, MqttVersion.V311, MqttVersion.V5
 MALFORMED = MqttReasonCode.MALFORMED_PACKET
@@ -534,7 +534,7 @@ def test_known_wire_forms(packet: MqttPacket, version: MqttVersion, wire: bytes)
 )
 def test_remaining_length_boundaries(value: int, wire: bytes) -> None:
     """The boundary values of 3.1.1 Table 2.4 / v5 Table 1-1, both ways."""
-    assert _vbi(value) == wire == vbi(value)
+    assert encode_vbi(value) == wire == vbi(value)
     decoder = server_decoder(max_packet_size=268_435_460)
     decoder.feed(b"\x30" + wire)
     if value:

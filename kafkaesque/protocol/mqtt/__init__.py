@@ -19,12 +19,8 @@ from ._client_connection import (
     PublishAcked,
     SubscribeAcked,
 )
-from ._codec import (
-    MQTT_DEFAULT_MAX_PACKET_SIZE,
-    MqttDecoder,
-    encode_mqtt,
-    encode_mqtt_puback,
-)
+from ._decoder import MQTT_DEFAULT_MAX_PACKET_SIZE, MqttDecoder
+from ._encoder import encode_mqtt, encode_mqtt_puback
 from ._filters import (
     filter_covers,
     filters_overlap,

@@ -36,7 +36,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Final
 
-from ._codec import MqttDecoder, encode_mqtt
+from ._decoder import MqttDecoder
+from ._encoder import encode_mqtt
 from ._packets import (
     NO_PROPERTIES,
     Connack,

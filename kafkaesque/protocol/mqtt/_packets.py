@@ -1,9 +1,9 @@
 """MQTT 3.1.1 and 5.0 control packets as values: frozen dataclasses, reason codes, properties.
 
-This module only describes packets; ``_codec`` turns them into bytes and back. One set of
-classes serves both protocol versions: a field that a version cannot carry keeps its default
-(``NO_PROPERTIES``, reason code 0, no subscribe options) and the encoder refuses to drop a value
-it cannot express (``MqttLocalProtocolError``) instead of losing it silently.
+This module only describes packets; the codec (``_decoder``, ``_encoder``) turns them into bytes
+and back. One set of classes serves both protocol versions: a field that a version cannot carry
+keeps its default (``NO_PROPERTIES``, reason code 0, no subscribe options) and the encoder refuses
+to drop a value it cannot express (``MqttLocalProtocolError``) instead of losing it silently.
 
 Conventions shared by every packet:
 

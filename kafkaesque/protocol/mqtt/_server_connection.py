@@ -50,7 +50,8 @@ import secrets
 from dataclasses import dataclass
 from typing import Final, Protocol
 
-from ._codec import MqttDecoder, encode_mqtt, encode_mqtt_puback
+from ._decoder import MqttDecoder
+from ._encoder import encode_mqtt, encode_mqtt_puback
 from ._headers import delivery_properties, message_headers
 from ._packets import (
     CONNACK_REASON_CODES,

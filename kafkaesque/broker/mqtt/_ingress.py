@@ -1,0 +1,234 @@
+"""Ingress of the MQTT wing: a device's PUBLISH (or a Will) becomes a record of the log.
+
+A PUBLISH is routed by the topic mapping (``--mqtt-rules``; default ``# -> mqtt key=topic``) to a
+log topic, partition (by the rule's key) and appended through one ``PartitionAppender`` per
+partition, shared by every connection of the broker: the records of thousands of devices become
+a few batches, each appended exactly once even when retried across a leader failover. Records
+carry the headers ``mqtt.topic`` and ``mqtt.qos``, and a v5 message's properties
+(``message_headers``). A log topic the mapping names is created on first use when missing
+(``--mqtt-partitions``, ``--mqtt-replication-factor`` capped at the registered brokers), as
+Kafka's ``auto.create.topics.enable`` does; so are the wing's internal topics (retained
+messages, sessions).
+"""
+
+from __future__ import annotations
+
+import itertools
+import logging
+import time
+from typing import Final
+
+import trio
+
+from kafkaesque.protocol import Acks, ErrorCode, partition_for_key
+from kafkaesque.protocol.mqtt import (
+    MQTT_CLIENT_HEADER,
+    MQTT_PACKET_ID_HEADER,
+    MQTT_QOS_HEADER,
+    MQTT_RETAIN_HEADER,
+    MQTT_TOPIC_HEADER,
+    Route,
+    TopicMapping,
+)
+from kafkaesque.storage import Record
+
+from .._appender import Flight, PartitionAppender
+from .._errors import RequestError
+from .._log_ids import log_id_of
+from .._metadata_view import MetadataError, TopicConfig, TopicExistsError, TopicInfo
+from .._resends import resend_key, value_digest
+from ._retained import RETAINED_TOPIC
+from ._sessions import SESSIONS_TOPIC
+from ._wiring import MqttWiring
+
+log = logging.getLogger("kafkaesque.broker.mqtt")
+
+_QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
+_ROUTE_CACHE: Final = 65536
+_BROKERS_WAIT_S: Final = 15.0
+
+
+class Ingress:
+    """Routes and appends the PUBLISHes of one broker's devices. Trio thread only.
+
+    ``stats`` is the service's counters, of which this counts ``messages_in`` and
+    ``resends_found``.
+    """
+
+    def __init__(self, wiring: MqttWiring, mapping: TopicMapping, stats: dict[str, int]) -> None:
+        self._wiring = wiring
+        self._config = wiring.config
+        self.mapping = mapping
+        self._stats = stats
+        self._routes: dict[str, Route] = {}
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._creating: dict[str, trio.Event] = {}
+
+    def route(self, topic: str) -> Route:
+        """The route of MQTT topic ``topic`` by the mapping (cached)."""
+        route = self._routes.get(topic)
+        if route is None:
+            if len(self._routes) >= _ROUTE_CACHE:
+                self._routes.clear()
+            route = self._routes[topic] = self.mapping.route(topic)
+        return route
+
+    def append_nowait(
+        self,
+        topic: str,
+        payload: bytes,
+        qos: int,
+        retain: bool,
+        client_id: str = "",
+        packet_id: int = 0,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> list[Flight] | None:
+        """Append one PUBLISH of ``client_id`` (``property_headers``: the headers that keep its
+        v5 message properties, ``message_headers``); the flights its acknowledgement waits for
+        (the last is the record's own). None when its log topic must be created first
+        (``ensure_route``). Raises ``RequestError`` when the broker cannot take it (shutting
+        down, topic deleted).
+        """
+        placed = self._place(topic, client_id, retain)
+        if placed is None:
+            return None
+        route, partition = placed
+        headers = [(MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]]
+        if client_id:  # who published it: for No Local, and with the packet id for resends
+            client, packet = resend_key(client_id, packet_id)
+            headers.append((MQTT_CLIENT_HEADER, client))
+            if qos == 1 and packet_id:
+                headers.append((MQTT_PACKET_ID_HEADER, packet))
+        if retain:
+            headers.append((MQTT_RETAIN_HEADER, b"1"))
+        headers += property_headers
+        record = Record(
+            value=payload,
+            key=route.key,
+            headers=tuple(headers),
+            timestamp=int(time.time() * 1000),
+        )
+        flight, _ = self.appender(route.log_topic, partition).add(record)
+        self._stats["messages_in"] += 1
+        if not retain:
+            return [flight]
+        # The retained copy: keyed by the MQTT topic; an empty payload is a tombstone.
+        retained = Record(
+            value=payload or None,
+            key=topic.encode(),
+            headers=(_QOS_HEADERS[qos], *property_headers),
+            timestamp=record.timestamp,
+        )
+        retained_flight, _ = self.appender(RETAINED_TOPIC, 0).add(retained)
+        return [flight, retained_flight]
+
+    async def append_resend(
+        self,
+        topic: str,
+        payload: bytes,
+        retain: bool,
+        client_id: str,
+        packet_id: int,
+        property_headers: tuple[tuple[str, bytes], ...] = (),
+    ) -> list[Flight] | None:
+        """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
+        log holds the first copy already, nothing is appended and the flight returned is done,
+        at that copy's offset (see ``_resends``). If the lookup fails, the resend is appended
+        (at least once, as MQTT promises)."""
+        placed = self._place(topic, client_id, retain)
+        if placed is None:
+            return None
+        route, partition = placed
+        # A first copy sent through this broker gets its outcome first (it may be in a batch).
+        await self.appender(route.log_topic, partition).settled()
+        writes = self._wiring.writes
+        try:
+            offset = await writes.find_resend(
+                log_id_of(route.log_topic, partition),
+                resend_key(client_id, packet_id),
+                value_digest(payload),
+                trio.current_time() + writes.timeout,
+            )
+        except RequestError as exc:
+            log.info("mqtt %s: resend of packet %d appended again: %s", client_id, packet_id, exc)
+            offset = None
+        if offset is None:
+            return self.append_nowait(
+                topic, payload, 1, retain, client_id, packet_id, property_headers
+            )
+        self._stats["resends_found"] += 1
+        flight = Flight(partition)
+        flight.base = offset
+        flight.finish()
+        return [flight]
+
+    def _place(self, topic: str, client_id: str, retain: bool) -> tuple[Route, int] | None:
+        """The route and partition of a PUBLISH to ``topic`` by ``client_id``; None when a topic
+        it needs does not exist yet. Without a key in the route, the partition follows the
+        client id: each device's messages stay in one partition, in order."""
+        route = self.route(topic)
+        topics = self._wiring.metadata.view.topics
+        info = topics.get(route.log_topic)
+        if info is None or (retain and RETAINED_TOPIC not in topics):
+            return None
+        count = info.config.partitions
+        if route.key is not None:
+            return route, partition_for_key(route.key, count)
+        if client_id:
+            return route, partition_for_key(client_id.encode(), count)
+        counter = self._round_robin.setdefault(route.log_topic, itertools.count())
+        return route, next(counter) % count
+
+    def appender(self, topic: str, partition: int) -> PartitionAppender:
+        """The partition's appender, shared with the line protocol's quorum-acked publishes:
+        one open batch per partition on this broker, whoever the records come from."""
+        return self._wiring.appender(topic, partition, Acks.QUORUM)
+
+    async def ensure_route(self, topic: str) -> TopicInfo:
+        """The log topic of MQTT topic ``topic`` (and the retained topic), created if missing;
+        ``RequestError`` if that fails."""
+        await self.ensure_topic(RETAINED_TOPIC)
+        return await self.ensure_topic(self.route(topic).log_topic)
+
+    async def ensure_topic(self, name: str) -> TopicInfo:
+        """Topic ``name``, created when missing: ``RETAINED_TOPIC`` compacted with one
+        partition, a mapped log topic with ``--mqtt-partitions``. The replication factor is
+        ``--mqtt-replication-factor`` capped at the cluster's size; a broker that starts first
+        waits a little for the others to register before creating a topic with fewer."""
+        wiring = self._wiring
+        compact = name in (RETAINED_TOPIC, SESSIONS_TOPIC)
+        while True:
+            info = wiring.metadata.view.topics.get(name)
+            if info is not None:
+                return info
+            creating = self._creating.get(name)
+            if creating is None:
+                break
+            await creating.wait()
+        self._creating[name] = done = trio.Event()
+        try:
+            config = self._config
+            wanted = min(config.mqtt_replication_factor, len(config.peers))
+            with trio.move_on_after(_BROKERS_WAIT_S):
+                while len(wiring.metadata.view.brokers) < wanted:
+                    await trio.sleep(0.1)
+            brokers = max(1, len(wiring.metadata.view.brokers))
+            topic_config = TopicConfig(
+                partitions=1 if compact else config.mqtt_partitions,
+                replication_factor=min(config.mqtt_replication_factor, brokers),
+                retention_ms=None if compact else config.default_retention_ms,
+                retention_bytes=None if compact else config.default_retention_bytes,
+                compact=compact,
+            )
+            try:
+                info = await wiring.metadata.create_topic(name, topic_config)
+            except TopicExistsError:  # another broker created it with its own view
+                info = wiring.metadata.view.topics[name]
+            except MetadataError as exc:
+                raise RequestError(ErrorCode.NO_QUORUM, f"creating {name}: {exc}") from exc
+            log.info("broker %d: created log topic %s for MQTT", config.id, name)
+            await wiring.wait_for_leaders(info)
+            return info
+        finally:
+            del self._creating[name]
+            done.set()
