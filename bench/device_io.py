@@ -32,7 +32,7 @@ from contextlib import AbstractContextManager, nullcontext
 
 import trio
 
-from kafkaesque._fd_stream import FdListener
+from kafkaesque.fd_stream import FdListener
 
 from ._broker_procs import process_cpu_s
 

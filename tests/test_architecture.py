@@ -38,11 +38,12 @@ SOURCES = {
 # longest matching prefix of a module's name picks its rule.
 LAYERS: dict[str, frozenset[str]] = {
     "kafkaesque.storage": frozenset(),
+    "kafkaesque.fd_stream": frozenset(),
     "kafkaesque.protocol": frozenset(),
     "kafkaesque.security": frozenset({"kafkaesque.protocol"}),
     "kafkaesque.raft": frozenset({"kafkaesque.storage"}),
     "kafkaesque.raft.driver": frozenset(
-        {"kafkaesque.raft", "kafkaesque.storage", "kafkaesque._fd_stream"}
+        {"kafkaesque.raft", "kafkaesque.storage", "kafkaesque.fd_stream"}
     ),
     "kafkaesque.client": frozenset(
         {"kafkaesque.protocol", "kafkaesque.security", "kafkaesque.storage"}
@@ -52,7 +53,7 @@ LAYERS: dict[str, frozenset[str]] = {
     ),
     "kafkaesque.broker": frozenset(
         {
-            "kafkaesque._fd_stream",
+            "kafkaesque.fd_stream",
             "kafkaesque.protocol",
             "kafkaesque.raft",
             "kafkaesque.security",

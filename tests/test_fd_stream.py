@@ -11,7 +11,7 @@ import pytest
 import trio
 import trio.testing
 
-from kafkaesque._fd_stream import FdListener, FdStream
+from kafkaesque.fd_stream import FdListener, FdStream
 
 
 @asynccontextmanager

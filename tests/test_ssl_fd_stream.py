@@ -12,7 +12,7 @@ import trio
 import trio.testing
 import trustme
 
-from kafkaesque._fd_stream import SslFdStream
+from kafkaesque.fd_stream import SslFdStream
 
 _CA = trustme.CA()
 _SERVER = _CA.issue_cert("127.0.0.1")

@@ -33,7 +33,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque._fd_stream import peer_host, peer_name
+from kafkaesque.fd_stream import peer_host, peer_name
 from kafkaesque.protocol import (
     Answer,
     AppendRequest,

@@ -42,7 +42,7 @@ from typing import Protocol
 
 import trio
 
-from kafkaesque._fd_stream import FdStream, SslFdStream
+from kafkaesque.fd_stream import FdStream, SslFdStream
 from kafkaesque.protocol import (
     BadCommand,
     Command,

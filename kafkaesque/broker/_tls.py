@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry, Counter
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
-from kafkaesque._fd_stream import FdStream, SslFdStream, peer_name
+from kafkaesque.fd_stream import FdStream, SslFdStream, peer_name
 from kafkaesque.protocol import ErrorCode, ErrorReply, encode_reply
 from kafkaesque.security import ReloadingContext, client_context, server_context
 

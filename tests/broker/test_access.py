@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from kafkaesque._fd_stream import peer_host
 from kafkaesque.broker._access import (
     AUTHENTICATION_REQUIRED,
     NOT_ENABLED,
@@ -18,6 +17,7 @@ from kafkaesque.broker._access import (
 from kafkaesque.broker._config import Address, BrokerConfig, ConfigError
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._session import ANONYMOUS, Session
+from kafkaesque.fd_stream import peer_host
 from kafkaesque.protocol import (
     NEED_DATA,
     AclOperation,

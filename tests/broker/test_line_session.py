@@ -14,9 +14,9 @@ import pytest
 import trio
 import trio.testing
 
-from kafkaesque._fd_stream import FdStream
 from kafkaesque.broker._session import Session, Slot, TaskSlot, serve_session
 from kafkaesque.client._calls import subscribe
+from kafkaesque.fd_stream import FdStream
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     Command,

@@ -12,7 +12,6 @@ import socket
 import trio
 import trio.testing
 
-from kafkaesque._fd_stream import FdStream
 from kafkaesque.broker._session import (
     SHUTTING_DOWN,
     ReadySlot,
@@ -22,6 +21,7 @@ from kafkaesque.broker._session import (
     serve_session,
 )
 from kafkaesque.broker._shutdown import Draining
+from kafkaesque.fd_stream import FdStream
 from kafkaesque.protocol import Command, DataReply, Fetch, LineLimits, OkReply, encode_reply
 
 

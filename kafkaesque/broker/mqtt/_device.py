@@ -40,7 +40,7 @@ from typing import TYPE_CHECKING, Final, NamedTuple, Protocol
 
 import trio
 
-from kafkaesque._fd_stream import FdStream
+from kafkaesque.fd_stream import FdStream
 from kafkaesque.protocol.mqtt import (
     Accepted,
     Acked,

@@ -18,7 +18,7 @@ from typing import Final
 
 import trio
 
-from kafkaesque._fd_stream import FdListener, peer_host
+from kafkaesque.fd_stream import FdListener, peer_host
 from kafkaesque.protocol import Shares
 from kafkaesque.protocol.mqtt import (
     Accepted,

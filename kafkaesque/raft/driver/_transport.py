@@ -36,7 +36,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque._fd_stream import FdStream, SslFdStream, peer_name
+from kafkaesque.fd_stream import FdStream, SslFdStream, peer_name
 
 from ._wire import (
     DEFAULT_MAX_FRAME,
