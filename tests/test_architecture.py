@@ -48,9 +48,7 @@ LAYERS: dict[str, frozenset[str]] = {
     "kafkaesque.client": frozenset(
         {"kafkaesque.protocol", "kafkaesque.security", "kafkaesque.storage"}
     ),
-    "kafkaesque.mqtt_bridge": frozenset(
-        {"kafkaesque.client", "kafkaesque.protocol.mqtt", "kafkaesque.security"}
-    ),
+    "kafkaesque.mqtt_bridge": frozenset({"kafkaesque.client", "kafkaesque.protocol.mqtt"}),
     "kafkaesque.broker": frozenset(
         {
             "kafkaesque.fd_stream",

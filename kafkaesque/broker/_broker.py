@@ -75,7 +75,7 @@ from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
 from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
-from ._errors import RequestError
+from ._errors import RequestError, known_topic
 from ._forwarding import Forwarder
 from ._groups import GroupCoordinator
 from ._hosting import PartitionHosting, claim_of
@@ -508,10 +508,7 @@ class Broker:
 
     def _topic_info(self, topic: str) -> TopicInfo:
         """The topic's metadata; ``RequestError`` UNKNOWN_TOPIC when there is no such topic."""
-        info = self.metadata.view.topics.get(topic)
-        if info is None:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
-        return info
+        return known_topic(self.metadata.view.topics, topic)
 
     # -- leadership reports -----------------------------------------------------------------------
 

@@ -79,7 +79,7 @@ from kafkaesque.storage import BatchType, InvalidBatchError, Record, build_batch
 
 from ._access import AccessControl
 from ._appender import Flight, PartitionAppender
-from ._errors import RequestError, unknown_partition
+from ._errors import RequestError, known_topic, unknown_partition
 from ._groups import GroupCoordinator
 from ._latest import LatestIndexes
 from ._log_ids import log_id_of
@@ -617,10 +617,7 @@ class CommandHandler:
     # -- administration -------------------------------------------------------------------------
 
     def _topic(self, topic: str) -> TopicInfo:
-        info = self._metadata.view.topics.get(topic)
-        if info is None:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
-        return info
+        return known_topic(self._metadata.view.topics, topic)
 
 
 def _remember_members(session: Session, command: Command, reply: bytes) -> None:

@@ -7,7 +7,12 @@ Everything a command can fail with becomes a ``RequestError`` at the edge and is
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import TypeVar
+
 from kafkaesque.protocol import ErrorCode, ErrorReply
+
+_Info = TypeVar("_Info")
 
 
 class RequestError(Exception):
@@ -28,3 +33,11 @@ def unknown_partition(topic: str, partition: int, count: int) -> RequestError:
         ErrorCode.UNKNOWN_PARTITION,
         f"{topic} has partitions 0..{count - 1}, not {partition}",
     )
+
+
+def known_topic(topics: Mapping[str, _Info], topic: str) -> _Info:
+    """``topics[topic]`` (the metadata's topics); ``RequestError`` UNKNOWN_TOPIC without it."""
+    info = topics.get(topic)
+    if info is None:
+        raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
+    return info

@@ -89,7 +89,7 @@ from kafkaesque.storage import (
 )
 
 from ._assignor import MemberSpec, assign
-from ._errors import RequestError
+from ._errors import RequestError, known_topic
 from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
 from ._metadata_view import TopicConfig, TopicExistsError, TopicInfo
@@ -696,10 +696,7 @@ class GroupCoordinator:
         return rows
 
     def _topic(self, topic: str) -> TopicInfo:
-        info = self._metadata.view.topics.get(topic)
-        if info is None:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
-        return info
+        return known_topic(self._metadata.view.topics, topic)
 
 
 def _apply(table: _Table, data: bytes | memoryview, deadline: float) -> None:

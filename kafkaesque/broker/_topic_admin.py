@@ -37,7 +37,7 @@ from kafkaesque.protocol import (
 from ._access import AccessControl
 from ._config import MAX_PARTITIONS, BrokerConfig
 from ._decommission import decommission, delegate_decommission
-from ._errors import RequestError, unknown_partition
+from ._errors import RequestError, known_topic, unknown_partition
 from ._forwarding import Forwarder
 from ._leaders import Claim
 from ._log_ids import log_id_of
@@ -400,10 +400,7 @@ class TopicAdmin:
         return rows
 
     def topic(self, topic: str) -> TopicInfo:
-        info = self._metadata.view.topics.get(topic)
-        if info is None:
-            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"no topic {topic!r}")
-        return info
+        return known_topic(self._metadata.view.topics, topic)
 
 
 async def metadata_call(call: Awaitable[_T]) -> _T:
