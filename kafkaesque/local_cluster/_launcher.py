@@ -362,7 +362,9 @@ class LocalCluster(BrokerProcesses):
             try:
                 if all(self._registered(i) >= len(wanted) for i in wanted):
                     return
-            except KafkaesqueConnectionError as exc:  # not listening yet, or not answering
+            # Not listening yet, or not answering: the client's error, or a raw socket's (a
+            # subclass may ask in its own way, as tests of authentication do).
+            except (KafkaesqueConnectionError, OSError) as exc:
                 last = str(exc)
             time.sleep(0.2)
         raise ClusterError(f"the cluster did not become ready in {timeout:.0f} s ({last})")
@@ -446,7 +448,8 @@ class LocalCluster(BrokerProcesses):
 
     def _registered(self, broker: int) -> int:
         """How many brokers ``broker``'s METADATA lists (0 while it refuses: ``NOT_READY``).
-        ``KafkaesqueConnectionError`` if it does not answer."""
+        ``KafkaesqueConnectionError`` (or ``OSError``, from an override's own socket) if it
+        does not answer."""
         with Client.pinned(self.client_address(broker), config=self.client_config(2)) as client:
             try:
                 return len(client.refresh_metadata().brokers)
