@@ -12,17 +12,17 @@ The lookups are injected (``Probes``) so tests can take a piece away without tou
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-
-from kafkaesque.local_cluster import free_ports
 
 MIN_JAVA = 17  # Spark 4 runs on Java 17 or newer
 MIN_FREE_BYTES = 500 * 1024 * 1024  # the demo's cluster logs, Spark's scratch files and the plot
@@ -75,8 +75,13 @@ def _major(version: str) -> int | None:
 
 
 def _bind_loopback_ports(n: int) -> None:
-    """Raise OSError unless ``n`` ports can listen on 127.0.0.1 (they are released again)."""
-    free_ports(n)
+    """Raise OSError unless ``n`` ports can listen on 127.0.0.1 (they are released again).
+
+    Not ``local_cluster.free_ports``: the launcher brings the client and trio with it, and the
+    preflight runs before anything heavy is loaded."""
+    with contextlib.ExitStack() as stack:
+        for _ in range(n):
+            stack.enter_context(socket.create_server(("127.0.0.1", 0)))
 
 
 def _free_bytes(path: str) -> int:
