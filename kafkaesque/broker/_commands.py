@@ -84,7 +84,6 @@ from ._groups import GroupCoordinator
 from ._latest import LatestIndexes
 from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
-from ._metadata_view import TopicInfo
 from ._metrics import BrokerMetrics, command_word
 from ._read_path import ReadPath
 from ._reads import (
@@ -466,7 +465,7 @@ class CommandHandler:
     ) -> Slot:
         """Append one record through the partition's appender; ``word`` (PUBS or PUB) labels
         a failure in the metrics."""
-        info = self._topic(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         count = info.config.partitions
         if partition is None:
             if key is not None:
@@ -518,7 +517,7 @@ class CommandHandler:
     ) -> Slot:
         """Start writing ``batch`` now (keeping the session's order); its reply when written.
         ``word`` (PUB or PUBB) labels a failure in the metrics."""
-        info = self._topic(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         if partition >= info.config.partitions:
             raise unknown_partition(topic, partition, info.config.partitions)
         log_id = log_id_of(topic, partition)
@@ -544,7 +543,7 @@ class CommandHandler:
     # -- reading --------------------------------------------------------------------------------
 
     async def _fetch(self, command: Fetch) -> bytes:
-        info = self._topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         if command.partition >= info.config.partitions:
             raise unknown_partition(command.topic, command.partition, info.config.partitions)
         max_bytes = command.max_bytes or DEFAULT_FETCH_BYTES
@@ -585,7 +584,7 @@ class CommandHandler:
         ``RequestError``: ``NOT_COMPACTED`` for a topic that is not compacted, ``NOT_LEADER``
         and ``NOT_READY`` (retriable), ``UNKNOWN_TOPIC``, ``UNKNOWN_PARTITION``.
         """
-        info = self._topic(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         if not info.config.compact:
             raise RequestError(
                 ErrorCode.NOT_COMPACTED,
@@ -615,9 +614,6 @@ class CommandHandler:
         return await self._forward_latest(leader, topic, partition, key)
 
     # -- administration -------------------------------------------------------------------------
-
-    def _topic(self, topic: str) -> TopicInfo:
-        return known_topic(self._metadata.view.topics, topic)
 
 
 def _remember_members(session: Session, command: Command, reply: bytes) -> None:

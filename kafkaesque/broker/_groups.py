@@ -229,7 +229,7 @@ class GroupCoordinator:
     # -- commands -------------------------------------------------------------------------------
 
     async def _join(self, partition: int, command: Subs) -> bytes:
-        self._topic(command.topic)
+        known_topic(self._metadata.view.topics, command.topic)
         member = f"{partition}.{secrets.token_hex(8)}"
         # Its deadline is set as its join record is applied (one session from then).
         await self._change(partition, command.group, command.topic, member, command.partitions)
@@ -264,7 +264,7 @@ class GroupCoordinator:
         return b"".join(encode_reply(r) for r in [*rows, EndReply(tuple(sorted(ends.items())))])
 
     async def _commit(self, partition: int, command: Commit) -> bytes:
-        info = self._topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         if command.partition >= info.config.partitions:
             raise RequestError(
                 ErrorCode.UNKNOWN_PARTITION,
@@ -291,7 +291,7 @@ class GroupCoordinator:
         return encode_reply(OkReply())
 
     async def _offsets(self, partition: int, command: FetchOffsets) -> bytes:
-        info = self._topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         table = await self._read_table(partition)
         rows: list[Reply] = [
             OffsetRow(command.topic, p, table.offsets.get((command.group, command.topic, p)))
@@ -303,7 +303,7 @@ class GroupCoordinator:
         """Per topic of the group (only ``command.topic`` if given): its state, its members
         (those without partitions too) and each partition's owner, committed offset and end."""
         if command.topic is not None:
-            self._topic(command.topic)
+            known_topic(self._metadata.view.topics, command.topic)
         table = await self._read_table(partition)
         topics = _topics_of(table, command.group)
         if not topics:
@@ -369,7 +369,7 @@ class GroupCoordinator:
         has no member on it (checked and written under the membership lock: none can join in
         between). Each partition's bounds come from its leader, as DESCRIBE's do. A dry run
         checks and answers the same, and writes nothing."""
-        info = self._topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         group, topic = command.group, command.topic
         async with self._locks.setdefault(partition, trio.Lock()):
             table = await self._table(partition)
@@ -445,7 +445,7 @@ class GroupCoordinator:
         ``member`` None: nobody joins or leaves, the assignment is made again over the topic's
         partitions now (more of them after an ALTER); nothing is written if it stays the same.
         """
-        info = self._topic(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         async with self._locks.setdefault(partition, trio.Lock()):
             table = await self._table(partition)
             current = table.groups.get((group, topic), _Group())
@@ -694,9 +694,6 @@ class GroupCoordinator:
                 continue  # no longer (or not yet) the coordinator of this partition's groups
             rows += [(g, t, p, offset) for (g, t, p), offset in table.offsets.items()]
         return rows
-
-    def _topic(self, topic: str) -> TopicInfo:
-        return known_topic(self._metadata.view.topics, topic)
 
 
 def _apply(table: _Table, data: bytes | memoryview, deadline: float) -> None:

@@ -199,7 +199,8 @@ class QuiescencePolicy:
         """A Raft message from a peer arrived for the group (before it is stepped): whether it
         woke the group. Anything from a peer means the group is active; anything but
         heartbeats (how an idle group stays alive) is traffic."""
-        woke = self.wake(state)
+        # ``wake``'s two lines, inline: this runs for every message a node receives.
+        woke, state.quiesced = state.quiesced, False
         if not isinstance(msg, Heartbeat | HeartbeatResponse):
             state.idle_ticks = 0
         return woke
@@ -208,7 +209,8 @@ class QuiescencePolicy:
         """A local request for the group (a proposal, a read index, a membership change, a
         leadership transfer) is traffic: whether it woke the group."""
         state.idle_ticks = 0
-        return self.wake(state)
+        woke, state.quiesced = state.quiesced, False  # ``wake``, inline: once per proposal
+        return woke
 
     def wrote(self, state: QuietState) -> None:
         """The group made new entries durable: traffic."""
