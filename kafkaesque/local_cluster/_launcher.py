@@ -12,6 +12,7 @@ signals. ``replicas_behind`` and ``parse_samples`` read the brokers' ``/metrics`
 from __future__ import annotations
 
 import os
+import random
 import re
 import signal
 import socket
@@ -80,6 +81,53 @@ class BrokerPorts:
 
 
 def free_ports(n: int) -> list[int]:
+    """``n`` distinct ports free on 127.0.0.1 now (each bound, then released), from below the
+    kernel's ephemeral range.
+
+    A port from ``bind(port 0)`` lies in the ephemeral range, and once released the kernel may
+    hand it out at once again as the local port of an outgoing connection (any test's client):
+    a broker that binds it a moment later then fails ("cannot bind the controller port"), which
+    a clean-clone CI run met. The kernel never hands out ports below that range on its own.
+    A port is not handed out twice by one process (until half the pool was), as the kernel's
+    choice rarely was: a caller may ask again before it binds what it got. Without a readable
+    range, the kernel's ``bind(0)`` choice, as before.
+    """
+    low = _ephemeral_start()
+    if low is None or low - _PORT_POOL < 1024:
+        return _kernel_ports(n)
+    if len(_handed_out) > _PORT_POOL // 2:
+        _handed_out.clear()
+    chosen: list[int] = []
+    for port in random.sample(range(low - _PORT_POOL, low), _PORT_POOL):
+        if port in _handed_out:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use: the next
+        chosen.append(port)
+        if len(chosen) == n:
+            _handed_out.update(chosen)
+            return chosen
+    raise OSError(f"no {n} free ports below {low} on 127.0.0.1")
+
+
+# How many ports below the ephemeral range ``free_ports`` draws from, and those it gave.
+_PORT_POOL = 8192
+_handed_out: set[int] = set()
+
+
+def _ephemeral_start() -> int | None:
+    """The first port of the kernel's ephemeral range (Linux), None if it cannot be read."""
+    try:
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            return int(f.read().split()[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _kernel_ports(n: int) -> list[int]:
     """``n`` distinct ports the kernel says are free now (bound, read, released)."""
     socks = [socket.socket() for _ in range(n)]
     try:
