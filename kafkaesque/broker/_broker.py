@@ -75,7 +75,7 @@ from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
 from ._config import BrokerConfig, check_exposure, open_warning
 from ._decommission import serve_hand_over
-from ._errors import RequestError, known_topic
+from ._errors import RequestError
 from ._forwarding import Forwarder
 from ._groups import GroupCoordinator
 from ._hosting import PartitionHosting, claim_of
@@ -83,7 +83,7 @@ from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
 from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
-from ._metadata_view import BrokerInfo, MetadataError, TopicInfo
+from ._metadata_view import BrokerInfo, MetadataError
 from ._metrics import BrokerMetrics, ClusterProbes
 from ._read_path import ReadPath
 from ._relay import CommandRelay
@@ -164,7 +164,7 @@ class Broker:
             self.writes,
             self.forwarder,
             self.transport.connected_peers,
-            self._topic_info,
+            self.metadata,
         )
         self.metrics = BrokerMetrics(config.id, lambda: list(self.raft.replicas.values()))
         self.tls_refusals = TlsRefusals(self.metrics.registry)
@@ -505,10 +505,6 @@ class Broker:
             self._known_peers.add(broker)
             self.transport.add_peer(broker, (host, peer_port))
             self.raft.add_peer(broker)
-
-    def _topic_info(self, topic: str) -> TopicInfo:
-        """The topic's metadata; ``RequestError`` UNKNOWN_TOPIC when there is no such topic."""
-        return known_topic(self.metadata.view.topics, topic)
 
     # -- leadership reports -----------------------------------------------------------------------
 

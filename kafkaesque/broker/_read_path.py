@@ -32,9 +32,10 @@ from kafkaesque.protocol import (
 from kafkaesque.raft import NotLeader, Role
 from kafkaesque.raft.driver import CommitTimeout, MultiRaft, RaftReplica
 
-from ._errors import RequestError, unknown_partition
+from ._errors import RequestError, known_topic, unknown_partition
 from ._forwarding import Forwarder, ForwardError
 from ._log_ids import log_id_of
+from ._metadata import ClusterMetadata
 from ._metadata_view import TopicInfo
 from ._reads import (
     DEFAULT_FETCH_BYTES,
@@ -61,7 +62,7 @@ class ReadPath:
 
     Built by the broker with what it reads through: the Raft groups hosted here, the write
     path's view of the leaders (and its timeout), the forwarder to peers, who is connected, and
-    the topics of the metadata (``topic_info`` raises ``RequestError`` UNKNOWN_TOPIC).
+    the metadata (its topics).
     """
 
     def __init__(
@@ -71,14 +72,14 @@ class ReadPath:
         writes: WritePath,
         forwarder: Forwarder,
         connected_peers: Callable[[], Collection[int]],
-        topic_info: Callable[[str], TopicInfo],
+        metadata: ClusterMetadata,
     ) -> None:
         self._broker_id = broker_id
         self._raft = raft
         self._writes = writes
         self._forwarder = forwarder
         self._connected_peers = connected_peers
-        self._topic_info = topic_info
+        self._metadata = metadata
         # broker -> until when reads pass it over (it let a forwarded read go unanswered)
         self._unanswered_reads: dict[int, float] = {}
 
@@ -117,7 +118,7 @@ class ReadPath:
             failed = await self._past_the_end(topic, partition, offset, exc)
             if failed is not None:
                 raise failed from exc
-        return await self.from_log_start(topic, partition, offset)
+        return await self._from_log_start(topic, partition, offset)
 
     async def fetch(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
@@ -132,7 +133,7 @@ class ReadPath:
         replica = self.local_replica(topic, partition)
         if replica is not None and replica.role is Role.LEADER:
             return await self.read_local(replica, offset, max_bytes, wait_s)
-        info = self._topic_info(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         read = ReadRequest(topic, partition, offset, max_bytes, int(wait_s * 1000))
         local = replica is not None and not beyond_follower(replica, offset)
         try:
@@ -145,14 +146,14 @@ class ReadPath:
             raise answer
         return answer
 
-    async def from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
+    async def _from_log_start(self, topic: str, partition: int, offset: int) -> tuple[Fetched, int]:
         """The seed's CONS takes any offset: below the log start it reads from the start.
 
         The start is the leader's (retention runs on each replica at its own pace); it may move
         again before the read, hence a few tries.
         """
         for _ in range(_LOG_START_TRIES):
-            start = await self.leader_log_start(topic, partition)
+            start = await self._leader_log_start(topic, partition)
             if start is None or offset >= start:
                 return Fetched(b"", offset, offset), offset  # past the end: nothing yet
             try:
@@ -166,7 +167,7 @@ class ReadPath:
             ErrorCode.OFFSET_OUT_OF_RANGE, f"{topic}/{partition}: the log start keeps moving"
         )
 
-    async def leader_log_start(self, topic: str, partition: int) -> int | None:
+    async def _leader_log_start(self, topic: str, partition: int) -> int | None:
         """The partition's log start as its leader has it (None: unknown now)."""
         log_id = log_id_of(topic, partition)
         bounds = await self.leader_bounds([log_id])
@@ -257,25 +258,25 @@ class ReadPath:
         """What a CONS answers for an ``offset`` the partition's leader found out of range.
 
         None below the log start: CONS reads from the start instead (the seed's rule, see
-        ``from_log_start``). Past the end, the error FETCH answers, naming the partition: an
+        ``_from_log_start``). Past the end, the error FETCH answers, naming the partition: an
         empty read would tell the consumer "nothing yet" and it would wait for ever at an offset
         the log may never reach (the topic was deleted and created again, say). When the start
-        is unknown now (no leader known), None too: ``from_log_start`` answers nothing for the
+        is unknown now (no leader known), None too: ``_from_log_start`` answers nothing for the
         partition this time, and the consumer's next CONS asks again.
         """
-        start = await self.leader_log_start(topic, partition)
+        start = await self._leader_log_start(topic, partition)
         if start is None or offset < start:
             return None
         return RequestError(out_of_range.code, f"{topic}/{partition}: {out_of_range.message}")
 
-    async def read_replica(
+    async def _read_replica(
         self, topic: str, partition: int, offset: int, max_bytes: int, wait_s: float
     ) -> Fetched:
         """A read a peer chose this replica for (``ReadRequest``): served from it, never
         forwarded again. Raises ``RequestError``; ``NOT_LEADER`` when this broker holds no
         replica, or its log ends before ``offset`` (behind the leader: not out of range).
         """
-        info = self._topic_info(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         if partition >= info.config.partitions:
             raise unknown_partition(topic, partition, info.config.partitions)
         replica = self.local_replica(topic, partition)
@@ -296,7 +297,7 @@ class ReadPath:
         forwarded again; the answer goes back to ``peer`` as the reply to its request ``req``."""
         answer: Answer
         try:
-            fetched = await self.read_replica(
+            fetched = await self._read_replica(
                 request.topic,
                 request.partition,
                 request.offset,

@@ -138,7 +138,7 @@ class TopicAdmin:
         await creation.done.wait()
         if creation.error is not None:
             raise creation.error
-        return self.topic(topic)
+        return known_topic(self._metadata.view.topics, topic)
 
     def start_creation(self, topic: str, nursery: trio.Nursery | None) -> Creation:
         """Begin auto-creating ``topic`` in a task of the broker (it outlives the connection
@@ -263,7 +263,7 @@ class TopicAdmin:
         (each broker's reconciliation hosts the new partitions it is given and hands the open
         logs their new retention). Answers once every partition has a leader; ``+OK altered``,
         or ``+OK unchanged`` when the topic had these settings already."""
-        info = self.topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         changes: dict[str, int | bool | None] = {}
         if command.partitions is not None:
             if command.partitions > MAX_PARTITIONS:
@@ -295,7 +295,7 @@ class TopicAdmin:
         return encode_reply(OkReply())
 
     async def reassign(self, command: Reassign) -> bytes:
-        info = self.topic(command.topic)
+        info = known_topic(self._metadata.view.topics, command.topic)
         if command.partition >= info.config.partitions:
             raise unknown_partition(command.topic, command.partition, info.config.partitions)
         unknown = set(command.replicas) - set(self._metadata.view.brokers)
@@ -350,7 +350,7 @@ class TopicAdmin:
         ]
         wanted = names or tuple(sorted(view.topics))
         for name in self._access.visible(session, AclResource.TOPIC, wanted):
-            rows.extend(self._partition_rows(self.topic(name)))
+            rows.extend(self._partition_rows(known_topic(self._metadata.view.topics, name)))
         rows.append(EndReply())
         return rows
 
@@ -359,7 +359,7 @@ class TopicAdmin:
         leader has them: what a consumer reading it finds. A replica's may lag by a round trip
         (a follower learns the commit index with the next append) or by a retention pass.
         With ``time_ms``, each row's offset for that time too, from the same source."""
-        info = self.topic(topic)
+        info = known_topic(self._metadata.view.topics, topic)
         log_ids = [log_id_of(info.name, p) for p in range(len(info.replicas))]
         bounds = await self._reads.leader_bounds(log_ids, time_ms=time_ms)
         rows = self._partition_rows(info, bounds, time_ms)
@@ -398,9 +398,6 @@ class TopicAdmin:
                 )
             )
         return rows
-
-    def topic(self, topic: str) -> TopicInfo:
-        return known_topic(self._metadata.view.topics, topic)
 
 
 async def metadata_call(call: Awaitable[_T]) -> _T:
