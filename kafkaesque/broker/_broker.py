@@ -73,7 +73,7 @@ from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import Appenders
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
-from ._config import BrokerConfig, check_exposure, open_warning
+from ._config import Address, BrokerConfig, check_exposure, listen_addresses, open_warning
 from ._decommission import serve_hand_over
 from ._errors import RequestError
 from ._forwarding import Forwarder
@@ -81,6 +81,7 @@ from ._groups import GroupCoordinator
 from ._hosting import PartitionHosting, claim_of
 from ._latest import LatestIndexes
 from ._leaders import Claim, LeaderTable
+from ._listening import listening_sockets
 from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
 from ._metadata_view import BrokerInfo, MetadataError
@@ -334,6 +335,7 @@ class Broker:
                     self.client_port,
                     self._since_start(),
                 )
+                check_exposure(config, self._bound_listeners())
                 warning = open_warning(config, self.client_port)
                 if warning is not None:
                     log.warning("%s", warning)
@@ -341,6 +343,32 @@ class Broker:
         finally:
             self._nursery = None
             self.raft.close()
+
+    def _bound_listeners(self) -> list[tuple[str, Address]]:
+        """The addresses the kernel bound for this broker's listeners, by setting name (one port
+        may be bound on several hosts). Where ``/proc`` cannot say (not Linux), the configured
+        ones, which ``__init__`` checked already."""
+        c = self.config
+        ports = {
+            "client": self.client_port,
+            "peers": c.peers[c.id].port,
+            "controllers": c.controllers[c.id].port,
+            "admin": self.admin_port,
+            "mqtt": self.mqtt_port,
+            "mqtt_tls": self.mqtt.tls_port if self.mqtt is not None else None,
+            "mqtt_ws": self.mqtt.ws_port if self.mqtt is not None else None,
+        }
+        try:
+            sockets = listening_sockets()
+        except OSError:
+            return listen_addresses(c)
+        return [
+            (name, Address(host, port))
+            for name, port in ports.items()
+            if port
+            for host, bound_port in sockets
+            if bound_port == port
+        ]
 
     async def _accept_clients(self, listeners: list[trio.SocketListener]) -> None:
         """Accept client connections until ``drain`` stops it. The listening sockets are closed

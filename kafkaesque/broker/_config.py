@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
@@ -236,17 +236,24 @@ _MQTT_LISTENERS = ("mqtt", "mqtt_tls", "mqtt_ws")
 _INSECURE_HINT = "or pass --insecure (insecure = true) to run it open anyway"
 
 
-def check_exposure(config: BrokerConfig) -> None:
+def check_exposure(
+    config: BrokerConfig, bound: Sequence[tuple[str, Address]] | None = None
+) -> None:
     """Safe defaults (docs/security.md): refuse a broker that listens beyond loopback without
     authentication, or with ``DEV_CLUSTER_SECRET``, unless ``config.insecure``.
 
     Beyond loopback every listener needs the users file (a cluster without one is open only on
     loopback), MQTT's listeners need ``mqtt_users`` as well, and the cluster secret must not be
     the well-known development one. Raises ``ConfigError`` naming the setting and ``--insecure``.
+
+    ``bound``: the addresses the kernel really bound, by setting name (the broker checks them
+    once its listeners are up, since a library may bind wider than it was told); without it, the
+    configured ones (checked before anything binds).
     """
     if config.insecure:
         return
-    exposed = [(name, a) for name, a in listen_addresses(config) if not is_loopback(a.host)]
+    listening = listen_addresses(config) if bound is None else bound
+    exposed = [(name, a) for name, a in listening if not is_loopback(a.host)]
     for name, address in exposed:
         where = f"{name} listens on {address}, beyond loopback,"
         if config.cluster_secret == DEV_CLUSTER_SECRET:

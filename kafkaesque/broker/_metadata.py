@@ -377,6 +377,9 @@ class ClusterMetadata:
         s = self._settings
         conf = SyncObjConf(
             password=self._secret,  # it sends pickles: never without a password
+            # Without it pysyncobj binds the wildcard (0.0.0.0 or ::) whatever host it was
+            # given: a loopback cluster would expose its pickle port everywhere (issue 39).
+            bindAddress=self._self_address,
             autoTick=False,  # ticked by our own thread, so its lifetime is ours
             appendEntriesUseBatch=False,  # batching costs ~100 ms a commit
             useFork=False,  # never fork a threaded process

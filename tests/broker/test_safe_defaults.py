@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -15,7 +16,13 @@ from typing import Any
 import pytest
 
 from kafkaesque.broker import BrokerConfig, ConfigError, config_from_mapping
-from kafkaesque.broker._config import DEV_CLUSTER_SECRET, check_exposure, is_loopback
+from kafkaesque.broker._config import (
+    DEV_CLUSTER_SECRET,
+    Address,
+    check_exposure,
+    is_loopback,
+)
+from kafkaesque.broker._listening import listening_sockets
 from kafkaesque.local_cluster import free_ports
 
 _START_TIMEOUT_S = 60.0
@@ -209,3 +216,70 @@ def test_a_loopback_broker_without_users_starts_and_says_so(
         "(listening on loopback only)"
     )
     assert line in err.splitlines()  # printed as one line of its own (and logged)
+
+
+# -- what the kernel really bound (issue 39) ---------------------------------------------
+
+
+def test_a_listener_bound_wider_than_configured_is_refused() -> None:
+    """The check of the addresses the kernel bound: a loopback configuration whose controller
+    port was bound on the wildcard (pysyncobj's default) is exposed, whatever the config says."""
+    loopback = config(peers="0@127.0.0.1:9093", controllers="0@127.0.0.1:9094")
+    check_exposure(loopback)
+    bound = [
+        ("client", Address("127.0.0.1", 9092)),
+        ("controllers", Address("0.0.0.0", 9094)),
+    ]
+    with pytest.raises(ConfigError, match=r"^controllers listens on 0\.0\.0\.0:9094, beyond"):
+        check_exposure(loopback, bound)
+    check_exposure(loopback, [("controllers", Address("127.0.0.1", 9094))])
+
+
+def test_listening_sockets_reads_what_the_kernel_bound() -> None:
+    with socket.socket() as v4, socket.socket(socket.AF_INET6) as v6:
+        v4.bind(("127.0.0.1", 0))
+        v4.listen()
+        v6.bind(("::", 0))
+        v6.listen()
+        v4_port, v6_port = v4.getsockname()[1], v6.getsockname()[1]
+        found = set(listening_sockets())
+        assert ("127.0.0.1", v4_port) in found
+        assert ("::", v6_port) in found
+    assert ("127.0.0.1", v4_port) not in set(listening_sockets())
+
+
+def _listening_of(pid: int) -> list[str]:
+    """Every local address on which process ``pid`` listens, as ``ss`` prints it."""
+    out = subprocess.run(
+        ["ss", "-H", "-ltnp"], check=True, capture_output=True, text=True, timeout=10
+    ).stdout
+    return [line.split()[3] for line in out.splitlines() if f"pid={pid}," in line]
+
+
+def test_a_loopback_broker_listens_on_loopback_only(
+    tmp_path: Path, started: list[subprocess.Popen[str]]
+) -> None:
+    """Every listening socket of a broker started with loopback settings (client, peers,
+    controllers, admin, MQTT) is on loopback: the controller's pysyncobj port was on 0.0.0.0."""
+    admin, mqtt = free_ports(2)
+    command = broker_command(
+        tmp_path, "127.0.0.1:0", "--admin", f"127.0.0.1:{admin}", "--mqtt", f"127.0.0.1:{mqtt}"
+    )
+    proc = subprocess.Popen(
+        command,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=environment(None),
+    )
+    started.append(proc)
+    assert proc.stdout is not None
+    for _ in range(10):
+        line = proc.stdout.readline()
+        if not line or line.strip() == "ready":
+            break
+    assert line.strip() == "ready", line
+    listening = _listening_of(proc.pid)
+    assert len(listening) >= 5, listening  # client, peers, controllers, admin, MQTT
+    assert all(is_loopback(address.rpartition(":")[0]) for address in listening), listening
