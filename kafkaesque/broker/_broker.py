@@ -67,6 +67,7 @@ from kafkaesque.raft import (
     Role,
 )
 from kafkaesque.raft.driver import MultiRaft, PeerTransport
+from kafkaesque.storage import makedirs_durable
 
 from ._access import AccessControl
 from ._admin import metrics_route, serve_admin_connection, static_route
@@ -124,7 +125,7 @@ class Broker:
         check_exposure(config)  # safe defaults: ConfigError unless loopback, or secured
         self.tls = BrokerTls.load(config)  # ConfigError for a certificate that cannot be used
         broker_dir = config.broker_dir
-        os.makedirs(broker_dir, exist_ok=True)
+        makedirs_durable(broker_dir)
         peers = {i: (a.host, a.port) for i, a in config.peers.items()}
         self.transport = PeerTransport(
             config.id,

@@ -24,7 +24,7 @@ from ._cleaner import CompactionResult
 from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
 from ._partition_log import PartitionLog, wall_clock_ms
 from ._segment import RecoveryReport, segment_data_end
-from ._statefile import fsync_directory, read_state_file, write_state_file
+from ._statefile import fsync_directory, makedirs_durable, read_state_file, write_state_file
 from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
 __all__ = [
@@ -54,6 +54,7 @@ __all__ = [
     "decode_records",
     "end_offset",
     "fsync_directory",
+    "makedirs_durable",
     "iter_batches",
     "read_state_file",
     "segment_data_end",

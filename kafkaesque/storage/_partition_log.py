@@ -44,7 +44,7 @@ from ._cleaner import CompactionResult, compact, expired_segments
 from ._errors import CorruptLogError, InvalidBatchError, OffsetOutOfRangeError, StorageError
 from ._recovery import LOCK_FILE, LossRecord, Scrubber, find_repair, load_segments, verify_segments
 from ._segment import IOV_MAX, BatchWrite, RecoveryReport, Segment
-from ._statefile import fsync_directory
+from ._statefile import fsync_directory, makedirs_durable
 from ._term_table import TermTable
 from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
@@ -115,7 +115,7 @@ class PartitionLog:
         ``CorruptLogError`` if the term table fails its checksum.
         """
         config = config or LogConfig()
-        os.makedirs(directory, exist_ok=True)
+        makedirs_durable(directory)
         lock_fd = os.open(os.path.join(directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(lock_fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -79,7 +79,11 @@ def load_segments(directory: str, config: LogConfig) -> LoadedLog:
     )
     segments.append(active)
     if not bases:
+        # A new log: its files' entries, and its own entry in the parent (makedirs_durable did
+        # that when it created the directory; again here for a crash between the two), are
+        # durable before anything is written to it.
         fsync_directory(directory)
+        fsync_directory(os.path.dirname(os.path.abspath(directory)))
     terms = TermTable.load(directory)
     # The active segment's batches are the truth about its terms: the table is saved only
     # when a segment is sealed (and on close), so its tail may be stale or missing.
@@ -158,10 +162,17 @@ class LossRecord:
             # Written before a crash and never flushed: make it durable now, so that the
             # flushed end the log starts with (its whole length) is true.
             active.sync()
-            self.write_watermark(end, sync=False)
+            self.write_watermark(end, sync=True)
         elif self.watermark > end:
             # Now that the loss is on record, the watermark may describe this log again.
             self.write_watermark(end, sync=True)
+        else:
+            # Read back from the page cache, maybe never synced (a crash of the process only).
+            os.fsync(self._lock_fd)
+        # Invariant from here on: the lock file durably holds a watermark <= the durable end of
+        # the log. The raises of note_flushed are not fsynced: after a power loss the file holds
+        # one of the values written (12 bytes in one sector), never nothing, so a torn tail
+        # above it is a normal loss of unsynced writes, not corruption (issue 36).
 
     def write_watermark(self, end: int, *, sync: bool) -> None:
         """Record that everything below ``end`` was fsynced (``sync``: durably, now)."""

@@ -28,6 +28,25 @@ def fsync_directory(directory: str) -> None:
         os.close(fd)
 
 
+def makedirs_durable(directory: str) -> None:
+    """``os.makedirs(directory, exist_ok=True)``, and every directory it created made durable:
+    the parent of each new directory is fsynced (a new directory's entry is lost on power loss
+    until its parent is fsynced, and with it every file inside, synced or not)."""
+    missing = []
+    path = os.path.abspath(directory)
+    while not os.path.isdir(path):
+        missing.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            break
+        path = parent
+    if not missing:
+        return
+    os.makedirs(directory, exist_ok=True)
+    for created in reversed(missing):  # top down: a child's entry needs its parent durable
+        fsync_directory(os.path.dirname(created))
+
+
 def write_state_file(directory: str, name: str, state: dict[str, Any]) -> None:
     """Atomically and durably replace ``directory/name`` with ``state``."""
     payload = msgpack.packb(state, use_bin_type=True)

@@ -55,7 +55,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import os
 import random
 import time
 import zlib
@@ -71,6 +70,7 @@ from kafkaesque.storage import (
     FsyncPolicy,
     LogConfig,
     PartitionLog,
+    makedirs_durable,
 )
 
 from .. import (
@@ -129,7 +129,7 @@ class MultiRaft:
         self.node_id = node_id
         self._send = send
         self._flush = flush or _nothing
-        os.makedirs(state_dir, exist_ok=True)
+        makedirs_durable(state_dir)
         self.hard_states = HardStateStore(state_dir)
         self._peers = set(peers) - {node_id}
         self.tick_interval = tick_interval
