@@ -40,8 +40,9 @@ from pysyncobj import SyncObj, SyncObjConf, SyncObjConsumer, SyncObjException
 from pysyncobj import replicated as _pysyncobj_replicated
 
 from kafkaesque.protocol import AclRow
+from kafkaesque.storage import makedirs_durable
 
-from . import _thread_bridge
+from . import _controller_journal, _thread_bridge
 from ._metadata_state import MetadataState
 from ._metadata_view import (
     ALTERABLE,
@@ -373,8 +374,12 @@ class ClusterMetadata:
 
     def _open(self) -> _Controller:
         """Build the SyncObj; on the controller thread (binding and key derivation block)."""
-        os.makedirs(self._data_dir, exist_ok=True)
+        makedirs_durable(self._data_dir)
         s = self._settings
+        journal = os.path.join(self._data_dir, "controller.journal")
+        dump = os.path.join(self._data_dir, "controller.dump")
+        _controller_journal.install()
+        _controller_journal.register(journal, dump)  # durable before it acknowledges or votes
         conf = SyncObjConf(
             password=self._secret,  # it sends pickles: never without a password
             # Without it pysyncobj binds the wildcard (0.0.0.0 or ::) whatever host it was
@@ -383,9 +388,9 @@ class ClusterMetadata:
             autoTick=False,  # ticked by our own thread, so its lifetime is ours
             appendEntriesUseBatch=False,  # batching costs ~100 ms a commit
             useFork=False,  # never fork a threaded process
-            journalFile=os.path.join(self._data_dir, "controller.journal"),
+            journalFile=journal,
             # Without it, a replica restarted after a compaction stops applying.
-            fullDumpFile=os.path.join(self._data_dir, "controller.dump"),
+            fullDumpFile=dump,
             dynamicMembershipChange=True,
             # Without a leader, refuse at once (MISSING_LEADER: certainly not applied; we retry)
             # rather than queue: a queued command would apply whenever a leader shows up, maybe
