@@ -14,6 +14,8 @@ from ._config import (
     open_warning,
 )
 from ._decommission import DECOMMISSION_TIMEOUT_S
+from ._metadata import ClusterMetadata, ControllerSettings
+from ._metadata_view import BrokerInfo, TopicConfig
 from ._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
 
 __all__ = [
@@ -23,7 +25,11 @@ __all__ = [
     "Address",
     "Broker",
     "BrokerConfig",
+    "BrokerInfo",
+    "ClusterMetadata",
+    "ControllerSettings",
     "ConfigError",
+    "TopicConfig",
     "config_from_mapping",
     "load_config",
     "open_warning",

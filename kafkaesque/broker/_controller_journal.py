@@ -102,6 +102,9 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
             self._sync_directory()
         with open(path, "rb") as f:
             self._entries, self._end = _parse(f.read(), path)
+        # Entries truncated in memory whose bytes still follow ``_end`` on disk, in order, with
+        # the disk's end offset still after them (see deleteEntriesFrom).
+        self._cut: list[Entry] = []
         self._meta_path = path + ".meta"
         self._meta: dict[str, Any] = self._read_meta()
         self._meta_saved = True
@@ -109,6 +112,18 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
     # -- entries ------------------------------------------------------------------------------
 
     def add(self, command: Any, idx: int, term: int) -> None:
+        if self._cut:
+            if (bytes(self._cut[0][0]), self._cut[0][1], self._cut[0][2]) == (
+                bytes(to_bytes(command)),
+                idx,
+                term,
+            ):
+                # The entry a truncation removed, sent again: still on disk where it belongs.
+                self._cut.pop(0)
+                self._entries.append((command, idx, term))
+                self._end += len(_record(command, idx, term))
+                return
+            self._apply_cut()
         record = _record(command, idx, term)
         os.pwrite(self._fd, record, self._end)
         os.fsync(self._fd)  # the record first: the end never points at a torn one
@@ -116,11 +131,25 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._entries.append((command, idx, term))
 
     def deleteEntriesFrom(self, entryFrom: int) -> None:
-        end = self._end
-        for command, idx, term in reversed(self._entries[entryFrom:]):
-            end -= len(_record(command, idx, term))
+        """Drop the entries from ``entryFrom`` on; on disk only when a different entry is added
+        there (or another change comes first).
+
+        pysyncobj truncates whenever a leader's append overlaps what a follower holds (a resend
+        while an answer is under way), then adds the same entries again; Raft truncates only at
+        a conflict (section 5.3). Writing that out would cost an fsync per entry twice, and a cut
+        in between would leave the follower shorter than what it acknowledged.
+        """
+        dropped = self._entries[entryFrom:]
         del self._entries[entryFrom:]
-        self._set_end(end)  # durable before a later add overwrites those bytes
+        for command, idx, term in dropped:
+            self._end -= len(_record(command, idx, term))
+        self._cut = dropped + self._cut
+
+    def _apply_cut(self) -> None:
+        """Make a pending truncation durable: before anything overwrites those bytes."""
+        if self._cut:
+            self._cut = []
+            self._set_end(self._end)
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         self._sync_dump()  # the dump holds what is dropped: durable first
@@ -144,6 +173,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
         self._end = _FIRST_RECORD + len(body)
 
     def clear(self) -> None:
+        self._cut = []
         self._sync_dump()  # called when a dump replaces the journal
         self._entries = []
         self._set_end(_FIRST_RECORD)

@@ -96,6 +96,9 @@ class ControllerSettings:
     tick_period: float = 0.05
     log_compaction_min_entries: int = 5000
     log_compaction_min_time: float = 300.0
+    #: False: pysyncobj's own journal, which never fsyncs (a power cut can roll back a vote or
+    #: forget acknowledged metadata). Only for measuring what durability costs (bench.controller).
+    durable_journal: bool = True
 
 
 # --- pysyncobj's handle on the state machine ------------------------------------------------
@@ -378,8 +381,9 @@ class ClusterMetadata:
         s = self._settings
         journal = os.path.join(self._data_dir, "controller.journal")
         dump = os.path.join(self._data_dir, "controller.dump")
-        _controller_journal.install()
-        _controller_journal.register(journal, dump)  # durable before it acknowledges or votes
+        if s.durable_journal:
+            _controller_journal.install()
+            _controller_journal.register(journal, dump)  # durable before it acks or votes
         conf = SyncObjConf(
             password=self._secret,  # it sends pickles: never without a password
             # Without it pysyncobj binds the wildcard (0.0.0.0 or ::) whatever host it was
