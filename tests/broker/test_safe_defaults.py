@@ -159,8 +159,10 @@ def started(tmp_path: Path) -> Iterator[list[subprocess.Popen[str]]]:
                 proc.wait()
 
 
-def start(procs: list[subprocess.Popen[str]], command: list[str]) -> tuple[str, str]:
-    """Start a broker, wait for its ``ready`` line (bounded), stop it: (stdout, stderr)."""
+def start_ready(
+    procs: list[subprocess.Popen[str]], command: list[str]
+) -> tuple[subprocess.Popen[str], str]:
+    """Start a broker and wait for its ``ready`` line (bounded): (the process, its stdout)."""
     proc = subprocess.Popen(
         command,
         stdout=subprocess.PIPE,
@@ -178,9 +180,15 @@ def start(procs: list[subprocess.Popen[str]], command: list[str]) -> tuple[str, 
         if not line or line.strip() == "ready":
             break
     assert lines[-1].strip() == "ready", lines
+    return proc, "".join(lines)
+
+
+def start(procs: list[subprocess.Popen[str]], command: list[str]) -> tuple[str, str]:
+    """Start a broker, wait for its ``ready`` line (bounded), stop it: (stdout, stderr)."""
+    proc, lines = start_ready(procs, command)
     proc.send_signal(signal.SIGINT)
     out, err = proc.communicate(timeout=_START_TIMEOUT_S)
-    return "".join(lines) + out, err
+    return lines + out, err
 
 
 def test_a_wildcard_client_port_without_users_refuses_to_start(tmp_path: Path) -> None:
@@ -265,21 +273,7 @@ def test_a_loopback_broker_listens_on_loopback_only(
     command = broker_command(
         tmp_path, "127.0.0.1:0", "--admin", f"127.0.0.1:{admin}", "--mqtt", f"127.0.0.1:{mqtt}"
     )
-    proc = subprocess.Popen(
-        command,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        stdin=subprocess.DEVNULL,
-        text=True,
-        env=environment(None),
-    )
-    started.append(proc)
-    assert proc.stdout is not None
-    for _ in range(10):
-        line = proc.stdout.readline()
-        if not line or line.strip() == "ready":
-            break
-    assert line.strip() == "ready", line
+    proc, _ = start_ready(started, command)
     listening = _listening_of(proc.pid)
     assert len(listening) >= 5, listening  # client, peers, controllers, admin, MQTT
     assert all(is_loopback(address.rpartition(":")[0]) for address in listening), listening
