@@ -591,7 +591,14 @@ def _add_consume(commands: Any) -> None:
     start.add_argument(
         "--from-beginning", action="store_true", help="start at the oldest record (else: the end)"
     )
-    start.add_argument("--offset", type=int, help="start at this offset")
+    start.add_argument(
+        "-o",
+        "--offset",
+        type=_start_offset,
+        metavar="N|-N|@TIME",
+        help="start at offset N; -N: at the last N records of each partition; @TIME: as "
+        "--from-time",
+    )
     start.add_argument(
         "--from-time",
         metavar="TIME",
@@ -703,7 +710,13 @@ def run_consume(args: argparse.Namespace) -> int:
         raise ClientCommandError("--max must be at least 1")
     if args.group and args.partition is not None:
         raise ClientCommandError("--partition cannot be used with --group (the group assigns)")
+    if isinstance(args.offset, str):  # -o @TIME
+        args.from_time, args.offset = args.offset, None
     from_time = None if args.from_time is None else parse_time_ms(args.from_time)
+    if args.group and args.offset is not None and args.offset < 0:
+        raise ClientCommandError(
+            f"--offset {args.offset} (the last records) cannot be used with --group"
+        )
     if args.group and from_time is not None:
         raise ClientCommandError(
             "--from-time cannot be used with --group (a group reads from its committed offsets)"
@@ -795,6 +808,19 @@ def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) 
             return
 
 
+def _start_offset(text: str) -> int | str:
+    """``--offset``'s value: an offset (N >= 0), the last N records (-N), or ``@TIME`` (kept as
+    the text after @, parsed by ``parse_time_ms`` in ``run_consume``, which says what is wrong)."""
+    if text.startswith("@"):
+        return text[1:]
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an offset (N), the last N records (-N) or a time (@TIME)"
+        ) from None
+
+
 def parse_time_ms(text: str) -> int:
     """``--from-time``: milliseconds since the epoch (digits), or an ISO 8601 date and time
     (UTC when it names no zone). Raises ``ClientCommandError`` for anything else."""
@@ -832,8 +858,18 @@ def _consume_partitions(
             )
         consumer.assign([TopicPartition(args.topic, args.partition)])
     if args.offset is not None:
+        bounds = client.partition_offsets(args.topic)
         for tp in consumer.assignment():
-            consumer.seek(tp, args.offset)
+            start, end = bounds[tp.partition]
+            if args.offset < 0:  # the last -offset records
+                consumer.seek(tp, max(start, end + args.offset))
+            elif args.offset > end:
+                raise ClientCommandError(
+                    f"--offset {args.offset} is past the end of {args.topic} partition "
+                    f"{tp.partition} (its next offset is {end})"
+                )
+            else:
+                consumer.seek(tp, args.offset)
     if from_time is not None:
         offsets = client.offsets_for_times({tp: from_time for tp in consumer.assignment()})
         for tp, offset in offsets.items():

@@ -1,0 +1,96 @@
+"""No traceback reaches a CLI user (issue 37, point 6): bad values, a closed stdout, bugs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from kafkaesque.cli import main as cli_main
+
+from kafkaesque.local_cluster import LocalCluster
+
+from .test_client_commands import _kafkaesque, ok, run
+
+
+def _one_line(result: subprocess.CompletedProcess[bytes]) -> str:
+    err = result.stderr.decode()
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
+    broker_cluster: LocalCluster,
+) -> None:
+    ok(broker_cluster, "topic", "create", "cli-tb", "--partitions", "2",
+       "--replication-factor", "1")  # fmt: skip
+    ok(broker_cluster, "produce", "cli-tb", "--partition", "0", stdin=b"a\nb\nc\nd\n")
+    # -o -N: the last N records of each partition (was a ValueError's traceback).
+    last = run(broker_cluster, "consume", "cli-tb", "-o", "-2", "--partition", "0")
+    assert last.returncode == 0 and last.stdout == b"c\nd\n", last.stderr
+    last = run(broker_cluster, "consume", "cli-tb", "--offset", "-10", "--partition", "0")
+    assert last.stdout == b"a\nb\nc\nd\n", last.stderr
+    at = run(broker_cluster, "consume", "cli-tb", "-o", "@0", "--partition", "0")
+    assert at.stdout == b"a\nb\nc\nd\n", at.stderr
+    for args, status, message in (
+        (("consume", "cli-tb", "-o", "9"), 1, "past the end of cli-tb partition 0"),
+        (("consume", "cli-tb", "-o", "x"), 2, "is not an offset"),
+        (("consume", "cli-tb", "-o", "@yesterday"), 1, "neither milliseconds"),
+        (("consume", "cli-tb", "--max", "0"), 1, "--max must be at least 1"),
+        (("consume", "cli-tb", "--partition", "7"), 1, "not 7"),
+        (("produce", "cli-tb", "--file", "/no/such/file"), 1, "/no/such/file"),
+        (("produce", "cli-tb", "--partition", "9"), 1, ""),
+        (("topic", "create", "t2", "--partitions", "x", "--replication-factor", "1"), 2, ""),
+        (("topic", "describe", "no-such"), 1, ""),
+        (("group", "describe", "no-group", "--topic", "no-such"), 1, ""),
+        (("latest", "cli-tb", ""), 1, ""),
+        (("status", "--group", "g"), 1, ""),
+    ):
+        result = run(broker_cluster, *args, stdin=b"x\n")
+        err = result.stderr.decode()
+        assert "Traceback" not in err, (args, err)
+        assert result.returncode == status, (args, err)
+        assert message in err.splitlines()[-1], (args, err)
+    # A reader that went away (`status | head -0`): no BrokenPipeError, exit 141 as cat's.
+    for piped in (("status",), ("topic", "list"), ("consume", "cli-tb", "-o", "0")):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run(
+                [*_kafkaesque(), *piped, "--bootstrap", broker_cluster.bootstrap],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        err = proc.stderr.decode()
+        assert "Traceback" not in err and "BrokenPipe" not in err, (piped, err)
+        assert proc.returncode in (0, cli_main.BROKEN_PIPE_EXIT), (piped, proc.returncode, err)
+
+
+def test_an_unexpected_exception_is_one_line_with_its_own_exit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(args: object) -> int:
+        raise ValueError("invalid literal")
+
+    parser = cli_main.build_parser(["topic"])
+    real_parse = parser.parse_args
+    monkeypatch.setattr(cli_main, "build_parser", lambda load=None: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: _with_run(real_parse(argv), boom))
+    monkeypatch.delenv(cli_main.TRACEBACK_ENV, raising=False)
+    assert cli_main.main(["topic", "list"]) == cli_main.INTERNAL_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert err.startswith("kafkaesque topic: internal error: ValueError: invalid literal")
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setenv(cli_main.TRACEBACK_ENV, "1")
+    with pytest.raises(ValueError):
+        cli_main.main(["topic", "list"])
+
+
+def _with_run(args: object, run_: object) -> object:
+    args.run = run_  # type: ignore[attr-defined]
+    return args
