@@ -66,6 +66,7 @@ COMMANDS: dict[str, Command] = {
         ".security_commands",
         "add, remove, list or import the users of a users file (salted SCRAM hashes)",
     ),
+    "completion": Command(".completion", "print a shell completion script (bash or zsh)"),
     "jepsen": Command(".jepsen", "run a fault-injection test and check its history"),
     "mqtt-bridge": Command(
         ".mqtt_bridge", "bridge an existing MQTT broker into log topics (and back)"
