@@ -32,7 +32,15 @@ from kafkaesque.client import (
     ProducerConfig,
     TopicPartition,
 )
-from kafkaesque.protocol import Acks, Fsync, GroupRow, PartitionRow, TopicRow, topic_name_error
+from kafkaesque.protocol import (
+    Acks,
+    Fsync,
+    GroupRow,
+    PartitionRow,
+    TopicRow,
+    is_internal_topic,
+    topic_name_error,
+)
 
 from .client_options import (
     ClientCommandError,
@@ -60,6 +68,14 @@ def add_parsers(commands: Any) -> None:
     bootstrap_option(status)
     status.add_argument("--group", help="also show this consumer group (needs --topic)")
     status.add_argument("--topic", help="the topic the group reads")
+    status.add_argument(
+        "--internal", action="store_true", help="also show internal topics (__consumer_offsets)"
+    )
+    status.add_argument(
+        "--under-replicated",
+        action="store_true",
+        help="show only the partitions that are not ok (under-replicated or without a leader)",
+    )
     status.set_defaults(run=run_status)
 
 
@@ -113,15 +129,32 @@ def _add_topic(commands: Any) -> None:
         help="delete: only retention removes records; compact: also keep the latest per key",
     )
     alter.set_defaults(run=run_topic_alter)
-    listing = actions.add_parser("list", help="list topics")
+    listing = actions.add_parser("list", help="list topics (internal ones with --internal)")
+    listing.add_argument(
+        "--internal", action="store_true", help="also list internal topics (__consumer_offsets)"
+    )
     listing.set_defaults(run=run_topic_list)
+    offsets = actions.add_parser(
+        "offsets",
+        help="each partition's earliest and latest offset, or the offset of a time",
+        description="Each partition's earliest offset (its log start) and latest (the next "
+        "offset to be written, its high watermark); with --time, the first offset stamped at "
+        "or after that time (the latest when none is), as consume --from-time starts.",
+    )
+    offsets.add_argument("name")
+    offsets.add_argument(
+        "--time",
+        metavar="TIME",
+        help="milliseconds since the epoch, or ISO 8601 (UTC when it names no zone)",
+    )
+    offsets.set_defaults(run=run_topic_offsets)
     describe = actions.add_parser("describe", help="a topic's settings and partitions")
     describe.add_argument("name")
     describe.set_defaults(run=run_topic_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
-    for parser in (create, alter, listing, describe, delete):
+    for parser in (create, alter, listing, offsets, describe, delete):
         bootstrap_option(parser)
 
 
@@ -198,6 +231,7 @@ def run_topic_list(args: argparse.Namespace) -> int:
             "broker" if t.fsync is None else t.fsync.value,
         )
         for t in topics
+        if args.internal or not is_internal_topic(t.topic)
     ]
     header = (
         "TOPIC",
@@ -208,6 +242,25 @@ def run_topic_list(args: argparse.Namespace) -> int:
         "COMPACT",
         "FSYNC",
     )
+    for line in text_table(header, rows):
+        print(line)
+    return 0
+
+
+def run_topic_offsets(args: argparse.Namespace) -> int:
+    """``topic offsets``: PARTITION EARLIEST LATEST, and OFFSET (the time's) with ``--time``."""
+    _check_topic(args.name, writes=False)
+    when = None if args.time is None else parse_time_ms(args.time, option="--time")
+    with client_from_args(args) as client:
+        bounds = client.partition_offsets(args.name)
+        at = (
+            {} if when is None else client.offsets_for_times({(args.name, p): when for p in bounds})
+        )
+    header = ("PARTITION", "EARLIEST", "LATEST") + (("OFFSET",) if when is not None else ())
+    rows = [
+        (p, start, end, *(() if when is None else (at[TopicPartition(args.name, p)],)))
+        for p, (start, end) in sorted(bounds.items())
+    ]
     for line in text_table(header, rows):
         print(line)
     return 0
@@ -382,6 +435,8 @@ def run_status(args: argparse.Namespace) -> int:
                 for row in client.describe_topic(topic).partitions
             ]
         probes = client.probe_brokers(PROBE_TIMEOUT_S)
+    if not args.internal:
+        rows = [row for row in rows if not is_internal_topic(row.topic)]
     down = {broker for broker, error in probes.items() if error is not None}
     leads = Counter(row.leader for row in rows if row.leader is not None)  # LEADERS column
     brokers = [
@@ -402,6 +457,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(line)
     print()
     states = [partition_state(row, down) for row in rows]
+    if args.under_replicated:
+        kept = [(row, state) for row, state in zip(rows, states, strict=True) if state != "ok"]
+        rows, states = [row for row, _ in kept], [state for _, state in kept]
     under = sum("under-replicated" in state for state in states)
     print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
     header = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE")
@@ -821,7 +879,7 @@ def _start_offset(text: str) -> int | str:
         ) from None
 
 
-def parse_time_ms(text: str) -> int:
+def parse_time_ms(text: str, *, option: str = "--from-time") -> int:
     """``--from-time``: milliseconds since the epoch (digits), or an ISO 8601 date and time
     (UTC when it names no zone). Raises ``ClientCommandError`` for anything else."""
     if text.isdigit():
@@ -830,7 +888,7 @@ def parse_time_ms(text: str) -> int:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise ClientCommandError(
-            f"--from-time {text!r} is neither milliseconds since the epoch nor ISO 8601 "
+            f"{option} {text!r} is neither milliseconds since the epoch nor ISO 8601 "
             "(2026-11-26T08:00:00Z)"
         ) from None
     if when.tzinfo is None:
@@ -840,7 +898,7 @@ def parse_time_ms(text: str) -> int:
         milliseconds=1
     )
     if ms < 0:
-        raise ClientCommandError(f"--from-time {text!r} is before 1970")
+        raise ClientCommandError(f"{option} {text!r} is before 1970")
     return ms
 
 

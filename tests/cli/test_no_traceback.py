@@ -94,3 +94,35 @@ def test_an_unexpected_exception_is_one_line_with_its_own_exit(
 def _with_run(args: object, run_: object) -> object:
     args.run = run_  # type: ignore[attr-defined]
     return args
+
+
+def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) -> None:
+    """``topic offsets`` (issue 37, point 8); ``topic list``/``status`` hide ``__`` topics unless
+    ``--internal``, and ``status --under-replicated`` shows only what is not ok (point 9)."""
+    ok(broker_cluster, "topic", "create", "cli-offs", "--partitions", "2",
+       "--replication-factor", "1")  # fmt: skip
+    before = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
+    ok(broker_cluster, "produce", "cli-offs", "--partition", "1", stdin=b"a\nb\nc\n")
+    lines = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
+    assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST"]
+    assert lines[1] == before[1]  # partition 0: nothing written
+    assert int(lines[2].split()[2]) == int(before[2].split()[2]) + 3
+    first = ok(broker_cluster, "consume", "cli-offs", "--partition", "1", "-o", "0", "-l")
+    lines = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "0").splitlines()
+    assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST", "OFFSET"]
+    assert lines[2].split()[3] == first.split()[1]  # the first record's offset
+    future = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "2999-01-01T00:00Z")
+    latest = future.splitlines()[2].split()
+    assert latest[3] == latest[2]  # none that late: the latest
+    bad = run(broker_cluster, "topic", "offsets", "cli-offs", "--time", "soon")
+    assert bad.returncode == 1 and "--time 'soon' is neither" in _one_line(bad)
+    # A group's commit makes the internal __consumer_offsets topic.
+    ok(broker_cluster, "consume", "cli-offs", "--group", "g-offs", "--from-beginning")
+    listed = ok(broker_cluster, "topic", "list")
+    assert "cli-offs" in listed and "__consumer_offsets" not in listed
+    assert "__consumer_offsets" in ok(broker_cluster, "topic", "list", "--internal")
+    status = ok(broker_cluster, "status")
+    assert "cli-offs" in status and "__consumer_offsets" not in status
+    assert "__consumer_offsets" in ok(broker_cluster, "status", "--internal")
+    under = ok(broker_cluster, "status", "--under-replicated")
+    assert "partitions (0)" in under and "cli-offs" not in under
