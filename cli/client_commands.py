@@ -340,6 +340,12 @@ def _add_group(commands: Any) -> None:
         help="the first offset at or after this time: milliseconds since the epoch, or ISO "
         "8601 (UTC when it names no zone)",
     )
+    to.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="the first offset at or after this long ago (ISO 8601 duration, as Kafka's: "
+        "PT1H, P1DT30M)",
+    )
     reset.add_argument(
         "--execute", action="store_true", help="apply the reset (without it: a dry run)"
     )
@@ -392,6 +398,8 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
         if args.to_offset < 0:
             raise ClientCommandError(f"--to-offset {args.to_offset} is negative")
         return "offset", args.to_offset
+    if args.by_duration is not None:
+        return "time", max(0, int(time.time() * 1000) - parse_duration_ms(args.by_duration))
     try:
         return "time", parse_time_ms(args.to_datetime)
     except ClientCommandError as exc:  # its message names --from-time, the consume option
@@ -399,6 +407,23 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
             f"--to-datetime {args.to_datetime!r} is neither milliseconds since the epoch nor "
             "ISO 8601 (2026-11-26T08:00:00Z), or is before 1970"
         ) from exc
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_duration_ms(text: str) -> int:
+    """``--by-duration``: an ISO 8601 duration of days, hours, minutes and seconds
+    (``PnDTnHnMnS``, as kafka-consumer-groups takes), in milliseconds."""
+    found = _DURATION.fullmatch(text.upper())
+    if found is None or text.upper() in ("P", "PT"):
+        raise ClientCommandError(
+            f"--by-duration {text!r} is not an ISO 8601 duration (PT1H, P1DT30M, PT90S)"
+        )
+    d, h, m, sec = (float(found[k] or 0) for k in "dhms")
+    return int(((d * 24 + h) * 60 + m) * 60_000 + sec * 1000)
 
 
 def run_group_reset(args: argparse.Namespace) -> int:

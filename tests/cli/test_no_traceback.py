@@ -7,6 +7,7 @@ import subprocess
 
 import pytest
 from kafkaesque.cli import main as cli_main
+from kafkaesque.cli.client_commands import parse_duration_ms
 
 from kafkaesque.local_cluster import LocalCluster
 
@@ -126,3 +127,22 @@ def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) 
     assert "__consumer_offsets" in ok(broker_cluster, "status", "--internal")
     under = ok(broker_cluster, "status", "--under-replicated")
     assert "partitions (0)" in under and "cli-offs" not in under
+
+
+def test_group_reset_by_duration(broker_cluster: LocalCluster) -> None:
+    """``group reset --by-duration`` (issue 37, point 10) moves to the records of that long ago."""
+    ok(broker_cluster, "topic", "create", "cli-dur", "--partitions", "1",
+       "--replication-factor", "1")  # fmt: skip
+    ok(broker_cluster, "produce", "cli-dur", stdin=b"a\nb\n")
+    first = ok(broker_cluster, "consume", "cli-dur", "-o", "0", "-l").split()[1]
+    ok(broker_cluster, "consume", "cli-dur", "--group", "g-dur", "--from-beginning")
+    end = ok(broker_cluster, "topic", "offsets", "cli-dur").splitlines()[1].split()[2]
+    for duration, expected in (("PT1H", first), ("P1DT2H3M4.5S", first), ("PT0S", end)):
+        out = ok(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
+                 "--by-duration", duration)  # fmt: skip
+        assert out.splitlines()[1].split() == ["g-dur", "cli-dur", "0", expected], duration
+    for bad in ("1h", "P", "PT", "PTH"):
+        result = run(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
+                     "--by-duration", bad)  # fmt: skip
+        assert result.returncode == 1 and "not an ISO 8601 duration" in _one_line(result), bad
+    assert parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
