@@ -2,7 +2,7 @@
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
 # a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
-# mosquitto server and clients and nats-server (the benchmarks' peer) when missing.
+# mosquitto server and clients, jq and nats-server (the benchmarks' peer) when missing.
 #
 # Both commands install the same extras: the main job (`kafkaesque demo`) ends with a Spark step
 # and the suite tests the Spark source, and one set means neither makes the other reinstall.
@@ -138,6 +138,16 @@ _ensure_packages() {
     echo "$hash extras=$extras" >"$stamp_file"
 }
 
+_ensure_jq() {
+    # docs/operations.md's failover walk-through reads a broker's pid from cluster-up.json with jq
+    # (and its doc test runs it as written).
+    if command -v jq >/dev/null 2>&1; then
+        return 0
+    fi
+    _log "installing jq (the docs' walk-throughs read JSON with it)"
+    _apt_install jq
+}
+
 _ensure_nats() {
     # bench/broker and bench/mqtt measure NATS JetStream (and its MQTT listener) in the same run
     # as our brokers: Debian's nats-server. Like mosquitto's, a daemon the package starts is
@@ -158,5 +168,6 @@ _ensure_venv
 _ensure_packages
 _ensure_java
 _ensure_mosquitto
+_ensure_jq
 _ensure_nats
 export PATH="$VENV/bin:$PATH"

@@ -121,13 +121,66 @@ class BrokerCommandError(Exception):
     """The broker could not start; the message says why."""
 
 
+# The options each action reads, for its own --help (``broker stop --help`` lists these only,
+# not the forty a broker's start takes).
+_ACTION_OPTIONS: dict[str, tuple[str, ...]] = {
+    "stop": ("--data-dir", "--id", "--config", "--shutdown-timeout"),
+    "remove": ("broker_id", "--bootstrap"),
+}
+
+
+class _ActionHelp(argparse.Action):
+    """``-h``/``--help``: after ``stop`` or ``remove``, only that action's options; else all."""
+
+    def __init__(self, option_strings: list[str], dest: str, **kwargs: Any) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, **kwargs)
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        action = getattr(namespace, "action", None)
+        if action in _ACTION_OPTIONS:
+            _action_parser(parser, action).print_help()
+        else:
+            parser.print_help()
+        parser.exit()
+
+
+def _action_parser(broker: argparse.ArgumentParser, action: str) -> argparse.ArgumentParser:
+    """A parser for ``kafkaesque broker <action>`` holding copies of that action's arguments."""
+    first = (broker.description or "").split("\n\n")[0]
+    own = argparse.ArgumentParser(
+        prog=f"{broker.prog} {action}", description=_ACTION_HELP[action] or first
+    )
+    wanted = _ACTION_OPTIONS[action]
+    for arg in broker._actions:
+        names = arg.option_strings or [arg.dest]
+        if any(name in wanted for name in names):
+            own._add_action(arg)
+    return own
+
+
+_ACTION_HELP = {
+    "stop": "SIGTERM the broker running with this --data-dir and --id (or --config), found by "
+    "its broker.pid, and wait until it has handed its leaderships over and stopped.",
+    "remove": "Decommission a broker (REMOVEBROKER): its replicas move to the other brokers, "
+    "then it leaves the controller quorum and the registry; stop it afterwards.",
+}
+
+
 def add_parser(commands: Any) -> None:
     parser = commands.add_parser(
         "broker",
         help="run one broker",
         description=__doc__,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+        add_help=False,
     )
+    parser.add_argument("-h", "--help", action=_ActionHelp, help="show this help and exit")
     parser.add_argument(
         "action",
         nargs="?",

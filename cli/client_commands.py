@@ -32,7 +32,15 @@ from kafkaesque.client import (
     ProducerConfig,
     TopicPartition,
 )
-from kafkaesque.protocol import Acks, Fsync, GroupRow, PartitionRow, TopicRow, topic_name_error
+from kafkaesque.protocol import (
+    Acks,
+    Fsync,
+    GroupRow,
+    PartitionRow,
+    TopicRow,
+    is_internal_topic,
+    topic_name_error,
+)
 
 from .client_options import (
     ClientCommandError,
@@ -60,6 +68,14 @@ def add_parsers(commands: Any) -> None:
     bootstrap_option(status)
     status.add_argument("--group", help="also show this consumer group (needs --topic)")
     status.add_argument("--topic", help="the topic the group reads")
+    status.add_argument(
+        "--internal", action="store_true", help="also show internal topics (__consumer_offsets)"
+    )
+    status.add_argument(
+        "--under-replicated",
+        action="store_true",
+        help="show only the partitions that are not ok (under-replicated or without a leader)",
+    )
     status.set_defaults(run=run_status)
 
 
@@ -113,15 +129,32 @@ def _add_topic(commands: Any) -> None:
         help="delete: only retention removes records; compact: also keep the latest per key",
     )
     alter.set_defaults(run=run_topic_alter)
-    listing = actions.add_parser("list", help="list topics")
+    listing = actions.add_parser("list", help="list topics (internal ones with --internal)")
+    listing.add_argument(
+        "--internal", action="store_true", help="also list internal topics (__consumer_offsets)"
+    )
     listing.set_defaults(run=run_topic_list)
+    offsets = actions.add_parser(
+        "offsets",
+        help="each partition's earliest and latest offset, or the offset of a time",
+        description="Each partition's earliest offset (its log start) and latest (the next "
+        "offset to be written, its high watermark); with --time, the first offset stamped at "
+        "or after that time (the latest when none is), as consume --from-time starts.",
+    )
+    offsets.add_argument("name")
+    offsets.add_argument(
+        "--time",
+        metavar="TIME",
+        help="milliseconds since the epoch, or ISO 8601 (UTC when it names no zone)",
+    )
+    offsets.set_defaults(run=run_topic_offsets)
     describe = actions.add_parser("describe", help="a topic's settings and partitions")
     describe.add_argument("name")
     describe.set_defaults(run=run_topic_describe)
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
-    for parser in (create, alter, listing, describe, delete):
+    for parser in (create, alter, listing, offsets, describe, delete):
         bootstrap_option(parser)
 
 
@@ -198,6 +231,7 @@ def run_topic_list(args: argparse.Namespace) -> int:
             "broker" if t.fsync is None else t.fsync.value,
         )
         for t in topics
+        if args.internal or not is_internal_topic(t.topic)
     ]
     header = (
         "TOPIC",
@@ -208,6 +242,25 @@ def run_topic_list(args: argparse.Namespace) -> int:
         "COMPACT",
         "FSYNC",
     )
+    for line in text_table(header, rows):
+        print(line)
+    return 0
+
+
+def run_topic_offsets(args: argparse.Namespace) -> int:
+    """``topic offsets``: PARTITION EARLIEST LATEST, and OFFSET (the time's) with ``--time``."""
+    _check_topic(args.name, writes=False)
+    when = None if args.time is None else parse_time_ms(args.time, option="--time")
+    with client_from_args(args) as client:
+        bounds = client.partition_offsets(args.name)
+        at = (
+            {} if when is None else client.offsets_for_times({(args.name, p): when for p in bounds})
+        )
+    header = ("PARTITION", "EARLIEST", "LATEST") + (("OFFSET",) if when is not None else ())
+    rows = [
+        (p, start, end, *(() if when is None else (at[TopicPartition(args.name, p)],)))
+        for p, (start, end) in sorted(bounds.items())
+    ]
     for line in text_table(header, rows):
         print(line)
     return 0
@@ -287,6 +340,12 @@ def _add_group(commands: Any) -> None:
         help="the first offset at or after this time: milliseconds since the epoch, or ISO "
         "8601 (UTC when it names no zone)",
     )
+    to.add_argument(
+        "--by-duration",
+        metavar="PnDTnHnMnS",
+        help="the first offset at or after this long ago (ISO 8601 duration, as Kafka's: "
+        "PT1H, P1DT30M)",
+    )
     reset.add_argument(
         "--execute", action="store_true", help="apply the reset (without it: a dry run)"
     )
@@ -339,6 +398,8 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
         if args.to_offset < 0:
             raise ClientCommandError(f"--to-offset {args.to_offset} is negative")
         return "offset", args.to_offset
+    if args.by_duration is not None:
+        return "time", max(0, int(time.time() * 1000) - parse_duration_ms(args.by_duration))
     try:
         return "time", parse_time_ms(args.to_datetime)
     except ClientCommandError as exc:  # its message names --from-time, the consume option
@@ -346,6 +407,23 @@ def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
             f"--to-datetime {args.to_datetime!r} is neither milliseconds since the epoch nor "
             "ISO 8601 (2026-11-26T08:00:00Z), or is before 1970"
         ) from exc
+
+
+_DURATION = re.compile(
+    r"P(?:(?P<d>\d+)D)?(?:T(?=\d)(?:(?P<h>\d+)H)?(?:(?P<m>\d+)M)?(?:(?P<s>\d+(?:\.\d+)?)S)?)?"
+)
+
+
+def parse_duration_ms(text: str) -> int:
+    """``--by-duration``: an ISO 8601 duration of days, hours, minutes and seconds
+    (``PnDTnHnMnS``, as kafka-consumer-groups takes), in milliseconds."""
+    found = _DURATION.fullmatch(text.upper())
+    if found is None or text.upper() in ("P", "PT"):
+        raise ClientCommandError(
+            f"--by-duration {text!r} is not an ISO 8601 duration (PT1H, P1DT30M, PT90S)"
+        )
+    d, h, m, sec = (float(found[k] or 0) for k in "dhms")
+    return int(((d * 24 + h) * 60 + m) * 60_000 + sec * 1000)
 
 
 def run_group_reset(args: argparse.Namespace) -> int:
@@ -382,6 +460,8 @@ def run_status(args: argparse.Namespace) -> int:
                 for row in client.describe_topic(topic).partitions
             ]
         probes = client.probe_brokers(PROBE_TIMEOUT_S)
+    if not args.internal:
+        rows = [row for row in rows if not is_internal_topic(row.topic)]
     down = {broker for broker, error in probes.items() if error is not None}
     leads = Counter(row.leader for row in rows if row.leader is not None)  # LEADERS column
     brokers = [
@@ -402,6 +482,9 @@ def run_status(args: argparse.Namespace) -> int:
         print(line)
     print()
     states = [partition_state(row, down) for row in rows]
+    if args.under_replicated:
+        kept = [(row, state) for row, state in zip(rows, states, strict=True) if state != "ok"]
+        rows, states = [row for row, _ in kept], [state for _, state in kept]
     under = sum("under-replicated" in state for state in states)
     print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
     header = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE")
@@ -591,7 +674,14 @@ def _add_consume(commands: Any) -> None:
     start.add_argument(
         "--from-beginning", action="store_true", help="start at the oldest record (else: the end)"
     )
-    start.add_argument("--offset", type=int, help="start at this offset")
+    start.add_argument(
+        "-o",
+        "--offset",
+        type=_start_offset,
+        metavar="N|-N|@TIME",
+        help="start at offset N; -N: at the last N records of each partition; @TIME: as "
+        "--from-time",
+    )
     start.add_argument(
         "--from-time",
         metavar="TIME",
@@ -703,7 +793,13 @@ def run_consume(args: argparse.Namespace) -> int:
         raise ClientCommandError("--max must be at least 1")
     if args.group and args.partition is not None:
         raise ClientCommandError("--partition cannot be used with --group (the group assigns)")
+    if isinstance(args.offset, str):  # -o @TIME
+        args.from_time, args.offset = args.offset, None
     from_time = None if args.from_time is None else parse_time_ms(args.from_time)
+    if args.group and args.offset is not None and args.offset < 0:
+        raise ClientCommandError(
+            f"--offset {args.offset} (the last records) cannot be used with --group"
+        )
     if args.group and from_time is not None:
         raise ClientCommandError(
             "--from-time cannot be used with --group (a group reads from its committed offsets)"
@@ -795,7 +891,20 @@ def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) 
             return
 
 
-def parse_time_ms(text: str) -> int:
+def _start_offset(text: str) -> int | str:
+    """``--offset``'s value: an offset (N >= 0), the last N records (-N), or ``@TIME`` (kept as
+    the text after @, parsed by ``parse_time_ms`` in ``run_consume``, which says what is wrong)."""
+    if text.startswith("@"):
+        return text[1:]
+    try:
+        return int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not an offset (N), the last N records (-N) or a time (@TIME)"
+        ) from None
+
+
+def parse_time_ms(text: str, *, option: str = "--from-time") -> int:
     """``--from-time``: milliseconds since the epoch (digits), or an ISO 8601 date and time
     (UTC when it names no zone). Raises ``ClientCommandError`` for anything else."""
     if text.isdigit():
@@ -804,7 +913,7 @@ def parse_time_ms(text: str) -> int:
         when = datetime.datetime.fromisoformat(text)
     except ValueError:
         raise ClientCommandError(
-            f"--from-time {text!r} is neither milliseconds since the epoch nor ISO 8601 "
+            f"{option} {text!r} is neither milliseconds since the epoch nor ISO 8601 "
             "(2026-11-26T08:00:00Z)"
         ) from None
     if when.tzinfo is None:
@@ -814,7 +923,7 @@ def parse_time_ms(text: str) -> int:
         milliseconds=1
     )
     if ms < 0:
-        raise ClientCommandError(f"--from-time {text!r} is before 1970")
+        raise ClientCommandError(f"{option} {text!r} is before 1970")
     return ms
 
 
@@ -832,8 +941,18 @@ def _consume_partitions(
             )
         consumer.assign([TopicPartition(args.topic, args.partition)])
     if args.offset is not None:
+        bounds = client.partition_offsets(args.topic)
         for tp in consumer.assignment():
-            consumer.seek(tp, args.offset)
+            start, end = bounds[tp.partition]
+            if args.offset < 0:  # the last -offset records
+                consumer.seek(tp, max(start, end + args.offset))
+            elif args.offset > end:
+                raise ClientCommandError(
+                    f"--offset {args.offset} is past the end of {args.topic} partition "
+                    f"{tp.partition} (its next offset is {end})"
+                )
+            else:
+                consumer.seek(tp, args.offset)
     if from_time is not None:
         offsets = client.offsets_for_times({tp: from_time for tp in consumer.assignment()})
         for tp, offset in offsets.items():

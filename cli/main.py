@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from collections.abc import Iterable, Sequence
 from typing import NamedTuple
@@ -65,6 +66,7 @@ COMMANDS: dict[str, Command] = {
         ".security_commands",
         "add, remove, list or import the users of a users file (salted SCRAM hashes)",
     ),
+    "completion": Command(".completion", "print a shell completion script (bash or zsh)"),
     "jepsen": Command(".jepsen", "run a fault-injection test and check its history"),
     "mqtt-bridge": Command(
         ".mqtt_bridge", "bridge an existing MQTT broker into log topics (and back)"
@@ -146,20 +148,69 @@ def user_error_types() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
+INTERNAL_ERROR_EXIT = 70
+"""The exit status of an unexpected exception (sysexits' EX_SOFTWARE): a bug, said in one line."""
+
+BROKEN_PIPE_EXIT = 141
+"""The exit status when stdout's reader went away (``status | head``): 128 + SIGPIPE, as cat's."""
+
+TRACEBACK_ENV = "KAFKAESQUE_TRACEBACK"
+"""Set (to anything) to let an unexpected exception's traceback through, for a bug report."""
+
+
+def _silence_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's final flush cannot fail again."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout already closed or not a real file: nothing to flush
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; every outcome is an exit status and at most one line on stderr.
+
+    The user's errors (the classes of ``USER_ERRORS``, and the OS's: a refused connection, a
+    missing file) exit 1; Ctrl-C 130; a closed stdout (``| head``) ``BROKEN_PIPE_EXIT``, silently;
+    anything else is a bug, said in one line with ``INTERNAL_ERROR_EXIT`` (``TRACEBACK_ENV`` shows
+    its traceback). argparse's usage errors exit 2, as argparse does.
+    """
     if argv is None:
         argv = sys.argv[1:]
     command = _command_in(argv)
-    parser = build_parser([command] if command else [])
-    args = parser.parse_args(argv)
+    name = f"kafkaesque {command}" if command else "kafkaesque"
     try:
+        parser = build_parser([command] if command else [])
+        args = parser.parse_args(argv)
         result: int = args.run(args)
+        sys.stdout.flush()  # inside the handler: a broken pipe shows at this flush, if not before
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:
+        _silence_stdout()
+        return BROKEN_PIPE_EXIT
+    except SystemExit:
+        raise  # argparse's --help (0) and usage errors (2), already printed
     except user_error_types() as exc:  # evaluated when an exception is raised, after run
-        print(f"kafkaesque {args.command}: {exc}", file=sys.stderr)
+        print(f"{name}: {exc}", file=sys.stderr)
         return 1
+    except OSError as exc:  # the user's environment: a refused connection, a missing file
+        print(
+            f"{name}: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else ""),
+            file=sys.stderr,
+        )
+        return 1
+    except Exception as exc:
+        if os.environ.get(TRACEBACK_ENV):
+            raise
+        print(
+            f"{name}: internal error: {type(exc).__name__}: {exc} (a bug in Kafkaesque; "
+            f"{TRACEBACK_ENV}=1 shows the traceback)",
+            file=sys.stderr,
+        )
+        return INTERNAL_ERROR_EXIT
     return result
 
 

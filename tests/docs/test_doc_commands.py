@@ -290,6 +290,18 @@ REGISTRY: tuple[Entry, ...] = (
         "GROUP      TOPIC   PARTITION  NEW_OFFSET",
     ),
     here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),
+    # docs/operations.md, reading from the command line: on the tour's cluster, after the
+    # consumer groups' visits (10 records, round-robin over 2 partitions)
+    here(".venv/bin/kafkaesque topic offsets visits", re.compile(r"PARTITION +EARLIEST +LATEST\n")),
+    here(
+        ".venv/bin/kafkaesque topic offsets visits --time 2026-11-26T08:00:00Z",
+        re.compile(r"PARTITION +EARLIEST +LATEST +OFFSET\n"),
+    ),
+    here(
+        ".venv/bin/kafkaesque consume visits -o -3 --partition 0",
+        "consumed 3 records from partition 0",
+    ),
+    here(".venv/bin/kafkaesque status --under-replicated", re.compile(r"partitions \(\d+")),
     # docs/operations.md, latest value per key: on the tour's cluster; the newest of the three
     # heartbeats, with its place, and a key without a value (exit status 3, not an error)
     here(

@@ -1,0 +1,148 @@
+"""No traceback reaches a CLI user (issue 37, point 6): bad values, a closed stdout, bugs."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+
+import pytest
+from kafkaesque.cli import main as cli_main
+from kafkaesque.cli.client_commands import parse_duration_ms
+
+from kafkaesque.local_cluster import LocalCluster
+
+from .test_client_commands import _kafkaesque, ok, run
+
+
+def _one_line(result: subprocess.CompletedProcess[bytes]) -> str:
+    err = result.stderr.decode()
+    assert "Traceback" not in err, err
+    assert len(err.strip().splitlines()) == 1, err
+    return err
+
+
+def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
+    broker_cluster: LocalCluster,
+) -> None:
+    ok(broker_cluster, "topic", "create", "cli-tb", "--partitions", "2",
+       "--replication-factor", "1")  # fmt: skip
+    ok(broker_cluster, "produce", "cli-tb", "--partition", "0", stdin=b"a\nb\nc\nd\n")
+    # -o -N: the last N records of each partition (was a ValueError's traceback).
+    last = run(broker_cluster, "consume", "cli-tb", "-o", "-2", "--partition", "0")
+    assert last.returncode == 0 and last.stdout == b"c\nd\n", last.stderr
+    last = run(broker_cluster, "consume", "cli-tb", "--offset", "-10", "--partition", "0")
+    assert last.stdout == b"a\nb\nc\nd\n", last.stderr
+    at = run(broker_cluster, "consume", "cli-tb", "-o", "@0", "--partition", "0")
+    assert at.stdout == b"a\nb\nc\nd\n", at.stderr
+    for args, status, message in (
+        (("consume", "cli-tb", "-o", "9"), 1, "past the end of cli-tb partition 0"),
+        (("consume", "cli-tb", "-o", "x"), 2, "is not an offset"),
+        (("consume", "cli-tb", "-o", "@yesterday"), 1, "neither milliseconds"),
+        (("consume", "cli-tb", "--max", "0"), 1, "--max must be at least 1"),
+        (("consume", "cli-tb", "--partition", "7"), 1, "not 7"),
+        (("produce", "cli-tb", "--file", "/no/such/file"), 1, "/no/such/file"),
+        (("produce", "cli-tb", "--partition", "9"), 1, ""),
+        (("topic", "create", "t2", "--partitions", "x", "--replication-factor", "1"), 2, ""),
+        (("topic", "describe", "no-such"), 1, ""),
+        (("group", "describe", "no-group", "--topic", "no-such"), 1, ""),
+        (("latest", "cli-tb", ""), 1, ""),
+        (("status", "--group", "g"), 1, ""),
+    ):
+        result = run(broker_cluster, *args, stdin=b"x\n")
+        err = result.stderr.decode()
+        assert "Traceback" not in err, (args, err)
+        assert result.returncode == status, (args, err)
+        assert message in err.splitlines()[-1], (args, err)
+    # A reader that went away (`status | head -0`): no BrokenPipeError, exit 141 as cat's.
+    for piped in (("status",), ("topic", "list"), ("consume", "cli-tb", "-o", "0")):
+        read, write = os.pipe()
+        os.close(read)
+        try:
+            proc = subprocess.run(
+                [*_kafkaesque(), *piped, "--bootstrap", broker_cluster.bootstrap],
+                stdout=write,
+                stderr=subprocess.PIPE,
+                timeout=60,
+                check=False,
+            )
+        finally:
+            os.close(write)
+        err = proc.stderr.decode()
+        assert "Traceback" not in err and "BrokenPipe" not in err, (piped, err)
+        assert proc.returncode in (0, cli_main.BROKEN_PIPE_EXIT), (piped, proc.returncode, err)
+
+
+def test_an_unexpected_exception_is_one_line_with_its_own_exit(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    def boom(args: object) -> int:
+        raise ValueError("invalid literal")
+
+    parser = cli_main.build_parser(["topic"])
+    real_parse = parser.parse_args
+    monkeypatch.setattr(cli_main, "build_parser", lambda load=None: parser)
+    monkeypatch.setattr(parser, "parse_args", lambda argv: _with_run(real_parse(argv), boom))
+    monkeypatch.delenv(cli_main.TRACEBACK_ENV, raising=False)
+    assert cli_main.main(["topic", "list"]) == cli_main.INTERNAL_ERROR_EXIT
+    err = capsys.readouterr().err
+    assert err.startswith("kafkaesque topic: internal error: ValueError: invalid literal")
+    assert len(err.strip().splitlines()) == 1
+    monkeypatch.setenv(cli_main.TRACEBACK_ENV, "1")
+    with pytest.raises(ValueError):
+        cli_main.main(["topic", "list"])
+
+
+def _with_run(args: object, run_: object) -> object:
+    args.run = run_  # type: ignore[attr-defined]
+    return args
+
+
+def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) -> None:
+    """``topic offsets`` (issue 37, point 8); ``topic list``/``status`` hide ``__`` topics unless
+    ``--internal``, and ``status --under-replicated`` shows only what is not ok (point 9)."""
+    ok(broker_cluster, "topic", "create", "cli-offs", "--partitions", "2",
+       "--replication-factor", "1")  # fmt: skip
+    before = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
+    ok(broker_cluster, "produce", "cli-offs", "--partition", "1", stdin=b"a\nb\nc\n")
+    lines = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
+    assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST"]
+    assert lines[1] == before[1]  # partition 0: nothing written
+    assert int(lines[2].split()[2]) == int(before[2].split()[2]) + 3
+    first = ok(broker_cluster, "consume", "cli-offs", "--partition", "1", "-o", "0", "-l")
+    lines = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "0").splitlines()
+    assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST", "OFFSET"]
+    assert lines[2].split()[3] == first.split()[1]  # the first record's offset
+    future = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "2999-01-01T00:00Z")
+    latest = future.splitlines()[2].split()
+    assert latest[3] == latest[2]  # none that late: the latest
+    bad = run(broker_cluster, "topic", "offsets", "cli-offs", "--time", "soon")
+    assert bad.returncode == 1 and "--time 'soon' is neither" in _one_line(bad)
+    # A group's commit makes the internal __consumer_offsets topic.
+    ok(broker_cluster, "consume", "cli-offs", "--group", "g-offs", "--from-beginning")
+    listed = ok(broker_cluster, "topic", "list")
+    assert "cli-offs" in listed and "__consumer_offsets" not in listed
+    assert "__consumer_offsets" in ok(broker_cluster, "topic", "list", "--internal")
+    status = ok(broker_cluster, "status")
+    assert "cli-offs" in status and "__consumer_offsets" not in status
+    assert "__consumer_offsets" in ok(broker_cluster, "status", "--internal")
+    under = ok(broker_cluster, "status", "--under-replicated")
+    assert "partitions (0)" in under and "cli-offs" not in under
+
+
+def test_group_reset_by_duration(broker_cluster: LocalCluster) -> None:
+    """``group reset --by-duration`` (issue 37, point 10) moves to the records of that long ago."""
+    ok(broker_cluster, "topic", "create", "cli-dur", "--partitions", "1",
+       "--replication-factor", "1")  # fmt: skip
+    ok(broker_cluster, "produce", "cli-dur", stdin=b"a\nb\n")
+    first = ok(broker_cluster, "consume", "cli-dur", "-o", "0", "-l").split()[1]
+    ok(broker_cluster, "consume", "cli-dur", "--group", "g-dur", "--from-beginning")
+    end = ok(broker_cluster, "topic", "offsets", "cli-dur").splitlines()[1].split()[2]
+    for duration, expected in (("PT1H", first), ("P1DT2H3M4.5S", first), ("PT0S", end)):
+        out = ok(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
+                 "--by-duration", duration)  # fmt: skip
+        assert out.splitlines()[1].split() == ["g-dur", "cli-dur", "0", expected], duration
+    for bad in ("1h", "P", "PT", "PTH"):
+        result = run(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
+                     "--by-duration", bad)  # fmt: skip
+        assert result.returncode == 1 and "not an ISO 8601 duration" in _one_line(result), bad
+    assert parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
