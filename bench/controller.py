@@ -87,7 +87,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help="fewer creates (under a minute)")
     args = parser.parse_args()
     creates, concurrent = (100, 300) if args.quick else (400, 1500)
-    figures = {}
+    figures: dict[str, str] = {}
     for durable, suffix in ((False, "_before"), (True, "")):
         ops, p50, p99 = trio.run(_measure, durable, creates, concurrent)
         print(f"{'durable' if durable else 'pysyncobj'} journal: {ops:.0f} ops/s, "
