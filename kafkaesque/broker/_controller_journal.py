@@ -153,6 +153,7 @@ class DurableJournal(Journal):  # type: ignore[misc]  # pysyncobj is untyped
 
     def deleteEntriesTo(self, entryTo: int) -> None:
         self._sync_dump()  # the dump holds what is dropped: durable first
+        self._cut = []  # the file is rewritten from the entries kept: nothing cut stays on disk
         kept = self._entries[entryTo:]
         body = b"".join(_record(*entry) for entry in kept)
         header = bytearray(_header())

@@ -40,6 +40,25 @@ def test_a_journal_written_by_pysyncobj_opens_unchanged_and_back(tmp_path: Path)
     again._destroy()
 
 
+def test_an_entry_added_after_a_compaction_is_written_whatever_was_truncated(
+    tmp_path: Path,
+) -> None:
+    """A truncation pending in memory, a compaction, then the truncated entry again: the
+    compaction rewrote the file without it, so it must be written (it once was taken for one
+    still on disk)."""
+    path = str(tmp_path / "controller.journal")
+    journal = DurableJournal(path, None)
+    journal.add(b"one", 1, 1)
+    journal.add(b"two", 2, 1)
+    journal.deleteEntriesFrom(1)
+    journal.deleteEntriesTo(1)
+    journal.add(b"two", 2, 1)
+    journal._destroy()
+    reopened = DurableJournal(path, None)
+    assert [(bytes(c), i, t) for c, i, t in reopened] == [(b"two", 2, 1)]
+    reopened._destroy()
+
+
 Op = tuple[str, int]
 OPS = st.lists(
     st.one_of(
