@@ -45,6 +45,7 @@ async def _measure(durable: bool, creates: int, concurrent: int) -> tuple[float,
     settings = ControllerSettings(durable_journal=durable)
     ports = free_ports(3)
     controllers = {i: ("127.0.0.1", port) for i, port in enumerate(ports)}
+    # On the home directory's disk: /tmp may be a tmpfs, where an fsync costs nothing.
     with tempfile.TemporaryDirectory(dir=Path.home()) as tmp:
         members = [
             ClusterMetadata(i, controllers, str(Path(tmp) / str(i)), SECRET, settings=settings)

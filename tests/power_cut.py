@@ -17,9 +17,20 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 SECTOR = 512
+
+
+def crash_settings(max_examples: int) -> settings:
+    """Hypothesis settings for a crash simulator: real files, so no deadline, and the tests'
+    temporary-directory fixtures are shared by the examples (each makes its own directories)."""
+    return settings(
+        max_examples=max_examples,
+        deadline=None,
+        suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
+    )
 
 
 @dataclass

@@ -6,13 +6,13 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 from pysyncobj.journal import FileJournal
 
 from kafkaesque.broker._controller_journal import DurableJournal
 from kafkaesque.storage import makedirs_durable
-from tests.power_cut import DiskAtCrash, SyncRecorder, power_cut, recording_syncs
+from tests.power_cut import DiskAtCrash, SyncRecorder, crash_settings, power_cut, recording_syncs
 
 
 def test_a_journal_written_by_pysyncobj_opens_unchanged_and_back(tmp_path: Path) -> None:
@@ -72,11 +72,7 @@ OPS = st.lists(
 )
 
 
-@settings(
-    max_examples=60,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@crash_settings(60)
 @given(ops=OPS, data=st.data())
 def test_what_the_journal_returned_from_survives_a_power_cut(
     tmp_path_factory: pytest.TempPathFactory,

@@ -14,7 +14,7 @@ verdict makes a replica stop voting: with two of them a partition has no leader)
 from __future__ import annotations
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import given
 from hypothesis import strategies as st
 
 from kafkaesque.raft import HardState
@@ -28,7 +28,7 @@ from kafkaesque.storage import (
     data_records,
     makedirs_durable,
 )
-from tests.power_cut import DiskAtCrash, SyncRecorder, power_cut, recording_syncs
+from tests.power_cut import DiskAtCrash, SyncRecorder, crash_settings, power_cut, recording_syncs
 
 Op = tuple[str, int]
 OPS = st.lists(
@@ -43,11 +43,7 @@ OPS = st.lists(
 )
 
 
-@settings(
-    max_examples=100,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@crash_settings(100)
 @given(ops=OPS, data=st.data())
 def test_recovery_after_a_power_cut_keeps_every_durable_write(
     tmp_path_factory: pytest.TempPathFactory,
@@ -99,11 +95,7 @@ def test_recovery_after_a_power_cut_keeps_every_durable_write(
         assert got == values[: len(got)], "a record that was never written"
 
 
-@settings(
-    max_examples=50,
-    deadline=None,
-    suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow],
-)
+@crash_settings(50)
 @given(terms=st.lists(st.integers(1, 3), min_size=1, max_size=8), data=st.data())
 def test_a_saved_term_and_vote_survive_a_power_cut(
     tmp_path_factory: pytest.TempPathFactory,
