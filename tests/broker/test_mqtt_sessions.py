@@ -3,6 +3,10 @@ to any broker; one connection per client id in the whole cluster."""
 
 from __future__ import annotations
 
+import itertools
+import subprocess
+import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any, cast
@@ -10,6 +14,7 @@ from typing import Any, cast
 import msgpack
 import pytest
 
+from kafkaesque.broker.mqtt._resume import Progress
 from kafkaesque.broker.mqtt._sessions import (
     SessionStore,
     StoredSession,
@@ -24,6 +29,8 @@ from kafkaesque.protocol.mqtt import (
     MqttProperties,
     MqttSubscription,
     MqttVersion,
+    Pingreq,
+    Pingresp,
     Puback,
     Pubcomp,
     Publish,
@@ -124,7 +131,8 @@ def test_an_unacknowledged_delivery_is_delivered_again(cluster: LocalCluster) ->
         session = decode_session(stored[-1].value or b"") if stored else None
         return (
             session is not None
-            and session.positions.get(("commands", reboot.partition), 0) > reboot.offset
+            and session.positions.get(("commands", reboot.partition), Progress(0)).resume
+            > reboot.offset
         )
 
     wait_for(acknowledged, 15, "the acknowledgement to be stored")
@@ -397,7 +405,7 @@ def test_a_session_record_keeps_its_lifetime_end_and_subscription_identifiers() 
 def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
     old = msgpack.packb([1, 4, [["a/+", 1, False, False, 0]], [["t", 0, 12]], [], False])
     session = decode_session(old)
-    assert session is not None and session.positions == {("t", 0): 12}
+    assert session is not None and session.positions == {("t", 0): Progress(12)}
     assert session.subscriptions == (MqttSubscription("a/+", 1),)  # identifier 0: none
     assert session.expiry_s is None and session.ended_ms is None
     assert not session.expired(10**15)
@@ -432,45 +440,53 @@ SUBS = (MqttSubscription("phones/dev/#", 2),)
 
 def test_a_takeover_after_the_last_write_of_the_previous_connection_takes_that_state() -> None:
     table = Table()
-    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))  # a periodic save
-    last = StoredSession(0, 1, SUBS, {("commands", 0): 10}, ended_ms=1_000)  # at DISCONNECT
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): Progress(5)}))  # a periodic save
+    last = StoredSession(
+        0, 1, SUBS, {("commands", 0): Progress(10)}, ended_ms=1_000
+    )  # at DISCONNECT
     table.write(last)
     # Broker 1 read the table before the last write: its takeover carries the older state.
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
-    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 10})  # done: awaits no one
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(5)}, awaiting_owner=0))
+    assert table.now == StoredSession(
+        1, 2, SUBS, {("commands", 0): Progress(10)}
+    )  # done: awaits no one
 
 
 def test_a_takeover_before_the_last_write_waits_for_the_previous_owners_handover() -> None:
     table = Table()
-    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): Progress(5)}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(5)}, awaiting_owner=0))
     assert table.now.awaiting_owner == 0
-    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 10}, ended_ms=1_000))  # too late
-    assert table.now.positions == {("commands", 0): 5}
-    table.write(StoredSession(2, 2, SUBS, {("commands", 0): 10}, handed_by=2))  # not awaited
+    table.write(
+        StoredSession(0, 1, SUBS, {("commands", 0): Progress(10)}, ended_ms=1_000)
+    )  # too late
+    assert table.now.positions == {("commands", 0): Progress(5)}
+    table.write(
+        StoredSession(2, 2, SUBS, {("commands", 0): Progress(10)}, handed_by=2)
+    )  # not awaited
     assert table.now.awaiting_owner == 0
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
-    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0)
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(10)}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): Progress(10)}, handed_by=0)
     # The new owner's own writes go on; a second handover is late and changes nothing.
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 12}))
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
-    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 12})
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(12)}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(10)}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): Progress(12)})
 
 
 def test_a_handover_after_the_new_owner_gave_up_waiting_is_ignored() -> None:
     table = Table()
-    table.write(StoredSession(0, 1, SUBS, {("commands", 0): 5}))
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 5}, awaiting_owner=0))
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 7}))  # resumed without it
-    table.write(StoredSession(1, 2, SUBS, {("commands", 0): 10}, handed_by=0))
-    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): 7})
+    table.write(StoredSession(0, 1, SUBS, {("commands", 0): Progress(5)}))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(5)}, awaiting_owner=0))
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(7)}))  # resumed without it
+    table.write(StoredSession(1, 2, SUBS, {("commands", 0): Progress(10)}, handed_by=0))
+    assert table.now == StoredSession(1, 2, SUBS, {("commands", 0): Progress(7)})
 
 
 def test_two_owners_racing_for_one_epoch_the_first_in_the_log_has_it() -> None:
     table = Table()
     table.write(StoredSession(0, 1, SUBS))
     table.write(StoredSession(1, 2, SUBS))
-    table.write(StoredSession(2, 2, SUBS, {("commands", 0): 99}))
+    table.write(StoredSession(2, 2, SUBS, {("commands", 0): Progress(99)}))
     assert table.now == StoredSession(1, 2, SUBS)
     assert [s.owner for s in table.changes] == [0, 1]
 
@@ -484,7 +500,329 @@ def test_a_takeover_of_a_session_deleted_meanwhile_awaits_no_one() -> None:
 
 def test_a_session_record_keeps_who_it_awaits_and_who_handed_it_over() -> None:
     for session in (
-        StoredSession(1, 3, SUBS, {("t", 0): 4}, (7,), awaiting_owner=0),
-        StoredSession(1, 3, SUBS, {("t", 0): 4}, (7,), expiry_s=60, handed_by=0),
+        StoredSession(1, 3, SUBS, {("t", 0): Progress(4)}, (7,), awaiting_owner=0),
+        StoredSession(1, 3, SUBS, {("t", 0): Progress(4)}, (7,), expiry_s=60, handed_by=0),
     ):
         assert decode_session(encode_session(session)) == session
+
+
+# -- what a resumed session is sent (MQTT-4.4.0-1) ----------------------------------------------
+
+
+def expiry_of(version: MqttVersion) -> MqttProperties:
+    return MqttProperties(session_expiry_interval=3600 if version is V5 else None)
+
+
+def nothing_more(raw: RawMqtt, within: float = 1.5) -> None:
+    try:
+        extra = raw.receive(timeout=within)
+    except TimeoutError:
+        return
+    raise AssertionError(f"delivered again: {extra}")
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+@pytest.mark.parametrize("elsewhere", [False, True], ids=["same-broker", "other-broker"])
+@pytest.mark.parametrize("clean", [True, False], ids=["disconnect", "lost"])
+def test_a_resumed_session_continues_each_delivery_where_it_stood(
+    cluster: LocalCluster, version: MqttVersion, elsewhere: bool, clean: bool
+) -> None:
+    """Six deliveries left in every state a reconnect can find them in: acknowledged (QoS 1
+    PUBACK, QoS 2 PUBCOMP) ones never come again; in-flight ones come again under their
+    packet ids with DUP set, a QoS 2 one past PUBREC as its PUBREL; then what is new, under
+    ids that do not clash with them; each once."""
+    device = f"phone-r{version.name}{int(elsewhere)}{int(clean)}"
+    topic = f"phones/{device}/commands"
+    controller = PahoDevice(cluster.mqtt_address(2), f"controller-{device}")
+    raw = RawMqtt(cluster.mqtt_address(0), version)
+    try:
+        controller.wait_connected()
+        raw.connect(device, clean_start=False, properties=expiry_of(version))
+        subscribe(raw, topic, qos=2)
+        qos = [1, 2, 1, 2, 2, 1]
+        for i, q in enumerate(qos):
+            controller.publish(topic, b"m%d" % i, qos=q)
+        m = publishes(raw, 6)
+        assert [(p.payload, p.qos, p.dup) for p in m] == [
+            (b"m%d" % i, q, False) for i, q in enumerate(qos)
+        ]
+        raw.send(encode_mqtt(Pubrec(m[1].packet_id), version))  # m1: the whole exchange
+        assert raw.receive() == Pubrel(m[1].packet_id)
+        raw.send(encode_mqtt(Pubcomp(m[1].packet_id), version))
+        raw.send(encode_mqtt(Puback(m[2].packet_id), version))  # m2, m5: acknowledged
+        raw.send(encode_mqtt(Puback(m[5].packet_id), version))
+        raw.send(encode_mqtt(Pubrec(m[3].packet_id), version))  # m3: past PUBREC
+        assert raw.receive() == Pubrel(m[3].packet_id)
+        raw.send(encode_mqtt(Pingreq(), version))  # (the broker has read all of it)
+        assert raw.receive() == Pingresp()
+        if clean:
+            raw.send(encode_mqtt(Disconnect(), version))
+        raw.close()  # m0 and m4 in flight
+        controller.publish(topic, b"m6", qos=1)
+        raw = RawMqtt(cluster.mqtt_address(1 if elsewhere else 0), version)
+        assert raw.connect(device, clean_start=False, properties=expiry_of(version)).session_present
+        assert raw.receive() == Pubrel(m[3].packet_id)
+        again = publishes(raw, 3)
+        held = {m[0].packet_id, m[3].packet_id, m[4].packet_id}
+        assert [(p.payload, p.qos, p.dup) for p in again] == [
+            (b"m0", 1, True),
+            (b"m4", 2, True),
+            (b"m6", 1, False),
+        ]
+        assert again[0].packet_id == m[0].packet_id and again[1].packet_id == m[4].packet_id
+        assert again[2].packet_id not in held
+        raw.send(encode_mqtt(Pubcomp(m[3].packet_id), version))
+        raw.send(encode_mqtt(Puback(again[0].packet_id), version))
+        raw.send(encode_mqtt(Pubrec(again[1].packet_id), version))
+        assert raw.receive() == Pubrel(again[1].packet_id)
+        raw.send(encode_mqtt(Pubcomp(again[1].packet_id), version))
+        raw.send(encode_mqtt(Puback(again[2].packet_id), version))
+        nothing_more(raw)
+        raw.send(encode_mqtt(Disconnect(), version))
+        raw.close()
+        raw = RawMqtt(cluster.mqtt_address(2), version)  # and nothing is owed any more
+        assert raw.connect(device, clean_start=False, properties=expiry_of(version)).session_present
+        nothing_more(raw)
+    finally:
+        raw.close()
+        controller.close()
+
+
+def test_a_session_resumed_under_load_gets_each_message_once_per_connection(
+    cluster: LocalCluster,
+) -> None:
+    """Six topics at about 200 messages a second; the subscriber's connection is cut (or ends
+    with DISCONNECT) every 0.6 s and resumed on the next broker. On no connection does a
+    message come twice, none is lost, and a message that comes again on a later connection is
+    a retransmission (DUP, its packet id) of one whose PUBACK the broker never read."""
+    device = "phone-race"
+    keys = [f"race{i}" for i in range(6)]
+    sent: list[bytes] = []
+    stop = threading.Event()
+
+    def produce() -> None:
+        host, port = cluster.client_address(0)
+        with Client(f"{host}:{port}") as client, Producer(client) as producer:
+            for n in range(1000):
+                if stop.is_set():
+                    return
+                value = b"%s-%d" % (keys[n % 6].encode(), n)
+                producer.send("commands", value, key=keys[n % 6].encode())
+                sent.append(value)
+                time.sleep(0.005)
+            producer.flush()
+
+    received: dict[bytes, list[tuple[int, Publish]]] = {}
+    raw = RawMqtt(cluster.mqtt_address(0))
+    raw.connect(device, clean_start=False)
+    subscribe(raw, "phones/+/commands")
+    producer = threading.Thread(target=produce)
+    producer.start()
+    try:
+        for connection in range(40):
+            until = time.monotonic() + (0.6 if connection < 8 else 3.0)
+            while time.monotonic() < until:
+                try:
+                    packet = raw.receive(timeout=0.2)
+                except TimeoutError:
+                    if not producer.is_alive() and all(v in received for v in sent):
+                        break
+                    continue
+                assert isinstance(packet, Publish), packet
+                raw.send(encode_mqtt(Puback(packet.packet_id), V311))
+                if packet.payload.split(b"-")[0].decode() in keys:
+                    copies = received.setdefault(packet.payload, [])
+                    assert all(c != connection for c, _ in copies), f"twice: {packet}"
+                    if copies:
+                        assert packet.dup and packet.packet_id == copies[-1][1].packet_id, packet
+                    copies.append((connection, packet))
+            if not producer.is_alive() and all(v in received for v in sent):
+                break
+            if connection % 2:
+                raw.send(encode_mqtt(Disconnect(), V311))
+            raw.close()
+            raw = RawMqtt(cluster.mqtt_address((connection + 1) % 3))
+            assert raw.connect(device, clean_start=False).session_present
+    finally:
+        stop.set()
+        producer.join(30)
+        raw.close()
+    assert len(sent) == 1000
+    assert [v for v in sent if v not in received] == []
+
+
+PAHO_SUBSCRIBER = r"""
+import sys
+import time
+import paho.mqtt.client as paho
+from paho.mqtt.enums import CallbackAPIVersion
+from paho.mqtt.packettypes import PacketTypes
+from paho.mqtt.properties import Properties
+
+port, client_id = int(sys.argv[1]), sys.argv[2]
+v5, subscribe = sys.argv[3] == "5", sys.argv[4] == "1"
+protocol = paho.MQTTv5 if v5 else paho.MQTTv311
+kwargs = {} if v5 else {"clean_session": False}
+client = paho.Client(CallbackAPIVersion.VERSION2, client_id=client_id, protocol=protocol, **kwargs)
+
+def on_connect(client, userdata, flags, rc, props):
+    if subscribe:
+        client.subscribe("phones/+/commands", qos=1)
+    else:
+        print("ready", flush=True)
+
+def on_subscribe(client, userdata, mid, codes, props):
+    print("ready", flush=True)
+
+def on_message(client, userdata, message):
+    print(message.payload.decode(), int(message.dup), message.mid, flush=True)
+    time.sleep(0.01)  # slower than the stream: PUBLISHes wait in flight
+
+client.on_connect, client.on_subscribe, client.on_message = on_connect, on_subscribe, on_message
+if v5:
+    props = Properties(PacketTypes.CONNECT)
+    props.SessionExpiryInterval = 3600
+    client.connect("127.0.0.1", port, clean_start=False, properties=props)
+else:
+    client.connect("127.0.0.1", port)
+client.loop_forever()
+"""
+
+
+@pytest.mark.parametrize("version", ["3.1.1", "5"])
+def test_a_paho_subscriber_killed_again_and_again_loses_nothing(
+    cluster: LocalCluster, version: str
+) -> None:
+    """A paho subscriber (QoS 1, persistent session) is killed -9 three times while messages
+    flow, each time started again on the next broker: it gets every message, none twice in
+    one process, and a message it gets again is a retransmission (DUP, the same packet id).
+    It reads slower than the stream, so each kill leaves PUBLISHes in flight."""
+    device = f"paho-killed-{version}"
+    keys = [f"paho{version}k{i}" for i in range(3)]
+    values = [b"%s-%d" % (keys[n % 3].encode(), n) for n in range(300)]
+    host, port = cluster.client_address(1)
+    got: dict[str, list[tuple[int, bool, int]]] = {}
+
+    def start(broker: int, first: bool) -> subprocess.Popen[str]:
+        port = cluster.mqtt_address(broker)[1]
+        args = [str(port), device, version, "1" if first else "0"]
+        child = subprocess.Popen(
+            [sys.executable, "-c", PAHO_SUBSCRIBER, *args], stdout=subprocess.PIPE, text=True
+        )
+        assert child.stdout is not None
+        assert child.stdout.readline().strip() == "ready"
+        return child
+
+    def collect(child: subprocess.Popen[str], generation: int) -> None:
+        assert child.stdout is not None
+        for line in child.stdout:
+            if len(line.split()) != 3:
+                continue  # cut short by the kill: as if never received
+            value, dup, mid = line.split()
+            if value.split("-")[0] in keys:
+                got.setdefault(value, []).append((generation, dup == "1", int(mid)))
+
+    with Client(f"{host}:{port}") as client, Producer(client) as producer:
+        children: list[subprocess.Popen[str]] = []
+        readers: list[threading.Thread] = []
+        try:
+            for generation in range(4):
+                child = start(generation % 3, generation == 0)
+                children.append(child)
+                reader = threading.Thread(target=collect, args=(child, generation), daemon=True)
+                reader.start()
+                readers.append(reader)
+                for n, value in enumerate(values[generation * 75 : (generation + 1) * 75]):
+                    producer.send("commands", value, key=value.split(b"-")[0])
+                    time.sleep(0.004)
+                    if n == 60 and generation < 3:
+                        # SIGKILL in mid-stream: no DISCONNECT, and PUBLISHes in flight.
+                        child.kill()
+                        child.wait(10)
+                producer.flush()
+            wait_for(lambda: all(v.decode() in got for v in values), 30, "every message")
+        finally:
+            for child in children:
+                child.kill()
+                child.wait(10)
+            for reader in readers:
+                reader.join(10)
+            for child in children:
+                assert child.stdout is not None
+                child.stdout.close()
+    # Each kill left PUBLISHes in flight, which came again as retransmissions.
+    assert sum(any(dup for _, dup, _ in copies) for copies in got.values()) >= 3
+    for text, copies in got.items():
+        generations = [g for g, _, _ in copies]
+        assert len(set(generations)) == len(generations), f"{text} twice in one process"
+        for (_, _, mid), (_, dup, again) in itertools.pairwise(copies):
+            assert dup and again == mid, f"{text} delivered again as new: {copies}"
+
+
+@pytest.mark.parametrize("version", [V311, V5], ids=["3.1.1", "5.0"])
+def test_qos2_deliveries_are_exactly_once_through_a_kill_9_of_the_subscribers_broker(
+    cluster: LocalCluster, version: MqttVersion
+) -> None:
+    """The broker of a QoS 2 subscriber is killed -9 with deliveries in every state (complete,
+    past PUBREC, sent, not sent yet). Resumed through another broker, a client that keeps its
+    side of the session (method B: a packet id is held from delivery until PUBREL,
+    MQTT-4.3.3) hands each message to its application exactly once: the session stored each
+    packet id before its PUBLISH went, and each PUBREC before its PUBREL."""
+    device = f"phone-k9{version.name}"
+    topic = f"phones/{device}/commands"
+    controller = PahoDevice(cluster.mqtt_address(2), f"controller-{device}")
+    raw = RawMqtt(cluster.mqtt_address(0), version)
+    app: list[bytes] = []
+    held: set[int] = set()
+
+    def take(publish: Publish) -> None:
+        """Method B: deliver unless its id is held; answer PUBREC."""
+        assert publish.qos == 2, publish
+        if publish.packet_id not in held:
+            assert publish.payload not in app, f"delivered twice: {publish}"
+            held.add(publish.packet_id)
+            app.append(publish.payload)
+        raw.send(encode_mqtt(Pubrec(publish.packet_id), version))
+
+    try:
+        controller.wait_connected()
+        raw.connect(device, clean_start=False, properties=expiry_of(version))
+        subscribe(raw, topic, qos=2)
+        for i in range(6):
+            controller.publish(topic, b"k%d" % i, qos=2)
+        first = publishes(raw, 6)
+        for publish in first:  # k0-k5 past PUBREC
+            take(publish)
+        for _ in range(6):
+            pubrel = raw.receive()
+            assert isinstance(pubrel, Pubrel), pubrel
+            if pubrel.packet_id in {p.packet_id for p in first[:3]}:  # k0-k2 complete
+                held.discard(pubrel.packet_id)
+                raw.send(encode_mqtt(Pubcomp(pubrel.packet_id), version))
+        for i in range(6, 12):
+            controller.publish(topic, b"k%d" % i, qos=2)
+        for publish in publishes(raw, 4):  # k6-k9 delivered; k10, k11 maybe not sent yet
+            held.add(publish.packet_id)
+            app.append(publish.payload)
+        cluster.kill(0)
+        raw.close()
+        raw = RawMqtt(cluster.mqtt_address(1), version)
+        assert raw.connect(device, clean_start=False, properties=expiry_of(version)).session_present
+        deadline = time.monotonic() + 30
+        while sorted(app) != sorted(b"k%d" % i for i in range(12)) or held:
+            assert time.monotonic() < deadline, (app, held)
+            packet = raw.receive(timeout=10)
+            if isinstance(packet, Publish):
+                take(packet)
+            else:
+                assert isinstance(packet, Pubrel), packet
+                held.discard(packet.packet_id)
+                raw.send(encode_mqtt(Pubcomp(packet.packet_id), version))
+        nothing_more(raw)
+        assert sorted(app) == sorted(b"k%d" % i for i in range(12))  # each once
+    finally:
+        raw.close()
+        controller.close()
+        if not cluster.running(0):
+            cluster.start(0)
+            cluster.wait_ready()

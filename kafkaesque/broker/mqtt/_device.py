@@ -50,6 +50,7 @@ from kafkaesque.protocol.mqtt import (
     MqttReasonCode,
     MqttServerConnection,
     MqttSubscription,
+    Received,
     Refused,
     Released,
     Send,
@@ -64,7 +65,8 @@ from .._errors import RequestError
 from .._metadata_view import TopicInfo
 
 if TYPE_CHECKING:
-    from ._sessions import Position, StoredSession
+    from ._resume import CatchUp, Position
+    from ._sessions import StoredSession
 
 log = logging.getLogger("kafkaesque.broker.mqtt")
 
@@ -82,6 +84,7 @@ _CLOSE_S: Final = 1.0  # for a TLS connection's close_notify to go out
 _PLAIN: Final = 0
 _ANSWER: Final = 1  # a PUBACK or PUBCOMP: once sent, the client may send one more (conn.answered)
 _CLOSE: Final = 2
+_HELD: Final = 3  # deliveries that wait for the session to store their packet ids (``holding``)
 
 
 class _Delivery(NamedTuple):
@@ -96,6 +99,7 @@ class _Delivery(NamedTuple):
     expires_ms: int | None
     identifiers: tuple[int, ...]
     forwarded: tuple[tuple[str, bytes], ...]
+    packet_id: int  # a resend of the previous connection's delivery under this id; else 0
 
 
 class DeviceHost(Protocol):
@@ -158,6 +162,7 @@ class MqttDevice:
         "dirty",
         "dropped",
         "frozen",
+        "holding",
         "known_epoch",
         "out",
         "owner_lost",
@@ -207,11 +212,16 @@ class MqttDevice:
         self.session_epoch: int | None = None
         self.restored: StoredSession | None = None  # the session found at CONNECT
         self.unacked: dict[Position, set[int]] = {}  # offsets delivered, not yet acknowledged
-        self.catching_up: dict[Position, int] = {}  # redelivery in progress: its next offset
+        # The partitions whose deliveries a resumed session catches up on (``_resume``): live
+        # deliveries from them wait until it reaches the live readers.
+        self.catching_up: dict[Position, CatchUp] = {}
         self.dirty = False  # acknowledgements since the session was last saved
         self.owner_lost = False  # another broker took the session over
         self.known_epoch = 0  # the session epoch this connection owns or has superseded
         self.frozen: StoredSession | None = None  # the session's state when the connection ended
+        # New QoS 2 deliveries of a persistent session wait in ``out`` for the session to store
+        # their packet ids, and no delivery is sent meanwhile (``_ready_bytes``).
+        self.holding = False
         self.scope: trio.CancelScope | None = None  # the reader's and writer's, once started
 
     # -- the connection's life ------------------------------------------------------------------
@@ -295,6 +305,14 @@ class MqttDevice:
                 # A persistent session stores the id as free before the PUBCOMP goes.
                 saved = self.service.save_session_nowait(self)
                 self.out.append((saved, action.pubcomp, _ANSWER))
+                self.pending += saved is not None
+                self.wake.set()
+            elif type(action) is Received:
+                # A persistent session stores that the PUBREC came before the PUBREL goes: a
+                # reconnect, even after this broker crashed, then continues with PUBREL and
+                # never sends the message again (which the device would take as a new one).
+                saved = self.service.save_session_nowait(self)
+                self.out.append((saved, action.pubrel, _PLAIN))
                 self.pending += saved is not None
                 self.wake.set()
             elif type(action) is Unsubscribed:
@@ -421,6 +439,7 @@ class MqttDevice:
         expires_ms: int | None = None,
         identifiers: tuple[int, ...] = (),
         forwarded: tuple[tuple[str, bytes], ...] = (),
+        packet_id: int = 0,
     ) -> None:
         """Queue a PUBLISH to the device, or drop it / disconnect a slow device.
 
@@ -430,6 +449,8 @@ class MqttDevice:
         message is not sent (MQTT-3.3.2-5), and the rest of the interval goes with it.
         ``identifiers``: the v5 Subscription Identifiers of the subscriptions it matched;
         ``forwarded``: the record's headers that carry its v5 properties (Response Topic...).
+        ``packet_id``: a resend under the id the session's previous connection sent it with
+        (``MqttServerConnection.resume`` reserved it).
         """
         if self.conn.closed or (expires_ms is not None and expires_ms <= now_ms()):
             return
@@ -458,7 +479,18 @@ class MqttDevice:
         else:
             where = None
         self.deliveries.append(
-            _Delivery(topic, payload, qos, retain, where, size, expires_ms, identifiers, forwarded)
+            _Delivery(
+                topic,
+                payload,
+                qos,
+                retain,
+                where,
+                size,
+                expires_ms,
+                identifiers,
+                forwarded,
+                packet_id,
+            )
         )
         self.queued_bytes += size
         self.wake.set()
@@ -548,6 +580,8 @@ class MqttDevice:
                     continue
             if kind == _ANSWER:
                 self.conn.answered()
+            elif kind == _HELD:
+                self.holding = False
             elif kind == _CLOSE:
                 if buf:  # send these first; the close entry is handled on the next call
                     out.appendleft((None, b"", _CLOSE))
@@ -559,33 +593,67 @@ class MqttDevice:
         conn = self.conn
         window = min(MAX_INFLIGHT, conn.receive_maximum)
         deliveries = self.deliveries
-        while deliveries and size < _SEND_COALESCE_BYTES and not conn.closed:
+        held: list[bytes] = []  # from the first new QoS 2 delivery of a persistent session on
+        while deliveries and size < _SEND_COALESCE_BYTES and not conn.closed and not self.holding:
             d = deliveries[0]
-            if d.qos > 0 and len(conn.inflight) >= window:
-                break  # the device's acknowledgements wake the writer
+            if d.qos > 0 and not d.packet_id and len(conn.inflight) >= window:
+                break  # the device's acknowledgements wake the writer (a resend has its id)
             deliveries.popleft()
             self.queued_bytes -= d.size
+            if d.packet_id and not conn.reserved(d.packet_id, d.where):
+                continue  # acknowledged before it was resent
             expiry_s = None
             if d.expires_ms is not None:
                 expiry_s = seconds_left(d.expires_ms, now_ms())
                 if expiry_s is None:  # expired while queued: not sent (MQTT-3.3.2-5)
+                    if d.packet_id:
+                        conn.forget(d.packet_id)
                     if d.where is not None:
                         self._settled(d.where)
                     continue
             publish = conn.deliver(
-                d.topic, d.payload, d.qos, d.retain, d.where, expiry_s, d.identifiers, d.forwarded
+                d.topic,
+                d.payload,
+                d.qos,
+                d.retain,
+                d.where,
+                expiry_s,
+                d.identifiers,
+                d.forwarded,
+                d.packet_id,
             )
             if publish:
-                buf.append(publish)
+                if d.qos == 2 and d.where is not None and not d.packet_id:
+                    held.append(publish)  # (``where``: only a persistent session's has it)
+                elif held:
+                    held.append(publish)  # behind it, in order
+                else:
+                    buf.append(publish)
                 size += len(publish)
             elif publish is not None:  # too large for the device: dropped, as if delivered
                 self.dropped += 1
                 self.service.dropped(1)
                 if d.where is not None:
                     self._settled(d.where)
+        if held:
+            self._hold(held, buf)
         if self.queued_bytes <= MAX_QUEUED_BYTES:
             self.behind_since = None
         return b"".join(buf)
+
+    def _hold(self, held: list[bytes], buf: list[bytes]) -> None:
+        """New QoS 2 deliveries (and what follows them) go once the session has stored their
+        packet ids: a reconnect, even after this broker crashed, then resends each under its
+        id, which a device that has it already answers without taking it twice (MQTT-4.3.3)."""
+        saved = self.service.save_session_nowait(self)
+        if saved is None:
+            buf.extend(held)
+            return
+        self.holding = True
+        self.out.append((saved, b"".join(held), _HELD))
+        self.pending += 1
+        if len(self.out) == 1:  # else an entry ahead of it waits for its own flight
+            saved.notify(self.wake_writer)
 
     def _settled(self, where: tuple[str, int, int]) -> None:
         """The delivery of the record at ``where`` needs no acknowledgement any more (it was

@@ -228,6 +228,9 @@ class Egress:
                 sub = found
                 if not origin.wanted_by(sub, subscriber.client_id_bytes):
                     continue
+                catching_up = subscriber.catching_up
+                if catching_up and where is not None and (where[0], where[1]) in catching_up:
+                    continue  # its catch-up delivers it, in order
             matched.setdefault(subscriber, []).append(sub)
         for device, subs in matched.items():
             deliver_to(device, topic, payload, origin, subs, where, timestamp_ms)

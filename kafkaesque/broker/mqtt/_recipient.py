@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Protocol
 
 from kafkaesque.protocol.mqtt import MqttSubscription
@@ -13,6 +13,11 @@ class Recipient(Hashable, Protocol):
 
     subscriptions: dict[str, MqttSubscription]
     client_id_bytes: bytes | None  # as records carry it, for No Local (None until connected)
+
+    @property
+    def catching_up(self) -> Mapping[tuple[str, int], object]:
+        """The (log topic, partition)s that a resumed session redelivers itself: live
+        deliveries from them skip its own subscriptions until it catches up (``_resume``)."""
 
     def deliver(
         self,

@@ -36,11 +36,11 @@ from ._deadlines import Deadlines
 from ._device import MqttDevice, now_ms
 from ._egress import Egress, deliver_to
 from ._ingress import Ingress
+from ._resume import CatchUp, Owed, Place, Position, Progress, session_progress
 from ._sessions import (
     HANDOVER_S,
     SAVE_EVERY_S,
     SESSIONS_TOPIC,
-    Position,
     SessionStore,
     StoredSession,
     session_record,
@@ -205,16 +205,33 @@ class SessionKeeper:
         return now
 
     async def restore(self, device: MqttDevice) -> None:
-        """After the CONNACK: the restored session's subscriptions, then its redeliveries."""
+        """After the CONNACK: the restored session's deliveries in flight (MQTT-4.4.0-1: the
+        PUBRELs at once, under their ids, which no new delivery may take), its subscriptions,
+        then its catch-up from the log (``_resume``)."""
         stored = device.restored
         if stored is None:
             return
-        device.conn.awaiting_release |= set(stored.awaiting_release)
-        device.catching_up = dict(stored.positions)
+        conn = device.conn
+        conn.awaiting_release |= set(stored.awaiting_release)
+        for where, progress in stored.positions.items():
+            device.catching_up[where] = CatchUp(progress)
+            for owed in progress.owed:
+                if not owed.packet_id:
+                    continue
+                try:
+                    pubrel = conn.resume(
+                        owed.packet_id, owed.qos, owed.released, (*where, owed.offset)
+                    )
+                except ValueError as exc:  # a record this broker cannot make sense of
+                    log.warning("mqtt %s: not resuming %s: %s", device.client_id, owed, exc)
+                    continue
+                device.unacked.setdefault(where, set()).add(owed.offset)
+                if pubrel:
+                    device.send(pubrel)
         if stored.subscriptions:
             await self._egress.subscribe(device, stored.subscriptions)
         device.restored = None
-        if stored.positions and self._nursery is not None:
+        if device.catching_up and self._nursery is not None:
             self._nursery.start_soon(self._redeliver, device)
 
     def _session_changed(self, client_id: str, session: StoredSession) -> None:
@@ -312,38 +329,33 @@ class SessionKeeper:
     def _session_state(self, device: MqttDevice) -> StoredSession:
         assert device.session_epoch is not None
         base = device.restored  # not restored yet: keep what was stored
-        subscriptions = (
-            base.subscriptions if base is not None else tuple(device.subscriptions.values())
-        )
+        if base is not None:
+            subscriptions = base.subscriptions
+            positions = base.positions
+        else:
+            subscriptions = tuple(device.subscriptions.values())
+            positions = self._progress(device)
         return StoredSession(
             self._config.id,
             device.session_epoch,
             subscriptions,
-            self._positions(device),
+            positions,
             tuple(sorted(device.conn.awaiting_release)),
             expiry_s=device.conn.session_expiry_s,
         )
 
-    def _positions(self, device: MqttDevice) -> dict[Position, int]:
-        """Per log partition, the offset from which the device may lack a QoS 1/2 message."""
-        positions: dict[Position, int] = {}
-        base = device.restored
-        if base is not None:
-            positions.update(base.positions)
+    def _progress(self, device: MqttDevice) -> dict[Position, Progress]:
+        """Per log partition, where the device's QoS 1/2 deliveries stand (``_resume``)."""
         topics: set[str] = set()
         for topic_filter, sub in device.subscriptions.items():
             if sub.qos > 0:
                 topics |= log_topics_for(self._mapping, topic_filter)
-        for where, live in self._egress.positions.items():
-            if where[0] in topics:
-                positions[where] = live
-        for where, offset in device.catching_up.items():
-            positions[where] = min(positions.get(where, offset), offset)
-        for where, offsets in device.unacked.items():
-            if offsets:
-                first = min(offsets)
-                positions[where] = min(positions.get(where, first), first)
-        return positions
+        live = {w: at for w, at in self._egress.positions.items() if w[0] in topics}
+        in_flight: dict[Place, tuple[int, int, bool]] = {}
+        for tag, packet_id, qos, released in device.conn.in_flight():
+            if isinstance(tag, tuple):
+                in_flight[tag] = (packet_id, qos, released)
+        return session_progress(live, device.catching_up, device.unacked, in_flight)
 
     async def _append_session(self, client_id: str, session: StoredSession | None) -> Flight:
         await self._ingress.ensure_topic(SESSIONS_TOPIC)
@@ -379,41 +391,57 @@ class SessionKeeper:
                         log.info("mqtt %s: saving the session failed: %s", device.client_id, exc)
 
     async def _redeliver(self, device: MqttDevice) -> None:
-        """Deliver again what a resumed session may lack: the records from its stored
-        positions up to where the live readers were when it subscribed, that match its QoS 1/2
-        subscriptions (they were kept in the log)."""
-        reads = self._wiring.reads
-        for where, start in sorted(device.catching_up.items()):
-            end = self._egress.positions.get(where)
-            offset = start
-            while end is not None and offset < end and not device.conn.closed:
-                try:
-                    fetched, offset = await reads.follow(where[0], where[1], offset, 1 << 18, 0)
-                except RequestError:
-                    await trio.sleep(0.2)
+        """Catch a resumed session up, partition by partition, from the log (``_resume``):
+        each until it reaches the live reader's position, where the live deliveries of that
+        partition take over (in the same step, so no record is sent twice or skipped)."""
+        for where in sorted(device.catching_up):
+            catch = device.catching_up[where]
+            while not device.conn.closed:
+                live = self._egress.positions.get(where)
+                if live is not None and catch.caught_up(live):
+                    del device.catching_up[where]  # the live reader delivers from here on
+                    break
+                if live is None or live <= catch.cursor:
+                    await trio.sleep(0.05)  # not reading yet, or behind the stored state
                     continue
-                if not fetched.data:  # the replica read is behind: a moment
-                    await trio.sleep(0.05)
-                    continue
-                offset = await self._redeliver_batches(device, where, fetched.data, offset, end)
-                device.catching_up[where] = offset
+                await self._catch_up(device, where, catch)
             if device.conn.closed:
                 return  # the next connection resumes from what is left
-            device.catching_up.pop(where, None)
 
-    async def _redeliver_batches(
-        self, device: MqttDevice, where: Position, data: bytes | memoryview, offset: int, end: int
-    ) -> int:
+    async def _catch_up(self, device: MqttDevice, where: Position, catch: CatchUp) -> None:
+        """One read of the partition from ``catch.cursor``, decided record by record up to the
+        live reader's position (read after the fetch: it only grows)."""
+        try:
+            fetched, start = await self._wiring.reads.follow(*where, catch.cursor, 1 << 18, 0)
+        except RequestError as exc:
+            log.debug("mqtt %s: catching up on %s: %s", device.client_id, where, exc)
+            await trio.sleep(0.2)
+            return
+        self._given_up(device, where, catch.advance(start))  # below the log's start: gone
+        if not fetched.data:  # the replica read is behind: a moment
+            await trio.sleep(0.05)
+            return
         subscriptions = [
             s
             for s in device.subscriptions.values()
             if s.qos > 0 and not s.topic_filter.startswith("$share/")
         ]
-        for record in data_records(data, offset, verify=False):
-            if record.offset >= end:
-                break  # in offset order: the live readers deliver the rest
+        for record in data_records(fetched.data, catch.cursor, verify=False):
+            live = self._egress.positions.get(where, catch.cursor)
+            if record.offset >= live:
+                return
+            while not device.has_room():
+                if device.conn.closed:
+                    return
+                await trio.sleep(0.01)
+            decided = catch.decide(record.offset)
+            catch.advance(record.offset + 1)
+            if decided is None:
+                continue
+            place = (*where, record.offset)
             topic = self._mapping.mqtt_topic_for(where[0], record.key, record.headers)
             if topic is None:
+                self._given_up(device, where, [decided])
                 continue
             origin = origin_of(record.headers)
             matching = [
@@ -422,17 +450,38 @@ class SessionKeeper:
                 if mqtt_topic_matches(s.topic_filter, topic)
                 and origin.wanted_by(s, device.client_id_bytes)
             ]
-            if not matching:
-                continue
-            while not device.has_room():
-                if device.conn.closed:
-                    return record.offset
-                await trio.sleep(0.01)
-            place = (*where, record.offset)
             payload = record.value or b""
-            deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
-        last = end_offset(data)  # past control batches too, but not past ``end``
-        return offset if last is None else max(offset, min(last, end))
+            if decided.packet_id:  # in flight: the same PUBLISH again, whatever matches now
+                expires = origin.expires_ms(record.timestamp)
+                identifiers = tuple(s.identifier for s in matching if s.identifier)
+                retain = origin.retained and any(s.retain_as_published for s in matching)
+                device.deliver(
+                    topic,
+                    payload,
+                    decided.qos,
+                    retain,
+                    place,
+                    expires,
+                    identifiers,
+                    origin.forwarded,
+                    decided.packet_id,
+                )
+            elif matching:
+                deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
+        last = end_offset(fetched.data)  # past control batches too, but not past the live one
+        if last is not None:
+            catch.advance(min(last, self._egress.positions.get(where, catch.cursor)))
+
+    def _given_up(self, device: MqttDevice, where: Position, lost: list[Owed]) -> None:
+        """Deliveries of a resumed session whose records are gone from the log (retention) or
+        map to no MQTT topic any more: their packet ids are free, nothing is owed."""
+        for owed in lost:
+            if owed.packet_id:
+                device.conn.forget(owed.packet_id)
+            device.unacked.get(where, set()).discard(owed.offset)
+            log.info(
+                "mqtt %s: %s/%d@%d is gone: not redelivered", device.client_id, *where, owed.offset
+            )
 
     async def device_gone(self, device: MqttDevice) -> None:
         """The connection ended: forget it, and publish its Will if the end was abnormal."""

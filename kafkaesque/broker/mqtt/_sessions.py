@@ -3,19 +3,20 @@
 A session that outlives its connection (3.1.1 clean session 0; 5.0 session expiry above 0) is
 one record of ``__mqtt_sessions`` keyed by the client id: its owner (the broker of its current
 connection), an epoch that grows at each connection, its subscriptions, and per log partition
-the offset from which its QoS 1/2 deliveries are not all acknowledged yet; and, once the
-connection ended, when, and for how long the session outlives it (v5 Session Expiry Interval;
-3.1.1 sessions do not expire). An expired session is as absent to a reconnect, and its owner
-marks it deleted. The broker writes it
-when the device connects (taking ownership), subscribes or unsubscribes (before the SUBACK /
-UNSUBACK), every ``SAVE_EVERY_S`` while deliveries are acknowledged, and when the connection
-ends. A clean start ends it: a record marked deleted with the next epoch (not a tombstone, so that
-a late write of the previous owner, of a lower epoch, cannot bring it back).
+its ``Progress`` (``_resume``): the offset from which every matching record is still to be
+delivered, and below it the deliveries not acknowledged yet, with their packet ids and states;
+and, once the connection ended, when, and for how long the session outlives it (v5 Session
+Expiry Interval; 3.1.1 sessions do not expire). An expired session is as absent to a reconnect,
+and its owner marks it deleted. The broker writes it when the device connects (taking
+ownership), subscribes or unsubscribes (before the SUBACK / UNSUBACK), every ``SAVE_EVERY_S``
+while deliveries are acknowledged, and when the connection ends. A clean start ends it: a record
+marked deleted with the next epoch (not a tombstone, so that a late write of the previous owner,
+of a lower epoch, cannot bring it back).
 
 Every broker reads the table (``TopicTail``). A device reconnecting with clean session 0 to any
 broker finds its session there (the broker first catches up with everything committed), gets
-session present = 1, its subscriptions back, and every record from the stored offsets on that
-matches them is delivered again (QoS 1: at least once; the messages were kept in the log).
+session present = 1, its subscriptions back, the deliveries that were in flight resumed under
+their packet ids, and everything else it lacks from the log (``_resume``).
 When a broker sees a newer epoch of a session it has a connection for, owned by another broker,
 it closes that connection: a client id has one connection in the whole cluster.
 
@@ -57,6 +58,7 @@ from kafkaesque.storage import Record
 
 from .._metadata_view import TopicInfo
 from .._read_path import ReadPath
+from ._resume import Owed, Position, Progress
 from ._tail import TopicTail
 
 SESSIONS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_sessions"
@@ -64,15 +66,13 @@ SAVE_EVERY_S: Final = 1.0
 HANDOVER_S: Final = 3.0
 """How long a broker taking a session over waits for the previous owner's last state."""
 
-Position = tuple[str, int]  # (log topic, partition)
-
 
 @dataclass(frozen=True, slots=True)
 class StoredSession:
     owner: int
     epoch: int
     subscriptions: tuple[MqttSubscription, ...] = ()
-    positions: dict[Position, int] = field(default_factory=dict)
+    positions: dict[Position, Progress] = field(default_factory=dict)
     awaiting_release: tuple[int, ...] = ()
     deleted: bool = False  # ended by a clean start: kept as a marker so its epoch is known
     expiry_s: int | None = None  # how long it outlives its connection (None: for ever)
@@ -105,16 +105,23 @@ def encode_session(session: StoredSession) -> bytes:
                 ]
                 for s in session.subscriptions
             ],
-            [
-                [topic, partition, offset]
-                for (topic, partition), offset in session.positions.items()
-            ],
+            # Where to resume, as the first format had it (read by brokers that know no more).
+            [[topic, partition, p.resume] for (topic, partition), p in session.positions.items()],
             list(session.awaiting_release),
             session.deleted,
             session.expiry_s,
             session.ended_ms,
             session.awaiting_owner,
             session.handed_by,
+            [
+                [
+                    topic,
+                    partition,
+                    p.next,
+                    [[o.offset, o.packet_id, o.qos, o.released] for o in p.owed],
+                ]
+                for (topic, partition), p in session.positions.items()
+            ],
         ]
     )
     return data
@@ -125,12 +132,21 @@ def decode_session(data: bytes) -> StoredSession | None:
     try:
         owner, epoch, subs, positions, awaiting, deleted, *more = msgpack.unpackb(data)
         # Fields added later: records written before them have none.
-        expiry, ended, awaited_owner, handed_by = (*more, None, None, None, None)[:4]
+        expiry, ended, awaited_owner, handed_by, progress = (*more, *[None] * 5)[:5]
+        if progress is None:  # the first format: resume from there, at least once
+            stored = {(str(t), int(p)): Progress(int(o)) for t, p, o in positions}
+        else:
+            stored = {
+                (str(t), int(p)): Progress(
+                    int(n), tuple(Owed(int(o), int(i), int(q), bool(r)) for o, i, q, r in owed)
+                )
+                for t, p, n, owed in progress
+            }
         return StoredSession(
             int(owner),
             int(epoch),
             tuple(_subscription(*s) for s in subs),
-            {(str(t), int(p)): int(o) for t, p, o in positions},
+            stored,
             tuple(int(i) for i in awaiting),
             bool(deleted),
             None if expiry is None else int(expiry),

@@ -20,6 +20,8 @@ MQTT-3.1.2-24 / v5 §3.1.2.10), tells it about deliveries (``deliver``) and abou
   credentials (``credentials_required``: ``bad_credentials`` / ``not_authorized`` refuse it),
   registers the session, then sends ``connack()``;
 * ``Acked``: the device acknowledged a tagged delivery;
+* ``Received``: the device received a tagged QoS 2 delivery (PUBREC): send its PUBREL (after
+  saving a persistent session, so that a reconnect continues with PUBREL, never the PUBLISH);
 * ``Released``: a QoS 2 message is complete (PUBREL): send its PUBCOMP;
 
 The driver calls ``answered`` as it sends the PUBACK of an ``Append`` or the PUBCOMP of a
@@ -164,6 +166,14 @@ class Close:
 
 
 @dataclass(frozen=True, slots=True)
+class Received:
+    """The device sent PUBREC for the QoS 2 delivery tagged ``tag``: send ``pubrel``."""
+
+    tag: object
+    pubrel: bytes
+
+
+@dataclass(frozen=True, slots=True)
 class Released:
     """A QoS 2 message's PUBREL came: its packet id is free again. Send ``pubcomp`` (after
     saving a persistent session, so that a reconnect does not take a new message with that id
@@ -182,7 +192,18 @@ class Refused:
     topic: str
 
 
-Action = Send | Append | Accepted | Acked | Released | Subscribed | Unsubscribed | Close | Refused
+Action = (
+    Send
+    | Append
+    | Accepted
+    | Acked
+    | Received
+    | Released
+    | Subscribed
+    | Unsubscribed
+    | Close
+    | Refused
+)
 
 
 class ConnectionAcl(Protocol):
@@ -245,6 +266,8 @@ class MqttServerConnection:
         self.awaiting_release: set[int] = set()
         # Deliveries to the device: packet id -> QoS, until its PUBACK / PUBCOMP.
         self.inflight: dict[int, int] = {}
+        # The QoS 2 deliveries among them whose PUBREC came (PUBREL sent, PUBCOMP awaited).
+        self.released: set[int] = set()
         self._tags: dict[int, object] = {}  # packet id -> the driver's tag of the delivery
         self._connack_properties = MqttProperties()
         self._next_packet_id = 1
@@ -382,9 +405,13 @@ class MqttServerConnection:
         expiry_s: int | None = None,
         identifiers: tuple[int, ...] = (),
         forwarded: tuple[tuple[str, bytes], ...] = (),
+        packet_id: int = 0,
     ) -> bytes | None:
         """The PUBLISH bytes delivering a message at ``qos`` (None: closed, or ids exhausted;
         b"": discarded, as larger than the client's v5 Maximum Packet Size, MQTT-3.1.2-25).
+
+        ``packet_id``: a retransmission of a delivery of the session's previous connection,
+        with the id ``resume`` reserved for it; it goes with DUP set (MQTT-4.4.0-1, -3.3.1-1).
 
         A QoS 1/2 delivery with a ``tag`` is reported by an ``Acked(tag)`` action once the
         device has acknowledged it. To a v5 device only: ``expiry_s``, what remains of the
@@ -394,8 +421,11 @@ class MqttServerConnection:
         """
         if self.closed or not self.connected or self.version is None:
             return None
-        packet_id = 0
-        if qos > 0:
+        dup = packet_id != 0
+        if dup:
+            if self.inflight.get(packet_id) != qos or packet_id in self.released:
+                raise ValueError(f"packet id {packet_id} is not reserved for a QoS {qos} resend")
+        elif qos > 0:
             found = self._allocate_packet_id()
             if found is None:
                 return None
@@ -406,14 +436,59 @@ class MqttServerConnection:
         properties = NO_PROPERTIES
         if (expiry_s is not None or identifiers or forwarded) and self.version is MqttVersion.V5:
             properties = delivery_properties(forwarded, expiry_s, identifiers)
-        publish = Publish(topic, payload, qos, retain, packet_id=packet_id, properties=properties)
+        publish = Publish(
+            topic, payload, qos, retain, dup, packet_id=packet_id, properties=properties
+        )
         data = encode_mqtt(publish, self.version)
         if self.maximum_packet_size is not None and len(data) > self.maximum_packet_size:
             # Not sent, and handled as if it had been (MQTT-3.1.2-24/-25): no PUBACK to wait for.
-            self.inflight.pop(packet_id, None)
-            self._tags.pop(packet_id, None)
+            self.forget(packet_id)
             return b""
         return data
+
+    def resume(self, packet_id: int, qos: int, released: bool, tag: object) -> bytes:
+        """Take over a QoS 1/2 delivery that the session's previous connection left in flight,
+        under its packet id (MQTT-4.4.0-1: a resumed session continues each exchange with the
+        original ids). Returns its PUBREL if the device had sent PUBREC (``released``), to send
+        now; else b"": its PUBLISH is to be resent with ``deliver(..., packet_id=packet_id)``.
+        The delivery is tagged ``tag`` like any other. Call after the CONNACK, before any
+        ``deliver``, so that no new delivery takes the id."""
+        if not (1 <= packet_id <= 0xFFFF and qos in (1, 2)) or (released and qos != 2):
+            raise ValueError(f"not a delivery in flight: id {packet_id}, QoS {qos}")
+        if packet_id in self.inflight:
+            raise ValueError(f"packet id {packet_id} is in flight already")
+        self.inflight[packet_id] = qos
+        self._tags[packet_id] = tag
+        if not released:
+            return b""
+        self.released.add(packet_id)
+        return encode_mqtt(Pubrel(packet_id), self._v())
+
+    def reserved(self, packet_id: int, tag: object) -> bool:
+        """Whether ``packet_id`` still waits for the resend of the delivery tagged ``tag`` (not
+        acknowledged meanwhile, nor past PUBREC)."""
+        return (
+            packet_id in self.inflight
+            and packet_id not in self.released
+            and self._tags.get(packet_id) == tag
+        )
+
+    def forget(self, packet_id: int) -> None:
+        """The delivery in flight under ``packet_id`` is given up (expired, or its message is
+        gone): the id is free again, and no ``Acked`` will come for it."""
+        self.inflight.pop(packet_id, None)
+        self.released.discard(packet_id)
+        self._tags.pop(packet_id, None)
+
+    def in_flight(self) -> list[tuple[object, int, int, bool]]:
+        """The tagged deliveries in flight: (tag, packet id, QoS, PUBREC received), in the
+        order they were sent (what a persistent session stores to resume them)."""
+        tags = self._tags
+        return [
+            (tags[pid], pid, qos, pid in self.released)
+            for pid, qos in self.inflight.items()
+            if pid in tags
+        ]
 
     def _allocate_packet_id(self) -> int | None:
         for _ in range(0xFFFF):
@@ -450,10 +525,18 @@ class MqttServerConnection:
             pubcomp = encode_mqtt(Pubcomp(packet.packet_id, reason), self._v())
             actions.append(Released(packet.packet_id, pubcomp) if found else Send(pubcomp))
         elif isinstance(packet, Pubrec):  # our QoS 2 delivery reached the device
-            reason = (
-                0 if packet.packet_id in self.inflight or self._v() is MqttVersion.V311 else 0x92
-            )
-            actions.append(Send(encode_mqtt(Pubrel(packet.packet_id, reason), self._v())))
+            packet_id = packet.packet_id
+            known = self.inflight.get(packet_id) == 2
+            reason = 0 if known or self._v() is MqttVersion.V311 else 0x92
+            pubrel = encode_mqtt(Pubrel(packet_id, reason), self._v())
+            tag = self._tags.get(packet_id)
+            if known and packet_id not in self.released and tag is not None:
+                self.released.add(packet_id)
+                actions.append(Received(tag, pubrel))
+            else:
+                if known:
+                    self.released.add(packet_id)
+                actions.append(Send(pubrel))
         elif isinstance(packet, Pubcomp):
             self._acknowledged(packet.packet_id, actions)
         elif isinstance(packet, Disconnect):
@@ -481,6 +564,7 @@ class MqttServerConnection:
 
     def _acknowledged(self, packet_id: int, actions: list[Action]) -> None:
         self.inflight.pop(packet_id, None)
+        self.released.discard(packet_id)
         tag = self._tags.pop(packet_id, None)
         if tag is not None:
             actions.append(Acked(tag))
