@@ -163,6 +163,7 @@ class MqttDevice:
         "dropped",
         "frozen",
         "holding",
+        "in_order_from",
         "known_epoch",
         "out",
         "owner_lost",
@@ -215,6 +216,8 @@ class MqttDevice:
         # The partitions whose deliveries a resumed session catches up on (``_resume``): live
         # deliveries from them wait until it reaches the live readers.
         self.catching_up: dict[Position, CatchUp] = {}
+        # Per partition of a resumed session, from where its deliveries go in offset order.
+        self.in_order_from: dict[Position, int] = {}
         self.dirty = False  # acknowledgements since the session was last saved
         self.owner_lost = False  # another broker took the session over
         self.known_epoch = 0  # the session epoch this connection owns or has superseded

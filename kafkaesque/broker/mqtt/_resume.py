@@ -123,13 +123,16 @@ def session_progress(
     catching_up: Mapping[Position, CatchUp],
     unacked: Mapping[Position, Iterable[int]],
     in_flight: Mapping[Place, tuple[int, int, bool]],
+    in_order_from: Mapping[Position, int],
 ) -> dict[Position, Progress]:
     """A connected session's progress in every partition it has a stake in.
 
     ``live``: for the partitions its QoS 1/2 subscriptions read, the live reader's position
     (every record below it was handed to the device); ``catching_up``: the partitions being
     redelivered; ``unacked``: the offsets delivered or queued and not acknowledged, per
-    partition; ``in_flight``: for those sent, (packet id, QoS, PUBREC received)."""
+    partition; ``in_flight``: for those sent, (packet id, QoS, PUBREC received);
+    ``in_order_from``: per partition, the offset from which every matching record was queued
+    for the device in offset order (the stored ``next`` of a resumed one; else 0)."""
     progress: dict[Position, Progress] = {}
     for where in {*live, *catching_up, *(w for w, offsets in unacked.items() if offsets)}:
         owed = [
@@ -144,4 +147,18 @@ def session_progress(
         if position is None:  # no longer subscribed: only what is still in flight is owed
             position = max(o.offset for o in owed) + 1
         progress[where] = Progress(position, tuple(sorted(owed)))
+    for where, p in progress.items():
+        progress[where] = _compacted(p, in_order_from.get(where, 0))
     return progress
+
+
+def _compacted(progress: Progress, in_order_from: int) -> Progress:
+    """``progress`` with the deliveries queued and never sent at its end (above every one that
+    was sent, and from ``in_order_from`` on) folded into ``next``: every matching record from
+    the first of them on is owed. A device far behind would otherwise store one entry for
+    each of thousands of queued messages, every second."""
+    owed = list(progress.owed)
+    start = progress.next
+    while owed and not owed[-1].packet_id and owed[-1].offset >= in_order_from:
+        start = owed.pop().offset
+    return progress if start == progress.next else Progress(start, tuple(owed))

@@ -215,6 +215,7 @@ class SessionKeeper:
         conn.awaiting_release |= set(stored.awaiting_release)
         for where, progress in stored.positions.items():
             device.catching_up[where] = CatchUp(progress)
+            device.in_order_from[where] = progress.next
             for owed in progress.owed:
                 if not owed.packet_id:
                     continue
@@ -355,7 +356,9 @@ class SessionKeeper:
         for tag, packet_id, qos, released in device.conn.in_flight():
             if isinstance(tag, tuple):
                 in_flight[tag] = (packet_id, qos, released)
-        return session_progress(live, device.catching_up, device.unacked, in_flight)
+        return session_progress(
+            live, device.catching_up, device.unacked, in_flight, device.in_order_from
+        )
 
     async def _append_session(self, client_id: str, session: StoredSession | None) -> Flight:
         await self._ingress.ensure_topic(SESSIONS_TOPIC)
