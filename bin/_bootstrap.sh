@@ -2,7 +2,7 @@
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
 # a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
-# mosquitto server and clients, jq and nats-server (the benchmarks' peer) when missing.
+# mosquitto server and clients, jq, kcat and nats-server (the benchmarks' peer) when missing.
 #
 # Both commands install the same extras: the main job (`kafkaesque demo`) ends with a Spark step
 # and the suite tests the Spark source, and one set means neither makes the other reinstall.
@@ -148,6 +148,16 @@ _ensure_jq() {
     _apt_install jq
 }
 
+_ensure_kcat() {
+    # The Kafka protocol's tests and docs/kafka.md's walk-through run kcat (librdkafka), the
+    # Kafka user's own tool.
+    if command -v kcat >/dev/null 2>&1; then
+        return 0
+    fi
+    _log "installing kcat (a Kafka client the Kafka protocol's tests use)"
+    _apt_install kcat
+}
+
 _ensure_nats() {
     # bench/broker and bench/mqtt measure NATS JetStream (and its MQTT listener) in the same run
     # as our brokers: Debian's nats-server. Like mosquitto's, a daemon the package starts is
@@ -169,5 +179,6 @@ _ensure_packages
 _ensure_java
 _ensure_mosquitto
 _ensure_jq
+_ensure_kcat
 _ensure_nats
 export PATH="$VENV/bin:$PATH"

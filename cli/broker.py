@@ -77,6 +77,7 @@ _FLAGS = {
     "mqtt_tls_key": "mqtt_tls_key",
     "mqtt_tls_client_ca": "mqtt_tls_client_ca",
     "mqtt_ws": "mqtt_ws",
+    "kafka": "kafka",
     "mqtt_partitions": "mqtt_partitions",
     "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
@@ -206,6 +207,14 @@ def add_parser(commands: Any) -> None:
     parser.add_argument("--admin", help="host:port for /metrics")
     parser.add_argument(
         "--mqtt-listen", "--mqtt", dest="mqtt", help="host:port for MQTT devices (off if absent)"
+    )
+    parser.add_argument(
+        "--kafka-listen",
+        "--kafka",
+        dest="kafka",
+        metavar="HOST:PORT|off",
+        help="host:port for Kafka clients (docs/kafka.md; default: the client host, port + 100; "
+        "off: none)",
     )
     parser.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (docs/mqtt.md)")
     parser.add_argument(
@@ -427,6 +436,9 @@ def _listening(config: BrokerConfig, broker: Broker) -> str:
         parts.append(f"mqtt_tls={config.mqtt_tls.host}:{broker.mqtt.tls_port}")
     if broker.mqtt is not None and config.mqtt_ws is not None:
         parts.append(f"mqtt_ws={config.mqtt_ws.host}:{broker.mqtt.ws_port}")
+    kafka = config.kafka_listener
+    if broker.kafka_port is not None and kafka is not None:
+        parts.append(f"kafka={kafka.host}:{broker.kafka_port}")
     return " ".join(parts)
 
 

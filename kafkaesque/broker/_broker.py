@@ -100,6 +100,7 @@ from ._tls import (
 )
 from ._topic_admin import TopicAdmin
 from ._writes import WritePath
+from .kafka import KafkaService, KafkaWiring
 from .mqtt import MqttService, MqttWiring
 
 log = logging.getLogger("kafkaesque.broker")
@@ -275,6 +276,21 @@ class Broker:
             else None
         )
         self.mqtt_port: int | None = None
+        # The Kafka protocol listener (on unless --kafka-listen off; docs/kafka.md).
+        self.kafka = KafkaService(
+            KafkaWiring(
+                config=config,
+                metadata=self.metadata,
+                writes=self.writes,
+                reads=self.reads,
+                admin=self.admin,
+                access=self.access,
+                leader_epoch=self._leader_epoch,
+                draining=self.draining,
+                ready=self._ready.is_set,
+            )
+        )
+        self.kafka_port: int | None = None
         # The client port's protocol check and, with client_tls, its TLS (``_tls``).
         self._client_gate = ClientPortGate(self.tls.client, self.tls_refusals, self.draining)
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
@@ -316,6 +332,7 @@ class Broker:
                 nursery.start_soon(self._accept_clients, listeners)
                 if self.mqtt is not None:
                     self.mqtt_port = await nursery.start(self.mqtt.run)
+                self.kafka_port = await nursery.start(self.kafka.run)
                 if config.admin is not None:
                     admin = await trio.open_tcp_listeners(config.admin.port, host=config.admin.host)
                     self.admin_port = admin[0].socket.getsockname()[1]
@@ -358,6 +375,7 @@ class Broker:
             "mqtt": self.mqtt_port,
             "mqtt_tls": self.mqtt.tls_port if self.mqtt is not None else None,
             "mqtt_ws": self.mqtt.ws_port if self.mqtt is not None else None,
+            "kafka": self.kafka_port,
         }
         try:
             sockets = listening_sockets()
@@ -499,6 +517,7 @@ class Broker:
             mqtt_port=self.mqtt_port,
             mqtt_tls_port=self.mqtt.tls_port if self.mqtt is not None else None,
             mqtt_ws_port=self.mqtt.ws_port if self.mqtt is not None else None,
+            kafka_port=self.kafka_port,
         )
         while True:
             try:
@@ -588,6 +607,15 @@ class Broker:
             self.transport.send(peer, item)
 
     # -- forwarding -------------------------------------------------------------------------------
+
+    def _leader_epoch(self, log_id: str) -> int:
+        """The Raft term of the group's leader as known here (Kafka's leader epoch); -1 when
+        no leader is known."""
+        replica = self.raft.replicas.get(log_id)
+        if replica is not None and replica.role is Role.LEADER:
+            return replica.node.term
+        claim = self.leaders.claim(log_id)
+        return -1 if claim is None else claim.term
 
     def _read_index(self, log_id: str) -> Awaitable[int]:
         """A read barrier on ``log_id``, led here (``MultiRaft.read_index``), bounded by the

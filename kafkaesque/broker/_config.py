@@ -65,6 +65,10 @@ def format_voters(voters: Mapping[int, Address]) -> str:
     return ",".join(f"{i}@{a}" for i, a in sorted(voters.items()))
 
 
+KAFKA_PORT_OFFSET = 100
+"""The Kafka listener's default port is the client port + this (9092 -> 9192)."""
+
+
 @dataclass(frozen=True)
 class BrokerConfig:
     """Everything one broker process needs. ``validate()`` checks the whole."""
@@ -83,6 +87,10 @@ class BrokerConfig:
     mqtt_tls_key: str | None = None
     mqtt_tls_client_ca: str | None = None
     mqtt_ws: Address | None = None  # the MQTT-over-WebSocket listener (disabled when None)
+    # The Kafka protocol listener (docs/kafka.md): on by default, at the client host and the
+    # client port + KAFKA_PORT_OFFSET (``kafka_listener``), unless ``kafka_off``.
+    kafka: Address | None = None
+    kafka_off: bool = False
     mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
     # Devices' salted users, in users_file's format (None: anonymous devices).
     mqtt_users: str | None = None
@@ -202,6 +210,17 @@ class BrokerConfig:
     def client_host(self) -> str:
         return self.advertised_host or self.client.host
 
+    @property
+    def kafka_listener(self) -> Address | None:
+        """Where the Kafka protocol listens: ``kafka``, else beside the client port (port 0
+        stays 0, any free port); None when ``kafka_off``."""
+        if self.kafka_off:
+            return None
+        if self.kafka is not None:
+            return self.kafka
+        port = self.client.port + KAFKA_PORT_OFFSET if self.client.port else 0
+        return Address(self.client.host, port)
+
 
 def is_loopback(host: str) -> bool:
     """Whether listening on ``host`` keeps a port on this machine: ``localhost``, 127.0.0.0/8,
@@ -228,6 +247,7 @@ def listen_addresses(config: BrokerConfig) -> list[tuple[str, Address]]:
         ("mqtt", config.mqtt),
         ("mqtt_tls", config.mqtt_tls),
         ("mqtt_ws", config.mqtt_ws),
+        ("kafka", config.kafka_listener),
     ]
     return found + [(name, address) for name, address in optional if address is not None]
 
@@ -285,7 +305,7 @@ def open_warning(config: BrokerConfig, client_port: int) -> str | None:
     )
 
 
-_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws"}
+_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws", "kafka"}
 _VOTER_FIELDS = {"peers", "controllers"}
 
 
@@ -308,7 +328,9 @@ def config_from_mapping(raw: Mapping[str, Any]) -> BrokerConfig:
         raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        if name in _ADDRESS_FIELDS and value is not None:
+        if name == "kafka" and value == "off":
+            values["kafka_off"] = True  # (the Kafka listener is on unless told so)
+        elif name in _ADDRESS_FIELDS and value is not None:
             values[name] = value if isinstance(value, Address) else Address.parse(value, name)
         elif name in _VOTER_FIELDS and isinstance(value, str):
             values[name] = parse_voters(value, name)

@@ -78,6 +78,7 @@ class BrokerInfo:
     mqtt_port: int | None = None
     mqtt_tls_port: int | None = None
     mqtt_ws_port: int | None = None
+    kafka_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,7 @@
 """Make a documented command run against the test's cluster instead of the documented one.
 
 The docs show the default ports of ``kafkaesque cluster up`` (broker *i* listens on
-``9092 + 10*i + k``: clients k=0, Raft peers 1, controllers 2, admin/metrics 3, MQTT 4, see
+``9092 + 10*i + k``: clients k=0, Raft peers 1, controllers 2, admin/metrics 3, MQTT 4, Kafka 5, see
 ``BrokerPorts`` of local_cluster) and default data directories. The test runs its cluster on a
 free block of ports and in a temporary directory, so every command is rewritten the same way:
 
@@ -27,7 +27,7 @@ from pathlib import Path
 
 DOC_BASE_PORT = 9092
 PORTS_PER_BROKER = 10  # kafkaesque/local_cluster/_launcher.py _PORTS_PER_BROKER
-PORT_KINDS = 5  # client, peer, controller, admin, mqtt
+PORT_KINDS = 6  # client, peer, controller, admin, mqtt, kafka
 DOC_BROKERS = 3
 DOC_UPSTREAM_MQTT = 1883  # mosquitto's default port
 

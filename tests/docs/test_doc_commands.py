@@ -191,6 +191,15 @@ REGISTRY: tuple[Entry, ...] = (
         "--rules rules --converter json --dead-letter-topic readings-dlq --to-mqtt commands",
         How.BACKGROUND,
     ),
+    # docs/kafka.md: kcat against the tour's cluster (its Kafka ports are 9097 + 10 i)
+    here("kcat -b 127.0.0.1:9097 -L", " 3 brokers:"),
+    here("printf 'k1:hello\\nk2:world\\n' | kcat -b 127.0.0.1:9097 -P -t greetings -K: -z gzip"),
+    here("kcat -b 127.0.0.1:9097 -C -t greetings -e -f '%k %s\\n'", "k1 hello\n", "k2 world\n"),
+    here(
+        ".venv/bin/kafkaesque consume greetings --from-beginning --max 2 --long",
+        " k1 hello\n",
+        " k2 world\n",
+    ),
     # docs/mqtt.md
     here(
         "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -i phone-00007 -c "

@@ -1,0 +1,7 @@
+"""The Kafka protocol front of a broker (docs/kafka.md): a thin adapter over the services every
+front shares."""
+
+from ._service import KafkaService
+from ._wiring import KafkaWiring
+
+__all__ = ["KafkaService", "KafkaWiring"]

@@ -1,0 +1,364 @@
+"""The Kafka APIs served, each as a thin adapter over the broker's shared services.
+
+Rules clients depend on (shared/research/kafka-protocol.md): a Produce goes to the partition's
+leader, and any other broker answers NOT_LEADER_OR_FOLLOWER (6) so the client refreshes its
+metadata, rather than forwarding; acks=-1 waits for a Raft majority to have the batch on disk
+(our fsync-before-ack), acks=1 for the leader's own log, acks=0 gets no response. Metadata's
+leader epoch is the leader's Raft term. Fetch answers from offset ``fetch_offset`` the committed
+batches, as Kafka batches of the same offsets (``_translate``), long-polling up to ``max_wait_ms``
+until ``min_bytes`` are there; no fetch sessions (id 0: clients send full fetches), the last
+stable offset is the high watermark (no transactions). Access: the same ACLs as every other
+front (describe hides a topic from Metadata; write, read are checked per partition).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any, Final
+
+import trio
+
+from kafkaesque.protocol import (
+    INTERNAL_TOPIC_PREFIX,
+    Acks,
+    AclOperation,
+    AclResource,
+    ErrorCode,
+)
+from kafkaesque.protocol.kafka import (
+    FETCH,
+    LIST_OFFSETS,
+    METADATA,
+    PRODUCE,
+    KafkaError,
+    KafkaProtocolError,
+    KafkaRequest,
+    Message,
+    UnsupportedCompression,
+    supported_versions,
+)
+
+from .._errors import RequestError
+from .._log_ids import log_id_of
+from .._metadata_view import TopicInfo
+from .._session import Session
+from ._translate import kafka_record_set, our_batch, records_of
+from ._wiring import KafkaWiring
+
+log = logging.getLogger("kafkaesque.broker.kafka")
+
+CLUSTER_ID: Final = "kafkaesque"
+_EARLIEST: Final = -2
+_LATEST: Final = -1
+_LEADER_WAIT_S: Final = 5.0  # a topic auto-created by Metadata: how long its leaders may take
+
+_ERRORS: Final = {
+    ErrorCode.UNKNOWN_TOPIC: KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.UNKNOWN_PARTITION: KafkaError.UNKNOWN_TOPIC_OR_PARTITION,
+    ErrorCode.INVALID_TOPIC: KafkaError.INVALID_TOPIC_EXCEPTION,
+    ErrorCode.NOT_LEADER: KafkaError.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.NOT_READY: KafkaError.LEADER_NOT_AVAILABLE,
+    ErrorCode.NO_REPLICA: KafkaError.NOT_LEADER_OR_FOLLOWER,
+    ErrorCode.TIMEOUT: KafkaError.REQUEST_TIMED_OUT,
+    ErrorCode.NO_QUORUM: KafkaError.NOT_ENOUGH_REPLICAS,
+    ErrorCode.OFFSET_OUT_OF_RANGE: KafkaError.OFFSET_OUT_OF_RANGE,
+    ErrorCode.TOO_LARGE: KafkaError.MESSAGE_TOO_LARGE,
+    ErrorCode.INVALID_BATCH: KafkaError.CORRUPT_MESSAGE,
+    ErrorCode.NOT_AUTHORIZED: KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.AUTH_FAILED: KafkaError.TOPIC_AUTHORIZATION_FAILED,
+    ErrorCode.INVALID_CONFIG: KafkaError.INVALID_CONFIG,
+    ErrorCode.TOPIC_EXISTS: KafkaError.TOPIC_ALREADY_EXISTS,
+}
+
+
+def kafka_error(exc: RequestError) -> KafkaError:
+    """Kafka's code for one of our errors (retriable ones stay retriable)."""
+    return _ERRORS.get(exc.code, KafkaError.UNKNOWN_SERVER_ERROR)
+
+
+Handler = Callable[[KafkaRequest, Session], Awaitable[Message | None]]
+
+
+class KafkaHandlers:
+    """The handler of each API served (see the module docstring)."""
+
+    def __init__(self, wiring: KafkaWiring, kafka_port: Callable[[], int | None]) -> None:
+        self._w = wiring
+        self._kafka_port = kafka_port
+        self.by_key: dict[int, Handler] = {
+            18: self.api_versions,
+            METADATA.key: self.metadata,
+            PRODUCE.key: self.produce,
+            FETCH.key: self.fetch,
+            LIST_OFFSETS.key: self.list_offsets,
+        }
+
+    async def api_versions(self, request: KafkaRequest, session: Session) -> Message:
+        return {"error_code": KafkaError.NONE, "api_keys": supported_versions()}
+
+    # -- Metadata -------------------------------------------------------------------------------
+
+    async def metadata(self, request: KafkaRequest, session: Session) -> Message:
+        w = self._w
+        body = request.body
+        asked = body.get("topics")
+        view = w.metadata.view
+        if asked is None or (request.version == 0 and not asked):
+            names = w.access.visible(session, AclResource.TOPIC, sorted(view.topics))
+        else:
+            names = [t["name"] for t in asked]
+            if body.get("allow_auto_topic_creation", True):
+                await self._auto_create([n for n in names if n not in view.topics], session)
+            view = w.metadata.view
+        visible = set(w.access.visible(session, AclResource.TOPIC, view.topics))
+        topics = []
+        for name in names:
+            info = view.topics.get(name)
+            if info is None or name not in visible:
+                topics.append({"error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
+                continue
+            topics.append(self._topic(info))
+        brokers = [
+            {"node_id": b.id, "host": b.host, "port": b.kafka_port}
+            for b in sorted(view.brokers.values(), key=lambda b: b.id)
+            if b.kafka_port is not None
+        ]
+        if not brokers:  # registering: never zero brokers (librdkafka#5301)
+            here = w.config.kafka_listener
+            port = self._kafka_port()
+            if here is not None and port is not None:
+                brokers = [{"node_id": w.config.id, "host": w.config.client_host, "port": port}]
+        controller = view.controller_leader
+        return {
+            "brokers": brokers,
+            "cluster_id": CLUSTER_ID,
+            "controller_id": -1 if controller is None else controller,
+            "topics": topics,
+        }
+
+    def _topic(self, info: TopicInfo) -> Message:
+        w = self._w
+        partitions = []
+        for p, replicas in enumerate(info.replicas):
+            log_id = log_id_of(info.name, p)
+            leader = w.writes.leader_of(log_id)
+            partitions.append(
+                {
+                    "error_code": KafkaError.NONE
+                    if leader is not None
+                    else KafkaError.LEADER_NOT_AVAILABLE,
+                    "partition_index": p,
+                    "leader_id": -1 if leader is None else leader,
+                    "leader_epoch": w.leader_epoch(log_id),
+                    "replica_nodes": list(replicas),
+                    # No ISR is kept: a Raft majority commits, whichever replicas it is.
+                    "isr_nodes": list(replicas),
+                    "offline_replicas": [],
+                }
+            )
+        return {
+            "error_code": KafkaError.NONE,
+            "name": info.name,
+            "is_internal": info.name.startswith(INTERNAL_TOPIC_PREFIX),
+            "partitions": partitions,
+        }
+
+    async def _auto_create(self, names: list[str], session: Session) -> None:
+        """Create the topics a Metadata request names that do not exist, as a first publish
+        would (the broker's ``auto_create_topics``); an error leaves the topic unknown."""
+        w = self._w
+        for name in names:
+            if not w.admin.auto_creates(name):
+                continue
+            try:
+                w.access.check_operation(session, AclOperation.CREATE, AclResource.TOPIC, name)
+                with trio.move_on_after(_LEADER_WAIT_S):
+                    await w.admin.ensure_topic(name)
+            except RequestError as exc:
+                log.info("kafka: auto-creating %s: %s", name, exc.message)
+
+    # -- Produce --------------------------------------------------------------------------------
+
+    async def produce(self, request: KafkaRequest, session: Session) -> Message | None:
+        body = request.body
+        acks = body["acks"]
+        if acks not in (0, 1, -1):
+            return _produce_answer(body, lambda t, p: (KafkaError.INVALID_REQUIRED_ACKS, -1))
+        if body.get("transactional_id") is not None:
+            return _produce_answer(
+                body, lambda t, p: (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
+            )
+        results: dict[tuple[str, int], tuple[KafkaError, int]] = {}
+        mode = Acks.QUORUM if acks == -1 else Acks.LEADER
+
+        async def one(topic: str, partition: int, records: bytes | None) -> None:
+            results[topic, partition] = await self._produce_partition(
+                topic, partition, records, mode, session
+            )
+
+        async with trio.open_nursery() as nursery:
+            for t in body["topic_data"]:
+                for p in t["partition_data"]:
+                    nursery.start_soon(one, t["name"], p["index"], p["records"])
+        if acks == 0:
+            return None
+        return _produce_answer(body, lambda t, p: results[t, p])
+
+    async def _produce_partition(
+        self, topic: str, partition: int, record_set: bytes | None, acks: Acks, session: Session
+    ) -> tuple[KafkaError, int]:
+        w = self._w
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1
+        try:
+            w.access.check_operation(session, AclOperation.WRITE, AclResource.TOPIC, topic)
+        except RequestError:
+            return KafkaError.TOPIC_AUTHORIZATION_FAILED, -1
+        log_id = log_id_of(topic, partition)
+        if w.writes.leader_of(log_id) != w.config.id:
+            return KafkaError.NOT_LEADER_OR_FOLLOWER, -1
+        try:
+            records = records_of(record_set or b"")
+        except UnsupportedCompression as exc:
+            log.info("kafka: produce to %s/%d: %s", topic, partition, exc)
+            return KafkaError.UNSUPPORTED_COMPRESSION_TYPE, -1
+        except KafkaProtocolError as exc:
+            log.info("kafka: produce to %s/%d: corrupt records: %s", topic, partition, exc)
+            return KafkaError.CORRUPT_MESSAGE, -1
+        if not records:
+            return KafkaError.CORRUPT_MESSAGE, -1
+        try:
+            first, _last = await w.writes.write_as_leader(
+                log_id, our_batch(records), len(records), acks
+            )
+        except RequestError as exc:
+            return kafka_error(exc), -1
+        return KafkaError.NONE, first
+
+    # -- Fetch ----------------------------------------------------------------------------------
+
+    async def fetch(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        wanted = [
+            (t["topic"], p["partition"], p["fetch_offset"], max(0, p["partition_max_bytes"]))
+            for t in body["topics"]
+            for p in t["partitions"]
+        ]
+        answers: dict[tuple[str, int], Message] = {}
+        budget = max(1, body.get("max_bytes", 0x7FFFFFFF))
+        size = 0
+        for topic, partition, offset, limit in wanted:
+            answer = await self._fetch_partition(topic, partition, offset, limit, 0.0, session)
+            answers[topic, partition] = answer
+            size += len(answer.get("records") or b"")
+        max_wait = max(0, body["max_wait_ms"]) / 1000
+        if size < max(1, body["min_bytes"]) and max_wait > 0:
+            # Nothing (enough) yet: wait on every partition at once; the first that gets
+            # records ends the wait for all.
+            async with trio.open_nursery() as nursery:
+
+                async def wait(topic: str, partition: int, offset: int, limit: int) -> None:
+                    answer = await self._fetch_partition(
+                        topic, partition, offset, limit, max_wait, session
+                    )
+                    answers[topic, partition] = answer
+                    if answer.get("records"):
+                        nursery.cancel_scope.cancel()
+
+                for topic, partition, offset, limit in wanted:
+                    if answers[topic, partition]["error_code"] == KafkaError.NONE:
+                        nursery.start_soon(wait, topic, partition, offset, limit)
+        responses: dict[str, list[Message]] = {}
+        for topic, partition, _offset, _limit in wanted:
+            answer = answers[topic, partition]
+            records = answer.get("records")
+            if records and budget <= 0:
+                answer = {**answer, "records": b""}  # over the response's max_bytes
+            budget -= len(records or b"")
+            responses.setdefault(topic, []).append(answer)
+        return {
+            "error_code": KafkaError.NONE,
+            "session_id": 0,
+            "responses": [{"topic": t, "partitions": ps} for t, ps in responses.items()],
+        }
+
+    async def _fetch_partition(
+        self, topic: str, partition: int, offset: int, limit: int, wait_s: float, session: Session
+    ) -> Message:
+        w = self._w
+        answer: dict[str, Any] = {"partition_index": partition, "records": b""}
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        try:
+            w.access.check_operation(session, AclOperation.READ, AclResource.TOPIC, topic)
+            fetched = await w.reads.fetch(topic, partition, offset, max(limit, 1), wait_s)
+        except RequestError as exc:
+            return {**answer, "error_code": kafka_error(exc)}
+        return {
+            **answer,
+            "error_code": KafkaError.NONE,
+            "high_watermark": fetched.high_watermark,
+            "last_stable_offset": fetched.high_watermark,
+            "records": kafka_record_set(fetched.data) if fetched.data else b"",
+        }
+
+    # -- ListOffsets ----------------------------------------------------------------------------
+
+    async def list_offsets(self, request: KafkaRequest, session: Session) -> Message:
+        topics = []
+        for t in request.body["topics"]:
+            name = t["name"]
+            partitions = []
+            for p in t["partitions"]:
+                index, timestamp = p["partition_index"], p["timestamp"]
+                partitions.append(await self._offset_for(name, index, timestamp, session))
+            topics.append({"name": name, "partitions": partitions})
+        return {"topics": topics}
+
+    async def _offset_for(
+        self, topic: str, partition: int, timestamp: int, session: Session
+    ) -> Message:
+        w = self._w
+        answer: dict[str, Any] = {"partition_index": partition}
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        try:
+            w.access.check_operation(session, AclOperation.DESCRIBE, AclResource.TOPIC, topic)
+        except RequestError:
+            return {**answer, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        log_id = log_id_of(topic, partition)
+        by_time = timestamp not in (_EARLIEST, _LATEST)
+        bounds = await w.reads.leader_bounds([log_id], time_ms=timestamp if by_time else None)
+        found = bounds.get(log_id)
+        if found is None:
+            return {**answer, "error_code": KafkaError.NOT_LEADER_OR_FOLLOWER}
+        start, end = found[0], found[1]
+        if timestamp == _EARLIEST:
+            offset = start
+        elif timestamp == _LATEST:
+            offset = end
+        else:
+            offset = found[2]
+        return {
+            **answer,
+            "error_code": KafkaError.NONE,
+            "timestamp": timestamp if by_time and offset < end else -1,
+            "offset": offset if not by_time or offset < end else -1,
+            "leader_epoch": w.leader_epoch(log_id),
+        }
+
+
+def _produce_answer(body: Message, result: Callable[[str, int], tuple[KafkaError, int]]) -> Message:
+    """The Produce response: every partition of the request with its (error, base offset)."""
+    responses = []
+    for t in body["topic_data"]:
+        partitions = []
+        for p in t["partition_data"]:
+            error, base = result(t["name"], p["index"])
+            partitions.append({"index": p["index"], "error_code": error, "base_offset": base})
+        responses.append({"name": t["name"], "partition_responses": partitions})
+    return {"responses": responses}

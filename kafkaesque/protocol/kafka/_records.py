@@ -1,0 +1,307 @@
+"""Kafka's RecordBatch v2 (magic 2): decode what producers send, encode what consumers fetch.
+
+Layout (https://kafka.apache.org/documentation/#recordbatch), big-endian: baseOffset int64,
+batchLength int32 (the bytes after it), partitionLeaderEpoch int32, magic int8 = 2, crc uint32
+(CRC-32C of everything after it), attributes int16 (bits 0-2 compression: none, gzip, snappy,
+lz4, zstd; bit 3 log-append time; bit 4 transactional; bit 5 control), lastOffsetDelta int32,
+baseTimestamp int64, maxTimestamp int64, producerId int64, producerEpoch int16, baseSequence
+int32, then the record count int32 and the records (compressed together when compressed). A
+record: varint length, int8 attributes, varlong timestamp delta, varint offset delta, varint
+key length and key (-1: null), varint value length and value, varint header count, each a
+varint-length UTF-8 key and a varint-length value (-1: null).
+
+Compression: gzip (the standard library), snappy, lz4 and zstd (``cramjam``); a batch in an
+unknown codec gets ``UnsupportedCompression``. Fetch responses are written uncompressed.
+
+Pure; a malformed batch raises ``KafkaProtocolError``.
+"""
+
+from __future__ import annotations
+
+import gzip
+import struct
+import zlib
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import Final
+
+import cramjam
+from crc32c import crc32c
+
+from ._wire import KafkaProtocolError, Reader, Writer, encode_uvarint, encode_varint
+
+_HEAD: Final = struct.Struct(">qiibIhiqqqhii")
+HEAD_SIZE: Final = _HEAD.size  # 61
+_CRC_POS: Final = 17
+_ATTRIBUTES_POS: Final = 21
+MAGIC: Final = 2
+COMPRESSION_MASK: Final = 0x07
+TRANSACTIONAL: Final = 0x10
+CONTROL: Final = 0x20
+CONTROL_KEY: Final = struct.Struct(">hh")
+RAFT_CONTROL_TYPE: Final = 0x7FFF
+"""The control record type of Raft's own entries (a leader's no-op, a membership change): a
+type no Kafka client knows, which they skip as they skip every control batch (Java's
+ControlRecordType.UNKNOWN, librdkafka's "unsupported control record")."""
+
+
+class UnsupportedCompression(KafkaProtocolError):
+    """A batch compressed with a codec this broker cannot read (Kafka error 76)."""
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaRecord:
+    """One record: ``offset_delta`` from the batch's base offset, ``timestamp`` absolute."""
+
+    offset_delta: int
+    timestamp: int
+    key: bytes | None
+    value: bytes | None
+    headers: tuple[tuple[str, bytes | None], ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaBatch:
+    """A decoded RecordBatch v2."""
+
+    base_offset: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    records: tuple[KafkaRecord, ...]
+
+    @property
+    def control(self) -> bool:
+        return bool(self.attributes & CONTROL)
+
+    @property
+    def transactional(self) -> bool:
+        return bool(self.attributes & TRANSACTIONAL)
+
+
+def _snappy_decompress(data: bytes) -> bytes:
+    """Raw snappy (librdkafka), or the xerial framing Kafka's Java client writes: a 16-byte
+    header, then blocks of an int32 size and raw snappy."""
+    if not data.startswith(_XERIAL):
+        return bytes(cramjam.snappy.decompress_raw(data))
+    out = bytearray()
+    pos = 16
+    while pos < len(data):
+        if pos + 4 > len(data):
+            raise KafkaProtocolError("truncated xerial snappy block")
+        (size,) = struct.unpack_from(">i", data, pos)
+        if size < 0 or pos + 4 + size > len(data):
+            raise KafkaProtocolError(f"xerial snappy block of {size} bytes does not fit")
+        out += cramjam.snappy.decompress_raw(data[pos + 4 : pos + 4 + size])
+        pos += 4 + size
+    return bytes(out)
+
+
+_XERIAL: Final = b"\x82SNAPPY\x00"
+
+
+def _lz4_decompress(data: bytes) -> bytes:
+    return bytes(cramjam.lz4.decompress(data))  # the LZ4 frame format (KIP-57)
+
+
+def _zstd_decompress(data: bytes) -> bytes:
+    return bytes(cramjam.zstd.decompress(data))
+
+
+_DECOMPRESS: Final[dict[int, Callable[[bytes], bytes]]] = {
+    1: gzip.decompress,
+    2: _snappy_decompress,
+    3: _lz4_decompress,
+    4: _zstd_decompress,
+}
+_CODECS: Final = {0: "none", 1: "gzip", 2: "snappy", 3: "lz4", 4: "zstd"}
+
+
+def iter_batches(data: bytes | memoryview) -> Iterator[KafkaBatch]:
+    """The batches of a Produce request's record set, in order."""
+    view = memoryview(data)
+    pos = 0
+    while pos < len(view):
+        if len(view) - pos < HEAD_SIZE:
+            raise KafkaProtocolError(f"truncated batch header at {pos}")
+        (length,) = struct.unpack_from(">i", view, pos + 8)
+        size = 12 + length
+        if length < HEAD_SIZE - 12 or pos + size > len(view):
+            raise KafkaProtocolError(f"batch length {length} at {pos} does not fit")
+        yield decode_batch(view[pos : pos + size])
+        pos += size
+
+
+def decode_batch(batch: bytes | memoryview) -> KafkaBatch:
+    """One whole batch: header checked (magic, CRC-32C, counts), records decoded."""
+    (
+        base_offset,
+        _length,
+        _epoch,
+        magic,
+        crc,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        count,
+    ) = _HEAD.unpack_from(batch, 0)
+    if magic != MAGIC:
+        raise KafkaProtocolError(f"record batch magic {magic}: only v2 (magic 2) is accepted")
+    if crc32c(batch[_ATTRIBUTES_POS:]) != crc:
+        raise KafkaProtocolError("record batch CRC mismatch")
+    if count < 0 or last_delta < 0 or count > last_delta + 1:
+        raise KafkaProtocolError(f"record count {count} contradicts the offset span {last_delta}")
+    body = bytes(batch[HEAD_SIZE:])
+    codec = attributes & COMPRESSION_MASK
+    if codec:
+        decompress = _DECOMPRESS.get(codec)
+        if decompress is None:
+            raise UnsupportedCompression(f"unknown compression codec {codec}")
+        try:
+            body = decompress(body)
+        except (OSError, EOFError, ValueError, zlib.error, cramjam.DecompressionError) as exc:
+            raise KafkaProtocolError(f"{_CODECS[codec]} body does not decompress: {exc}") from None
+    reader = Reader(body)
+    records = tuple(_read_record(reader, base_ts) for _ in range(count))
+    if reader.remaining():
+        raise KafkaProtocolError(f"{reader.remaining()} bytes after the batch's {count} records")
+    return KafkaBatch(
+        base_offset,
+        attributes,
+        last_delta,
+        base_ts,
+        max_ts,
+        producer_id,
+        producer_epoch,
+        base_sequence,
+        records,
+    )
+
+
+def _read_record(r: Reader, base_ts: int) -> KafkaRecord:
+    length = r.varint()
+    if length < 0 or length > r.remaining():
+        raise KafkaProtocolError(f"record length {length} with {r.remaining()} bytes left")
+    end = r.pos + length
+    r.int8()  # attributes: unused
+    timestamp = base_ts + r.varint()
+    delta = r.varint()
+    key = _varbytes(r)
+    value = _varbytes(r)
+    count = r.varint()
+    if count < 0 or count > r.remaining():
+        raise KafkaProtocolError(f"header count {count}")
+    headers = []
+    for _ in range(count):
+        name = _varbytes(r)
+        if name is None:
+            raise KafkaProtocolError("a header key is null")
+        try:
+            headers.append((name.decode(), _varbytes(r)))
+        except UnicodeDecodeError:
+            raise KafkaProtocolError("a header key is not UTF-8") from None
+    if r.pos != end:
+        raise KafkaProtocolError("a record's length does not match its fields")
+    return KafkaRecord(delta, timestamp, key, value, tuple(headers))
+
+
+def _varbytes(r: Reader) -> bytes | None:
+    size = r.varint()
+    if size == -1:
+        return None
+    if size < -1:
+        raise KafkaProtocolError(f"length {size}")
+    return bytes(r.raw(size))
+
+
+def encode_batch(
+    base_offset: int,
+    records: Sequence[KafkaRecord],
+    *,
+    last_offset_delta: int,
+    leader_epoch: int = -1,
+    attributes: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """An uncompressed RecordBatch v2 of ``records`` (their deltas and timestamps as given)."""
+    base_ts = min((r.timestamp for r in records), default=-1)
+    max_ts = max((r.timestamp for r in records), default=-1)
+    body = Writer()
+    for record in records:
+        _write_record(body, record, base_ts)
+    head = bytearray(
+        _HEAD.pack(
+            base_offset,
+            HEAD_SIZE - 12 + len(body.buf),
+            leader_epoch,
+            MAGIC,
+            0,
+            attributes & ~COMPRESSION_MASK,
+            last_offset_delta,
+            base_ts,
+            max_ts,
+            producer_id,
+            producer_epoch,
+            base_sequence,
+            len(records),
+        )
+    )
+    crc = crc32c(body.buf, crc32c(head[_ATTRIBUTES_POS:]))
+    struct.pack_into(">I", head, _CRC_POS, crc)
+    return bytes(head + body.buf)
+
+
+def _write_record(w: Writer, record: KafkaRecord, base_ts: int) -> None:
+    inner = bytearray(b"\x00")  # attributes
+    inner += encode_varint(record.timestamp - base_ts)
+    inner += encode_varint(record.offset_delta)
+    _put_varbytes(inner, record.key)
+    _put_varbytes(inner, record.value)
+    inner += encode_varint(len(record.headers))
+    for name, value in record.headers:
+        _put_varbytes(inner, name.encode())
+        _put_varbytes(inner, value)
+    w.raw(encode_varint(len(inner)))
+    w.raw(inner)
+
+
+def _put_varbytes(out: bytearray, data: bytes | None) -> None:
+    if data is None:
+        out += encode_varint(-1)
+    else:
+        out += encode_varint(len(data))
+        out += data
+
+
+def control_batch(base_offset: int, last_offset_delta: int, timestamp: int, epoch: int) -> bytes:
+    """A control batch standing for one of Raft's own entries over its offsets."""
+    record = KafkaRecord(0, timestamp, CONTROL_KEY.pack(0, RAFT_CONTROL_TYPE), b"")
+    return encode_batch(
+        base_offset,
+        [record],
+        last_offset_delta=last_offset_delta,
+        leader_epoch=epoch,
+        attributes=CONTROL,
+    )
+
+
+__all__ = [
+    "KafkaBatch",
+    "KafkaRecord",
+    "UnsupportedCompression",
+    "control_batch",
+    "decode_batch",
+    "encode_batch",
+    "encode_uvarint",
+    "iter_batches",
+]

@@ -1,0 +1,264 @@
+"""The Kafka protocol on a real 3-broker cluster, judged by Kafka's own clients: kcat (Debian's,
+librdkafka 2.0.2) and confluent-kafka (a current librdkafka). Records cross between the Kafka
+front and our own protocol exactly; a produce to a non-leader is refused as Kafka refuses it;
+garbage frames close one connection and harm nothing else."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import socket
+import struct
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from kafkaesque.client import Client, Producer
+from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol.kafka import (
+    API_VERSIONS,
+    PRODUCE,
+    KafkaError,
+    KafkaRecord,
+    decode_response,
+    encode_batch,
+    encode_request,
+)
+
+from .mqtt_helpers import read_topic
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(str(tmp_path_factory.mktemp("kafka-front")), 3) as c:
+        c.wait_ready()
+        yield c
+
+
+def create_topic(cluster: LocalCluster, name: str, partitions: int = 3) -> None:
+    with Client(cluster.bootstrap) as client:
+        client.create_topic(name, partitions, 3)
+
+
+def kcat(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
+    result = subprocess.run(
+        ["kcat", "-b", cluster.kafka_bootstrap, *args],
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert result.returncode == 0, result.stderr
+    return result.stdout
+
+
+def test_kcat_lists_the_brokers_and_topics_with_their_leaders(cluster: LocalCluster) -> None:
+    create_topic(cluster, "kf-list", 4)
+    listing = json.loads(kcat(cluster, "-L", "-J"))
+    assert sorted((b["id"], b["name"]) for b in listing["brokers"]) == [
+        (i, f"127.0.0.1:{cluster.kafka_address(i)[1]}") for i in range(3)
+    ]
+    [topic] = [t for t in listing["topics"] if t["topic"] == "kf-list"]
+    assert [p["partition"] for p in topic["partitions"]] == [0, 1, 2, 3]
+    assert all(p["leader"] in (0, 1, 2) and len(p["replicas"]) == 3 for p in topic["partitions"])
+
+
+@pytest.mark.parametrize("codec", ["none", "gzip", "snappy", "lz4", "zstd"])
+def test_kcat_produces_and_consumes_keys_headers_and_each_codec(
+    cluster: LocalCluster, codec: str
+) -> None:
+    topic = f"kf-codec-{codec}"
+    create_topic(cluster, topic)
+    lines = "".join(f"key{i}:value-{codec}-{i}\n" for i in range(20))
+    kcat(cluster, "-P", "-t", topic, "-K:", "-z", codec, "-H", "origin=kcat", stdin=lines)
+    out = kcat(cluster, "-C", "-t", topic, "-e", "-J")
+    got = [json.loads(line) for line in out.splitlines()]
+    assert sorted((m["key"], m["payload"]) for m in got) == sorted(
+        (f"key{i}", f"value-{codec}-{i}") for i in range(20)
+    )
+    assert all(m["headers"] == ["origin", "kcat"] for m in got)
+    # The same records through our own protocol: keys, values and headers as sent.
+    ours = read_topic(cluster.bootstrap, topic)
+    assert sorted((r.key, r.value) for r in ours) == sorted(
+        (b"key%d" % i, b"value-%s-%d" % (codec.encode(), i)) for i in range(20)
+    )
+    assert all(r.headers == (("origin", b"kcat"),) for r in ours)
+
+
+def confluent_consume(cluster: LocalCluster, topic: str, count: int) -> list[Any]:
+    consumer = confluent_kafka.Consumer(
+        {
+            "bootstrap.servers": cluster.kafka_bootstrap,
+            "group.id": "unused",
+            "enable.auto.commit": False,
+        }
+    )
+    try:
+        metadata = consumer.list_topics(topic, timeout=20)
+        partitions = sorted(metadata.topics[topic].partitions)
+        consumer.assign(
+            [
+                confluent_kafka.TopicPartition(topic, p, confluent_kafka.OFFSET_BEGINNING)
+                for p in partitions
+            ]
+        )
+        got: list[Any] = []
+        for _ in range(200):
+            if len(got) >= count:
+                break
+            message = consumer.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append(message)
+        return got
+    finally:
+        consumer.close()
+
+
+def test_confluent_kafka_produces_with_acks_all_and_reads_back_exactly(
+    cluster: LocalCluster,
+) -> None:
+    topic = "kf-confluent"
+    create_topic(cluster, topic)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "acks": "all", "linger.ms": 5}
+    )
+    reports: list[Any] = []
+    sent = [
+        (None, b"no key"),
+        (b"k1", None),  # a null value (a tombstone)
+        (b"k2", b""),
+        (b"k3", b"x" * 10_000),
+    ]
+    for key, value in sent:
+        producer.produce(
+            topic,
+            value,
+            key,
+            headers=[("h", b"1")],
+            on_delivery=lambda e, m: reports.append((e, m)),
+        )
+    assert producer.flush(30) == 0
+    assert all(error is None for error, _ in reports), reports
+    assert all(m.offset() >= 0 for _, m in reports)
+    got = confluent_consume(cluster, topic, len(sent))
+    assert sorted((m.key() or b"", m.value() or b"-") for m in got) == sorted(
+        (k or b"", b"-" if v is None else v or b"-") for k, v in sent
+    )
+    assert {(m.partition(), m.offset()) for m in got} == {
+        (m.partition(), m.offset()) for _, m in reports
+    }
+    assert all(m.headers() == [("h", b"1")] for m in got)
+
+
+def test_records_written_by_our_protocol_are_read_exactly_by_confluent_kafka(
+    cluster: LocalCluster,
+) -> None:
+    topic = "kf-ours"
+    create_topic(cluster, topic)
+    with Client(cluster.bootstrap) as client, Producer(client) as producer:
+        futures = [
+            producer.send(topic, b"value-%d" % i, key=b"key-%d" % i, headers=(("n", b"%d" % i),))
+            for i in range(30)
+        ]
+        written = [f.get(30) for f in futures]
+    got = confluent_consume(cluster, topic, 30)
+    assert sorted((m.key(), m.value(), tuple(m.headers())) for m in got) == sorted(
+        (b"key-%d" % i, b"value-%d" % i, (("n", b"%d" % i),)) for i in range(30)
+    )
+    assert sorted((m.partition(), m.offset()) for m in got) == sorted(
+        (w.partition, w.offset) for w in written
+    )
+    low, high = _watermarks(cluster, topic, got[0].partition())
+    assert 0 <= low < high
+
+
+def _watermarks(cluster: LocalCluster, topic: str, partition: int) -> tuple[int, int]:
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "group.id": "w"}
+    )
+    try:
+        low, high = consumer.get_watermark_offsets(
+            confluent_kafka.TopicPartition(topic, partition), timeout=20
+        )
+        return int(low), int(high)
+    finally:
+        consumer.close()
+
+
+def request(address: tuple[str, int], frame: bytes) -> bytes:
+    """Send one request frame; the response frame (without its size)."""
+    with socket.create_connection(address, timeout=20) as sock:
+        sock.sendall(frame)
+        size = struct.unpack(">i", _exactly(sock, 4))[0]
+        return _exactly(sock, size)
+
+
+def _exactly(sock: socket.socket, n: int) -> bytes:
+    data = b""
+    while len(data) < n:
+        chunk = sock.recv(n - len(data))
+        assert chunk, "the broker closed the connection"
+        data += chunk
+    return data
+
+
+def test_a_produce_to_a_broker_that_does_not_lead_the_partition_is_refused_with_6(
+    cluster: LocalCluster,
+) -> None:
+    topic = "kf-leader"
+    create_topic(cluster, topic, 1)
+    listing = json.loads(kcat(cluster, "-L", "-J", "-t", topic))
+    leader = listing["topics"][0]["partitions"][0]["leader"]
+    other = (leader + 1) % 3
+    batch = encode_batch(0, [KafkaRecord(0, 1, None, b"v")], last_offset_delta=0)
+    body = {
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    for broker, expected in ((other, KafkaError.NOT_LEADER_OR_FOLLOWER), (leader, KafkaError.NONE)):
+        frame = request(cluster.kafka_address(broker), encode_request(PRODUCE, 7, 1, "t", body))
+        _, answer = decode_response(PRODUCE, 7, frame)
+        [partition] = answer["responses"][0]["partition_responses"]
+        assert partition["error_code"] == expected, (broker, partition)
+
+
+@settings(
+    max_examples=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.function_scoped_fixture],
+)
+@given(
+    st.one_of(
+        st.binary(max_size=64),
+        st.tuples(st.integers(-5, 40), st.integers(-3, 20), st.binary(max_size=40)).map(
+            lambda t: struct.pack(">hhi", t[0], t[1], 1) + t[2]
+        ),
+    ),
+    st.integers(-10, 1 << 31),
+)
+def test_garbage_frames_close_one_connection_and_harm_nothing_else(
+    cluster: LocalCluster, payload: bytes, size: int
+) -> None:
+    address = cluster.kafka_address(0)
+    with socket.create_connection(address, timeout=10) as sock:
+        sock.sendall(struct.pack(">i", size & 0x7FFFFFFF if size >= 0 else size) + payload)
+        sock.shutdown(socket.SHUT_WR)
+        sock.settimeout(10)
+        try:
+            while sock.recv(65536):
+                pass  # an answer (a frame that parsed), then the close
+        except ConnectionResetError:
+            pass
+    frame = request(address, encode_request(API_VERSIONS, 2, 5, "after", {}))
+    correlation_id, body = decode_response(API_VERSIONS, 2, frame)
+    assert correlation_id == 5 and body["error_code"] == KafkaError.NONE
