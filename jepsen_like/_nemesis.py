@@ -39,12 +39,22 @@ Kinds (``NEMESES``):
   METADATA. Permanent: stop heals nothing (but starts a broker left down). Each one uses a
   spare placed at the start of the run (``DECOMMISSION_SPARES`` of them); once they are used
   up, it finds nothing to do.
+* ``power-loss``: the power goes (``_powerloss``: every broker's data directory is an ext4 image
+  on a loop device; a cut is SIGKILL, then the disk replaced by what it held at that instant, so
+  every write not fsynced is lost, directory entries included). One shape at random: ``one``
+  broker; ``all`` of them at once (every disk, a broker already down included); or Jepsen's NATS
+  choreographies, ``pause-kill`` and ``part-kill``: starve a minority of writes (SIGSTOP, or a
+  partition), power-fail one member of the majority and start it again, then let the starved
+  minority back and take the rest of the majority away (SIGSTOP, or a partition), so that the
+  crashed node and the starved ones form the new majority. Healed at stop (brokers started,
+  resumed, the network healed).
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -55,6 +65,7 @@ from kafkaesque.client import AsyncClient, KafkaesqueError
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
+from ._powerloss import PowerLossDisks, PowerLossError
 from ._proxy import ProxyLayer
 from ._workload import Recorder
 from .history import Nemesis, NemesisPhase
@@ -72,6 +83,7 @@ NEMESES: tuple[str, ...] = (
     "membership",
     "rolling-restart",
     "decommission",
+    "power-loss",
 )
 PROCESS = "nemesis"
 DECOMMISSION_SPARES = 3
@@ -120,6 +132,10 @@ class NemesisContext:
     moved: dict[int, list[int]] = field(default_factory=dict)  # partition -> replicas before
     # The membership nemesis admits one spare, once; decommission uses the others.
     membership_added: bool = False
+    # The disk images of a power-loss run (None: the brokers' disks are the host's).
+    disks: PowerLossDisks | None = None
+    # Power losses made, by shape, and in all, broker by broker ("nodes").
+    power_losses: Counter[str] = field(default_factory=Counter)
 
 
 Action = Callable[[NemesisContext], Awaitable[tuple[str, ...]]]
@@ -448,6 +464,86 @@ async def _start_decommission(ctx: NemesisContext) -> tuple[str, ...]:
     return _names([new, leaving])
 
 
+POWER_LOSS_SHAPES = ("one", "one", "one", "all", "all", "pause-kill", "part-kill")
+"""Drawn with equal chance each: a single broker most often, the whole cluster often, the NATS
+choreographies (which need three brokers) less."""
+STARVE_S = (2.0, 4.0)
+"""How long the minority is starved of writes before a member of the majority loses power."""
+
+
+async def _power_off(ctx: NemesisContext, nodes: list[int]) -> None:
+    """SIGKILL ``nodes`` (those running) and cut their disks' power; they are ``dead`` then."""
+    disks = ctx.disks
+    if disks is None:
+        raise NothingToDo("no disk images: power-loss needs root")
+    _kill(ctx, nodes)  # every process first: a whole-cluster loss is one instant for all
+    for n in nodes:
+        disk = disks.disks[n]
+        try:
+            attempts = await trio.to_thread.run_sync(disk.power_cut)
+        except (PowerLossError, OSError) as exc:
+            raise ClusterFault(f"power cut of n{n} failed: {exc}") from exc
+        ctx.power_losses["nodes"] += 1
+        ctx.log.extend(disk.log)
+        disk.log.clear()
+        ctx.log.append(f"power-loss n{n}: disk cut (copy {attempts}), generation {disk.generation}")
+
+
+async def _start_power_loss(ctx: NemesisContext) -> tuple[str, ...]:
+    members = list(ctx.cluster.members)
+    shapes = [s for s in POWER_LOSS_SHAPES if len(members) >= 3 or not s.endswith("-kill")]
+    shape = ctx.rng.choice(shapes)
+    if shape == "all":
+        await _power_off(ctx, members)  # a broker already down loses its disk's cache too
+        ctx.power_losses["all"] += 1
+        ctx.log.append(f"power-loss all: {_show(members)}")
+        return _names(members)
+    up = [m for m in ctx.cluster.alive() if m not in ctx.cluster.paused]
+    if shape == "one" or len(up) < len(members):
+        if not up:
+            raise NothingToDo("no broker runs")
+        node = ctx.rng.choice(up)
+        await _power_off(ctx, [node])
+        ctx.power_losses["one"] += 1
+        return _names([node])
+    # NATS (jepsen-io/nats nemesis.clj pause-kill / part-kill): starve a minority, power-fail
+    # one member of the majority, then a new majority: the crashed node and the starved ones.
+    ctx.rng.shuffle(members)
+    k = (len(members) - 1) // 2
+    minority, majority = members[:k], members[k:]
+    crashed, rest = majority[0], majority[1:]
+    pause = shape == "pause-kill"
+    if pause:
+        for m in minority:
+            ctx.cluster.pause(m)
+    else:
+        _cut_between(ctx, minority, majority)
+    await trio.sleep(ctx.rng.uniform(*STARVE_S))
+    await _power_off(ctx, [crashed])
+    ctx.cluster.start(crashed)
+    ctx.dead.discard(crashed)
+    if pause:
+        for m in minority:
+            ctx.cluster.resume(m)
+        for r in rest:
+            ctx.cluster.pause(r)
+    else:
+        ctx.network.heal()
+        _cut_between(ctx, [*minority, crashed], rest)
+    ctx.power_losses[shape] += 1
+    ctx.log.append(
+        f"power-loss {shape}: starved {_show(minority)}, n{crashed} power-failed and restarted, "
+        f"then {'paused' if pause else 'cut off'} {_show(rest)}"
+    )
+    return _names(members)
+
+
+async def _stop_power_loss(ctx: NemesisContext) -> tuple[str, ...]:
+    ctx.network.heal()
+    resumed = await _stop_pause(ctx)
+    return tuple(sorted(set(resumed) | set(_restart(ctx))))
+
+
 FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     # kind: (start, stop, (min, max) seconds held)
     "kill-leader": (_start_kill_leader, _stop_restart, (2.0, 8.0)),
@@ -464,6 +560,7 @@ FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     # left down (one that did not come back, or was stopped for BUSY and not removed).
     "rolling-restart": (_start_rolling_restart, _stop_restart, (0.5, 2.0)),
     "decommission": (_start_decommission, _stop_restart, (0.5, 2.0)),
+    "power-loss": (_start_power_loss, _stop_power_loss, (1.0, 6.0)),
 }
 
 

@@ -16,6 +16,12 @@ loopback mode a partition cuts the Raft traffic but not the controller's.
 ``secure`` (``kafkaesque jepsen --secure``): the same run with TLS on the brokers' client, peer
 (mutual) and admin ports, a SCRAM user that every client authenticates as, and a random cluster
 secret (``_secure``); the proxies carry the peers' TLS bytes unchanged.
+
+``power-loss`` among the nemeses (root only): every broker's data directory (``data/<id>``) is an
+ext4 image (``images/``) mounted through a loop device, and writeback is held back for the run
+(``_powerloss``); the broker logs stay on the host's disk. The images are unmounted, and the
+writeback settings restored, before ``run`` returns, also when it fails; the images stay for a
+post-mortem (mount one with ``mount -o loop``).
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from ._nemesis import (
     run_nemesis,
 )
 from ._netns import NetnsNetwork, netns_available
+from ._powerloss import PowerLossDisks, WritebackHold, power_loss_available
 from ._proxy import ProxyLayer
 from ._report import write_report
 from ._secure import SecureSetup
@@ -87,6 +94,7 @@ class RunOptions:
     seed: int | None = None
     recovery_s: float = 10.0  # after healing, before the final read
     secure: bool = False  # TLS, SCRAM and a random cluster secret (see the module docstring)
+    fsync: str | None = None  # the brokers' --fsync (None: their default, always)
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
 
     def validate(self) -> RunOptions:
@@ -99,6 +107,10 @@ class RunOptions:
             raise JepsenError("--network is auto, netns or loopback")
         if self.network == "netns" and not netns_available():
             raise JepsenError("network namespaces need root and iproute2")
+        if self.fsync not in (None, "always", "interval", "never"):
+            raise JepsenError("--fsync is always, interval or never")
+        if "power-loss" in self.nemeses and (why := power_loss_available()) is not None:
+            raise JepsenError(why)
         return self
 
 
@@ -112,6 +124,9 @@ class RunOutcome:
     report: str
     network: str
     nemesis_log: tuple[str, ...]
+    power_losses: dict[str, int] = field(default_factory=dict)
+    """Power losses by shape (``one``, ``all``, ``pause-kill``, ``part-kill``) and broker by
+    broker (``nodes``); empty without the power-loss nemesis."""
 
 
 def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcome:
@@ -135,22 +150,30 @@ def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcom
     with ExitStack() as stack:
         total = options.nodes + _spares(options)
         net = stack.enter_context(NetnsNetwork(total)) if use_netns else None
+        disks: PowerLossDisks | None = None
+        if "power-loss" in options.nemeses:
+            stack.enter_context(WritebackHold())
+            disks = stack.enter_context(PowerLossDisks(os.path.join(run_dir, "images")))
+            for i in range(total):
+                disks.add(i, os.path.join(run_dir, "data", str(i)))
+            say(f"power-loss: {total} ext4 images on loop devices, writeback held back")
         writer = stack.enter_context(HistoryWriter(history_path))
         try:
-            log = trio.run(_run, options, run_dir, net, writer, seed, say)
+            log, power_losses = trio.run(_run, options, run_dir, net, disks, writer, seed, say)
         except* ClusterFault as group:
             first = group.exceptions[0]
             raise JepsenError(f"{first} (run directory {run_dir})") from None
     result = check_file(history_path)
     report = write_report(run_dir, history_path, result, options_text(options, mode, seed), log)
-    return RunOutcome(result, run_dir, history_path, report, mode, tuple(log))
+    return RunOutcome(result, run_dir, history_path, report, mode, tuple(log), power_losses)
 
 
 def options_text(options: RunOptions, mode: str, seed: int) -> str:
     return (
         f"nodes={options.nodes} time={options.time_s:.0f}s network={mode} seed={seed} "
         f"nemeses={','.join(options.nemeses) or 'none'} interval={options.interval_s}s "
-        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit} secure={options.secure}"
+        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit} secure={options.secure} "
+        f"fsync={options.fsync or 'always'}"
     )
 
 
@@ -158,10 +181,11 @@ async def _run(
     options: RunOptions,
     run_dir: str,
     net: NetnsNetwork | None,
+    disks: PowerLossDisks | None,
     writer: HistoryWriter,
     seed: int,
     say: Callable[[str], None],
-) -> list[str]:
+) -> tuple[list[str], dict[str, int]]:
     n = options.nodes
     total = n + _spares(options)
     want_proxies = net is None or bool({"latency", "loss"} & set(options.nemeses))
@@ -194,6 +218,7 @@ async def _run(
             spares=list(range(n, total)),
             unsafe_ack_before_commit=options.unsafe_ack_before_commit,
             security=security,
+            fsync=options.fsync,
         )
         network = Network(
             net.cut if net else None,
@@ -202,7 +227,7 @@ async def _run(
         )
         ctx = NemesisContext(
             cluster, network, options.workload.topic, options.workload.partitions,
-            random.Random(seed),
+            random.Random(seed), disks=disks,
         )  # fmt: skip
         try:
             for i in range(n):
@@ -247,7 +272,7 @@ async def _run(
         finally:
             cluster.stop_all()
             services.cancel_scope.cancel()
-    return ctx.log
+    return ctx.log, dict(ctx.power_losses)
 
 
 def _spares(options: RunOptions) -> int:
