@@ -36,9 +36,11 @@ from dataclasses import dataclass, field
 
 import trio
 
+from kafkaesque.client import KafkaesqueError
 from kafkaesque.local_cluster import free_ports
 
 from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
+from ._disk_states import read_raft_states
 from ._nemesis import (
     DECOMMISSION_SPARES,
     NEMESES,
@@ -62,7 +64,14 @@ from ._workload import (
     replica_reads,
 )
 from .checker import CheckResult, check_file
-from .history import HistoryWriter
+from .history import (
+    CreateTopic,
+    HardStates,
+    HistoryWriter,
+    Leaders,
+    MetadataSeen,
+    TopicPartition,
+)
 
 __all__ = [
     "NEMESES",
@@ -73,6 +82,8 @@ __all__ = [
     "run",
 ]
 
+LEADER_WAIT_S = 30.0
+"""How long after every broker is back a partition may go without a leader (``leaderless``)."""
 _NETNS_PORTS = (9092, 9093, 9094, 9095)  # client, peer, controller, admin: one set a namespace
 
 
@@ -229,6 +240,7 @@ async def _run(
             cluster, network, options.workload.topic, options.workload.partitions,
             random.Random(seed), disks=disks,
         )  # fmt: skip
+        rec = Recorder(writer)
         try:
             for i in range(n):
                 cluster.start(i)
@@ -237,7 +249,9 @@ async def _run(
                 options.workload.topic, options.workload.partitions, min(3, n)
             )
             say(f"cluster of {n} ready; running {options.time_s:.0f} s")
-            rec = Recorder(writer)
+            created = CreateTopic(options.workload.topic, options.workload.partitions)
+            rec.record("invoke", "admin", created)  # done above: its ok is the controller's
+            rec.record("ok", "admin", created)
             await _workloads(rec, cluster, ctx, options)
             say("healing and reading everything back")
             await heal_everything(ctx)
@@ -248,6 +262,8 @@ async def _run(
                 # finding, not a harness failure: read what the others have, and report it.
                 ctx.log.append(f"after healing: {exc}")
                 say(f"after healing: {exc}")
+            await _wait_leaders(rec, cluster, options.workload)
+            await _record_metadata(rec, cluster)
             await trio.sleep(options.recovery_s)
             bootstrap = cluster.bootstrap
             topic = options.workload.topic
@@ -272,7 +288,50 @@ async def _run(
         finally:
             cluster.stop_all()
             services.cancel_scope.cancel()
+            _record_end_states(rec, cluster)
     return ctx.log, dict(ctx.power_losses)
+
+
+async def _wait_leaders(rec: Recorder, cluster: JepsenCluster, w: WorkloadOptions) -> None:
+    """Every broker is back: record which partitions still have no leader after
+    ``LEADER_WAIT_S`` of asking (``leaderless``: a power loss can leave two replicas of a
+    partition unable to vote, and the partition without a leader for good)."""
+    t0 = trio.current_time()
+    missing = list(range(w.partitions))
+    while True:
+        try:
+            led = await cluster.leaders(w.topic)
+        except (ClusterFault, OSError, trio.TooSlowError):
+            led = {}
+        missing = [p for p in range(w.partitions) if p not in led]
+        if not missing or trio.current_time() - t0 >= LEADER_WAIT_S:
+            break
+        await trio.sleep(0.5)
+    waited = round(trio.current_time() - t0, 3)
+    leaderless = tuple(TopicPartition(w.topic, p) for p in missing)
+    rec.record("ok", "harness", Leaders(waited, leaderless))
+
+
+async def _record_metadata(rec: Recorder, cluster: JepsenCluster) -> None:
+    """Record every running broker's METADATA (topics and partition counts) once all are back:
+    a topic acknowledged earlier must be in each (``metadata_regression``)."""
+    for node in cluster.alive():
+        try:
+            metadata = await cluster.ask(node, lambda c: c.refresh_metadata(), 5.0)
+        except (KafkaesqueError, OSError, trio.TooSlowError):
+            continue  # no answer proves nothing
+        topics = tuple(sorted((t, len(rows)) for t, rows in metadata.partitions.items()))
+        rec.record("ok", "harness", MetadataSeen(topics), f"n{node}")
+
+
+def _record_end_states(rec: Recorder, cluster: JepsenCluster) -> None:
+    """Record every broker's terms and votes from its disk once all are stopped (the last
+    observation of each for ``double_vote``)."""
+    for node in sorted({*cluster.members, *cluster.retired}):
+        broker_dir = os.path.join(cluster.data_dir, str(node))
+        if os.path.isdir(broker_dir):
+            states, _ = read_raft_states(broker_dir)
+            rec.record("ok", "disk", HardStates("end", states), f"n{node}")
 
 
 def _spares(options: RunOptions) -> int:
