@@ -13,7 +13,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kafkaesque.jepsen_like.runner import NEMESES, JepsenError, RunOptions, WorkloadOptions, run
+from kafkaesque.jepsen_like.runner import (
+    NEMESES,
+    JepsenError,
+    RunOptions,
+    WorkloadOptions,
+    power_loss_available,
+    run,
+)
 
 __all__ = ["JepsenError", "add_parser", "run_jepsen"]
 
@@ -111,8 +118,9 @@ def power_loss_line(counts: dict[str, int]) -> str:
 
 
 def _nemeses(text: str) -> tuple[str, ...]:
-    if text == "all":
-        return tuple(str(n) for n in NEMESES)
+    if text == "all":  # every one this machine can make: power-loss needs root and loop devices
+        usable = power_loss_available() is None
+        return tuple(str(n) for n in NEMESES if usable or n != "power-loss")
     if text in ("", "none"):
         return ()
     names = tuple(n.strip() for n in text.split(",") if n.strip())

@@ -79,6 +79,7 @@ __all__ = [
     "RunOptions",
     "RunOutcome",
     "WorkloadOptions",
+    "power_loss_available",
     "run",
 ]
 
