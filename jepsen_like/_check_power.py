@@ -16,7 +16,8 @@ that (``Leaders``). The rules:
   start over).
 * ``metadata_regression``: a topic the controller acknowledged (an ``ok`` ``CreateTopic``), or
   that some broker listed earlier, is missing from a later broker's ``METADATA``, or listed
-  with fewer partitions.
+  with fewer partitions; the same for an ACL (``AddAcl``) in a later ``ACL LIST`` (runs never
+  remove topics or ACLs).
 * ``leaderless``: a partition with no leader 30 s after every broker was back.
 
 One limit, from how the observation is made: a broker killed between renaming a new state file
@@ -31,7 +32,7 @@ from collections.abc import Sequence
 
 from ._anomalies import DOUBLE_VOTE, HARD_STATE_REGRESSION, LEADERLESS, METADATA_REGRESSION
 from ._check_findings import Findings
-from .history import CreateTopic, Event, HardStates, Leaders, MetadataSeen, RaftState
+from .history import AddAcl, CreateTopic, Event, HardStates, Leaders, MetadataSeen, RaftState
 
 __all__ = ["check_power"]
 
@@ -42,6 +43,7 @@ def check_power(events: Sequence[Event], findings: Findings) -> None:
     votes: dict[tuple[str, str], dict[int, tuple[str, int]]] = {}  # (node, group) -> term ->
     acked: dict[str, tuple[int, int]] = {}  # topic -> (partitions, line of its ok CREATE)
     seen: dict[str, tuple[int, int]] = {}  # topic -> (most partitions listed, line)
+    acls: dict[str, tuple[int, str]] = {}  # acl -> (line, how it became known)
     for i, ev in enumerate(events):
         op, line = ev.op, i + 1
         if ev.type != "ok":
@@ -55,8 +57,11 @@ def check_power(events: Sequence[Event], findings: Findings) -> None:
             _votes(findings, node, line, op, votes)
         elif isinstance(op, CreateTopic):
             acked[op.topic] = (op.partitions, line)
+        elif isinstance(op, AddAcl):
+            acls.setdefault(op.acl, (line, "acknowledged"))
         elif isinstance(op, MetadataSeen):
             _metadata(findings, ev.node or "?", line, op, acked, seen)
+            _acls(findings, ev.node or "?", line, op, acls)
         elif isinstance(op, Leaders):
             for tp in op.leaderless:
                 findings.report(
@@ -149,3 +154,20 @@ def _metadata(
     for topic, count in listed.items():
         if count > seen.get(topic, (0, 0))[0]:
             seen[topic] = (count, line)
+
+
+def _acls(
+    findings: Findings, node: str, line: int, op: MetadataSeen, known: dict[str, tuple[int, str]]
+) -> None:
+    if op.acls is None:
+        return  # no ACL LIST answer: it proves nothing
+    listed = set(op.acls)
+    for acl, (at, how) in sorted(known.items()):
+        if acl not in listed:
+            findings.report(
+                METADATA_REGRESSION,
+                f"ACL {acl!r} ({how} at line {at}): {node}'s ACL LIST lacks it",
+                (at, line),
+            )
+    for acl in op.acls:
+        known.setdefault(acl, (line, "listed by a broker"))

@@ -62,6 +62,7 @@ from functools import partial
 import trio
 
 from kafkaesque.client import AsyncClient, KafkaesqueError
+from kafkaesque.protocol import AclOperation, AclPattern, AclPermission, AclResource, AclRow
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
@@ -69,7 +70,7 @@ from ._disk_states import read_raft_states
 from ._powerloss import PowerLossDisks, PowerLossError
 from ._proxy import ProxyLayer
 from ._workload import Recorder
-from .history import CreateTopic, EventType, HardStates, Nemesis, NemesisPhase
+from .history import AddAcl, CreateTopic, EventType, HardStates, Nemesis, NemesisPhase
 
 NEMESES: tuple[str, ...] = (
     "kill-leader",
@@ -527,6 +528,37 @@ async def _probe_topic(ctx: NemesisContext) -> None:
         kind = "ok"
     if rec is not None:
         rec.record(kind, "admin", op)
+    row = probe_acl(ctx.probes, op.topic)
+    acl = AddAcl(acl_text(row))
+    if rec is not None:
+        rec.record("invoke", "admin", acl)
+    try:
+        await ctx.cluster.ask_any(lambda c: c.add_acl(row), PROBE_TIMEOUT_S)
+    except KafkaesqueError as exc:
+        kind = "fail" if not exc.outcome_unknown else "info"
+    except (ClusterFault, OSError, trio.TooSlowError):
+        kind = "info"
+    else:
+        kind = "ok"
+    if rec is not None:
+        rec.record(kind, "admin", acl)
+
+
+def probe_acl(k: int, topic: str) -> AclRow:
+    """The ACL a power loss's probe adds: ``User:probe-<k>`` may read the probe topic."""
+    return AclRow(
+        f"User:probe-{k}", AclPermission.ALLOW, AclOperation.READ, AclResource.TOPIC,
+        AclPattern.LITERAL, topic,
+    )  # fmt: skip
+
+
+def acl_text(row: AclRow) -> str:
+    """An ACL as ``ACL LIST`` shows it: ``principal permission operation resource pattern
+    name``."""
+    return " ".join(
+        str(x)
+        for x in (row.principal, row.permission, row.operation, row.resource, row.pattern, row.name)
+    )
 
 
 async def _start_power_loss(ctx: NemesisContext) -> tuple[str, ...]:

@@ -632,17 +632,38 @@ class CreateTopic:
 
 
 @dataclass(frozen=True, slots=True)
-class MetadataSeen:
-    """One broker's ``METADATA`` (the event's ``node``) after every broker is back: each topic
-    it lists with its number of partitions (``[topic, count]``). A lone ``ok`` of the process
-    ``harness``."""
+class AddAcl:
+    """``ACL ADD`` by the harness (process ``admin``), ``acl`` in its ``ACL LIST`` row form
+    (``principal permission operation resource pattern name``): an ``ok`` is the
+    controller's acknowledgement."""
 
-    F: ClassVar[str] = "metadata"
-    topics: tuple[tuple[str, int], ...] = ()
+    F: ClassVar[str] = "add_acl"
+    acl: str
 
     def fields(self) -> dict[str, Any]:
         """The JSON fields of this operation."""
-        return {"topics": [list(t) for t in self.topics]}
+        return {"acl": self.acl}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> AddAcl:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        return cls(acl=_str(d, "acl"))
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSeen:
+    """One broker's ``METADATA`` and ``ACL LIST`` (the event's ``node``) after every broker is
+    back: each topic it lists with its number of partitions (``[topic, count]``), and each ACL
+    (``AddAcl``'s form; None: the broker did not answer ``ACL LIST``). A lone ``ok`` of the
+    process ``harness``."""
+
+    F: ClassVar[str] = "metadata"
+    topics: tuple[tuple[str, int], ...] = ()
+    acls: tuple[str, ...] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"topics": [list(t) for t in self.topics], "acls": self.acls}
 
     @classmethod
     def from_fields(cls, d: Mapping[str, Any]) -> MetadataSeen:
@@ -657,7 +678,12 @@ class MetadataSeen:
             ):
                 raise _missing("topics", "a list of [topic, partitions]")
             topics.append((item[0], item[1]))
-        return cls(topics=tuple(topics))
+        acls = d.get("acls")
+        if acls is not None and (
+            not isinstance(acls, list) or not all(type(a) is str for a in acls)
+        ):
+            raise _missing("acls", "a list of strings or null")
+        return cls(topics=tuple(topics), acls=None if acls is None else tuple(acls))
 
 
 @dataclass(frozen=True, slots=True)
@@ -697,6 +723,7 @@ Op: TypeAlias = (
     | Nemesis
     | HardStates
     | CreateTopic
+    | AddAcl
     | MetadataSeen
     | Leaders
 )
@@ -715,6 +742,7 @@ _OP_CLASSES: tuple[type[Op], ...] = (
     Nemesis,
     HardStates,
     CreateTopic,
+    AddAcl,
     MetadataSeen,
     Leaders,
 )

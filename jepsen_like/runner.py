@@ -46,6 +46,7 @@ from ._nemesis import (
     NEMESES,
     NemesisContext,
     Network,
+    acl_text,
     heal_everything,
     run_nemesis,
 )
@@ -322,7 +323,13 @@ async def _record_metadata(rec: Recorder, cluster: JepsenCluster) -> None:
         except (KafkaesqueError, OSError, trio.TooSlowError):
             continue  # no answer proves nothing
         topics = tuple(sorted((t, len(rows)) for t, rows in metadata.partitions.items()))
-        rec.record("ok", "harness", MetadataSeen(topics), f"n{node}")
+        acls: tuple[str, ...] | None
+        try:
+            rows = await cluster.ask(node, lambda c: c.list_acls(), 5.0)
+            acls = tuple(sorted(acl_text(r) for r in rows))
+        except (KafkaesqueError, OSError, trio.TooSlowError):
+            acls = None  # no answer proves nothing
+        rec.record("ok", "harness", MetadataSeen(topics, acls), f"n{node}")
 
 
 def _record_end_states(rec: Recorder, cluster: JepsenCluster) -> None:

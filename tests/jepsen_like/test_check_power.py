@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from kafkaesque.jepsen_like.checker import CheckResult, check
 from kafkaesque.jepsen_like.history import (
+    AddAcl,
     CreateTopic,
     Event,
     EventType,
@@ -104,6 +105,21 @@ def test_an_acknowledged_or_listed_topic_missing_later_is_a_metadata_regression(
         *_clean(),
     ]
     assert _found(check(_history(unsure))) == {}
+
+
+def test_an_acknowledged_or_listed_acl_missing_later_is_a_metadata_regression() -> None:
+    acl = "User:probe-1 allow read topic t-probe-1 literal"
+    other = "User:x allow read topic t literal"
+    items = [
+        ("invoke", "admin", AddAcl(acl), None),
+        ("ok", "admin", AddAcl(acl), None),
+        ("ok", "harness", MetadataSeen((), (acl, other)), "n0"),  # line 3
+        ("ok", "harness", MetadataSeen((), None), "n1"),  # no ACL LIST answer: proves nothing
+        ("ok", "harness", MetadataSeen((), (other,)), "n2"),  # line 5: the acked one is gone
+        ("ok", "harness", MetadataSeen((), (acl,)), "n0"),  # line 6: the listed one is gone
+    ]
+    result = check(_history(items))
+    assert _found(result) == {"metadata_regression": [(2, 5), (3, 6)]}
 
 
 def test_a_partition_with_no_leader_after_every_broker_is_back_is_leaderless() -> None:
