@@ -62,7 +62,14 @@ from functools import partial
 import trio
 
 from kafkaesque.client import AsyncClient, KafkaesqueError
-from kafkaesque.protocol import AclOperation, AclPattern, AclPermission, AclResource, AclRow
+from kafkaesque.protocol import (
+    CLUSTER_RESOURCE_NAME,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclResource,
+    AclRow,
+)
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
@@ -141,6 +148,7 @@ class NemesisContext:
     power_loss_bag: list[str] = field(default_factory=list)  # the next shapes, in order
     recorder: Recorder | None = None  # set by run_nemesis: observations go to the history
     probes: int = 0  # probe topics created (power-loss)
+    acls_opened: bool = False  # OPEN_ACLS acknowledged (open_acls): probe ACLs may be added
 
 
 Action = Callable[[NemesisContext], Awaitable[tuple[str, ...]]]
@@ -522,33 +530,71 @@ async def _probe_topic(ctx: NemesisContext) -> None:
         await ctx.cluster.ask_any(lambda c: c.create_topic(op.topic, 1, rf), PROBE_TIMEOUT_S)
     except KafkaesqueError as exc:
         kind = "fail" if not exc.outcome_unknown else "info"
-    except (ClusterFault, OSError, trio.TooSlowError):
+        ctx.log.append(f"CREATE {op.topic}: {exc}")
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
         kind = "info"
+        ctx.log.append(f"CREATE {op.topic}: {exc}")
     else:
         kind = "ok"
     if rec is not None:
         rec.record(kind, "admin", op)
-    row = probe_acl(ctx.probes, op.topic)
+    if ctx.acls_opened:  # else the first ACL would close the cluster to the workload
+        await add_acl(ctx, probe_acl(op.topic))
+
+
+async def open_acls(ctx: NemesisContext, timeout: float = 60.0) -> None:
+    """Add ``OPEN_ACLS`` (recorded), each sent again until acknowledged (``ACL ADD`` is
+    idempotent): once a cluster has one ACL, what no ACL allows is refused, so everyone is
+    allowed everything before the power losses' probes add theirs. Run before the workload
+    starts. ``ClusterFault`` if they are not all acknowledged within ``timeout``."""
+    with trio.move_on_after(timeout):
+        for row in OPEN_ACLS:
+            while await add_acl(ctx, row) != "ok":
+                await trio.sleep(0.5)
+        ctx.acls_opened = True
+        return
+    raise ClusterFault("ACL ADD of the open ACLs not acknowledged")
+
+
+async def add_acl(ctx: NemesisContext, row: AclRow) -> EventType:
+    """``ACL ADD`` ``row``, recorded as ``AddAcl`` by ``admin``; returns how it completed."""
+    rec = ctx.recorder
     acl = AddAcl(acl_text(row))
     if rec is not None:
         rec.record("invoke", "admin", acl)
+    kind: EventType
     try:
         await ctx.cluster.ask_any(lambda c: c.add_acl(row), PROBE_TIMEOUT_S)
     except KafkaesqueError as exc:
         kind = "fail" if not exc.outcome_unknown else "info"
-    except (ClusterFault, OSError, trio.TooSlowError):
+        ctx.log.append(f"ACL ADD {acl.acl}: {exc}")
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
         kind = "info"
+        ctx.log.append(f"ACL ADD {acl.acl}: {exc}")
     else:
         kind = "ok"
     if rec is not None:
         rec.record(kind, "admin", acl)
+    return kind
 
 
-def probe_acl(k: int, topic: str) -> AclRow:
-    """The ACL a power loss's probe adds: ``User:probe-<k>`` may read the probe topic."""
+OPEN_ACLS = tuple(
+    AclRow("User:*", AclPermission.ALLOW, AclOperation.ALL, resource, AclPattern.LITERAL, name)
+    for resource, name in (
+        (AclResource.CLUSTER, CLUSTER_RESOURCE_NAME),
+        (AclResource.TOPIC, "*"),
+        (AclResource.GROUP, "*"),
+    )
+)
+"""Everyone may do everything (``open_acls``): added before the workload of a power-loss run."""
+
+
+def probe_acl(topic: str) -> AclRow:
+    """The ACL a power loss's probe adds: everyone may do everything on its probe topic (an
+    allow among allows: it changes no answer, and its loss shows in ``ACL LIST``)."""
     return AclRow(
-        f"User:probe-{k}", AclPermission.ALLOW, AclOperation.READ, AclResource.TOPIC,
-        AclPattern.LITERAL, topic,
+        "User:*", AclPermission.ALLOW, AclOperation.ALL, AclResource.TOPIC, AclPattern.LITERAL,
+        topic,
     )  # fmt: skip
 
 

@@ -48,6 +48,7 @@ from ._nemesis import (
     Network,
     acl_text,
     heal_everything,
+    open_acls,
     run_nemesis,
 )
 from ._netns import NetnsNetwork, netns_available
@@ -254,6 +255,9 @@ async def _run(
             created = CreateTopic(options.workload.topic, options.workload.partitions)
             rec.record("invoke", "admin", created)  # done above: its ok is the controller's
             rec.record("ok", "admin", created)
+            if "power-loss" in options.nemeses:
+                ctx.recorder = rec
+                await open_acls(ctx)  # before the probes' ACLs, which would close the cluster
             await _workloads(rec, cluster, ctx, options)
             say("healing and reading everything back")
             await heal_everything(ctx)

@@ -68,6 +68,9 @@ def test_a_short_power_loss_run_with_pauses_and_partitions_is_valid(tmp_path: Pa
     assert any(isinstance(ev.op, Leaders) for ev in events)
     seen = [ev.op for ev in events if isinstance(ev.op, MetadataSeen)]
     assert len(seen) == 3 and all(("jepsen", 4) in op.topics for op in seen)
+    # The probe made before the power loss: its topic and its ACL, in every broker's view.
+    assert all(("jepsen-probe-1", 1) in op.topics for op in seen)
+    assert all(op.acls and any("jepsen-probe-1" in a for a in op.acls) for op in seen)
     # Nothing left behind: no mount, no loop device, the writeback settings as they were.
     assert _leftovers(outcome.run_dir) == ""
     with open(_VM) as f:
