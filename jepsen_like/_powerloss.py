@@ -62,6 +62,7 @@ MOUNT_OPTIONS = "loop,data=ordered,commit=3600,noauto_da_alloc"
 IMAGE_SUFFIX = ".kqj-img"
 COPY_ATTEMPTS = 50
 UMOUNT_ATTEMPTS = 50
+DETACH_WAIT_S = 5.0
 
 WRITEBACK_STATE = "/run/kqj-writeback.json"
 _VM = "/proc/sys/vm"
@@ -229,17 +230,29 @@ class DiskImage:
             _run("umount", "-l", self.mount_point)
             self.log.append(f"{self.mount_point}: lazy unmount ({last})")
         self.mounted = False
-        _detach(self.path)
+        if not _detach(self.path, DETACH_WAIT_S):
+            # Another mount namespace still holds the filesystem (a broker started under
+            # ``ip netns exec`` copied every mount of its time); the device goes when it does.
+            self.log.append(f"{self.path}: loop device still held; released when its holder exits")
 
 
-def _detach(image: str) -> None:
-    """Detach any loop device still backed by ``image`` (autoclear normally did it)."""
-    out = subprocess.run(
-        ["losetup", "-j", image], capture_output=True, text=True, check=False
-    ).stdout
-    for line in out.splitlines():
-        device = line.split(":", 1)[0]
-        subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+def _detach(image: str, wait_s: float = 0.0) -> bool:
+    """Detach the loop devices backed by ``image`` (autoclear normally does it, once the
+    filesystem is really gone: a dead process's mount namespace is torn down asynchronously);
+    True when none is left, waiting up to ``wait_s`` for it."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        out = subprocess.run(
+            ["losetup", "-j", image], capture_output=True, text=True, check=False
+        ).stdout
+        devices = [line.split(":", 1)[0] for line in out.splitlines()]
+        for device in devices:
+            subprocess.run(["losetup", "-d", device], capture_output=True, check=False)
+        if not devices:
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
 
 
 class PowerLossDisks:
@@ -247,13 +260,26 @@ class PowerLossDisks:
     (also on errors) unmounts every one and releases its loop device. The images stay in
     ``image_dir`` (sparse files) for a post-mortem; ``remove_images`` deletes them."""
 
-    def __init__(self, image_dir: str) -> None:
+    def __init__(self, image_dir: str, mount_root: str | None = None) -> None:
+        """``mount_root``: the directory the disks are mounted under (the brokers' data
+        directory). It is made a shared mount (bound onto itself) for the run, so that a
+        process started in a mount namespace of its own (``ip netns exec`` makes one, with
+        every mount of its time, as a slave of ours) sees a disk replaced, and lets go of the
+        old filesystem when it is unmounted here, rather than holding it (and its loop device)
+        until it exits."""
         self.image_dir = image_dir
+        self.mount_root = mount_root
+        self._bound = False
         self.disks: dict[int, DiskImage] = {}
 
     def __enter__(self) -> PowerLossDisks:
         cleanup_stale()
         os.makedirs(self.image_dir, exist_ok=True)
+        if self.mount_root is not None:
+            os.makedirs(self.mount_root, exist_ok=True)
+            _run("mount", "--bind", self.mount_root, self.mount_root)
+            self._bound = True
+            _run("mount", "--make-shared", self.mount_root)
         return self
 
     def add(self, node: int, mount_point: str) -> DiskImage:
@@ -270,6 +296,13 @@ class PowerLossDisks:
                 disk.unmount()
             except (PowerLossError, OSError) as exc:
                 errors.append(str(exc))
+        if self._bound and self.mount_root is not None:
+            proc = subprocess.run(
+                ["umount", self.mount_root], capture_output=True, text=True, check=False
+            )
+            if proc.returncode != 0:
+                subprocess.run(["umount", "-l", self.mount_root], capture_output=True, check=False)
+            self._bound = False
         if errors:
             raise PowerLossError("; ".join(errors))
 

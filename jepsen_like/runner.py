@@ -167,7 +167,9 @@ def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcom
         disks: PowerLossDisks | None = None
         if "power-loss" in options.nemeses:
             stack.enter_context(WritebackHold())
-            disks = stack.enter_context(PowerLossDisks(os.path.join(run_dir, "images")))
+            disks = stack.enter_context(
+                PowerLossDisks(os.path.join(run_dir, "images"), os.path.join(run_dir, "data"))
+            )
             for i in range(total):
                 disks.add(i, os.path.join(run_dir, "data", str(i)))
             say(f"power-loss: {total} ext4 images on loop devices, writeback held back")

@@ -12,6 +12,7 @@ from __future__ import annotations
 import mmap
 import os
 import subprocess
+import time
 
 import pytest
 from kafkaesque.jepsen_like._powerloss import (
@@ -131,3 +132,34 @@ def test_everything_is_released_when_the_run_fails(tmp_path: str) -> None:
         raise RuntimeError("harness failed")
     assert _vm() == before
     assert _leftovers(images) == ""
+
+
+def test_a_process_in_a_mount_namespace_of_its_own_lets_the_old_disk_go(tmp_path: str) -> None:
+    # A broker under `ip netns exec` runs in a mount namespace of its own, a copy of ours made
+    # when it started: with the data directory a shared mount, it follows a disk's replacement
+    # and lets go of the old filesystem at once (its loop device released), instead of holding
+    # it until it exits.
+    images, data = os.path.join(tmp_path, "images"), os.path.join(tmp_path, "data")
+    with WritebackHold(), PowerLossDisks(images, data) as disks:
+        disk = disks.add(0, os.path.join(data, "0"))
+        other = subprocess.Popen(
+            ["unshare", "--mount", "--propagation", "slave", "sleep", "60"],
+            stdout=subprocess.DEVNULL,
+        )
+        try:
+            time.sleep(0.3)  # the namespace is made, with the disk in it
+            assert _read_in(other.pid, os.path.join(data, "0")) is not None
+            disk.power_cut()
+            assert "(deleted)" not in _leftovers(images)
+            _write(os.path.join(data, "0", "after"), b"x", sync=True)
+            assert "after" in _read_in(other.pid, os.path.join(data, "0"))
+        finally:
+            other.kill()
+            other.wait()
+    assert _leftovers(images) == ""
+    assert _leftovers(data) == ""
+
+
+def _read_in(pid: int, directory: str) -> list[str]:
+    """The names in ``directory`` as process ``pid``'s mount namespace sees it."""
+    return os.listdir(f"/proc/{pid}/root{directory}")
