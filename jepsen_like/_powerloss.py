@@ -345,7 +345,7 @@ def cleanup_stale() -> list[str]:
 def _backing_file(device: str) -> str:
     try:
         with open(f"/sys/block/{os.path.basename(device)}/loop/backing_file") as f:
-            return f.read().strip()
+            return f.read().strip().removesuffix(" (deleted)")  # a disk replaced by its cut
     except OSError:
         return ""
 
