@@ -16,8 +16,11 @@ import time
 
 import pytest
 from kafkaesque.jepsen_like._powerloss import (
+    IMAGE_SUFFIX,
+    DiskImage,
     PowerLossDisks,
     WritebackHold,
+    cleanup_stale,
     power_loss_available,
 )
 
@@ -163,3 +166,22 @@ def test_a_process_in_a_mount_namespace_of_its_own_lets_the_old_disk_go(tmp_path
 def _read_in(pid: int, directory: str) -> list[str]:
     """The names in ``directory`` as process ``pid``'s mount namespace sees it."""
     return os.listdir(f"/proc/{pid}/root{directory}")
+
+
+def test_the_disks_of_a_run_that_died_are_released_by_the_next(tmp_path: str) -> None:
+    dead = subprocess.Popen(["true"])
+    dead.wait()  # its pid names a run that is gone (killed before its cleanup)
+    image = os.path.join(tmp_path, f"kqj-{dead.pid}-n0{IMAGE_SUFFIX}")
+    mine = os.path.join(tmp_path, f"kqj-{os.getpid()}-n1{IMAGE_SUFFIX}")
+    stale, alive = DiskImage(image, os.path.join(tmp_path, "d0")), DiskImage(mine, str(tmp_path))
+    alive.mount_point = os.path.join(tmp_path, "d1")
+    stale.create()
+    alive.create()
+    try:
+        assert os.path.join(tmp_path, "d0") in cleanup_stale()
+        assert _leftovers(image) == ""
+        assert alive.device()  # a live run's disk is left alone
+    finally:
+        alive.unmount()
+        stale.unmount()
+    assert _leftovers(str(tmp_path)) == ""
