@@ -13,7 +13,14 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from kafkaesque.jepsen_like.runner import NEMESES, JepsenError, RunOptions, WorkloadOptions, run
+from kafkaesque.jepsen_like.runner import (
+    NEMESES,
+    JepsenError,
+    RunOptions,
+    WorkloadOptions,
+    power_loss_available,
+    run,
+)
 
 __all__ = ["JepsenError", "add_parser", "run_jepsen"]
 
@@ -59,6 +66,12 @@ def add_parser(commands: Any) -> None:
         action="store_true",
         help="TLS on every broker port (a development CA), SCRAM clients, a random cluster secret",
     )
+    parser.add_argument(
+        "--fsync",
+        choices=("always", "interval", "never"),
+        help="the brokers' --fsync (always: fsync before acknowledging, their default; interval "
+        "acknowledges unsynced writes: power-loss must catch it losing them)",
+    )
     parser.add_argument("--unsafe-ack-before-commit", action="store_true", help=argparse.SUPPRESS)
     parser.set_defaults(run=run_jepsen)
 
@@ -84,18 +97,30 @@ def run_jepsen(args: argparse.Namespace) -> int:
         unsafe_ack_before_commit=args.unsafe_ack_before_commit,
         seed=args.seed,
         secure=args.secure,
+        fsync=args.fsync,
         workload=workload,
     )
     outcome = run(options, say=lambda line: print(line, flush=True))
     print(f"report: {outcome.report}")
     print(f"history: {outcome.history}")
+    if "power-loss" in nemeses:
+        print(power_loss_line(outcome.power_losses))
     print(outcome.result.summary())
     return 0 if outcome.result.valid else 2
 
 
+def power_loss_line(counts: dict[str, int]) -> str:
+    """``power losses: brokers=… events=… all=… one=… pause-kill=… part-kill=…``."""
+    shapes = ("all", "one", "pause-kill", "part-kill")
+    events = sum(counts.get(s, 0) for s in shapes)
+    rest = " ".join(f"{s}={counts.get(s, 0)}" for s in shapes)
+    return f"power losses: events={events} brokers={counts.get('nodes', 0)} {rest}"
+
+
 def _nemeses(text: str) -> tuple[str, ...]:
-    if text == "all":
-        return tuple(str(n) for n in NEMESES)
+    if text == "all":  # every one this machine can make: power-loss needs root and loop devices
+        usable = power_loss_available() is None
+        return tuple(str(n) for n in NEMESES if usable or n != "power-loss")
     if text in ("", "none"):
         return ()
     names = tuple(n.strip() for n in text.split(",") if n.strip())

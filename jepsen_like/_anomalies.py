@@ -19,6 +19,10 @@ DOUBLE_ASSIGNMENT: Final = "double_assignment"
 COMMIT_REGRESSION: Final = "commit_regression"
 UNSEEN: Final = "unseen"
 REPLICA_GAP: Final = "replica_gap"
+HARD_STATE_REGRESSION: Final = "hard_state_regression"
+DOUBLE_VOTE: Final = "double_vote"
+METADATA_REGRESSION: Final = "metadata_regression"
+LEADERLESS: Final = "leaderless"
 
 KINDS: Final[dict[str, str]] = {
     LOST: "a committed value is missing from the complete final read of its partition",
@@ -32,6 +36,10 @@ KINDS: Final[dict[str, str]] = {
     DOUBLE_ASSIGNMENT: "two members of a group owned one partition at once",
     COMMIT_REGRESSION: "a group's committed offset for a partition went backwards",
     REPLICA_GAP: "a replica's own committed log, read to its end, lacks a value placed below it",
+    HARD_STATE_REGRESSION: "a broker's Raft term or vote went back across its power loss",
+    DOUBLE_VOTE: "a broker voted for two candidates in one term of one Raft group",
+    METADATA_REGRESSION: "a topic acknowledged or listed earlier is missing (or shrunk) later",
+    LEADERLESS: "a partition had no leader 30 s after every broker was back",
     UNSEEN: "an acknowledged send was never read by anyone (lost, or not yet read)",
 }
 """Every kind the checker reports, in report order, with what it means."""

@@ -115,9 +115,11 @@ class JepsenCluster(BrokerProcesses):
         unsafe_ack_before_commit: bool = False,
         log_level: str = "WARNING",
         security: SecureSetup | None = None,
+        fsync: str | None = None,
     ) -> None:
         """``security``: TLS and SCRAM on every broker port, and every question asked over
-        them (a ``--secure`` run); None: plaintext."""
+        them (a ``--secure`` run); None: plaintext. ``fsync``: the brokers' ``--fsync``
+        (always, interval, never; None: their default, always)."""
         super().__init__(log_dir)
         self.placement = placement
         self.data_dir = data_dir
@@ -128,6 +130,7 @@ class JepsenCluster(BrokerProcesses):
         self.unsafe = unsafe_ack_before_commit
         self.log_level = log_level
         self.security = security
+        self.fsync = fsync
         self.paused: set[int] = set()
 
     # -- processes ------------------------------------------------------------------------------
@@ -153,6 +156,7 @@ class JepsenCluster(BrokerProcesses):
             *([] if self.security else ["--insecure"]),  # 10.x addresses, open (safe defaults)
             *(["--admin", f"{a.host}:{a.admin}"] if a.admin is not None else []),
             *(["--join"] if join else []),
+            *(["--fsync", self.fsync] if self.fsync else []),
             *(self.security.broker_args(node) if self.security else []),
         ]  # fmt: skip
 

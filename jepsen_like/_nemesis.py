@@ -39,12 +39,22 @@ Kinds (``NEMESES``):
   METADATA. Permanent: stop heals nothing (but starts a broker left down). Each one uses a
   spare placed at the start of the run (``DECOMMISSION_SPARES`` of them); once they are used
   up, it finds nothing to do.
+* ``power-loss``: the power goes (``_powerloss``: every broker's data directory is an ext4 image
+  on a loop device; a cut is SIGKILL, then the disk replaced by what it held at that instant, so
+  every write not fsynced is lost, directory entries included). One shape at random: ``one``
+  broker; ``all`` of them at once (every disk, a broker already down included); or Jepsen's NATS
+  choreographies, ``pause-kill`` and ``part-kill``: starve a minority of writes (SIGSTOP, or a
+  partition), power-fail one member of the majority and start it again, then let the starved
+  minority back and take the rest of the majority away (SIGSTOP, or a partition), so that the
+  crashed node and the starved ones form the new majority. Healed at stop (brokers started,
+  resumed, the network healed).
 """
 
 from __future__ import annotations
 
 import os
 import random
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -52,12 +62,22 @@ from functools import partial
 import trio
 
 from kafkaesque.client import AsyncClient, KafkaesqueError
+from kafkaesque.protocol import (
+    CLUSTER_RESOURCE_NAME,
+    AclOperation,
+    AclPattern,
+    AclPermission,
+    AclResource,
+    AclRow,
+)
 from kafkaesque.storage import segment_data_end
 
 from ._cluster import ClusterFault, JepsenCluster, partition_dirs
+from ._disk_states import read_raft_states
+from ._powerloss import PowerLossDisks, PowerLossError
 from ._proxy import ProxyLayer
 from ._workload import Recorder
-from .history import Nemesis, NemesisPhase
+from .history import AddAcl, CreateTopic, EventType, HardStates, Nemesis, NemesisPhase
 
 NEMESES: tuple[str, ...] = (
     "kill-leader",
@@ -72,6 +92,7 @@ NEMESES: tuple[str, ...] = (
     "membership",
     "rolling-restart",
     "decommission",
+    "power-loss",
 )
 PROCESS = "nemesis"
 DECOMMISSION_SPARES = 3
@@ -120,6 +141,14 @@ class NemesisContext:
     moved: dict[int, list[int]] = field(default_factory=dict)  # partition -> replicas before
     # The membership nemesis admits one spare, once; decommission uses the others.
     membership_added: bool = False
+    # The disk images of a power-loss run (None: the brokers' disks are the host's).
+    disks: PowerLossDisks | None = None
+    # Power losses made, by shape, and in all, broker by broker ("nodes").
+    power_losses: Counter[str] = field(default_factory=Counter)
+    power_loss_bag: list[str] = field(default_factory=list)  # the next shapes, in order
+    recorder: Recorder | None = None  # set by run_nemesis: observations go to the history
+    probes: int = 0  # probe topics created (power-loss)
+    acls_opened: bool = False  # OPEN_ACLS acknowledged (open_acls): probe ACLs may be added
 
 
 Action = Callable[[NemesisContext], Awaitable[tuple[str, ...]]]
@@ -448,6 +477,197 @@ async def _start_decommission(ctx: NemesisContext) -> tuple[str, ...]:
     return _names([new, leaving])
 
 
+POWER_LOSS_SHAPES = ("one", "one", "pause-kill", "part-kill")
+"""The shapes after each whole-cluster loss, in a random order (a bag, as Tetris deals its
+pieces): every run's first power loss is the whole cluster's (the harshest, and the one a run of
+30 s must not miss), then these four, then the whole cluster again... The NATS choreographies
+need three brokers; with fewer, a single broker loses power instead."""
+PROBE_TIMEOUT_S = 5.0
+"""How long a power loss waits for the CREATE of its probe topic (then it goes ahead)."""
+STARVE_S = (2.0, 4.0)
+"""How long the minority is starved of writes before a member of the majority loses power."""
+
+
+async def _power_off(ctx: NemesisContext, nodes: list[int]) -> None:
+    """SIGKILL ``nodes`` (those running) and cut their disks' power; they are ``dead`` then."""
+    disks = ctx.disks
+    if disks is None:
+        raise NothingToDo("no disk images: power-loss needs root")
+    _kill(ctx, nodes)  # every process first: a whole-cluster loss is one instant for all
+    for n in nodes:
+        disk = disks.disks[n]
+        _observe(ctx, n, disk.mount_point, "before-cut")
+        try:
+            attempts = await trio.to_thread.run_sync(disk.power_cut)
+        except (PowerLossError, OSError) as exc:
+            raise ClusterFault(f"power cut of n{n} failed: {exc}") from exc
+        _observe(ctx, n, disk.mount_point, "after-cut")
+        ctx.power_losses["nodes"] += 1
+        ctx.log.extend(disk.log)
+        disk.log.clear()
+        ctx.log.append(f"power-loss n{n}: disk cut (copy {attempts}), generation {disk.generation}")
+
+
+def _observe(ctx: NemesisContext, node: int, broker_dir: str, moment: str) -> None:
+    """Record what ``node``'s disk holds of its terms and votes (it must be down)."""
+    states, problems = read_raft_states(broker_dir)
+    ctx.log.extend(f"n{node} {moment}: {p}" for p in problems)
+    if ctx.recorder is not None:
+        ctx.recorder.record("ok", "disk", HardStates(moment, states), f"n{node}")
+
+
+async def _probe_topic(ctx: NemesisContext) -> None:
+    """CREATE a topic of one partition before a power loss: the controller has acknowledged it,
+    so every broker must list it once all are back (``metadata_regression``)."""
+    rec = ctx.recorder
+    ctx.probes += 1
+    op = CreateTopic(f"{ctx.topic}-probe-{ctx.probes}", 1)
+    rf = min(3, len(ctx.cluster.members))
+    if rec is not None:
+        rec.record("invoke", "admin", op)
+    kind: EventType
+    try:
+        await ctx.cluster.ask_any(lambda c: c.create_topic(op.topic, 1, rf), PROBE_TIMEOUT_S)
+    except KafkaesqueError as exc:
+        kind = "fail" if not exc.outcome_unknown else "info"
+        ctx.log.append(f"CREATE {op.topic}: {exc}")
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
+        kind = "info"
+        ctx.log.append(f"CREATE {op.topic}: {exc}")
+    else:
+        kind = "ok"
+    if rec is not None:
+        rec.record(kind, "admin", op)
+    if ctx.acls_opened:  # else the first ACL would close the cluster to the workload
+        await add_acl(ctx, probe_acl(op.topic))
+
+
+async def open_acls(ctx: NemesisContext, timeout: float = 60.0) -> None:
+    """Add ``OPEN_ACLS`` (recorded), each sent again until acknowledged (``ACL ADD`` is
+    idempotent): once a cluster has one ACL, what no ACL allows is refused, so everyone is
+    allowed everything before the power losses' probes add theirs. Run before the workload
+    starts. ``ClusterFault`` if they are not all acknowledged within ``timeout``."""
+    with trio.move_on_after(timeout):
+        for row in OPEN_ACLS:
+            while await add_acl(ctx, row) != "ok":
+                await trio.sleep(0.5)
+        ctx.acls_opened = True
+        return
+    raise ClusterFault("ACL ADD of the open ACLs not acknowledged")
+
+
+async def add_acl(ctx: NemesisContext, row: AclRow) -> EventType:
+    """``ACL ADD`` ``row``, recorded as ``AddAcl`` by ``admin``; returns how it completed."""
+    rec = ctx.recorder
+    acl = AddAcl(acl_text(row))
+    if rec is not None:
+        rec.record("invoke", "admin", acl)
+    kind: EventType
+    try:
+        await ctx.cluster.ask_any(lambda c: c.add_acl(row), PROBE_TIMEOUT_S)
+    except KafkaesqueError as exc:
+        kind = "fail" if not exc.outcome_unknown else "info"
+        ctx.log.append(f"ACL ADD {acl.acl}: {exc}")
+    except (ClusterFault, OSError, trio.TooSlowError) as exc:
+        kind = "info"
+        ctx.log.append(f"ACL ADD {acl.acl}: {exc}")
+    else:
+        kind = "ok"
+    if rec is not None:
+        rec.record(kind, "admin", acl)
+    return kind
+
+
+OPEN_ACLS = tuple(
+    AclRow("User:*", AclPermission.ALLOW, AclOperation.ALL, resource, AclPattern.LITERAL, name)
+    for resource, name in (
+        (AclResource.CLUSTER, CLUSTER_RESOURCE_NAME),
+        (AclResource.TOPIC, "*"),
+        (AclResource.GROUP, "*"),
+    )
+)
+"""Everyone may do everything (``open_acls``): added before the workload of a power-loss run."""
+
+
+def probe_acl(topic: str) -> AclRow:
+    """The ACL a power loss's probe adds: everyone may do everything on its probe topic (an
+    allow among allows: it changes no answer, and its loss shows in ``ACL LIST``)."""
+    return AclRow(
+        "User:*", AclPermission.ALLOW, AclOperation.ALL, AclResource.TOPIC, AclPattern.LITERAL,
+        topic,
+    )  # fmt: skip
+
+
+def acl_text(row: AclRow) -> str:
+    """An ACL as ``ACL LIST`` shows it: ``principal permission operation resource pattern
+    name``."""
+    return " ".join(
+        str(x)
+        for x in (row.principal, row.permission, row.operation, row.resource, row.pattern, row.name)
+    )
+
+
+async def _start_power_loss(ctx: NemesisContext) -> tuple[str, ...]:
+    members = list(ctx.cluster.members)
+    await _probe_topic(ctx)
+    if not ctx.power_loss_bag:
+        bag = list(POWER_LOSS_SHAPES)
+        ctx.rng.shuffle(bag)
+        ctx.power_loss_bag = ["all", *bag]
+    shape = ctx.power_loss_bag.pop(0)
+    if shape.endswith("-kill") and len(members) < 3:
+        shape = "one"
+    if shape == "all":
+        await _power_off(ctx, members)  # a broker already down loses its disk's cache too
+        ctx.power_losses["all"] += 1
+        ctx.log.append(f"power-loss all: {_show(members)}")
+        return _names(members)
+    up = [m for m in ctx.cluster.alive() if m not in ctx.cluster.paused]
+    if shape == "one" or len(up) < len(members):
+        if not up:
+            raise NothingToDo("no broker runs")
+        node = ctx.rng.choice(up)
+        await _power_off(ctx, [node])
+        ctx.power_losses["one"] += 1
+        return _names([node])
+    # NATS (jepsen-io/nats nemesis.clj pause-kill / part-kill): starve a minority, power-fail
+    # one member of the majority, then a new majority: the crashed node and the starved ones.
+    ctx.rng.shuffle(members)
+    k = (len(members) - 1) // 2
+    minority, majority = members[:k], members[k:]
+    crashed, rest = majority[0], majority[1:]
+    pause = shape == "pause-kill"
+    if pause:
+        for m in minority:
+            ctx.cluster.pause(m)
+    else:
+        _cut_between(ctx, minority, majority)
+    await trio.sleep(ctx.rng.uniform(*STARVE_S))
+    await _power_off(ctx, [crashed])
+    ctx.cluster.start(crashed)
+    ctx.dead.discard(crashed)
+    if pause:
+        for m in minority:
+            ctx.cluster.resume(m)
+        for r in rest:
+            ctx.cluster.pause(r)
+    else:
+        ctx.network.heal()
+        _cut_between(ctx, [*minority, crashed], rest)
+    ctx.power_losses[shape] += 1
+    ctx.log.append(
+        f"power-loss {shape}: starved {_show(minority)}, n{crashed} power-failed and restarted, "
+        f"then {'paused' if pause else 'cut off'} {_show(rest)}"
+    )
+    return _names(members)
+
+
+async def _stop_power_loss(ctx: NemesisContext) -> tuple[str, ...]:
+    ctx.network.heal()
+    resumed = await _stop_pause(ctx)
+    return tuple(sorted(set(resumed) | set(_restart(ctx))))
+
+
 FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     # kind: (start, stop, (min, max) seconds held)
     "kill-leader": (_start_kill_leader, _stop_restart, (2.0, 8.0)),
@@ -464,6 +684,7 @@ FAULTS: dict[str, tuple[Action, Action, tuple[float, float]]] = {
     # left down (one that did not come back, or was stopped for BUSY and not removed).
     "rolling-restart": (_start_rolling_restart, _stop_restart, (0.5, 2.0)),
     "decommission": (_start_decommission, _stop_restart, (0.5, 2.0)),
+    "power-loss": (_start_power_loss, _stop_power_loss, (1.0, 6.0)),
 }
 
 
@@ -492,6 +713,7 @@ async def run_nemesis(
     stop: trio.Event,
 ) -> None:
     """Until ``stop``: wait ~``interval_s``, start a random fault, hold it, heal it."""
+    ctx.recorder = rec
     while not stop.is_set():
         with trio.move_on_after(ctx.rng.uniform(0.5 * interval_s, 1.5 * interval_s)):
             await stop.wait()

@@ -50,6 +50,11 @@ Rules, per topic-partition (see ``_anomalies.KINDS`` for the one-line versions):
   invoked after an ok commit completed carries a lower offset than that commit (a read of
   "nothing committed" counts as lower). Commits in flight together may land in either order.
   This assumes, as a group does, that only the partition's owner commits it, from where it read.
+* ``hard_state_regression``, ``double_vote``, ``metadata_regression``, ``leaderless``: what
+  brokers keep across power losses (``_check_power`` has the rules): a Raft term or vote that
+  went back over a power loss (read from the broker's disk before and after the cut), two votes
+  in one term, a topic acknowledged or listed earlier that a broker's METADATA lacks once every
+  broker is back, a partition with no leader 30 s after every broker is back.
 
 ``max_unavailable_s``: for each fault start, the time until the first ok send *invoked* after it
 completed (a send in flight when the fault began proves nothing about availability after it);
@@ -68,7 +73,8 @@ the version order and ``inconsistent_offsets`` (``_check_versions``); sends agai
 ``lost``, ``unseen``, ``duplicate``, ``nonmonotonic_send``, ``G1a``, ``unexpected``
 (``_check_sends``); consumers against the order, ``nonmonotonic``, ``skipped``
 (``_check_consumers``); ``double_assignment`` and ``commit_regression`` (``_check_groups``);
-``replica_gap`` (``_check_replicas``); fault windows and unavailability (``_check_faults``).
+``replica_gap`` (``_check_replicas``); durable state after power losses (``_check_power``);
+fault windows and unavailability (``_check_faults``).
 """
 
 from __future__ import annotations
@@ -93,6 +99,7 @@ from ._anomalies import (
 from ._check_consumers import check_positions
 from ._check_faults import MeasuredFault
 from ._check_findings import NS, as_tp
+from ._check_power import check_power
 from ._check_replicas import check_replicas
 from ._check_scan import Scan
 from .history import Event, HistoryError, TopicPartition, gc_paused, read_history
@@ -250,6 +257,7 @@ def _run(events: Sequence[Event]) -> CheckResult:
     scan.versions.check_conflicts(findings)
     scan.ownership.check()
     check_replicas(events, scan.replica_reads, scan.versions, findings)
+    check_power(events, findings)
     touched = sorted(scan.versions.versions)  # every acknowledged or read partition
     windows = tuple(_window(m) for m in scan.faults.measure(scan.end_time, touched))
     found = findings.by_kind()

@@ -566,6 +566,149 @@ class Nemesis:
         )
 
 
+class RaftState(NamedTuple):
+    """One Raft group's durable term and vote on one broker. JSON: ``[group, term, vote]``; the
+    controller quorum's group is ``"controller"``, a partition's is its Raft group id."""
+
+    group: str
+    term: int
+    vote: str | None
+
+
+def _raft_states(d: Mapping[str, Any], key: str) -> tuple[RaftState, ...]:
+    out: list[RaftState] = []
+    for item in _list(d, key):
+        if (
+            not isinstance(item, list)
+            or len(item) != 3
+            or type(item[0]) is not str
+            or type(item[1]) is not int
+            or not (item[2] is None or type(item[2]) is str)
+        ):
+            raise _missing(key, "a list of [group, term, vote]")
+        out.append(RaftState(item[0], item[1], item[2]))
+    return tuple(out)
+
+
+@dataclass(frozen=True, slots=True)
+class HardStates:
+    """What one broker's disk holds of its Raft terms and votes (the event's ``node``), read by
+    the harness while the broker is down: ``moment`` is ``before-cut`` (just killed: what it
+    had written, so what it had acted on), ``after-cut`` (what survived its power loss: what it
+    will restart with) or ``end`` (stopped at the end of the run). A lone ``ok`` of the process
+    ``disk``."""
+
+    F: ClassVar[str] = "hard_states"
+    moment: str
+    states: tuple[RaftState, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"moment": self.moment, "states": [list(s) for s in self.states]}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> HardStates:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        return cls(moment=_str(d, "moment"), states=_raft_states(d, "states"))
+
+
+@dataclass(frozen=True, slots=True)
+class CreateTopic:
+    """``CREATE topic partitions`` by the harness (process ``admin``): an ``ok`` is the
+    controller's acknowledgement that the topic exists, durably."""
+
+    F: ClassVar[str] = "create_topic"
+    topic: str
+    partitions: int
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"topic": self.topic, "partitions": self.partitions}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> CreateTopic:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        return cls(topic=_name(d, "topic"), partitions=_int(d, "partitions"))
+
+
+@dataclass(frozen=True, slots=True)
+class AddAcl:
+    """``ACL ADD`` by the harness (process ``admin``), ``acl`` in its ``ACL LIST`` row form
+    (``principal permission operation resource pattern name``): an ``ok`` is the
+    controller's acknowledgement."""
+
+    F: ClassVar[str] = "add_acl"
+    acl: str
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"acl": self.acl}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> AddAcl:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        return cls(acl=_str(d, "acl"))
+
+
+@dataclass(frozen=True, slots=True)
+class MetadataSeen:
+    """One broker's ``METADATA`` and ``ACL LIST`` (the event's ``node``) after every broker is
+    back: each topic it lists with its number of partitions (``[topic, count]``), and each ACL
+    (``AddAcl``'s form; None: the broker did not answer ``ACL LIST``). A lone ``ok`` of the
+    process ``harness``."""
+
+    F: ClassVar[str] = "metadata"
+    topics: tuple[tuple[str, int], ...] = ()
+    acls: tuple[str, ...] | None = None
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"topics": [list(t) for t in self.topics], "acls": self.acls}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> MetadataSeen:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        topics: list[tuple[str, int]] = []
+        for item in _list(d, "topics"):
+            if (
+                not isinstance(item, list)
+                or len(item) != 2
+                or type(item[0]) is not str
+                or type(item[1]) is not int
+            ):
+                raise _missing("topics", "a list of [topic, partitions]")
+            topics.append((item[0], item[1]))
+        acls = d.get("acls")
+        if acls is not None and (
+            not isinstance(acls, list) or not all(type(a) is str for a in acls)
+        ):
+            raise _missing("acls", "a list of strings or null")
+        return cls(topics=tuple(topics), acls=None if acls is None else tuple(acls))
+
+
+@dataclass(frozen=True, slots=True)
+class Leaders:
+    """After every broker is back: the partitions of the run's topic that still had no leader
+    after ``waited_s`` seconds of asking (empty: every one had one). A lone ``ok`` of the
+    process ``harness``."""
+
+    F: ClassVar[str] = "leaders"
+    waited_s: float
+    leaderless: tuple[TopicPartition, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"waited_s": self.waited_s, "leaderless": self.leaderless}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> Leaders:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        waited = d.get("waited_s")
+        if not isinstance(waited, (int, float)) or isinstance(waited, bool):
+            raise _missing("waited_s", "a number")
+        return cls(waited_s=float(waited), leaderless=_partitions(d, "leaderless"))
+
+
 Op: TypeAlias = (
     Send
     | Poll
@@ -578,6 +721,11 @@ Op: TypeAlias = (
     | FinalRead
     | ReplicaRead
     | Nemesis
+    | HardStates
+    | CreateTopic
+    | AddAcl
+    | MetadataSeen
+    | Leaders
 )
 
 _OP_CLASSES: tuple[type[Op], ...] = (
@@ -592,6 +740,11 @@ _OP_CLASSES: tuple[type[Op], ...] = (
     FinalRead,
     ReplicaRead,
     Nemesis,
+    HardStates,
+    CreateTopic,
+    AddAcl,
+    MetadataSeen,
+    Leaders,
 )
 _BY_F: dict[str, type[Op]] = {c.F: c for c in _OP_CLASSES}
 

@@ -16,6 +16,12 @@ loopback mode a partition cuts the Raft traffic but not the controller's.
 ``secure`` (``kafkaesque jepsen --secure``): the same run with TLS on the brokers' client, peer
 (mutual) and admin ports, a SCRAM user that every client authenticates as, and a random cluster
 secret (``_secure``); the proxies carry the peers' TLS bytes unchanged.
+
+``power-loss`` among the nemeses (root only): every broker's data directory (``data/<id>``) is an
+ext4 image (``images/``) mounted through a loop device, and writeback is held back for the run
+(``_powerloss``); the broker logs stay on the host's disk. The images are unmounted, and the
+writeback settings restored, before ``run`` returns, also when it fails; the images stay for a
+post-mortem (mount one with ``mount -o loop``).
 """
 
 from __future__ import annotations
@@ -30,18 +36,23 @@ from dataclasses import dataclass, field
 
 import trio
 
+from kafkaesque.client import KafkaesqueError
 from kafkaesque.local_cluster import free_ports
 
 from ._cluster import ClusterFault, JepsenCluster, NodeAddress, Placement
+from ._disk_states import read_raft_states
 from ._nemesis import (
     DECOMMISSION_SPARES,
     NEMESES,
     NemesisContext,
     Network,
+    acl_text,
     heal_everything,
+    open_acls,
     run_nemesis,
 )
 from ._netns import NetnsNetwork, netns_available
+from ._powerloss import PowerLossDisks, WritebackHold, power_loss_available
 from ._proxy import ProxyLayer
 from ._report import write_report
 from ._secure import SecureSetup
@@ -55,7 +66,14 @@ from ._workload import (
     replica_reads,
 )
 from .checker import CheckResult, check_file
-from .history import HistoryWriter
+from .history import (
+    CreateTopic,
+    HardStates,
+    HistoryWriter,
+    Leaders,
+    MetadataSeen,
+    TopicPartition,
+)
 
 __all__ = [
     "NEMESES",
@@ -63,9 +81,12 @@ __all__ = [
     "RunOptions",
     "RunOutcome",
     "WorkloadOptions",
+    "power_loss_available",
     "run",
 ]
 
+LEADER_WAIT_S = 30.0
+"""How long after every broker is back a partition may go without a leader (``leaderless``)."""
 _NETNS_PORTS = (9092, 9093, 9094, 9095)  # client, peer, controller, admin: one set a namespace
 
 
@@ -87,6 +108,7 @@ class RunOptions:
     seed: int | None = None
     recovery_s: float = 10.0  # after healing, before the final read
     secure: bool = False  # TLS, SCRAM and a random cluster secret (see the module docstring)
+    fsync: str | None = None  # the brokers' --fsync (None: their default, always)
     workload: WorkloadOptions = field(default_factory=WorkloadOptions)
 
     def validate(self) -> RunOptions:
@@ -99,6 +121,10 @@ class RunOptions:
             raise JepsenError("--network is auto, netns or loopback")
         if self.network == "netns" and not netns_available():
             raise JepsenError("network namespaces need root and iproute2")
+        if self.fsync not in (None, "always", "interval", "never"):
+            raise JepsenError("--fsync is always, interval or never")
+        if "power-loss" in self.nemeses and (why := power_loss_available()) is not None:
+            raise JepsenError(why)
         return self
 
 
@@ -112,6 +138,9 @@ class RunOutcome:
     report: str
     network: str
     nemesis_log: tuple[str, ...]
+    power_losses: dict[str, int] = field(default_factory=dict)
+    """Power losses by shape (``one``, ``all``, ``pause-kill``, ``part-kill``) and broker by
+    broker (``nodes``); empty without the power-loss nemesis."""
 
 
 def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcome:
@@ -135,22 +164,32 @@ def run(options: RunOptions, *, say: Callable[[str], None] = print) -> RunOutcom
     with ExitStack() as stack:
         total = options.nodes + _spares(options)
         net = stack.enter_context(NetnsNetwork(total)) if use_netns else None
+        disks: PowerLossDisks | None = None
+        if "power-loss" in options.nemeses:
+            stack.enter_context(WritebackHold())
+            disks = stack.enter_context(
+                PowerLossDisks(os.path.join(run_dir, "images"), os.path.join(run_dir, "data"))
+            )
+            for i in range(total):
+                disks.add(i, os.path.join(run_dir, "data", str(i)))
+            say(f"power-loss: {total} ext4 images on loop devices, writeback held back")
         writer = stack.enter_context(HistoryWriter(history_path))
         try:
-            log = trio.run(_run, options, run_dir, net, writer, seed, say)
+            log, power_losses = trio.run(_run, options, run_dir, net, disks, writer, seed, say)
         except* ClusterFault as group:
             first = group.exceptions[0]
             raise JepsenError(f"{first} (run directory {run_dir})") from None
     result = check_file(history_path)
     report = write_report(run_dir, history_path, result, options_text(options, mode, seed), log)
-    return RunOutcome(result, run_dir, history_path, report, mode, tuple(log))
+    return RunOutcome(result, run_dir, history_path, report, mode, tuple(log), power_losses)
 
 
 def options_text(options: RunOptions, mode: str, seed: int) -> str:
     return (
         f"nodes={options.nodes} time={options.time_s:.0f}s network={mode} seed={seed} "
         f"nemeses={','.join(options.nemeses) or 'none'} interval={options.interval_s}s "
-        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit} secure={options.secure}"
+        f"unsafe_ack_before_commit={options.unsafe_ack_before_commit} secure={options.secure} "
+        f"fsync={options.fsync or 'always'}"
     )
 
 
@@ -158,10 +197,11 @@ async def _run(
     options: RunOptions,
     run_dir: str,
     net: NetnsNetwork | None,
+    disks: PowerLossDisks | None,
     writer: HistoryWriter,
     seed: int,
     say: Callable[[str], None],
-) -> list[str]:
+) -> tuple[list[str], dict[str, int]]:
     n = options.nodes
     total = n + _spares(options)
     want_proxies = net is None or bool({"latency", "loss"} & set(options.nemeses))
@@ -194,6 +234,7 @@ async def _run(
             spares=list(range(n, total)),
             unsafe_ack_before_commit=options.unsafe_ack_before_commit,
             security=security,
+            fsync=options.fsync,
         )
         network = Network(
             net.cut if net else None,
@@ -202,8 +243,9 @@ async def _run(
         )
         ctx = NemesisContext(
             cluster, network, options.workload.topic, options.workload.partitions,
-            random.Random(seed),
+            random.Random(seed), disks=disks,
         )  # fmt: skip
+        rec = Recorder(writer)
         try:
             for i in range(n):
                 cluster.start(i)
@@ -212,7 +254,12 @@ async def _run(
                 options.workload.topic, options.workload.partitions, min(3, n)
             )
             say(f"cluster of {n} ready; running {options.time_s:.0f} s")
-            rec = Recorder(writer)
+            created = CreateTopic(options.workload.topic, options.workload.partitions)
+            rec.record("invoke", "admin", created)  # done above: its ok is the controller's
+            rec.record("ok", "admin", created)
+            if "power-loss" in options.nemeses:
+                ctx.recorder = rec
+                await open_acls(ctx)  # before the probes' ACLs, which would close the cluster
             await _workloads(rec, cluster, ctx, options)
             say("healing and reading everything back")
             await heal_everything(ctx)
@@ -223,6 +270,8 @@ async def _run(
                 # finding, not a harness failure: read what the others have, and report it.
                 ctx.log.append(f"after healing: {exc}")
                 say(f"after healing: {exc}")
+            await _wait_leaders(rec, cluster, options.workload)
+            await _record_metadata(rec, cluster)
             await trio.sleep(options.recovery_s)
             bootstrap = cluster.bootstrap
             topic = options.workload.topic
@@ -247,7 +296,56 @@ async def _run(
         finally:
             cluster.stop_all()
             services.cancel_scope.cancel()
-    return ctx.log
+            _record_end_states(rec, cluster)
+    return ctx.log, dict(ctx.power_losses)
+
+
+async def _wait_leaders(rec: Recorder, cluster: JepsenCluster, w: WorkloadOptions) -> None:
+    """Every broker is back: record which partitions still have no leader after
+    ``LEADER_WAIT_S`` of asking (``leaderless``: a power loss can leave two replicas of a
+    partition unable to vote, and the partition without a leader for good)."""
+    t0 = trio.current_time()
+    missing = list(range(w.partitions))
+    while True:
+        try:
+            led = await cluster.leaders(w.topic)
+        except (ClusterFault, OSError, trio.TooSlowError):
+            led = {}
+        missing = [p for p in range(w.partitions) if p not in led]
+        if not missing or trio.current_time() - t0 >= LEADER_WAIT_S:
+            break
+        await trio.sleep(0.5)
+    waited = round(trio.current_time() - t0, 3)
+    leaderless = tuple(TopicPartition(w.topic, p) for p in missing)
+    rec.record("ok", "harness", Leaders(waited, leaderless))
+
+
+async def _record_metadata(rec: Recorder, cluster: JepsenCluster) -> None:
+    """Record every running broker's METADATA (topics and partition counts) once all are back:
+    a topic acknowledged earlier must be in each (``metadata_regression``)."""
+    for node in cluster.alive():
+        try:
+            metadata = await cluster.ask(node, lambda c: c.refresh_metadata(), 5.0)
+        except (KafkaesqueError, OSError, trio.TooSlowError):
+            continue  # no answer proves nothing
+        topics = tuple(sorted((t, len(rows)) for t, rows in metadata.partitions.items()))
+        acls: tuple[str, ...] | None
+        try:
+            rows = await cluster.ask(node, lambda c: c.list_acls(), 5.0)
+            acls = tuple(sorted(acl_text(r) for r in rows))
+        except (KafkaesqueError, OSError, trio.TooSlowError):
+            acls = None  # no answer proves nothing
+        rec.record("ok", "harness", MetadataSeen(topics, acls), f"n{node}")
+
+
+def _record_end_states(rec: Recorder, cluster: JepsenCluster) -> None:
+    """Record every broker's terms and votes from its disk once all are stopped (the last
+    observation of each for ``double_vote``)."""
+    for node in sorted({*cluster.members, *cluster.retired}):
+        broker_dir = os.path.join(cluster.data_dir, str(node))
+        if os.path.isdir(broker_dir):
+            states, _ = read_raft_states(broker_dir)
+            rec.record("ok", "disk", HardStates("end", states), f"n{node}")
 
 
 def _spares(options: RunOptions) -> int:

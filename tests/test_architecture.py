@@ -59,9 +59,15 @@ LAYERS: dict[str, frozenset[str]] = {
         }
     ),
     "kafkaesque.spark_source": frozenset({"kafkaesque.client"}),
-    # jepsen_like's corrupting nemesis edits segment files on disk: it needs their format.
+    # jepsen_like's corrupting nemesis edits segment files on disk: it needs their format; its
+    # power-loss probes add ACLs, whose rows (AclRow) the client takes from the protocol.
     "kafkaesque.jepsen_like": frozenset(
-        {"kafkaesque.client", "kafkaesque.local_cluster", "kafkaesque.storage"}
+        {
+            "kafkaesque.client",
+            "kafkaesque.local_cluster",
+            "kafkaesque.protocol",
+            "kafkaesque.storage",
+        }
     ),
 }
 

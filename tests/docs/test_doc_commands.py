@@ -99,6 +99,14 @@ JEPSEN_TEST = (
     "tests/jepsen_like/test_runs.py::test_a_short_run_with_kill_leader_and_partitions_is_valid"
 )
 JEPSEN_LONG_TEST = "tests/jepsen_like/test_runs.py::test_ten_minutes_of_every_nemesis_is_valid"
+_POWER_LOSS_RUNS = "tests/jepsen_like/test_power_loss_runs.py::"
+POWER_LOSS_TEST = (
+    _POWER_LOSS_RUNS + "test_a_short_power_loss_run_with_pauses_and_partitions_is_valid"
+)
+POWER_LOSS_CALIBRATION_TEST = (
+    _POWER_LOSS_RUNS + "test_brokers_that_ack_before_fsync_lose_writes_in_9_of_10_power_loss_runs"
+)
+POWER_LOSS_LONG_TEST = _POWER_LOSS_RUNS + "test_long_power_loss_runs_are_valid"
 DEVICES_CLI_TEST = (
     "tests/cli/test_devices.py::"
     "test_the_command_finds_the_clusters_mqtt_listeners_and_reads_the_log_back"
@@ -237,6 +245,19 @@ REGISTRY: tuple[Entry, ...] = (
     ),
     by(JEPSEN_LONG_TEST + "[3]", "kafkaesque jepsen --nodes 3 --time 120 --nemesis all"),
     here("python -m kafkaesque.cli jepsen --help", "usage: kafkaesque jepsen"),
+    # docs/jepsen.md, power loss: the CI run, the calibration and the long runs (slow)
+    by(
+        POWER_LOSS_TEST,
+        "kafkaesque jepsen --nemesis power-loss,pause,partition --time 20 --interval 5 --seed 1",
+    ),
+    by(
+        POWER_LOSS_CALIBRATION_TEST,
+        "kafkaesque jepsen --nemesis power-loss --fsync interval --time 30 --seed N",
+    ),
+    by(
+        POWER_LOSS_LONG_TEST + "[3-20-120.0]",
+        "kafkaesque jepsen --nodes 3 --time 120 --nemesis power-loss,pause,partition",
+    ),
     # docs/operations.md
     Entry("bin/kafkaesque cluster up -n 3", How.UNTIL_READY, while_up="docs/protocol.md"),
     Entry("bin/kafkaesque cluster up -n 3 --base-port 0 --data-dir /tmp/kq", How.UNTIL_READY),
