@@ -30,6 +30,9 @@ from kafkaesque.protocol import ErrorCode
 from kafkaesque.storage import NO_PRODUCER_ID, BatchHeader, BatchType, PartitionLog, iter_batches
 
 WINDOW = 5
+SEQUENCES = 1 << 31
+"""Sequence numbers are Kafka's int32 and wrap from 2**31 - 1 to 0 (a long-lived producer's
+next batch after 2**31 records starts at 0 again, and is not out of order)."""
 REBUILD_BYTES = 256 * 1024 * 1024
 _READ_BYTES = 4 * 1024 * 1024
 
@@ -76,7 +79,7 @@ class ProducerStates:
     def decide(self, header: BatchHeader) -> Decision:
         """What to do with a batch carrying a producer id (pure: changes nothing)."""
         pid, epoch, base = header.producer_id, header.producer_epoch, header.base_sequence
-        last = base + header.record_count - 1
+        last = (base + header.record_count - 1) % SEQUENCES
         producer = self._producers.get(pid)
         if base < 0:
             return Refuse(ErrorCode.OUT_OF_ORDER_SEQUENCE, "an idempotent batch needs seq >= 0")
@@ -97,7 +100,7 @@ class ProducerStates:
         for appended in producer.window:
             if (appended.base_sequence, appended.last_sequence) == (base, last):
                 return Duplicate(appended.first_offset, appended.last_offset)
-        expected = producer.window[-1].last_sequence + 1 if producer.window else 0
+        expected = (producer.window[-1].last_sequence + 1) % SEQUENCES if producer.window else 0
         if base != expected:
             return Refuse(
                 ErrorCode.OUT_OF_ORDER_SEQUENCE,
@@ -111,7 +114,7 @@ class ProducerStates:
         producer = self._producers.get(pid)
         if producer is None or epoch > producer.epoch:
             producer = self._producers[pid] = _Producer(epoch)
-        last_sequence = header.base_sequence + header.record_count - 1
+        last_sequence = (header.base_sequence + header.record_count - 1) % SEQUENCES
         producer.window.append(
             Appended(header.base_sequence, last_sequence, first_offset, last_offset)
         )

@@ -6,8 +6,10 @@ import threading
 import time
 from pathlib import Path
 
+from kafkaesque.broker._producers import SEQUENCES, Accept, Duplicate, ProducerStates, Refuse
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, ErrorReply, MessageRow, OkReply, PartitionRow
+from kafkaesque.storage import BatchHeader, Record, build_batch, decode_header
 
 from .line_client import LineClient
 
@@ -84,3 +86,24 @@ def test_kill_leader_during_idempotent_publishes_with_retries(tmp_path: Path) ->
     # Exactly once and in producer order; a record sent but never acknowledged may follow.
     assert values[: len(expected)] == expected, "lost, duplicated or reordered"
     assert len(values) <= len(expected) + 1
+
+
+def _header(pid: int, epoch: int, seq: int, count: int) -> BatchHeader:
+    records = [Record(b"v")] * count
+    return decode_header(
+        build_batch(records, producer_id=pid, producer_epoch=epoch, base_sequence=seq)
+    )
+
+
+def test_sequences_wrap_from_2_31_minus_1_to_0_as_kafkas_do() -> None:
+    states = ProducerStates(term=1)
+    near_end = _header(9, 0, SEQUENCES - 2, 2)  # the last two sequences there are
+    assert isinstance(states.decide(near_end), Accept)
+    states.record(near_end, 10, 11)
+    wrapped = _header(9, 0, 0, 3)
+    assert isinstance(states.decide(wrapped), Accept)  # 0 follows 2**31 - 1
+    states.record(wrapped, 12, 14)
+    assert states.decide(wrapped) == Duplicate(12, 14)
+    assert isinstance(states.decide(_header(9, 0, 4, 1)), Refuse)  # 3 is missing
+    across = _header(9, 0, 3, 1)
+    assert isinstance(states.decide(across), Accept)

@@ -32,6 +32,7 @@ from kafkaesque.protocol.kafka import (
 from .mqtt_helpers import read_topic
 
 confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("confluent_kafka.admin")
 pytestmark = pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 
 
@@ -262,3 +263,86 @@ def test_garbage_frames_close_one_connection_and_harm_nothing_else(
     frame = request(address, encode_request(API_VERSIONS, 2, 5, "after", {}))
     correlation_id, body = decode_response(API_VERSIONS, 2, frame)
     assert correlation_id == 5 and body["error_code"] == KafkaError.NONE
+
+
+def test_an_idempotent_confluent_kafka_producer_writes_each_record_once(
+    cluster: LocalCluster,
+) -> None:
+    topic = "kf-idempotent"
+    create_topic(cluster, topic)
+    producer = confluent_kafka.Producer(
+        {"bootstrap.servers": cluster.kafka_bootstrap, "enable.idempotence": True, "linger.ms": 2}
+    )
+    reports: list[Any] = []
+    for i in range(200):
+        producer.produce(
+            topic, b"v%d" % i, b"k%d" % (i % 7), on_delivery=lambda e, m: reports.append((e, m))
+        )
+    assert producer.flush(30) == 0
+    assert [e for e, _ in reports if e is not None] == []
+    got = confluent_consume(cluster, topic, 200)
+    assert sorted(m.value() for m in got) == sorted(b"v%d" % i for i in range(200))
+
+
+def _produce_idempotent(
+    cluster: LocalCluster, broker: int, topic: str, epoch: int, seq: int, value: bytes
+) -> tuple[int, int]:
+    """(error code, base offset) of one idempotent batch of producer 4242 sent to ``broker``."""
+    batch = encode_batch(
+        0,
+        [KafkaRecord(0, 1, None, value)],
+        last_offset_delta=0,
+        producer_id=4242,
+        producer_epoch=epoch,
+        base_sequence=seq,
+    )
+    body = {
+        "acks": -1,
+        "timeout_ms": 5000,
+        "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+    }
+    frame = request(cluster.kafka_address(broker), encode_request(PRODUCE, 7, 1, "t", body))
+    [p] = decode_response(PRODUCE, 7, frame)[1]["responses"][0]["partition_responses"]
+    return p["error_code"], p["base_offset"]
+
+
+def test_idempotent_batches_retries_gaps_and_old_epochs_answer_as_kafka(
+    cluster: LocalCluster,
+) -> None:
+    topic = "kf-sequences"
+    create_topic(cluster, topic, 1)
+    leader = json.loads(kcat(cluster, "-L", "-J", "-t", topic))["topics"][0]["partitions"][0][
+        "leader"
+    ]
+    first = _produce_idempotent(cluster, leader, topic, 0, 0, b"a")
+    assert first[0] == KafkaError.NONE
+    assert _produce_idempotent(cluster, leader, topic, 0, 0, b"a") == first  # a retry: once
+    assert _produce_idempotent(cluster, leader, topic, 0, 5, b"c")[0] == (
+        KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER
+    )
+    assert _produce_idempotent(cluster, leader, topic, 1, 0, b"d")[0] == KafkaError.NONE
+    assert _produce_idempotent(cluster, leader, topic, 0, 1, b"e")[0] == (
+        KafkaError.INVALID_PRODUCER_EPOCH
+    )
+    values = kcat(cluster, "-C", "-t", topic, "-e", "-f", "%s\n").split()
+    assert values == ["a", "d"]
+
+
+def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster) -> None:
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    new = confluent_kafka.admin.NewTopic(
+        "kf-admin", num_partitions=2, replication_factor=3, config={"retention.ms": "3600000"}
+    )
+    for future in admin.create_topics([new]).values():
+        future.result(30)
+    again = admin.create_topics([confluent_kafka.admin.NewTopic("kf-admin", 2, 3)])
+    with pytest.raises(confluent_kafka.KafkaException, match="TOPIC_ALREADY_EXISTS"):
+        again["kf-admin"].result(30)
+    assert "kf-admin" in admin.list_topics(timeout=20).topics
+    with Client(cluster.bootstrap) as client:
+        described = client.describe_topic("kf-admin")
+    assert len(described.partitions) == 2
+    for future in admin.delete_topics(["kf-admin"]).values():
+        future.result(30)
+    with Client(cluster.bootstrap) as client:
+        assert "kf-admin" not in client.refresh_metadata().partitions

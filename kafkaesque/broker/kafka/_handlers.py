@@ -24,10 +24,15 @@ from kafkaesque.protocol import (
     Acks,
     AclOperation,
     AclResource,
+    CreateTopic,
     ErrorCode,
 )
 from kafkaesque.protocol.kafka import (
+    API_VERSIONS,
+    CREATE_TOPICS,
+    DELETE_TOPICS,
     FETCH,
+    INIT_PRODUCER_ID,
     LIST_OFFSETS,
     METADATA,
     PRODUCE,
@@ -39,11 +44,12 @@ from kafkaesque.protocol.kafka import (
     supported_versions,
 )
 
+from .._appender import new_producer_id
 from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
-from ._translate import kafka_record_set, our_batch, records_of
+from ._translate import ProducedBatch, kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
 
 log = logging.getLogger("kafkaesque.broker.kafka")
@@ -69,6 +75,8 @@ _ERRORS: Final = {
     ErrorCode.AUTH_FAILED: KafkaError.TOPIC_AUTHORIZATION_FAILED,
     ErrorCode.INVALID_CONFIG: KafkaError.INVALID_CONFIG,
     ErrorCode.TOPIC_EXISTS: KafkaError.TOPIC_ALREADY_EXISTS,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: KafkaError.OUT_OF_ORDER_SEQUENCE_NUMBER,
+    ErrorCode.FENCED: KafkaError.INVALID_PRODUCER_EPOCH,
 }
 
 
@@ -87,11 +95,14 @@ class KafkaHandlers:
         self._w = wiring
         self._kafka_port = kafka_port
         self.by_key: dict[int, Handler] = {
-            18: self.api_versions,
+            API_VERSIONS.key: self.api_versions,
             METADATA.key: self.metadata,
             PRODUCE.key: self.produce,
             FETCH.key: self.fetch,
             LIST_OFFSETS.key: self.list_offsets,
+            INIT_PRODUCER_ID.key: self.init_producer_id,
+            CREATE_TOPICS.key: self.create_topics,
+            DELETE_TOPICS.key: self.delete_topics,
         }
 
     async def api_versions(self, request: KafkaRequest, session: Session) -> Message:
@@ -220,22 +231,33 @@ class KafkaHandlers:
         if w.writes.leader_of(log_id) != w.config.id:
             return KafkaError.NOT_LEADER_OR_FOLLOWER, -1
         try:
-            records = records_of(record_set or b"")
+            batches = produced_batches(record_set or b"")
         except UnsupportedCompression as exc:
             log.info("kafka: produce to %s/%d: %s", topic, partition, exc)
             return KafkaError.UNSUPPORTED_COMPRESSION_TYPE, -1
         except KafkaProtocolError as exc:
             log.info("kafka: produce to %s/%d: corrupt records: %s", topic, partition, exc)
             return KafkaError.CORRUPT_MESSAGE, -1
-        if not records:
+        if not batches:
             return KafkaError.CORRUPT_MESSAGE, -1
+        base = -1
+        for batch in batches:  # in order: an idempotent producer's sequences follow each other
+            written = await self._write(log_id, batch, acks)
+            if isinstance(written, KafkaError):
+                return written, -1
+            base = written if base < 0 else base
+        return KafkaError.NONE, base
+
+    async def _write(self, log_id: str, batch: ProducedBatch, acks: Acks) -> int | KafkaError:
+        """Write one batch as this leader (an idempotent producer's retry is answered with the
+        first copy's offset, see ``_producers``); its base offset, or the error."""
         try:
-            first, _last = await w.writes.write_as_leader(
-                log_id, our_batch(records), len(records), acks
+            first, _last = await self._w.writes.write_as_leader(
+                log_id, batch.data, batch.record_count, acks
             )
         except RequestError as exc:
-            return kafka_error(exc), -1
-        return KafkaError.NONE, first
+            return kafka_error(exc)
+        return first
 
     # -- Fetch ----------------------------------------------------------------------------------
 
@@ -304,6 +326,81 @@ class KafkaHandlers:
             "last_stable_offset": fetched.high_watermark,
             "records": kafka_record_set(fetched.data) if fetched.data else b"",
         }
+
+    # -- InitProducerId, CreateTopics, DeleteTopics ---------------------------------------------
+
+    async def init_producer_id(self, request: KafkaRequest, session: Session) -> Message:
+        """A new idempotent producer: a random 62-bit id (as our own producers', collisions are
+        negligible; no quorum round) at epoch 0. Transactions are not served."""
+        if request.body.get("transactional_id") is not None:
+            return {"error_code": KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
+        return {
+            "error_code": KafkaError.NONE,
+            "producer_id": new_producer_id(),
+            "producer_epoch": 0,
+        }
+
+    async def create_topics(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        results = []
+        for t in body["topics"]:
+            error, message = await self._create(t, bool(body.get("validate_only")), session)
+            results.append({"name": t["name"], "error_code": error, "error_message": message})
+        return {"topics": results}
+
+    async def _create(
+        self, t: Message, validate_only: bool, session: Session
+    ) -> tuple[KafkaError, str | None]:
+        """One topic of CreateTopics, through the topic admin CREATE uses (its checks, its
+        wait for leaders). Kafka's configs map to ours: retention.ms, retention.bytes,
+        cleanup.policy; any other is INVALID_CONFIG; explicit assignments are refused."""
+        w = self._w
+        name = t["name"]
+        if name in w.metadata.view.topics:
+            return KafkaError.TOPIC_ALREADY_EXISTS, f"topic {name!r} already exists"
+        if t.get("assignments"):
+            return KafkaError.INVALID_REPLICA_ASSIGNMENT, "replicas are assigned by the cluster"
+        settings: dict[str, Any] = {}
+        for c in t.get("configs") or ():
+            key, value = c["name"], c["value"]
+            try:
+                if key == "retention.ms":
+                    settings["retention_ms"] = int(value or "")
+                elif key == "retention.bytes":
+                    settings["retention_bytes"] = int(value or "")
+                elif key == "cleanup.policy" and value in ("compact", "delete"):
+                    settings["compact"] = value == "compact"
+                else:
+                    return KafkaError.INVALID_CONFIG, f"unsupported topic config {key}={value}"
+            except ValueError:
+                return KafkaError.INVALID_CONFIG, f"{key}={value} is not a number"
+        partitions, factor = t["num_partitions"], t["replication_factor"]
+        command = CreateTopic(
+            name,
+            w.config.default_partitions if partitions == -1 else partitions,
+            w.config.default_replication_factor if factor == -1 else factor,
+            **settings,
+        )
+        try:
+            w.access.check_operation(session, AclOperation.CREATE, AclResource.TOPIC, name)
+            if not validate_only:
+                await w.admin.create(command)
+        except RequestError as exc:
+            return kafka_error(exc), exc.message
+        return KafkaError.NONE, None
+
+    async def delete_topics(self, request: KafkaRequest, session: Session) -> Message:
+        w = self._w
+        results = []
+        for name in request.body["topic_names"]:
+            error = KafkaError.NONE
+            try:
+                w.access.check_operation(session, AclOperation.DELETE, AclResource.TOPIC, name)
+                await w.admin.delete(name)
+            except RequestError as exc:
+                error = kafka_error(exc)
+            results.append({"name": name, "error_code": error})
+        return {"responses": results}
 
     # -- ListOffsets ----------------------------------------------------------------------------
 

@@ -14,6 +14,7 @@ one per Raft entry), and the producer's own CRC (our body CRC covers what we sto
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 from kafkaesque.protocol.kafka import (
     KafkaRecord,
@@ -24,23 +25,45 @@ from kafkaesque.protocol.kafka import (
 from kafkaesque.storage import BatchType, Record, build_batch, decode_header, decode_records
 
 
-def records_of(record_set: bytes) -> list[Record]:
-    """The records of a Produce request's record set (``KafkaProtocolError`` if malformed,
-    ``UnsupportedCompression`` for a codec not installed). A record without a timestamp
-    (negative) is stamped now."""
+class ProducedBatch(NamedTuple):
+    """One of our batches made of a producer's batch: its bytes and record count."""
+
+    data: bytes
+    record_count: int
+
+
+def produced_batches(record_set: bytes) -> list[ProducedBatch]:
+    """A Produce request's record set as our batches (``KafkaProtocolError`` if malformed,
+    ``UnsupportedCompression`` for an unknown codec): one per idempotent producer's batch, with
+    its producer id, epoch and base sequence (the leader's producer state checks them); the
+    records of batches without a producer id together, one Raft entry. A record without a
+    timestamp (negative) is stamped now."""
     now = int(time.time() * 1000)
-    records: list[Record] = []
+    out: list[ProducedBatch] = []
+    plain: list[Record] = []
     for batch in iter_batches(record_set):
-        for r in batch.records:
-            headers = tuple((name, b"" if value is None else value) for name, value in r.headers)
-            stamp = r.timestamp if r.timestamp >= 0 else now
-            records.append(Record(value=r.value, key=r.key, headers=headers, timestamp=stamp))
-    return records
-
-
-def our_batch(records: list[Record]) -> bytes:
-    """Our batch of ``records`` (offsets from 0: the leader stamps the base)."""
-    return build_batch(records)
+        records = [
+            Record(
+                value=r.value,
+                key=r.key,
+                headers=tuple((name, b"" if value is None else value) for name, value in r.headers),
+                timestamp=r.timestamp if r.timestamp >= 0 else now,
+            )
+            for r in batch.records
+        ]
+        if batch.producer_id < 0 or not records:
+            plain += records
+            continue
+        data = build_batch(
+            records,
+            producer_id=batch.producer_id,
+            producer_epoch=batch.producer_epoch,
+            base_sequence=batch.base_sequence,
+        )
+        out.append(ProducedBatch(data, len(records)))
+    if plain:
+        out.insert(0, ProducedBatch(build_batch(plain), len(plain)))
+    return out
 
 
 def kafka_record_set(data: bytes | memoryview) -> bytes:

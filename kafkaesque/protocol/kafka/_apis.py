@@ -335,8 +335,40 @@ DELETE_TOPICS = Api(
     ),
 )
 
+INIT_PRODUCER_ID = Api(
+    22,
+    "InitProducerId",
+    0,
+    1,
+    Schema(
+        (
+            Field("transactional_id", "string", nullable_since=0),
+            Field("transaction_timeout_ms", "int32"),
+        ),
+        flexible_since=2,
+    ),
+    Schema(
+        (
+            Field("throttle_time_ms", "int32"),
+            Field("error_code", "int16"),
+            Field("producer_id", "int64", default=-1),
+            Field("producer_epoch", "int16", default=-1),
+        ),
+        flexible_since=2,
+    ),
+)
+
 APIS: Final[dict[int, Api]] = {
     api.key: api
-    for api in (API_VERSIONS, METADATA, PRODUCE, FETCH, LIST_OFFSETS, CREATE_TOPICS, DELETE_TOPICS)
+    for api in (
+        API_VERSIONS,
+        METADATA,
+        PRODUCE,
+        FETCH,
+        LIST_OFFSETS,
+        CREATE_TOPICS,
+        DELETE_TOPICS,
+        INIT_PRODUCER_ID,
+    )
 }
 """The APIs served, by key."""
