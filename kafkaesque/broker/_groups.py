@@ -610,6 +610,14 @@ class GroupCoordinator:
             return dict.fromkeys(owned, command.offsets)
         pairs = dict(command.offsets)
         foreign = set(pairs) - owned
+        info = self._metadata.view.topics.get(command.topic)
+        missing = sorted(p for p in foreign if info is None or p >= info.config.partitions)
+        if missing and info is not None:
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"{command.topic} has partitions 0..{info.config.partitions - 1}: no "
+                f"partition {', '.join(map(str, missing))}",
+            )
         if foreign:
             raise _not_assigned(command.topic, foreign)
         committed = {p: table.offsets.get((group, command.topic, p), 0) for p in owned}

@@ -269,7 +269,8 @@ class LineDecoder:
                     return BadCommand(
                         ErrorCode.BAD_ARGS,
                         f"the {self._remaining} bytes of payload are not followed by CRLF; the "
-                        "command is dropped and the stream resumes after the next newline",
+                        "command is dropped and the connection is closed (replies could no "
+                        "longer be matched to commands)",
                         framing_error=True,
                     )
                 build = self._build
@@ -335,6 +336,10 @@ class LineDecoder:
 
     def _parse_line(self, line: bytes) -> LineEvent | Payload | None:
         """One line (without its LF) into an event; None for a line with nothing on it."""
+        if b"\r\x00" in line:
+            # NVT (RFC 854): CR NUL is a bare CR; telnet sends it for the CR a user types or
+            # pipes ("x\r\n" arrives as "x" CR NUL CR LF), so it goes with the line's end.
+            line = line.replace(b"\r\x00", b"\r")
         if b"\xff" in line:
             try:
                 line = TELNET_RE.sub(telnet_one, line)
@@ -354,7 +359,8 @@ class LineDecoder:
         if not parts:
             return None
         word = parts[0]
-        parser = _PARSERS.get(word) or _PARSERS.get(word.upper())
+        upper = word.upper()
+        parser = _PARSERS.get(word) or _PARSERS.get(_ALIASES.get(upper, upper))
         if parser is None:
             return BadCommand(ErrorCode.UNKNOWN_COMMAND, f"unknown command {show(word)}; try HELP")
         try:
@@ -710,6 +716,8 @@ class LineDecoder:
         arg_tokens(line, "QUIT", 0)
         return Quit()
 
+
+_ALIASES: Final = {b"EXIT": b"QUIT"}  # what a shell user types to leave
 
 _ALTER_OPTIONS: Final = frozenset({"partitions", "retention_ms", "retention_bytes", "compact"})
 _PUB_OPTIONS: Final = frozenset({"key", "partition", "acks", "pid", "epoch", "seq", "bytes"})

@@ -136,7 +136,7 @@ HELP: Final[dict[str, tuple[str, str]]] = {
     ),
     "HELP": ("HELP [<command>]", "This help."),
     "PING": ("PING", "Replies +OK PONG."),
-    "QUIT": ("QUIT", "Replies +OK bye and closes the connection."),
+    "QUIT": ("QUIT", "Replies +OK bye and closes the connection (EXIT does the same)."),
 }
 
 COMMAND_WORDS: Final = tuple(HELP)

@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import shutil
 import socket
+import subprocess
 import time
 
+import pytest
+
 from kafkaesque.local_cluster import LocalCluster
-from kafkaesque.protocol import ErrorCode, ErrorReply
+from kafkaesque.protocol import ErrorCode, ErrorReply, MessageRow
 
 from .line_client import LineClient
 
@@ -94,3 +98,25 @@ def test_telnet_bytes_are_never_silently_altered(broker_cluster: LocalCluster) -
         assert "telnet IAC" in reply.message
     assert isinstance(doubled_topic, ErrorReply) and doubled_topic.code is ErrorCode.INVALID_TOPIC
     assert not any("orers" in str(r) or "ders" in str(r) for r in listed)
+
+
+@pytest.mark.skipif(shutil.which("telnet") is None, reason="the system telnet is not installed")
+def test_lines_piped_through_the_system_telnet_keep_what_was_typed(
+    broker_cluster: LocalCluster,
+) -> None:
+    # telnet sends a typed or piped CR as CR NUL (RFC 854): "x\r\n" arrived as "x" CR NUL CR LF
+    # and was stored as "x\r\0", and the next PING was refused.
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE telnet-piped 1 3")
+    host, port = broker_cluster.client_address(1)
+    result = subprocess.run(
+        f"(printf 'PUBS telnet-piped x\\r\\nPING\\r\\n'; sleep 2) | telnet {host} {port}",
+        shell=True,
+        capture_output=True,
+        timeout=30,
+        check=False,
+    )
+    assert b"+OK PONG" in result.stdout, result.stdout
+    with LineClient(broker_cluster.client_address(0)) as c:
+        rows = c.rows("FETCH telnet-piped 0 0 format=text")
+    assert [r.value for r in rows if isinstance(r, MessageRow)] == [b"x"]

@@ -67,6 +67,10 @@ def test_members_share_partitions_and_a_moved_partition_is_fenced(
         assert isinstance(fenced, ErrorReply) and fenced.code is ErrorCode.NOT_ASSIGNED
         stale = a.call(f"COMMIT crew shared6 {p} 5 member={ida}")
         assert isinstance(stale, ErrorReply) and stale.code is ErrorCode.NOT_ASSIGNED
+        # A partition the topic does not have is not "moved by a rebalance": it does not exist.
+        nowhere = a.call(f"CONS shared6 {ida} 7:0")
+        assert isinstance(nowhere, ErrorReply) and nowhere.code is ErrorCode.UNKNOWN_PARTITION
+        assert "no partition 7" in nowhere.message
         kept = sorted(owned_by(after, ida))
         assert a.ok(f"COMMIT crew shared6 {kept[0]} 3 member={ida}") == ""
         backwards = a.call(f"COMMIT crew shared6 {kept[0]} 2 member={ida}")

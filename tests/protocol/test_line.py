@@ -654,3 +654,13 @@ def test_help_lists_every_command_and_explains_one() -> None:
     assert pubs[-1] == EndReply()
     with pytest.raises(LocalProtocolError):
         help_replies("NOPE")
+
+
+def test_nvt_cr_nul_is_a_carriage_return() -> None:
+    # What a piped telnet sends for "PUBS t x\r\n" and "PING\r\n" (RFC 854: CR NUL, CR LF).
+    assert decode(b"PUBS t x\r\x00\r\nPING\r\x00\r\n") == [Pubs("t", b"x"), Ping()]
+    assert one(b"PUBS t a\r\x00b\r\n") == Pubs("t", b"a\rb")  # a CR inside stays a CR
+
+
+def test_exit_ends_the_session_as_quit_does() -> None:
+    assert decode(b"exit\r\nQUIT\r\nExit\n") == [Quit(), Quit(), Quit()]
