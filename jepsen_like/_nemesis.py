@@ -212,7 +212,10 @@ async def _start_pause(ctx: NemesisContext) -> tuple[str, ...]:
     try:
         node = await _leader(ctx)
     except NothingToDo:
-        node = ctx.rng.choice(ctx.cluster.alive())
+        alive = ctx.cluster.alive()
+        if not alive:  # every broker down (a fault left unhealed, or stopped by someone else)
+            raise
+        node = ctx.rng.choice(alive)
     ctx.cluster.pause(node)
     return _names([node])
 

@@ -17,6 +17,8 @@ from kafkaesque.jepsen_like import _nemesis
 from kafkaesque.jepsen_like._nemesis import (
     NemesisContext,
     Network,
+    NothingToDo,
+    _start_pause,
     _start_power_loss,
     _stop_power_loss,
 )
@@ -54,6 +56,9 @@ class _Cluster:
 
     async def ask_any(self, question: Any, timeout: float = 3.0) -> None:
         return None  # the probe's CREATE: acknowledged
+
+    async def leaders(self, topic: str) -> dict[int, int]:
+        return {}
 
 
 class _Disk:
@@ -120,3 +125,16 @@ async def test_power_loss_shapes(
     assert ctx.power_losses["all"] == 2 and ctx.power_losses["nodes"] == sum(
         n if s == "all" else 1 for s in shapes
     )
+
+
+async def test_with_every_broker_down_a_fault_finds_nothing_to_do(tmp_path: Path) -> None:
+    # Seen in a long run: all three brokers stopped (SIGTERM from outside the harness); the
+    # next pause must complete `fail`, not end the run with an IndexError.
+    ctx = _context(3, 0, tmp_path, set())
+    cluster: _Cluster = ctx.cluster
+    cluster.up.clear()
+    with pytest.raises(NothingToDo):
+        await _start_pause(ctx)
+    with pytest.raises(NothingToDo):
+        ctx.power_loss_bag = ["one"]
+        await _start_power_loss(ctx)
