@@ -143,7 +143,7 @@ class LineDecoder:
       so the connection stays usable; we chose skipping over closing, as memcached does, because
       the peer announced N and pipelined commands behind it should still be answered.
     * A payload not followed by CRLF, or whose length cannot be read, yields a ``BadCommand``
-      with ``framing_error=True`` (see there): the decoder resynchronizes at the next LF.
+      with ``framing_error=True`` (see there): the session answers it and closes the connection.
 
     Not thread-safe; one decoder per connection.
     """
@@ -269,7 +269,7 @@ class LineDecoder:
                     return BadCommand(
                         ErrorCode.BAD_ARGS,
                         f"the {self._remaining} bytes of payload are not followed by CRLF; the "
-                        "command is dropped and the stream resumes after the next newline",
+                        "command is dropped and the connection closes (its framing is lost)",
                         framing_error=True,
                     )
                 build = self._build
@@ -334,7 +334,14 @@ class LineDecoder:
         )
 
     def _parse_line(self, line: bytes) -> LineEvent | Payload | None:
-        """One line (without its LF) into an event; None for a line with nothing on it."""
+        """One line (without its LF) into an event; None for a line with nothing on it.
+
+        NVT line endings (RFC 854) are decoded here, with the IAC handling: a telnet client sends
+        a bare CR as ``CR NUL`` (``printf 'x\\r\\n' | telnet`` sends ``x CR NUL CR LF``), so
+        ``CR NUL`` is read as CR, and CRs at the end of the line are the line ending.
+        """
+        if b"\r\0" in line:
+            line = line.replace(b"\r\0", b"\r")
         if b"\xff" in line:
             try:
                 line = TELNET_RE.sub(telnet_one, line)
@@ -355,6 +362,8 @@ class LineDecoder:
             return None
         word = parts[0]
         parser = _PARSERS.get(word) or _PARSERS.get(word.upper())
+        if parser is None and word.upper() == b"EXIT":  # what people type to leave a shell
+            parser = LineDecoder._parse_quit
         if parser is None:
             return BadCommand(ErrorCode.UNKNOWN_COMMAND, f"unknown command {show(word)}; try HELP")
         try:
@@ -499,7 +508,8 @@ class LineDecoder:
         if length is None:
             raise Reject(
                 ErrorCode.BAD_ARGS,
-                f"bytes= must be a byte count, not {show(length_raw)}; lost track of the commands",
+                f"bytes= must be a byte count, not {show(length_raw)}; lost track of the commands, "
+                "so the connection closes",
                 framing_error=True,
             )
         try:
@@ -552,7 +562,8 @@ class LineDecoder:
         if length is None:
             raise Reject(
                 ErrorCode.BAD_ARGS,
-                f"nbytes must be a byte count, not {show(tokens[2])}; lost track of the commands",
+                f"nbytes must be a byte count, not {show(tokens[2])}; lost track of the commands, "
+                "so the connection closes",
                 framing_error=True,
             )
         try:
