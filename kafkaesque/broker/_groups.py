@@ -611,6 +611,16 @@ class GroupCoordinator:
         pairs = dict(command.offsets)
         foreign = set(pairs) - owned
         if foreign:
+            # A partition the topic lacks is the reader's mistake, not a rebalance: say so.
+            info = self._metadata.view.topics.get(command.topic)
+            if info is not None:
+                missing = sorted(p for p in foreign if p >= info.config.partitions)
+                if missing:
+                    raise RequestError(
+                        ErrorCode.UNKNOWN_PARTITION,
+                        f"{command.topic} has no partition {missing[0]}: it has partitions "
+                        f"0..{info.config.partitions - 1} (see DESCRIBE)",
+                    )
             raise _not_assigned(command.topic, foreign)
         committed = {p: table.offsets.get((group, command.topic, p), 0) for p in owned}
         return {**committed, **pairs}

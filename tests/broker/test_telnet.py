@@ -15,6 +15,7 @@ import time
 import pytest
 
 from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol import EndReply, ErrorCode, ErrorReply
 
 from .line_client import LineClient
 
@@ -76,3 +77,14 @@ def test_exit_and_quit_both_end_a_telnet_session(broker_cluster: LocalCluster) -
     for word in (b"exit", b"quit", b"EXIT"):
         out, closed = piped_telnet(address, word + b"\r\nPING\r\n", answers=2, limit_s=5)
         assert "+OK bye" in out and "PONG" not in out and closed, (word, out)
+
+
+def test_cons_names_a_partition_the_topic_lacks(broker_cluster: LocalCluster) -> None:
+    with LineClient(broker_cluster.client_address(2)) as c:
+        c.ok("CREATE narrow 2 3")
+        sub = c.ok("SUBS narrow readers")
+        missing = c.call(f"CONS narrow {sub} 7:0")
+        still = c.rows(f"CONS narrow {sub} 0:0")
+    assert isinstance(missing, ErrorReply) and missing.code is ErrorCode.UNKNOWN_PARTITION
+    assert "has no partition 7" in missing.message and "rebalance" not in missing.message
+    assert isinstance(still[-1], EndReply)
