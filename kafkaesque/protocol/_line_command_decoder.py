@@ -157,6 +157,7 @@ class LineDecoder:
         "_remaining",
         "_scan",
         "_state",
+        "_telnet",
         "_topics",
         "_writable",
     )
@@ -174,6 +175,8 @@ class LineDecoder:
         # Validated topic names by their bytes: most lines name one of a few hot topics.
         self._topics: dict[bytes, str] = {}
         self._writable: dict[bytes, str] = {}  # the non-internal ones among _topics
+        # Telnet mode (see ``_parse_line``): off until the first telnet command arrives.
+        self._telnet = False
 
     @property
     def limits(self) -> LineLimits:
@@ -344,7 +347,9 @@ class LineDecoder:
             line = line.replace(b"\r\0", b"\r")
         if b"\xff" in line:
             try:
-                line = TELNET_RE.sub(telnet_one, line)
+                stripped = TELNET_RE.sub(telnet_one, line)
+                if not self._telnet:
+                    self._telnet_mode_on(line)
             except Reject as reject:
                 # Refused; but if the line still reads as one announcing a payload, its bytes
                 # must be skipped, or they would be taken for command lines.
@@ -352,7 +357,26 @@ class LineDecoder:
                 if isinstance(announced, Payload):
                     return Payload(announced.length, None, reject.event())
                 return reject.event()
+            line = stripped
         return self._parse_words(line)
+
+    def _telnet_mode_on(self, line: bytes) -> None:
+        """Telnet mode is per connection, off at first: a raw-socket client's 0xFF followed by
+        0xF0-0xFE must not vanish. The first line holding a telnet command (an IAC sequence
+        other than IAC IAC) is refused, saying so, and turns telnet mode on: from then on the
+        connection is taken for a telnet client and its commands are dropped, as RFC 854 says.
+        Raises ``Reject`` for that first line; returns if the line holds no telnet command."""
+        for match in TELNET_RE.finditer(line):
+            sequence = match.group()
+            if sequence != b"\xff\xff":
+                self._telnet = True
+                raise Reject(
+                    ErrorCode.BAD_ARGS,
+                    f"bytes 0xFF 0x{sequence[1]:02X} at column {match.start() + 1} are a telnet "
+                    "command (IAC, RFC 854): the line is refused, and from now on this "
+                    "connection is taken for a telnet client, whose commands are dropped; a "
+                    "data byte 0xFF is sent doubled (IAC IAC)",
+                )
 
     def _parse_words(self, line: bytes) -> LineEvent | Payload | None:
         """``_parse_line`` once telnet commands are out of the line."""

@@ -80,13 +80,18 @@ def test_ten_thousand_connections_opened_and_dropped(broker_cluster: LocalCluste
 def test_telnet_bytes_are_never_silently_altered(broker_cluster: LocalCluster) -> None:
     with LineClient(broker_cluster.client_address(1)) as c:
         c.ok("CREATE telnet-bytes 1 3")
-        # IAC IAC is one data byte 0xFF; negotiation (Ctrl-C: IAC IP, IAC DO TIMING-MARK) goes.
+        # A raw client's first telnet command is refused, saying so (issue 37): nothing vanishes.
+        raw = c.call(b"PUBS telnet-bytes a\xff\xf1b")
+        # Then telnet mode: IAC IAC is one data byte 0xFF; negotiation (Ctrl-C: IAC IP, IAC DO
+        # TIMING-MARK) goes.
         escaped = c.ok(b"PUBS telnet-bytes a\xff\xffb\xff\xf4\xff\xfd\x06c")
         lone = c.call(b"PUBS telnet-bytes a\xffb")
         topic = c.call(b"PUBS or\xffders x")
         doubled_topic = c.call(b"PUBS or\xff\xffders x")
         rows = c.rows("FETCH telnet-bytes 0 0 format=text")
         listed = c.rows("LIST")
+    assert isinstance(raw, ErrorReply) and raw.code is ErrorCode.BAD_ARGS
+    assert "are a telnet command" in raw.message and "from now on" in raw.message
     assert escaped.split()[0] == "0"
     assert [getattr(r, "value", None) for r in rows[:-1]] == [b"a\xffbc"]
     for reply in (lone, topic):
