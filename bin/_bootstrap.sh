@@ -158,6 +158,15 @@ _ensure_kcat() {
     _apt_install kcat
 }
 
+_ensure_telnet() {
+    # tests/broker/test_telnet.py and docs/record_transcript.py drive the system telnet client.
+    if command -v telnet >/dev/null 2>&1; then
+        return
+    fi
+    _log "installing telnet (the line protocol's telnet tests and transcript)"
+    _apt_install telnet
+}
+
 _ensure_nats() {
     # bench/broker and bench/mqtt measure NATS JetStream (and its MQTT listener) in the same run
     # as our brokers: Debian's nats-server. Like mosquitto's, a daemon the package starts is
@@ -180,5 +189,6 @@ _ensure_java
 _ensure_mosquitto
 _ensure_jq
 _ensure_kcat
+_ensure_telnet
 _ensure_nats
 export PATH="$VENV/bin:$PATH"

@@ -615,8 +615,8 @@ class GroupCoordinator:
         if missing and info is not None:
             raise RequestError(
                 ErrorCode.UNKNOWN_PARTITION,
-                f"{command.topic} has partitions 0..{info.config.partitions - 1}: no "
-                f"partition {', '.join(map(str, missing))}",
+                f"{command.topic} has no partition {', '.join(map(str, missing))}: it has "
+                f"partitions 0..{info.config.partitions - 1} (see DESCRIBE)",
             )
         if foreign:
             raise _not_assigned(command.topic, foreign)

@@ -538,13 +538,20 @@ def group_commit(state: ClusterState, config: ClientConfig, cursor: GroupCursor)
 
 def partition_count(state: ClusterState, config: ClientConfig, topic: str) -> Steps[int]:
     """How many partitions ``topic`` has: from the metadata, re-read once if it does not know the
-    topic. Raises ``KafkaesqueError`` ``UNKNOWN_TOPIC`` if it still does not."""
+    topic. Raises ``KafkaesqueError`` ``UNKNOWN_TOPIC`` if it still does not, or
+    ``NOT_AUTHORIZED`` if the cluster hides it from this principal."""
     count = state.metadata.partition_count(topic)
     if count is None:
         snapshot = yield from run_call(state, config, calls.metadata((topic,)))
         state.update_metadata(snapshot, (topic,))
         count = state.metadata.partition_count(topic)
     if count is None:
+        # METADATA leaves out what the principal may not describe, as if absent; DESCRIBE says
+        # NOT_AUTHORIZED for such a topic, whether it exists or not (its existence stays
+        # hidden), and the user learns why, as Kafka's TOPIC_AUTHORIZATION_FAILED says.
+        description = yield from run_call(state, config, calls.describe_topic(topic))
+        if description.partitions:
+            return len(description.partitions)
         raise unknown_topic(topic)
     return count
 

@@ -143,7 +143,7 @@ class LineDecoder:
       so the connection stays usable; we chose skipping over closing, as memcached does, because
       the peer announced N and pipelined commands behind it should still be answered.
     * A payload not followed by CRLF, or whose length cannot be read, yields a ``BadCommand``
-      with ``framing_error=True`` (see there): the decoder resynchronizes at the next LF.
+      with ``framing_error=True`` (see there): the session answers it and closes the connection.
 
     Not thread-safe; one decoder per connection.
     """
@@ -157,6 +157,7 @@ class LineDecoder:
         "_remaining",
         "_scan",
         "_state",
+        "_telnet",
         "_topics",
         "_writable",
     )
@@ -174,6 +175,8 @@ class LineDecoder:
         # Validated topic names by their bytes: most lines name one of a few hot topics.
         self._topics: dict[bytes, str] = {}
         self._writable: dict[bytes, str] = {}  # the non-internal ones among _topics
+        # Telnet mode (see ``_parse_line``): off until the first telnet command arrives.
+        self._telnet = False
 
     @property
     def limits(self) -> LineLimits:
@@ -335,14 +338,19 @@ class LineDecoder:
         )
 
     def _parse_line(self, line: bytes) -> LineEvent | Payload | None:
-        """One line (without its LF) into an event; None for a line with nothing on it."""
-        if b"\r\x00" in line:
-            # NVT (RFC 854): CR NUL is a bare CR; telnet sends it for the CR a user types or
-            # pipes ("x\r\n" arrives as "x" CR NUL CR LF), so it goes with the line's end.
-            line = line.replace(b"\r\x00", b"\r")
+        """One line (without its LF) into an event; None for a line with nothing on it.
+
+        NVT line endings (RFC 854) are decoded here, with the IAC handling: a telnet client sends
+        a bare CR as ``CR NUL`` (``printf 'x\\r\\n' | telnet`` sends ``x CR NUL CR LF``), so
+        ``CR NUL`` is read as CR, and CRs at the end of the line are the line ending.
+        """
+        if b"\r\0" in line:
+            line = line.replace(b"\r\0", b"\r")
         if b"\xff" in line:
             try:
-                line = TELNET_RE.sub(telnet_one, line)
+                stripped = TELNET_RE.sub(telnet_one, line)
+                if not self._telnet:
+                    self._telnet_mode_on(line)
             except Reject as reject:
                 # Refused; but if the line still reads as one announcing a payload, its bytes
                 # must be skipped, or they would be taken for command lines.
@@ -350,7 +358,26 @@ class LineDecoder:
                 if isinstance(announced, Payload):
                     return Payload(announced.length, None, reject.event())
                 return reject.event()
+            line = stripped
         return self._parse_words(line)
+
+    def _telnet_mode_on(self, line: bytes) -> None:
+        """Telnet mode is per connection, off at first: a raw-socket client's 0xFF followed by
+        0xF0-0xFE must not vanish. The first line holding a telnet command (an IAC sequence
+        other than IAC IAC) is refused, saying so, and turns telnet mode on: from then on the
+        connection is taken for a telnet client and its commands are dropped, as RFC 854 says.
+        Raises ``Reject`` for that first line; returns if the line holds no telnet command."""
+        for match in TELNET_RE.finditer(line):
+            sequence = match.group()
+            if sequence != b"\xff\xff":
+                self._telnet = True
+                raise Reject(
+                    ErrorCode.BAD_ARGS,
+                    f"bytes 0xFF 0x{sequence[1]:02X} at column {match.start() + 1} are a telnet "
+                    "command (IAC, RFC 854): the line is refused, and from now on this "
+                    "connection is taken for a telnet client, whose commands are dropped; a "
+                    "data byte 0xFF is sent doubled (IAC IAC)",
+                )
 
     def _parse_words(self, line: bytes) -> LineEvent | Payload | None:
         """``_parse_line`` once telnet commands are out of the line."""
@@ -505,7 +532,8 @@ class LineDecoder:
         if length is None:
             raise Reject(
                 ErrorCode.BAD_ARGS,
-                f"bytes= must be a byte count, not {show(length_raw)}; lost track of the commands",
+                f"bytes= must be a byte count, not {show(length_raw)}; lost track of the commands, "
+                "so the connection closes",
                 framing_error=True,
             )
         try:
@@ -558,7 +586,8 @@ class LineDecoder:
         if length is None:
             raise Reject(
                 ErrorCode.BAD_ARGS,
-                f"nbytes must be a byte count, not {show(tokens[2])}; lost track of the commands",
+                f"nbytes must be a byte count, not {show(tokens[2])}; lost track of the commands, "
+                "so the connection closes",
                 framing_error=True,
             )
         try:

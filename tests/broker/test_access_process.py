@@ -21,6 +21,8 @@ import trustme
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from kafkaesque.client import Client as SyncClient
+from kafkaesque.client import ClientConfig, KafkaesqueError, Security
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     AclRow,
@@ -509,3 +511,23 @@ def test_groups_lists_only_the_groups_the_principal_may_describe(cluster: UsersC
             assert {"vis-a", "vis-b"} <= everything
         finally:
             root.ok("ACL REMOVE User:carol allow describe group literal vis-a")
+
+
+def test_the_client_library_says_not_authorized_for_a_hidden_topic(cluster: UsersCluster) -> None:
+    # Issue 37: METADATA hides a topic bob may not describe, and the client said UNKNOWN_TOPIC
+    # ("not in the metadata"); it says NOT_AUTHORIZED, for a topic that exists and one that does
+    # not alike (the existence stays hidden), and the refusal is counted.
+    security = Security(protocol="SASL_PLAINTEXT", username="bob", password=password("bob"))
+    before = counter(cluster, 0, "kafkaesque_authorization_failures_total")
+    host, port = cluster.client_address(0)
+    with admin(cluster) as root:
+        root.ok("ACL ADD User:carol allow write topic prefixed hidden-")  # ACLs are enforced
+        try:
+            with SyncClient(f"{host}:{port}", config=ClientConfig(security=security)) as c:
+                for topic in ("acl-t", "no-such-topic-here"):
+                    with pytest.raises(KafkaesqueError) as caught:
+                        c.partitions_for(topic)
+                    assert caught.value.code is ErrorCode.NOT_AUTHORIZED, (topic, caught.value)
+        finally:
+            root.ok("ACL REMOVE User:carol allow write topic prefixed hidden-")
+    assert counter(cluster, 0, "kafkaesque_authorization_failures_total") >= before + 2

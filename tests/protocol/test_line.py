@@ -454,16 +454,35 @@ def test_crlf_lf_mix_stray_cr_empty_lines_and_spaces() -> None:
 
 
 def test_telnet_negotiation_is_stripped() -> None:
-    # Ctrl-C in telnet: IAC IP, IAC DO TIMING-MARK; a subnegotiation; IAC NOP mid-word.
+    # Ctrl-C in telnet: IAC IP, IAC DO TIMING-MARK; a subnegotiation; IAC NOP mid-word. The
+    # first turns telnet mode on (its line is refused, saying so); the others are dropped.
     data = b"\xff\xf4\xff\xfd\x06PING\r\n\xff\xfa\x18\x00xterm\xff\xf0PING\r\nPI\xff\xf1NG\r\n"
-    assert decode(data) == [Ping(), Ping(), Ping()]
+    first, *rest = decode(data)
+    assert isinstance(first, BadCommand) and "telnet command" in first.message
+    assert rest == [Ping(), Ping()]
+
+
+def test_a_raw_client_never_loses_a_telnet_command_byte_silently() -> None:
+    # Issue 37: 0xFF 0xF1 on a connection that never spoke telnet was dropped with +OK.
+    first = bad(b"PUBS t a\xff\xf1b\r\n")
+    assert first.code is ErrorCode.BAD_ARGS
+    assert "0xFF 0xF1 at column 9 are a telnet command" in first.message
+    assert "from now on" in first.message
+    assert decode(b"PUBS t a\xff\xffb\r\n") == [Pubs("t", b"a\xffb")]  # IAC IAC: no mode
 
 
 def test_telnet_escaped_iac_is_a_data_byte() -> None:
     assert one(b"PUBS t a\xff\xffb\r\n") == Pubs("t", b"a\xffb")
     assert one(encode_command(Pubs("t", b"\xff\xff!"))) == Pubs("t", b"\xff\xff!")
     # Inside a subnegotiation, IAC IAC is data of the subnegotiation: dropped with it.
-    assert one(b"PUBS t a\xff\xfa\x18\xff\xffx\xff\xf0b\r\n") == Pubs("t", b"ab")
+    assert telnet_one_line(b"PUBS t a\xff\xfa\x18\xff\xffx\xff\xf0b\r\n") == Pubs("t", b"ab")
+
+
+def telnet_one_line(line: bytes) -> LineEvent:
+    """The one event of ``line`` on a connection in telnet mode (turned on by an IAC NOP)."""
+    events = decode(b"\xff\xf1\r\n" + line)
+    assert len(events) == 2 and isinstance(events[0], BadCommand), events
+    return events[1]
 
 
 @pytest.mark.parametrize(
@@ -480,7 +499,7 @@ def test_telnet_escaped_iac_is_a_data_byte() -> None:
 )
 def test_each_kind_of_telnet_command_is_dropped_whole(command: bytes) -> None:
     # RFC 854: 2-byte commands, 3-byte negotiations and subnegotiations; nothing else goes.
-    assert one(b"PUBS t a" + command + b"b\r\n") == Pubs("t", b"ab")
+    assert telnet_one_line(b"PUBS t a" + command + b"b\r\n") == Pubs("t", b"ab")
 
 
 @pytest.mark.parametrize(
@@ -519,7 +538,9 @@ def test_a_topic_name_with_an_escaped_iac_is_an_invalid_name() -> None:
 
 
 def test_line_of_only_telnet_negotiation_is_ignored() -> None:
-    assert decode(b"\xff\xfb\x01\r\nPING\r\n") == [Ping()]
+    # Once in telnet mode (the first one is refused, saying so).
+    events = decode(b"\xff\xfb\x01\r\n\xff\xfb\x01\r\nPING\r\n")
+    assert isinstance(events[0], BadCommand) and events[1:] == [Ping()]
 
 
 def test_non_utf8_message_is_kept_as_bytes() -> None:

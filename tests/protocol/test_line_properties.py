@@ -327,6 +327,8 @@ def test_telnet_commands_anywhere_in_a_line_are_dropped_whole(
             encoded = encoded[:at] + telnet + encoded[at:]
         stream += encoded
     decoder = LineDecoder()
+    decoder.feed(b"\xff\xf1\r\n")  # IAC NOP: the connection is a telnet client's from now on
+    assert isinstance(next(decoder.events()), BadCommand)
     decoded: list[LineEvent] = []
     for piece in _cut(stream, cuts):
         decoder.feed(piece)

@@ -338,7 +338,8 @@ acl_words = st.sampled_from(
         b"orders",
     ]
 )
-tokens = acl_words | st.binary(min_size=1, max_size=8)
+# Junk within one line: an LF would start another command, which is not what this checks.
+tokens = acl_words | st.binary(min_size=1, max_size=8).filter(lambda b: b"\n" not in b)
 
 
 @given(
