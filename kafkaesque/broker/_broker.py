@@ -287,7 +287,6 @@ class Broker:
                 access=self.access,
                 leader_epoch=self._leader_epoch,
                 draining=self.draining,
-                ready=self._ready.is_set,
             )
         )
         self.kafka_port: int | None = None

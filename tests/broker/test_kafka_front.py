@@ -18,9 +18,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from kafkaesque.client import Client, Producer
-from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.local_cluster import LocalCluster, broker_program, free_ports
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
+    METADATA,
     PRODUCE,
     KafkaError,
     KafkaRecord,
@@ -28,6 +29,7 @@ from kafkaesque.protocol.kafka import (
     encode_batch,
     encode_request,
 )
+from kafkaesque.security import import_plaintext, save_users
 
 from .mqtt_helpers import read_topic
 
@@ -346,3 +348,36 @@ def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster)
         future.result(30)
     with Client(cluster.bootstrap) as client:
         assert "kf-admin" not in client.refresh_metadata().partitions
+
+
+def test_with_a_users_file_an_unauthenticated_kafka_client_is_refused_and_learns_nothing(
+    tmp_path: Any,
+) -> None:
+    # No SASL on the Kafka port yet: every request is anonymous, which a users file refuses.
+    # Metadata for a named topic says TOPIC_AUTHORIZATION_FAILED whether it exists or not.
+    users = tmp_path / "users"
+    save_users(str(users), import_plaintext(["alice:secret"]))
+    client, peer, controller, kafka = free_ports(4)
+    broker = subprocess.Popen(
+        [*broker_program(), "broker", "--id", "0", "--data-dir", str(tmp_path / "d"),
+         "--client", f"127.0.0.1:{client}", "--peers", f"0@127.0.0.1:{peer}",
+         "--controllers", f"0@127.0.0.1:{controller}", "--kafka-listen", f"127.0.0.1:{kafka}",
+         "--users-file", str(users), "--exit-with-parent"],
+        stdout=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert broker.stdout is not None
+        assert "ready" in [broker.stdout.readline().strip() for _ in range(2)]
+        for topic in ("__consumer_offsets", "no-such-topic"):
+            body = {"topics": [{"name": topic}], "allow_auto_topic_creation": True}
+            frame = request(("127.0.0.1", kafka), encode_request(METADATA, 4, 1, "t", body))
+            [answer] = decode_response(METADATA, 4, frame)[1]["topics"]
+            assert answer["error_code"] == KafkaError.TOPIC_AUTHORIZATION_FAILED, answer
+        everything = request(("127.0.0.1", kafka), encode_request(METADATA, 4, 2, "t", {}))
+        assert decode_response(METADATA, 4, everything)[1]["topics"] == []
+    finally:
+        broker.terminate()
+        broker.wait(30)
+        assert broker.stdout is not None
+        broker.stdout.close()

@@ -13,6 +13,7 @@ front (describe hides a topic from Metadata; write, read are checked per partiti
 
 from __future__ import annotations
 
+import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
@@ -126,10 +127,19 @@ class KafkaHandlers:
         topics = []
         for name in names:
             info = view.topics.get(name)
-            if info is None or name not in visible:
+            if name not in visible:
+                # As Kafka: not allowed to describe it, whether it exists or not (which stays
+                # hidden); counted with the other refusals.
+                with contextlib.suppress(RequestError):
+                    w.access.check_operation(
+                        session, AclOperation.DESCRIBE, AclResource.TOPIC, name
+                    )
+                error = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                topics.append({"error_code": error, "name": name})
+            elif info is None:
                 topics.append({"error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION, "name": name})
-                continue
-            topics.append(self._topic(info))
+            else:
+                topics.append(self._topic(info))
         brokers = [
             {"node_id": b.id, "host": b.host, "port": b.kafka_port}
             for b in sorted(view.brokers.values(), key=lambda b: b.id)

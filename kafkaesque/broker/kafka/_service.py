@@ -40,7 +40,6 @@ class KafkaService:
         self._w = wiring
         self.port: int | None = None
         self.handlers = KafkaHandlers(wiring, lambda: self.port)
-        self.connections = 0
 
     async def run(
         self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
@@ -80,7 +79,6 @@ class KafkaService:
             nonlocal stopping
             stopping = True
 
-        self.connections += 1
         try:
             with w.draining.connection(stop):
                 async with stream:
@@ -102,8 +100,6 @@ class KafkaService:
             pass  # the client went away
         except Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a Kafka connection failed", w.config.id)
-        finally:
-            self.connections -= 1
 
     async def _answer(self, request: KafkaRequest, session: Session) -> bytes:
         body = await self.handlers.by_key[request.api.key](request, session)

@@ -28,7 +28,7 @@ class KafkaWiring:
     their writes. ``reads``: fetches and the partitions' bounds. ``admin``: auto-creation of a
     topic a client asks for. ``access``: sessions and ACL checks. ``leader_epoch``: the Raft
     term of a partition's leader (-1: unknown). ``draining``: the broker's graceful shutdown
-    of client connections. ``ready``: whether the broker knows its cluster.
+    of client connections.
     """
 
     config: BrokerConfig
@@ -39,4 +39,3 @@ class KafkaWiring:
     access: AccessControl
     leader_epoch: Callable[[str], int]
     draining: Draining
-    ready: Callable[[], bool]
