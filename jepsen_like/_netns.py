@@ -52,7 +52,8 @@ def _ip(*args: str, check: bool = True) -> str:
     return proc.stdout
 
 
-def _pid_alive(pid: int) -> bool:
+def pid_alive(pid: int) -> bool:
+    """Whether process ``pid`` exists (ours or another user's): a stale run's holder test."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
@@ -68,7 +69,7 @@ def cleanup_stale() -> list[str]:
     for line in _ip("netns", "list", check=False).splitlines():
         name = line.split()[0] if line.split() else ""
         m = re.fullmatch(rf"{NAME_PREFIX}-([0-9a-z]+)-n\d+", name)
-        if m and not _pid_alive(int(m.group(1), 36)):
+        if m and not pid_alive(int(m.group(1), 36)):
             _ip("netns", "del", name, check=False)
             removed.append(name)
     for line in _ip("-o", "link", "show", check=False).splitlines():
@@ -77,7 +78,7 @@ def cleanup_stale() -> list[str]:
             continue
         name = parts[1].strip().split("@")[0]
         m = re.fullmatch(rf"{NAME_PREFIX}([0-9a-z]+)(b|h\d+)", name)
-        if m and not _pid_alive(int(m.group(1), 36)):
+        if m and not pid_alive(int(m.group(1), 36)):
             _ip("link", "del", name, check=False)
             removed.append(name)
     return removed

@@ -57,6 +57,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
 
+from ._netns import pid_alive
+
 IMAGE_BYTES = 512 * 1024 * 1024  # sparse: only what the filesystem writes takes disk space
 MOUNT_OPTIONS = "loop,data=ordered,commit=3600,noauto_da_alloc"
 IMAGE_SUFFIX = ".kqj-img"
@@ -106,16 +108,6 @@ def _run(*args: str) -> str:
     if proc.returncode != 0:
         raise PowerLossError(f"{' '.join(args)}: {(proc.stderr or proc.stdout).strip()}")
     return proc.stdout
-
-
-def _pid_alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def _mount_source(mount_point: str) -> str | None:
@@ -335,7 +327,7 @@ def cleanup_stale() -> list[str]:
             continue
         backing = _backing_file(device)
         m = re.fullmatch(rf"kqj-(\d+)-n\d+{re.escape(IMAGE_SUFFIX)}", os.path.basename(backing))
-        if m and not _pid_alive(int(m.group(1))):
+        if m and not pid_alive(int(m.group(1))):
             subprocess.run(["umount", "-l", point], capture_output=True, check=False)
             _detach(backing)
             removed.append(point)
@@ -355,7 +347,7 @@ class WritebackHold:
 
     def __enter__(self) -> WritebackHold:
         with _state_locked() as state:
-            holders = [p for p in state.get("holders", []) if _pid_alive(p)]
+            holders = [p for p in state.get("holders", []) if pid_alive(p)]
             if not holders and "saved" in state:
                 _restore(state["saved"])  # a run that died holding them
                 state.clear()
@@ -373,7 +365,7 @@ class WritebackHold:
         tb: TracebackType | None,
     ) -> None:
         with _state_locked() as state:
-            holders = [p for p in state.get("holders", []) if p != os.getpid() and _pid_alive(p)]
+            holders = [p for p in state.get("holders", []) if p != os.getpid() and pid_alive(p)]
             if holders:
                 state["holders"] = holders
                 return
