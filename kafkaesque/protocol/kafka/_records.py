@@ -28,7 +28,7 @@ from typing import Final
 import cramjam
 from crc32c import crc32c
 
-from ._wire import KafkaProtocolError, Reader, Writer, encode_uvarint, encode_varint
+from ._wire import KafkaProtocolError, Reader, Writer, encode_varint
 
 _HEAD: Final = struct.Struct(">qiibIhiqqqhii")
 HEAD_SIZE: Final = _HEAD.size  # 61
@@ -302,6 +302,5 @@ __all__ = [
     "control_batch",
     "decode_batch",
     "encode_batch",
-    "encode_uvarint",
     "iter_batches",
 ]
