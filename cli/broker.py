@@ -91,6 +91,7 @@ _FLAGS = {
     "fsync_interval_ms": "fsync_interval_ms",
     "retention_check_interval": "retention_check_interval_s",
     "session_timeout": "group_session_timeout_s",
+    "group_initial_rebalance_delay": "group_initial_rebalance_delay_s",
     "max_line_length": "max_line_length",
     "max_payload": "max_payload",
     "leader_balance_rate": "leader_balance_rate",
@@ -273,6 +274,12 @@ def add_parser(commands: Any) -> None:
     )
     parser.add_argument(
         "--session-timeout", type=float, help="seconds before a silent group member leaves (10)"
+    )
+    parser.add_argument(
+        "--group-initial-rebalance-delay",
+        type=float,
+        help="seconds a new Kafka consumer group waits for more members before its first "
+        "generation (3, as Kafka's group.initial.rebalance.delay.ms)",
     )
     parser.add_argument(
         "--leader-balance-rate",

@@ -284,6 +284,7 @@ class Broker:
                 writes=self.writes,
                 reads=self.reads,
                 admin=self.admin,
+                groups=self.groups,
                 access=self.access,
                 leader_epoch=self._leader_epoch,
                 draining=self.draining,

@@ -141,6 +141,9 @@ class BrokerConfig:
     retention_check_interval_s: float = 30.0
     # A group member not heard from (SUBS, CONS, COMMIT) for this long leaves its group.
     group_session_timeout_s: float = 10.0
+    # How long a Kafka group with no members waits for more after the first JoinGroup before it
+    # forms its first generation (Kafka's group.initial.rebalance.delay.ms).
+    group_initial_rebalance_delay_s: float = 3.0
     max_connections: int = 15_000
     max_inflight_per_connection: int = 4096
     tick_interval_s: float = 0.05

@@ -7,9 +7,14 @@ keyed by msgpack lists so the latest record of a key wins (and compaction may dr
 
 * ``["m", group, topic, member]`` → ``cap`` (-1: none): a member joined; no value: it left;
 * ``["a", group, topic]`` → ``{member: [partitions]}``: the assignment in force;
-* ``["o", group, topic, partition]`` → ``offset``: the committed offset (next to read).
+* ``["o", group, topic, partition]`` → ``offset``: the committed offset (next to read);
+* ``["k", group, topic, partition]`` → ``[offset, leader epoch, metadata]``: a **Kafka** group's
+  committed offset (OffsetCommit, see ``kafkaesque/broker/kafka/_groups.py``). Kafka groups have
+  their own key, so a Kafka group and a line-protocol group of the same name never see or change
+  each other's offsets; their membership lives in the Kafka front, not here.
 
-A ``o`` or ``a`` key with no value (a tombstone) is a deleted group's (DELGROUP).
+A ``o``, ``a`` or ``k`` key with no value (a tombstone) is a deleted group's (DELGROUP,
+DeleteGroups).
 
 Any broker takes any group command (SUBS, CONS, COMMIT, OFFSETS, LEAVE, GROUPS, RESETOFFSETS,
 DELGROUP) and forwards it to the coordinator, which answers from a table it builds by reading
@@ -106,6 +111,17 @@ _LEADER_READY_POLL_S = 0.01
 _EXPIRY_EVERY_S = 0.25
 
 
+@dataclass(frozen=True, slots=True)
+class KafkaOffset:
+    """A Kafka group's committed position in one partition, as OffsetCommit gives it: the next
+    offset to read, the leader epoch of the record before it (-1: unknown) and the client's
+    metadata string."""
+
+    offset: int
+    leader_epoch: int = -1
+    metadata: str | None = None
+
+
 @dataclass
 class _Group:
     members: dict[str, MemberSpec] = field(default_factory=dict)  # in join order
@@ -128,6 +144,8 @@ class _Table:
     groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     member_of: dict[str, tuple[str, str]] = field(default_factory=dict)
     deadlines: dict[str, float] = field(default_factory=dict)
+    # Kafka groups' committed offsets: group -> (topic, partition) -> offset (``k`` records).
+    kafka_offsets: dict[str, dict[tuple[str, int], KafkaOffset]] = field(default_factory=dict)
 
     def expired(self, now: float) -> list[str]:
         """The members whose deadline is at or before ``now``, the most overdue first."""
@@ -687,6 +705,62 @@ class GroupCoordinator:
         await self._writes.wait_for_leaders(info)
         return info
 
+    # -- Kafka groups' offsets (the Kafka front's coordinator keeps their membership) ------------
+
+    async def offsets_partition(self, group: str) -> int:
+        """The offsets partition that holds ``group`` (created with the topic if need be)."""
+        internal = await self._internal_topic()
+        return partition_for_key(group.encode(), internal.config.partitions)
+
+    def coordinator_of(self, partition: int) -> int | None:
+        """The broker that leads offsets partition ``partition`` (None: no leader known)."""
+        return self._writes.leader_of(_group_id(partition))
+
+    def leading_term(self, partition: int) -> int | None:
+        """This broker's Raft term as the leader of offsets partition ``partition``, None when
+        it does not lead it: Kafka groups' state is this broker's only while the term lasts."""
+        replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
+        if replica is None or replica.role is not Role.LEADER:
+            return None
+        return replica.node.term
+
+    async def kafka_offsets(self, partition: int, group: str) -> dict[tuple[str, int], KafkaOffset]:
+        """``group``'s committed offsets, confirmed current (see ``_read_table``)."""
+        table = await self._read_table(partition)
+        return dict(table.kafka_offsets.get(group, {}))
+
+    async def kafka_groups(self, partition: int) -> set[str]:
+        """The Kafka groups with committed offsets in ``partition`` (this broker leads it)."""
+        table = await self._table(partition)
+        return set(table.kafka_offsets)
+
+    async def commit_kafka_offsets(
+        self, partition: int, group: str, offsets: Mapping[tuple[str, int], KafkaOffset]
+    ) -> None:
+        """Write ``offsets`` of ``group`` as one batch; return once committed. Kafka lets a
+        group commit any offset, backwards too (a consumer that seeks), so nothing is checked."""
+        records = [
+            Record(
+                key=msgpack.packb(["k", group, topic, p]),
+                value=msgpack.packb([o.offset, o.leader_epoch, o.metadata]),
+            )
+            for (topic, p), o in offsets.items()
+        ]
+        if records:
+            await self._write(partition, records)
+
+    async def delete_kafka_offsets(self, partition: int, group: str) -> bool:
+        """Tombstone every committed offset of ``group``; False if it had none."""
+        table = await self._table(partition)
+        keys = sorted(table.kafka_offsets.get(group, {}))
+        if not keys:
+            return False
+        await self._write(
+            partition,
+            [Record(key=msgpack.packb(["k", group, t, p]), value=None) for t, p in keys],
+        )
+        return True
+
     def committed_offsets(self) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) of every group coordinated here, as the
         tables loaded in this broker's current term hold them (the expiry timer keeps them up
@@ -731,6 +805,18 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: 
             g.members[member] = MemberSpec(member, None if cap < 0 else cap)
             table.member_of[member] = (group, topic)
             table.deadlines.setdefault(member, deadline)
+    elif kind == "k":
+        _, group, topic, partition = key
+        if value is None:  # DeleteGroups' tombstone
+            offsets = table.kafka_offsets.get(group, {})
+            offsets.pop((topic, partition), None)
+            if not offsets:
+                table.kafka_offsets.pop(group, None)
+        else:
+            offset, epoch, metadata = msgpack.unpackb(value)
+            table.kafka_offsets.setdefault(group, {})[topic, partition] = KafkaOffset(
+                offset, epoch, metadata
+            )
     elif kind == "a":
         _, group, topic = key
         if value is None:  # DELGROUP's tombstone: it had no members left

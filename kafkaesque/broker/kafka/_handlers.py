@@ -31,12 +31,22 @@ from kafkaesque.protocol import (
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
     CREATE_TOPICS,
+    DELETE_GROUPS,
     DELETE_TOPICS,
+    DESCRIBE_GROUPS,
     FETCH,
+    FIND_COORDINATOR,
+    HEARTBEAT,
     INIT_PRODUCER_ID,
+    JOIN_GROUP,
+    LEAVE_GROUP,
+    LIST_GROUPS,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_COMMIT,
+    OFFSET_FETCH,
     PRODUCE,
+    SYNC_GROUP,
     KafkaError,
     KafkaProtocolError,
     KafkaRequest,
@@ -50,6 +60,7 @@ from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
+from ._groups import KafkaGroups
 from ._translate import ProducedBatch, kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
 
@@ -95,7 +106,23 @@ class KafkaHandlers:
     def __init__(self, wiring: KafkaWiring, kafka_port: Callable[[], int | None]) -> None:
         self._w = wiring
         self._kafka_port = kafka_port
+        self.groups = groups = KafkaGroups(
+            wiring.groups,
+            wiring.metadata,
+            wiring.access,
+            wiring.config.group_initial_rebalance_delay_s,
+        )
         self.by_key: dict[int, Handler] = {
+            FIND_COORDINATOR.key: groups.find_coordinator,
+            JOIN_GROUP.key: groups.join_group,
+            SYNC_GROUP.key: groups.sync_group,
+            HEARTBEAT.key: groups.heartbeat,
+            LEAVE_GROUP.key: groups.leave_group,
+            OFFSET_COMMIT.key: groups.offset_commit,
+            OFFSET_FETCH.key: groups.offset_fetch,
+            LIST_GROUPS.key: groups.list_groups,
+            DESCRIBE_GROUPS.key: groups.describe_groups,
+            DELETE_GROUPS.key: groups.delete_groups,
             API_VERSIONS.key: self.api_versions,
             METADATA.key: self.metadata,
             PRODUCE.key: self.produce,

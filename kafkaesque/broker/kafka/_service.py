@@ -66,8 +66,10 @@ class KafkaService:
             task_status.started(None)
             return
         self.port = listeners[0].socket.getsockname()[1]
-        task_status.started(self.port)
-        await trio.serve_listeners(self._serve, listeners)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self.handlers.groups.run)
+            await nursery.start(trio.serve_listeners, self._serve, listeners)
+            task_status.started(self.port)
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         w = self._w

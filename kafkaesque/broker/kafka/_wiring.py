@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from .._access import AccessControl
 from .._config import BrokerConfig
+from .._groups import GroupCoordinator
 from .._metadata import ClusterMetadata
 from .._read_path import ReadPath
 from .._shutdown import Draining
@@ -36,6 +37,7 @@ class KafkaWiring:
     writes: WritePath
     reads: ReadPath
     admin: TopicAdmin
+    groups: GroupCoordinator
     access: AccessControl
     leader_epoch: Callable[[str], int]
     draining: Draining

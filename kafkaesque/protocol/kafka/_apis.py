@@ -9,9 +9,8 @@ from __future__ import annotations
 
 from typing import Final
 
-from ._schema import Api, Field, Schema, array
-
-INT32_MIN: Final = -(1 << 31)
+from ._group_apis import GROUP_APIS
+from ._schema import INT32_MIN, Api, Field, Schema, array
 
 API_VERSIONS = Api(
     18,
@@ -369,6 +368,7 @@ APIS: Final[dict[int, Api]] = {
         CREATE_TOPICS,
         DELETE_TOPICS,
         INIT_PRODUCER_ID,
+        *GROUP_APIS,
     )
 }
 """The APIs served, by key."""

@@ -23,6 +23,8 @@ from ._wire import KafkaProtocolError, Reader, Writer
 Message = dict[str, Any]
 
 _NEVER: Final = 1 << 15
+INT32_MIN: Final = -(1 << 31)
+"""Kafka's "not given" for an int32 bit set (authorized operations)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,479 @@
+"""Kafka's consumer groups (classic protocol), served by the broker that leads the group's
+offsets partition.
+
+A Kafka group lives where our line-protocol groups live: ``partition_for_key(group)`` of
+``__consumer_offsets``, whose Raft leader is the group's coordinator (FindCoordinator names it;
+any other broker answers NOT_COORDINATOR and the client asks again). Its committed offsets are
+records of their own kind in that partition (``GroupCoordinator``'s ``k`` keys, written through
+the same Raft log), so they survive the coordinator and a group of the same name in the line
+protocol never touches them. Its membership (``ClassicGroup``: generations, the members'
+subscriptions and assignments) is the coordinator's memory for the term it leads the partition:
+when another broker takes the partition over, it starts with no members and clients rejoin
+(their Heartbeat, SyncGroup or OffsetCommit gets NOT_COORDINATOR, then UNKNOWN_MEMBER_ID), as
+with a Kafka coordinator that had not yet loaded a group. Their offsets are all there.
+
+Access, as Kafka's: read on the group to join, sync, heartbeat, leave, commit and fetch offsets,
+read on each topic committed (describe on each topic fetched), describe on the group to find
+its coordinator and describe it, delete to delete it; ListGroups lists the groups the session
+may describe.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Final
+
+import trio
+
+from kafkaesque.protocol import AclOperation, AclResource
+from kafkaesque.protocol.kafka import KafkaError, KafkaRequest, Message
+
+from .._access import AccessControl
+from .._errors import RequestError
+from .._groups import OFFSETS_TOPIC, GroupCoordinator, KafkaOffset
+from .._metadata import ClusterMetadata
+from .._session import Session
+from ._classic_group import ClassicGroup, GroupState, JoinRequest, Pending
+
+log = logging.getLogger("kafkaesque.broker.kafka")
+
+_TICK_S: Final = 0.1
+_MAX_METADATA: Final = 4096  # Kafka's offset.metadata.max.bytes
+_TRANSACTION: Final = 1  # FindCoordinator's key type of a transactional id
+
+
+@dataclass
+class _Held:
+    """A group held by this broker while it leads ``partition`` in ``term``."""
+
+    partition: int
+    term: int
+    group: ClassicGroup
+
+
+class KafkaGroups:
+    """The consumer-group APIs of one broker's Kafka front (see the module docstring)."""
+
+    def __init__(
+        self,
+        offsets: GroupCoordinator,
+        metadata: ClusterMetadata,
+        access: AccessControl,
+        initial_delay_s: float,
+    ) -> None:
+        self._offsets = offsets
+        self._metadata = metadata
+        self._access_control = access
+        self._initial_delay_s = initial_delay_s
+        self._held: dict[str, _Held] = {}
+
+    def _access(
+        self, session: Session, operation: AclOperation, resource: AclResource, name: str
+    ) -> bool:
+        """Whether ``session`` may do ``operation`` (a refusal is counted in /metrics)."""
+        try:
+            self._access_control.check_operation(session, operation, resource, name)
+        except RequestError:
+            return False
+        return True
+
+    async def run(self) -> None:
+        """Time the groups held here (sessions, rebalance deadlines) and give up those whose
+        partition this broker no longer leads; until cancelled."""
+        while True:
+            await trio.sleep(_TICK_S)
+            now = trio.current_time()
+            for group_id, held in list(self._held.items()):
+                if self._offsets.leading_term(held.partition) != held.term:
+                    self._give_up(group_id)
+                    continue
+                held.group.tick(now)
+                if held.group.state is GroupState.EMPTY and not held.group.pending_ids:
+                    del self._held[group_id]  # nothing in memory worth keeping
+
+    def _give_up(self, group_id: str) -> None:
+        held = self._held.pop(group_id)
+        held.group.close(KafkaError.NOT_COORDINATOR)
+        log.info("kafka group %s: no longer coordinated here", group_id)
+
+    async def _locate(self, group_id: str) -> tuple[int, int] | KafkaError:
+        """The group's offsets partition and this broker's term as its leader, or the error
+        to answer (NOT_COORDINATOR when another broker coordinates it)."""
+        if not group_id:
+            return KafkaError.INVALID_GROUP_ID
+        try:
+            partition = await self._offsets.offsets_partition(group_id)
+        except RequestError:
+            return KafkaError.COORDINATOR_NOT_AVAILABLE
+        term = self._offsets.leading_term(partition)
+        if term is None:
+            return KafkaError.NOT_COORDINATOR
+        return partition, term
+
+    async def _group(self, group_id: str, *, create: bool) -> ClassicGroup | KafkaError | None:
+        """The group held here (a new empty one if ``create``), None if there is none, or the
+        error to answer."""
+        where = await self._locate(group_id)
+        if isinstance(where, KafkaError):
+            return where
+        partition, term = where
+        held = self._held.get(group_id)
+        if held is not None and held.term != term:
+            self._give_up(group_id)
+            held = None
+        if held is None:
+            if not create:
+                return None
+            held = self._held[group_id] = _Held(
+                partition, term, ClassicGroup(group_id, self._initial_delay_s)
+            )
+        return held.group
+
+    # -- FindCoordinator ------------------------------------------------------------------------
+
+    async def find_coordinator(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        key = body["key"]
+        if body.get("key_type", 0) == _TRANSACTION:
+            return _coordinator_error(
+                KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not served"
+            )
+        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, key):
+            return _coordinator_error(KafkaError.GROUP_AUTHORIZATION_FAILED, None)
+        if not key:
+            return _coordinator_error(KafkaError.INVALID_GROUP_ID, "a group id is needed")
+        try:
+            partition = await self._offsets.offsets_partition(key)
+        except RequestError as exc:
+            return _coordinator_error(KafkaError.COORDINATOR_NOT_AVAILABLE, exc.message)
+        leader = self._offsets.coordinator_of(partition)
+        broker = None if leader is None else self._metadata.view.brokers.get(leader)
+        if broker is None or broker.kafka_port is None:
+            return _coordinator_error(
+                KafkaError.COORDINATOR_NOT_AVAILABLE, "the group's partition has no leader yet"
+            )
+        return {
+            "error_code": KafkaError.NONE,
+            "error_message": None,
+            "node_id": broker.id,
+            "host": broker.host,
+            "port": broker.kafka_port,
+        }
+
+    # -- membership -----------------------------------------------------------------------------
+
+    async def join_group(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        member_id = body["member_id"]
+        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+            return _join_error(KafkaError.GROUP_AUTHORIZATION_FAILED, member_id)
+        group = await self._group(body["group_id"], create=True)
+        if not isinstance(group, ClassicGroup):
+            return _join_error(group or KafkaError.NOT_COORDINATOR, member_id)
+        session_s = body["session_timeout_ms"] / 1000
+        rebalance_ms = body.get("rebalance_timeout_ms", -1)
+        join = JoinRequest(
+            member_id=member_id,
+            instance_id=body.get("group_instance_id"),
+            client_id=request.client_id or "",
+            client_host=session.address,
+            session_timeout_s=session_s,
+            # v0 has no rebalance timeout: Kafka takes the session timeout for it.
+            rebalance_timeout_s=session_s if rebalance_ms < 0 else rebalance_ms / 1000,
+            protocol_type=body["protocol_type"],
+            protocols=[(p["name"], p["metadata"]) for p in body["protocols"]],
+            version=request.version,
+        )
+        return await _answered(group.join(join, trio.current_time()))
+
+    async def sync_group(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+            return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
+        group = await self._group(body["group_id"], create=False)
+        if not isinstance(group, ClassicGroup):
+            return {"error_code": group or KafkaError.UNKNOWN_MEMBER_ID}
+        assignments = {a["member_id"]: a["assignment"] for a in body["assignments"]}
+        pending = group.sync(
+            body["member_id"],
+            body.get("group_instance_id"),
+            body["generation_id"],
+            assignments,
+            trio.current_time(),
+        )
+        return await _answered(pending)
+
+    async def heartbeat(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+            return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
+        group = await self._group(body["group_id"], create=False)
+        if not isinstance(group, ClassicGroup):
+            return {"error_code": group or KafkaError.UNKNOWN_MEMBER_ID}
+        error = group.heartbeat(
+            body["member_id"],
+            body.get("group_instance_id"),
+            body["generation_id"],
+            trio.current_time(),
+        )
+        return {"error_code": error}
+
+    async def leave_group(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        if request.version >= 3:
+            leaving = [(m["member_id"], m.get("group_instance_id")) for m in body["members"]]
+        else:
+            leaving = [(body["member_id"], None)]
+        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+            return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
+        group = await self._group(body["group_id"], create=False)
+        if not isinstance(group, ClassicGroup):
+            error = group or KafkaError.UNKNOWN_MEMBER_ID
+            return {"error_code": error, "members": _left(leaving, lambda m, i: error)}
+        now = trio.current_time()
+        results = {(m, i): group.leave(m, i, now) for m, i in leaving}
+        if request.version < 3:
+            return {"error_code": results[leaving[0]]}
+        return {
+            "error_code": KafkaError.NONE,
+            "members": _left(leaving, lambda m, i: results[m, i]),
+        }
+
+    # -- offsets --------------------------------------------------------------------------------
+
+    async def offset_commit(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        group_id = body["group_id"]
+        topics = body["topics"]
+
+        def every(error: KafkaError) -> Message:
+            return _commit_answer(topics, lambda t, p: error)
+
+        if not self._access(session, AclOperation.READ, AclResource.GROUP, group_id):
+            return every(KafkaError.GROUP_AUTHORIZATION_FAILED)
+        where = await self._locate(group_id)
+        if isinstance(where, KafkaError):
+            return every(where)
+        group = await self._group(group_id, create=False)
+        if isinstance(group, KafkaError):
+            return every(group)
+        now = trio.current_time()
+        generation, member_id = body["generation_id"], body["member_id"]
+        if group is not None:
+            error = group.commit_error(member_id, body.get("group_instance_id"), generation, now)
+        else:  # no members held here: only a commit from outside group management
+            unmanaged = generation < 0 and not member_id
+            error = KafkaError.NONE if unmanaged else KafkaError.ILLEGAL_GENERATION
+        if error is not KafkaError.NONE:
+            return every(error)
+        errors: dict[tuple[str, int], KafkaError] = {}
+        offsets: dict[tuple[str, int], KafkaOffset] = {}
+        view = self._metadata.view
+        for t in topics:
+            name = t["name"]
+            info = view.topics.get(name)
+            allowed = self._access(session, AclOperation.READ, AclResource.TOPIC, name)
+            for p in t["partitions"]:
+                index, metadata = p["partition_index"], p.get("committed_metadata")
+                if not allowed:
+                    errors[name, index] = KafkaError.TOPIC_AUTHORIZATION_FAILED
+                elif info is None or not 0 <= index < info.config.partitions:
+                    errors[name, index] = KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+                elif metadata is not None and len(metadata.encode()) > _MAX_METADATA:
+                    errors[name, index] = KafkaError.OFFSET_METADATA_TOO_LARGE
+                else:
+                    offsets[name, index] = KafkaOffset(
+                        p["committed_offset"], p.get("committed_leader_epoch", -1), metadata
+                    )
+        try:
+            await self._offsets.commit_kafka_offsets(where[0], group_id, offsets)
+        except RequestError as exc:
+            # Not written, or written and the answer is unknown: the client retries (a
+            # commit is idempotent) or rejoins, as with Kafka's coordinator moving.
+            log.info("kafka group %s: commit failed: %s", group_id, exc.message)
+            failed = KafkaError.NOT_COORDINATOR
+            errors.update(dict.fromkeys(offsets, failed))
+        return _commit_answer(topics, lambda t, p: errors.get((t, p), KafkaError.NONE))
+
+    async def offset_fetch(self, request: KafkaRequest, session: Session) -> Message:
+        body = request.body
+        group_id = body["group_id"]
+        asked = body.get("topics")
+
+        def failed(error: KafkaError) -> Message:
+            topics = [
+                {
+                    "name": t["name"],
+                    "partitions": [
+                        {"partition_index": p, "committed_offset": -1, "error_code": error}
+                        for p in t["partition_indexes"]
+                    ],
+                }
+                for t in asked or ()
+            ]
+            return {"topics": topics, "error_code": error}
+
+        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, group_id):
+            return failed(KafkaError.GROUP_AUTHORIZATION_FAILED)
+        where = await self._locate(group_id)
+        if isinstance(where, KafkaError):
+            return failed(where)
+        try:
+            committed = await self._offsets.kafka_offsets(where[0], group_id)
+        except RequestError:
+            return failed(KafkaError.NOT_COORDINATOR)
+        if asked is None:  # v2+: every partition the group committed
+            wanted: dict[str, list[int]] = {}
+            for topic, p in sorted(committed):
+                wanted.setdefault(topic, []).append(p)
+        else:
+            wanted = {t["name"]: list(t["partition_indexes"]) for t in asked}
+        topics = []
+        for name, partitions in wanted.items():
+            visible = self._access(session, AclOperation.DESCRIBE, AclResource.TOPIC, name)
+            rows = []
+            for p in partitions:
+                found = committed.get((name, p)) if visible else None
+                rows.append(
+                    {
+                        "partition_index": p,
+                        "committed_offset": -1 if found is None else found.offset,
+                        "committed_leader_epoch": -1 if found is None else found.leader_epoch,
+                        "metadata": "" if found is None else found.metadata,
+                        "error_code": KafkaError.NONE
+                        if visible
+                        else KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                    }
+                )
+            topics.append({"name": name, "partitions": rows})
+        return {"topics": topics, "error_code": KafkaError.NONE}
+
+    # -- admin ----------------------------------------------------------------------------------
+
+    async def list_groups(self, request: KafkaRequest, session: Session) -> Message:
+        """The groups this broker coordinates (a client asks every broker and joins the
+        lists): those with members held here and those with committed offsets."""
+        names: dict[str, str] = {}
+        for group_id, held in self._held.items():
+            if self._offsets.leading_term(held.partition) == held.term:
+                names[group_id] = held.group.protocol_type or "consumer"
+        for partition in self._led_partitions():
+            try:
+                for group_id in await self._offsets.kafka_groups(partition):
+                    names.setdefault(group_id, "consumer")
+            except RequestError:
+                continue  # it stopped leading meanwhile
+        visible = self._access_control.visible(session, AclResource.GROUP, sorted(names))
+        return {
+            "error_code": KafkaError.NONE,
+            "groups": [{"group_id": g, "protocol_type": names[g]} for g in visible],
+        }
+
+    def _led_partitions(self) -> list[int]:
+        info = self._metadata.view.topics.get(OFFSETS_TOPIC)
+        if info is None:
+            return []
+        partitions = range(info.config.partitions)
+        return [p for p in partitions if self._offsets.leading_term(p) is not None]
+
+    async def describe_groups(self, request: KafkaRequest, session: Session) -> Message:
+        answers = []
+        for group_id in request.body["groups"]:
+            answers.append(await self._describe(group_id, session))
+        return {"groups": answers}
+
+    async def _describe(self, group_id: str, session: Session) -> Message:
+        def error(code: KafkaError) -> Message:
+            return {"error_code": code, "group_id": group_id, "members": []}
+
+        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, group_id):
+            return error(KafkaError.GROUP_AUTHORIZATION_FAILED)
+        group = await self._group(group_id, create=False)
+        if isinstance(group, KafkaError):
+            return error(group)
+        if group is not None:
+            return group.describe()
+        where = await self._locate(group_id)
+        if isinstance(where, KafkaError):
+            return error(where)
+        try:
+            known = group_id in await self._offsets.kafka_groups(where[0])
+        except RequestError:
+            return error(KafkaError.NOT_COORDINATOR)
+        # As Kafka: a group with only committed offsets is Empty, an unknown one Dead.
+        state = GroupState.EMPTY if known else GroupState.DEAD
+        return {
+            "error_code": KafkaError.NONE,
+            "group_id": group_id,
+            "group_state": str(state),
+            "protocol_type": "consumer" if known else "",
+            "members": [],
+        }
+
+    async def delete_groups(self, request: KafkaRequest, session: Session) -> Message:
+        results = []
+        for group_id in request.body["groups_names"]:
+            results.append(
+                {"group_id": group_id, "error_code": await self._delete(group_id, session)}
+            )
+        return {"results": results}
+
+    async def _delete(self, group_id: str, session: Session) -> KafkaError:
+        if not self._access(session, AclOperation.DELETE, AclResource.GROUP, group_id):
+            return KafkaError.GROUP_AUTHORIZATION_FAILED
+        group = await self._group(group_id, create=False)
+        if isinstance(group, KafkaError):
+            return group
+        if group is not None and group.members:
+            return KafkaError.NON_EMPTY_GROUP
+        where = await self._locate(group_id)
+        if isinstance(where, KafkaError):
+            return where
+        try:
+            deleted = await self._offsets.delete_kafka_offsets(where[0], group_id)
+        except RequestError:
+            return KafkaError.NOT_COORDINATOR
+        self._held.pop(group_id, None)
+        return KafkaError.NONE if deleted or group is not None else KafkaError.GROUP_ID_NOT_FOUND
+
+
+async def _answered(answer: Message | Pending) -> Message:
+    if isinstance(answer, Pending):
+        await answer.done.wait()
+        return answer.answer
+    return answer
+
+
+def _coordinator_error(error: KafkaError, message: str | None) -> Message:
+    return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
+
+
+def _join_error(error: KafkaError, member_id: str) -> Message:
+    return {"error_code": error, "generation_id": -1, "member_id": member_id, "members": []}
+
+
+def _left(
+    leaving: list[tuple[str, str | None]], error: Callable[[str, str | None], KafkaError]
+) -> list[Message]:
+    return [{"member_id": m, "group_instance_id": i, "error_code": error(m, i)} for m, i in leaving]
+
+
+def _commit_answer(topics: list[Message], error: Callable[[str, int], KafkaError]) -> Message:
+    """The OffsetCommit response: every partition of the request with its error."""
+    return {
+        "topics": [
+            {
+                "name": t["name"],
+                "partitions": [
+                    {
+                        "partition_index": p["partition_index"],
+                        "error_code": error(t["name"], p["partition_index"]),
+                    }
+                    for p in t["partitions"]
+                ],
+            }
+            for t in topics
+        ]
+    }
