@@ -11,9 +11,12 @@ keyed by msgpack lists so the latest record of a key wins (and compaction may dr
 * ``["k", group, topic, partition]`` → ``[offset, leader epoch, metadata]``: a **Kafka** group's
   committed offset (OffsetCommit, see ``kafkaesque/broker/kafka/_groups.py``). Kafka groups have
   their own key, so a Kafka group and a line-protocol group of the same name never see or change
-  each other's offsets; their membership lives in the Kafka front, not here.
+  each other's offsets;
+* ``["g", group]`` → the Kafka group's membership as its coordinator last saved it (its
+  generation, members and assignments, encoded by the Kafka front), so that a new coordinator
+  takes the group over as it was (Kafka's group metadata records).
 
-A ``o``, ``a`` or ``k`` key with no value (a tombstone) is a deleted group's (DELGROUP,
+A ``o``, ``a``, ``k`` or ``g`` key with no value (a tombstone) is a deleted group's (DELGROUP,
 DeleteGroups).
 
 Any broker takes any group command (SUBS, CONS, COMMIT, OFFSETS, LEAVE, GROUPS, RESETOFFSETS,
@@ -146,6 +149,8 @@ class _Table:
     deadlines: dict[str, float] = field(default_factory=dict)
     # Kafka groups' committed offsets: group -> (topic, partition) -> offset (``k`` records).
     kafka_offsets: dict[str, dict[tuple[str, int], KafkaOffset]] = field(default_factory=dict)
+    # Kafka groups' last saved membership (``g`` records), as the Kafka front encoded it.
+    kafka_groups: dict[str, Any] = field(default_factory=dict)
 
     def expired(self, now: float) -> list[str]:
         """The members whose deadline is at or before ``now``, the most overdue first."""
@@ -730,9 +735,21 @@ class GroupCoordinator:
         return dict(table.kafka_offsets.get(group, {}))
 
     async def kafka_groups(self, partition: int) -> set[str]:
-        """The Kafka groups with committed offsets in ``partition`` (this broker leads it)."""
+        """The Kafka groups with committed offsets or a saved membership in ``partition``
+        (this broker leads it)."""
         table = await self._table(partition)
-        return set(table.kafka_offsets)
+        return set(table.kafka_offsets) | set(table.kafka_groups)
+
+    async def kafka_group(self, partition: int, group: str) -> Any:
+        """The membership of ``group`` last saved by ``save_kafka_group`` (None: none)."""
+        table = await self._table(partition)
+        return table.kafka_groups.get(group)
+
+    async def save_kafka_group(self, partition: int, group: str, saved: Any) -> None:
+        """Write the membership of Kafka group ``group`` (msgpack-able); return once
+        committed."""
+        record = Record(key=msgpack.packb(["g", group]), value=msgpack.packb(saved))
+        await self._write(partition, [record])
 
     async def commit_kafka_offsets(
         self, partition: int, group: str, offsets: Mapping[tuple[str, int], KafkaOffset]
@@ -749,16 +766,18 @@ class GroupCoordinator:
         if records:
             await self._write(partition, records)
 
-    async def delete_kafka_offsets(self, partition: int, group: str) -> bool:
-        """Tombstone every committed offset of ``group``; False if it had none."""
+    async def delete_kafka_group(self, partition: int, group: str) -> bool:
+        """Tombstone every committed offset and the saved membership of Kafka group
+        ``group``, in one batch; False if it had neither."""
         table = await self._table(partition)
-        keys = sorted(table.kafka_offsets.get(group, {}))
+        keys: list[list[object]] = [
+            ["k", group, t, p] for t, p in sorted(table.kafka_offsets.get(group, {}))
+        ]
+        if group in table.kafka_groups:
+            keys.append(["g", group])
         if not keys:
             return False
-        await self._write(
-            partition,
-            [Record(key=msgpack.packb(["k", group, t, p]), value=None) for t, p in keys],
-        )
+        await self._write(partition, [Record(key=msgpack.packb(k), value=None) for k in keys])
         return True
 
     def committed_offsets(self) -> list[tuple[str, str, int, int]]:
@@ -817,6 +836,12 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: 
             table.kafka_offsets.setdefault(group, {})[topic, partition] = KafkaOffset(
                 offset, epoch, metadata
             )
+    elif kind == "g":
+        _, group = key
+        if value is None:  # DeleteGroups' tombstone
+            table.kafka_groups.pop(group, None)
+        else:
+            table.kafka_groups[group] = msgpack.unpackb(value)
     elif kind == "a":
         _, group, topic = key
         if value is None:  # DELGROUP's tombstone: it had no members left

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgpack
 import pytest
 import trio
 
@@ -92,7 +93,7 @@ def test_a_single_member_forms_generation_one_and_leads_it() -> None:
     ]
     assert group.state is GroupState.COMPLETING_REBALANCE
     assert done(group.sync(member, None, 1, {member: b"all"}, 0.0))["assignment"] == b"all"
-    assert group.state is GroupState.STABLE
+    assert group.describe()["group_state"] == "Stable"
 
 
 def test_the_initial_delay_gathers_members_that_start_together() -> None:
@@ -263,7 +264,7 @@ def test_commits_follow_kafkas_rules() -> None:
 
 def test_a_coordinator_that_gives_the_group_up_answers_every_waiting_request() -> None:
     group = ClassicGroup("g")
-    [a] = form(group, 0.0, 1)
+    form(group, 0.0, 1)
     b = new_member(group, 0.0)
     join_b = group.join(request(b), 0.0)
     group.close(E.NOT_COORDINATOR)
@@ -301,3 +302,34 @@ def test_pending_answers_wake_a_waiting_trio_task(count: int) -> None:
         assert len(answers) == count and {a["generation_id"] for a in answers} == {1}
 
     trio.run(main)
+
+
+def test_a_group_restored_from_its_saved_membership_goes_on_in_the_same_generation() -> None:
+    """A new coordinator restores what the old one saved (through msgpack, as the log keeps
+    it): same generation, leader and assignments, each member one session from the takeover."""
+    group = ClassicGroup("g", initial_delay_s=0.5)
+    a, b = form(group, 0.0, 2)
+    assert group.saved_key() == (1, (a, b))
+    saved = msgpack.unpackb(msgpack.packb(group.saved()))
+    taken_over = ClassicGroup.restored("g", saved, 100.0)
+    assert taken_over.describe() == group.describe()
+    assert taken_over.saved_key() == group.saved_key()
+    assert taken_over.heartbeat(a, None, 1, 105.0) == E.NONE
+    assert done(taken_over.sync(b, None, 1, {}, 105.0))["assignment"] == f"part-{b}".encode()
+    assert taken_over.commit_error(a, None, 1, 105.0) == E.NONE
+    taken_over.tick(111.0)  # b was last heard from at 105: alive; a too
+    assert set(taken_over.members) == {a, b}
+    taken_over.tick(116.0)
+    assert not taken_over.members  # neither was heard from for a session since
+
+
+def test_only_a_formed_generation_or_an_empty_group_is_saved() -> None:
+    group = ClassicGroup("g")
+    assert group.saved_key() == (0, ())
+    [a] = form(group, 0.0, 1)
+    b = new_member(group, 1.0)
+    group.join(request(b), 1.0)
+    assert group.saved_key() is None  # forming: nothing to save
+    group.leave(a, None, 2.0)
+    group.leave(b, None, 2.0)
+    assert group.saved_key() == (3, ())

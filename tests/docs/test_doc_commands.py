@@ -208,6 +208,12 @@ REGISTRY: tuple[Entry, ...] = (
         " k1 hello\n",
         " k2 world\n",
     ),
+    here(
+        "kcat -b 127.0.0.1:9097 -X auto.offset.reset=earliest -G readers -e -f '%p %o %s\\n' "
+        "greetings",
+        " hello\n",
+        " world\n",
+    ),
     # docs/mqtt.md
     here(
         "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -i phone-00007 -c "

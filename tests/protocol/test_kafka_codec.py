@@ -24,6 +24,7 @@ from kafkaesque.protocol.kafka import (
     KafkaRequest,
     KafkaServerConnection,
     UnsupportedApiVersions,
+    Writer,
     decode_batch,
     decode_response,
     encode_batch,
@@ -32,7 +33,8 @@ from kafkaesque.protocol.kafka import (
     iter_batches,
     parse_request,
 )
-from kafkaesque.protocol.kafka._schema import Array, Field
+from kafkaesque.protocol.kafka._group_apis import GROUP_APIS
+from kafkaesque.protocol.kafka._schema import Array, Field, encode
 
 _INTS = {"int8": 7, "int16": 15, "uint16": 16, "int32": 31, "int64": 63}
 
@@ -206,3 +208,36 @@ def test_a_batch_with_a_bad_crc_or_magic_is_refused() -> None:
     batch[16] = 1  # magic 1
     with pytest.raises(KafkaProtocolError, match="magic"):
         decode_batch(bytes(batch))
+
+
+def _kafka_python(api: Api, request: bool) -> Any:
+    """kafka-python's class for ``api``'s request or response (its own schemas, from Kafka's)."""
+    from kafka.protocol.admin import groups
+    from kafka.protocol.consumer import group
+    from kafka.protocol.metadata import find_coordinator
+
+    name = api.name + ("Request" if request else "Response")
+    for module in (group, groups, find_coordinator):
+        if hasattr(module, name):
+            return getattr(module, name)
+    raise AssertionError(f"kafka-python has no {name}")
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.sampled_from(GROUP_APIS), st.booleans(), st.data())
+def test_kafka_python_reads_the_group_apis_bytes_and_writes_the_same(
+    api: Api, request: bool, data: Any
+) -> None:
+    """Our schema of each group API, byte for byte against kafka-python's (an independent
+    reading of Kafka's message definitions): a field in the wrong place or version shows."""
+    pytest.importorskip("kafka")
+    from kafka.protocol.api_message import ApiMessage
+
+    version = data.draw(st.integers(api.min_version, api.max_version))
+    schema = api.request if request else api.response
+    body = data.draw(struct_of(schema.fields, version))
+    writer = Writer()
+    encode(schema, version, body, writer)
+    ours = bytes(writer.buf)
+    theirs = _kafka_python(api, request)[version].decode(ours, version=version)
+    assert bytes(ApiMessage.encode(theirs)) == ours

@@ -23,8 +23,12 @@ From JoinGroup v4 a new member without an id gets one with MEMBER_ID_REQUIRED an
 
 Pure but for ``trio.Event`` (a waiting request is a ``Pending`` the coordinator awaits): every
 method takes ``now`` (seconds, the caller's clock) and answers at once, or returns the
-``Pending`` that a later event answers. Group membership is the coordinator's memory, not a
-record: a new coordinator (after a failover) starts with no members, so members rejoin.
+``Pending`` that a later event answers. ``saved`` is what the coordinator writes to the log
+whenever a generation is formed and handed out (or the group empties), and ``restored`` what a
+new coordinator makes of it: the same generation, members and assignments, each member given
+one session from then (Kafka's group metadata and its loading), so a coordinator failover costs
+no rebalance. A generation still forming when the coordinator fails is lost: its members
+rejoin.
 """
 
 from __future__ import annotations
@@ -33,7 +37,7 @@ import secrets
 from collections import Counter
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -395,6 +399,8 @@ class ClassicGroup:
             if deadline <= now:
                 del self.pending_ids[pending_id]
         for member in list(self.members.values()):
+            if member.member_id not in self.members:
+                continue  # dropped meanwhile (a drop ticks, and may drop others)
             waiting = member.joining is not None or member.syncing is not None
             if not waiting and member.deadline <= now:
                 self._drop(member.member_id, now)
@@ -427,6 +433,70 @@ class ClassicGroup:
         if self.state is GroupState.PREPARING_REBALANCE:
             times += [self.rebalance_deadline, self.delay_until]
         return min(times, default=None)
+
+    # -- the log's copy -------------------------------------------------------------------------
+
+    def saved_key(self) -> tuple[int, tuple[str, ...]] | None:
+        """What identifies the membership ``saved`` would write: None while a generation is
+        being formed (nothing to save)."""
+        if self.state not in (GroupState.STABLE, GroupState.EMPTY):
+            return None
+        return self.generation, tuple(self.members)
+
+    def saved(self) -> dict[str, Any]:
+        """The group's membership as the log keeps it (msgpack-able)."""
+        return {
+            "generation": self.generation,
+            "protocol_type": self.protocol_type,
+            "protocol": self.protocol,
+            "leader": self.leader,
+            "members": [
+                [
+                    m.member_id,
+                    m.instance_id,
+                    m.client_id,
+                    m.client_host,
+                    m.session_timeout_s,
+                    m.rebalance_timeout_s,
+                    m.metadata(self.protocol),
+                    m.assignment,
+                ]
+                for m in self.members.values()
+            ],
+        }
+
+    @classmethod
+    def restored(
+        cls, group_id: str, saved: dict[str, Any], now: float, initial_delay_s: float = 0.0
+    ) -> ClassicGroup:
+        """The group ``saved`` describes, each member's session starting ``now``."""
+        group = cls(
+            group_id,
+            initial_delay_s,
+            generation=saved["generation"],
+            protocol_type=saved["protocol_type"],
+            protocol=saved["protocol"],
+            leader=saved["leader"],
+        )
+        for member_id, instance, client, host, session_s, rebalance_s, meta, assigned in saved[
+            "members"
+        ]:
+            group.members[member_id] = Member(
+                member_id,
+                instance,
+                client,
+                host,
+                session_s,
+                rebalance_s,
+                group.protocol_type or "",
+                [(group.protocol or "", meta)],
+                deadline=now + session_s,
+                assignment=assigned,
+            )
+            if instance is not None:
+                group.static[instance] = member_id
+        group.state = GroupState.STABLE if group.members else GroupState.EMPTY
+        return group
 
     # -- DescribeGroups -------------------------------------------------------------------------
 

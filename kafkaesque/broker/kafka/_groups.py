@@ -7,10 +7,12 @@ any other broker answers NOT_COORDINATOR and the client asks again). Its committ
 records of their own kind in that partition (``GroupCoordinator``'s ``k`` keys, written through
 the same Raft log), so they survive the coordinator and a group of the same name in the line
 protocol never touches them. Its membership (``ClassicGroup``: generations, the members'
-subscriptions and assignments) is the coordinator's memory for the term it leads the partition:
-when another broker takes the partition over, it starts with no members and clients rejoin
-(their Heartbeat, SyncGroup or OffsetCommit gets NOT_COORDINATOR, then UNKNOWN_MEMBER_ID), as
-with a Kafka coordinator that had not yet loaded a group. Their offsets are all there.
+subscriptions and assignments) is the coordinator's memory while it leads the partition, and
+is saved to the same partition (``g`` keys) each time a generation is handed out or the group
+empties: a broker that takes the partition over restores a group from its saved membership
+when a member first asks, with the same generation and assignments and a new session for each
+member, so a failover costs the members a FindCoordinator, not a rebalance (as Kafka loads its
+groups). A generation still forming at the failover is lost; its members rejoin.
 
 Access, as Kafka's: read on the group to join, sync, heartbeat, leave, commit and fetch offsets,
 read on each topic committed (describe on each topic fetched), describe on the group to find
@@ -46,11 +48,13 @@ _TRANSACTION: Final = 1  # FindCoordinator's key type of a transactional id
 
 @dataclass
 class _Held:
-    """A group held by this broker while it leads ``partition`` in ``term``."""
+    """A group held by this broker while it leads ``partition`` in ``term``; ``saved``: the
+    ``saved_key`` of the membership last written to the log."""
 
     partition: int
     term: int
     group: ClassicGroup
+    saved: tuple[int, tuple[str, ...]] | None = None
 
 
 class KafkaGroups:
@@ -90,8 +94,25 @@ class KafkaGroups:
                     self._give_up(group_id)
                     continue
                 held.group.tick(now)
-                if held.group.state is GroupState.EMPTY and not held.group.pending_ids:
-                    del self._held[group_id]  # nothing in memory worth keeping
+                await self._save(group_id, held)
+                empty = held.group.state is GroupState.EMPTY and not held.group.pending_ids
+                saved = held.saved == held.group.saved_key()
+                if empty and saved and self._held.get(group_id) is held:
+                    del self._held[group_id]  # nothing in memory that the log does not have
+
+    async def _save(self, group_id: str, held: _Held) -> None:
+        """Write the group's membership to the log if it changed since it was last written
+        (a failed write is retried at the next tick)."""
+        key = held.group.saved_key()
+        if key is None or key == held.saved:
+            return
+        saved = held.group.saved()
+        try:
+            await self._offsets.save_kafka_group(held.partition, group_id, saved)
+        except RequestError as exc:
+            log.info("kafka group %s: saving its membership failed: %s", group_id, exc.message)
+            return
+        held.saved = key
 
     def _give_up(self, group_id: str) -> None:
         held = self._held.pop(group_id)
@@ -113,8 +134,9 @@ class KafkaGroups:
         return partition, term
 
     async def _group(self, group_id: str, *, create: bool) -> ClassicGroup | KafkaError | None:
-        """The group held here (a new empty one if ``create``), None if there is none, or the
-        error to answer."""
+        """The group held here: restored from its saved membership if this broker does not
+        hold it yet, else a new empty one if ``create``; None if there is none, or the error
+        to answer."""
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
             return where
@@ -124,11 +146,28 @@ class KafkaGroups:
             self._give_up(group_id)
             held = None
         if held is None:
-            if not create:
+            try:
+                saved = await self._offsets.kafka_group(partition, group_id)
+            except RequestError:
+                return KafkaError.NOT_COORDINATOR
+            held = self._held.get(group_id)  # another request may have restored it meanwhile
+            if held is not None and held.term == term:
+                return held.group
+            if saved is None and not create:
                 return None
-            held = self._held[group_id] = _Held(
-                partition, term, ClassicGroup(group_id, self._initial_delay_s)
-            )
+            now = trio.current_time()
+            if saved is None:
+                group = ClassicGroup(group_id, self._initial_delay_s)
+            else:
+                group = ClassicGroup.restored(group_id, saved, now, self._initial_delay_s)
+            held = self._held[group_id] = _Held(partition, term, group, group.saved_key())
+            if saved is not None:
+                log.info(
+                    "kafka group %s: taken over at generation %d with %d members",
+                    group_id,
+                    group.generation,
+                    len(group.members),
+                )
         return held.group
 
     # -- FindCoordinator ------------------------------------------------------------------------
@@ -432,7 +471,7 @@ class KafkaGroups:
         if isinstance(where, KafkaError):
             return where
         try:
-            deleted = await self._offsets.delete_kafka_offsets(where[0], group_id)
+            deleted = await self._offsets.delete_kafka_group(where[0], group_id)
         except RequestError:
             return KafkaError.NOT_COORDINATOR
         self._held.pop(group_id, None)
