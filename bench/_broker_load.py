@@ -13,6 +13,10 @@ The peer, NATS JetStream, through its Python client ``nats-py`` (asyncio): ``nat
 synchronously, one acknowledgement at a time) and ``nats-consume`` (a push consumer on the
 stream, no acknowledgements, as ``consume`` commits none). ``nats`` is imported only by these.
 
+Over the Kafka protocol, for ``bench.kafka_clients``: ``kafka-producer``, ``kafka-publish`` and
+``kafka-consume``, librdkafka doing what ``producer``, ``publish`` and ``consume`` do
+(``bench._kafka_load``).
+
 ``producer`` and ``pubs`` take ``--tls-ca CA --user NAME`` (the password in
 ``$KAFKAESQUE_PASSWORD``): TLS to the brokers and SCRAM-SHA-256 authentication, the client
 library's ``Security`` for the one, ``AUTH`` on each raw connection for the other.
@@ -257,7 +261,7 @@ def run_pubs(args: argparse.Namespace) -> None:
 # -- (c) end to end: a paced publisher and a group consumer ------------------------------------
 
 
-class _Pacer:
+class Pacer:
     """Message ``seq`` is due at ``start + seq / rate``: waits for it, then sends it; keeps how
     late the sends were and each message's due-to-acknowledged latency (the commit half of end
     to end; the first ``skip`` messages are warm-up)."""
@@ -315,7 +319,7 @@ def run_publish(args: argparse.Namespace) -> None:
     config = ProducerConfig(
         linger_ms=args.linger_ms, ordered=not args.unordered, idempotent=not args.unordered
     )
-    pacer = _Pacer(args.rate, args.seconds, args.skip)
+    pacer = Pacer(args.rate, args.seconds, args.skip)
 
     def on_ack(due_ns: int, seq: int, handle: DeliveryHandle) -> None:
         if handle.exception() is None:
@@ -343,7 +347,7 @@ def run_publish(args: argparse.Namespace) -> None:
 
 def run_publish_pubs(args: argparse.Namespace) -> None:
     """One ``PUBS`` line per message at a fixed rate, on one raw connection (a telnet user)."""
-    pacer = _Pacer(args.rate, args.seconds, args.skip)
+    pacer = Pacer(args.rate, args.seconds, args.skip)
     host, _, port = args.address.rpartition(":")
     prefix = b"PUBS %s " % args.topic.encode()
     in_flight: collections.deque[tuple[int, int]] = collections.deque()
@@ -381,7 +385,7 @@ def run_publish_pubs(args: argparse.Namespace) -> None:
     pacer.result(delivered=pacer.count - errors - len(in_flight), failed=errors + len(in_flight))
 
 
-class _Receipts:
+class Receipts:
     """What a consumer received of ``expect`` stamped messages: each one's due-to-delivery
     latency (the first ``skip`` are warm-up), duplicates, and values that are not stamps."""
 
@@ -427,7 +431,7 @@ class _Receipts:
 
 
 def run_consume(args: argparse.Namespace) -> None:
-    receipts = _Receipts(args.expect, args.skip)
+    receipts = Receipts(args.expect, args.skip)
     with GroupConsumer(args.bootstrap, args.topic, args.group) as consumer:
         consumer.poll(0)  # subscribes, and learns where each partition ends
         emit("ready")
@@ -510,7 +514,7 @@ async def _nats_publish(args: argparse.Namespace) -> None:
     """Publishes at a fixed rate, stamped; async with a window, or one at a time (window 0)."""
     import nats
 
-    pacer = _Pacer(args.rate, args.seconds, args.skip)
+    pacer = Pacer(args.rate, args.seconds, args.skip)
     failed = 0
     calls: list[float] = []  # synchronous: send to acknowledgement, without the queueing
 
@@ -564,7 +568,7 @@ async def _nats_consume(args: argparse.Namespace) -> None:
     from nats.aio.msg import Msg
     from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 
-    receipts = _Receipts(args.expect, args.skip)
+    receipts = Receipts(args.expect, args.skip)
     complete = asyncio.Event()
 
     async def on_message(msg: Msg) -> None:
@@ -620,6 +624,17 @@ def run_loopback(args: argparse.Namespace) -> None:
             while data := conn.recv(64):
                 conn.sendall(data)
     emit("result", bytes=total, seconds=seconds)
+
+
+def _kafka(name: str) -> Callable[[argparse.Namespace], None]:
+    """A kind of ``bench._kafka_load``, imported when it runs (it needs confluent-kafka)."""
+
+    def run(args: argparse.Namespace) -> None:
+        from . import _kafka_load
+
+        getattr(_kafka_load, name)(args)
+
+    return run
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -684,6 +699,27 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
     p.add_argument("--timeout", type=float, required=True)
     p.set_defaults(run=run_nats_consume)
+    p = kinds.add_parser("kafka-producer", parents=[timed])
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.add_argument("--buffer-bytes", type=int, required=True)
+    p.set_defaults(run=_kafka("run_kafka_producer"))
+    p = kinds.add_parser("kafka-publish", parents=[paced])
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.set_defaults(run=_kafka("run_kafka_publish"))
+    p = kinds.add_parser("kafka-consume")
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p.add_argument("--timeout", type=float, required=True)
+    p.add_argument("--poll-ms", type=int, default=500, help="the longest wait of one poll")
+    p.set_defaults(run=_kafka("run_kafka_consume"))
     p = kinds.add_parser("loopback")
     p.set_defaults(run=run_loopback)
     args = parser.parse_args(argv)

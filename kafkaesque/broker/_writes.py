@@ -414,15 +414,19 @@ class WritePath:
         ``RequestError``: ``NOT_LEADER`` (nothing written; ask the new leader) or ``TIMEOUT``
         (the outcome is unknown).
         """
+        return await self.begin_as_leader(log_id, batch, count).written(acks)
+
+    def begin_as_leader(self, log_id: str, batch: bytes, count: int) -> LeaderWrite:
+        """``write_as_leader`` in two steps: the batch is proposed now, synchronously (so
+        batches begun one after the other are appended in that order, and a caller may begin
+        the next before this one commits: a pipelining client's), and ``LeaderWrite.written``
+        waits for its outcome. Raises ``RequestError(NOT_LEADER)`` at once if this broker does
+        not lead the partition."""
         replica = self._raft.replicas.get(log_id)
         if replica is None or replica.role is not Role.LEADER:
             raise RequestError(ErrorCode.NOT_LEADER, f"{log_id}: not the leader here; retry")
         deadline = trio.current_time() + self.timeout
-        try:
-            return await self.finish(self._start_local(replica, batch, count), acks, deadline)
-        except _Retry as retry:
-            code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
-            raise RequestError(code, f"{log_id}: {retry}; retry") from None
+        return LeaderWrite(self, log_id, self._start_local(replica, batch, count), deadline)
 
     # -- MQTT QoS 1 resends ------------------------------------------------------------------
 
@@ -623,6 +627,25 @@ class WritePath:
         finally:
             self._forward_watch = None
             self._forward_watching = False
+
+
+@dataclass(frozen=True, slots=True)
+class LeaderWrite:
+    """A batch this leader proposed (``WritePath.begin_as_leader``), not yet known written."""
+
+    _path: WritePath
+    log_id: str
+    _attempt: Attempt
+    _deadline: float
+
+    async def written(self, acks: Acks) -> tuple[int, int]:
+        """``(first, last)`` offsets once written as ``acks`` asks; ``RequestError``:
+        ``NOT_LEADER`` (nothing written) or ``TIMEOUT`` (the outcome is unknown) otherwise."""
+        try:
+            return await self._path.finish(self._attempt, acks, self._deadline)
+        except _Retry as retry:
+            code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
+            raise RequestError(code, f"{self.log_id}: {retry}; retry") from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 import trio
@@ -60,8 +61,9 @@ from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
+from .._writes import LeaderWrite
 from ._groups import KafkaGroups
-from ._translate import ProducedBatch, kafka_record_set, produced_batches
+from ._translate import kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
 
 log = logging.getLogger("kafkaesque.broker.kafka")
@@ -228,73 +230,81 @@ class KafkaHandlers:
 
     # -- Produce --------------------------------------------------------------------------------
 
-    async def produce(self, request: KafkaRequest, session: Session) -> Message | None:
+    def begin_produce(self, request: KafkaRequest, session: Session) -> ProduceInFlight:
+        """A Produce in two steps: every batch is appended now, synchronously, in the order of
+        the request (so the Produce requests a connection pipelines are appended in the order
+        sent, and a Raft flush can take several of them at once); the returned coroutine
+        function waits for their acknowledgements and gives the response (None with acks=0)."""
         body = request.body
         acks = body["acks"]
         if acks not in (0, 1, -1):
-            return _produce_answer(body, lambda t, p: (KafkaError.INVALID_REQUIRED_ACKS, -1))
+            return _answered(
+                _produce_answer(body, lambda t, p: (KafkaError.INVALID_REQUIRED_ACKS, -1))
+            )
         if body.get("transactional_id") is not None:
-            return _produce_answer(
-                body, lambda t, p: (KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, -1)
-            )
-        results: dict[tuple[str, int], tuple[KafkaError, int]] = {}
+            refused = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            return _answered(_produce_answer(body, lambda t, p: (refused, -1)))
         mode = Acks.QUORUM if acks == -1 else Acks.LEADER
-
-        async def one(topic: str, partition: int, records: bytes | None) -> None:
-            results[topic, partition] = await self._produce_partition(
-                topic, partition, records, mode, session
+        begun = {
+            (t["name"], p["index"]): self._begin_partition(
+                t["name"], p["index"], p["records"], session
             )
+            for t in body["topic_data"]
+            for p in t["partition_data"]
+        }
 
-        async with trio.open_nursery() as nursery:
-            for t in body["topic_data"]:
-                for p in t["partition_data"]:
-                    nursery.start_soon(one, t["name"], p["index"], p["records"])
-        if acks == 0:
-            return None
-        return _produce_answer(body, lambda t, p: results[t, p])
+        async def finish() -> Message | None:
+            results: dict[tuple[str, int], tuple[KafkaError, int]] = {}
 
-    async def _produce_partition(
-        self, topic: str, partition: int, record_set: bytes | None, acks: Acks, session: Session
-    ) -> tuple[KafkaError, int]:
+            async def one(key: tuple[str, int], writes: _PartitionWrites) -> None:
+                results[key] = await writes.outcome(mode)
+
+            async with trio.open_nursery() as nursery:
+                for key, writes in begun.items():
+                    nursery.start_soon(one, key, writes)
+            if acks == 0:
+                return None
+            return _produce_answer(body, lambda t, p: results[t, p])
+
+        return finish
+
+    async def produce(self, request: KafkaRequest, session: Session) -> Message | None:
+        return await self.begin_produce(request, session)()
+
+    def _begin_partition(
+        self, topic: str, partition: int, record_set: bytes | None, session: Session
+    ) -> _PartitionWrites:
         w = self._w
         info = w.metadata.view.topics.get(topic)
         if info is None or not 0 <= partition < info.config.partitions:
-            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION, -1
+            return _PartitionWrites(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
         try:
             w.access.check_operation(session, AclOperation.WRITE, AclResource.TOPIC, topic)
         except RequestError:
-            return KafkaError.TOPIC_AUTHORIZATION_FAILED, -1
+            return _PartitionWrites(KafkaError.TOPIC_AUTHORIZATION_FAILED)
         log_id = log_id_of(topic, partition)
         if w.writes.leader_of(log_id) != w.config.id:
-            return KafkaError.NOT_LEADER_OR_FOLLOWER, -1
+            return _PartitionWrites(KafkaError.NOT_LEADER_OR_FOLLOWER)
         try:
             batches = produced_batches(record_set or b"")
         except UnsupportedCompression as exc:
             log.info("kafka: produce to %s/%d: %s", topic, partition, exc)
-            return KafkaError.UNSUPPORTED_COMPRESSION_TYPE, -1
+            return _PartitionWrites(KafkaError.UNSUPPORTED_COMPRESSION_TYPE)
         except KafkaProtocolError as exc:
             log.info("kafka: produce to %s/%d: corrupt records: %s", topic, partition, exc)
-            return KafkaError.CORRUPT_MESSAGE, -1
+            return _PartitionWrites(KafkaError.CORRUPT_MESSAGE)
         if not batches:
-            return KafkaError.CORRUPT_MESSAGE, -1
-        base = -1
+            return _PartitionWrites(KafkaError.CORRUPT_MESSAGE)
+        writes = _PartitionWrites()
         for batch in batches:  # in order: an idempotent producer's sequences follow each other
-            written = await self._write(log_id, batch, acks)
-            if isinstance(written, KafkaError):
-                return written, -1
-            base = written if base < 0 else base
-        return KafkaError.NONE, base
-
-    async def _write(self, log_id: str, batch: ProducedBatch, acks: Acks) -> int | KafkaError:
-        """Write one batch as this leader (an idempotent producer's retry is answered with the
-        first copy's offset, see ``_producers``); its base offset, or the error."""
-        try:
-            first, _last = await self._w.writes.write_as_leader(
-                log_id, batch.data, batch.record_count, acks
-            )
-        except RequestError as exc:
-            return kafka_error(exc)
-        return first
+            try:
+                writes.begun.append(
+                    w.writes.begin_as_leader(log_id, batch.data, batch.record_count)
+                )
+            except RequestError as exc:
+                writes.error = kafka_error(exc)  # the earlier ones are appended: wait for them
+                break
+        return writes
 
     # -- Fetch ----------------------------------------------------------------------------------
 
@@ -484,6 +494,40 @@ class KafkaHandlers:
             "offset": offset if not by_time or offset < end else -1,
             "leader_epoch": w.leader_epoch(log_id),
         }
+
+
+ProduceInFlight = Callable[[], Awaitable[Message | None]]
+"""A Produce whose batches are appended: awaiting it gives the response (None: acks=0)."""
+
+
+def _answered(answer: Message) -> ProduceInFlight:
+    async def at_once() -> Message:
+        return answer
+
+    return at_once
+
+
+@dataclass
+class _PartitionWrites:
+    """One partition's part of a Produce: the writes begun, and the error that stopped it."""
+
+    error: KafkaError | None = None
+    begun: list[LeaderWrite] = field(default_factory=list)
+
+    async def outcome(self, acks: Acks) -> tuple[KafkaError, int]:
+        """(error, base offset) once every begun write has its outcome (the first failure's
+        error; the first batch's base offset when all are written)."""
+        base, error = -1, self.error
+        for write in self.begun:
+            try:
+                first, _last = await write.written(acks)
+            except RequestError as exc:
+                error = error or kafka_error(exc)
+                continue
+            base = first if base < 0 else base
+        if error is not None:
+            return error, -1
+        return KafkaError.NONE, base
 
 
 def _produce_answer(body: Message, result: Callable[[str, int], tuple[KafkaError, int]]) -> Message:
