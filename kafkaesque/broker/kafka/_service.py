@@ -15,22 +15,34 @@ import logging
 from typing import Final
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from kafkaesque.fd_stream import peer_host
 from kafkaesque.protocol.kafka import (
+    API_VERSIONS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     KafkaProtocolError,
     KafkaRequest,
     KafkaServerConnection,
     encode_response,
+    frame_bytes,
 )
 
+from .._errors import RequestError
 from .._session import Session
+from .._tls import TlsRefusals, server_handshake
+from ._admin_handlers import KafkaSession
 from ._handlers import KafkaHandlers
 from ._wiring import KafkaWiring
 
 log = logging.getLogger("kafkaesque.broker.kafka")
 
 _RECEIVE_BYTES: Final = 64 * 1024
+# What a connection may ask before it authenticates (on a broker with a users file).
+_BEFORE_AUTHENTICATION: Final = frozenset(
+    {API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key}
+)
 
 
 class KafkaService:
@@ -40,6 +52,7 @@ class KafkaService:
         self._w = wiring
         self.port: int | None = None
         self.handlers = KafkaHandlers(wiring, lambda: self.port)
+        self.admin = self.handlers.admin
 
     async def run(
         self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
@@ -71,7 +84,21 @@ class KafkaService:
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         w = self._w
-        session = w.access.new_session(peer_host(stream), tls=False)
+        address = peer_host(stream)
+        served: trio.abc.Stream = stream
+        if w.tls is not None:  # the port speaks TLS only (docs/security.md)
+            wrapped = await server_handshake(
+                stream,
+                w.tls.context,
+                listener="kafka",
+                where=address,
+                refusals=w.tls_refusals or TlsRefusals(CollectorRegistry()),
+            )
+            if wrapped is None:
+                return
+            served = wrapped
+        principal = w.access.new_session(address, tls=w.tls is not None).principal
+        session = KafkaSession(address, tls=w.tls is not None, principal=principal)
         conn = KafkaServerConnection()
         stopping = False
 
@@ -81,25 +108,48 @@ class KafkaService:
 
         try:
             with w.draining.connection(stop):
-                async with stream:
-                    while not stopping:
-                        data = await stream.receive_some(_RECEIVE_BYTES)
+                async with served:
+                    while not stopping and not session.close:
+                        data = await served.receive_some(_RECEIVE_BYTES)
                         if not data:
                             return
                         conn.feed(data)
-                        while not stopping and (request := conn.next_request()) is not None:
-                            if isinstance(request, KafkaRequest):
-                                answer = await self._answer(request, session)
-                            else:
-                                answer = request.response
+                        while not (stopping or session.close):
+                            answer = await self._next_answer(conn, session)
+                            if answer is None:
+                                break
                             if answer:
-                                await stream.send_all(answer)
+                                await served.send_all(answer)
         except KafkaProtocolError as exc:
-            log.info("kafka %s: closing: %s", peer_host(stream), exc)
+            log.info("kafka %s: closing: %s", address, exc)
+        except RequestError as exc:  # a request before authentication: counted, closed
+            log.info("kafka %s: closing: %s", address, exc.message)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
         except Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a Kafka connection failed", w.config.id)
+
+    async def _next_answer(
+        self, conn: KafkaServerConnection, session: KafkaSession
+    ) -> bytes | None:
+        """The bytes answering the next whole request on ``conn`` (b"": none is owed), or None
+        until more bytes come. Before a session authenticates (on a broker with a users file)
+        only ApiVersions and the SASL APIs are served: anything else raises ``RequestError``
+        (counted as a refusal) and the connection is closed, as Kafka closes it."""
+        if session.raw_tokens:  # after a SaslHandshake v0: bare SASL tokens
+            token = conn.next_frame()
+            if token is None:
+                return None
+            reply, failure = await self.admin.sasl_token(session, token)
+            return b"" if failure is not None else frame_bytes(reply)
+        request = conn.next_request()
+        if request is None:
+            return None
+        if not isinstance(request, KafkaRequest):
+            return request.response
+        if session.principal is None and request.api.key not in _BEFORE_AUTHENTICATION:
+            self._w.access.require_authentication(session)
+        return await self._answer(request, session)
 
     async def _answer(self, request: KafkaRequest, session: Session) -> bytes:
         body = await self.handlers.by_key[request.api.key](request, session)

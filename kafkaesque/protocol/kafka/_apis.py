@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ._admin_apis import ADMIN_APIS
 from ._schema import Api, Field, Schema, array
 
 INT32_MIN: Final = -(1 << 31)
@@ -361,6 +362,7 @@ INIT_PRODUCER_ID = Api(
 APIS: Final[dict[int, Api]] = {
     api.key: api
     for api in (
+        *ADMIN_APIS,  # _admin_apis: SASL, ACLs, configs, partitions
         API_VERSIONS,
         METADATA,
         PRODUCE,

@@ -1,0 +1,332 @@
+"""SASL and TLS on the Kafka port, judged by Kafka's own clients (confluent-kafka, kcat) against
+real brokers with a users file (issue 33): SCRAM-SHA-256 on the plain port, PLAIN only over TLS,
+a wrong password refused with 58 and counted, nothing served before authentication."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import socket
+import struct
+import subprocess
+import urllib.request
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
+from kafkaesque.protocol.kafka import (
+    API_VERSIONS,
+    METADATA,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    Api,
+    KafkaError,
+    Message,
+    decode_response,
+    encode_request,
+    frame_bytes,
+)
+from kafkaesque.security import ScramClient
+
+confluent_kafka = pytest.importorskip("confluent_kafka")
+pytest.importorskip("confluent_kafka.admin")
+
+BOB, BOB_PASSWORD = "bob", "bob-secret-1"
+
+
+def _secure(root: Any, kafka_tls: bool) -> tuple[DevSecurity, list[str]]:
+    security = DevSecurity.make(str(root))
+    users = os.path.join(str(root), "users-kafka")
+    # The cluster's own user (a super user), and bob, whom no ACL names.
+    write_users(users, {security.username: security.password, BOB: BOB_PASSWORD})
+    # No failure limit: librdkafka retries a wrong password at once, which would shut the
+    # address out for the tests that follow.
+    extra = ["--users-file", users, "--auth-failure-limit", "0"]
+    extra += ["--kafka-tls"] if kafka_tls else []
+    return security, extra
+
+
+@pytest.fixture(scope="module")
+def sasl_plain_port(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SecureCluster, DevSecurity]]:
+    """One broker whose Kafka port is plaintext, with a users file (SASL_PLAINTEXT)."""
+    root = tmp_path_factory.mktemp("kafka-sasl")
+    security, extra = _secure(root, kafka_tls=False)
+    with SecureCluster(str(root / "c"), 1, security=security, extra_args=extra) as cluster:
+        cluster.wait_ready()
+        yield cluster, security
+
+
+@pytest.fixture(scope="module")
+def sasl_tls_port(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[SecureCluster, DevSecurity]]:
+    """One broker whose Kafka port speaks TLS (--kafka-tls), with a users file (SASL_SSL)."""
+    root = tmp_path_factory.mktemp("kafka-sasl-ssl")
+    security, extra = _secure(root, kafka_tls=True)
+    with SecureCluster(str(root / "c"), 1, security=security, extra_args=extra) as cluster:
+        cluster.wait_ready()
+        yield cluster, security
+
+
+def scram_settings(cluster: SecureCluster, user: str, password: str) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SASL_PLAINTEXT",
+        "sasl.mechanism": "SCRAM-SHA-256",
+        "sasl.username": user,
+        "sasl.password": password,
+    }
+
+
+def plain_tls_settings(cluster: SecureCluster, security: DevSecurity) -> dict[str, Any]:
+    return {
+        "bootstrap.servers": cluster.kafka_bootstrap,
+        "security.protocol": "SASL_SSL",
+        "ssl.ca.location": security.pki.ca,
+        "sasl.mechanism": "PLAIN",
+        "sasl.username": security.username,
+        "sasl.password": security.password,
+    }
+
+
+def produce_and_consume(settings: dict[str, Any], topic: str) -> list[tuple[bytes, bytes]]:
+    """Create ``topic`` (1 partition), produce three records with acks=all, read them back."""
+    admin = confluent_kafka.admin.AdminClient(settings)
+    for future in admin.create_topics([confluent_kafka.admin.NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    producer = confluent_kafka.Producer({**settings, "acks": "all"})
+    reports: list[Any] = []
+    for i in range(3):
+        producer.produce(topic, b"v%d" % i, b"k%d" % i, on_delivery=lambda e, m: reports.append(e))
+    assert producer.flush(30) == 0
+    assert reports == [None, None, None]
+    consumer = confluent_kafka.Consumer(
+        {**settings, "group.id": "unused", "enable.auto.commit": False}
+    )
+    try:
+        consumer.assign(
+            [confluent_kafka.TopicPartition(topic, 0, confluent_kafka.OFFSET_BEGINNING)]
+        )
+        got: list[tuple[bytes, bytes]] = []
+        for _ in range(150):
+            if len(got) == 3:
+                break
+            message = consumer.poll(0.2)
+            if message is not None:
+                assert message.error() is None, message.error()
+                got.append((message.key(), message.value()))
+        return got
+    finally:
+        consumer.close()
+
+
+def auth_failures(cluster: SecureCluster) -> float:
+    url = f"http://127.0.0.1:{cluster.ports[0].admin}/metrics"
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        text = reply.read().decode()
+    [line] = [x for x in text.splitlines() if x.startswith("kafkaesque_auth_failures_total ")]
+    return float(line.split()[1])
+
+
+# -- a raw client of our codec: what exactly the broker answers --------------------------------
+
+
+class RawKafka:
+    """One connection that sends requests and reads answers (bare frames too)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.sock = socket.create_connection(address, timeout=10)
+        self.correlation = 0
+
+    def __enter__(self) -> RawKafka:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.sock.close()
+
+    def call(self, api: Api, version: int, body: Message) -> Message:
+        self.correlation += 1
+        self.sock.sendall(encode_request(api, version, self.correlation, "raw", body))
+        correlation, answer = decode_response(api, version, self.frame())
+        assert correlation == self.correlation
+        return answer
+
+    def frame(self) -> bytes:
+        (size,) = struct.unpack(">i", self._exactly(4))
+        return self._exactly(size)
+
+    def closed(self) -> bool:
+        """Whether the broker closed the connection (within the socket's timeout)."""
+        try:
+            return self.sock.recv(1) == b""
+        except ConnectionResetError:
+            return True
+
+    def _exactly(self, n: int) -> bytes:
+        data = b""
+        while len(data) < n:
+            chunk = self.sock.recv(n - len(data))
+            if not chunk:
+                raise ConnectionError("closed by the broker")
+            data += chunk
+        return data
+
+
+def scram_login(raw: RawKafka, user: str, password: str) -> Message:
+    """Handshake v1 then SCRAM in SaslAuthenticate v1; the last answer."""
+    shake = raw.call(SASL_HANDSHAKE, 1, {"mechanism": "SCRAM-SHA-256"})
+    assert shake == {"error_code": 0, "mechanisms": ["SCRAM-SHA-256"]}
+    client = ScramClient(user, password)
+    first = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.first()})
+    assert first["error_code"] == 0, first
+    return raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": client.final(first["auth_bytes"])})
+
+
+def test_before_authentication_only_api_versions_and_sasl_are_served(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, _ = sasl_plain_port
+    address = cluster.kafka_address(0)
+    with RawKafka(address) as raw:
+        versions = raw.call(API_VERSIONS, 2, {})
+        assert {a["api_key"] for a in versions["api_keys"]} >= {17, 36, 29, 30, 31, 32, 37, 44}
+        raw.sock.sendall(encode_request(METADATA, 4, 9, "raw", {}))  # not authenticated yet
+        assert raw.closed()
+    with RawKafka(address) as raw:  # PLAIN is not offered on a plaintext port
+        shake = raw.call(SASL_HANDSHAKE, 1, {"mechanism": "PLAIN"})
+        assert shake == {
+            "error_code": KafkaError.UNSUPPORTED_SASL_MECHANISM,
+            "mechanisms": ["SCRAM-SHA-256"],
+        }
+    with RawKafka(address) as raw:  # SaslAuthenticate without a handshake: refused, closed
+        answer = raw.call(SASL_AUTHENTICATE, 1, {"auth_bytes": b"n,,n=bob,r=abc"})
+        assert answer["error_code"] == KafkaError.ILLEGAL_SASL_STATE
+        assert raw.closed()
+
+
+def test_scram_in_sasl_authenticate_then_requests_are_served(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, _ = sasl_plain_port
+    with RawKafka(cluster.kafka_address(0)) as raw:
+        last = scram_login(raw, BOB, BOB_PASSWORD)
+        assert last["error_code"] == 0 and last["auth_bytes"].startswith(b"v="), last
+        metadata = raw.call(METADATA, 4, {})
+        assert [b["node_id"] for b in metadata["brokers"]] == [0]
+
+
+def test_a_wrong_password_answers_58_closes_and_is_counted(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, _ = sasl_plain_port
+    before = auth_failures(cluster)
+    with RawKafka(cluster.kafka_address(0)) as raw:
+        last = scram_login(raw, BOB, "not-bobs-password")
+        assert last["error_code"] == KafkaError.SASL_AUTHENTICATION_FAILED, last
+        assert "Authentication failed" in last["error_message"]
+        assert raw.closed()
+    assert auth_failures(cluster) == before + 1
+
+
+def test_sasl_handshake_v0_exchanges_bare_tokens(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, _ = sasl_plain_port
+    with RawKafka(cluster.kafka_address(0)) as raw:
+        shake = raw.call(SASL_HANDSHAKE, 0, {"mechanism": "SCRAM-SHA-256"})
+        assert shake["error_code"] == 0
+        client = ScramClient(BOB, BOB_PASSWORD)
+        raw.sock.sendall(frame_bytes(client.first()))
+        raw.sock.sendall(frame_bytes(client.final(raw.frame())))
+        client.verify(raw.frame())  # the server proved it knows bob's credential
+        assert raw.call(METADATA, 4, {})["brokers"]
+
+
+def test_confluent_kafka_over_sasl_plaintext_with_scram(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    settings = scram_settings(cluster, security.username, security.password)
+    got = produce_and_consume(settings, "ks-scram")
+    assert got == [(b"k0", b"v0"), (b"k1", b"v1"), (b"k2", b"v2")]
+
+
+def test_confluent_kafka_with_a_wrong_password_is_refused(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    errors: list[Any] = []
+    settings = {
+        **scram_settings(cluster, security.username, "wrong"),
+        "error_cb": errors.append,
+    }
+    producer = confluent_kafka.Producer(settings)
+    producer.produce("ks-refused", b"never")
+    for _ in range(50):
+        producer.poll(0.1)
+        if errors:
+            break
+    assert any(e.code() == confluent_kafka.KafkaError._AUTHENTICATION for e in errors), errors
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_lists_over_sasl_plaintext(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    result = subprocess.run(
+        ["kcat", "-b", cluster.kafka_bootstrap, "-L", "-J",
+         "-X", "security.protocol=SASL_PLAINTEXT", "-X", "sasl.mechanism=SCRAM-SHA-256",
+         "-X", f"sasl.username={security.username}", "-X", f"sasl.password={security.password}"],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 0, result.stderr
+    assert [b["id"] for b in json.loads(result.stdout)["brokers"]] == [0]
+
+
+def test_confluent_kafka_over_sasl_ssl_with_plain(
+    sasl_tls_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_tls_port
+    got = produce_and_consume(plain_tls_settings(cluster, security), "ks-plain-tls")
+    assert got == [(b"k0", b"v0"), (b"k1", b"v1"), (b"k2", b"v2")]
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
+def test_kcat_produces_and_consumes_over_sasl_ssl_with_scram(
+    sasl_tls_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_tls_port
+    options = [
+        "-b", cluster.kafka_bootstrap,
+        "-X", "security.protocol=SASL_SSL", "-X", f"ssl.ca.location={security.pki.ca}",
+        "-X", "sasl.mechanism=SCRAM-SHA-256",
+        "-X", f"sasl.username={BOB}", "-X", f"sasl.password={BOB_PASSWORD}",
+    ]  # fmt: skip
+
+    def kcat(*args: str, stdin: str | None = None) -> str:
+        result = subprocess.run(
+            ["kcat", *options, *args],
+            input=stdin, capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    kcat("-P", "-t", "ks-kcat-tls", "-K:", stdin="a:1\nb:2\n")
+    out = kcat("-C", "-t", "ks-kcat-tls", "-e", "-f", "%k=%s\n")
+    assert sorted(out.split()) == ["a=1", "b=2"]
+
+
+def test_a_plaintext_client_on_the_tls_kafka_port_learns_nothing(
+    sasl_tls_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, _ = sasl_tls_port
+    with RawKafka(cluster.kafka_address(0)) as raw:
+        raw.sock.sendall(encode_request(API_VERSIONS, 2, 1, "raw", {}))
+        with pytest.raises((ConnectionError, OSError)):
+            raw.frame()
