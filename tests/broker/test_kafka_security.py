@@ -16,9 +16,11 @@ from typing import Any
 
 import pytest
 
+from kafkaesque.client import Client
 from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
+    DESCRIBE_ACLS,
     METADATA,
     SASL_AUTHENTICATE,
     SASL_HANDSHAKE,
@@ -330,3 +332,136 @@ def test_a_plaintext_client_on_the_tls_kafka_port_learns_nothing(
         raw.sock.sendall(encode_request(API_VERSIONS, 2, 1, "raw", {}))
         with pytest.raises((ConnectionError, OSError)):
             raw.frame()
+
+
+# -- ACLs, configs and partitions through confluent-kafka's AdminClient -------------------------
+
+
+def kafka_admin(cluster: SecureCluster, user: str, password: str) -> Any:
+    return confluent_kafka.admin.AdminClient(scram_settings(cluster, user, password))
+
+
+def our_client(cluster: SecureCluster, security: DevSecurity) -> Client:
+    return Client(cluster.bootstrap, config=security.client_config())
+
+
+def test_acls_are_created_described_and_deleted_through_the_same_acls_as_ours(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    a = confluent_kafka.admin
+    admin = kafka_admin(cluster, security.username, security.password)  # a super user
+    bindings = [
+        a.AclBinding(a.ResourceType.TOPIC, "ks-acl", a.ResourcePatternType.LITERAL,
+                     f"User:{BOB}", "*", a.AclOperation.READ, a.AclPermissionType.ALLOW),
+        a.AclBinding(a.ResourceType.GROUP, "ks-", a.ResourcePatternType.PREFIXED,
+                     f"User:{BOB}", "*", a.AclOperation.DESCRIBE, a.AclPermissionType.DENY),
+    ]  # fmt: skip
+    for future in admin.create_acls(bindings).values():
+        future.result(30)
+    try:
+        with our_client(cluster, security) as client:  # the line protocol's ACL LIST
+            listed = client.list_acls(f"User:{BOB}")
+        rows = {(r.operation, r.resource, r.pattern, r.name, r.permission) for r in listed}
+        assert rows == {  # (StrEnums: equal to their words)
+            ("read", "topic", "literal", "ks-acl", "allow"),
+            ("describe", "group", "prefixed", "ks-", "deny"),
+        }
+        everything = a.AclBindingFilter(
+            a.ResourceType.ANY, None, a.ResourcePatternType.ANY,
+            None, None, a.AclOperation.ANY, a.AclPermissionType.ANY,
+        )  # fmt: skip
+        described = admin.describe_acls(everything).result(30)
+        assert sorted(described, key=str) == sorted(bindings, key=str)
+        # A MATCH filter selects the ACLs that apply to a name: the prefixed one for ks-g1.
+        applies = a.AclBindingFilter(
+            a.ResourceType.GROUP, "ks-g1", a.ResourcePatternType.MATCH,
+            None, None, a.AclOperation.ANY, a.AclPermissionType.ANY,
+        )  # fmt: skip
+        assert admin.describe_acls(applies).result(30) == [bindings[1]]
+        # bob may not change ACLs (alter on the cluster), nor list them (describe on it).
+        bobs = kafka_admin(cluster, BOB, BOB_PASSWORD)
+        [refused] = bobs.create_acls([bindings[0]]).values()
+        with pytest.raises(confluent_kafka.KafkaException, match="CLUSTER_AUTHORIZATION_FAILED"):
+            refused.result(30)
+        # (librdkafka shows bob an empty list: it drops DescribeAcls' top-level error.)
+        with RawKafka(cluster.kafka_address(0)) as raw:
+            scram_login(raw, BOB, BOB_PASSWORD)
+            any_acl = {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
+                       "permission_type": 1}  # fmt: skip
+            answer = raw.call(DESCRIBE_ACLS, 1, any_acl)
+        assert answer["error_code"] == KafkaError.CLUSTER_AUTHORIZATION_FAILED, answer
+        assert answer["resources"] == []
+        # A host other than * has no equivalent here.
+        with_host = a.AclBinding(a.ResourceType.TOPIC, "t", a.ResourcePatternType.LITERAL,
+                                 f"User:{BOB}", "10.0.0.1", a.AclOperation.READ,
+                                 a.AclPermissionType.ALLOW)  # fmt: skip
+        [bad] = admin.create_acls([with_host]).values()
+        with pytest.raises(confluent_kafka.KafkaException, match="host"):
+            bad.result(30)
+    finally:
+        bob_filter = a.AclBindingFilter(a.ResourceType.ANY, None, a.ResourcePatternType.ANY,
+                                        f"User:{BOB}", None, a.AclOperation.ANY,
+                                        a.AclPermissionType.ANY)  # fmt: skip
+        [deleted] = admin.delete_acls([bob_filter]).values()
+        assert sorted(deleted.result(30), key=str) == sorted(bindings, key=str)
+    with our_client(cluster, security) as client:
+        assert client.list_acls(f"User:{BOB}") == []
+
+
+def test_topic_configs_are_described_and_altered_as_alter_does(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    a = confluent_kafka.admin
+    admin = kafka_admin(cluster, security.username, security.password)
+    topic = "ks-config"
+    new = a.NewTopic(topic, 1, 1, config={"retention.ms": "3600000"})
+    for future in admin.create_topics([new]).values():
+        future.result(30)
+    resource = a.ConfigResource(a.ResourceType.TOPIC, topic)
+    [described] = admin.describe_configs([resource]).values()
+    configs = described.result(30)
+    assert configs["retention.ms"].value == "3600000"
+    assert configs["cleanup.policy"].value == "delete"
+    assert (
+        configs["min.insync.replicas"].value == "1" and configs["min.insync.replicas"].is_read_only
+    )
+    changes = a.ConfigResource(a.ResourceType.TOPIC, topic, incremental_configs=[
+        a.ConfigEntry("retention.ms", "7200000", incremental_operation=a.AlterConfigOpType.SET),
+        a.ConfigEntry("cleanup.policy", "compact", incremental_operation=a.AlterConfigOpType.SET),
+        a.ConfigEntry("retention.bytes", None, incremental_operation=a.AlterConfigOpType.DELETE),
+    ])  # fmt: skip
+    for future in admin.incremental_alter_configs([changes]).values():
+        future.result(30)
+    with our_client(cluster, security) as client:  # the same topic config as ALTER's
+        row = client.describe_topic(topic).topic
+    assert (row.retention_ms, row.compact, row.retention_bytes) == (7200000, True, None)
+    [again] = admin.describe_configs([resource]).values()
+    assert again.result(30)["cleanup.policy"].value == "compact"
+    read_only = a.ConfigResource(a.ResourceType.TOPIC, topic, incremental_configs=[
+        a.ConfigEntry("min.insync.replicas", "2", incremental_operation=a.AlterConfigOpType.SET),
+    ])  # fmt: skip
+    [refused] = admin.incremental_alter_configs([read_only]).values()
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_CONFIG"):
+        refused.result(30)
+
+
+def test_create_partitions_grows_a_topic_as_alter_does(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = sasl_plain_port
+    a = confluent_kafka.admin
+    admin = kafka_admin(cluster, security.username, security.password)
+    topic = "ks-grow"
+    for future in admin.create_topics([a.NewTopic(topic, 1, 1)]).values():
+        future.result(30)
+    for future in admin.create_partitions([a.NewPartitions(topic, 3)]).values():
+        future.result(30)
+    with our_client(cluster, security) as client:
+        assert len(client.describe_topic(topic).partitions) == 3
+    [shrink] = admin.create_partitions([a.NewPartitions(topic, 2)]).values()
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+        shrink.result(30)
+    metadata = admin.list_topics(topic, timeout=20)
+    assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]
