@@ -23,6 +23,7 @@ from kafkaesque.protocol.kafka import (
     API_VERSIONS,
     METADATA,
     PRODUCE,
+    SASL_HANDSHAKE,
     KafkaError,
     KafkaRecord,
     decode_response,
@@ -380,3 +381,15 @@ def test_with_a_users_file_an_unauthenticated_kafka_client_is_refused_and_learns
         broker.wait(30)
         assert broker.stdout is not None
         broker.stdout.close()
+
+
+def test_without_a_users_file_sasl_handshake_answers_illegal_sasl_state(
+    cluster: LocalCluster,
+) -> None:
+    frame = request(
+        cluster.kafka_address(0), encode_request(SASL_HANDSHAKE, 1, 3, "t", {"mechanism": "PLAIN"})
+    )
+    assert decode_response(SASL_HANDSHAKE, 1, frame)[1] == {
+        "error_code": KafkaError.ILLEGAL_SASL_STATE,
+        "mechanisms": [],
+    }

@@ -127,12 +127,22 @@ def produce_and_consume(settings: dict[str, Any], topic: str) -> list[tuple[byte
         consumer.close()
 
 
-def auth_failures(cluster: SecureCluster) -> float:
+def metric(cluster: SecureCluster, prefix: str) -> float:
+    """The value of the one ``/metrics`` line that starts with ``prefix`` (0 if none yet)."""
     url = f"http://127.0.0.1:{cluster.ports[0].admin}/metrics"
     with urllib.request.urlopen(url, timeout=10) as reply:
         text = reply.read().decode()
-    [line] = [x for x in text.splitlines() if x.startswith("kafkaesque_auth_failures_total ")]
-    return float(line.split()[1])
+    lines = [x for x in text.splitlines() if x.startswith(prefix)]
+    assert len(lines) <= 1, lines
+    return float(lines[0].split()[-1]) if lines else 0.0
+
+
+def auth_failures(cluster: SecureCluster) -> float:
+    return metric(cluster, "kafkaesque_auth_failures_total ")
+
+
+def tls_refused(cluster: SecureCluster) -> float:
+    return metric(cluster, 'kafkaesque_tls_refused_total{listener="kafka",reason="handshake"}')
 
 
 # -- a raw client of our codec: what exactly the broker answers --------------------------------
@@ -319,6 +329,8 @@ def test_kcat_produces_and_consumes_over_sasl_ssl_with_scram(
         assert result.returncode == 0, result.stderr
         return result.stdout
 
+    # docs/kafka.md's command: -L over SASL_SSL (there as alice, here as bob).
+    assert '"id":0' in kcat("-L", "-J").replace(" ", "")
     kcat("-P", "-t", "ks-kcat-tls", "-K:", stdin="a:1\nb:2\n")
     out = kcat("-C", "-t", "ks-kcat-tls", "-e", "-f", "%k=%s\n")
     assert sorted(out.split()) == ["a=1", "b=2"]
@@ -328,10 +340,12 @@ def test_a_plaintext_client_on_the_tls_kafka_port_learns_nothing(
     sasl_tls_port: tuple[SecureCluster, DevSecurity],
 ) -> None:
     cluster, _ = sasl_tls_port
+    before = tls_refused(cluster)
     with RawKafka(cluster.kafka_address(0)) as raw:
         raw.sock.sendall(encode_request(API_VERSIONS, 2, 1, "raw", {}))
         with pytest.raises((ConnectionError, OSError)):
             raw.frame()
+    assert tls_refused(cluster) == before + 1
 
 
 # -- ACLs, configs and partitions through confluent-kafka's AdminClient -------------------------
@@ -357,6 +371,8 @@ def test_acls_are_created_described_and_deleted_through_the_same_acls_as_ours(
         a.AclBinding(a.ResourceType.GROUP, "ks-", a.ResourcePatternType.PREFIXED,
                      f"User:{BOB}", "*", a.AclOperation.DESCRIBE, a.AclPermissionType.DENY),
     ]  # fmt: skip
+    for future in admin.create_topics([a.NewTopic("ks-acl", 1, 1)]).values():
+        future.result(30)
     for future in admin.create_acls(bindings).values():
         future.result(30)
     try:
@@ -390,8 +406,17 @@ def test_acls_are_created_described_and_deleted_through_the_same_acls_as_ours(
             any_acl = {"resource_type_filter": 1, "pattern_type_filter": 1, "operation": 1,
                        "permission_type": 1}  # fmt: skip
             answer = raw.call(DESCRIBE_ACLS, 1, any_acl)
+            # bob's requests are checked as User:bob against these ACLs: read on ks-acl
+            # implies describe; another topic is hidden, whether it exists or not.
+            asked = {"topics": [{"name": "ks-acl"}, {"name": "ks-hidden"}],
+                     "allow_auto_topic_creation": False}  # fmt: skip
+            topics = raw.call(METADATA, 4, asked)["topics"]
         assert answer["error_code"] == KafkaError.CLUSTER_AUTHORIZATION_FAILED, answer
         assert answer["resources"] == []
+        assert [(t["name"], t["error_code"]) for t in topics] == [
+            ("ks-acl", KafkaError.NONE),
+            ("ks-hidden", KafkaError.TOPIC_AUTHORIZATION_FAILED),
+        ]
         # A host other than * has no equivalent here.
         with_host = a.AclBinding(a.ResourceType.TOPIC, "t", a.ResourcePatternType.LITERAL,
                                  f"User:{BOB}", "10.0.0.1", a.AclOperation.READ,

@@ -208,6 +208,11 @@ REGISTRY: tuple[Entry, ...] = (
         " k1 hello\n",
         " k2 world\n",
     ),
+    by(
+        "tests/broker/test_kafka_security.py::test_kcat_produces_and_consumes_over_sasl_ssl_with_scram",
+        "kcat -b 127.0.0.1:9192 -L -X security.protocol=SASL_SSL -X ssl.ca.location=ca.pem "
+        "-X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=alice-secret",
+    ),
     # docs/mqtt.md
     here(
         "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -i phone-00007 -c "
