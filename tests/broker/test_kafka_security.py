@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from kafkaesque.broker._config import MAX_PARTITIONS
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
 from kafkaesque.protocol.kafka import (
@@ -488,5 +489,8 @@ def test_create_partitions_grows_a_topic_as_alter_does(
     [shrink] = admin.create_partitions([a.NewPartitions(topic, 2)]).values()
     with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
         shrink.result(30)
+    [too_many] = admin.create_partitions([a.NewPartitions(topic, MAX_PARTITIONS + 1)]).values()
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+        too_many.result(30)
     metadata = admin.list_topics(topic, timeout=20)
     assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]

@@ -475,6 +475,8 @@ class KafkaAdminHandlers:
         try:
             await self._w.admin.alter(AlterTopic(name, partitions=count))
         except RequestError as exc:
+            if exc.code is ErrorCode.INVALID_CONFIG:  # more than the cluster's maximum
+                return KafkaError.INVALID_PARTITIONS, exc.message
             return _admin_error(exc), exc.message
         return KafkaError.NONE, None
 
