@@ -50,7 +50,6 @@ from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
-from ._admin_handlers import KafkaAdminHandlers
 from ._translate import ProducedBatch, kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
 
@@ -96,7 +95,6 @@ class KafkaHandlers:
     def __init__(self, wiring: KafkaWiring, kafka_port: Callable[[], int | None]) -> None:
         self._w = wiring
         self._kafka_port = kafka_port
-        self.admin = KafkaAdminHandlers(wiring)
         self.by_key: dict[int, Handler] = {
             API_VERSIONS.key: self.api_versions,
             METADATA.key: self.metadata,
@@ -106,7 +104,6 @@ class KafkaHandlers:
             INIT_PRODUCER_ID.key: self.init_producer_id,
             CREATE_TOPICS.key: self.create_topics,
             DELETE_TOPICS.key: self.delete_topics,
-            **self.admin.by_key,  # SASL, ACLs, configs, partitions (_admin_handlers)
         }
 
     async def api_versions(self, request: KafkaRequest, session: Session) -> Message:

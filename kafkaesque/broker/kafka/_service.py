@@ -32,7 +32,7 @@ from kafkaesque.protocol.kafka import (
 from .._errors import RequestError
 from .._session import Session
 from .._tls import TlsRefusals, server_handshake
-from ._admin_handlers import KafkaSession
+from ._admin_handlers import KafkaAdminHandlers, KafkaSession
 from ._handlers import KafkaHandlers
 from ._wiring import KafkaWiring
 
@@ -52,7 +52,9 @@ class KafkaService:
         self._w = wiring
         self.port: int | None = None
         self.handlers = KafkaHandlers(wiring, lambda: self.port)
-        self.admin = self.handlers.admin
+        # SASL, ACLs, configs, partitions: their own module, served beside the others.
+        self.admin = KafkaAdminHandlers(wiring)
+        self.handlers.by_key.update(self.admin.by_key)
 
     async def run(
         self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
