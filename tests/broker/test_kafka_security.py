@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from kafkaesque.broker._config import MAX_PARTITIONS
-from kafkaesque.client import Client
+from kafkaesque.client import Client, Consumer
 from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
@@ -494,3 +494,28 @@ def test_create_partitions_grows_a_topic_as_alter_does(
         too_many.result(30)
     metadata = admin.list_topics(topic, timeout=20)
     assert sorted(metadata.topics[topic].partitions) == [0, 1, 2]
+
+
+def test_kafka_python_authenticates_with_scram_and_produces(
+    sasl_plain_port: tuple[SecureCluster, DevSecurity],
+) -> None:
+    kafka = pytest.importorskip("kafka")
+    cluster, security = sasl_plain_port
+    settings: dict[str, Any] = {
+        "bootstrap_servers": cluster.kafka_bootstrap,
+        "security_protocol": "SASL_PLAINTEXT",
+        "sasl_mechanism": "SCRAM-SHA-256",
+        "sasl_plain_username": BOB,
+        "sasl_plain_password": BOB_PASSWORD,
+    }
+    producer = kafka.KafkaProducer(acks="all", **settings)
+    try:
+        sent = producer.send("ks-kafka-python", key=b"k", value=b"from kafka-python")
+        assert sent.get(timeout=30).offset >= 0
+    finally:
+        producer.close(timeout=5)
+    with our_client(cluster, security) as client, Consumer(client) as consumer:
+        consumer.assign_topic("ks-kafka-python")
+        consumer.seek_to_beginning()
+        [record] = list(consumer.records(follow=False))
+    assert (record.key, record.value) == (b"k", b"from kafka-python")
