@@ -13,9 +13,7 @@ The peer, NATS JetStream, through its Python client ``nats-py`` (asyncio): ``nat
 synchronously, one acknowledgement at a time) and ``nats-consume`` (a push consumer on the
 stream, no acknowledgements, as ``consume`` commits none). ``nats`` is imported only by these.
 
-Over the Kafka protocol, for ``bench.kafka_clients``: ``kafka-producer``, ``kafka-publish`` and
-``kafka-consume``, librdkafka doing what ``producer``, ``publish`` and ``consume`` do
-(``bench._kafka_load``).
+The same over the Kafka protocol, with librdkafka, are ``bench._kafka_load``'s.
 
 ``producer`` and ``pubs`` take ``--tls-ca CA --user NAME`` (the password in
 ``$KAFKAESQUE_PASSWORD``): TLS to the brokers and SCRAM-SHA-256 authentication, the client
@@ -626,17 +624,6 @@ def run_loopback(args: argparse.Namespace) -> None:
     emit("result", bytes=total, seconds=seconds)
 
 
-def _kafka(name: str) -> Callable[[argparse.Namespace], None]:
-    """A kind of ``bench._kafka_load``, imported when it runs (it needs confluent-kafka)."""
-
-    def run(args: argparse.Namespace) -> None:
-        from . import _kafka_load
-
-        getattr(_kafka_load, name)(args)
-
-    return run
-
-
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench._broker_load", description=__doc__)
     kinds = parser.add_subparsers(dest="kind", required=True)
@@ -699,27 +686,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
     p.add_argument("--timeout", type=float, required=True)
     p.set_defaults(run=run_nats_consume)
-    p = kinds.add_parser("kafka-producer", parents=[timed])
-    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
-    p.add_argument("topic")
-    p.add_argument("--batch-size", type=int, required=True)
-    p.add_argument("--linger-ms", type=float, required=True)
-    p.add_argument("--buffer-bytes", type=int, required=True)
-    p.set_defaults(run=_kafka("run_kafka_producer"))
-    p = kinds.add_parser("kafka-publish", parents=[paced])
-    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
-    p.add_argument("topic")
-    p.add_argument("--linger-ms", type=float, required=True)
-    p.set_defaults(run=_kafka("run_kafka_publish"))
-    p = kinds.add_parser("kafka-consume")
-    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
-    p.add_argument("topic")
-    p.add_argument("group")
-    p.add_argument("--expect", type=int, required=True)
-    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
-    p.add_argument("--timeout", type=float, required=True)
-    p.add_argument("--poll-ms", type=int, default=500, help="the longest wait of one poll")
-    p.set_defaults(run=_kafka("run_kafka_consume"))
     p = kinds.add_parser("loopback")
     p.set_defaults(run=run_loopback)
     args = parser.parse_args(argv)

@@ -29,14 +29,22 @@ class LoadError(RuntimeError):
 
 
 class Load:
-    """One ``python -m bench._broker_load`` process; a context manager that always ends it."""
+    """One ``python -m bench._broker_load`` (or ``module``) process; a context manager that
+    always ends it."""
 
-    def __init__(self, name: str, *args: str, env: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        name: str,
+        *args: str,
+        env: Mapping[str, str] | None = None,
+        module: str = "bench._broker_load",
+    ) -> None:
         """``env``: variables added to this process's environment (a password: never on a
-        command line)."""
+        command line); ``module``: the load generators' module (``bench._kafka_load``'s are
+        librdkafka's)."""
         self.name = name
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "bench._broker_load", *args],
+            [sys.executable, "-m", module, *args],
             cwd=REPO,
             env=None if env is None else {**os.environ, **env},
             stdin=subprocess.DEVNULL,

@@ -1,22 +1,26 @@
-"""The Kafka-protocol load generators of ``bench.kafka_clients``: librdkafka (confluent-kafka)
-against our brokers' Kafka listeners, the same measurements as ``bench._broker_load``'s
-``producer``, ``publish`` and ``consume`` (and run by its ``main``, as kinds ``kafka-producer``,
-``kafka-publish`` and ``kafka-consume``): the same 100-byte values, stamps, pacing, warm-up and
-JSON events. ``confluent_kafka`` is imported only by these.
+"""The Kafka-protocol load generators of ``bench.kafka_clients``, each run as its own process.
+
+    python -m bench._kafka_load KIND [options]
+
+librdkafka (confluent-kafka) against our brokers' Kafka listeners, measuring what
+``bench._broker_load``'s ``producer``, ``publish`` and ``consume`` measure, with the same
+100-byte values, stamps, pacing, warm-up and JSON events: ``kafka-producer`` (flat out),
+``kafka-publish`` (at a fixed rate) and ``kafka-consume`` (in a consumer group).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from typing import Any
+
+import confluent_kafka
 
 from ._broker_load import MESSAGE_BYTES, Pacer, Receipts, emit, stamped
 
 
 def _producer(args: argparse.Namespace, **settings: Any) -> Any:
-    import confluent_kafka
-
     return confluent_kafka.Producer(
         {"bootstrap.servers": args.bootstrap, "acks": "all", **settings}
     )
@@ -105,8 +109,6 @@ def run_kafka_publish(args: argparse.Namespace) -> None:
 
 def run_kafka_consume(args: argparse.Namespace) -> None:
     """A librdkafka consumer in a group (subscribe): each value's due-to-delivery latency."""
-    import confluent_kafka
-
     consumer = confluent_kafka.Consumer(
         {
             "bootstrap.servers": args.bootstrap,
@@ -131,3 +133,41 @@ def run_kafka_consume(args: argparse.Namespace) -> None:
     finally:
         consumer.close()
     receipts.result()
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench._kafka_load", description=__doc__)
+    kinds = parser.add_subparsers(dest="kind", required=True)
+    p = kinds.add_parser("kafka-producer")
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--warmup", type=float, default=1.0)
+    p.add_argument("--batch-size", type=int, required=True)
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.add_argument("--buffer-bytes", type=int, required=True)
+    p.set_defaults(run=run_kafka_producer)
+    p = kinds.add_parser("kafka-publish")
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("--rate", type=float, required=True)
+    p.add_argument("--seconds", type=float, required=True)
+    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p.add_argument("--linger-ms", type=float, required=True)
+    p.set_defaults(run=run_kafka_publish)
+    p = kinds.add_parser("kafka-consume")
+    p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")
+    p.add_argument("topic")
+    p.add_argument("group")
+    p.add_argument("--expect", type=int, required=True)
+    p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
+    p.add_argument("--timeout", type=float, required=True)
+    p.add_argument("--poll-ms", type=int, default=500, help="the longest wait of one poll")
+    p.set_defaults(run=run_kafka_consume)
+    args = parser.parse_args(argv)
+    args.run(args)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

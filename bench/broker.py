@@ -200,9 +200,10 @@ def flat_out_phase(
     *args: str,
     kind: str | None = None,
     env: dict[str, str] | None = None,
+    module: str = "bench._broker_load",
 ) -> dict[str, Any]:
-    """One load process (``kind``, default ``name``) as fast as it goes, measured after its
-    warm-up; ``env`` is added to its environment."""
+    """One load process (``kind``, default ``name``, of ``module``) as fast as it goes,
+    measured after its warm-up; ``env`` is added to its environment."""
     with Load(
         name,
         kind or name,
@@ -210,6 +211,7 @@ def flat_out_phase(
         f"--seconds={seconds}",
         f"--warmup={phase.durations.warmup}",
         env=env,
+        module=module,
     ) as load:
         result, share = phase.measure(name, load, [load], seconds)
     result["cpu"] = share
@@ -295,20 +297,36 @@ def _print_secure(what: str, result: dict[str, Any], plain: dict[str, Any], star
 
 
 def paced_pair(
-    phase: Phase, name: str, rate: int, consumer_args: list[str], publisher_args: list[str]
+    phase: Phase,
+    name: str,
+    rate: int,
+    consumer_args: list[str],
+    publisher_args: list[str],
+    module: str = "bench._broker_load",
 ) -> dict[str, Any]:
     """A consumer expecting ``rate`` x the e2e seconds messages, then a publisher sending them
-    at ``rate`` (the first ``E2E_WARMUP_S`` of them left out of both sides' percentiles): the
-    consumer's result, with the publisher's under ``publisher`` and the CPU shares."""
+    at ``rate`` (the first ``E2E_WARMUP_S`` of them left out of both sides' percentiles), both
+    load generators of ``module``: the consumer's result, with the publisher's under
+    ``publisher`` and the CPU shares."""
     seconds = phase.durations.e2e
     count = int(rate * seconds)
     skip = f"--skip={int(rate * E2E_WARMUP_S)}"
     with Load(
-        "consumer", *consumer_args, f"--expect={count}", skip, f"--timeout={seconds + 60}"
+        "consumer",
+        *consumer_args,
+        f"--expect={count}",
+        skip,
+        f"--timeout={seconds + 60}",
+        module=module,
     ) as consumer:
         consumer.expect("ready", timeout=60)
         with Load(
-            "publisher", *publisher_args, f"--rate={rate}", f"--seconds={seconds}", skip
+            "publisher",
+            *publisher_args,
+            f"--rate={rate}",
+            f"--seconds={seconds}",
+            skip,
+            module=module,
         ) as publisher:
             published, share = phase.measure(name, publisher, [publisher, consumer], seconds)
             result = consumer.expect("result", timeout=90)

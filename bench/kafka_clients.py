@@ -57,6 +57,7 @@ from .broker import (
     producer_phase,
 )
 
+KAFKA_LOAD = "bench._kafka_load"
 PRODUCE_TARGET = 0.8
 E2E_TARGET = 1.25
 
@@ -71,6 +72,7 @@ def kafka_producer_phase(phase: Phase, bootstrap: str, topic: str) -> dict[str, 
         f"--batch-size={PRODUCER_BATCH_BYTES}",
         f"--linger-ms={PRODUCER_LINGER_MS}",
         f"--buffer-bytes={PRODUCER_BUFFER_BYTES}",
+        module=KAFKA_LOAD,
     )
 
 
@@ -83,6 +85,7 @@ def kafka_e2e_phase(
         rate,
         ["kafka-consume", bootstrap, topic, f"group-{topic}"],
         ["kafka-publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
+        module=KAFKA_LOAD,
     )
 
 

@@ -101,6 +101,7 @@ _FLAGS = {
     "client_tls": "client_tls",
     "admin_tls": "admin_tls",
     "peer_tls": "peer_tls",
+    "kafka_tls": "kafka_tls",
     "users_file": "users_file",
     "super_users": "super_users",
     "mqtt_acl_file": "mqtt_acl_file",
@@ -304,6 +305,7 @@ def add_parser(commands: Any) -> None:
         ("--client-tls", "the client port speaks TLS (only)"),
         ("--admin-tls", "the admin port (/metrics) speaks HTTPS"),
         ("--peer-tls", "brokers talk mutual TLS over --tls-ca"),
+        ("--kafka-tls", "the Kafka port speaks TLS (only): SASL_SSL, and PLAIN is offered"),
     ):
         security.add_argument(flag, action="store_true", default=None, help=what)
     security.add_argument(

@@ -28,6 +28,7 @@ import logging
 import math
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import NoReturn, Protocol
 
 from kafkaesque.protocol import (
@@ -195,6 +196,13 @@ class AccessControl:
         ):
             self._denied(session, operation, resource, name)
 
+    def require_authentication(self, session: Session) -> None:
+        """Raise ``RequestError(NOT_AUTHORIZED)``, logged and counted as a refusal of an
+        unauthenticated connection, if ``session`` has not authenticated on a broker that wants
+        it (a Kafka request other than ApiVersions and the SASL ones, before SASL)."""
+        if session.principal is None:
+            self._refuse(session, UNAUTHENTICATED, None, AUTHENTICATION_REQUIRED)
+
     def visible(
         self, session: Session | None, resource: AclResource, names: Iterable[str]
     ) -> list[str]:
@@ -235,9 +243,25 @@ class AccessControl:
         (the session's principal is then ``User:<user>``), or ``-ERR AUTH_FAILED <why>``, which
         ends the exchange (a new AUTH starts another). A failure leaves the principal as it was.
         """
+        step = await self.sasl_step(session, command.mechanism, command.payload)
+        if step.failure is not None:
+            return encode_reply(ErrorReply(ErrorCode.AUTH_FAILED, step.failure))
+        if step.user is None:
+            return encode_reply(OkReply(f"continue {_b64(step.data)}"))
+        text = f"authenticated {step.user}"
+        if step.data:
+            text += f" {_b64(step.data)}"
+        return encode_reply(OkReply(text))
+
+    async def sasl_step(self, session: Session, mechanism: str, payload: bytes) -> SaslStep:
+        """One step of a SASL exchange of ``session`` with ``mechanism`` (SCRAM-SHA-256 on any
+        connection, PLAIN over TLS only), whatever protocol carries it (``AUTH`` lines, Kafka's
+        SaslAuthenticate). On success the session's principal becomes ``User:<user>``; a
+        failure ends the exchange, leaves the principal as it was, is counted in ``/metrics``
+        and, if the credentials were wrong, toward the address's failure limit."""
         if self.users is None:
             return self._failed(session, NOT_ENABLED, counted=False)
-        mechanism = command.mechanism.upper()
+        mechanism = mechanism.upper()
         if mechanism not in (MECHANISM, PLAIN_MECHANISM):
             session.sasl = None
             return self._failed(
@@ -256,10 +280,10 @@ class AccessControl:
             )
         if mechanism == PLAIN_MECHANISM:
             session.sasl = None
-            return await self._plain(session, command.payload)
-        return self._scram(session, self.users, command.payload)
+            return await self._plain(session, payload)
+        return self._scram(session, self.users, payload)
 
-    def _scram(self, session: Session, users: UserStore, payload: bytes) -> bytes:
+    def _scram(self, session: Session, users: UserStore, payload: bytes) -> SaslStep:
         server = session.sasl
         # A client-first message (it opens with a GS2 header, "n," or "y,"; a client-final
         # with "c=") starts a new exchange, abandoning any in progress.
@@ -269,8 +293,7 @@ class AccessControl:
             if not isinstance(server, ScramServer):  # the first step of a new exchange
                 server = ScramServer(users.credential)
                 session.sasl = server
-                challenge = server.first(payload)
-                return encode_reply(OkReply(f"continue {_b64(challenge)}"))
+                return SaslStep(server.first(payload))
             session.sasl = None  # an exchange is used once, whatever happens
             server_final = server.final(payload)
         except (AuthenticationFailed, ValueError) as exc:  # ValueError: a bug's safety net
@@ -278,7 +301,7 @@ class AccessControl:
             return self._failed(session, _reason(exc), counted=True)
         return self._succeeded(session, server.username, server_final)
 
-    async def _plain(self, session: Session, payload: bytes) -> bytes:
+    async def _plain(self, session: Session, payload: bytes) -> SaslStep:
         if not session.tls:
             return self._failed(
                 session,
@@ -286,7 +309,7 @@ class AccessControl:
                 f"use {MECHANISM}",
                 counted=False,
             )
-        assert self.users is not None  # authenticate() checked
+        assert self.users is not None  # sasl_step() checked
         try:
             user, password = parse_plain(payload)
         except AuthenticationFailed as exc:
@@ -298,34 +321,42 @@ class AccessControl:
         ok = await _thread_bridge.run_in_thread(verify_password, credential, password)
         if not (ok and known):
             return self._failed(session, "authentication failed", counted=True)
-        return self._succeeded(session, user, None)
+        return self._succeeded(session, user, b"")
 
     async def _decoy_credential(self) -> ScramCredential:
         if self._decoy is None:
             self._decoy = await _thread_bridge.run_in_thread(derive_credential, "decoy")
         return self._decoy
 
-    def _succeeded(self, session: Session, user: str, server_final: bytes | None) -> bytes:
+    def _succeeded(self, session: Session, user: str, server_final: bytes) -> SaslStep:
         self.limiter.succeeded(session.address)
         session.principal = user_principal(user)
         log.info(
             "broker %d: %s authenticated from %s", self._broker_id, session.principal,
             session.address or "?",
         )  # fmt: skip
-        text = f"authenticated {user}"
-        if server_final is not None:
-            text += f" {_b64(server_final)}"
-        return encode_reply(OkReply(text))
+        return SaslStep(server_final, user=user)
 
-    def _failed(self, session: Session, why: str, *, counted: bool) -> bytes:
-        """``-ERR AUTH_FAILED why``; ``counted``: a failure of the credentials, which counts
-        toward the address's limit (a mechanism not offered, or an address refused unheard,
-        does not)."""
+    def _failed(self, session: Session, why: str, *, counted: bool) -> SaslStep:
+        """A failed step: ``why`` is safe to tell the client; ``counted``: a failure of the
+        credentials, which counts toward the address's limit (a mechanism not offered, or an
+        address refused unheard, does not)."""
         if counted:
             self.limiter.failed(session.address)
         self._metrics.auth_failed()
         log.info("broker %d: AUTH from %s failed: %s", self._broker_id, session.address or "?", why)
-        return encode_reply(ErrorReply(ErrorCode.AUTH_FAILED, why))
+        return SaslStep(b"", failure=why)
+
+
+@dataclass(frozen=True, slots=True)
+class SaslStep:
+    """What one SASL step answers: ``failure`` (why, safe to send; the exchange ended), or
+    ``user`` (authenticated: ``data`` is the server's last message, maybe empty), or neither
+    (``data`` is the challenge: the client sends the next step)."""
+
+    data: bytes
+    user: str | None = None
+    failure: str | None = None
 
 
 def _b64(data: bytes) -> str:

@@ -288,6 +288,8 @@ class Broker:
                 access=self.access,
                 leader_epoch=self._leader_epoch,
                 draining=self.draining,
+                tls=self.tls.kafka,
+                tls_refusals=self.tls_refusals,
             )
         )
         self.kafka_port: int | None = None

@@ -107,6 +107,7 @@ class BrokerConfig:
     client_tls: bool = False  # the client port speaks TLS (only: a plaintext client is refused)
     admin_tls: bool = False  # the admin port (/metrics) speaks HTTPS
     peer_tls: bool = False  # the Raft transport between brokers is mutual TLS over tls_ca
+    kafka_tls: bool = False  # the Kafka port speaks TLS (only), with tls_cert (docs/kafka.md)
     # SCRAM-SHA-256 credentials (salted; `kafkaesque user add`): with it, every line-protocol
     # connection must AUTH before anything but PING, HELP and QUIT. None: no authentication.
     users_file: str | None = None
@@ -191,8 +192,12 @@ class BrokerConfig:
             raise ConfigError(
                 f"auth_failure_window_s must be a number > 0, not {self.auth_failure_window_s!r}"
             )
-        if (self.client_tls or self.admin_tls or self.peer_tls) and self.tls_cert is None:
-            raise ConfigError("client_tls, admin_tls and peer_tls need tls_cert (and tls_key)")
+        if (
+            self.client_tls or self.admin_tls or self.peer_tls or self.kafka_tls
+        ) and self.tls_cert is None:
+            raise ConfigError(
+                "client_tls, admin_tls, peer_tls and kafka_tls need tls_cert (and tls_key)"
+            )
         if self.peer_tls and self.tls_ca is None:
             raise ConfigError("peer_tls needs tls_ca, the CA that signs every broker's certificate")
         if self.mqtt_tls is not None and self.mqtt_tls_cert is None:

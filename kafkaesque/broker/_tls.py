@@ -1,4 +1,5 @@
-"""TLS on the broker's own listeners: the client port (line protocol) and the admin port.
+"""TLS on the broker's own listeners: the client port (line protocol), the admin port and the
+Kafka port (``kafka_tls``; its handshake is ``server_handshake``, in ``broker.kafka``).
 
 (MQTT's TLS listener has its own, ``broker.mqtt``; the peer transport's mutual TLS is in
 ``kafkaesque.raft.driver``.)
@@ -68,6 +69,7 @@ class BrokerTls:
 
     client: ReloadingContext | None = None
     admin: ReloadingContext | None = None
+    kafka: ReloadingContext | None = None
     peer_server: ssl.SSLContext | None = None
     peer_client: ssl.SSLContext | None = None
 
@@ -80,6 +82,7 @@ class BrokerTls:
         try:
             client = ReloadingContext(cert, key) if config.client_tls else None
             admin = ReloadingContext(cert, key) if config.admin_tls else None
+            kafka = ReloadingContext(cert, key) if config.kafka_tls else None
             peer_server = peer_client = None
             if config.peer_tls:
                 peer_server = server_context(cert, key, client_ca=ca, require_client_cert=True)
@@ -88,7 +91,7 @@ class BrokerTls:
             raise ConfigError(
                 f"tls_cert/tls_key/tls_ca: cannot load the certificates: {exc}"
             ) from exc
-        return cls(client, admin, peer_server, peer_client)
+        return cls(client, admin, kafka, peer_server, peer_client)
 
 
 def looks_like_tls(prefix: bytes) -> bool:

@@ -352,6 +352,12 @@ REGISTRY: tuple[Entry, ...] = (
     ),
     # docs/security.md: its walk-through, one script on a broker of its own
     *(by(SECURITY_DOC_TEST, command) for command in SECURITY_DOC_COMMANDS),
+    # docs/kafka.md's SASL_SSL example (a broker with --kafka-tls and a users file)
+    by(
+        "tests/broker/test_kafka_security.py::test_kcat_produces_and_consumes_over_sasl_ssl_with_scram",
+        "kcat -b 127.0.0.1:9192 -L -X security.protocol=SASL_SSL -X ssl.ca.location=ca.pem "
+        "-X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=alice-secret",
+    ),
     here(".venv/bin/kafkaesque latest heartbeats dev-042", "beat 3"),
     here(".venv/bin/kafkaesque latest heartbeats dev-042 --long", " dev-042 beat 3"),
     here(

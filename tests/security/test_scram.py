@@ -329,3 +329,33 @@ def test_plain_any_bytes_fail_cleanly(message: bytes) -> None:
     except AuthenticationFailed:
         return
     assert user and password
+
+
+def _librdkafka_client_final(server_first: bytes, nonce: str) -> bytes:
+    """A client-final for the RFC exchange whose nonce is ``nonce`` (as sent), proof right."""
+    import hashlib
+    import hmac
+
+    salted = hashlib.pbkdf2_hmac("sha256", b"pencil", RFC_SALT, 4096)
+    client_key = hmac.digest(salted, b"Client Key", "sha256")
+    stored_key = hashlib.sha256(client_key).digest()
+    without_proof = f"c=biws,r={nonce}"
+    auth = b"%s,%s,%s" % (RFC_CLIENT_FIRST[3:], server_first, without_proof.encode())
+    signature = hmac.digest(stored_key, auth, "sha256")
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    return f"{without_proof},p={base64.b64encode(proof).decode()}".encode()
+
+
+def test_a_nonce_that_ends_with_the_servers_is_accepted_as_kafka_accepts_it() -> None:
+    # librdkafka (kcat, confluent-kafka) sends its own nonce again before the whole nonce;
+    # Kafka's server checks only that the nonce ends with its own (ScramSaslServer).
+    full = RFC_CLIENT_NONCE + RFC_SERVER_NONCE
+    server = rfc_server()
+    server_first = server.first(RFC_CLIENT_FIRST)
+    server.final(_librdkafka_client_final(server_first, RFC_CLIENT_NONCE + full))
+    assert server.done
+    # The server's nonce must still end it: one with anything after it fails.
+    server = rfc_server()
+    server_first = server.first(RFC_CLIENT_FIRST)
+    with pytest.raises(AuthenticationFailed, match="nonce"):
+        server.final(_librdkafka_client_final(server_first, full + "x"))

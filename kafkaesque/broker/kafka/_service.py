@@ -10,10 +10,10 @@ pipelines Produce requests (librdkafka sends each batch as soon as it may, up to
 a Produce's batches are appended when it is read, in order, and the next request is read while
 it waits (up to ``_PIPELINE`` unanswered); any other request first waits until every request
 before it is answered, then runs alone, as Kafka would run it. Responses go out in request
-order. A protocol violation (a frame too large, an API
-or version not served, a request that does not parse) closes the connection, as Kafka does;
-a bug in serving one request is logged and closes that connection only. A broker that stops
-(``Draining``) finishes the request in hand and closes.
+order. A protocol violation (a frame too large, an API or version not served, a request that
+does not parse, a request before SASL authentication on a broker with a users file) closes the
+connection, as Kafka does; a bug in serving one request is logged and closes that connection
+only. A broker that stops (``Draining``) answers the requests it has read and closes.
 """
 
 from __future__ import annotations
@@ -24,24 +24,36 @@ from collections.abc import Callable
 from typing import Final
 
 import trio
+from prometheus_client import CollectorRegistry
 
 from kafkaesque.fd_stream import peer_host
 from kafkaesque.protocol.kafka import (
+    API_VERSIONS,
     PRODUCE,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
     KafkaProtocolError,
     KafkaRequest,
     KafkaServerConnection,
     Message,
     encode_response,
+    frame_bytes,
 )
 
+from .._errors import RequestError
 from .._session import Session
+from .._tls import TlsRefusals, server_handshake
+from ._admin_handlers import KafkaAdminHandlers, KafkaSession
 from ._handlers import KafkaHandlers, ProduceInFlight
 from ._wiring import KafkaWiring
 
 log = logging.getLogger("kafkaesque.broker.kafka")
 
 _RECEIVE_BYTES: Final = 64 * 1024
+# What a connection may ask before it authenticates (on a broker with a users file).
+_BEFORE_AUTHENTICATION: Final = frozenset(
+    {API_VERSIONS.key, SASL_HANDSHAKE.key, SASL_AUTHENTICATE.key}
+)
 _PIPELINE: Final = 64  # requests of one connection read and not yet answered
 
 
@@ -66,6 +78,9 @@ class KafkaService:
         self._w = wiring
         self.port: int | None = None
         self.handlers = KafkaHandlers(wiring, lambda: self.port)
+        # SASL, ACLs, configs, partitions: their own module, served beside the others.
+        self.admin = KafkaAdminHandlers(wiring)
+        self.handlers.by_key.update(self.admin.by_key)
 
     async def run(
         self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
@@ -99,7 +114,21 @@ class KafkaService:
 
     async def _serve(self, stream: trio.SocketStream) -> None:
         w = self._w
-        session = w.access.new_session(peer_host(stream), tls=False)
+        address = peer_host(stream)
+        served: trio.abc.Stream = stream
+        if w.tls is not None:  # the port speaks TLS only (docs/security.md)
+            wrapped = await server_handshake(
+                stream,
+                w.tls.context,
+                listener="kafka",
+                where=address,
+                refusals=w.tls_refusals or TlsRefusals(CollectorRegistry()),
+            )
+            if wrapped is None:
+                return
+            served = wrapped
+        principal = w.access.new_session(address, tls=w.tls is not None).principal
+        session = KafkaSession(address, tls=w.tls is not None, principal=principal)
         stopping = False
 
         def stop() -> None:
@@ -108,41 +137,67 @@ class KafkaService:
 
         try:
             with w.draining.connection(stop):
-                async with stream, trio.open_nursery() as nursery:
+                async with served, trio.open_nursery() as nursery:
                     answers, in_order = trio.open_memory_channel[_Answer](_PIPELINE)
-                    nursery.start_soon(self._send_answers, stream, in_order)
+                    nursery.start_soon(self._send_answers, served, in_order)
                     async with answers:
                         await self._read_requests(
-                            stream, session, nursery, answers, lambda: stopping
+                            served, session, nursery, answers, lambda: stopping or session.close
                         )
-        except KafkaProtocolError as exc:
-            log.info("kafka %s: closing: %s", peer_host(stream), exc)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
+        except* KafkaProtocolError as group:
+            log.info("kafka %s: closing: %s", address, group.exceptions[0])
+        except* RequestError as group:  # a request before authentication: counted, closed
+            log.info("kafka %s: closing: %s", address, group.exceptions[0])
+        except* (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
-        except Exception:  # a bug in serving one client must not take the broker down
+        except* Exception:  # a bug in serving one client must not take the broker down
             log.exception("broker %d: a Kafka connection failed", w.config.id)
 
     async def _read_requests(
         self,
-        stream: trio.SocketStream,
-        session: Session,
+        stream: trio.abc.Stream,
+        session: KafkaSession,
         nursery: trio.Nursery,
         answers: trio.MemorySendChannel[_Answer],
         stopping: Callable[[], bool],
     ) -> None:
         """Read and start requests until the client closes or the broker stops; each one's
-        ``_Answer`` goes into ``answers`` in request order (see the module docstring)."""
+        ``_Answer`` goes into ``answers`` in request order (see the module docstring).
+
+        Before a session authenticates (on a broker with a users file) only ApiVersions and
+        the SASL APIs are served: anything else raises ``RequestError`` (counted as a refusal)
+        and the connection is closed, as Kafka closes it."""
         conn = KafkaServerConnection()
         unanswered: list[_Answer] = []  # Produce requests still waiting for their quorum
+
+        async def after_earlier() -> None:  # what is not a Produce runs alone, in order
+            for earlier in unanswered:
+                await earlier.done.wait()
+            unanswered.clear()
+
         while not stopping():
             data = await stream.receive_some(_RECEIVE_BYTES)
             if not data:
                 return
             conn.feed(data)
-            while not stopping() and (request := conn.next_request()) is not None:
+            while not stopping():
+                if session.raw_tokens:  # after a SaslHandshake v0: bare SASL tokens
+                    token = conn.next_frame()
+                    if token is None:
+                        break
+                    await after_earlier()
+                    reply, failure = await self.admin.sasl_token(session, token)
+                    await answers.send(_Answer(b"" if failure is not None else frame_bytes(reply)))
+                    continue
+                request = conn.next_request()
+                if request is None:
+                    break
                 if not isinstance(request, KafkaRequest):
                     await answers.send(_Answer(request.response))
-                elif request.api is PRODUCE:
+                    continue
+                if session.principal is None and request.api.key not in _BEFORE_AUTHENTICATION:
+                    self._w.access.require_authentication(session)
+                if request.api is PRODUCE:
                     answer = _Answer()
                     waiting = self.handlers.begin_produce(request, session)
                     nursery.start_soon(self._finish_produce, request, waiting, answer)
@@ -150,9 +205,7 @@ class KafkaService:
                     unanswered.append(answer)
                     await answers.send(answer)
                 else:
-                    for earlier in unanswered:  # it runs after them, as Kafka would run it
-                        await earlier.done.wait()
-                    unanswered.clear()
+                    await after_earlier()
                     await answers.send(_Answer(await self._answer(request, session)))
 
     async def _finish_produce(
@@ -163,7 +216,7 @@ class KafkaService:
 
     @staticmethod
     async def _send_answers(
-        stream: trio.SocketStream, in_order: trio.MemoryReceiveChannel[_Answer]
+        stream: trio.abc.Stream, in_order: trio.MemoryReceiveChannel[_Answer]
     ) -> None:
         async with in_order:
             async for answer in in_order:

@@ -10,12 +10,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from kafkaesque.security import ReloadingContext
+
 from .._access import AccessControl
 from .._config import BrokerConfig
 from .._groups import GroupCoordinator
 from .._metadata import ClusterMetadata
 from .._read_path import ReadPath
 from .._shutdown import Draining
+from .._tls import TlsRefusals
 from .._topic_admin import TopicAdmin
 from .._writes import WritePath
 
@@ -29,7 +32,8 @@ class KafkaWiring:
     their writes. ``reads``: fetches and the partitions' bounds. ``admin``: auto-creation of a
     topic a client asks for. ``access``: sessions and ACL checks. ``leader_epoch``: the Raft
     term of a partition's leader (-1: unknown). ``draining``: the broker's graceful shutdown
-    of client connections.
+    of client connections. ``tls``: the Kafka port's TLS context (None: plaintext), and
+    ``tls_refusals`` the counter of its failed handshakes.
     """
 
     config: BrokerConfig
@@ -41,3 +45,5 @@ class KafkaWiring:
     access: AccessControl
     leader_epoch: Callable[[str], int]
     draining: Draining
+    tls: ReloadingContext | None = None
+    tls_refusals: TlsRefusals | None = None

@@ -1,6 +1,25 @@
 """Kafka's wire protocol, sans I/O: framing and headers, the schemas of the APIs served, and
 RecordBatch v2 (docs/kafka.md)."""
 
+from ._admin_apis import (
+    ADMIN_APIS,
+    CREATE_ACLS,
+    CREATE_PARTITIONS,
+    DELETE_ACLS,
+    DESCRIBE_ACLS,
+    DESCRIBE_CONFIGS,
+    INCREMENTAL_ALTER_CONFIGS,
+    SASL_AUTHENTICATE,
+    SASL_HANDSHAKE,
+    AclOperationCode,
+    ConfigOperation,
+    ConfigResourceType,
+    ConfigSource,
+    ConfigType,
+    PatternType,
+    PermissionType,
+    ResourceType,
+)
 from ._apis import (
     API_VERSIONS,
     APIS,
@@ -21,6 +40,7 @@ from ._connection import (
     decode_response,
     encode_request,
     encode_response,
+    frame_bytes,
     parse_request,
     supported_versions,
 )
@@ -92,7 +112,27 @@ __all__ = [
     "encode_batch",
     "encode_request",
     "encode_response",
+    "frame_bytes",
     "iter_batches",
     "parse_request",
     "supported_versions",
+]
+__all__ += [  # _admin_apis
+    "ADMIN_APIS",
+    "CREATE_ACLS",
+    "CREATE_PARTITIONS",
+    "DELETE_ACLS",
+    "DESCRIBE_ACLS",
+    "DESCRIBE_CONFIGS",
+    "INCREMENTAL_ALTER_CONFIGS",
+    "SASL_AUTHENTICATE",
+    "SASL_HANDSHAKE",
+    "AclOperationCode",
+    "ConfigOperation",
+    "ConfigResourceType",
+    "ConfigSource",
+    "ConfigType",
+    "PatternType",
+    "PermissionType",
+    "ResourceType",
 ]

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Final
 
+from ._admin_apis import ADMIN_APIS
 from ._group_apis import GROUP_APIS
 from ._schema import INT32_MIN, Api, Field, Schema, array
 
@@ -360,6 +361,7 @@ INIT_PRODUCER_ID = Api(
 APIS: Final[dict[int, Api]] = {
     api.key: api
     for api in (
+        *ADMIN_APIS,  # _admin_apis: SASL, ACLs, configs, partitions
         API_VERSIONS,
         METADATA,
         PRODUCE,

@@ -59,6 +59,8 @@ class KafkaError(IntEnum):
     TOPIC_AUTHORIZATION_FAILED = 29
     GROUP_AUTHORIZATION_FAILED = 30
     CLUSTER_AUTHORIZATION_FAILED = 31
+    UNSUPPORTED_SASL_MECHANISM = 33
+    ILLEGAL_SASL_STATE = 34
     UNSUPPORTED_VERSION = 35
     TOPIC_ALREADY_EXISTS = 36
     INVALID_PARTITIONS = 37
@@ -72,6 +74,7 @@ class KafkaError(IntEnum):
     INVALID_PRODUCER_EPOCH = 47
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED = 53
     KAFKA_STORAGE_ERROR = 56
+    SASL_AUTHENTICATION_FAILED = 58
     NON_EMPTY_GROUP = 68
     GROUP_ID_NOT_FOUND = 69
     MEMBER_ID_REQUIRED = 79
@@ -119,17 +122,24 @@ class KafkaServerConnection:
     def next_request(self) -> KafkaRequest | UnsupportedApiVersions | None:
         """The next whole request, or None until more bytes come. Raises
         ``KafkaProtocolError`` for a frame that is too large or does not parse."""
+        frame = self.next_frame(_HEADER.size + 2)
+        return None if frame is None else parse_request(frame)
+
+    def next_frame(self, min_size: int = 0) -> bytes | None:
+        """The next whole frame's bytes (without its size), unparsed, or None until more bytes
+        come: what a SaslHandshake v0 exchange sends, its SASL tokens as bare frames. Raises
+        ``KafkaProtocolError`` for a size below ``min_size`` or above the maximum."""
         buf = self._buffer
         if len(buf) < 4:
             return None
         (size,) = _SIZE.unpack_from(buf, 0)
-        if size < _HEADER.size + 2 or size > self._max:
+        if size < min_size or size > self._max:
             raise KafkaProtocolError(f"request size {size} out of bounds (max {self._max})")
         if len(buf) < 4 + size:
             return None
         frame = bytes(buf[4 : 4 + size])
         del buf[: 4 + size]
-        return parse_request(frame)
+        return frame
 
     @property
     def buffered(self) -> int:
@@ -173,6 +183,11 @@ def _frame(correlation_id: int, api: Api, version: int, body: Message) -> bytes:
     encode(api.response, version, body, w)
     _SIZE.pack_into(w.buf, 0, len(w.buf) - 4)
     return bytes(w.buf)
+
+
+def frame_bytes(data: bytes) -> bytes:
+    """``data`` as one frame: its int32 size, then itself (a bare SASL token's frame)."""
+    return _SIZE.pack(len(data)) + data
 
 
 def encode_request(
