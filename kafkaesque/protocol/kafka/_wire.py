@@ -233,7 +233,7 @@ class Writer:
             self.buf += fields[tag]
 
 
-def encode_uvarint(value: int) -> bytes:
+def _uvarint(value: int) -> bytes:
     if value < 0:
         raise ValueError("an unsigned varint cannot be negative")
     out = bytearray()
@@ -244,6 +244,21 @@ def encode_uvarint(value: int) -> bytes:
     return bytes(out)
 
 
+# Every varint of one or two bytes, made once: a record's lengths, deltas and counts are
+# mostly that small, and a fetch encodes several of them for each record it returns.
+_SMALL_LIMIT: Final = 1 << 14
+_SMALL: Final = tuple(_uvarint(v) for v in range(_SMALL_LIMIT))
+
+
+def encode_uvarint(value: int) -> bytes:
+    if 0 <= value < _SMALL_LIMIT:
+        return _SMALL[value]
+    return _uvarint(value)
+
+
 def encode_varint(value: int) -> bytes:
     """A zig-zag signed varint (64-bit)."""
-    return encode_uvarint((value << 1) ^ (value >> 63))
+    zigzag = (value << 1) ^ (value >> 63)
+    if zigzag < _SMALL_LIMIT:
+        return _SMALL[zigzag]
+    return _uvarint(zigzag)
