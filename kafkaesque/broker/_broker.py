@@ -50,6 +50,7 @@ from kafkaesque.protocol import (
     HandOverControllerRequest,
     LatestRequest,
     LeaderClaims,
+    MalformedPeerCall,
     MalformedPeerMessage,
     PeerCall,
     PeerReply,
@@ -57,6 +58,7 @@ from kafkaesque.protocol import (
     Refused,
     Request,
     Shares,
+    Touch,
     encode_reply,
     is_peer_item,
     peer_from_wire,
@@ -344,6 +346,7 @@ class Broker:
                 nursery.start_soon(self.hosting.retention_loop)
                 nursery.start_soon(self.hosting.interval_flush_loop)
                 nursery.start_soon(self.groups.run_expiry)
+                nursery.start_soon(self.groups.run_keep_alive)
                 nursery.start_soon(self.latest.run)
                 log.info(
                     "broker %d serving clients on %s:%d (%.2f s after start)",
@@ -644,10 +647,20 @@ class Broker:
     def _on_peer_item(self, peer: int, item: list[Any]) -> None:
         """One broker-to-broker message (``protocol._peer_messages``): decoded once, then handled.
 
-        A malformed one is the peer's protocol violation: dropped and logged, nothing else.
+        A malformed one is the peer's protocol violation: dropped and logged, nothing else;
+        but a call whose request id could be read (a request of a newer broker, say) is answered
+        ``Refused``, so that its caller hears why at once instead of waiting out its deadline.
         """
         try:
             msg = peer_from_wire(item)
+        except MalformedPeerCall as exc:
+            log.warning("broker %d: refused a request of broker %d: %s", self.config.id, peer, exc)
+            reason = (
+                f"broker {self.config.id} cannot read this request ({exc}): is it of an older "
+                "version than the sender?"
+            )
+            self.forwarder.reply(peer, exc.req, Refused(ErrorCode.BAD_ARGS, reason))
+            return
         except MalformedPeerMessage as exc:
             log.warning(
                 "broker %d: dropped a malformed message of broker %d: %s", self.config.id, peer, exc
@@ -704,6 +717,9 @@ class Broker:
     async def _serve_group_command(self, peer: int, req: int, command: GroupCommand) -> None:
         """A peer's client sent a group command that this broker coordinates: its reply is
         encoded here, once, and relayed by the peer as it is."""
+        if isinstance(command, Touch):  # internal, not a client's: no ACL, no command metrics
+            self.forwarder.reply(peer, req, CommandReply(await self.groups.touched(command)))
+            return
         assert self._nursery is not None
         slot = self.commands.dispatch(command, self._nursery, None, forwarded=True)
         await slot.wait()

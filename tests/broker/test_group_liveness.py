@@ -1,0 +1,114 @@
+"""An open line-protocol connection keeps the group members it joined alive (issue 37, point 1).
+
+A person at a telnet prompt sends no heartbeats: SUBS, CONS, think for longer than the session
+timeout, CONS again must still work. The broker that holds the connection touches the members'
+coordinator every third of its session timeout; the session timeout counts once that stops (the
+broker died or was cut off), and stays for a member whose SUBS asked for its own
+(``session_timeout_ms=``). Real brokers, raw sockets (``LineClient``), a short session timeout.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol import (
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    MemberRow,
+    PartitionRow,
+    partition_for_key,
+)
+
+from .line_client import LineClient
+
+SESSION_S = 2.0
+# Idle this many sessions: without the keep-alive an idle member is surely gone by then.
+IDLE_S = 3 * SESSION_S
+# Beyond a session: the expiry's tick and the eviction's write, on a loaded 2-core machine. Not a
+# speed: a member kept alive by a dead broker would never go.
+MARGIN_S = 15.0
+TOPIC = "thinking"
+
+
+def _members(c: LineClient, group: str) -> set[str]:
+    return {r.member for r in c.rows(f"GROUPS {group} {TOPIC}") if isinstance(r, MemberRow)}
+
+
+def _coordinator(c: LineClient, group: str) -> int:
+    partition = partition_for_key(group.encode(), 8)
+    rows = c.rows("METADATA __consumer_offsets")
+    leader = next(
+        r.leader for r in rows if isinstance(r, PartitionRow) and r.partition == partition
+    )
+    assert leader is not None
+    return leader
+
+
+def _reads(c: LineClient, member: str) -> bool:
+    """Whether ``member`` still reads (CONS answers rows), else it is unknown (asserted)."""
+    reply = c.call(f"CONS {TOPIC} {member} 0")
+    if isinstance(reply, list):
+        assert isinstance(reply[-1], EndReply)
+        return True
+    assert isinstance(reply, ErrorReply) and reply.code is ErrorCode.UNKNOWN_SUBSCRIPTION, reply
+    return False
+
+
+def _gone_within(c: LineClient, group: str, member: str, bound_s: float) -> float:
+    """Seconds until ``member`` is no longer in ``group`` (fails after ``bound_s``)."""
+    start = time.monotonic()
+    while member in _members(c, group):
+        assert time.monotonic() - start < bound_s, f"{member} still in {group} after {bound_s} s"
+        time.sleep(0.1)
+    return time.monotonic() - start
+
+
+def test_an_open_connection_keeps_its_members_and_the_session_counts_once_it_is_gone(
+    tmp_path: Path,
+) -> None:
+    """Idle members on open connections stay (coordinated here and elsewhere); one that asked
+    for its own timeout goes; a closed connection leaves at once; kill -9 of the broker holding
+    a member expires it about one session later."""
+    args = ["--session-timeout", str(SESSION_S)]
+    with LocalCluster(str(tmp_path), 3, extra_args=args) as cluster:
+        with LineClient(cluster.client_address(0)) as admin:
+            admin.ok(f"CREATE {TOPIC} 3 3")
+            admin.rows(f"OFFSETS idle {TOPIC}")  # creates __consumer_offsets
+            coordinator = _coordinator(admin, "idle")
+        holder = (coordinator + 1) % 3  # the broker whose connections hold the members
+        other = (coordinator + 2) % 3
+        far = LineClient(cluster.client_address(holder))  # its coordinator is elsewhere
+        near = LineClient(cluster.client_address(coordinator))  # coordinated where it is held
+        own = LineClient(cluster.client_address(holder))
+        closing = LineClient(cluster.client_address(other))
+        try:
+            idle_far = far.ok(f"SUBS {TOPIC} idle")
+            idle_near = near.ok(f"SUBS {TOPIC} idle")
+            timed = own.ok(f"SUBS {TOPIC} timed session_timeout_ms=1000")
+            leaving = closing.ok(f"SUBS {TOPIC} leaving session_timeout_ms=600000")
+            assert _reads(far, idle_far) and _reads(near, idle_near) and _reads(own, timed)
+
+            # A member whose connection closes leaves at once, not at its (ten minute) timeout.
+            closing.close()
+            with LineClient(cluster.client_address(coordinator)) as c:
+                _gone_within(c, "leaving", leaving, MARGIN_S)
+
+            time.sleep(IDLE_S)  # thinking, with nothing sent on any connection
+            assert _reads(far, idle_far), "an idle member on an open connection was expired"
+            assert _reads(near, idle_near)
+            assert not _reads(own, timed), "a member with its own timeout was kept alive"
+
+            # The broker that holds the connection dies: nobody touches the member any more.
+            with LineClient(cluster.client_address(other)) as c:
+                assert _coordinator(c, "idle") == coordinator  # it did not move meanwhile
+                assert _members(c, "idle") == {idle_far, idle_near}
+                cluster.kill(holder)
+                took = _gone_within(c, "idle", idle_far, SESSION_S + MARGIN_S)
+                assert took >= SESSION_S / 2, f"{idle_far} went {took:.2f} s after the kill"
+                assert _members(c, "idle") == {idle_near}
+        finally:
+            for c in (far, near, own, closing):
+                c.close()
