@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -402,6 +403,7 @@ class Broker:
     async def _admit_client(self, stream: trio.SocketStream) -> None:
         """A new client connection: the port's protocol check (and TLS handshake), then its
         session; a connection that spoke the wrong protocol was told and closed (``_tls``)."""
+        _keep_alive(stream)
         served = await self._client_gate.admit(stream)
         if served is not None:
             await self._serve_client(served, tls=self._client_gate.tls)
@@ -766,3 +768,27 @@ class Broker:
             self.leaders.forget(peer)
             if self.mqtt is not None:
                 self.mqtt.egress.peer_shares(peer, ())
+
+
+# TCP keepalive on client connections: an open connection keeps its group members alive (see
+# ``_groups``), so one whose client vanished without closing it (power lost, cable cut) must
+# come to an end by itself: after 60 s of silence, 3 probes 10 s apart, then it counts as
+# closed (its members leave). A quiet telnet user's kernel answers the probes: never cut.
+_KEEPALIVE_IDLE_S = 60
+_KEEPALIVE_INTERVAL_S = 10
+_KEEPALIVE_PROBES = 3
+
+
+def _keep_alive(stream: trio.SocketStream) -> None:
+    """Turn TCP keepalive on for a client connection (what the platform offers of it); a
+    socket that refuses (its peer already reset it) is left as it is: its reads will fail."""
+    with contextlib.suppress(OSError):
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", _KEEPALIVE_IDLE_S),
+            ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL_S),
+            ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None:  # Linux has them all; others keep their defaults
+                stream.setsockopt(socket.IPPROTO_TCP, option, value)

@@ -9,9 +9,13 @@ broker died or was cut off), and stays for a member whose SUBS asked for its own
 
 from __future__ import annotations
 
+import socket
 import time
 from pathlib import Path
 
+import trio
+
+from kafkaesque.broker._broker import _keep_alive
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     EndReply,
@@ -112,3 +116,26 @@ def test_an_open_connection_keeps_its_members_and_the_session_counts_once_it_is_
         finally:
             for c in (far, near, own, closing):
                 c.close()
+
+
+async def test_a_client_connection_that_vanishes_without_closing_is_probed_by_tcp_keepalive() -> (
+    None
+):
+    """The connection is the liveness, so a client that vanished without a FIN (power lost)
+    must not keep its members for ever: the broker's side of each client connection probes."""
+    listener = (await trio.open_tcp_listeners(0, host="127.0.0.1"))[0]
+    port = listener.socket.getsockname()[1]
+    client = await trio.open_tcp_stream("127.0.0.1", port)
+    accepted = await listener.accept()
+    try:
+        assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 0  # by default
+        _keep_alive(accepted)
+        assert accepted.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE) == 1
+        if hasattr(socket, "TCP_KEEPIDLE"):
+            idle = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+            probes = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPCNT)
+            interval = accepted.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPINTVL)
+            assert idle + probes * interval <= 120  # gone within two minutes of silence
+    finally:
+        for s in (client, accepted, listener):
+            await s.aclose()
