@@ -9,7 +9,11 @@ broker died or was cut off), and stays for a member whose SUBS asked for its own
 
 from __future__ import annotations
 
+import os
+import select
+import shutil
 import socket
+import subprocess
 import time
 from pathlib import Path
 
@@ -29,8 +33,8 @@ from kafkaesque.protocol import (
 from .line_client import LineClient
 
 SESSION_S = 2.0
-# Idle this many sessions: without the keep-alive an idle member is surely gone by then.
-IDLE_S = 3 * SESSION_S
+# Idle this long: without the keep-alive an idle member is surely gone by then.
+IDLE_S = 2.5 * SESSION_S
 # Beyond a session: the expiry's tick and the eviction's write, on a loaded 2-core machine. Not a
 # speed: a member kept alive by a dead broker would never go.
 MARGIN_S = 15.0
@@ -61,6 +65,44 @@ def _reads(c: LineClient, member: str) -> bool:
     return False
 
 
+class _Telnet:
+    """The system's ``telnet`` on a pipe, as a person types into it (None if not installed)."""
+
+    def __init__(self, address: tuple[str, int]) -> None:
+        self.proc = subprocess.Popen(
+            ["telnet", address[0], str(address[1])],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+        )
+        self.out = b""
+
+    def type(self, line: str, until: tuple[str, ...] = ("+OK", "-ERR")) -> str:
+        """Type ``line``; the first output line after it that starts with one of ``until``."""
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.out = b""
+        self.proc.stdin.write(line.encode() + b"\n")
+        self.proc.stdin.flush()
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            for text in self.out.decode("utf-8", "replace").splitlines():
+                if text.startswith(until):
+                    return text
+            ready, _, _ = select.select([self.proc.stdout], [], [], 0.2)
+            if ready:
+                chunk = os.read(self.proc.stdout.fileno(), 65536)
+                assert chunk, f"telnet ended: {self.out!r}"
+                self.out += chunk
+        raise AssertionError(f"no answer to {line!r}: {self.out!r}")
+
+    def close(self) -> None:
+        self.proc.kill()
+        self.proc.wait(5)
+        for pipe in (self.proc.stdin, self.proc.stdout):
+            if pipe is not None:
+                pipe.close()
+
+
 def _gone_within(c: LineClient, group: str, member: str, bound_s: float) -> float:
     """Seconds until ``member`` is no longer in ``group`` (fails after ``bound_s``)."""
     start = time.monotonic()
@@ -88,12 +130,17 @@ def test_an_open_connection_keeps_its_members_and_the_session_counts_once_it_is_
         near = LineClient(cluster.client_address(coordinator))  # coordinated where it is held
         own = LineClient(cluster.client_address(holder))
         closing = LineClient(cluster.client_address(other))
+        telnet = _Telnet(cluster.client_address(other)) if shutil.which("telnet") else None
         try:
             idle_far = far.ok(f"SUBS {TOPIC} idle")
             idle_near = near.ok(f"SUBS {TOPIC} idle")
             timed = own.ok(f"SUBS {TOPIC} timed session_timeout_ms=1000")
             leaving = closing.ok(f"SUBS {TOPIC} leaving session_timeout_ms=600000")
             assert _reads(far, idle_far) and _reads(near, idle_near) and _reads(own, timed)
+            if telnet is not None:
+                typed = telnet.type(f"SUBS {TOPIC} typed").split()
+                assert typed[0] == "+OK", typed
+                assert telnet.type(f"CONS {TOPIC} {typed[1]} 0", ("+END", "-ERR"))[0] == "+"
 
             # A member whose connection closes leaves at once, not at its (ten minute) timeout.
             closing.close()
@@ -104,6 +151,9 @@ def test_an_open_connection_keeps_its_members_and_the_session_counts_once_it_is_
             assert _reads(far, idle_far), "an idle member on an open connection was expired"
             assert _reads(near, idle_near)
             assert not _reads(own, timed), "a member with its own timeout was kept alive"
+            if telnet is not None:  # the same through the system's telnet, as issue 37 tried it
+                again = telnet.type(f"CONS {TOPIC} {typed[1]} 0", ("+END", "-ERR"))
+                assert again.startswith("+END"), again
 
             # The broker that holds the connection dies: nobody touches the member any more.
             with LineClient(cluster.client_address(other)) as c:
@@ -116,6 +166,8 @@ def test_an_open_connection_keeps_its_members_and_the_session_counts_once_it_is_
         finally:
             for c in (far, near, own, closing):
                 c.close()
+            if telnet is not None:
+                telnet.close()
 
 
 async def test_a_client_connection_that_vanishes_without_closing_is_probed_by_tcp_keepalive() -> (
