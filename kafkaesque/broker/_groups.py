@@ -565,9 +565,9 @@ class GroupCoordinator:
         to its coordinator (this broker too), each partition's in a task of its own and at most
         one at a time: a coordinator that does not answer (it moved, its broker is away) delays
         no other partition's touches. A touch that fails is logged and sent again next period;
-        two in a row may fail before a held member is at risk. A coordinator of an older version
-        answers ``BAD_ARGS`` (it cannot read a Touch): its members then live by their requests,
-        as before.
+        two in a row may fail before a held member is at risk. A coordinator too old to read a
+        Touch answers ``BAD_ARGS`` (one of before peer calls were refused drops it, and the touch
+        times out): its members then live by their requests, as before (a rolling upgrade).
         """
         busy: set[int] = set()
         async with trio.open_nursery() as nursery:
