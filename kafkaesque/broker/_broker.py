@@ -27,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import socket
 import time
 from collections.abc import Awaitable
 from typing import Any
@@ -50,6 +51,7 @@ from kafkaesque.protocol import (
     HandOverControllerRequest,
     LatestRequest,
     LeaderClaims,
+    MalformedPeerCall,
     MalformedPeerMessage,
     PeerCall,
     PeerReply,
@@ -57,6 +59,7 @@ from kafkaesque.protocol import (
     Refused,
     Request,
     Shares,
+    Touch,
     encode_reply,
     is_peer_item,
     peer_from_wire,
@@ -347,6 +350,7 @@ class Broker:
                 nursery.start_soon(self.hosting.retention_loop)
                 nursery.start_soon(self.hosting.interval_flush_loop)
                 nursery.start_soon(self.groups.run_expiry)
+                nursery.start_soon(self.groups.run_keep_alive)
                 nursery.start_soon(self.latest.run)
                 log.info(
                     "broker %d serving clients on %s:%d (%.2f s after start)",
@@ -402,6 +406,7 @@ class Broker:
     async def _admit_client(self, stream: trio.SocketStream) -> None:
         """A new client connection: the port's protocol check (and TLS handshake), then its
         session; a connection that spoke the wrong protocol was told and closed (``_tls``)."""
+        _keep_alive(stream)
         served = await self._client_gate.admit(stream)
         if served is not None:
             await self._serve_client(served, tls=self._client_gate.tls)
@@ -647,10 +652,20 @@ class Broker:
     def _on_peer_item(self, peer: int, item: list[Any]) -> None:
         """One broker-to-broker message (``protocol._peer_messages``): decoded once, then handled.
 
-        A malformed one is the peer's protocol violation: dropped and logged, nothing else.
+        A malformed one is the peer's protocol violation: dropped and logged, nothing else;
+        but a call whose request id could be read (a request of a newer broker, say) is answered
+        ``Refused``, so that its caller hears why at once instead of waiting out its deadline.
         """
         try:
             msg = peer_from_wire(item)
+        except MalformedPeerCall as exc:
+            log.warning("broker %d: refused a request of broker %d: %s", self.config.id, peer, exc)
+            reason = (
+                f"broker {self.config.id} cannot read this request ({exc}): is it of an older "
+                "version than the sender?"
+            )
+            self.forwarder.reply(peer, exc.req, Refused(ErrorCode.BAD_ARGS, reason))
+            return
         except MalformedPeerMessage as exc:
             log.warning(
                 "broker %d: dropped a malformed message of broker %d: %s", self.config.id, peer, exc
@@ -707,6 +722,9 @@ class Broker:
     async def _serve_group_command(self, peer: int, req: int, command: GroupCommand) -> None:
         """A peer's client sent a group command that this broker coordinates: its reply is
         encoded here, once, and relayed by the peer as it is."""
+        if isinstance(command, Touch):  # internal, not a client's: no ACL, no command metrics
+            self.forwarder.reply(peer, req, CommandReply(await self.groups.touched(command)))
+            return
         assert self._nursery is not None
         slot = self.commands.dispatch(command, self._nursery, None, forwarded=True)
         await slot.wait()
@@ -753,3 +771,27 @@ class Broker:
             self.leaders.forget(peer)
             if self.mqtt is not None:
                 self.mqtt.egress.peer_shares(peer, ())
+
+
+# TCP keepalive on client connections: an open connection keeps its group members alive (see
+# ``_groups``), so one whose client vanished without closing it (power lost, cable cut) must
+# come to an end by itself: after 60 s of silence, 3 probes 10 s apart, then it counts as
+# closed (its members leave). A quiet telnet user's kernel answers the probes: never cut.
+_KEEPALIVE_IDLE_S = 60
+_KEEPALIVE_INTERVAL_S = 10
+_KEEPALIVE_PROBES = 3
+
+
+def _keep_alive(stream: trio.SocketStream) -> None:
+    """Turn TCP keepalive on for a client connection (what the platform offers of it); a
+    socket that refuses (its peer already reset it) is left as it is: its reads will fail."""
+    with contextlib.suppress(OSError):
+        stream.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for name, value in (
+            ("TCP_KEEPIDLE", _KEEPALIVE_IDLE_S),
+            ("TCP_KEEPINTVL", _KEEPALIVE_INTERVAL_S),
+            ("TCP_KEEPCNT", _KEEPALIVE_PROBES),
+        ):
+            option = getattr(socket, name, None)
+            if option is not None:  # Linux has them all; others keep their defaults
+                stream.setsockopt(socket.IPPROTO_TCP, option, value)

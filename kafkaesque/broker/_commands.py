@@ -308,7 +308,7 @@ class CommandHandler:
         try:
             data = await self._execute(command, forwarded)
             if session is not None:
-                _remember_members(session, command, data)
+                _remember_members(session, command, data, self._groups)
                 if isinstance(command, ListGroups) and self._access.enforcing:
                     data = self._visible_groups(session, data)
             slot.set(data)
@@ -616,13 +616,20 @@ class CommandHandler:
     # -- administration -------------------------------------------------------------------------
 
 
-def _remember_members(session: Session, command: Command, reply: bytes) -> None:
-    """Track the group members a connection joined, so that its closing makes them leave."""
+def _remember_members(
+    session: Session, command: Command, reply: bytes, groups: GroupCoordinator
+) -> None:
+    """Track the group members a connection joined, so that its closing makes them leave, and
+    so that its being open keeps them alive (those without a session timeout of their own)."""
     if isinstance(command, Subs) and reply.startswith(b"+OK "):
         # The id is the first word (a note on the partitions granted may follow it).
-        session.members.add(reply[4:].split(None, 1)[0].decode("ascii"))
-    elif isinstance(command, Leave):
+        member = reply[4:].split(None, 1)[0].decode("ascii")
+        session.members.add(member)
+        if command.session_timeout_ms is None:
+            groups.hold(member)
+    elif isinstance(command, Leave) and command.subscription_id in session.members:
         session.members.discard(command.subscription_id)
+        groups.release(command.subscription_id)
 
 
 def _acl_order(acl: AclRow) -> tuple[str, ...]:

@@ -6,6 +6,9 @@ Redpanda keep it, and the leader of that partition is the group's **coordinator*
 keyed by msgpack lists so the latest record of a key wins (and compaction may drop the rest):
 
 * ``["m", group, topic, member]`` → ``cap`` (-1: none): a member joined; no value: it left;
+* ``["s", group, topic, member]`` → ``ms``: the member's own session timeout (SUBS
+  ``session_timeout_ms=``), written with its join; no value: it left (readers that do not know
+  this kind skip it, so a coordinator of before it reads the log as before);
 * ``["a", group, topic]`` → ``{member: [partitions]}``: the assignment in force;
 * ``["o", group, topic, partition]`` → ``offset``: the committed offset (next to read);
 * ``["k", group, topic, partition]`` → ``[offset, leader epoch, metadata]``: a **Kafka** group's
@@ -27,8 +30,20 @@ assignment comes from ``_assignor.assign`` (balanced, sticky). A subscription id
 ``<offsets partition>.<random>``, so any broker knows where its coordinator is.
 
 Liveness: a member is gone when its connection closes (the broker that served its SUBS sends a
-LEAVE) or when the coordinator has not heard from it (SUBS, CONS, COMMIT member=) for the session
-timeout. Each member's deadline is the coordinator's memory, never a record: a coordinator that
+LEAVE) or when the coordinator has not heard from it for its session timeout. Hearing from a
+member is a SUBS, CONS or COMMIT member= of it, or a ``Touch`` naming it: the connection is the
+liveness (a person at a telnet prompt sends no heartbeats), so every broker keeps the members that
+its open connections joined (``hold``) and, every third of its session timeout, sends each offsets
+partition's coordinator one ``Touch(partition, members)`` naming those of that partition
+(``run_keep_alive``). A broker that dies or is cut off from the coordinator stops touching, so its
+members expire one session after its last touch; a closed connection leaves at once. A member
+whose SUBS asked for its own timeout (``session_timeout_ms=``: a client that heartbeats and wants a
+hung process noticed) is not held, a ``Touch`` naming it is ignored, and its deadline is its own
+timeout (an ``s`` record, so that a new coordinator knows it too), not the broker's. Why a touch
+per partition and period, not per member or CONS: the keep-alive costs each broker one small
+message per coordinator every few seconds, however many idle connections it has, and a
+coordinator need not know which broker serves which member. Each member's deadline is the
+coordinator's memory, never a record: a coordinator that
 loads a table (at its start, or when it takes the partition over) gives every member in it one
 session from then, as Kafka's GroupCoordinator does when it loads a group, so a failover causes
 no rebalance, and a member that died with its connection (no LEAVE: its broker died too) is
@@ -85,6 +100,7 @@ from kafkaesque.protocol import (
     ResetKind,
     ResetOffsets,
     Subs,
+    Touch,
     encode_reply,
     partition_for_key,
 )
@@ -112,6 +128,7 @@ OFFSETS_PARTITIONS = 8
 _READ_BYTES = 1 << 20
 _LEADER_READY_POLL_S = 0.01
 _EXPIRY_EVERY_S = 0.25
+_TOUCH_MEMBERS = 1000  # ids per Touch: a peer message stays far below the transport's frame
 
 
 @dataclass(frozen=True, slots=True)
@@ -137,8 +154,10 @@ class _Table:
 
     ``deadlines`` is not read from the log: it is when the coordinator must next hear from each
     member (``trio.current_time()`` clock). Invariant: its keys are exactly ``member_of``'s. A
-    member read from the log gets the time it was read plus the session timeout; a table is
+    member read from the log gets the time it was read plus its session timeout; a table is
     built afresh in each term this broker leads, so a takeover gives every member one session.
+    ``sessions`` holds the members that asked for their own session timeout (seconds), read from
+    their ``s`` records. Invariant: its keys are a subset of ``member_of``'s.
     """
 
     term: int
@@ -147,6 +166,7 @@ class _Table:
     groups: dict[tuple[str, str], _Group] = field(default_factory=dict)
     member_of: dict[str, tuple[str, str]] = field(default_factory=dict)
     deadlines: dict[str, float] = field(default_factory=dict)
+    sessions: dict[str, float] = field(default_factory=dict)
     # Kafka groups' committed offsets: group -> (topic, partition) -> offset (``k`` records).
     kafka_offsets: dict[str, dict[tuple[str, int], KafkaOffset]] = field(default_factory=dict)
     # Kafka groups' last saved membership (``g`` records), as the Kafka front encoded it.
@@ -196,6 +216,9 @@ class GroupCoordinator:
         self._commit_locks: dict[tuple[str, str, int], trio.Lock] = {}
         # Partitions whose owner is changing (written, not yet applied): owned by no one.
         self._moving: dict[tuple[str, str], frozenset[int]] = {}
+        # The members joined through this broker's open connections that their connection keeps
+        # alive (``hold``), whichever broker coordinates them.
+        self._held: set[str] = set()
 
     # -- entry point ----------------------------------------------------------------------------
 
@@ -238,6 +261,8 @@ class GroupCoordinator:
                 return await self._reset(partition, command)
             case DeleteGroup():
                 return await self._delete(partition, command.group)
+            case Touch():
+                return await self._touch(partition, command.members)
 
     async def _coordinator_partition(self, command: GroupCommand) -> int:
         if isinstance(command, Cons | Leave):
@@ -245,6 +270,10 @@ class GroupCoordinator:
         if isinstance(command, ListGroups):
             if command.partition is None or command.partition >= OFFSETS_PARTITIONS:
                 raise RequestError(ErrorCode.BAD_ARGS, f"no {OFFSETS_TOPIC} partition to list")
+            return command.partition
+        if isinstance(command, Touch):
+            if command.partition >= OFFSETS_PARTITIONS:
+                raise RequestError(ErrorCode.BAD_ARGS, f"no {OFFSETS_TOPIC} partition to touch")
             return command.partition
         internal = await self._internal_topic()
         return partition_for_key(command.group.encode(), internal.config.partitions)
@@ -255,7 +284,14 @@ class GroupCoordinator:
         known_topic(self._metadata.view.topics, command.topic)
         member = f"{partition}.{secrets.token_hex(8)}"
         # Its deadline is set as its join record is applied (one session from then).
-        await self._change(partition, command.group, command.topic, member, command.partitions)
+        await self._change(
+            partition,
+            command.group,
+            command.topic,
+            member,
+            command.partitions,
+            session_ms=command.session_timeout_ms,
+        )
         return encode_reply(OkReply(_subscribed(self._tables.get(partition), command, member)))
 
     async def leave(self, partition: int, member: str) -> None:
@@ -462,8 +498,10 @@ class GroupCoordinator:
         cap: int | None,
         *,
         leaving: bool = False,
+        session_ms: int | None = None,
     ) -> None:
-        """Add (or, ``leaving``, remove) ``member`` and write the new assignment, atomically.
+        """Add (or, ``leaving``, remove) ``member`` and write the new assignment, atomically;
+        ``session_ms``: the joining member's own session timeout (its ``s`` record).
 
         ``member`` None: nobody joins or leaves, the assignment is made again over the topic's
         partitions now (more of them after an ALTER); nothing is written if it stays the same.
@@ -509,6 +547,13 @@ class GroupCoordinator:
                     timestamp=stamp,
                 )
                 records.insert(0, membership)
+                if session_ms is not None or (leaving and member in table.sessions):
+                    own = Record(
+                        key=msgpack.packb(["s", group, topic, member]),
+                        value=None if leaving else msgpack.packb(session_ms),
+                        timestamp=stamp,
+                    )
+                    records.insert(1, own)
             try:
                 await self._write(partition, records)
             finally:
@@ -520,11 +565,83 @@ class GroupCoordinator:
 
     def connection_closed(self, members: set[str]) -> None:
         """The connection that joined ``members`` closed: they leave (wherever coordinated)."""
+        self._held -= members
         nursery = self._nursery()
         if nursery is None:
             return
         for member in members:
             nursery.start_soon(self._leave_quietly, member)
+
+    def hold(self, member: str) -> None:
+        """An open connection of this broker joined ``member`` (with no session timeout of its
+        own): keep it alive (``run_keep_alive``) until ``release`` or ``connection_closed``."""
+        self._held.add(member)
+
+    def release(self, member: str) -> None:
+        """``member`` left (LEAVE on its connection): no longer kept alive from here."""
+        self._held.discard(member)
+
+    async def run_keep_alive(self) -> None:
+        """Every third of the session timeout, touch the members held here; forever.
+
+        One ``Touch`` per offsets partition that has some (at most ``_TOUCH_MEMBERS`` ids each),
+        to its coordinator (this broker too), each partition's in a task of its own and at most
+        one at a time: a coordinator that does not answer (it moved, its broker is away) delays
+        no other partition's touches. A touch that fails is logged and sent again next period;
+        two in a row may fail before a held member is at risk. A coordinator too old to read a
+        Touch answers ``BAD_ARGS`` (one of before peer calls were refused drops it, and the touch
+        times out): its members then live by their requests, as before (a rolling upgrade).
+        """
+        busy: set[int] = set()
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep(self.session_timeout_s / 3)
+                by_partition: dict[int, list[str]] = {}
+                for member in self._held:
+                    head = member.partition(".")[0]
+                    if head.isdigit():  # always: ids come from the coordinators' +OK
+                        by_partition.setdefault(int(head), []).append(member)
+                for partition, members in by_partition.items():
+                    if partition not in busy:
+                        busy.add(partition)
+                        nursery.start_soon(self._touch_alone, partition, sorted(members), busy)
+
+    async def _touch_alone(self, partition: int, members: list[str], busy: set[int]) -> None:
+        try:
+            for i in range(0, len(members), _TOUCH_MEMBERS):
+                touch = Touch(partition, tuple(members[i : i + _TOUCH_MEMBERS]))
+                try:
+                    answer = await self.execute(touch, forwarded=False)
+                except RequestError as exc:
+                    answer = encode_reply(exc.reply())
+                if not answer.startswith(b"+OK"):
+                    log.info("keeping the members of %s alive failed: %r; retrying",
+                             _group_id(partition), answer[:200])  # fmt: skip
+                    return
+        finally:
+            busy.discard(partition)
+
+    async def touched(self, command: Touch) -> bytes:
+        """A peer's ``Touch`` (see ``run_keep_alive``), run as the coordinator: its reply."""
+        try:
+            return await self.execute(command, forwarded=True)
+        except RequestError as exc:
+            return encode_reply(exc.reply())
+
+    async def _touch(self, partition: int, members: tuple[str, ...]) -> bytes:
+        """Hear from each of ``members`` that this partition's table knows and that has no
+        session timeout of its own; the others are skipped (they left, timed out, or live by
+        their own requests)."""
+        table = await self._table(partition)
+        deadline = trio.current_time() + self.session_timeout_s
+        for member in members:
+            if member in table.deadlines and member not in table.sessions:
+                table.deadlines[member] = deadline
+        return encode_reply(OkReply())
+
+    def _session_s(self, table: _Table, member: str) -> float:
+        """``member``'s session timeout: its own if it asked for one, else the broker's."""
+        return table.sessions.get(member, self.session_timeout_s)
 
     async def _leave_quietly(self, member: str) -> None:
         try:
@@ -621,7 +738,7 @@ class GroupCoordinator:
                 f"subscription {member} is for topic {where[1]}, not {topic}: name its topic, "
                 f"or SUBS {topic} for a subscription to {topic}",
             )
-        table.deadlines[member] = trio.current_time() + self.session_timeout_s  # heard from it
+        table.deadlines[member] = trio.current_time() + self._session_s(table, member)  # heard
         owned = table.groups[where].assignment.get(member, frozenset())
         return where[0], owned - self._moving.get(where, frozenset())
 
@@ -667,7 +784,7 @@ class GroupCoordinator:
             fetched = read_committed(replica, table.next_offset, _READ_BYTES)
             if not fetched.data:
                 break
-            _apply(table, fetched.data, deadline)
+            _apply(table, fetched.data, deadline, self.session_timeout_s)
             table.next_offset = fetched.next_offset
         return table
 
@@ -797,14 +914,17 @@ class GroupCoordinator:
         return rows
 
 
-def _apply(table: _Table, data: bytes | memoryview, deadline: float) -> None:
-    """Apply the committed batches ``data`` to ``table``; members that join get ``deadline``."""
+def _apply(table: _Table, data: bytes | memoryview, deadline: float, session_s: float) -> None:
+    """Apply the committed batches ``data`` to ``table``; members that join get ``deadline``
+    (one ``session_s`` from now), those with a session timeout of their own one of theirs."""
     for record in data_records(data, table.next_offset, verify=False):
         if record.key is not None:
-            _apply_record(table, msgpack.unpackb(record.key), record.value, deadline)
+            _apply_record(table, msgpack.unpackb(record.key), record.value, deadline, session_s)
 
 
-def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: float) -> None:
+def _apply_record(
+    table: _Table, key: list[Any], value: bytes | None, deadline: float, session_s: float = 0.0
+) -> None:
     kind = key[0]
     if kind == "o":
         _, group, topic, partition = key
@@ -819,11 +939,20 @@ def _apply_record(table: _Table, key: list[Any], value: bytes | None, deadline: 
             g.members.pop(member, None)
             table.member_of.pop(member, None)
             table.deadlines.pop(member, None)
+            table.sessions.pop(member, None)
         else:
             cap = msgpack.unpackb(value)
             g.members[member] = MemberSpec(member, None if cap < 0 else cap)
             table.member_of[member] = (group, topic)
             table.deadlines.setdefault(member, deadline)
+    elif kind == "s":
+        member = key[3]
+        if value is None:
+            table.sessions.pop(member, None)
+        elif member in table.member_of:  # written with its join, just after its ``m`` record
+            own = msgpack.unpackb(value) / 1000
+            table.sessions[member] = own
+            table.deadlines[member] = deadline - session_s + own
     elif kind == "k":
         _, group, topic, partition = key
         if value is None:  # DeleteGroups' tombstone

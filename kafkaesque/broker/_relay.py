@@ -16,6 +16,7 @@ from kafkaesque.protocol import (
     GroupCommand,
     GroupCommandRequest,
     LatestRequest,
+    Refused,
 )
 
 from ._errors import RequestError
@@ -49,11 +50,14 @@ class CommandRelay:
         self, broker: int, request: GroupCommandRequest | LatestRequest, deadline: float, what: str
     ) -> bytes:
         """``request`` answered by ``broker`` with a ``CommandReply``: its encoded client reply.
-        ``RequestError``: ``TIMEOUT`` if no answer by ``deadline``, ``INTERNAL`` for another."""
+        ``RequestError``: ``TIMEOUT`` if no answer by ``deadline``, the refusal's own error for
+        ``Refused`` (a broker that cannot read the request), ``INTERNAL`` for another."""
         try:
             answer = await self._forwarder.call(broker, request, deadline=deadline)
         except ForwardError as exc:
             raise RequestError(ErrorCode.TIMEOUT, f"forwarding to broker {broker}: {exc}") from exc
+        if isinstance(answer, Refused):
+            raise RequestError(answer.code, answer.message)
         if not isinstance(answer, CommandReply):
             raise RequestError(
                 ErrorCode.INTERNAL, f"broker {broker} answered {what} with {answer!r:.200}"

@@ -129,6 +129,7 @@ from ._peer_messages import HandOverControllerRequest as HandOverControllerReque
 from ._peer_messages import LatestRequest as LatestRequest
 from ._peer_messages import LeaderClaim as LeaderClaim
 from ._peer_messages import LeaderClaims as LeaderClaims
+from ._peer_messages import MalformedPeerCall as MalformedPeerCall
 from ._peer_messages import MalformedPeerMessage as MalformedPeerMessage
 from ._peer_messages import PeerCall as PeerCall
 from ._peer_messages import PeerMessage as PeerMessage
@@ -139,4 +140,5 @@ from ._peer_messages import Refused as Refused
 from ._peer_messages import Request as Request
 from ._peer_messages import Retry as Retry
 from ._peer_messages import Shares as Shares
+from ._peer_messages import Touch as Touch
 from ._peer_messages import Unknown as Unknown

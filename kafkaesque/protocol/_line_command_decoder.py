@@ -424,11 +424,19 @@ class LineDecoder:
         return Pubs(self._writable.get(parts[1]) or self._topic(parts[1], False), parts[2])
 
     def _parse_subs(self, parts: list[bytes], line: bytes) -> LineEvent:
-        tokens = arg_tokens(line, "SUBS", 2, 1)
+        tokens = arg_tokens(line, "SUBS", 2, 2)
+        rest = tokens[2:]
+        partitions = None
+        if rest and b"=" not in rest[0]:  # the seed's positional count comes before options
+            partitions = arg_int(rest.pop(0), "partitions", 1, INT32_MAX)
+        timeout = arg_options(rest, frozenset({"session_timeout_ms"}), "SUBS").get(
+            "session_timeout_ms"
+        )
         return Subs(
             self._topic(tokens[0], True),
             arg_name(tokens[1], "group"),
-            arg_int(tokens[2], "partitions", 1, INT32_MAX) if len(tokens) == 3 else None,
+            partitions,
+            None if timeout is None else arg_int(timeout, "session_timeout_ms", 1, INT32_MAX),
         )
 
     def _parse_cons(self, parts: list[bytes], line: bytes) -> LineEvent:

@@ -244,6 +244,7 @@ def encode_command(command: Command) -> bytes:
             words = [b"SUBS", topic_bytes(topic, True), name_bytes(group, "group")]
             if partitions is not None:
                 words.append(int_bytes(partitions, "partitions", 1, INT32_MAX))
+            words += optional_int(b"session_timeout_ms", command.session_timeout_ms, 1, INT32_MAX)
             return b" ".join(words) + CRLF
         case Cons(topic=topic, subscription_id=sub, offsets=offsets):
             words = [b"CONS", topic_bytes(topic, True), name_bytes(sub, "subscription_id")]

@@ -157,14 +157,20 @@ class Pubs:
 
 @dataclass(frozen=True, slots=True)
 class Subs:
-    """``SUBS topic group [partitions]``: join a consumer group; the reply is ``+OK <sub_id>``.
+    """``SUBS topic group [partitions] [session_timeout_ms=N]``: join a consumer group; the
+    reply is ``+OK <sub_id>``.
 
     ``partitions`` is the seed's "number of partitions to subscribe to" (None: the broker decides).
+    ``session_timeout_ms`` None: the member lives as long as the connection that joined it (its
+    broker keeps it alive), then one broker session timeout; a number: the member is gone once its
+    coordinator has not heard from it (SUBS, CONS, COMMIT member=) for that long, open connection
+    or not (a client that heartbeats and wants a hung process noticed).
     """
 
     topic: str
     group: str
     partitions: int | None = None
+    session_timeout_ms: int | None = None
 
 
 ConsOffsets: TypeAlias = int | tuple[tuple[int, int], ...]

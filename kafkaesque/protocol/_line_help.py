@@ -23,9 +23,11 @@ HELP: Final[dict[str, tuple[str, str]]] = {
         "a missing topic is created. Replies +OK <partition> <offset>.",
     ),
     "SUBS": (
-        "SUBS <topic> <group> [<partitions>]",
-        "Join a consumer group (a missing topic is created). Replies +OK <subscription_id>, "
-        "then partitions=<got> asked=<partitions> if it got fewer partitions than asked.",
+        "SUBS <topic> <group> [<partitions>] [session_timeout_ms=<ms>]",
+        "Join a consumer group (a missing topic is created); the member lives while this "
+        "connection is open (session_timeout_ms: only while it sends CONS or COMMIT that often). "
+        "Replies +OK <subscription_id>, then partitions=<got> asked=<partitions> if it got fewer "
+        "partitions than asked.",
     ),
     "CONS": (
         "CONS <topic> <subscription_id> <offset>|<p>:<o>,... [max=<n>] [wait_ms=<ms>]",

@@ -58,6 +58,7 @@ from ._peer_messages import (
     LatestRequest,
     LeaderClaim,
     LeaderClaims,
+    MalformedPeerCall,
     MalformedPeerMessage,
     PeerCall,
     PeerMessage,
@@ -68,6 +69,7 @@ from ._peer_messages import (
     Request,
     Retry,
     Shares,
+    Touch,
     Unknown,
 )
 
@@ -177,9 +179,13 @@ def _cons_offsets(x: object) -> ConsOffsets:
     return tuple(_pair(p, "partition and offset") for p in _list(x, "partition offsets"))
 
 
+def _members(x: object) -> tuple[str, ...]:
+    return tuple(_str(m) for m in _list(x, "members"))
+
+
 # Each group command's fields in declaration order, with the decoder of each.
 _COMMAND_FIELDS: Final[dict[type, tuple[Callable[[object], Any], ...]]] = {
-    Subs: (_str, _str, _opt_positive),
+    Subs: (_str, _str, _opt_positive, _opt_positive),
     Cons: (_str, _str, _cons_offsets, _opt_positive, _opt_natural),
     Commit: (_str, _str, _natural, _natural, _opt_str),
     FetchOffsets: (_str, _str),
@@ -188,7 +194,11 @@ _COMMAND_FIELDS: Final[dict[type, tuple[Callable[[object], Any], ...]]] = {
     ListGroups: (_opt_natural,),
     ResetOffsets: (_str, _str, _reset_kind, _opt_natural, _bool),
     DeleteGroup: (_str,),
+    Touch: (_natural, _members),
 }
+# Fields added to a command after its first version: sent only when not None, so that a broker
+# of before them reads the command as it always did; read as None when absent.
+_COMMAND_FIELDS_SINCE: Final[dict[type, int]] = {Subs: 3}
 _COMMAND_NAMES: Final[dict[type, tuple[str, ...]]] = {
     cls: tuple(f.name for f in fields(cls)) for cls in COMMAND_TAGS
 }
@@ -196,7 +206,10 @@ _COMMAND_BY_TAG: Final[dict[int, type]] = {tag: cls for cls, tag in COMMAND_TAGS
 
 
 def _command_to_wire(command: GroupCommand) -> list[object]:
-    values = (getattr(command, n) for n in _COMMAND_NAMES[type(command)])
+    values = [getattr(command, n) for n in _COMMAND_NAMES[type(command)]]
+    first = _COMMAND_FIELDS_SINCE.get(type(command), len(values))
+    while len(values) > first and values[-1] is None:
+        values.pop()
     # An enum (ResetOffsets.kind) goes as its plain value, which its decoder reads back.
     return [COMMAND_TAGS[type(command)], *(v.value if isinstance(v, Enum) else v for v in values)]
 
@@ -208,6 +221,8 @@ def _command(x: object) -> GroupCommand:
     if cls is None:
         raise MalformedPeerMessage(f"unknown group command tag {tag!r:.60}")
     decoders = _COMMAND_FIELDS[cls]
+    if _COMMAND_FIELDS_SINCE.get(cls, len(decoders)) < len(obj) <= len(decoders):
+        decoders = decoders[: len(obj) - 1]  # a broker of before the later fields
     _arity(obj, len(decoders), cls.__name__)
     command: GroupCommand = cls(*(d(v) for d, v in zip(decoders, obj[1:], strict=True)))
     return command
@@ -437,7 +452,13 @@ def from_wire(obj: object) -> PeerMessage:
     if decode is not None:
         if len(obj) < 2:
             raise MalformedPeerMessage("a request needs an id")
-        return PeerCall(_int(obj[1]), decode(obj))
+        req = _int(obj[1])
+        try:
+            return PeerCall(req, decode(obj))
+        except MalformedPeerCall:
+            raise
+        except MalformedPeerMessage as exc:
+            raise MalformedPeerCall(req, str(exc)) from None
     if tag == REPLY_TAG:
         _arity(obj, 2, "PeerReply")
         return PeerReply(_int(obj[1]), answer_from_wire(obj[2]))

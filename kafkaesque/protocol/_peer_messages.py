@@ -54,6 +54,16 @@ class MalformedPeerMessage(Exception):
     of the wrong type): drop the item and log it; never a crash."""
 
 
+class MalformedPeerCall(MalformedPeerMessage):
+    """A ``PeerCall`` whose request id could be read but not its request (a request or group
+    command of a newer broker, say): answer ``req`` with ``Refused`` saying so, so that the
+    caller learns at once, instead of waiting out its deadline."""
+
+    def __init__(self, req: int, reason: str) -> None:
+        super().__init__(reason)
+        self.req = req
+
+
 # -- requests (inside a ``PeerCall``) -------------------------------------------------------------
 
 
@@ -104,6 +114,18 @@ class ReadRequest:
     wait_ms: int
 
 
+@dataclass(frozen=True, slots=True)
+class Touch:
+    """Internal, broker to coordinator (no client types it): the connections open on the sender
+    hold these ``members`` of offsets partition ``partition`` (their ids start with
+    ``<partition>.``); the coordinator counts it as hearing from each (as a CONS would), except
+    from a member that asked for its own session timeout. Answered ``+OK``. Sent by every broker
+    every third of its session timeout, one per offsets partition (see ``GroupCoordinator``)."""
+
+    partition: int
+    members: tuple[str, ...]
+
+
 GroupCommand: TypeAlias = (
     Subs
     | Cons
@@ -114,6 +136,7 @@ GroupCommand: TypeAlias = (
     | ListGroups
     | ResetOffsets
     | DeleteGroup
+    | Touch
 )
 
 
@@ -357,6 +380,7 @@ COMMAND_TAGS: Final[dict[type, int]] = {
     ListGroups: 7,
     ResetOffsets: 8,
     DeleteGroup: 9,
+    Touch: 10,
 }
 TAGS: Final[frozenset[int]] = frozenset(
     {*REQUEST_TAGS.values(), REPLY_TAG, LEADER_CLAIMS_TAG, SHARES_TAG}

@@ -43,6 +43,7 @@ from kafkaesque.protocol import (
     Leave,
     PeerCall,
     PeerReply,
+    Refused,
     Retry,
     Unknown,
     is_peer_item,
@@ -251,6 +252,7 @@ async def test_a_malformed_peer_message_is_dropped_and_logged_and_the_rest_are_s
     claims = LeaderClaims({"t/0": _claim(3)})
     items: list[Any] = [
         [REQUEST_TAGS[AppendRequest], 7, "t/0", "not bytes", 1, "quorum", 1.0],
+        [REQUEST_TAGS[GroupCommandRequest], 8, [99, "g"]],  # a newer broker's group command
         [10, 1, "t/0", b"b", 1, "quorum", 5.0],  # the retired positional APPEND
         [peer_to_wire(PeerReply(req, Appended(1, 1)))[0], req, "garbage"],
         peer_to_wire(claims),
@@ -261,10 +263,22 @@ async def test_a_malformed_peer_message_is_dropped_and_logged_and_the_rest_are_s
         broker._on_items(1, items)
     try:
         dropped = [r for r in caplog.records if "dropped a malformed message" in r.message]
-        assert len(dropped) == 3
+        assert len(dropped) == 2
         assert broker.leaders.leader("t/0") == 1  # the claims after them were taken
-        # The bounds request was answered (this broker leads nothing), the call's answer taken.
-        assert [(p, peer_from_wire(i)) for p, i in sent[1:]] == [(1, PeerReply(9, Bounds((None,))))]
+        # A call whose id could be read is refused at once, so its caller need not wait out its
+        # deadline; the bounds request was answered (this broker leads nothing), the call's
+        # answer taken.
+        answered = [(p, peer_from_wire(i)) for p, i in sent[1:]]
+        assert [(p, m.req, type(m.answer)) for p, m in answered if isinstance(m, PeerReply)] == [
+            (1, 7, Refused),
+            (1, 8, Refused),
+            (1, 9, Bounds),
+        ]
+        refusal = answered[1][1]
+        assert isinstance(refusal, PeerReply) and isinstance(refusal.answer, Refused)
+        assert refusal.answer.code is ErrorCode.BAD_ARGS
+        assert "unknown group command tag 99" in refusal.answer.message
+        assert "older version" in refusal.answer.message
         assert await broker.forwarder.finish(req, call, trio.current_time() + 1) == Appended(4, 4)
     finally:
         broker.raft.close()

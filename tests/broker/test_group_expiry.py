@@ -34,6 +34,7 @@ from kafkaesque.protocol import (
     OkReply,
     ReplyDecoder,
     Subs,
+    Touch,
     partition_for_key,
 )
 from kafkaesque.raft import Role
@@ -258,7 +259,7 @@ def _group_on(partition: int) -> str:
     )
 
 
-async def _execute(coordinator: GroupCoordinator, command: Subs | Commit) -> Any:
+async def _execute(coordinator: GroupCoordinator, command: Subs | Commit | Touch) -> Any:
     decoder = ReplyDecoder()
     decoder.feed(await coordinator.execute(command, forwarded=False))
     return decoder.next_event()
@@ -380,6 +381,100 @@ async def test_an_idle_expiry_is_one_timer_and_work_runs_only_where_there_is_som
         assert took_over + SESSION_S <= gone <= took_over + SESSION_S + 1
         await trio.sleep(SESSION_S)  # the table loaded, nobody left: nothing to do again
         assert _tasks_under(nursery) == 1
+        nursery.cancel_scope.cancel()
+
+
+# -- liveness by connection (issue 37): touches, and a member's own session timeout -------------
+
+
+async def test_touches_keep_a_member_alive_and_it_expires_one_session_after_the_last(
+    broker: _Broker, autojump_clock: trio.testing.MockClock
+) -> None:
+    group = _group_on(2)
+    replica = broker.replicas[2]
+    coordinator = _coordinator(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.run_expiry)
+        replica.take_over()
+        member = (await _execute(coordinator, Subs(TOPIC, group))).text
+        for _ in range(9):  # what its broker sends while its connection is open: 3 sessions
+            await trio.sleep(SESSION_S / 3)
+            assert isinstance(await _execute(coordinator, Touch(2, ("2.other", member))), OkReply)
+        last_touch = trio.current_time()
+        assert _members(replica, group) == {member}
+        gone = await _until_gone(replica, group, member, 5 * SESSION_S)
+        assert last_touch + SESSION_S <= gone <= last_touch + SESSION_S + 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_held_member_is_touched_by_its_broker_until_its_connection_closes(
+    broker: _Broker, autojump_clock: trio.testing.MockClock
+) -> None:
+    """``hold`` and ``run_keep_alive``: the broker's side (here coordinating too)."""
+    group = _group_on(4)
+    replica = broker.replicas[4]
+    coordinator = _coordinator(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.run_expiry)
+        nursery.start_soon(coordinator.run_keep_alive)
+        replica.take_over()
+        member = (await _execute(coordinator, Subs(TOPIC, group))).text
+        coordinator.hold(member)
+        await trio.sleep(5 * SESSION_S)  # nothing but the keep-alive is heard from it
+        assert _members(replica, group) == {member}
+        coordinator.connection_closed({member})  # no nursery here: no LEAVE, only no touches
+        closed = trio.current_time()
+        gone = await _until_gone(replica, group, member, 5 * SESSION_S)
+        assert closed <= gone <= closed + SESSION_S + 1
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_member_with_its_own_session_timeout_is_not_kept_alive_by_touches(
+    broker: _Broker, autojump_clock: trio.testing.MockClock
+) -> None:
+    group = _group_on(6)
+    replica = broker.replicas[6]
+    coordinator = _coordinator(broker)
+    own_s = 2.0
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.run_expiry)
+        nursery.start_soon(coordinator.run_keep_alive)
+        replica.take_over()
+        member = (await _execute(coordinator, Subs(TOPIC, group, None, int(own_s * 1000)))).text
+        joined = trio.current_time()
+        coordinator.hold(member)  # held anyway (its broker never does): touches are ignored
+
+        async def touch() -> None:
+            while True:
+                await _execute(coordinator, Touch(6, (member,)))
+                await trio.sleep(own_s / 4)
+
+        nursery.start_soon(touch)
+        gone = await _until_gone(replica, group, member, 5 * SESSION_S)
+        assert joined + own_s <= gone <= joined + own_s + 1
+        assert [k for k, v in replica.records() if k[0] == "s"] == [
+            ["s", group, TOPIC, member],  # its own timeout, written with its join
+            ["s", group, TOPIC, member],  # and its tombstone, written with its leaving
+        ]
+        nursery.cancel_scope.cancel()
+
+
+async def test_a_new_coordinator_gives_a_member_its_own_session_timeout_from_the_log(
+    broker: _Broker, autojump_clock: trio.testing.MockClock
+) -> None:
+    group = _group_on(3)
+    replica = broker.replicas[3]
+    _joined_earlier(replica, group, "3.own", [0, 1, 2])
+    replica.append(
+        [Record(key=msgpack.packb(["s", group, TOPIC, "3.own"]), value=msgpack.packb(1500))]
+    )
+    coordinator = _coordinator(broker)
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(coordinator.run_expiry)
+        replica.take_over()
+        took_over = trio.current_time()
+        gone = await _until_gone(replica, group, "3.own", 5 * SESSION_S)
+        assert took_over + 1.5 <= gone <= took_over + 1.5 + 1  # not the broker's 10 s
         nursery.cancel_scope.cancel()
 
 

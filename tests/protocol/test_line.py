@@ -97,6 +97,16 @@ def test_seed_subs_with_and_without_partition_count() -> None:
     assert one(b"SUBS topic_name consumer_group 3\r\n") == Subs("topic_name", "consumer_group", 3)
 
 
+def test_subs_takes_a_session_timeout_of_its_own_after_the_partition_count() -> None:
+    assert one(b"SUBS t g session_timeout_ms=3000\r\n") == Subs("t", "g", None, 3000)
+    assert one(b"SUBS t g 2 SESSION_TIMEOUT_MS=3000\r\n") == Subs("t", "g", 2, 3000)
+    for bad in (b"session_timeout_ms=0", b"session_timeout_ms=x", b"2 3", b"timeout=5"):
+        event = one(b"SUBS t g " + bad + b"\r\n")
+        assert isinstance(event, BadCommand) and event.code is ErrorCode.BAD_ARGS, bad
+    event = one(b"SUBS t g session_timeout_ms=5 2\r\n")  # the count comes first
+    assert isinstance(event, BadCommand) and event.code is ErrorCode.BAD_ARGS
+
+
 def test_seed_cons() -> None:
     assert one(b"CONS topic_name sub-42 17\r\n") == Cons("topic_name", "sub-42", 17)
 
@@ -578,6 +588,7 @@ def test_topic_cache_stays_bounded_and_correct() -> None:
 ENCODINGS: list[tuple[Command, bytes]] = [
     (Pubs("orders", SEED_JSON), b"PUBS orders " + SEED_JSON + b"\r\n"),
     (Subs("t", "g", 2), b"SUBS t g 2\r\n"),
+    (Subs("t", "g", None, 500), b"SUBS t g session_timeout_ms=500\r\n"),
     (Cons("t", "s", ((1, 5), (0, 2)), max_messages=3), b"CONS t s 1:5,0:2 max=3\r\n"),
     (PublishRecord("t", b"hi there", key=b"k 1"), b"PUB t key=k%201 hi there\r\n"),
     (PublishRecord("t", b"a=b"), b"PUB t -- a=b\r\n"),

@@ -161,7 +161,13 @@ commands: st.SearchStrategy[Command] = st.one_of(
     pubs,
     publish_records(),
     st.builds(PublishBatch, topics, partitions, payloads, acks),
-    st.builds(Subs, readable_topics, names, st.none() | st.integers(1, INT32)),
+    st.builds(
+        Subs,
+        readable_topics,
+        names,
+        st.none() | st.integers(1, INT32),
+        st.none() | st.integers(1, INT32),
+    ),
     st.builds(
         Cons,
         readable_topics,

@@ -38,6 +38,7 @@ from kafkaesque.protocol import (
     LeaderClaims,
     Leave,
     ListGroups,
+    MalformedPeerCall,
     MalformedPeerMessage,
     PeerCall,
     PeerMessage,
@@ -50,6 +51,7 @@ from kafkaesque.protocol import (
     Retry,
     Shares,
     Subs,
+    Touch,
     Unknown,
     is_peer_item,
     peer_from_wire,
@@ -70,7 +72,7 @@ names = st.text(max_size=20)
 seconds = st.floats(min_value=0, max_value=1e6, allow_nan=False, allow_infinity=False)
 
 group_commands = st.one_of(
-    st.builds(Subs, names, names, st.none() | positives),
+    st.builds(Subs, names, names, st.none() | positives, st.none() | positives),
     st.builds(
         Cons,
         names,
@@ -93,6 +95,7 @@ group_commands = st.one_of(
         st.booleans(),
     ),
     st.builds(DeleteGroup, names),
+    st.builds(Touch, naturals, st.lists(names).map(tuple)),
 )
 requests = st.one_of(
     st.builds(AppendRequest, names, st.binary(), positives, st.sampled_from(Acks), seconds),
@@ -202,6 +205,12 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Leave]]],  # a field short
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Cons], "t", "m", [[1]], None, None]],
         [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t", "g", 0]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t", "g", None, 0]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t", "g", 1, 1, 1]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Subs], "t"]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Touch], 1, "1.a"]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Touch], -1, []]],
+        [REQUEST_TAGS[GroupCommandRequest], 1, [COMMAND_TAGS[Touch], 1, [1]]],
         [REQUEST_TAGS[LatestRequest], 1, "t", 0, "key"],  # key as text
         [REQUEST_TAGS[LatestRequest], 1, "t", -1, b"key"],  # a negative partition
         [REQUEST_TAGS[LatestRequest], 1, "t", 0],  # no key
@@ -233,6 +242,29 @@ REPLY = peer_to_wire(PeerReply(1, Absent()))[0]
 def test_malformed_items_are_refused_as_such(item: Any) -> None:
     with pytest.raises(MalformedPeerMessage):
         peer_from_wire(item)
+
+
+def test_a_call_whose_request_cannot_be_read_names_its_id_so_it_can_be_refused() -> None:
+    """A newer broker's group command (``Touch`` was one once): the receiver answers that call
+    (``MalformedPeerCall.req``) instead of leaving its caller to wait out its deadline."""
+    with pytest.raises(MalformedPeerCall) as raised:
+        peer_from_wire([REQUEST_TAGS[GroupCommandRequest], 41, [99, 3, ["3.a"]]])
+    assert raised.value.req == 41 and "unknown group command tag 99" in str(raised.value)
+    with pytest.raises(MalformedPeerMessage) as no_id:
+        peer_from_wire([REQUEST_TAGS[GroupCommandRequest], "41", [99]])
+    assert not isinstance(no_id.value, MalformedPeerCall)
+
+
+def test_subs_goes_as_a_broker_of_before_session_timeout_ms_reads_it() -> None:
+    """Without the option, SUBS has the three fields it always had (an older coordinator reads
+    it); with it, four; and the three-field form of an older broker reads as no option."""
+    tag = COMMAND_TAGS[Subs]
+    plain = peer_to_wire(PeerCall(1, GroupCommandRequest(Subs("t", "g", 2))))
+    assert plain[2] == [tag, "t", "g", 2]
+    timed = peer_to_wire(PeerCall(1, GroupCommandRequest(Subs("t", "g", None, 500))))
+    assert timed[2] == [tag, "t", "g", None, 500]
+    old = peer_from_wire([REQUEST_TAGS[GroupCommandRequest], 1, [tag, "t", "g", None]])
+    assert old == PeerCall(1, GroupCommandRequest(Subs("t", "g")))
 
 
 @given(messages, st.data())
