@@ -2,7 +2,7 @@
 # Idempotent: a stamp records what was installed, so a second run only compares two hashes.
 # Needs a Debian-like machine with python3 >= 3.11; installs python3-venv with apt when missing,
 # a Java runtime (>= 17, for Spark) when the extras include "spark" and java is missing, and the
-# mosquitto server and clients, jq, kcat and nats-server (the benchmarks' peer) when missing.
+# mosquitto server and clients, jq, kcat and nats-server (the benchmarks' peer) when missing, and kafkajs (npm) for its tests.
 #
 # Both commands install the same extras: the main job (`kafkaesque demo`) ends with a Spark step
 # and the suite tests the Spark source, and one set means neither makes the other reinstall.
@@ -183,6 +183,28 @@ _ensure_nats() {
     fi
 }
 
+_ensure_kafkajs() {
+    # tests/broker/test_kafka_kafkajs.py runs kafkajs (from the npm registry, pinned in
+    # tests/kafkajs/package.json) with the machine's Node.js; its node_modules is a cache, never
+    # committed. A stamp holding package.json's hash makes a second run a comparison.
+    local dir="$ROOT/tests/kafkajs" stamp
+    if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
+        _log "installing Node.js and npm (the kafkajs tests' runtime)"
+        _apt_install nodejs npm || return 0
+    fi
+    stamp="$(sha256sum "$dir/package.json" | cut -d' ' -f1)"
+    if [ -f "$dir/node_modules/.kafkaesque-stamp" ] &&
+        [ "$(cat "$dir/node_modules/.kafkaesque-stamp")" = "$stamp" ]; then
+        return 0
+    fi
+    _log "installing kafkajs into tests/kafkajs/node_modules (npm)"
+    if (cd "$dir" && npm install --no-audit --no-fund --loglevel=error >&2); then
+        echo "$stamp" >"$dir/node_modules/.kafkaesque-stamp"
+    else
+        _log "npm install failed: the kafkajs tests will skip"
+    fi
+}
+
 _ensure_venv
 _ensure_packages
 _ensure_java
@@ -191,4 +213,5 @@ _ensure_jq
 _ensure_kcat
 _ensure_telnet
 _ensure_nats
+_ensure_kafkajs
 export PATH="$VENV/bin:$PATH"

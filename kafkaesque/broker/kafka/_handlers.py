@@ -55,6 +55,7 @@ from kafkaesque.protocol.kafka import (
     UnsupportedCompression,
     supported_versions,
 )
+from kafkaesque.storage import data_records
 
 from .._appender import new_producer_id
 from .._errors import RequestError
@@ -487,13 +488,30 @@ class KafkaHandlers:
             offset = end
         else:
             offset = found[2]
+        stamp = -1
+        if by_time and offset < end:
+            stamp = await self._timestamp_at(topic, partition, offset, timestamp)
         return {
             **answer,
             "error_code": KafkaError.NONE,
-            "timestamp": timestamp if by_time and offset < end else -1,
+            "timestamp": stamp,
             "offset": offset if not by_time or offset < end else -1,
             "leader_epoch": w.leader_epoch(log_id),
         }
+
+    async def _timestamp_at(self, topic: str, partition: int, offset: int, asked: int) -> int:
+        """The timestamp of the record at ``offset``, which a ListOffsets by time answers
+        (Kafka's: the found record's own, which clients such as aiokafka's offsets_for_times
+        hand to the user), not the time asked for. One committed batch is read. If it cannot be
+        read now (the leader moved since), ``asked``: a lower bound of the true one, since the
+        record was found as the first whose timestamp reaches it."""
+        try:
+            fetched = await self._w.reads.fetch(topic, partition, offset, 1, 0.0)
+            for record in data_records(fetched.data, offset):
+                return record.timestamp
+        except RequestError:
+            pass
+        return asked
 
 
 ProduceInFlight = Callable[[], Awaitable[Message | None]]
