@@ -2,7 +2,8 @@
 idempotent producer with acks=all (headers, null keys and values, each codec it offers), its
 group of two with a rebalance, and its offsets_for_times; confluent-kafka's offsets_for_times and
 kcat's ``-o s@<ms>`` (seek by timestamp); and a record produced with confluent-kafka read exactly
-by a line-protocol CONS over a raw socket."""
+by a line-protocol CONS over a raw socket and by MQTT egress (a gzip batch, decompressed for the
+device)."""
 
 from __future__ import annotations
 
@@ -19,6 +20,8 @@ import pytest
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
 
+from .mqtt_helpers import RULES, PahoDevice, wait_for
+
 confluent_kafka = pytest.importorskip("confluent_kafka")
 kafka = pytest.importorskip("kafka")
 
@@ -28,7 +31,13 @@ PARTITIONS = 4
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     directory = str(tmp_path_factory.mktemp("kafka-gaps"))
-    with LocalCluster(directory, 3, extra_args=["--group-initial-rebalance-delay", "0.3"]) as c:
+    with LocalCluster(
+        directory,
+        3,
+        mqtt=True,
+        mqtt_rules=RULES,
+        extra_args=["--group-initial-rebalance-delay", "0.3"],
+    ) as c:
         c.wait_ready()
         yield c
 
@@ -258,3 +267,31 @@ def test_a_record_produced_with_confluent_kafka_is_read_exactly_by_cons(
         (b"-", b"100% sure"),
         (b"gone", None),
     ]
+
+
+def test_records_produced_with_confluent_kafka_reach_an_mqtt_subscriber_exactly(
+    cluster: LocalCluster,
+) -> None:
+    # RULES maps phones/+/commands to the log topic commands, keyed by the device: a record
+    # keyed p-kafka goes out on phones/p-kafka/commands.
+    phone = PahoDevice(cluster.mqtt_address(0), "p-kafka")
+    try:
+        phone.wait_connected()
+        phone.subscribe("phones/p-kafka/commands", qos=1)
+        producer = confluent_kafka.Producer(
+            {
+                "bootstrap.servers": cluster.kafka_bootstrap,
+                "acks": "all",
+                "compression.type": "gzip",
+                "linger.ms": 50,  # one batch of both
+            }
+        )
+        sent = [b'{"command": "blink"}', bytes(range(256))]
+        for value in sent:
+            producer.produce("commands", value, b"p-kafka")
+        assert producer.flush(30) == 0
+        wait_for(lambda: len(phone.payloads()) >= len(sent), 20, "the commands")
+        assert phone.payloads() == sent
+        assert {m.topic for m in phone.messages} == {"phones/p-kafka/commands"}
+    finally:
+        phone.close()
