@@ -175,6 +175,17 @@ def test_aiokafka_group_of_two_rebalances_commits_and_a_new_member_resumes(
     def assigned(member: Any) -> list[int]:
         return sorted(tp.partition for tp in member.assignment())
 
+    async def describe(group: str) -> tuple[Any, Any, dict[Any, Any]]:
+        admin = AIOKafkaAdminClient(bootstrap_servers=cluster.kafka_bootstrap)
+        await admin.start()
+        try:
+            [answer] = await admin.describe_consumer_groups([group])
+            listed = await admin.list_consumer_groups()
+            offsets = await admin.list_consumer_group_offsets(group)
+            return answer.groups, listed, offsets
+        finally:
+            await admin.close()
+
     async def scenario() -> tuple[list[int], list[int], list[int], list[bytes]]:
         await create_topic(cluster, topic)
         await produce(first_values)
@@ -197,6 +208,8 @@ def test_aiokafka_group_of_two_rebalances_commits_and_a_new_member_resumes(
             await poll([first, second], got, lambda: set(got) >= first_values)
             await first.commit()
             await second.commit()
+            described, listed, offsets = await describe(group)
+            ends = await first.end_offsets([TopicPartition(topic, p) for p in range(PARTITIONS)])
         finally:
             await second.stop()
             await first.stop()
@@ -211,6 +224,11 @@ def test_aiokafka_group_of_two_rebalances_commits_and_a_new_member_resumes(
             resumed.extend(r.value for records in batches.values() for r in records)
         finally:
             await third.stop()
+        # DescribeGroups v0: (error, group, state, protocol type, protocol, members).
+        [(error, name, state, kind, _, members)] = described
+        assert (error, name, state, kind, len(members)) == (0, group, "Stable", "consumer", 2)
+        assert (group, "consumer") in listed
+        assert {tp: o.offset for tp, o in offsets.items()} == ends  # all read, all committed
         return alone, halves[0], halves[1], resumed
 
     alone, half_a, half_b, resumed = run(scenario, 90.0)
