@@ -188,6 +188,10 @@ _ensure_kafkajs() {
     # tests/kafkajs/package.json) with the machine's Node.js; its node_modules is a cache, never
     # committed. A stamp holding package.json's hash makes a second run a comparison.
     local dir="$ROOT/tests/kafkajs" stamp
+    case ",$EXTRAS," in
+    *,dev,*) ;;
+    *) return 0 ;; # a test tool: only with the dev extra
+    esac
     if ! command -v node >/dev/null 2>&1 || ! command -v npm >/dev/null 2>&1; then
         _log "installing Node.js and npm (the kafkajs tests' runtime)"
         _apt_install nodejs npm || return 0
