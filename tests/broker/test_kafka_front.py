@@ -22,6 +22,7 @@ from kafkaesque.local_cluster import LocalCluster, broker_program, free_ports
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     SASL_HANDSHAKE,
     KafkaError,
@@ -234,6 +235,46 @@ def test_a_produce_to_a_broker_that_does_not_lead_the_partition_is_refused_with_
         _, answer = decode_response(PRODUCE, 7, frame)
         [partition] = answer["responses"][0]["partition_responses"]
         assert partition["error_code"] == expected, (broker, partition)
+
+
+def test_offset_for_leader_epoch_answers_where_each_epoch_ends(cluster: LocalCluster) -> None:
+    """The partition's leader says where its current epoch (the Raft term Metadata gives)
+    ends: at the high watermark once the writes are acknowledged; a stale current epoch is
+    FENCED_LEADER_EPOCH (74), and another broker is not the leader (6)."""
+    topic = "kf-epochs"
+    create_topic(cluster, topic, 1)
+    kcat(cluster, "-P", "-t", topic, "-X", "acks=all", stdin="a\nb\nc\n")
+    frame = encode_request(METADATA, 8, 1, "t", {"topics": [{"name": topic}]})
+    _, metadata = decode_response(METADATA, 8, request(cluster.kafka_address(0), frame))
+    [partition] = metadata["topics"][0]["partitions"]
+    leader, epoch = partition["leader_id"], partition["leader_epoch"]
+    _, high = _watermarks(cluster, topic, 0)
+
+    def ask(broker: int, current: int, wanted: int) -> dict[str, Any]:
+        body = {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "current_leader_epoch": current, "leader_epoch": wanted}
+                    ],
+                }
+            ],
+        }
+        frame = encode_request(OFFSET_FOR_LEADER_EPOCH, 3, 1, "t", body)
+        address = cluster.kafka_address(broker)
+        _, answer = decode_response(OFFSET_FOR_LEADER_EPOCH, 3, request(address, frame))
+        [result] = answer["topics"][0]["partitions"]
+        return result
+
+    now = ask(leader, epoch, epoch)
+    assert (now["error_code"], now["leader_epoch"], now["end_offset"]) == (0, epoch, high)
+    assert ask(leader, epoch - 1, epoch)["error_code"] == KafkaError.FENCED_LEADER_EPOCH
+    assert ask(leader, epoch + 1, epoch)["error_code"] == KafkaError.UNKNOWN_LEADER_EPOCH
+    assert ask(leader, -1, epoch + 5)["end_offset"] == -1  # an epoch that never was
+    other = (leader + 1) % 3
+    assert ask(other, epoch, epoch)["error_code"] == KafkaError.NOT_LEADER_OR_FOLLOWER
 
 
 @settings(

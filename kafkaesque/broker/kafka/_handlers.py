@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -46,6 +46,7 @@ from kafkaesque.protocol.kafka import (
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     SYNC_GROUP,
     KafkaError,
@@ -55,6 +56,7 @@ from kafkaesque.protocol.kafka import (
     UnsupportedCompression,
     supported_versions,
 )
+from kafkaesque.raft import Role
 
 from .._appender import new_producer_id
 from .._errors import RequestError
@@ -130,6 +132,7 @@ class KafkaHandlers:
             PRODUCE.key: self.produce,
             FETCH.key: self.fetch,
             LIST_OFFSETS.key: self.list_offsets,
+            OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
             INIT_PRODUCER_ID.key: self.init_producer_id,
             CREATE_TOPICS.key: self.create_topics,
             DELETE_TOPICS.key: self.delete_topics,
@@ -374,6 +377,45 @@ class KafkaHandlers:
             "records": kafka_record_set(fetched.data) if fetched.data else b"",
         }
 
+    # -- OffsetForLeaderEpoch ------------------------------------------------------------------
+
+    async def offset_for_leader_epoch(self, request: KafkaRequest, session: Session) -> Message:
+        """Where each asked leader epoch ends in the partition's log (``epoch_end_offset``):
+        a consumer whose partition changed leader checks its position with it (KIP-320), and
+        resets if its position is past the end (the log was truncated under it). Answered by
+        the partition's leader, as Kafka does; a client's stale or future current epoch gets
+        FENCED_LEADER_EPOCH (74) or UNKNOWN_LEADER_EPOCH (75), so it refreshes its metadata."""
+        topics = []
+        for t in request.body["topics"]:
+            name = t["topic"]
+            partitions = [self._epoch_end(name, p, session) for p in t["partitions"]]
+            topics.append({"topic": name, "partitions": partitions})
+        return {"topics": topics}
+
+    def _epoch_end(self, topic: str, asked: Message, session: Session) -> Message:
+        w = self._w
+        partition = asked["partition"]
+        answer: dict[str, Any] = {"partition": partition}
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        try:
+            w.access.check_operation(session, AclOperation.DESCRIBE, AclResource.TOPIC, topic)
+        except RequestError:
+            return {**answer, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        replica = w.reads.local_replica(topic, partition)
+        if replica is None or replica.role is not Role.LEADER:
+            return {**answer, "error_code": KafkaError.NOT_LEADER_OR_FOLLOWER}
+        term = replica.node.term
+        current = asked.get("current_leader_epoch", -1)
+        if 0 <= current < term:
+            return {**answer, "error_code": KafkaError.FENCED_LEADER_EPOCH}
+        if current > term:
+            return {**answer, "error_code": KafkaError.UNKNOWN_LEADER_EPOCH}
+        log = replica.node.log
+        epoch, end = epoch_end_offset(log, term, log.last_index() + 1, asked["leader_epoch"])
+        return {**answer, "error_code": KafkaError.NONE, "leader_epoch": epoch, "end_offset": end}
+
     # -- InitProducerId, CreateTopics, DeleteTopics ---------------------------------------------
 
     async def init_producer_id(self, request: KafkaRequest, session: Session) -> Message:
@@ -528,6 +570,33 @@ class _PartitionWrites:
         if error is not None:
             return error, -1
         return KafkaError.NONE, base
+
+
+def epoch_end_offset(log: EpochLog, current_term: int, end: int, epoch: int) -> tuple[int, int]:
+    """Kafka's answer to "where does leader epoch ``epoch`` end" (``LeaderEpochFileCache.
+    endOffsetFor``), from a Raft log whose terms are the epochs: ``(the largest epoch <=
+    epoch in the log, the first offset after it)``; the current term ends at ``end`` (the log
+    end); an epoch above every term is (-1, -1); one below every term in the log is itself,
+    ending where the log's first term starts."""
+    if epoch < 0:
+        return -1, -1
+    if epoch == current_term:
+        return epoch, end
+    higher = log.term_start_offset(epoch + 1)  # the first offset of a later term
+    if higher > log.last_index():
+        return -1, -1
+    if higher <= log.start_offset():
+        return epoch, higher
+    return min(log.term_at(higher - 1), epoch), higher
+
+
+class EpochLog(Protocol):
+    """What ``epoch_end_offset`` reads of a Raft log."""
+
+    def term_start_offset(self, term: int) -> int: ...
+    def term_at(self, index: int) -> int: ...
+    def start_offset(self) -> int: ...
+    def last_index(self) -> int: ...
 
 
 def _produce_answer(body: Message, result: Callable[[str, int], tuple[KafkaError, int]]) -> Message:

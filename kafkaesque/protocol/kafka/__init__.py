@@ -29,6 +29,7 @@ from ._apis import (
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
 from ._connection import (
@@ -90,6 +91,7 @@ __all__ = [
     "METADATA",
     "OFFSET_COMMIT",
     "OFFSET_FETCH",
+    "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
     "RAFT_CONTROL_TYPE",
     "Api",
