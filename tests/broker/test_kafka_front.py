@@ -266,7 +266,7 @@ def test_offset_for_leader_epoch_answers_where_each_epoch_ends(cluster: LocalClu
         address = cluster.kafka_address(broker)
         _, answer = decode_response(OFFSET_FOR_LEADER_EPOCH, 3, request(address, frame))
         [result] = answer["topics"][0]["partitions"]
-        return result
+        return dict(result)
 
     now = ask(leader, epoch, epoch)
     assert (now["error_code"], now["leader_epoch"], now["end_offset"]) == (0, epoch, high)
