@@ -66,6 +66,8 @@ from ._records import (
     control_batch,
     decode_batch,
     encode_batch,
+    encode_record,
+    frame_batch,
     iter_batches,
 )
 from ._schema import Api, Message, Schema
@@ -112,6 +114,8 @@ __all__ = [
     "decode_batch",
     "decode_response",
     "encode_batch",
+    "encode_record",
+    "frame_batch",
     "encode_request",
     "encode_response",
     "frame_bytes",
