@@ -231,6 +231,21 @@ class KafkaHandlers:
             except RequestError as exc:
                 log.info("kafka: auto-creating %s: %s", name, exc.message)
 
+    def _refusal(
+        self, topic: str, partition: int, operation: AclOperation, session: Session
+    ) -> KafkaError | None:
+        """The error a request about one partition gets before anything else: an unknown
+        topic or partition, or no right to ``operation`` the topic (counted); None: go on."""
+        w = self._w
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            w.access.check_operation(session, operation, AclResource.TOPIC, topic)
+        except RequestError:
+            return KafkaError.TOPIC_AUTHORIZATION_FAILED
+        return None
+
     # -- Produce --------------------------------------------------------------------------------
 
     def begin_produce(self, request: KafkaRequest, session: Session) -> ProduceInFlight:
@@ -278,13 +293,9 @@ class KafkaHandlers:
         self, topic: str, partition: int, record_set: bytes | None, session: Session
     ) -> _PartitionWrites:
         w = self._w
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return _PartitionWrites(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
-        try:
-            w.access.check_operation(session, AclOperation.WRITE, AclResource.TOPIC, topic)
-        except RequestError:
-            return _PartitionWrites(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        refused = self._refusal(topic, partition, AclOperation.WRITE, session)
+        if refused is not None:
+            return _PartitionWrites(refused)
         log_id = log_id_of(topic, partition)
         if w.writes.leader_of(log_id) != w.config.id:
             return _PartitionWrites(KafkaError.NOT_LEADER_OR_FOLLOWER)
@@ -361,11 +372,10 @@ class KafkaHandlers:
     ) -> Message:
         w = self._w
         answer: dict[str, Any] = {"partition_index": partition, "records": b""}
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        refused = self._refusal(topic, partition, AclOperation.READ, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
         try:
-            w.access.check_operation(session, AclOperation.READ, AclResource.TOPIC, topic)
             fetched = await w.reads.fetch(topic, partition, offset, max(limit, 1), wait_s)
         except RequestError as exc:
             return {**answer, "error_code": kafka_error(exc)}
@@ -396,13 +406,9 @@ class KafkaHandlers:
         w = self._w
         partition = asked["partition"]
         answer: dict[str, Any] = {"partition": partition}
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
-        try:
-            w.access.check_operation(session, AclOperation.DESCRIBE, AclResource.TOPIC, topic)
-        except RequestError:
-            return {**answer, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        refused = self._refusal(topic, partition, AclOperation.DESCRIBE, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
         replica = w.reads.local_replica(topic, partition)
         if replica is None or replica.role is not Role.LEADER:
             return {**answer, "error_code": KafkaError.NOT_LEADER_OR_FOLLOWER}
@@ -509,13 +515,9 @@ class KafkaHandlers:
     ) -> Message:
         w = self._w
         answer: dict[str, Any] = {"partition_index": partition}
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
-        try:
-            w.access.check_operation(session, AclOperation.DESCRIBE, AclResource.TOPIC, topic)
-        except RequestError:
-            return {**answer, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        refused = self._refusal(topic, partition, AclOperation.DESCRIBE, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
         log_id = log_id_of(topic, partition)
         by_time = timestamp not in (_EARLIEST, _LATEST)
         bounds = await w.reads.leader_bounds([log_id], time_ms=timestamp if by_time else None)
