@@ -372,6 +372,54 @@ def test_idempotent_batches_retries_gaps_and_old_epochs_answer_as_kafka(
     assert values == ["a", "d"]
 
 
+def test_pipelined_requests_take_effect_and_are_answered_in_the_order_sent(
+    cluster: LocalCluster,
+) -> None:
+    """Twenty idempotent Produce requests and a Metadata in the middle, sent back to back on
+    one connection without waiting: the answers come in the order sent, every batch is
+    appended once and in sequence order (the broker reads the next Produce while the earlier
+    ones wait for their quorum), and the Metadata is answered after the Produces before it."""
+    topic = "kf-pipelined"
+    create_topic(cluster, topic, 1)
+    leader = json.loads(kcat(cluster, "-L", "-J", "-t", topic))["topics"][0]["partitions"][0][
+        "leader"
+    ]
+    frames = []
+    for seq in range(20):
+        batch = encode_batch(
+            0,
+            [KafkaRecord(0, 1, None, b"v%d" % seq)],
+            last_offset_delta=0,
+            producer_id=4343,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+        body = {
+            "acks": -1,
+            "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        }
+        frames.append(encode_request(PRODUCE, 7, seq, "t", body))
+        if seq == 9:
+            frames.append(encode_request(METADATA, 8, 100, "t", {"topics": [{"name": topic}]}))
+    with socket.create_connection(cluster.kafka_address(leader), timeout=20) as sock:
+        sock.sendall(b"".join(frames))
+        answers = []
+        for _ in frames:
+            size = struct.unpack(">i", _exactly(sock, 4))[0]
+            answers.append(_exactly(sock, size))
+    correlations = [struct.unpack(">i", a[:4])[0] for a in answers]
+    assert correlations == [*range(10), 100, *range(10, 20)]
+    bases = []
+    for answer in answers[:10] + answers[11:]:
+        [p] = decode_response(PRODUCE, 7, answer)[1]["responses"][0]["partition_responses"]
+        assert p["error_code"] == KafkaError.NONE
+        bases.append(p["base_offset"])
+    assert bases == sorted(bases) and len(set(bases)) == 20
+    values = kcat(cluster, "-C", "-t", topic, "-e", "-f", "%s\n").split()
+    assert values == [f"v{seq}" for seq in range(20)]
+
+
 def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster) -> None:
     admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
     new = confluent_kafka.admin.NewTopic(
