@@ -726,12 +726,14 @@ class MultiRaft:
             self._send_messages(replica, rd)
         if rd.entries:
             self._quiet.wrote(replica.quiet)
+        # The commit index first: a waiter whose entry was cut tells from it whether another
+        # entry committed in its place (lost for good) or not (it may still commit elsewhere).
+        if rd.committed is not None:
+            replica.commit_index = max(replica.commit_index, rd.committed[1])
         if rd.truncate_from is not None:
             replica._fail_waiters_above(rd.truncate_from)
         if rd.log_reset is not None:
             replica._fail_waiters_above(rd.log_reset.start)
-        if rd.committed is not None:
-            replica.commit_index = max(replica.commit_index, rd.committed[1])
         if rd.committed is not None or rd.truncate_from is not None or rd.log_reset is not None:
             replica._notify()
         for state in rd.read_states:
