@@ -330,8 +330,9 @@ class _Cluster:
         for raft in self.rafts:
             raft.add_replica(GROUP, str(root / f"b{raft.node_id}"), range(n))
         self.forwarders = [Forwarder(self._sender(i)) for i in range(n)]
+        self.tables = [LeaderTable() for _ in range(n)]  # peers' claims, as each broker heard
         self.writes = [
-            WritePath(i, self.rafts[i], LeaderTable(), self.forwarders[i], timeout=timeout)
+            WritePath(i, self.rafts[i], self.tables[i], self.forwarders[i], timeout=timeout)
             for i in range(n)
         ]
         self.replies: list[tuple[int, int, Any]] = []  # (from, to, PeerReply) as sent

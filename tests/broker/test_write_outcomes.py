@@ -11,6 +11,9 @@ Two ways the write path could say so, each shown here on real Raft groups (``_Cl
   lost for good;
 * ``write`` retried an attempt whose outcome was unknown and passed on the refusal of a later
   attempt (``OUT_OF_ORDER_SEQUENCE``, say) as its answer, although the first may have landed.
+  This is what happened in the run (``test_seed_119_...`` replays it): the retry went to a
+  paused old leader, whose claim the forwarding broker fell back on once the new leader's
+  connection closed, and which refused the batch as out of order when it resumed.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import trio.testing
 
 from kafkaesque.broker._errors import RequestError
 from kafkaesque.protocol import (
+    Acks,
     ErrorCode,
     PeerCall,
     PeerReply,
@@ -44,15 +48,18 @@ from .test_forwarding import (
 )
 
 
-async def _elect(cluster: _Cluster, among: tuple[int, ...], *, rounds: int = 400) -> int:
-    """Tick ``among`` (the others are not ticked) until one of them leads; return it at once,
-    before its first appends are delivered."""
+async def _elect(
+    cluster: _Cluster, among: tuple[int, ...], *, above: int = 0, rounds: int = 400
+) -> int:
+    """Tick ``among`` (the others are not ticked) until one of them leads a term above
+    ``above``; return it at once, before its first appends are delivered."""
     for _ in range(rounds):
         for b in among:
             cluster.rafts[b].tick()
         while await cluster.round():
             for b in among:
-                if cluster.rafts[b].replicas[GROUP].role is Role.LEADER:
+                node = cluster.rafts[b].replicas[GROUP].node
+                if node.role is Role.LEADER and node.term > above:
                     return b
     raise AssertionError(f"none of {among} was elected")
 
@@ -156,6 +163,87 @@ async def test_an_entry_replaced_below_the_commit_index_is_definitely_not_writte
             reply = peer_from_wire(item)
             assert isinstance(reply, PeerReply) and isinstance(reply.answer, Retry), reply
             assert "replaced before it committed" in reply.answer.reason
+            nursery.cancel_scope.cancel()
+        finally:
+            cluster.close()
+
+
+def _pid_batch(value: bytes, sequence: int) -> bytes:
+    return build_batch([Record(value=value)], producer_id=PRODUCER, base_sequence=sequence)
+
+
+PRODUCER = 2612573960162241306
+
+
+async def test_seed_119_a_stale_leaders_refusal_after_a_lost_forward_is_not_final(
+    tmp_path: Path,
+) -> None:
+    # The interleaving of the jepsen run (seed 119, pause-kill), on three real Raft groups:
+    # S led the partition, then was paused; A was elected and leads; broker V forwards a
+    # producer's batch (sequence 2) to A, which appends it and replicates it to V, then loses
+    # power before it commits. V's connection to A closes (outcome unknown) and V forgets A's
+    # leadership claim, so S's older claim is the best it knows: V retries at S, which resumes
+    # still believing it leads its term, and refuses the batch as out of order (its producer
+    # window ends at sequence 0). That refusal said "nothing written" to the client; V, the
+    # most up-to-date replica, is then elected and commits the batch.
+    async with trio.open_nursery() as nursery:
+        cluster = _Cluster(tmp_path, 3, nursery)
+        try:
+            await cluster.settle()
+            s = cluster.leader()
+            s_term = cluster.rafts[s].replicas[GROUP].node.term
+            cluster.writes[s].serve_forwarded(s, 1, _request(_pid_batch(b"p-0", 0), 30.0), nursery)
+            await cluster.settle()
+            cluster.dead.add(s)  # paused: it still believes it leads
+            a = await _elect(cluster, tuple(b for b in range(3) if b != s))
+            (v,) = (b for b in range(3) if b not in (s, a))
+            await cluster.settle()
+            a_term = cluster.rafts[a].replicas[GROUP].node.term
+            for broker, term in ((s, s_term), (a, a_term)):  # the claims V heard
+                cluster.tables[v].report(broker, {GROUP: _claim(term)})
+            cluster.writes[a].serve_forwarded(a, 2, _request(_pid_batch(b"p-1", 1), 30.0), nursery)
+            await cluster.settle()
+            assert cluster.values(a) == [b"p-0", b"p-1"]
+
+            outcome: list[object] = []
+
+            async def send_via_v() -> None:
+                try:
+                    written = await cluster.writes[v].write(
+                        GROUP, _pid_batch(b"p-2", 2), 1, Acks.QUORUM
+                    )
+                    outcome.append(written)
+                except RequestError as exc:
+                    outcome.append(exc)
+
+            nursery.start_soon(send_via_v)
+            await trio.testing.wait_all_tasks_blocked()
+            await cluster.round()  # the forward reaches A, which appends the batch
+            await cluster.round()  # A's append reaches V
+            cluster.dead.add(a)  # A loses power before V's acknowledgement reaches it
+            await cluster.round()  # V persists the batch
+            v_log = cluster.rafts[v].replicas[GROUP].log
+            assert v_log.log_end_offset == 5  # no-ops at 0 and 2, p-0, p-1, p-2 (uncommitted)
+            # V hears that A's connection closed (as ``Broker._on_peer_change`` tells it).
+            cluster.forwarders[v].peer_gone(a)
+            cluster.rafts[v].peer_changed(a, False)
+            cluster.tables[v].forget(a)
+            cluster.dead.discard(s)  # S resumes, still the leader of its term
+            with trio.fail_after(5):
+                while not outcome:
+                    await cluster.round()
+                    await trio.sleep(0.002)  # V's back-off between attempts
+            (error,) = outcome
+            assert isinstance(error, RequestError), error
+            # Before the fix: OUT_OF_ORDER_SEQUENCE (not retriable, "nothing written").
+            assert error.code is ErrorCode.TIMEOUT, error
+            assert "expected seq 1, got 2" in error.message
+
+            # The batch was not lost: V holds it and is elected (S's log is behind), and
+            # commits it.
+            assert await _elect(cluster, (s, v), above=a_term) == v
+            await cluster.settle()
+            assert cluster.values(v) == [b"p-0", b"p-1", b"p-2"]
             nursery.cancel_scope.cancel()
         finally:
             cluster.close()
