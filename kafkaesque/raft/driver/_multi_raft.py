@@ -280,18 +280,28 @@ class MultiRaft:
 
         Returns its ``(first, last)`` offsets. Raises ``InvalidBatchError`` (a ``ValueError``:
         not one valid batch of ``count`` offsets), ``NotLeader`` (with the leader's id when
-        known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if the
-        entry was truncated away (definitely failed, retry) or ``CommitTimeout`` (unknown).
+        known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if
+        another entry committed at its offset (definitely failed, retry) or ``CommitTimeout``
+        (unknown: not committed in time, or cut from this log only, which another replica that
+        holds it may still commit).
         """
         replica = self.replicas[log_id]
         last = self._propose(replica, batch, count)
         term = replica.node.term
         with trio.move_on_after(timeout):
             await replica.wait_committed(last, term)
-        if replica.commit_index >= last and replica.storage.log.term_at(last) == term:
+        held = replica.storage.log.term_at(last)
+        if replica.commit_index >= last and held == term:
             return last - count + 1, last
-        if replica.storage.last_index() < last or replica.storage.log.term_at(last) != term:
+        if replica.commit_index >= last and held is not None:
             raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
+        if held != term:
+            # Cut from this log only: a replica that received it may still be elected and
+            # commit it (issue 36). Unknown until another entry commits at its offset.
+            raise CommitTimeout(
+                f"offset {last} of term {term} was cut from this log before it committed "
+                "(outcome unknown)"
+            )
         raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
 
     async def read_index(self, log_id: str, *, timeout: float = 5.0) -> int:
