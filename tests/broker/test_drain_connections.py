@@ -148,12 +148,13 @@ def test_no_reply_is_lost_when_a_broker_stops_under_pipelined_writes(tmp_path: P
     log holds exactly the acknowledged values. Without the drain, the stop cut the connection
     with writes in flight: values in the log that were never acknowledged.
 
-    Under load the client reads its first NOT_READY late and streams on meanwhile: each read
-    of lines then made 3,000 NOT_READY replies, more than one write of the session takes, and
-    the session left the rest unsent with its reader held at max_inflight: it stalled until
-    the shutdown deadline cut it (ECONNRESET; broker log of a failed run: 4,639 replies owed
-    at the 5 s deadline). Fixed in ``_Pipeline.flush``; ``test_session_drain`` has the case
-    in process."""
+    The drain reads the lines TCP buffered before the signal (tens of thousands) and refuses
+    them: each read of them makes 3,000 NOT_READY replies, more than one write of the session
+    takes. When the socket had taken a whole write, the session left the rest unsent, its
+    reader held at max_inflight or waiting for more lines: it stalled until the shutdown
+    deadline cut it (ECONNRESET; broker log of a failed run under load: 4,639 replies owed at
+    the 5 s deadline). Fixed in ``_Pipeline.flush``; this test catches it only with that
+    timing, ``test_session_drain`` every time, in process."""
     timeout = ["--shutdown-timeout", str(DRAIN_TIMEOUT_S)]
     with LocalCluster(str(tmp_path), 3, extra_args=timeout) as cluster:
         with LineClient(cluster.client_address(0)) as c:
