@@ -667,7 +667,12 @@ LONG_FORMAT = "{partition} {offset} {key} {value}"
 
 def _add_consume(commands: Any) -> None:
     consume = commands.add_parser(
-        "consume", help="print a topic's records, one value per line (or --format)"
+        "consume",
+        help="print a topic's records, one value per line (or --format), waiting for new ones "
+        "until Ctrl-C (-e: exit at the end)",
+        description="Print a topic's records, one value per line (or --format). As "
+        "kafka-console-consumer and rpk, it keeps waiting for new records until Ctrl-C, --max "
+        "records, or, with -e (--no-wait), the end of what each partition holds when reached.",
     )
     consume.add_argument("topic")
     start = consume.add_mutually_exclusive_group()
@@ -690,8 +695,22 @@ def _add_consume(commands: Any) -> None:
     )
     consume.add_argument("--partition", type=int, help="only this partition (else: all)")
     consume.add_argument("--group", help="read through this consumer group and commit offsets")
-    consume.add_argument(
-        "--follow", action="store_true", help="keep waiting for new records (until Ctrl-C)"
+    ending = consume.add_mutually_exclusive_group()
+    ending.add_argument(
+        "-e",
+        "--no-wait",
+        action="store_false",
+        dest="follow",
+        help="exit at the end of each partition (the high watermark when it is reached) instead "
+        "of waiting for new records",
+    )
+    ending.add_argument(
+        "--follow",
+        action="store_true",
+        dest="follow",
+        default=True,
+        help="wait for new records until Ctrl-C (the default, as kafka-console-consumer and "
+        "rpk do)",
     )
     consume.add_argument("--max", type=int, help="stop after this many records")
     shape = consume.add_mutually_exclusive_group()
@@ -805,6 +824,7 @@ def run_consume(args: argparse.Namespace) -> int:
             "--from-time cannot be used with --group (a group reads from its committed offsets)"
         )
     printer = _Printer(record_formatter(args.format), args.max, flush=args.follow)
+    status = 0
     try:
         with client_from_args(args) as client:
             if args.group:
@@ -815,8 +835,16 @@ def run_consume(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # The reader (e.g. ``head``) went away: stop quietly, as ``cat`` does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        # Ctrl-C is how a waiting consume ends: say what it read (as kafka-console-consumer's
+        # "Processed a total of N messages"), with the shell's status for SIGINT.
+        status = INTERRUPTED_EXIT
     print(consumed_summary(printer.seen, hint=args.format == "{value}"), file=sys.stderr)
-    return 0
+    return status
+
+
+INTERRUPTED_EXIT = 130
+"""``consume``'s exit status when Ctrl-C ended it (128 + SIGINT, as ``main``'s)."""
 
 
 def consumed_summary(seen: dict[int, tuple[int, int, int]], *, hint: bool) -> str:

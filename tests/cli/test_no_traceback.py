@@ -1,14 +1,20 @@
-"""No traceback reaches a CLI user (issue 37, point 6): bad values, a closed stdout, bugs."""
+"""The CLI of issue 37 against one shared cluster: no traceback reaches a user (point 6: bad
+values, a closed stdout, bugs), offsets (point 8), output (point 9) and groups (point 10)."""
 
 from __future__ import annotations
 
 import os
+import queue
+import signal
 import subprocess
+import threading
+from typing import IO
 
 import pytest
 from kafkaesque.cli import main as cli_main
 from kafkaesque.cli.client_commands import parse_duration_ms
 
+from kafkaesque.client import Client, Producer
 from kafkaesque.local_cluster import LocalCluster
 
 from .test_client_commands import _kafkaesque, ok, run
@@ -28,11 +34,11 @@ def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
        "--replication-factor", "1")  # fmt: skip
     ok(broker_cluster, "produce", "cli-tb", "--partition", "0", stdin=b"a\nb\nc\nd\n")
     # -o -N: the last N records of each partition (was a ValueError's traceback).
-    last = run(broker_cluster, "consume", "cli-tb", "-o", "-2", "--partition", "0")
+    last = run(broker_cluster, "consume", "cli-tb", "-e", "-o", "-2", "--partition", "0")
     assert last.returncode == 0 and last.stdout == b"c\nd\n", last.stderr
-    last = run(broker_cluster, "consume", "cli-tb", "--offset", "-10", "--partition", "0")
+    last = run(broker_cluster, "consume", "cli-tb", "-e", "--offset", "-10", "--partition", "0")
     assert last.stdout == b"a\nb\nc\nd\n", last.stderr
-    at = run(broker_cluster, "consume", "cli-tb", "-o", "@0", "--partition", "0")
+    at = run(broker_cluster, "consume", "cli-tb", "-e", "-o", "@0", "--partition", "0")
     assert at.stdout == b"a\nb\nc\nd\n", at.stderr
     for args, status, message in (
         (("consume", "cli-tb", "-o", "9"), 1, "past the end of cli-tb partition 0"),
@@ -54,7 +60,7 @@ def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
         assert result.returncode == status, (args, err)
         assert message in err.splitlines()[-1], (args, err)
     # A reader that went away (`status | head -0`): no BrokenPipeError, exit 141 as cat's.
-    for piped in (("status",), ("topic", "list"), ("consume", "cli-tb", "-o", "0")):
+    for piped in (("status",), ("topic", "list"), ("consume", "cli-tb", "-e", "-o", "0")):
         read, write = os.pipe()
         os.close(read)
         try:
@@ -108,7 +114,7 @@ def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) 
     assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST"]
     assert lines[1] == before[1]  # partition 0: nothing written
     assert int(lines[2].split()[2]) == int(before[2].split()[2]) + 3
-    first = ok(broker_cluster, "consume", "cli-offs", "--partition", "1", "-o", "0", "-l")
+    first = ok(broker_cluster, "consume", "cli-offs", "-e", "--partition", "1", "-o", "0", "-l")
     lines = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "0").splitlines()
     assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST", "OFFSET"]
     assert lines[2].split()[3] == first.split()[1]  # the first record's offset
@@ -118,7 +124,7 @@ def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) 
     bad = run(broker_cluster, "topic", "offsets", "cli-offs", "--time", "soon")
     assert bad.returncode == 1 and "--time 'soon' is neither" in _one_line(bad)
     # A group's commit makes the internal __consumer_offsets topic.
-    ok(broker_cluster, "consume", "cli-offs", "--group", "g-offs", "--from-beginning")
+    ok(broker_cluster, "consume", "cli-offs", "-e", "--group", "g-offs", "--from-beginning")
     listed = ok(broker_cluster, "topic", "list")
     assert "cli-offs" in listed and "__consumer_offsets" not in listed
     assert "__consumer_offsets" in ok(broker_cluster, "topic", "list", "--internal")
@@ -134,8 +140,8 @@ def test_group_reset_by_duration(broker_cluster: LocalCluster) -> None:
     ok(broker_cluster, "topic", "create", "cli-dur", "--partitions", "1",
        "--replication-factor", "1")  # fmt: skip
     ok(broker_cluster, "produce", "cli-dur", stdin=b"a\nb\n")
-    first = ok(broker_cluster, "consume", "cli-dur", "-o", "0", "-l").split()[1]
-    ok(broker_cluster, "consume", "cli-dur", "--group", "g-dur", "--from-beginning")
+    first = ok(broker_cluster, "consume", "cli-dur", "-e", "-o", "0", "-l").split()[1]
+    ok(broker_cluster, "consume", "cli-dur", "-e", "--group", "g-dur", "--from-beginning")
     end = ok(broker_cluster, "topic", "offsets", "cli-dur").splitlines()[1].split()[2]
     for duration, expected in (("PT1H", first), ("P1DT2H3M4.5S", first), ("PT0S", end)):
         out = ok(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
@@ -146,3 +152,47 @@ def test_group_reset_by_duration(broker_cluster: LocalCluster) -> None:
                      "--by-duration", bad)  # fmt: skip
         assert result.returncode == 1 and "not an ISO 8601 duration" in _one_line(result), bad
     assert parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
+
+
+def _lines_of(stream: IO[bytes]) -> queue.Queue[bytes]:
+    """The lines ``stream`` yields, as they come (a thread reads them; b"" at its end)."""
+    lines: queue.Queue[bytes] = queue.Queue()
+
+    def read() -> None:
+        for line in stream:
+            lines.put(line)
+        lines.put(b"")
+
+    threading.Thread(target=read, daemon=True).start()
+    return lines
+
+
+def test_consume_waits_for_new_records_until_ctrl_c(broker_cluster: LocalCluster) -> None:
+    """``consume`` without flags waits, as kafka-console-consumer and rpk do; ``-e`` exits at the
+    end (issue 37, point 8)."""
+    ok(broker_cluster, "topic", "create", "cli-wait", "--partitions", "1",
+       "--replication-factor", "1")  # fmt: skip
+    ok(broker_cluster, "produce", "cli-wait", stdin=b"a\n")
+    assert ok(broker_cluster, "consume", "cli-wait", "--from-beginning", "-e") == "a\n"
+    proc = subprocess.Popen(
+        [*_kafkaesque(), "consume", "cli-wait", "--from-beginning",
+         "--bootstrap", broker_cluster.bootstrap],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )  # fmt: skip
+    try:
+        assert proc.stdout is not None and proc.stderr is not None
+        lines = _lines_of(proc.stdout)
+        assert lines.get(timeout=60) == b"a\n"
+        with Client(broker_cluster.bootstrap) as client, Producer(client) as producer:
+            producer.send("cli-wait", b"b").get(30)
+        assert lines.get(timeout=60) == b"b\n"  # it waited, and got the new record
+        assert proc.poll() is None
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 130
+        err = proc.stderr.read().decode()
+        assert "Traceback" not in err and "consumed 2 records from partition 0" in err, err
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()

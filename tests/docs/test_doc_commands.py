@@ -328,7 +328,7 @@ REGISTRY: tuple[Entry, ...] = (
         re.compile(r"PARTITION +EARLIEST +LATEST +OFFSET\n"),
     ),
     here(
-        ".venv/bin/kafkaesque consume visits -o -3 --partition 0",
+        ".venv/bin/kafkaesque consume visits -o -3 --partition 0 -e",
         "consumed 3 records from partition 0",
     ),
     here(".venv/bin/kafkaesque status --under-replicated", re.compile(r"partitions \(\d+")),
