@@ -25,7 +25,9 @@ from kafkaesque.client import (
     Consumer,
     ConsumerRecord,
     DeliveryHandle,
+    ErrorCode,
     GroupConsumer,
+    GroupDescription,
     KafkaesqueError,
     OffsetReset,
     Producer,
@@ -317,7 +319,10 @@ def _add_group(commands: Any) -> None:
     describe = actions.add_parser(
         "describe", help="a group's state, members and per-partition offsets and lag"
     )
-    describe.add_argument("name")
+    describe.add_argument("name", nargs="?", help="the group (or --all-groups)")
+    describe.add_argument(
+        "--all-groups", action="store_true", help="every group (with --topic: every one reading it)"
+    )
     describe.add_argument("--topic", help="only this topic (default: every topic it reads)")
     describe.set_defaults(run=run_group_describe)
     reset = actions.add_parser(
@@ -327,7 +332,8 @@ def _add_group(commands: Any) -> None:
         "(backwards too) and print them. As Kafka's, without --execute it only prints where "
         "they would go (a dry run: the same checks, nothing changed).",
     )
-    reset.add_argument("name")
+    reset.add_argument("name", nargs="?", help="the group (or --all-groups)")
+    reset.add_argument("--all-groups", action="store_true", help="every group that reads --topic")
     reset.add_argument("--topic", required=True, help="the topic whose offsets move")
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="each partition's start")
@@ -339,6 +345,17 @@ def _add_group(commands: Any) -> None:
         "--to-datetime",
         help="the first offset at or after this time: milliseconds since the epoch, or ISO "
         "8601 (UTC when it names no zone)",
+    )
+    to.add_argument(
+        "--to-current",
+        action="store_true",
+        help="the committed offsets as they are (a partition with none: its end), as Kafka's",
+    )
+    to.add_argument(
+        "--shift-by",
+        type=int,
+        metavar="N",
+        help="each committed offset plus N (negative: back), kept within start..end",
     )
     to.add_argument(
         "--by-duration",
@@ -366,10 +383,31 @@ def run_group_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _group_names(client: Client, args: argparse.Namespace, topic: str | None) -> list[str]:
+    """The group the command names, or with ``--all-groups`` every group (reading ``topic``)."""
+    if args.all_groups == (args.name is not None):
+        raise ClientCommandError("name a group or give --all-groups (not both)")
+    if args.name is not None:
+        return [args.name]
+    names = sorted({g.group for g in client.list_groups() if topic in (None, g.topic)})
+    if not names:
+        raise ClientCommandError(
+            "there are no consumer groups" + ("" if topic is None else f" reading {topic}")
+        )
+    return names
+
+
 def run_group_describe(args: argparse.Namespace) -> int:
     topic = None if args.topic is None else _check_topic(args.topic, writes=False)
+    descriptions: list[GroupDescription] = []
     with client_from_args(args) as client:
-        descriptions = client.describe_consumer_group(args.name, topic)
+        for name in _group_names(client, args, topic):
+            try:
+                descriptions += client.describe_consumer_group(name, topic)
+            except KafkaesqueError as exc:
+                # --all-groups: a group deleted since the list is gone, not an error.
+                if not args.all_groups or exc.code is not ErrorCode.UNKNOWN_GROUP:
+                    raise
     for i, d in enumerate(descriptions):
         if i:
             print()
@@ -389,7 +427,12 @@ def run_group_describe(args: argparse.Namespace) -> int:
 
 
 def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
-    """``(kind, value)`` of ``group reset``'s ``--to-*`` option."""
+    """``(kind, value)`` of ``group reset``'s ``--to-*`` option: a ``RESETOFFSETS`` kind, or
+    ``current`` / ``shift`` (``value`` N), which ``_reset_from_committed`` does."""
+    if args.to_current:
+        return "current", None
+    if args.shift_by is not None:
+        return "shift", args.shift_by
     if args.to_earliest:
         return "earliest", None
     if args.to_latest:
@@ -429,14 +472,52 @@ def parse_duration_ms(text: str) -> int:
 def run_group_reset(args: argparse.Namespace) -> int:
     topic = _check_topic(args.topic, writes=False)
     kind, value = _reset_target(args)
+    rows = []
     with client_from_args(args) as client:
-        offsets = client.reset_offsets(args.name, topic, kind, value, dry_run=not args.execute)
-    rows = [(args.name, topic, p, o) for p, o in sorted(offsets.items())]
+        for name in _group_names(client, args, topic):
+            if kind in ("current", "shift"):
+                offsets = _reset_from_committed(client, name, topic, value, execute=args.execute)
+            else:
+                offsets = client.reset_offsets(name, topic, kind, value, dry_run=not args.execute)
+            rows += [(name, topic, p, o) for p, o in sorted(offsets.items())]
     for line in text_table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
         print(line)
     if not args.execute:  # as Kafka warns when --execute is missing
         print("dry run: nothing was changed; add --execute to apply", file=sys.stderr)
     return 0
+
+
+def _reset_from_committed(
+    client: Client, group: str, topic: str, shift: int | None, *, execute: bool
+) -> dict[int, int]:
+    """``--to-current`` (``shift`` None) or ``--shift-by shift``: each partition's new offset,
+    from its committed one, kept within the partition's start and end; written if ``execute``.
+
+    As Kafka's: ``--to-current`` puts a partition without a commit at its end, ``--shift-by``
+    refuses one (there is nothing to shift). ``RESETOFFSETS`` sets one offset on every
+    partition, so the write is two steps: a reset to the lowest new offset (which refuses a
+    group with members, ``GROUP_NOT_EMPTY``, as every reset does), then a ``COMMIT`` forward
+    for each partition meant to be further on (commits only move forward).
+    """
+    committed = client.committed_offsets(group, topic)
+    bounds = client.partition_offsets(topic)
+    targets: dict[int, int] = {}
+    for partition, (start, end) in sorted(bounds.items()):
+        current = committed.get(partition)
+        if current is None and shift is not None:
+            raise ClientCommandError(
+                f"group {group} has no committed offset on {topic} partition {partition} to "
+                "shift: place one with --to-earliest, --to-latest or --to-offset"
+            )
+        wanted = end if current is None else current + (shift or 0)
+        targets[partition] = min(max(wanted, start), end)
+    lowest = min(targets.values(), default=0)
+    placed = client.reset_offsets(group, topic, "offset", lowest, dry_run=not execute)
+    if execute:
+        for partition, offset in sorted(targets.items()):
+            if placed.get(partition, offset) < offset:
+                client.commit(group, topic, partition, offset)
+    return targets
 
 
 def run_group_delete(args: argparse.Namespace) -> int:
@@ -450,7 +531,15 @@ def run_group_delete(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.group and not args.topic:
+        raise ClientCommandError("--group needs --topic")
     with client_from_args(args) as client:
+        # The group first: one that does not exist is an error before anything is printed.
+        group = (
+            client.describe_group(args.group, _check_topic(args.topic, writes=False))
+            if args.group
+            else None
+        )
         metadata = client.refresh_metadata()
         rows = [row for topic in sorted(metadata.partitions) for row in metadata.partitions[topic]]
         if any(r.start_offset is None or r.end_offset is None for r in rows):
@@ -503,11 +592,7 @@ def run_status(args: argparse.Namespace) -> int:
     ]
     for line in text_table(header, partition_table):
         print(line)
-    if args.group:
-        if not args.topic:
-            raise ClientCommandError("--group needs --topic")
-        with client_from_args(args) as client:
-            group = client.describe_group(args.group, _check_topic(args.topic, writes=False))
+    if group is not None:
         print()
         print(f"group {args.group} on {args.topic}")
         table = [

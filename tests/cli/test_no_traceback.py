@@ -7,7 +7,9 @@ import os
 import queue
 import signal
 import subprocess
+import sys
 import threading
+from pathlib import Path
 from typing import IO
 
 import pytest
@@ -196,3 +198,85 @@ def test_consume_waits_for_new_records_until_ctrl_c(broker_cluster: LocalCluster
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+class InProcess:
+    """``kafkaesque ARGS --bootstrap <the cluster>`` run in this process (no interpreter start
+    per command, which costs seconds on a loaded machine), its output captured at the file
+    descriptors as a subprocess's would be."""
+
+    def __init__(self, cluster: LocalCluster, capfd: pytest.CaptureFixture[bytes]) -> None:
+        self.cluster = cluster
+        self.capfd = capfd
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        """The exit status, stdout and stderr of the command."""
+        self.capfd.readouterr()
+        status = cli_main.main([*args, "--bootstrap", self.cluster.bootstrap])
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out, err = self.capfd.readouterr()
+        assert b"Traceback" not in err, err
+        return status, out.decode(), err.decode()
+
+    def ok(self, *args: str) -> str:
+        """The stdout of a command that must succeed."""
+        status, out, err = self(*args)
+        assert status == 0, (args, err)
+        return out
+
+    def fails(self, *args: str) -> str:
+        """The one line on stderr of a command that must fail with exit status 1."""
+        status, _, err = self(*args)
+        assert status == 1 and len(err.strip().splitlines()) == 1, (args, status, err)
+        return err
+
+
+@pytest.fixture
+def cli(broker_cluster: LocalCluster, capfdbinary: pytest.CaptureFixture[bytes]) -> InProcess:
+    return InProcess(broker_cluster, capfdbinary)
+
+
+def test_groups_all_groups_to_current_shift_by_and_no_commit(
+    cli: InProcess, tmp_path: Path
+) -> None:
+    """``--all-groups``, ``--to-current``, ``--shift-by``; a partition never read shows ``-``
+    (its start is not committed for it); a group that never committed is ``UNKNOWN_GROUP``
+    before anything is printed (issue 37, point 10)."""
+    cli.ok("topic", "create", "cli-grp", "--partitions", "2", "--replication-factor", "1")
+    (tmp_path / "in").write_bytes(b"a\nb\nc\nd\n")
+    cli.ok("produce", "cli-grp", "--partition", "0", "--file", str(tmp_path / "in"))
+    p0 = [
+        int(line.split()[1])
+        for line in cli.ok("consume", "cli-grp", "-e", "-o", "0", "-l").splitlines()
+    ]
+    ends = {int(r.split()[0]): int(r.split()[2]) for r in
+            cli.ok("topic", "offsets", "cli-grp").splitlines()[1:]}  # fmt: skip
+    cli.ok("consume", "cli-grp", "--group", "g-a", "--from-beginning", "--max", "2")
+    cli.ok("consume", "cli-grp", "--group", "g-b", "--from-beginning", "--max", "1")
+    described = cli.ok("group", "describe", "g-a").splitlines()
+    assert described[2].split()[:3] == ["0", "-", str(p0[2])]
+    assert described[3].split()[:3] == ["1", "-", "-"]  # never read: nothing committed
+
+    status, out, err = cli("status", "--group", "g-never", "--topic", "cli-grp")
+    assert status == 1 and out == "" and "UNKNOWN_GROUP" in err
+    shift = cli.fails("group", "reset", "g-a", "--topic", "cli-grp", "--shift-by", "-1")
+    assert "no committed offset on cli-grp partition 1 to shift" in shift
+    for bad in ((), ("g-a", "--all-groups")):
+        assert "--all-groups" in cli.fails("group", "describe", *bad), bad
+
+    both = cli.ok("group", "describe", "--all-groups", "--topic", "cli-grp")
+    assert "group g-a on cli-grp: Empty" in both and "group g-b on cli-grp: Empty" in both
+    current = cli.ok("group", "reset", "--all-groups", "--topic", "cli-grp", "--to-current",
+                     "--execute")  # fmt: skip
+    assert [line.split() for line in current.splitlines()[1:]] == [
+        ["g-a", "cli-grp", "0", str(p0[2])],
+        ["g-a", "cli-grp", "1", str(ends[1])],  # no commit: its end, as Kafka's
+        ["g-b", "cli-grp", "0", str(p0[1])],
+        ["g-b", "cli-grp", "1", str(ends[1])],
+    ]
+    back = cli.ok("group", "reset", "g-a", "--topic", "cli-grp", "--shift-by", "-1", "--execute")
+    assert [line.split()[3] for line in back.splitlines()[1:]] == [str(p0[1]), str(ends[1] - 1)]
+    assert cli.ok("consume", "cli-grp", "--group", "g-a", "-e") == "b\nc\nd\n"
+    ahead = cli.ok("group", "reset", "g-b", "--topic", "cli-grp", "--shift-by", "99")
+    assert [line.split()[3] for line in ahead.splitlines()[1:]] == [str(ends[0]), str(ends[1])]

@@ -319,6 +319,14 @@ REGISTRY: tuple[Entry, ...] = (
         ".venv/bin/kafkaesque group reset dashboard --topic visits --to-earliest --execute",
         "GROUP      TOPIC   PARTITION  NEW_OFFSET",
     ),
+    here(
+        ".venv/bin/kafkaesque group reset dashboard --topic visits --shift-by 2 --execute",
+        re.compile(r"\ndashboard +visits +0 +\d+\ndashboard +visits +1 +\d+\n"),
+    ),
+    here(
+        ".venv/bin/kafkaesque group describe --all-groups --topic visits",
+        "group dashboard on visits: Empty, 0 member(s)",
+    ),
     here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),
     # docs/operations.md, reading from the command line: on the tour's cluster, after the
     # consumer groups' visits (10 records, round-robin over 2 partitions)
