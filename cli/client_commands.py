@@ -48,8 +48,13 @@ from .client_options import (
     ClientCommandError,
     bootstrap_option,
     client_from_args,
+    format_option,
+    print_json,
+    print_table,
+    table_json,
     text_table,
 )
+from .record_formats import JSON, LineTemplate, record_formatter
 
 PROGRESS_MIN_BYTES = 1024 * 1024
 """Inputs at least this large (a file) get a progress bar on stderr, when stderr is a terminal."""
@@ -78,6 +83,7 @@ def add_parsers(commands: Any) -> None:
         action="store_true",
         help="show only the partitions that are not ok (under-replicated or without a leader)",
     )
+    format_option(status)
     status.set_defaults(run=run_status)
 
 
@@ -158,6 +164,8 @@ def _add_topic(commands: Any) -> None:
     delete.set_defaults(run=run_topic_delete)
     for parser in (create, alter, listing, offsets, describe, delete):
         bootstrap_option(parser)
+    for parser in (listing, offsets, describe):
+        format_option(parser)
 
 
 def run_topic_create(args: argparse.Namespace) -> int:
@@ -222,31 +230,27 @@ def _settings(t: TopicRow) -> str:
 def run_topic_list(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         topics = client.list_topics()
-    rows = [
-        (
-            t.topic,
-            t.partitions,
-            t.replication_factor,
-            _offset(t.retention_ms),
-            _offset(t.retention_bytes),
-            "yes" if t.compact else "no",
-            "broker" if t.fsync is None else t.fsync.value,
-        )
-        for t in topics
-        if args.internal or not is_internal_topic(t.topic)
-    ]
-    header = (
-        "TOPIC",
-        "PARTITIONS",
-        "REPLICATION",
-        "RETENTION_MS",
-        "RETENTION_BYTES",
-        "COMPACT",
-        "FSYNC",
-    )
-    for line in text_table(header, rows):
-        print(line)
+    rows = [_topic_row(t) for t in topics if args.internal or not is_internal_topic(t.topic)]
+    print_table(args, TOPIC_HEADER, rows)
     return 0
+
+
+TOPIC_HEADER = (
+    "TOPIC",
+    "PARTITIONS",
+    "REPLICATION",
+    "RETENTION_MS",
+    "RETENTION_BYTES",
+    "COMPACT",
+    "FSYNC",
+)
+"""``topic list``'s columns (and the keys of its JSON, in lower case)."""
+
+
+def _topic_row(t: TopicRow) -> tuple[object, ...]:
+    fsync = "broker" if t.fsync is None else t.fsync.value
+    return (t.topic, t.partitions, t.replication_factor, t.retention_ms, t.retention_bytes,
+            t.compact, fsync)  # fmt: skip
 
 
 def run_topic_offsets(args: argparse.Namespace) -> int:
@@ -263,8 +267,7 @@ def run_topic_offsets(args: argparse.Namespace) -> int:
         (p, start, end, *(() if when is None else (at[TopicPartition(args.name, p)],)))
         for p, (start, end) in sorted(bounds.items())
     ]
-    for line in text_table(header, rows):
-        print(line)
+    print_table(args, header, rows)
     return 0
 
 
@@ -273,6 +276,11 @@ def run_topic_describe(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         description = client.describe_topic(args.name)
     t = description.topic
+    if args.format == JSON:
+        topic = table_json(TOPIC_HEADER, [_topic_row(t)])[0]
+        rows = _partition_rows(description.partitions, with_topic=False)
+        print_json({"topic": topic, "partitions": table_json(PARTITION_HEADER, rows)})
+        return 0
     print(f"topic {t.topic}: {_settings(t)}")
     _print_partitions(description.partitions, with_topic=False)
     return 0
@@ -286,20 +294,20 @@ def run_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
-    header = ("TOPIC",) * with_topic + ("PARTITION", "LEADER", "REPLICAS", "START", "END")
-    lines = [
+PARTITION_HEADER = ("PARTITION", "LEADER", "REPLICAS", "START", "END")
+
+
+def _partition_rows(rows: Sequence[Any], *, with_topic: bool) -> list[tuple[object, ...]]:
+    return [
         (row.topic,) * with_topic
-        + (
-            row.partition,
-            _offset(row.leader),
-            ",".join(map(str, row.replicas)),
-            _offset(row.start_offset),
-            _offset(row.end_offset),
-        )
+        + (row.partition, row.leader, tuple(row.replicas), row.start_offset, row.end_offset)
         for row in rows
     ]
-    for line in text_table(header, lines):
+
+
+def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
+    header = ("TOPIC",) * with_topic + PARTITION_HEADER
+    for line in text_table(header, _partition_rows(rows, with_topic=with_topic)):
         print(line)
 
 
@@ -372,25 +380,29 @@ def _add_group(commands: Any) -> None:
     delete.set_defaults(run=run_group_delete)
     for parser in (listing, describe, reset, delete):
         bootstrap_option(parser)
+    for parser in (listing, describe, reset):
+        format_option(parser)
 
 
 def run_group_list(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         groups = client.list_groups()
     rows = [(g.group, g.topic, g.state, g.members) for g in groups]
-    for line in text_table(("GROUP", "TOPIC", "STATE", "MEMBERS"), rows):
-        print(line)
+    print_table(args, ("GROUP", "TOPIC", "STATE", "MEMBERS"), rows)
     return 0
 
 
-def _group_names(client: Client, args: argparse.Namespace, topic: str | None) -> list[str]:
-    """The group the command names, or with ``--all-groups`` every group (reading ``topic``)."""
+def _group_names(
+    client: Client, args: argparse.Namespace, topic: str | None, *, some: bool = True
+) -> list[str]:
+    """The group the command names, or with ``--all-groups`` every group (reading ``topic``);
+    none is an error if ``some`` (a reset of every group), else an empty list (describe)."""
     if args.all_groups == (args.name is not None):
         raise ClientCommandError("name a group or give --all-groups (not both)")
     if args.name is not None:
         return [args.name]
     names = sorted({g.group for g in client.list_groups() if topic in (None, g.topic)})
-    if not names:
+    if not names and some:
         raise ClientCommandError(
             "there are no consumer groups" + ("" if topic is None else f" reading {topic}")
         )
@@ -401,29 +413,51 @@ def run_group_describe(args: argparse.Namespace) -> int:
     topic = None if args.topic is None else _check_topic(args.topic, writes=False)
     descriptions: list[GroupDescription] = []
     with client_from_args(args) as client:
-        for name in _group_names(client, args, topic):
+        for name in _group_names(client, args, topic, some=False):
             try:
                 descriptions += client.describe_consumer_group(name, topic)
             except KafkaesqueError as exc:
                 # --all-groups: a group deleted since the list is gone, not an error.
                 if not args.all_groups or exc.code is not ErrorCode.UNKNOWN_GROUP:
                     raise
+    if args.format == JSON:
+        print_json([_group_json(d) for d in descriptions])
+        return 0
     for i, d in enumerate(descriptions):
         if i:
             print()
         s = d.state
         print(f"group {s.group} on {s.topic}: {s.state}, {s.members} member(s)")
         if d.members:
-            members = [(m.member, ",".join(map(str, m.partitions)) or "-") for m in d.members]
-            for line in text_table(("MEMBER", "PARTITIONS"), members):
+            for line in text_table(MEMBER_HEADER, _member_rows(d)):
                 print(line)
-        table = [
-            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g))
-            for g in d.partitions
-        ]
-        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(GROUP_HEADER, _group_rows(d.partitions)):
             print(line)
     return 0
+
+
+MEMBER_HEADER = ("MEMBER", "PARTITIONS")
+GROUP_HEADER = ("PARTITION", "OWNER", "COMMITTED", "END", "LAG")
+
+
+def _member_rows(d: GroupDescription) -> list[tuple[object, ...]]:
+    return [(m.member, tuple(m.partitions)) for m in d.members]
+
+
+def _group_rows(rows: Sequence[GroupRow]) -> list[tuple[object, ...]]:
+    return [(g.partition, g.owner or None, g.committed, g.end, _lag(g)) for g in rows]
+
+
+def _group_json(d: GroupDescription) -> dict[str, object]:
+    """A group on a topic as ``group describe --format json`` prints it."""
+    s = d.state
+    return {
+        "group": s.group,
+        "topic": s.topic,
+        "state": s.state,
+        "members": table_json(MEMBER_HEADER, _member_rows(d)),
+        "partitions": table_json(GROUP_HEADER, _group_rows(d.partitions)),
+    }
 
 
 def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
@@ -480,8 +514,7 @@ def run_group_reset(args: argparse.Namespace) -> int:
             else:
                 offsets = client.reset_offsets(name, topic, kind, value, dry_run=not args.execute)
             rows += [(name, topic, p, o) for p, o in sorted(offsets.items())]
-    for line in text_table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
-        print(line)
+    print_table(args, ("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows)
     if not args.execute:  # as Kafka warns when --execute is missing
         print("dry run: nothing was changed; add --execute to apply", file=sys.stderr)
     return 0
@@ -558,49 +591,65 @@ def run_status(args: argparse.Namespace) -> int:
             b.broker_id,
             b.host,
             b.port,
-            *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)),
+            b.mqtt_port,
+            b.mqtt_tls_port,
+            b.mqtt_ws_port,
             leads.get(b.broker_id, 0),
             "down" if b.broker_id in down else "up",
         )
         for _, b in sorted(metadata.brokers.items())
     ]
-    print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
-    for line in text_table(
-        ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE"), brokers
-    ):
-        print(line)
-    print()
     states = [partition_state(row, down) for row in rows]
     if args.under_replicated:
         kept = [(row, state) for row, state in zip(rows, states, strict=True) if state != "ok"]
         rows, states = [row for row, _ in kept], [state for _, state in kept]
-    under = sum("under-replicated" in state for state in states)
-    print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
-    header = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE")
     partition_table = [
         (
             row.topic,
             row.partition,
-            _offset(row.leader),
-            ",".join(map(str, row.replicas)),
-            _offset(row.start_offset),
-            _offset(row.end_offset),
-            ",".join(str(r) for r in row.replicas if r not in down) or "-",
+            row.leader,
+            tuple(row.replicas),
+            row.start_offset,
+            row.end_offset,
+            tuple(r for r in row.replicas if r not in down),
             state,
         )
         for row, state in zip(rows, states, strict=True)
     ]
-    for line in text_table(header, partition_table):
+    group_table = None if group is None else _group_rows(group)
+    if args.format == JSON:
+        document: dict[str, object] = {
+            "brokers": table_json(BROKER_HEADER, brokers),
+            "partitions": table_json(STATUS_PARTITION_HEADER, partition_table),
+        }
+        if group_table is not None:
+            document["group"] = {
+                "group": args.group,
+                "topic": args.topic,
+                "partitions": table_json(GROUP_HEADER, group_table),
+            }
+        print_json(document)
+        return 0
+    print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
+    for line in text_table(BROKER_HEADER, brokers):
         print(line)
-    if group is not None:
+    print()
+    under = sum("under-replicated" in state for state in states)
+    print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
+    for line in text_table(STATUS_PARTITION_HEADER, partition_table):
+        print(line)
+    if group_table is not None:
         print()
         print(f"group {args.group} on {args.topic}")
-        table = [
-            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g)) for g in group
-        ]
-        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(GROUP_HEADER, group_table):
             print(line)
     return 0
+
+
+BROKER_HEADER = ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE")
+STATUS_PARTITION_HEADER = (
+    "TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE"
+)  # fmt: skip
 
 
 PROBE_TIMEOUT_S = 1.0
@@ -623,12 +672,8 @@ def partition_state(row: PartitionRow, down: Container[int]) -> str:
     return ",".join(problems) or "ok"
 
 
-def _dash(value: int | None) -> object:
-    return "-" if value is None else value
-
-
-def _lag(row: GroupRow) -> object:
-    return "-" if row.end is None else row.end - (row.committed or 0)
+def _lag(row: GroupRow) -> int | None:
+    return None if row.end is None else row.end - (row.committed or 0)
 
 
 # -- produce -------------------------------------------------------------------------------------
@@ -644,6 +689,15 @@ def _add_produce(commands: Any) -> None:
     produce.add_argument("--key", help="the key of every record (picks their partition)")
     produce.add_argument("--partition", type=int, help="publish to this partition")
     produce.add_argument("--file", help="read this file instead of stdin")
+    produce.add_argument(
+        "-f",
+        "--format",
+        metavar="TEMPLATE",
+        help="read each line's key, headers and partition too, by an rpk-style template: %%k "
+        "key (empty: none), %%v value, %%h headers (name=value,...), %%p partition, text "
+        "between them as it is (-f '%%k %%v'); a line that does not match is not sent, and "
+        "counted as an error",
+    )
     produce.add_argument(
         "--acks", choices=[a.value for a in Acks], default=Acks.QUORUM.value, help="(quorum)"
     )
@@ -691,6 +745,11 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
 def run_produce(args: argparse.Namespace) -> int:
     _check_topic(args.topic, writes=True)
     key = None if args.key is None else os.fsencode(args.key)
+    template = None if args.format is None else LineTemplate(args.format)
+    if template is not None:
+        for letter, flag, given in (("k", "--key", args.key), ("p", "--partition", args.partition)):
+            if letter in template.fields and given is not None:
+                raise ClientCommandError(f"{flag} cannot be used with %{letter} in -f")
     # Unkeyed lines go round-robin, record by record, as the seed and the broker's PUBS do: a
     # short burst (``seq 1000``) spreads over every partition instead of filling one batch.
     config = ProducerConfig(
@@ -719,13 +778,25 @@ def run_produce(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     records = read_bytes = 0
+    unmatched: list[int] = []  # line numbers that did not match -f
     with client_from_args(args) as client, source, Producer(client, config) as producer:
-        for line in _lines(source):
-            producer.send(args.topic, line, key, partition=args.partition).handle.add_done_callback(
-                settled
-            )
-            records += 1
+        for number, line in enumerate(_lines(source), 1):
             read_bytes += len(line) + 1
+            records += 1
+            if template is None:
+                future = producer.send(args.topic, line, key, partition=args.partition)
+            elif (parsed := template.parse(line)) is None:
+                unmatched.append(number)
+                continue
+            else:
+                future = producer.send(
+                    args.topic,
+                    parsed.value,
+                    parsed.key if "k" in template.fields else key,
+                    partition=parsed.partition if "p" in template.fields else args.partition,
+                    headers=parsed.headers,
+                )
+            future.handle.add_done_callback(settled)
             if progress is not None:
                 progress.update(records, read_bytes)
         producer.flush()
@@ -738,6 +809,12 @@ def run_produce(args: argparse.Namespace) -> int:
         f"in {elapsed:.2f} s ({records / max(elapsed, 1e-9):,.0f} records/s); "
         f"partition:records {spread}"
     )
+    if unmatched:
+        raise ClientCommandError(
+            f"{len(unmatched):,} line{'s' * (len(unmatched) > 1)} did not match -f "
+            f"{args.format!r} and {'were' if len(unmatched) > 1 else 'was'} not sent; the first: "
+            f"line {unmatched[0]}"
+        )
     if failures:
         raise ClientCommandError(f"{len(failures):,} records failed; the first: {failures[0]}")
     return 0
@@ -745,9 +822,15 @@ def run_produce(args: argparse.Namespace) -> int:
 
 # -- consume -------------------------------------------------------------------------------------
 
-_FIELD = re.compile(r"\{(topic|partition|offset|key|value|timestamp)\}")
 LONG_FORMAT = "{partition} {offset} {key} {value}"
 """``--long``: where each record is, then what it holds (a missing key prints as -)."""
+
+RECORD_FORMAT_HELP = (
+    "how to print a record: json (an object a line); an rpk-style template (%%t topic, %%p "
+    "partition, %%o offset, %%d timestamp, %%k key, %%v value, %%h headers, \\n newline: "
+    "-f '%%k %%v\\n'); or {topic} {partition} {offset} {key} {value} {timestamp} {headers} "
+    "and a newline (default: {value}; a missing key prints as -)"
+)
 
 
 def _add_consume(commands: Any) -> None:
@@ -808,12 +891,7 @@ def _add_consume(commands: Any) -> None:
         default="{value}",  # the first action of a dest gives its default
         help="print `partition offset key value` for each record",
     )
-    shape.add_argument(
-        "--format",
-        default="{value}",
-        help="how to print a record: {topic} {partition} {offset} {key} {value} {timestamp} "
-        "(default: {value}); a missing key prints as -",
-    )
+    shape.add_argument("-f", "--format", default="{value}", help=RECORD_FORMAT_HELP)
     bootstrap_option(consume)
     consume.set_defaults(run=run_consume)
 
@@ -842,12 +920,7 @@ def _add_latest(commands: Any) -> None:
         default="{value}",
         help="print `partition offset key value`",
     )
-    shape.add_argument(
-        "--format",
-        default="{value}",
-        help="how to print the record: {topic} {partition} {offset} {key} {value} "
-        "(default: {value})",
-    )
+    shape.add_argument("-f", "--format", default="{value}", help=RECORD_FORMAT_HELP)
     bootstrap_option(latest)
     latest.set_defaults(run=run_latest)
 
@@ -858,6 +931,7 @@ def run_latest(args: argparse.Namespace) -> int:
     key = args.key.encode()
     if not key:
         raise ClientCommandError("the key must not be empty")
+    render = record_formatter(args.format)
     with client_from_args(args) as client:
         record = client.latest(args.topic, key)
     if record is None:
@@ -867,28 +941,9 @@ def run_latest(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return NO_VALUE_EXIT
-    sys.stdout.buffer.write(record_formatter(args.format)(record) + b"\n")
+    sys.stdout.buffer.write(render(record))
     sys.stdout.buffer.flush()
     return 0
-
-
-def record_formatter(template: str) -> Callable[[ConsumerRecord], bytes]:
-    """The bytes ``template`` makes of a record (its fields substituted, values as raw bytes)."""
-    parts = _FIELD.split(template)
-
-    def render(record: ConsumerRecord) -> bytes:
-        out = bytearray()
-        for i, part in enumerate(parts):
-            if i % 2 == 0:
-                out += part.encode()
-            elif part in ("key", "value"):
-                raw = record.key if part == "key" else record.value
-                out += b"-" if raw is None and part == "key" else raw or b""
-            else:
-                out += str(getattr(record, part)).encode()
-        return bytes(out)
-
-    return render
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -969,7 +1024,7 @@ class _Printer:
 
     def emit(self, record: ConsumerRecord) -> bool:
         out = sys.stdout.buffer
-        out.write(self.render(record) + b"\n")
+        out.write(self.render(record))
         if self.flush:
             out.flush()
         self.count += 1

@@ -3,6 +3,7 @@ values, a closed stdout, bugs), offsets (point 8), output (point 9) and groups (
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import signal
@@ -217,7 +218,7 @@ class InProcess:
         sys.stderr.flush()
         out, err = self.capfd.readouterr()
         assert b"Traceback" not in err, err
-        return status, out.decode(), err.decode()
+        return status, out.decode(errors="replace"), err.decode()
 
     def ok(self, *args: str) -> str:
         """The stdout of a command that must succeed."""
@@ -280,3 +281,56 @@ def test_groups_all_groups_to_current_shift_by_and_no_commit(
     assert cli.ok("consume", "cli-grp", "--group", "g-a", "-e") == "b\nc\nd\n"
     ahead = cli.ok("group", "reset", "g-b", "--topic", "cli-grp", "--shift-by", "99")
     assert [line.split()[3] for line in ahead.splitlines()[1:]] == [str(ends[0]), str(ends[1])]
+
+
+def test_json_and_templates_on_reading_commands_and_produce_f(
+    cli: InProcess, tmp_path: Path
+) -> None:
+    """``--format json`` on the reading commands, rpk-style ``-f`` templates for records, and
+    ``produce -f '%k %h %v'`` reading keys and headers from the input (issue 37, point 9)."""
+    cli.ok("topic", "create", "cli-fmt", "--partitions", "2", "--replication-factor", "1")
+    lines = tmp_path / "lines"
+    lines.write_bytes(b"k1 a=1,b=2 hello world\nk2  v2\nno-fields\n")
+    err = cli.fails("produce", "cli-fmt", "-f", "%k %h %v", "--file", str(lines))
+    assert "1 line did not match -f '%k %h %v' and was not sent; the first: line 3" in err
+    lines.write_bytes(b"\xff\xfe\n")  # not UTF-8: base64 in JSON
+    cli.ok("produce", "cli-fmt", "--partition", "0", "--file", str(lines))
+    templated = cli.ok("consume", "cli-fmt", "-e", "--from-beginning", "-f", "%k|%h|%v\\n")
+    # (the value that is not UTF-8 is raw bytes here, decoded for the test as U+FFFD)
+    expected = ["k1|a=1,b=2|hello world", "k2||v2", "||\ufffd\ufffd"]
+    assert sorted(templated.splitlines()) == expected
+    records = [
+        json.loads(line)
+        for line in cli.ok(
+            "consume", "cli-fmt", "-e", "--from-beginning", "-f", "json"
+        ).splitlines()
+    ]
+    by_key = {r["key"]: r for r in records}
+    assert by_key["k1"]["value"] == "hello world" and by_key["k1"]["topic"] == "cli-fmt"
+    assert by_key["k1"]["headers"] == [{"key": "a", "value": "1"}, {"key": "b", "value": "2"}]
+    assert by_key[None]["value"] == "//4=" and by_key[None]["value_encoding"] == "base64"
+    assert isinstance(by_key["k2"]["offset"], int) and by_key["k2"]["timestamp"] > 0
+    assert "unknown field %x" in cli.fails("consume", "cli-fmt", "-e", "-f", "%x")
+
+    topics = json.loads(cli.ok("topic", "list", "--format", "json"))
+    mine = next(t for t in topics if t["topic"] == "cli-fmt")
+    assert {"topic": "cli-fmt", "partitions": 2, "replication": 1, "compact": False}.items() <= (
+        mine.items()
+    )
+    assert not any(t["topic"].startswith("__") for t in topics)
+    described = json.loads(cli.ok("topic", "describe", "cli-fmt", "--format", "json"))
+    assert described["topic"]["topic"] == "cli-fmt"
+    assert [p["partition"] for p in described["partitions"]] == [0, 1]
+    assert all(isinstance(p["replicas"], list) for p in described["partitions"])
+    offsets = json.loads(cli.ok("topic", "offsets", "cli-fmt", "--format", "json"))
+    assert [sorted(o) for o in offsets] == [["earliest", "latest", "partition"]] * 2
+    status = json.loads(cli.ok("status", "--format", "json"))
+    assert len(status["brokers"]) == 3 and {b["state"] for b in status["brokers"]} == {"up"}
+    assert {(p["topic"], p["state"]) for p in status["partitions"]} >= {("cli-fmt", "ok")}
+    cli.ok("consume", "cli-fmt", "-e", "--group", "g-fmt", "--from-beginning")
+    assert {"group": "g-fmt", "topic": "cli-fmt", "state": "Empty", "members": 0} in json.loads(
+        cli.ok("group", "list", "--format", "json")
+    )
+    [group] = json.loads(cli.ok("group", "describe", "g-fmt", "--format", "json"))
+    assert group["members"] == [] and [p["lag"] for p in group["partitions"]] == [0, 0]
+    assert json.loads(cli.ok("acl", "list", "--format", "json")) == []

@@ -340,6 +340,22 @@ REGISTRY: tuple[Entry, ...] = (
         "consumed 3 records from partition 0",
     ),
     here(".venv/bin/kafkaesque status --under-replicated", re.compile(r"partitions \(\d+")),
+    here(
+        "printf 'k1 region=eu hello\\nk2  world\\n' | .venv/bin/kafkaesque produce visits "
+        "-f '%k %h %v'",
+        "produced 2 of 2 records",
+    ),
+    here(
+        ".venv/bin/kafkaesque consume visits -e -o -2 -f '%k [%h] %v\\n'",
+        "k1 [region=eu] hello\n",
+        "k2 [] world\n",
+    ),
+    here(".venv/bin/kafkaesque consume visits -e -o -1 --format json", '"topic": "visits"'),
+    here(
+        ".venv/bin/kafkaesque status --format json | jq -r '.brokers[] | "
+        '"broker \\(.id) \\(.state)"\'',
+        "broker 0 up\n",
+    ),
     # docs/operations.md, latest value per key: on the tour's cluster; the newest of the three
     # heartbeats, with its place, and a key without a value (exit status 3, not an error)
     here(
