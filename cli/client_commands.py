@@ -11,6 +11,7 @@ A failure is one line on stderr (``kafkaesque <command>: CODE: message``) and a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import re
@@ -1023,13 +1024,15 @@ class _Printer:
         return None if self.limit is None else self.limit - self.count
 
     def emit(self, record: ConsumerRecord) -> bool:
+        # Counted before it is written: a Ctrl-C right after the write (a reader may act on
+        # the line at once) must not leave the record out of the summary.
+        self.count += 1
+        count, first, _ = self.seen.get(record.partition, (0, record.offset, 0))
+        self.seen[record.partition] = (count + 1, first, record.offset)
         out = sys.stdout.buffer
         out.write(self.render(record))
         if self.flush:
             out.flush()
-        self.count += 1
-        count, first, _ = self.seen.get(record.partition, (0, record.offset, 0))
-        self.seen[record.partition] = (count + 1, first, record.offset)
         return self.limit is None or self.count < self.limit
 
 
@@ -1041,22 +1044,28 @@ def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) 
     group = GroupConsumer(
         client, args.topic, args.group, start=args.offset, auto_offset_reset=_reset(args)
     )
-    more = True
-    while more:
-        records = group.poll(1.0, max_records=printer.remaining())
-        printed = 0
-        try:
-            for record in records:
-                more = printer.emit(record)
-                printed += 1
-                if not more:
-                    break
-        finally:
-            # Commit what was printed, not more (at-least-once), even after an error.
-            group.cursor.unprocessed(records[printed:])
-            group.commit()
-        if not records and not args.follow:
-            return
+    try:
+        more = True
+        while more:
+            records = group.poll(1.0, max_records=printer.remaining())
+            printed = 0
+            try:
+                for record in records:
+                    more = printer.emit(record)
+                    printed += 1
+                    if not more:
+                        break
+            finally:
+                # Commit what was printed, not more (at-least-once), even after an error.
+                group.cursor.unprocessed(records[printed:])
+                group.commit()
+            if not records and not args.follow:
+                return
+    finally:
+        # As Kafka's console consumer does on close: the group is Empty (or rebalanced) at
+        # once, not after the session timeout. A failed LEAVE is only a later rebalance.
+        with contextlib.suppress(KafkaesqueError):
+            group.leave()
 
 
 def _start_offset(text: str) -> int | str:

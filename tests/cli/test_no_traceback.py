@@ -20,48 +20,78 @@ from kafkaesque.cli.client_commands import parse_duration_ms
 from kafkaesque.client import Client, Producer
 from kafkaesque.local_cluster import LocalCluster
 
-from .test_client_commands import _kafkaesque, ok, run
+from .test_client_commands import _kafkaesque, ok
 
 
-def _one_line(result: subprocess.CompletedProcess[bytes]) -> str:
-    err = result.stderr.decode()
-    assert "Traceback" not in err, err
-    assert len(err.strip().splitlines()) == 1, err
-    return err
+class InProcess:
+    """``kafkaesque ARGS --bootstrap <the cluster>`` run in this process (no interpreter start
+    per command, which costs seconds on a loaded machine), its output captured at the file
+    descriptors as a subprocess's would be."""
+
+    def __init__(self, cluster: LocalCluster, capfd: pytest.CaptureFixture[bytes]) -> None:
+        self.cluster = cluster
+        self.capfd = capfd
+
+    def __call__(self, *args: str) -> tuple[int, str, str]:
+        """The exit status, stdout and stderr of the command."""
+        self.capfd.readouterr()
+        try:
+            status = cli_main.main([*args, "--bootstrap", self.cluster.bootstrap])
+        except SystemExit as exc:  # argparse's usage errors (2)
+            status = exc.code if isinstance(exc.code, int) else 1
+        sys.stdout.flush()
+        sys.stderr.flush()
+        out, err = self.capfd.readouterr()
+        assert b"Traceback" not in err, err
+        return status, out.decode(errors="replace"), err.decode()
+
+    def ok(self, *args: str) -> str:
+        """The stdout of a command that must succeed."""
+        status, out, err = self(*args)
+        assert status == 0, (args, err)
+        return out
+
+    def fails(self, *args: str) -> str:
+        """The one line on stderr of a command that must fail with exit status 1."""
+        status, _, err = self(*args)
+        assert status == 1 and len(err.strip().splitlines()) == 1, (args, status, err)
+        return err
+
+
+@pytest.fixture
+def cli(broker_cluster: LocalCluster, capfdbinary: pytest.CaptureFixture[bytes]) -> InProcess:
+    return InProcess(broker_cluster, capfdbinary)
 
 
 def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
-    broker_cluster: LocalCluster,
+    cli: InProcess, tmp_path: Path
 ) -> None:
-    ok(broker_cluster, "topic", "create", "cli-tb", "--partitions", "2",
-       "--replication-factor", "1")  # fmt: skip
-    ok(broker_cluster, "produce", "cli-tb", "--partition", "0", stdin=b"a\nb\nc\nd\n")
+    cli.ok("topic", "create", "cli-tb", "--partitions", "2", "--replication-factor", "1")
+    (tmp_path / "in").write_bytes(b"a\nb\nc\nd\n")
+    cli.ok("produce", "cli-tb", "--partition", "0", "--file", str(tmp_path / "in"))
     # -o -N: the last N records of each partition (was a ValueError's traceback).
-    last = run(broker_cluster, "consume", "cli-tb", "-e", "-o", "-2", "--partition", "0")
-    assert last.returncode == 0 and last.stdout == b"c\nd\n", last.stderr
-    last = run(broker_cluster, "consume", "cli-tb", "-e", "--offset", "-10", "--partition", "0")
-    assert last.stdout == b"a\nb\nc\nd\n", last.stderr
-    at = run(broker_cluster, "consume", "cli-tb", "-e", "-o", "@0", "--partition", "0")
-    assert at.stdout == b"a\nb\nc\nd\n", at.stderr
-    for args, status, message in (
+    assert cli.ok("consume", "cli-tb", "-e", "-o", "-2", "--partition", "0") == "c\nd\n"
+    everything = cli.ok("consume", "cli-tb", "-e", "--offset", "-10", "--partition", "0")
+    assert everything == "a\nb\nc\nd\n"
+    assert cli.ok("consume", "cli-tb", "-e", "-o", "@0", "--partition", "0") == everything
+    for args, expected, message in (
         (("consume", "cli-tb", "-o", "9"), 1, "past the end of cli-tb partition 0"),
         (("consume", "cli-tb", "-o", "x"), 2, "is not an offset"),
         (("consume", "cli-tb", "-o", "@yesterday"), 1, "neither milliseconds"),
         (("consume", "cli-tb", "--max", "0"), 1, "--max must be at least 1"),
         (("consume", "cli-tb", "--partition", "7"), 1, "not 7"),
         (("produce", "cli-tb", "--file", "/no/such/file"), 1, "/no/such/file"),
-        (("produce", "cli-tb", "--partition", "9"), 1, ""),
+        (("produce", "cli-tb", "--partition", "9", "--file", str(tmp_path / "in")), 1, ""),
         (("topic", "create", "t2", "--partitions", "x", "--replication-factor", "1"), 2, ""),
         (("topic", "describe", "no-such"), 1, ""),
         (("group", "describe", "no-group", "--topic", "no-such"), 1, ""),
         (("latest", "cli-tb", ""), 1, ""),
         (("status", "--group", "g"), 1, ""),
     ):
-        result = run(broker_cluster, *args, stdin=b"x\n")
-        err = result.stderr.decode()
-        assert "Traceback" not in err, (args, err)
-        assert result.returncode == status, (args, err)
+        status, _, err = cli(*args)
+        assert status == expected, (args, err)
         assert message in err.splitlines()[-1], (args, err)
+    broker_cluster = cli.cluster
     # A reader that went away (`status | head -0`): no BrokenPipeError, exit 141 as cat's.
     for piped in (("status",), ("topic", "list"), ("consume", "cli-tb", "-e", "-o", "0")):
         read, write = os.pipe()
@@ -106,54 +136,52 @@ def _with_run(args: object, run_: object) -> object:
     return args
 
 
-def test_topic_offsets_and_internal_topics_hidden(broker_cluster: LocalCluster) -> None:
+def test_topic_offsets_and_internal_topics_hidden(cli: InProcess, tmp_path: Path) -> None:
     """``topic offsets`` (issue 37, point 8); ``topic list``/``status`` hide ``__`` topics unless
     ``--internal``, and ``status --under-replicated`` shows only what is not ok (point 9)."""
-    ok(broker_cluster, "topic", "create", "cli-offs", "--partitions", "2",
-       "--replication-factor", "1")  # fmt: skip
-    before = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
-    ok(broker_cluster, "produce", "cli-offs", "--partition", "1", stdin=b"a\nb\nc\n")
-    lines = ok(broker_cluster, "topic", "offsets", "cli-offs").splitlines()
+    cli.ok("topic", "create", "cli-offs", "--partitions", "2", "--replication-factor", "1")
+    before = cli.ok("topic", "offsets", "cli-offs").splitlines()
+    (tmp_path / "in").write_bytes(b"a\nb\nc\n")
+    cli.ok("produce", "cli-offs", "--partition", "1", "--file", str(tmp_path / "in"))
+    lines = cli.ok("topic", "offsets", "cli-offs").splitlines()
     assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST"]
     assert lines[1] == before[1]  # partition 0: nothing written
     assert int(lines[2].split()[2]) == int(before[2].split()[2]) + 3
-    first = ok(broker_cluster, "consume", "cli-offs", "-e", "--partition", "1", "-o", "0", "-l")
-    lines = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "0").splitlines()
+    first = cli.ok("consume", "cli-offs", "-e", "--partition", "1", "-o", "0", "-l")
+    lines = cli.ok("topic", "offsets", "cli-offs", "--time", "0").splitlines()
     assert lines[0].split() == ["PARTITION", "EARLIEST", "LATEST", "OFFSET"]
     assert lines[2].split()[3] == first.split()[1]  # the first record's offset
-    future = ok(broker_cluster, "topic", "offsets", "cli-offs", "--time", "2999-01-01T00:00Z")
+    future = cli.ok("topic", "offsets", "cli-offs", "--time", "2999-01-01T00:00Z")
     latest = future.splitlines()[2].split()
     assert latest[3] == latest[2]  # none that late: the latest
-    bad = run(broker_cluster, "topic", "offsets", "cli-offs", "--time", "soon")
-    assert bad.returncode == 1 and "--time 'soon' is neither" in _one_line(bad)
+    bad = cli.fails("topic", "offsets", "cli-offs", "--time", "soon")
+    assert "--time 'soon' is neither" in bad
     # A group's commit makes the internal __consumer_offsets topic.
-    ok(broker_cluster, "consume", "cli-offs", "-e", "--group", "g-offs", "--from-beginning")
-    listed = ok(broker_cluster, "topic", "list")
+    cli.ok("consume", "cli-offs", "-e", "--group", "g-offs", "--from-beginning")
+    listed = cli.ok("topic", "list")
     assert "cli-offs" in listed and "__consumer_offsets" not in listed
-    assert "__consumer_offsets" in ok(broker_cluster, "topic", "list", "--internal")
-    status = ok(broker_cluster, "status")
+    assert "__consumer_offsets" in cli.ok("topic", "list", "--internal")
+    status = cli.ok("status")
     assert "cli-offs" in status and "__consumer_offsets" not in status
-    assert "__consumer_offsets" in ok(broker_cluster, "status", "--internal")
-    under = ok(broker_cluster, "status", "--under-replicated")
+    assert "__consumer_offsets" in cli.ok("status", "--internal")
+    under = cli.ok("status", "--under-replicated")
     assert "partitions (0)" in under and "cli-offs" not in under
 
 
-def test_group_reset_by_duration(broker_cluster: LocalCluster) -> None:
+def test_group_reset_by_duration(cli: InProcess, tmp_path: Path) -> None:
     """``group reset --by-duration`` (issue 37, point 10) moves to the records of that long ago."""
-    ok(broker_cluster, "topic", "create", "cli-dur", "--partitions", "1",
-       "--replication-factor", "1")  # fmt: skip
-    ok(broker_cluster, "produce", "cli-dur", stdin=b"a\nb\n")
-    first = ok(broker_cluster, "consume", "cli-dur", "-e", "-o", "0", "-l").split()[1]
-    ok(broker_cluster, "consume", "cli-dur", "-e", "--group", "g-dur", "--from-beginning")
-    end = ok(broker_cluster, "topic", "offsets", "cli-dur").splitlines()[1].split()[2]
+    cli.ok("topic", "create", "cli-dur", "--partitions", "1", "--replication-factor", "1")
+    (tmp_path / "in").write_bytes(b"a\nb\n")
+    cli.ok("produce", "cli-dur", "--file", str(tmp_path / "in"))
+    first = cli.ok("consume", "cli-dur", "-e", "-o", "0", "-l").split()[1]
+    cli.ok("consume", "cli-dur", "-e", "--group", "g-dur", "--from-beginning")
+    end = cli.ok("topic", "offsets", "cli-dur").splitlines()[1].split()[2]
     for duration, expected in (("PT1H", first), ("P1DT2H3M4.5S", first), ("PT0S", end)):
-        out = ok(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
-                 "--by-duration", duration)  # fmt: skip
+        out = cli.ok("group", "reset", "g-dur", "--topic", "cli-dur", "--by-duration", duration)
         assert out.splitlines()[1].split() == ["g-dur", "cli-dur", "0", expected], duration
     for bad in ("1h", "P", "PT", "PTH"):
-        result = run(broker_cluster, "group", "reset", "g-dur", "--topic", "cli-dur",
-                     "--by-duration", bad)  # fmt: skip
-        assert result.returncode == 1 and "not an ISO 8601 duration" in _one_line(result), bad
+        err = cli.fails("group", "reset", "g-dur", "--topic", "cli-dur", "--by-duration", bad)
+        assert "not an ISO 8601 duration" in err, bad
     assert parse_duration_ms("P1DT2H3M4.5S") == ((24 + 2) * 60 + 3) * 60_000 + 4500
 
 
@@ -199,43 +227,6 @@ def test_consume_waits_for_new_records_until_ctrl_c(broker_cluster: LocalCluster
         if proc.poll() is None:
             proc.kill()
             proc.wait()
-
-
-class InProcess:
-    """``kafkaesque ARGS --bootstrap <the cluster>`` run in this process (no interpreter start
-    per command, which costs seconds on a loaded machine), its output captured at the file
-    descriptors as a subprocess's would be."""
-
-    def __init__(self, cluster: LocalCluster, capfd: pytest.CaptureFixture[bytes]) -> None:
-        self.cluster = cluster
-        self.capfd = capfd
-
-    def __call__(self, *args: str) -> tuple[int, str, str]:
-        """The exit status, stdout and stderr of the command."""
-        self.capfd.readouterr()
-        status = cli_main.main([*args, "--bootstrap", self.cluster.bootstrap])
-        sys.stdout.flush()
-        sys.stderr.flush()
-        out, err = self.capfd.readouterr()
-        assert b"Traceback" not in err, err
-        return status, out.decode(errors="replace"), err.decode()
-
-    def ok(self, *args: str) -> str:
-        """The stdout of a command that must succeed."""
-        status, out, err = self(*args)
-        assert status == 0, (args, err)
-        return out
-
-    def fails(self, *args: str) -> str:
-        """The one line on stderr of a command that must fail with exit status 1."""
-        status, _, err = self(*args)
-        assert status == 1 and len(err.strip().splitlines()) == 1, (args, status, err)
-        return err
-
-
-@pytest.fixture
-def cli(broker_cluster: LocalCluster, capfdbinary: pytest.CaptureFixture[bytes]) -> InProcess:
-    return InProcess(broker_cluster, capfdbinary)
 
 
 def test_groups_all_groups_to_current_shift_by_and_no_commit(
