@@ -1104,6 +1104,32 @@ def parse_time_ms(text: str, *, option: str = "--from-time") -> int:
     return ms
 
 
+LAST_RECORDS_STEPS = 8
+"""How many times ``last_records_start`` steps back before it settles for what it found."""
+
+
+def last_records_start(client: Client, tp: TopicPartition, count: int, start: int, end: int) -> int:
+    """The offset from which the partition's last ``count`` records follow (``start``, its log
+    start, if it holds fewer): ``-o -N``.
+
+    Not simply ``end - count``: offsets also number control batches (the no-op a new leader
+    appends at each leader change), which hold no record, so the last ``count`` offsets may
+    hold fewer records. It reads back from ``end - count`` and steps back by what is missing
+    (at most ``LAST_RECORDS_STEPS`` times; a partition full of control batches gets fewer)."""
+    at = max(start, end - count)
+    for _ in range(LAST_RECORDS_STEPS):
+        if at <= start:
+            return start
+        reader = Consumer(client)
+        reader.assign([tp])
+        reader.seek(tp, at)
+        found = sum(1 for record in reader.records(follow=False) if record.offset < end)
+        if found >= count:
+            return at
+        at = max(start, at - (count - found))
+    return at
+
+
 def _consume_partitions(
     client: Client, args: argparse.Namespace, printer: _Printer, from_time: int | None = None
 ) -> None:
@@ -1122,7 +1148,7 @@ def _consume_partitions(
         for tp in consumer.assignment():
             start, end = bounds[tp.partition]
             if args.offset < 0:  # the last -offset records
-                consumer.seek(tp, max(start, end + args.offset))
+                consumer.seek(tp, last_records_start(client, tp, -args.offset, start, end))
             elif args.offset > end:
                 raise ClientCommandError(
                     f"--offset {args.offset} is past the end of {args.topic} partition "
