@@ -1041,6 +1041,13 @@ def _reset(args: argparse.Namespace) -> OffsetReset:
 
 
 def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) -> None:
+    if args.offset is not None:  # the group starts every partition there: past an end says so
+        for partition, (_, end) in sorted(client.partition_offsets(args.topic).items()):
+            if args.offset > end:
+                raise ClientCommandError(
+                    f"--offset {args.offset} is past the end of {args.topic} partition "
+                    f"{partition} (its next offset is {end})"
+                )
     group = GroupConsumer(
         client, args.topic, args.group, start=args.offset, auto_offset_reset=_reset(args)
     )

@@ -76,6 +76,7 @@ def test_bad_values_and_a_closed_stdout_never_show_a_traceback(
     assert cli.ok("consume", "cli-tb", "-e", "-o", "@0", "--partition", "0") == everything
     for args, expected, message in (
         (("consume", "cli-tb", "-o", "9"), 1, "past the end of cli-tb partition 0"),
+        (("consume", "cli-tb", "-e", "-o", "9", "--group", "g"), 1, "past the end of cli-tb"),
         (("consume", "cli-tb", "-o", "x"), 2, "is not an offset"),
         (("consume", "cli-tb", "-o", "@yesterday"), 1, "neither milliseconds"),
         (("consume", "cli-tb", "--max", "0"), 1, "--max must be at least 1"),
