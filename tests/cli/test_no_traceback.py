@@ -281,6 +281,7 @@ def test_json_and_templates_on_reading_commands_and_produce_f(
     """``--format json`` on the reading commands, rpk-style ``-f`` templates for records, and
     ``produce -f '%k %h %v'`` reading keys and headers from the input (issue 37, point 9)."""
     cli.ok("topic", "create", "cli-fmt", "--partitions", "2", "--replication-factor", "1")
+    (tmp_path / "keyed").write_bytes(b"dev-1 beat 1\ndev-2 beat 1\ndev-1 beat 2\n")
     lines = tmp_path / "lines"
     lines.write_bytes(b"k1 a=1,b=2 hello world\nk2  v2\nno-fields\n")
     err = cli.fails("produce", "cli-fmt", "-f", "%k %h %v", "--file", str(lines))
@@ -326,6 +327,12 @@ def test_json_and_templates_on_reading_commands_and_produce_f(
     [group] = json.loads(cli.ok("group", "describe", "g-fmt", "--format", "json"))
     assert group["members"] == [] and [p["lag"] for p in group["partitions"]] == [0, 0]
     assert json.loads(cli.ok("acl", "list", "--format", "json")) == []
+    cli.ok("topic", "create", "cli-fmt-c", "--partitions", "1", "--replication-factor", "1",
+           "--compact")  # fmt: skip
+    cli.ok("produce", "cli-fmt-c", "-f", "%k %v", "--file", str(tmp_path / "keyed"))
+    newest = json.loads(cli.ok("latest", "cli-fmt-c", "dev-1", "-f", "json"))
+    assert (newest["key"], newest["value"]) == ("dev-1", "beat 2")
+    assert cli.ok("latest", "cli-fmt-c", "dev-1", "-f", "%k=%v\\n") == "dev-1=beat 2\n"
 
 
 def test_last_n_records_counts_records_not_offsets(cli: InProcess, tmp_path: Path) -> None:
