@@ -11,6 +11,7 @@ A failure is one line on stderr (``kafkaesque <command>: CODE: message``) and a 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import os
 import re
@@ -25,7 +26,9 @@ from kafkaesque.client import (
     Consumer,
     ConsumerRecord,
     DeliveryHandle,
+    ErrorCode,
     GroupConsumer,
+    GroupDescription,
     KafkaesqueError,
     OffsetReset,
     Producer,
@@ -46,8 +49,13 @@ from .client_options import (
     ClientCommandError,
     bootstrap_option,
     client_from_args,
+    format_option,
+    print_json,
+    print_table,
+    table_json,
     text_table,
 )
+from .record_formats import JSON, LineTemplate, record_formatter
 
 PROGRESS_MIN_BYTES = 1024 * 1024
 """Inputs at least this large (a file) get a progress bar on stderr, when stderr is a terminal."""
@@ -76,6 +84,7 @@ def add_parsers(commands: Any) -> None:
         action="store_true",
         help="show only the partitions that are not ok (under-replicated or without a leader)",
     )
+    format_option(status)
     status.set_defaults(run=run_status)
 
 
@@ -156,6 +165,8 @@ def _add_topic(commands: Any) -> None:
     delete.set_defaults(run=run_topic_delete)
     for parser in (create, alter, listing, offsets, describe, delete):
         bootstrap_option(parser)
+    for parser in (listing, offsets, describe):
+        format_option(parser)
 
 
 def run_topic_create(args: argparse.Namespace) -> int:
@@ -220,31 +231,27 @@ def _settings(t: TopicRow) -> str:
 def run_topic_list(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         topics = client.list_topics()
-    rows = [
-        (
-            t.topic,
-            t.partitions,
-            t.replication_factor,
-            _offset(t.retention_ms),
-            _offset(t.retention_bytes),
-            "yes" if t.compact else "no",
-            "broker" if t.fsync is None else t.fsync.value,
-        )
-        for t in topics
-        if args.internal or not is_internal_topic(t.topic)
-    ]
-    header = (
-        "TOPIC",
-        "PARTITIONS",
-        "REPLICATION",
-        "RETENTION_MS",
-        "RETENTION_BYTES",
-        "COMPACT",
-        "FSYNC",
-    )
-    for line in text_table(header, rows):
-        print(line)
+    rows = [_topic_row(t) for t in topics if args.internal or not is_internal_topic(t.topic)]
+    print_table(args, TOPIC_HEADER, rows)
     return 0
+
+
+TOPIC_HEADER = (
+    "TOPIC",
+    "PARTITIONS",
+    "REPLICATION",
+    "RETENTION_MS",
+    "RETENTION_BYTES",
+    "COMPACT",
+    "FSYNC",
+)
+"""``topic list``'s columns (and the keys of its JSON, in lower case)."""
+
+
+def _topic_row(t: TopicRow) -> tuple[object, ...]:
+    fsync = "broker" if t.fsync is None else t.fsync.value
+    return (t.topic, t.partitions, t.replication_factor, t.retention_ms, t.retention_bytes,
+            t.compact, fsync)  # fmt: skip
 
 
 def run_topic_offsets(args: argparse.Namespace) -> int:
@@ -261,8 +268,7 @@ def run_topic_offsets(args: argparse.Namespace) -> int:
         (p, start, end, *(() if when is None else (at[TopicPartition(args.name, p)],)))
         for p, (start, end) in sorted(bounds.items())
     ]
-    for line in text_table(header, rows):
-        print(line)
+    print_table(args, header, rows)
     return 0
 
 
@@ -271,6 +277,11 @@ def run_topic_describe(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         description = client.describe_topic(args.name)
     t = description.topic
+    if args.format == JSON:
+        topic = table_json(TOPIC_HEADER, [_topic_row(t)])[0]
+        rows = _partition_rows(description.partitions, with_topic=False)
+        print_json({"topic": topic, "partitions": table_json(PARTITION_HEADER, rows)})
+        return 0
     print(f"topic {t.topic}: {_settings(t)}")
     _print_partitions(description.partitions, with_topic=False)
     return 0
@@ -284,20 +295,20 @@ def run_topic_delete(args: argparse.Namespace) -> int:
     return 0
 
 
-def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
-    header = ("TOPIC",) * with_topic + ("PARTITION", "LEADER", "REPLICAS", "START", "END")
-    lines = [
+PARTITION_HEADER = ("PARTITION", "LEADER", "REPLICAS", "START", "END")
+
+
+def _partition_rows(rows: Sequence[Any], *, with_topic: bool) -> list[tuple[object, ...]]:
+    return [
         (row.topic,) * with_topic
-        + (
-            row.partition,
-            _offset(row.leader),
-            ",".join(map(str, row.replicas)),
-            _offset(row.start_offset),
-            _offset(row.end_offset),
-        )
+        + (row.partition, row.leader, tuple(row.replicas), row.start_offset, row.end_offset)
         for row in rows
     ]
-    for line in text_table(header, lines):
+
+
+def _print_partitions(rows: Sequence[Any], *, with_topic: bool) -> None:
+    header = ("TOPIC",) * with_topic + PARTITION_HEADER
+    for line in text_table(header, _partition_rows(rows, with_topic=with_topic)):
         print(line)
 
 
@@ -317,7 +328,10 @@ def _add_group(commands: Any) -> None:
     describe = actions.add_parser(
         "describe", help="a group's state, members and per-partition offsets and lag"
     )
-    describe.add_argument("name")
+    describe.add_argument("name", nargs="?", help="the group (or --all-groups)")
+    describe.add_argument(
+        "--all-groups", action="store_true", help="every group (with --topic: every one reading it)"
+    )
     describe.add_argument("--topic", help="only this topic (default: every topic it reads)")
     describe.set_defaults(run=run_group_describe)
     reset = actions.add_parser(
@@ -327,7 +341,8 @@ def _add_group(commands: Any) -> None:
         "(backwards too) and print them. As Kafka's, without --execute it only prints where "
         "they would go (a dry run: the same checks, nothing changed).",
     )
-    reset.add_argument("name")
+    reset.add_argument("name", nargs="?", help="the group (or --all-groups)")
+    reset.add_argument("--all-groups", action="store_true", help="every group that reads --topic")
     reset.add_argument("--topic", required=True, help="the topic whose offsets move")
     to = reset.add_mutually_exclusive_group(required=True)
     to.add_argument("--to-earliest", action="store_true", help="each partition's start")
@@ -339,6 +354,17 @@ def _add_group(commands: Any) -> None:
         "--to-datetime",
         help="the first offset at or after this time: milliseconds since the epoch, or ISO "
         "8601 (UTC when it names no zone)",
+    )
+    to.add_argument(
+        "--to-current",
+        action="store_true",
+        help="the committed offsets as they are (a partition with none: its end), as Kafka's",
+    )
+    to.add_argument(
+        "--shift-by",
+        type=int,
+        metavar="N",
+        help="each committed offset plus N (negative: back), kept within start..end",
     )
     to.add_argument(
         "--by-duration",
@@ -355,41 +381,93 @@ def _add_group(commands: Any) -> None:
     delete.set_defaults(run=run_group_delete)
     for parser in (listing, describe, reset, delete):
         bootstrap_option(parser)
+    for parser in (listing, describe, reset):
+        format_option(parser)
 
 
 def run_group_list(args: argparse.Namespace) -> int:
     with client_from_args(args) as client:
         groups = client.list_groups()
     rows = [(g.group, g.topic, g.state, g.members) for g in groups]
-    for line in text_table(("GROUP", "TOPIC", "STATE", "MEMBERS"), rows):
-        print(line)
+    print_table(args, ("GROUP", "TOPIC", "STATE", "MEMBERS"), rows)
     return 0
+
+
+def _group_names(
+    client: Client, args: argparse.Namespace, topic: str | None, *, some: bool = True
+) -> list[str]:
+    """The group the command names, or with ``--all-groups`` every group (reading ``topic``);
+    none is an error if ``some`` (a reset of every group), else an empty list (describe)."""
+    if args.all_groups == (args.name is not None):
+        raise ClientCommandError("name a group or give --all-groups (not both)")
+    if args.name is not None:
+        return [args.name]
+    names = sorted({g.group for g in client.list_groups() if topic in (None, g.topic)})
+    if not names and some:
+        raise ClientCommandError(
+            "there are no consumer groups" + ("" if topic is None else f" reading {topic}")
+        )
+    return names
 
 
 def run_group_describe(args: argparse.Namespace) -> int:
     topic = None if args.topic is None else _check_topic(args.topic, writes=False)
+    descriptions: list[GroupDescription] = []
     with client_from_args(args) as client:
-        descriptions = client.describe_consumer_group(args.name, topic)
+        for name in _group_names(client, args, topic, some=False):
+            try:
+                descriptions += client.describe_consumer_group(name, topic)
+            except KafkaesqueError as exc:
+                # --all-groups: a group deleted since the list is gone, not an error.
+                if not args.all_groups or exc.code is not ErrorCode.UNKNOWN_GROUP:
+                    raise
+    if args.format == JSON:
+        print_json([_group_json(d) for d in descriptions])
+        return 0
     for i, d in enumerate(descriptions):
         if i:
             print()
         s = d.state
         print(f"group {s.group} on {s.topic}: {s.state}, {s.members} member(s)")
         if d.members:
-            members = [(m.member, ",".join(map(str, m.partitions)) or "-") for m in d.members]
-            for line in text_table(("MEMBER", "PARTITIONS"), members):
+            for line in text_table(MEMBER_HEADER, _member_rows(d)):
                 print(line)
-        table = [
-            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g))
-            for g in d.partitions
-        ]
-        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(GROUP_HEADER, _group_rows(d.partitions)):
             print(line)
     return 0
 
 
+MEMBER_HEADER = ("MEMBER", "PARTITIONS")
+GROUP_HEADER = ("PARTITION", "OWNER", "COMMITTED", "END", "LAG")
+
+
+def _member_rows(d: GroupDescription) -> list[tuple[object, ...]]:
+    return [(m.member, tuple(m.partitions)) for m in d.members]
+
+
+def _group_rows(rows: Sequence[GroupRow]) -> list[tuple[object, ...]]:
+    return [(g.partition, g.owner or None, g.committed, g.end, _lag(g)) for g in rows]
+
+
+def _group_json(d: GroupDescription) -> dict[str, object]:
+    """A group on a topic as ``group describe --format json`` prints it."""
+    s = d.state
+    return {
+        "group": s.group,
+        "topic": s.topic,
+        "state": s.state,
+        "members": table_json(MEMBER_HEADER, _member_rows(d)),
+        "partitions": table_json(GROUP_HEADER, _group_rows(d.partitions)),
+    }
+
+
 def _reset_target(args: argparse.Namespace) -> tuple[str, int | None]:
-    """``(kind, value)`` of ``group reset``'s ``--to-*`` option."""
+    """``(kind, value)`` of ``group reset``'s ``--to-*`` option: a ``RESETOFFSETS`` kind, or
+    ``current`` / ``shift`` (``value`` N), which ``_reset_from_committed`` does."""
+    if args.to_current:
+        return "current", None
+    if args.shift_by is not None:
+        return "shift", args.shift_by
     if args.to_earliest:
         return "earliest", None
     if args.to_latest:
@@ -429,14 +507,51 @@ def parse_duration_ms(text: str) -> int:
 def run_group_reset(args: argparse.Namespace) -> int:
     topic = _check_topic(args.topic, writes=False)
     kind, value = _reset_target(args)
+    rows = []
     with client_from_args(args) as client:
-        offsets = client.reset_offsets(args.name, topic, kind, value, dry_run=not args.execute)
-    rows = [(args.name, topic, p, o) for p, o in sorted(offsets.items())]
-    for line in text_table(("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows):
-        print(line)
+        for name in _group_names(client, args, topic):
+            if kind in ("current", "shift"):
+                offsets = _reset_from_committed(client, name, topic, value, execute=args.execute)
+            else:
+                offsets = client.reset_offsets(name, topic, kind, value, dry_run=not args.execute)
+            rows += [(name, topic, p, o) for p, o in sorted(offsets.items())]
+    print_table(args, ("GROUP", "TOPIC", "PARTITION", "NEW_OFFSET"), rows)
     if not args.execute:  # as Kafka warns when --execute is missing
         print("dry run: nothing was changed; add --execute to apply", file=sys.stderr)
     return 0
+
+
+def _reset_from_committed(
+    client: Client, group: str, topic: str, shift: int | None, *, execute: bool
+) -> dict[int, int]:
+    """``--to-current`` (``shift`` None) or ``--shift-by shift``: each partition's new offset,
+    from its committed one, kept within the partition's start and end; written if ``execute``.
+
+    As Kafka's: ``--to-current`` puts a partition without a commit at its end, ``--shift-by``
+    refuses one (there is nothing to shift). ``RESETOFFSETS`` sets one offset on every
+    partition, so the write is two steps: a reset to the lowest new offset (which refuses a
+    group with members, ``GROUP_NOT_EMPTY``, as every reset does), then a ``COMMIT`` forward
+    for each partition meant to be further on (commits only move forward).
+    """
+    committed = client.committed_offsets(group, topic)
+    bounds = client.partition_offsets(topic)
+    targets: dict[int, int] = {}
+    for partition, (start, end) in sorted(bounds.items()):
+        current = committed.get(partition)
+        if current is None and shift is not None:
+            raise ClientCommandError(
+                f"group {group} has no committed offset on {topic} partition {partition} to "
+                "shift: place one with --to-earliest, --to-latest or --to-offset"
+            )
+        wanted = end if current is None else current + (shift or 0)
+        targets[partition] = min(max(wanted, start), end)
+    lowest = min(targets.values(), default=0)
+    placed = client.reset_offsets(group, topic, "offset", lowest, dry_run=not execute)
+    if execute:
+        for partition, offset in sorted(targets.items()):
+            if placed.get(partition, offset) < offset:
+                client.commit(group, topic, partition, offset)
+    return targets
 
 
 def run_group_delete(args: argparse.Namespace) -> int:
@@ -450,7 +565,15 @@ def run_group_delete(args: argparse.Namespace) -> int:
 
 
 def run_status(args: argparse.Namespace) -> int:
+    if args.group and not args.topic:
+        raise ClientCommandError("--group needs --topic")
     with client_from_args(args) as client:
+        # The group first: one that does not exist is an error before anything is printed.
+        group = (
+            client.describe_group(args.group, _check_topic(args.topic, writes=False))
+            if args.group
+            else None
+        )
         metadata = client.refresh_metadata()
         rows = [row for topic in sorted(metadata.partitions) for row in metadata.partitions[topic]]
         if any(r.start_offset is None or r.end_offset is None for r in rows):
@@ -469,53 +592,65 @@ def run_status(args: argparse.Namespace) -> int:
             b.broker_id,
             b.host,
             b.port,
-            *map(_dash, (b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)),
+            b.mqtt_port,
+            b.mqtt_tls_port,
+            b.mqtt_ws_port,
             leads.get(b.broker_id, 0),
             "down" if b.broker_id in down else "up",
         )
         for _, b in sorted(metadata.brokers.items())
     ]
-    print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
-    for line in text_table(
-        ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE"), brokers
-    ):
-        print(line)
-    print()
     states = [partition_state(row, down) for row in rows]
     if args.under_replicated:
         kept = [(row, state) for row, state in zip(rows, states, strict=True) if state != "ok"]
         rows, states = [row for row, _ in kept], [state for _, state in kept]
-    under = sum("under-replicated" in state for state in states)
-    print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
-    header = ("TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE")
     partition_table = [
         (
             row.topic,
             row.partition,
-            _offset(row.leader),
-            ",".join(map(str, row.replicas)),
-            _offset(row.start_offset),
-            _offset(row.end_offset),
-            ",".join(str(r) for r in row.replicas if r not in down) or "-",
+            row.leader,
+            tuple(row.replicas),
+            row.start_offset,
+            row.end_offset,
+            tuple(r for r in row.replicas if r not in down),
             state,
         )
         for row, state in zip(rows, states, strict=True)
     ]
-    for line in text_table(header, partition_table):
+    group_table = None if group is None else _group_rows(group)
+    if args.format == JSON:
+        document: dict[str, object] = {
+            "brokers": table_json(BROKER_HEADER, brokers),
+            "partitions": table_json(STATUS_PARTITION_HEADER, partition_table),
+        }
+        if group_table is not None:
+            document["group"] = {
+                "group": args.group,
+                "topic": args.topic,
+                "partitions": table_json(GROUP_HEADER, group_table),
+            }
+        print_json(document)
+        return 0
+    print(f"brokers ({len(brokers)}{f', {len(down)} down' if down else ''})")
+    for line in text_table(BROKER_HEADER, brokers):
         print(line)
-    if args.group:
-        if not args.topic:
-            raise ClientCommandError("--group needs --topic")
-        with client_from_args(args) as client:
-            group = client.describe_group(args.group, _check_topic(args.topic, writes=False))
+    print()
+    under = sum("under-replicated" in state for state in states)
+    print(f"partitions ({len(rows)}{f', {under} under-replicated' if under else ''})")
+    for line in text_table(STATUS_PARTITION_HEADER, partition_table):
+        print(line)
+    if group_table is not None:
         print()
         print(f"group {args.group} on {args.topic}")
-        table = [
-            (g.partition, g.owner or "-", _dash(g.committed), _dash(g.end), _lag(g)) for g in group
-        ]
-        for line in text_table(("PARTITION", "OWNER", "COMMITTED", "END", "LAG"), table):
+        for line in text_table(GROUP_HEADER, group_table):
             print(line)
     return 0
+
+
+BROKER_HEADER = ("ID", "HOST", "PORT", "MQTT", "MQTT_TLS", "MQTT_WS", "LEADERS", "STATE")
+STATUS_PARTITION_HEADER = (
+    "TOPIC", "PARTITION", "LEADER", "REPLICAS", "START", "END", "LIVE", "STATE"
+)  # fmt: skip
 
 
 PROBE_TIMEOUT_S = 1.0
@@ -538,12 +673,8 @@ def partition_state(row: PartitionRow, down: Container[int]) -> str:
     return ",".join(problems) or "ok"
 
 
-def _dash(value: int | None) -> object:
-    return "-" if value is None else value
-
-
-def _lag(row: GroupRow) -> object:
-    return "-" if row.end is None else row.end - (row.committed or 0)
+def _lag(row: GroupRow) -> int | None:
+    return None if row.end is None else row.end - (row.committed or 0)
 
 
 # -- produce -------------------------------------------------------------------------------------
@@ -559,6 +690,15 @@ def _add_produce(commands: Any) -> None:
     produce.add_argument("--key", help="the key of every record (picks their partition)")
     produce.add_argument("--partition", type=int, help="publish to this partition")
     produce.add_argument("--file", help="read this file instead of stdin")
+    produce.add_argument(
+        "-f",
+        "--format",
+        metavar="TEMPLATE",
+        help="read each line's key, headers and partition too, by an rpk-style template: %%k "
+        "key (empty: none), %%v value, %%h headers (name=value,...), %%p partition, text "
+        "between them as it is (-f '%%k %%v'); a line that does not match is not sent, and "
+        "counted as an error",
+    )
     produce.add_argument(
         "--acks", choices=[a.value for a in Acks], default=Acks.QUORUM.value, help="(quorum)"
     )
@@ -606,6 +746,11 @@ def _lines(stream: BinaryIO) -> Iterator[bytes]:
 def run_produce(args: argparse.Namespace) -> int:
     _check_topic(args.topic, writes=True)
     key = None if args.key is None else os.fsencode(args.key)
+    template = None if args.format is None else LineTemplate(args.format)
+    if template is not None:
+        for letter, flag, given in (("k", "--key", args.key), ("p", "--partition", args.partition)):
+            if letter in template.fields and given is not None:
+                raise ClientCommandError(f"{flag} cannot be used with %{letter} in -f")
     # Unkeyed lines go round-robin, record by record, as the seed and the broker's PUBS do: a
     # short burst (``seq 1000``) spreads over every partition instead of filling one batch.
     config = ProducerConfig(
@@ -634,13 +779,25 @@ def run_produce(args: argparse.Namespace) -> int:
 
     started = time.monotonic()
     records = read_bytes = 0
+    unmatched: list[int] = []  # line numbers that did not match -f
     with client_from_args(args) as client, source, Producer(client, config) as producer:
-        for line in _lines(source):
-            producer.send(args.topic, line, key, partition=args.partition).handle.add_done_callback(
-                settled
-            )
-            records += 1
+        for number, line in enumerate(_lines(source), 1):
             read_bytes += len(line) + 1
+            records += 1
+            if template is None:
+                future = producer.send(args.topic, line, key, partition=args.partition)
+            elif (parsed := template.parse(line)) is None:
+                unmatched.append(number)
+                continue
+            else:
+                future = producer.send(
+                    args.topic,
+                    parsed.value,
+                    parsed.key if "k" in template.fields else key,
+                    partition=parsed.partition if "p" in template.fields else args.partition,
+                    headers=parsed.headers,
+                )
+            future.handle.add_done_callback(settled)
             if progress is not None:
                 progress.update(records, read_bytes)
         producer.flush()
@@ -653,6 +810,12 @@ def run_produce(args: argparse.Namespace) -> int:
         f"in {elapsed:.2f} s ({records / max(elapsed, 1e-9):,.0f} records/s); "
         f"partition:records {spread}"
     )
+    if unmatched:
+        raise ClientCommandError(
+            f"{len(unmatched):,} line{'s' * (len(unmatched) > 1)} did not match -f "
+            f"{args.format!r} and {'were' if len(unmatched) > 1 else 'was'} not sent; the first: "
+            f"line {unmatched[0]}"
+        )
     if failures:
         raise ClientCommandError(f"{len(failures):,} records failed; the first: {failures[0]}")
     return 0
@@ -660,14 +823,25 @@ def run_produce(args: argparse.Namespace) -> int:
 
 # -- consume -------------------------------------------------------------------------------------
 
-_FIELD = re.compile(r"\{(topic|partition|offset|key|value|timestamp)\}")
 LONG_FORMAT = "{partition} {offset} {key} {value}"
 """``--long``: where each record is, then what it holds (a missing key prints as -)."""
+
+RECORD_FORMAT_HELP = (
+    "how to print a record: json (an object a line); an rpk-style template (%%t topic, %%p "
+    "partition, %%o offset, %%d timestamp, %%k key, %%v value, %%h headers, \\n newline: "
+    "-f '%%k %%v\\n'); or {topic} {partition} {offset} {key} {value} {timestamp} {headers} "
+    "and a newline (default: {value}; a missing key prints as -)"
+)
 
 
 def _add_consume(commands: Any) -> None:
     consume = commands.add_parser(
-        "consume", help="print a topic's records, one value per line (or --format)"
+        "consume",
+        help="print a topic's records, one value per line (or --format), waiting for new ones "
+        "until Ctrl-C (-e: exit at the end)",
+        description="Print a topic's records, one value per line (or --format). As "
+        "kafka-console-consumer and rpk, it keeps waiting for new records until Ctrl-C, --max "
+        "records, or, with -e (--no-wait), the end of what each partition holds when reached.",
     )
     consume.add_argument("topic")
     start = consume.add_mutually_exclusive_group()
@@ -690,8 +864,22 @@ def _add_consume(commands: Any) -> None:
     )
     consume.add_argument("--partition", type=int, help="only this partition (else: all)")
     consume.add_argument("--group", help="read through this consumer group and commit offsets")
-    consume.add_argument(
-        "--follow", action="store_true", help="keep waiting for new records (until Ctrl-C)"
+    ending = consume.add_mutually_exclusive_group()
+    ending.add_argument(
+        "-e",
+        "--no-wait",
+        action="store_false",
+        dest="follow",
+        help="exit at the end of each partition (the high watermark when it is reached) instead "
+        "of waiting for new records",
+    )
+    ending.add_argument(
+        "--follow",
+        action="store_true",
+        dest="follow",
+        default=True,
+        help="wait for new records until Ctrl-C (the default, as kafka-console-consumer and "
+        "rpk do)",
     )
     consume.add_argument("--max", type=int, help="stop after this many records")
     shape = consume.add_mutually_exclusive_group()
@@ -704,12 +892,7 @@ def _add_consume(commands: Any) -> None:
         default="{value}",  # the first action of a dest gives its default
         help="print `partition offset key value` for each record",
     )
-    shape.add_argument(
-        "--format",
-        default="{value}",
-        help="how to print a record: {topic} {partition} {offset} {key} {value} {timestamp} "
-        "(default: {value}); a missing key prints as -",
-    )
+    shape.add_argument("-f", "--format", default="{value}", help=RECORD_FORMAT_HELP)
     bootstrap_option(consume)
     consume.set_defaults(run=run_consume)
 
@@ -738,12 +921,7 @@ def _add_latest(commands: Any) -> None:
         default="{value}",
         help="print `partition offset key value`",
     )
-    shape.add_argument(
-        "--format",
-        default="{value}",
-        help="how to print the record: {topic} {partition} {offset} {key} {value} "
-        "(default: {value})",
-    )
+    shape.add_argument("-f", "--format", default="{value}", help=RECORD_FORMAT_HELP)
     bootstrap_option(latest)
     latest.set_defaults(run=run_latest)
 
@@ -754,6 +932,7 @@ def run_latest(args: argparse.Namespace) -> int:
     key = args.key.encode()
     if not key:
         raise ClientCommandError("the key must not be empty")
+    render = record_formatter(args.format)
     with client_from_args(args) as client:
         record = client.latest(args.topic, key)
     if record is None:
@@ -763,28 +942,9 @@ def run_latest(args: argparse.Namespace) -> int:
             file=sys.stderr,
         )
         return NO_VALUE_EXIT
-    sys.stdout.buffer.write(record_formatter(args.format)(record) + b"\n")
+    sys.stdout.buffer.write(render(record))
     sys.stdout.buffer.flush()
     return 0
-
-
-def record_formatter(template: str) -> Callable[[ConsumerRecord], bytes]:
-    """The bytes ``template`` makes of a record (its fields substituted, values as raw bytes)."""
-    parts = _FIELD.split(template)
-
-    def render(record: ConsumerRecord) -> bytes:
-        out = bytearray()
-        for i, part in enumerate(parts):
-            if i % 2 == 0:
-                out += part.encode()
-            elif part in ("key", "value"):
-                raw = record.key if part == "key" else record.value
-                out += b"-" if raw is None and part == "key" else raw or b""
-            else:
-                out += str(getattr(record, part)).encode()
-        return bytes(out)
-
-    return render
 
 
 def run_consume(args: argparse.Namespace) -> int:
@@ -805,6 +965,7 @@ def run_consume(args: argparse.Namespace) -> int:
             "--from-time cannot be used with --group (a group reads from its committed offsets)"
         )
     printer = _Printer(record_formatter(args.format), args.max, flush=args.follow)
+    status = 0
     try:
         with client_from_args(args) as client:
             if args.group:
@@ -815,8 +976,16 @@ def run_consume(args: argparse.Namespace) -> int:
     except BrokenPipeError:
         # The reader (e.g. ``head``) went away: stop quietly, as ``cat`` does.
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except KeyboardInterrupt:
+        # Ctrl-C is how a waiting consume ends: say what it read (as kafka-console-consumer's
+        # "Processed a total of N messages"), with the shell's status for SIGINT.
+        status = INTERRUPTED_EXIT
     print(consumed_summary(printer.seen, hint=args.format == "{value}"), file=sys.stderr)
-    return 0
+    return status
+
+
+INTERRUPTED_EXIT = 130
+"""``consume``'s exit status when Ctrl-C ended it (128 + SIGINT, as ``main``'s)."""
 
 
 def consumed_summary(seen: dict[int, tuple[int, int, int]], *, hint: bool) -> str:
@@ -855,13 +1024,15 @@ class _Printer:
         return None if self.limit is None else self.limit - self.count
 
     def emit(self, record: ConsumerRecord) -> bool:
-        out = sys.stdout.buffer
-        out.write(self.render(record) + b"\n")
-        if self.flush:
-            out.flush()
+        # Counted before it is written: a Ctrl-C right after the write (a reader may act on
+        # the line at once) must not leave the record out of the summary.
         self.count += 1
         count, first, _ = self.seen.get(record.partition, (0, record.offset, 0))
         self.seen[record.partition] = (count + 1, first, record.offset)
+        out = sys.stdout.buffer
+        out.write(self.render(record))
+        if self.flush:
+            out.flush()
         return self.limit is None or self.count < self.limit
 
 
@@ -870,25 +1041,38 @@ def _reset(args: argparse.Namespace) -> OffsetReset:
 
 
 def _consume_group(client: Client, args: argparse.Namespace, printer: _Printer) -> None:
+    if args.offset is not None:  # the group starts every partition there: past an end says so
+        for partition, (_, end) in sorted(client.partition_offsets(args.topic).items()):
+            if args.offset > end:
+                raise ClientCommandError(
+                    f"--offset {args.offset} is past the end of {args.topic} partition "
+                    f"{partition} (its next offset is {end})"
+                )
     group = GroupConsumer(
         client, args.topic, args.group, start=args.offset, auto_offset_reset=_reset(args)
     )
-    more = True
-    while more:
-        records = group.poll(1.0, max_records=printer.remaining())
-        printed = 0
-        try:
-            for record in records:
-                more = printer.emit(record)
-                printed += 1
-                if not more:
-                    break
-        finally:
-            # Commit what was printed, not more (at-least-once), even after an error.
-            group.cursor.unprocessed(records[printed:])
-            group.commit()
-        if not records and not args.follow:
-            return
+    try:
+        more = True
+        while more:
+            records = group.poll(1.0, max_records=printer.remaining())
+            printed = 0
+            try:
+                for record in records:
+                    more = printer.emit(record)
+                    printed += 1
+                    if not more:
+                        break
+            finally:
+                # Commit what was printed, not more (at-least-once), even after an error.
+                group.cursor.unprocessed(records[printed:])
+                group.commit()
+            if not records and not args.follow:
+                return
+    finally:
+        # As Kafka's console consumer does on close: the group is Empty (or rebalanced) at
+        # once, not after the session timeout. A failed LEAVE is only a later rebalance.
+        with contextlib.suppress(KafkaesqueError):
+            group.leave()
 
 
 def _start_offset(text: str) -> int | str:
@@ -927,6 +1111,32 @@ def parse_time_ms(text: str, *, option: str = "--from-time") -> int:
     return ms
 
 
+LAST_RECORDS_STEPS = 8
+"""How many times ``last_records_start`` steps back before it settles for what it found."""
+
+
+def last_records_start(client: Client, tp: TopicPartition, count: int, start: int, end: int) -> int:
+    """The offset from which the partition's last ``count`` records follow (``start``, its log
+    start, if it holds fewer): ``-o -N``.
+
+    Not simply ``end - count``: offsets also number control batches (the no-op a new leader
+    appends at each leader change), which hold no record, so the last ``count`` offsets may
+    hold fewer records. It reads back from ``end - count`` and steps back by what is missing
+    (at most ``LAST_RECORDS_STEPS`` times; a partition full of control batches gets fewer)."""
+    at = max(start, end - count)
+    for _ in range(LAST_RECORDS_STEPS):
+        if at <= start:
+            return start
+        reader = Consumer(client)
+        reader.assign([tp])
+        reader.seek(tp, at)
+        found = sum(1 for record in reader.records(follow=False) if record.offset < end)
+        if found >= count:
+            return at
+        at = max(start, at - (count - found))
+    return at
+
+
 def _consume_partitions(
     client: Client, args: argparse.Namespace, printer: _Printer, from_time: int | None = None
 ) -> None:
@@ -945,7 +1155,7 @@ def _consume_partitions(
         for tp in consumer.assignment():
             start, end = bounds[tp.partition]
             if args.offset < 0:  # the last -offset records
-                consumer.seek(tp, max(start, end + args.offset))
+                consumer.seek(tp, last_records_start(client, tp, -args.offset, start, end))
             elif args.offset > end:
                 raise ClientCommandError(
                     f"--offset {args.offset} is past the end of {args.topic} partition "

@@ -12,6 +12,7 @@ or ``$KAFKAESQUE_PASSWORD`` (better: not in the process list). See docs/security
 from __future__ import annotations
 
 import argparse
+import json
 import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
@@ -126,9 +127,54 @@ def client_from_args(args: argparse.Namespace) -> Client:
         raise ClientCommandError(f"--bootstrap: {exc}") from exc
 
 
+def format_option(parser: argparse.ArgumentParser) -> None:
+    """``--format text|json`` of a command that prints tables."""
+    parser.add_argument(
+        "--format",
+        choices=("text", "json"),
+        default="text",
+        help="text (tables, the default) or json (one document: lists of objects whose keys are "
+        "the columns in lower case; - is null)",
+    )
+
+
+def cell(value: object) -> str:
+    """A table cell: ``-`` for None (nothing there), ``yes``/``no`` for a bool, a list's items
+    joined by ``,``."""
+    if value is None:
+        return "-"
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, tuple | list):  # replicas, a member's partitions
+        return ",".join(map(str, value)) or "-"
+    return str(value)
+
+
+def table_json(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[dict[str, object]]:
+    """A table as ``--format json`` has it: an object a row, keyed by the columns in lower case."""
+    keys = [name.lower() for name in header]
+    return [dict(zip(keys, row, strict=True)) for row in rows]
+
+
+def print_json(document: object) -> None:
+    """Print ``document`` as JSON on stdout (indented, for people; ``jq`` reads it either way)."""
+    print(json.dumps(document, indent=2))
+
+
+def print_table(
+    args: argparse.Namespace, header: Sequence[str], rows: Sequence[Sequence[object]]
+) -> None:
+    """One table, as ``--format`` asks: text columns, or a JSON list (``table_json``)."""
+    if getattr(args, "format", "text") == "json":
+        print_json(table_json(header, rows))
+    else:
+        for line in text_table(header, rows):
+            print(line)
+
+
 def text_table(header: Sequence[str], rows: Sequence[Sequence[object]]) -> list[str]:
-    """Left-aligned columns, two spaces apart, header first."""
-    cells = [list(header), *([str(c) for c in row] for row in rows)]
+    """Left-aligned columns, two spaces apart, header first (cells as ``cell`` writes them)."""
+    cells = [list(header), *([cell(c) for c in row] for row in rows)]
     widths = [max(len(row[i]) for row in cells) for i in range(len(header))]
     return [
         "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in cells

@@ -49,7 +49,9 @@ COMMANDS: dict[str, Command] = {
         "records without --key go to the partitions in turn (round-robin)",
     ),
     "consume": Command(
-        ".client_commands", "print a topic's records, one value per line (or --format)"
+        ".client_commands",
+        "print a topic's records, one value per line (or --format), waiting for new ones "
+        "until Ctrl-C (-e: exit at the end)",
     ),
     "latest": Command(
         ".client_commands",

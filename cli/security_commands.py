@@ -19,7 +19,8 @@ from .client_options import (
     SecurityCommandError,
     bootstrap_option,
     client_from_args,
-    text_table,
+    format_option,
+    print_table,
 )
 
 # --- kafkaesque acl ---------------------------------------------------------------------------
@@ -92,6 +93,7 @@ def _add_acl(commands: Any) -> None:
     listing = actions.add_parser("list", help="list the ACLs")
     listing.add_argument("--principal", help="only those naming this principal")
     listing.set_defaults(run=run_acl_list)
+    format_option(listing)
     for parser in (add, remove, listing):
         _client_options(parser)
 
@@ -164,17 +166,15 @@ def run_acl_list(args: argparse.Namespace) -> int:
     principal = None if args.principal is None else _principal(args.principal)
     with client_from_args(args) as client:
         acls = client.list_acls(principal)
-    if not acls:
+    if not acls and args.format == "text":
         print("no ACLs: every principal may do everything" if principal is None else "no ACLs")
         return 0
     rows = [
-        (a.principal, a.permission, a.operation, a.resource, a.pattern, a.name)
+        (a.principal, str(a.permission), str(a.operation), str(a.resource), str(a.pattern), a.name)
         for a in sorted(acls, key=_acl_words)
     ]
-    for line in text_table(
-        ("PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "PATTERN", "NAME"), rows
-    ):
-        print(line)
+    header = ("PRINCIPAL", "PERMISSION", "OPERATION", "RESOURCE", "PATTERN", "NAME")
+    print_table(args, header, rows)
     return 0
 
 

@@ -83,10 +83,19 @@ class Recorder:
     def now(self) -> int:
         return time.monotonic_ns() - self._t0
 
-    def record(self, kind: EventType, process: Process, op: Op, node: str | None = None) -> int:
-        """Write one event now; returns its time (ns)."""
+    def record(
+        self,
+        kind: EventType,
+        process: Process,
+        op: Op,
+        node: str | None = None,
+        *,
+        error: BaseException | None = None,
+    ) -> int:
+        """Write one event now; returns its time (ns). ``error``: what it failed with."""
         t = self.now()
-        self.writer.write(Event(kind, process, t, op, node))
+        why = None if error is None else repr(error)
+        self.writer.write(Event(kind, process, t, op, node, why))
         return t
 
 
@@ -152,7 +161,7 @@ async def producer(
                         future = await prod.send(opts.topic, value.encode(), key.encode())
                         meta = await future.get(opts.send_timeout_s)
                     except KafkaesqueError as exc:
-                        rec.record(outcome_of(exc), process, op)
+                        rec.record(outcome_of(exc), process, op, error=exc)
                         if not exc.retriable:
                             break  # reopen the producer: a fenced or broken one stays broken
                         await trio.sleep(0.05)
@@ -291,7 +300,7 @@ async def _member_round(
                     opts.group, opts.topic, partition, offset, cursor.subscription_id
                 )
         except KafkaesqueError as exc:
-            rec.record(outcome_of(exc), process, op)
+            rec.record(outcome_of(exc), process, op, error=exc)
             continue
         except trio.TooSlowError:
             rec.record("info", process, op)

@@ -752,7 +752,7 @@ OBSERVATIONS: tuple[type[Op], ...] = (Assignment, FetchCommitted, Crash)
 """Operations that may be recorded as a lone completion while their process has another
 operation in flight (they happen inside it, or end it)."""
 
-_ENVELOPE = ("type", "f", "process", "time", "node")
+_ENVELOPE = ("type", "f", "process", "time", "node", "error")
 
 
 @dataclass(frozen=True, slots=True)
@@ -760,7 +760,9 @@ class Event:
     """One line of the history: an invocation or completion of ``op`` by ``process``.
 
     ``node`` is the broker the client talked to, when it knows (None for the nemesis, or for a
-    client that goes through whichever broker answers).
+    client that goes through whichever broker answers). ``error`` is what a ``fail`` or ``info``
+    completion failed with, as the client said it (for whoever reads the history; the checker
+    does not judge by it).
     """
 
     type: EventType
@@ -768,6 +770,7 @@ class Event:
     time: int
     op: Op
     node: str | None = None
+    error: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The flat JSON object of this event: envelope fields, ``f``, then the op's fields."""
@@ -775,6 +778,8 @@ class Event:
         d["time"] = self.time
         if self.node is not None:
             d["node"] = self.node
+        if self.error is not None:
+            d["error"] = self.error
         d.update(self.op.fields())
         return d
 
@@ -803,7 +808,10 @@ class Event:
             if type(node) is not str:
                 raise _missing("node", "a string or null")
             node = sys.intern(node)
-        return cls(kind, process, time, op_class.from_fields(d), node)
+        error = d.get("error")
+        if error is not None and type(error) is not str:
+            raise _missing("error", "a string or null")
+        return cls(kind, process, time, op_class.from_fields(d), node, error)
 
     @classmethod
     def from_json(cls, text: str) -> Event:

@@ -900,7 +900,10 @@ class GroupCoordinator:
     def committed_offsets(self) -> list[tuple[str, str, int, int]]:
         """(group, topic, partition, committed offset) of every group coordinated here, as the
         tables loaded in this broker's current term hold them (the expiry timer keeps them up
-        with the commit index): what the lag metrics read at scrape time, with no await."""
+        with the commit index): what the lag metrics read at scrape time, with no await.
+        Kafka groups' offsets are there too; where a line-protocol group and a Kafka group of
+        the same name committed the same partition, the line-protocol group's is given (one
+        row a key: a metric's labels must not repeat)."""
         rows = []
         for partition, table in list(self._tables.items()):
             replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
@@ -911,6 +914,12 @@ class GroupCoordinator:
             ):
                 continue  # no longer (or not yet) the coordinator of this partition's groups
             rows += [(g, t, p, offset) for (g, t, p), offset in table.offsets.items()]
+            rows += [
+                (g, t, p, committed.offset)
+                for g, offsets in table.kafka_offsets.items()
+                for (t, p), committed in offsets.items()
+                if (g, t, p) not in table.offsets
+            ]
         return rows
 
 

@@ -123,14 +123,14 @@ class ProducerStates:
 def rebuild(log: PartitionLog, term: int) -> ProducerStates:
     """The producer windows of everything in ``log`` (its last ``REBUILD_BYTES``)."""
     states = ProducerStates(term)
-    start = log.log_start_offset
-    total = 0
+    # Whole segments back from the newest (always read), while they fit in REBUILD_BYTES.
+    start, total = log.log_end_offset, 0
     for base, size, _ in reversed(log.segments()):
-        total += size
-        if total > REBUILD_BYTES:
+        if total and total + size > REBUILD_BYTES:
             break
-        start = max(start, base)
-    offset, end = start, log.log_end_offset
+        total += size
+        start = base
+    offset, end = max(start, log.log_start_offset), log.log_end_offset
     while offset < end:
         data = log.read(offset, _READ_BYTES).data
         if not data:

@@ -411,6 +411,14 @@ class _Pipeline:
                 self.broken = True
                 self._writer_wake.set()  # the writer ends the session
                 return
+            if self.queue and self.queue[0].ready():
+                # More was ready than one write takes (``_SEND_COALESCE_BYTES``): the writer
+                # sends the rest. No one else would: these replies notify no one any more, and
+                # a reader held at ``max_inflight`` waits for them to leave (found by the
+                # pipelined-writes drain test under load: a read's worth of refused lines,
+                # 3,000 NOT_READY replies, more than one write; the session stalled until the
+                # shutdown deadline cut it, and the client saw ECONNRESET).
+                self._writer_wake.set()
         if self.closing and not self.queue:
             self._writer_wake.set()  # the writer tells the reader all was sent
 

@@ -107,6 +107,7 @@ class _Remote:
 class _Failed:
     reason: str
     refusal: RequestError | None = None  # set when retrying cannot help (a bad batch)
+    unknown: bool = False  # the batch may have been appended, and may still commit
 
 
 Attempt = _Local | _Remote | _Failed
@@ -229,7 +230,7 @@ class WritePath:
         if isinstance(attempt, _Failed):
             if attempt.refusal is not None:
                 raise attempt.refusal
-            raise _Retry(attempt.reason)
+            raise _Retry(attempt.reason, unknown=attempt.unknown)
         if isinstance(attempt, _Local):
             return await self._finish_local(attempt, acks, deadline)
         try:
@@ -314,10 +315,8 @@ class WritePath:
                     self.on_written(trio.current_time() - started)
                 callback((last - attempt.count + 1, last))
             elif not in_log:
-                # Worded as ``_finish_local`` words it (which reads the commit index later,
-                # once the step that cut the entry is over).
-                how = "replaced" if replica.commit_index >= last else "truncated"
-                callback(_Failed(f"offset {last} of term {term} was {how} before it committed"))
+                cut = _cut(replica, last, term)
+                callback(_Failed(str(cut), unknown=cut.unknown))
             else:
                 callback(attempt)
 
@@ -334,9 +333,9 @@ class WritePath:
             if replica.commit_index >= last or (acks is Acks.LEADER and in_log):
                 if in_log:
                     return last - a.count + 1, last
-                raise _Retry(f"offset {last} of term {term} was replaced before it committed")
+                raise _cut(replica, last, term)
             if seen and not in_log:
-                raise _Retry(f"offset {last} of term {term} was truncated before it committed")
+                raise _cut(replica, last, term)
             seen |= in_log
             if trio.current_time() >= deadline:
                 raise _Retry(f"offset {last} not committed in time", unknown=True)
@@ -371,10 +370,22 @@ class WritePath:
         started = deadline - self.timeout
         attempt = first or self.start(log_id, batch, count, acks, deadline)
         unknown = False
+        reason = ""
         backoff = 0.005
         while True:
             try:
                 written = await self.finish(attempt, acks, deadline)
+            except RequestError as exc:
+                if unknown and not exc.code.outcome_unknown:
+                    # This attempt was refused (a producer's sequence out of order, say), but an
+                    # earlier one may have been appended and may yet commit: "not written" would
+                    # be false. The batch's fate is unknown, and so it is answered.
+                    raise RequestError(
+                        ErrorCode.TIMEOUT,
+                        f"{log_id}: outcome unknown: an earlier attempt may have been applied "
+                        f"({reason}); the last one was refused: {exc.message}",
+                    ) from None
+                raise
             except _Retry as retry:
                 if retry.unknown and not _carries_producer_id(batch):
                     raise RequestError(
@@ -382,8 +393,9 @@ class WritePath:
                         f"{log_id}: outcome unknown ({retry}); a batch without a producer id "
                         "is not sent again by the broker, since a second copy could be appended",
                     ) from None
+                if retry.unknown or not unknown:
+                    reason = str(retry)  # what made the outcome unknown is kept for the answer
                 unknown |= retry.unknown
-                reason = str(retry)
             else:
                 if self.on_written is not None:
                     self.on_written(trio.current_time() - started)
@@ -585,7 +597,8 @@ class WritePath:
             if isinstance(outcome, tuple):
                 self._forwarder.reply(peer, req, Appended(*outcome))
             elif isinstance(outcome, _Failed):
-                self._forwarder.reply(peer, req, Retry(outcome.reason))
+                failed = Unknown(outcome.reason) if outcome.unknown else Retry(outcome.reason)
+                self._forwarder.reply(peer, req, failed)
             else:  # neither committed nor cut (the group was removed): as the task would
                 nursery.start_soon(self._answer_forwarded, peer, req, waiter.append())
 
@@ -672,6 +685,26 @@ class _ForwardWaiter:
         """For ``finish_forwarded``, on the rare paths (built only then: it is frozen, so
         dearer to build)."""
         return ForwardedAppend(self.attempt, Acks.QUORUM, self.deadline)
+
+
+def _cut(replica: RaftReplica, last: int, term: int) -> _Retry:
+    """Why this leader's proposal (offset ``last`` of ``term``) is no longer in ``replica``'s
+    log, as the retry to raise: definite only when another entry has committed at its offset.
+
+    An entry cut from this replica's log may still be committed: the leader that cut it need
+    not be the last one. Any replica that received it before it was cut here may win a later
+    election (with five replicas, two majorities; with three, a repaired log or a reset) and
+    commit it, as Raft commits whatever a new leader holds of earlier terms. Only the commit
+    index settles it: once it covers the offset and the log there holds another term, the
+    committed entry is another one (Log Matching), and ours never commits."""
+    held = replica.log.term_at(last)
+    if held is not None and held != term and replica.commit_index >= last:
+        return _Retry(f"offset {last} of term {term} was replaced before it committed")
+    return _Retry(
+        f"offset {last} of term {term} was cut from this replica's log before it committed "
+        "(another replica may hold it and commit it: the outcome is unknown)",
+        unknown=True,
+    )
 
 
 def _found_of(answer: Answer) -> int | None:

@@ -379,7 +379,12 @@ class GroupCursor:
     """A group subscription's state: where it lives, its id, and each partition's next offset.
 
     ``offsets`` holds the next offset per partition as the latest ``+END`` (or the starting point)
-    said; ``committed`` what was last committed, so ``commit`` sends only what moved.
+    said; ``committed`` what was last committed, so ``commit`` sends only what moved. A partition
+    the group had no commit for, started at its log start (``EARLIEST``), counts as committed
+    there: committing that start would change nothing (the policy finds it again), and would show
+    a 0 in ``GROUPS`` that nobody committed, where a partition never read shows ``-`` (as Kafka's
+    kafka-consumer-groups does). With ``LATEST`` the start is committed, as Kafka commits a
+    consumer's position: the next member goes on from there, not from a later end.
     """
 
     def __init__(
@@ -471,6 +476,8 @@ def _learn_partitions(
             if offset is not None:
                 cursor.committed[p] = offset
             cursor.offsets[p] = offset if offset is not None else edges.get(p) or 0
+            if offset is None and cursor.reset is OffsetReset.EARLIEST:
+                cursor.committed[p] = cursor.offsets[p]  # see the class docstring
     cursor.offsets = {p: cursor.offsets[p] for p in held}
 
 

@@ -897,6 +897,17 @@ class GroupConsumer:
             steps.group_commit(self._client.state, self._client.config, self.cursor)
         )
 
+    def leave(self) -> None:
+        """Leave the group now (``LEAVE`` to the broker holding the subscription): its
+        partitions move to the other members at once instead of after the session timeout.
+        Nothing to do before the first poll joined. One attempt: ``KafkaesqueError`` if it
+        fails or its outcome is unknown (the session timeout then does the same, later)."""
+        cursor = self.cursor
+        if cursor.subscription_id is None or cursor.address is None:
+            return
+        self._client.call(calls.leave(cursor.subscription_id, cursor.address))
+        cursor.subscription_id = None
+
     def committed(self) -> dict[int, int | None]:
         """The group's committed offsets, as the cluster has them."""
         return self._client.committed_offsets(self.cursor.group, self.cursor.topic)

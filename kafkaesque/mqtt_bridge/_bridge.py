@@ -28,8 +28,10 @@ Egress (``to_mqtt``): a consumer of those log topics publishes each record QoS 1
 every PUBACK of a poll, so the position survives restarts (at least once; a record without an
 MQTT topic is skipped and counted). One bridge instance per egress group reads every partition.
 
-Stopping (``stop``): no new message is taken, those in flight are committed and acknowledged,
-then DISCONNECT; the caller bounds how long that may take and cancels after (what is then left
+Stopping (``stop``): no new message is taken, those in flight are committed and acknowledged;
+egress polls no more, and the records it was publishing are acknowledged upstream and their
+offsets committed (else the next bridge of the group would publish them again); then
+DISCONNECT. The caller bounds how long that may take and cancels after (what is then left
 unacknowledged is redelivered).
 """
 
@@ -142,6 +144,7 @@ class MqttBridge:
         self._stopping = trio.Event()
         self._ready = trio.Event()  # subscribed (and egress positioned) once
         self._ingest_scope: trio.CancelScope | None = None
+        self._egress_poll_scope: trio.CancelScope | None = None  # while egress polls the log
         self._known_topics: set[str] = set()
         self._topic_lock = trio.Lock()
         self._sleep_scope: trio.CancelScope | None = None
@@ -156,6 +159,8 @@ class MqttBridge:
         self._stopping.set()
         if self._ingest_scope is not None:
             self._ingest_scope.cancel()
+        if self._egress_poll_scope is not None:
+            self._egress_poll_scope.cancel()
         if self._sleep_scope is not None:
             self._sleep_scope.cancel()
 
@@ -219,11 +224,12 @@ class MqttBridge:
             self.config.mqtt.receive_maximum
         )
         acks_drained = trio.Event()
+        egress = _Egress()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._acker, mqtt, acks, acks_drained)
             # Ingest runs while we subscribe: a kept session's queued messages arrive before the
             # SUBACK, and the SUBACK is read only once they are taken.
-            nursery.start_soon(self._subscribe, client, mqtt, nursery)
+            nursery.start_soon(self._subscribe, client, mqtt, nursery, egress)
             with trio.CancelScope() as scope:
                 self._ingest_scope = scope
                 if self._stopping.is_set():
@@ -232,12 +238,15 @@ class MqttBridge:
                     await self._ingest(client, producer, mqtt, acks_send)
             self._ingest_scope = None
             # Only stop() ends ingest without an error: the acker finishes what is in flight
-            # (the channel is closed), then egress stops and DISCONNECT is sent.
+            # (the channel is closed), egress finishes the publishes it started (stop() ended
+            # its poll), then DISCONNECT is sent. Egress not begun yet is simply cancelled.
             await acks_drained.wait()
+            if egress.begun:
+                await egress.done.wait()
             nursery.cancel_scope.cancel()
 
     async def _subscribe(
-        self, client: AsyncClient, mqtt: MqttClient, nursery: trio.Nursery
+        self, client: AsyncClient, mqtt: MqttClient, nursery: trio.Nursery, egress: _Egress
     ) -> None:
         filters = self.config.filters()
         if filters:
@@ -247,7 +256,7 @@ class MqttBridge:
                 raise BridgeError(f"the upstream broker refused the subscriptions {refused}")
         self.stats.subscribed += 1
         if self.config.to_mqtt:
-            await nursery.start(self._egress, client, mqtt)
+            await nursery.start(self._egress, client, mqtt, egress)
         self._ready.set()
 
     async def _ingest(
@@ -339,8 +348,20 @@ class MqttBridge:
         self,
         client: AsyncClient,
         mqtt: MqttClient,
+        egress: _Egress,
         *,
         task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+    ) -> None:
+        """Publish the records of ``to_mqtt`` upstream, then commit them, a poll at a time,
+        until ``stop()``: that ends a poll at once, never a publish (``_Egress``)."""
+        egress.begun = True
+        try:
+            await self._publish_records(client, mqtt, task_status)
+        finally:
+            egress.done.set()
+
+    async def _publish_records(
+        self, client: AsyncClient, mqtt: MqttClient, task_status: trio.TaskStatus[None]
     ) -> None:
         config = self.config
         group = config.egress_group
@@ -364,8 +385,13 @@ class MqttBridge:
                     if position is not None:
                         await client.commit(group, topic, partition, position)
         task_status.started()
-        while True:
-            records = await consumer.poll(1.0)
+        while not self._stopping.is_set():
+            with trio.CancelScope() as polling:
+                self._egress_poll_scope = polling  # stop() cancels it from now on
+                records = await consumer.poll(1.0)
+            self._egress_poll_scope = None
+            if polling.cancelled_caught:
+                return  # stop(): what the poll had read is not published, nor committed
             tickets = []
             for record in records:
                 mqtt_topic = config.mapping.mqtt_topic_for(record.topic, record.key, record.headers)
@@ -438,6 +464,18 @@ class MqttBridge:
                 scope.cancel()
             await trio.sleep(delay * random.uniform(0.5, 1.0))
         self._sleep_scope = None
+
+
+@dataclass
+class _Egress:
+    """One connection's egress, as its stop sees it: ``begun`` once it runs; ``done`` once it
+    returned (stopped, failed or cancelled). A stop waits for ``done`` when egress had begun:
+    a cancelled egress would leave records published upstream but not committed, which the
+    group's next bridge publishes again (found under load: the test's subscriber had both
+    records, the stop cancelled the wait for the second one's PUBACK)."""
+
+    begun: bool = False
+    done: trio.Event = field(default_factory=trio.Event)
 
 
 def _refused_for_good(exc: KafkaesqueError) -> bool:

@@ -10,6 +10,7 @@ from ._batch import (
     NO_SEQUENCE,
     BatchHeader,
     BatchType,
+    RawRecord,
     Record,
     build_batch,
     data_records,
@@ -17,6 +18,7 @@ from ._batch import (
     decode_records,
     end_offset,
     iter_batches,
+    raw_records,
     stamp,
     stamped_prefix,
 )
@@ -28,6 +30,7 @@ from ._statefile import fsync_directory, makedirs_durable, read_state_file, writ
 from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
 __all__ = [
+    "RawRecord",
     "HEADER_SIZE",
     "NO_PRODUCER_EPOCH",
     "NO_PRODUCER_ID",
@@ -52,6 +55,7 @@ __all__ = [
     "data_records",
     "decode_header",
     "decode_records",
+    "raw_records",
     "end_offset",
     "fsync_directory",
     "makedirs_durable",

@@ -312,6 +312,30 @@ def end_offset(buf: bytes | memoryview) -> int | None:
     return end
 
 
+RawRecord = tuple[int, int, bytes | None, bytes | None, tuple[tuple[bytes, bytes], ...]]
+"""A record as the body holds it: (offset delta, timestamp delta from the batch's first
+timestamp, key, value, headers with their names as UTF-8 bytes)."""
+
+
+def raw_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRecord]:
+    """The records of one batch as the body holds them (no ``Record`` built: for a reader that
+    re-encodes them, as the Kafka front's fetch does); checked as ``decode_records`` checks."""
+    unpacker = msgpack.Unpacker(use_list=False, raw=True, max_buffer_size=max(len(batch), 1024))
+    unpacker.feed(batch[HEADER_SIZE : header.size])
+    try:
+        records: list[RawRecord] = list(unpacker)
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError) as exc:
+        raise InvalidBatchError(
+            f"malformed records in batch at {header.base_offset}: {exc}"
+        ) from exc
+    if len(records) != header.record_count or any(len(r) != 5 for r in records):
+        raise InvalidBatchError(
+            f"batch at {header.base_offset} says {header.record_count} records, "
+            f"holds {len(records)}"
+        )
+    return records
+
+
 def decode_records(batch: bytes | memoryview, header: BatchHeader | None = None) -> list[Record]:
     """Unpack the records of one batch (the consumer side; the broker never does this)."""
     if header is None:

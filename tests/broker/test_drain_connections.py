@@ -45,6 +45,12 @@ from .mqtt_helpers import RULES, PahoDevice, RawMqtt, read_topic
 
 LONG_POLL_MS = 60_000  # far beyond the test's bounds: only the drain ends these polls early
 SETTLE_S = 0.3  # lets the broker take the lines just sent before the signal (not asserted)
+# The drain finishes what it took within the broker's shutdown timeout, and cuts what is still
+# busy then (``Broker.drain``), which the client sees as a reset: a test of the drain itself
+# gives it time enough on a loaded machine (thousands of pipelined writes are in flight), and
+# more than its socket's timeout (30 s), so that a drain that stalls fails as "no reply for
+# 30 s", not as a reset that could also be the deadline's.
+DRAIN_TIMEOUT_S = 60
 
 
 def _values(cluster: LocalCluster, via: int, topic: str) -> list[bytes]:
@@ -140,8 +146,17 @@ def test_no_reply_is_lost_when_a_broker_stops_under_pipelined_writes(tmp_path: P
     """Pipelined PUBS stream to a broker as it is SIGTERMed: each line is acknowledged (and in
     the log), refused with NOT_READY (and not in the log), or never read (nor in the log): the
     log holds exactly the acknowledged values. Without the drain, the stop cut the connection
-    with writes in flight: values in the log that were never acknowledged."""
-    with LocalCluster(str(tmp_path), 3) as cluster:
+    with writes in flight: values in the log that were never acknowledged.
+
+    The drain reads the lines TCP buffered before the signal (tens of thousands) and refuses
+    them: each read of them makes 3,000 NOT_READY replies, more than one write of the session
+    takes. When the socket had taken a whole write, the session left the rest unsent, its
+    reader held at max_inflight or waiting for more lines: it stalled until the shutdown
+    deadline cut it (ECONNRESET; broker log of a failed run under load: 4,639 replies owed at
+    the 5 s deadline). Fixed in ``_Pipeline.flush``; this test catches it only with that
+    timing, ``test_session_drain`` every time, in process."""
+    timeout = ["--shutdown-timeout", str(DRAIN_TIMEOUT_S)]
+    with LocalCluster(str(tmp_path), 3, extra_args=timeout) as cluster:
         with LineClient(cluster.client_address(0)) as c:
             c.ok("CREATE stream 1 3")
         victim = 2
@@ -183,7 +198,7 @@ def test_no_reply_is_lost_when_a_broker_stops_under_pipelined_writes(tmp_path: P
             stop_sending.set()
             sender.join(30)
             sock.close()
-        assert proc.wait(30) == 0
+        assert proc.wait(DRAIN_TIMEOUT_S + 30) == 0
         errors = [r for r in replies if isinstance(r, ErrorReply)]
         assert all(r.code is ErrorCode.NOT_READY for r in errors), errors[:3]
         oks = [r for r in replies if isinstance(r, OkReply)]

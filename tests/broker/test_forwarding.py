@@ -329,11 +329,12 @@ GROUP = "readings/0"
 class _Cluster:
     """``n`` brokers' Raft drivers, write paths and forwarders, wired through one queue that
     ``settle`` delivers. A broker in ``dead`` neither sends nor receives (its peers' transports
-    say it is not connected)."""
+    say it is not connected); nor do two brokers whose pair is in ``cut`` (a partition)."""
 
     def __init__(self, root: Path, n: int, nursery: trio.Nursery, timeout: float = 30.0) -> None:
         self.queue: list[tuple[int, int, Any]] = []
         self.dead: set[int] = set()
+        self.cut: set[frozenset[int]] = set()
         self.drop_replies_of: int | None = None  # answers this broker sends are lost
         self.nursery = nursery  # where the leaders' rare-path tasks run
         self.rafts = [
@@ -343,15 +344,16 @@ class _Cluster:
         for raft in self.rafts:
             raft.add_replica(GROUP, str(root / f"b{raft.node_id}"), range(n))
         self.forwarders = [Forwarder(self._sender(i)) for i in range(n)]
+        self.tables = [LeaderTable() for _ in range(n)]  # peers' claims, as each broker heard
         self.writes = [
-            WritePath(i, self.rafts[i], LeaderTable(), self.forwarders[i], timeout=timeout)
+            WritePath(i, self.rafts[i], self.tables[i], self.forwarders[i], timeout=timeout)
             for i in range(n)
         ]
         self.replies: list[tuple[int, int, Any]] = []  # (from, to, PeerReply) as sent
 
     def _sender(self, src: int) -> Any:
         def send(dst: int, item: Any) -> bool:
-            if src in self.dead or dst in self.dead:
+            if not self.linked(src, dst):
                 return False
             self.queue.append((src, dst, item))
             return True
@@ -372,6 +374,29 @@ class _Cluster:
         else:
             raise AssertionError(f"unexpected peer message {msg!r}")
 
+    def linked(self, src: int, dst: int) -> bool:
+        """Whether ``src`` and ``dst`` can talk (both alive, their link not cut)."""
+        return src not in self.dead and dst not in self.dead and {src, dst} not in self.cut
+
+    def isolate(self, broker: int, *, but: tuple[int, ...] = ()) -> None:
+        """Cut every link of ``broker`` except those to ``but``."""
+        for other in range(len(self.rafts)):
+            if other != broker and other not in but:
+                self.cut.add(frozenset((broker, other)))
+
+    async def round(self) -> bool:
+        """Process every live broker once, then deliver what they sent; False if quiet."""
+        for raft in self.rafts:
+            if raft.node_id not in self.dead:
+                await raft._process()
+        if not self.queue and not any(raft._dirty for raft in self.rafts):
+            return False
+        queue, self.queue = self.queue, []
+        for src, dst, item in queue:
+            if self.linked(src, dst):
+                self._deliver(src, dst, item)
+        return True
+
     async def settle(self, ticks: int = 0) -> None:
         """Tick ``ticks`` times, then process and deliver until quiet."""
         for _ in range(ticks):
@@ -379,15 +404,8 @@ class _Cluster:
                 if raft.node_id not in self.dead:
                     raft.tick()
         for _ in range(50):
-            for raft in self.rafts:
-                if raft.node_id not in self.dead:
-                    await raft._process()
-            if not self.queue and not any(raft._dirty for raft in self.rafts):
+            if not await self.round():
                 return
-            queue, self.queue = self.queue, []
-            for src, dst, item in queue:
-                if src not in self.dead and dst not in self.dead:
-                    self._deliver(src, dst, item)
 
     def leader(self) -> int:
         (leader,) = [

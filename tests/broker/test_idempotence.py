@@ -6,10 +6,24 @@ import threading
 import time
 from pathlib import Path
 
-from kafkaesque.broker._producers import SEQUENCES, Accept, Duplicate, ProducerStates, Refuse
+from kafkaesque.broker._producers import (
+    SEQUENCES,
+    Accept,
+    Duplicate,
+    ProducerStates,
+    Refuse,
+    rebuild,
+)
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import ErrorCode, ErrorReply, MessageRow, OkReply, PartitionRow
-from kafkaesque.storage import BatchHeader, Record, build_batch, decode_header
+from kafkaesque.storage import (
+    BatchHeader,
+    LogConfig,
+    PartitionLog,
+    Record,
+    build_batch,
+    decode_header,
+)
 
 from .line_client import LineClient
 
@@ -107,3 +121,28 @@ def test_sequences_wrap_from_2_31_minus_1_to_0_as_kafkas_do() -> None:
     assert isinstance(states.decide(_header(9, 0, 4, 1)), Refuse)  # 3 is missing
     across = _header(9, 0, 3, 1)
     assert isinstance(states.decide(across), Accept)
+
+
+def test_a_new_leader_remembers_a_producer_whose_last_batch_is_in_an_older_segment(
+    tmp_path: Path,
+) -> None:
+    # Found while reading for issue 36: the rebuild read the active segment only, so a new
+    # leader took a retry of a batch in an older segment for a new producer's first batch,
+    # and appended it a second time.
+    log = PartitionLog.open(str(tmp_path), LogConfig(segment_bytes=1024))
+    try:
+        for seq in range(10):
+            log.append(
+                build_batch([Record(value=b"x" * 40)], producer_id=7, base_sequence=seq), term=1
+            )
+        for seq in range(30):  # another producer fills newer segments
+            log.append(
+                build_batch([Record(value=b"y" * 40)], producer_id=8, base_sequence=seq), term=1
+            )
+        assert len(log.segments()) > 2 and log.segments()[-1][0] > 9
+        retry = decode_header(
+            build_batch([Record(value=b"x" * 40)], producer_id=7, base_sequence=9)
+        )
+        assert rebuild(log, 2).decide(retry) == Duplicate(9, 9)
+    finally:
+        log.close()

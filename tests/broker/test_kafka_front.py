@@ -22,6 +22,7 @@ from kafkaesque.local_cluster import LocalCluster, broker_program, free_ports
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     SASL_HANDSHAKE,
     KafkaError,
@@ -236,6 +237,46 @@ def test_a_produce_to_a_broker_that_does_not_lead_the_partition_is_refused_with_
         assert partition["error_code"] == expected, (broker, partition)
 
 
+def test_offset_for_leader_epoch_answers_where_each_epoch_ends(cluster: LocalCluster) -> None:
+    """The partition's leader says where its current epoch (the Raft term Metadata gives)
+    ends: at the high watermark once the writes are acknowledged; a stale current epoch is
+    FENCED_LEADER_EPOCH (74), and another broker is not the leader (6)."""
+    topic = "kf-epochs"
+    create_topic(cluster, topic, 1)
+    kcat(cluster, "-P", "-t", topic, "-X", "acks=all", stdin="a\nb\nc\n")
+    frame = encode_request(METADATA, 8, 1, "t", {"topics": [{"name": topic}]})
+    _, metadata = decode_response(METADATA, 8, request(cluster.kafka_address(0), frame))
+    [partition] = metadata["topics"][0]["partitions"]
+    leader, epoch = partition["leader_id"], partition["leader_epoch"]
+    _, high = _watermarks(cluster, topic, 0)
+
+    def ask(broker: int, current: int, wanted: int) -> dict[str, Any]:
+        body = {
+            "replica_id": -1,
+            "topics": [
+                {
+                    "topic": topic,
+                    "partitions": [
+                        {"partition": 0, "current_leader_epoch": current, "leader_epoch": wanted}
+                    ],
+                }
+            ],
+        }
+        frame = encode_request(OFFSET_FOR_LEADER_EPOCH, 3, 1, "t", body)
+        address = cluster.kafka_address(broker)
+        _, answer = decode_response(OFFSET_FOR_LEADER_EPOCH, 3, request(address, frame))
+        [result] = answer["topics"][0]["partitions"]
+        return dict(result)
+
+    now = ask(leader, epoch, epoch)
+    assert (now["error_code"], now["leader_epoch"], now["end_offset"]) == (0, epoch, high)
+    assert ask(leader, epoch - 1, epoch)["error_code"] == KafkaError.FENCED_LEADER_EPOCH
+    assert ask(leader, epoch + 1, epoch)["error_code"] == KafkaError.UNKNOWN_LEADER_EPOCH
+    assert ask(leader, -1, epoch + 5)["end_offset"] == -1  # an epoch that never was
+    other = (leader + 1) % 3
+    assert ask(other, epoch, epoch)["error_code"] == KafkaError.NOT_LEADER_OR_FOLLOWER
+
+
 @settings(
     max_examples=40,
     deadline=None,
@@ -329,6 +370,54 @@ def test_idempotent_batches_retries_gaps_and_old_epochs_answer_as_kafka(
     )
     values = kcat(cluster, "-C", "-t", topic, "-e", "-f", "%s\n").split()
     assert values == ["a", "d"]
+
+
+def test_pipelined_requests_take_effect_and_are_answered_in_the_order_sent(
+    cluster: LocalCluster,
+) -> None:
+    """Twenty idempotent Produce requests and a Metadata in the middle, sent back to back on
+    one connection without waiting: the answers come in the order sent, every batch is
+    appended once and in sequence order (the broker reads the next Produce while the earlier
+    ones wait for their quorum), and the Metadata is answered after the Produces before it."""
+    topic = "kf-pipelined"
+    create_topic(cluster, topic, 1)
+    leader = json.loads(kcat(cluster, "-L", "-J", "-t", topic))["topics"][0]["partitions"][0][
+        "leader"
+    ]
+    frames = []
+    for seq in range(20):
+        batch = encode_batch(
+            0,
+            [KafkaRecord(0, 1, None, b"v%d" % seq)],
+            last_offset_delta=0,
+            producer_id=4343,
+            producer_epoch=0,
+            base_sequence=seq,
+        )
+        body = {
+            "acks": -1,
+            "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": batch}]}],
+        }
+        frames.append(encode_request(PRODUCE, 7, seq, "t", body))
+        if seq == 9:
+            frames.append(encode_request(METADATA, 8, 100, "t", {"topics": [{"name": topic}]}))
+    with socket.create_connection(cluster.kafka_address(leader), timeout=20) as sock:
+        sock.sendall(b"".join(frames))
+        answers = []
+        for _ in frames:
+            size = struct.unpack(">i", _exactly(sock, 4))[0]
+            answers.append(_exactly(sock, size))
+    correlations = [struct.unpack(">i", a[:4])[0] for a in answers]
+    assert correlations == [*range(10), 100, *range(10, 20)]
+    bases = []
+    for answer in answers[:10] + answers[11:]:
+        [p] = decode_response(PRODUCE, 7, answer)[1]["responses"][0]["partition_responses"]
+        assert p["error_code"] == KafkaError.NONE
+        bases.append(p["base_offset"])
+    assert bases == sorted(bases) and len(set(bases)) == 20
+    values = kcat(cluster, "-C", "-t", topic, "-e", "-f", "%s\n").split()
+    assert values == [f"v{seq}" for seq in range(20)]
 
 
 def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster) -> None:

@@ -171,6 +171,16 @@ def test_admin_lists_describes_and_deletes_a_group(cluster: LocalCluster) -> Non
         [described] = client.describe_consumer_groups([group]).values()
         description = described.result(timeout=20)
         assert description.state == confluent_kafka.ConsumerGroupState.STABLE
+        # Its coordinator's /metrics show its commits and its lag, as our groups'.
+        samples = cluster.scrape(description.coordinator.id)
+        shown = {
+            (name, int(labels["partition"])): value
+            for name, labels, value in samples
+            if labels.get("group") == group
+        }
+        for p, end in ends(cluster, topic).items():
+            assert shown["kafkaesque_consumer_group_committed_offset", p] == end
+            assert shown["kafkaesque_consumer_group_lag", p] == 0
         [m] = description.members
         assert m.client_id == "described"
         assert sorted(tp.partition for tp in m.assignment.topic_partitions) == list(

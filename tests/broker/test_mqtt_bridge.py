@@ -8,11 +8,13 @@ from __future__ import annotations
 import io
 import json
 import os
+import signal
 from pathlib import Path
 
 import fastavro
 import pytest
 import trio
+import trio.testing
 
 from kafkaesque.client import AsyncClient, ProducerConfig, open_producer
 from kafkaesque.local_cluster import LocalCluster
@@ -25,7 +27,14 @@ from kafkaesque.mqtt_bridge import (
     load_avro_schema,
 )
 from kafkaesque.protocol.mqtt import MqttVersion, TopicMapping
-from tests.broker.mqtt_bridge_helpers import mqtt_options, publish, read_topic, running_bridge
+from tests.broker.mqtt_bridge_helpers import (
+    mqtt_options,
+    publish,
+    read_topic,
+    running_bridge,
+    subscribed,
+    unread_bytes,
+)
 from tests.mosquitto import (
     Mosquitto,
     mosquitto_fixture,  # noqa: F401 - registers it
@@ -187,27 +196,18 @@ async def test_log_records_are_published_to_mqtt_subscribers(
     broker_cluster: LocalCluster, mosquitto: Mosquitto
 ) -> None:
     config = _both_ways(broker_cluster, mosquitto, "egress")
-    sub = [
-        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port),
-        "-q", "1", "-t", "phones/+/commands", "-C", "2", "-v", "-W", "30",
-    ]  # fmt: skip
-    async with running_bridge(config) as bridge, trio.open_nursery() as nursery:
-        received = trio.Event()
-        output: list[bytes] = []
-
-        async def subscriber() -> None:
-            result = await trio.run_process(sub, capture_stdout=True)
-            output.append(result.stdout)
-            received.set()
-
-        nursery.start_soon(subscriber)
-        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
+    commands = ("-q", "1", "-t", "phones/+/commands", "-v")
+    async with (
+        running_bridge(config) as bridge,
+        subscribed(mosquitto, *commands, count=2) as subscriber,
+    ):
         async with AsyncClient(broker_cluster.bootstrap) as client:
             await client.publish("commands_egress", b'{"command": "calibrate"}', key=b"p7")
             await client.publish("commands_egress", b'{"command": "sleep"}', key=b"p8")
         with trio.fail_after(30):
-            await received.wait()
-    lines = sorted(output[0].decode().splitlines())
+            lines = sorted(await subscriber.messages())
+        # The bridge is stopped now, maybe before the PUBACK of the second record came back to
+        # it (the subscriber may have it first): the stop waits for it, and commits.
     assert lines == [
         'phones/p7/commands {"command": "calibrate"}',
         'phones/p8/commands {"command": "sleep"}',
@@ -222,11 +222,8 @@ async def test_v5_message_properties_cross_the_bridge_both_ways(
     broker_cluster: LocalCluster, mosquitto: Mosquitto
 ) -> None:
     config = _both_ways(broker_cluster, mosquitto, "props")
-    sub = [
-        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port), "-V", "mqttv5",
-        "-q", "1", "-t", "phones/+/commands", "-C", "1", "-W", "30", "-F", "%t|%R|%P|%p",
-    ]  # fmt: skip
-    async with running_bridge(config), trio.open_nursery() as nursery:
+    commands = ("-V", "mqttv5", "-q", "1", "-t", "phones/+/commands", "-F", "%t|%R|%P|%p")
+    async with running_bridge(config):
         # Upstream to the log: the properties become headers.
         v5 = ["-D", "publish", "user-property", "unit", "dB",
               "-D", "publish", "response-topic", "phones/p9/acks"]  # fmt: skip
@@ -236,20 +233,50 @@ async def test_v5_message_properties_cross_the_bridge_both_ways(
         assert headers["mqtt.user.unit"] == b"dB"
         assert headers["mqtt.response-topic"] == b"phones/p9/acks"
         # The log to upstream: a record's property headers become properties.
-        output: list[bytes] = []
-
-        async def subscriber() -> None:
-            output.append((await trio.run_process(sub, capture_stdout=True)).stdout)
-
-        nursery.start_soon(subscriber)
-        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
         command_headers = [("mqtt.response-topic", b"ctl/replies"), ("mqtt.user.by", b"ops")]
+        async with subscribed(mosquitto, *commands, count=1) as subscriber:
+            async with (
+                AsyncClient(broker_cluster.bootstrap) as client,
+                open_producer(client) as producer,
+            ):
+                await producer.send(
+                    "commands_props", b"calibrate", key=b"p9", headers=command_headers
+                )
+            with trio.fail_after(30):
+                lines = await subscriber.messages()
+    assert lines == ["phones/p9/commands|ctl/replies|by:ops|calibrate"]
+
+
+async def test_a_stop_waits_for_the_puback_of_a_record_it_published_and_commits_it(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    """Stopped while the upstream has not acknowledged a record the bridge published from the
+    log, the bridge waits for the PUBACK, then commits the record's offset: the group's next
+    bridge does not publish it again. (Seen under load: the stop cancelled that wait, so the
+    subscriber had the record, the bridge neither counted nor committed it.)"""
+    config = _both_ways(broker_cluster, mosquitto, "in_flight")
+    payload = b"calibrate " * 100
+    async with AsyncClient(broker_cluster.bootstrap) as client:
         async with (
-            AsyncClient(broker_cluster.bootstrap) as client,
-            open_producer(client) as producer,
+            subscribed(mosquitto, "-q", "1", "-t", "phones/+/commands", count=1) as sub,
+            running_bridge(config) as bridge,
         ):
-            await producer.send("commands_props", b"calibrate", key=b"p9", headers=command_headers)
-    assert output[0].decode().strip() == "phones/p9/commands|ctl/replies|by:ops|calibrate"
+            mosquitto.process.send_signal(signal.SIGSTOP)  # reads nothing, answers nothing
+            try:
+                partition, offset = await client.publish("commands_in_flight", payload, key=b"p1")
+                with trio.fail_after(30):  # the bridge's PUBLISH lies unread at the server
+                    while unread_bytes(mosquitto.port) < len(payload):
+                        await trio.sleep(0.05)
+                bridge.stop()
+                # The stop does all it can without the server: without the fix, it ended.
+                await trio.testing.wait_all_tasks_blocked(cushion=0.2)
+            finally:
+                mosquitto.process.send_signal(signal.SIGCONT)
+            with trio.fail_after(30):
+                assert await sub.messages() == [payload.decode()]
+        assert bridge.stats.published == 1
+        committed = await client.committed_offsets("bridge-in_flight", "commands_in_flight")
+    assert committed[partition] == offset + 1  # past the record: not published again
 
 
 async def test_mqtt_311_works_the_same(broker_cluster: LocalCluster, mosquitto: Mosquitto) -> None:
@@ -350,26 +377,14 @@ async def test_egress_resumes_from_the_committed_position_after_a_restart(
             "commands_resume", b"by-header", key=b"p2", headers=[("mqtt.topic", b"custom/topic")]
         )
         await producer.flush()
-    sub = [
-        "mosquitto_sub", "-h", mosquitto.host, "-p", str(mosquitto.port),
-        "-q", "1", "-t", "phones/+/commands", "-t", "custom/#", "-C", "2", "-v", "-W", "30",
-    ]  # fmt: skip
-    async with trio.open_nursery() as nursery:
-        output: list[bytes] = []
-
-        async def subscriber() -> None:
-            output.append((await trio.run_process(sub, capture_stdout=True)).stdout)
-
-        nursery.start_soon(subscriber)
-        await trio.sleep(1)  # mosquitto_sub subscribed (no readiness signal to wait for)
-        async with running_bridge(config) as bridge:
-            with trio.fail_after(30):
-                while not output:
-                    await trio.sleep(0.1)
-    assert sorted(output[0].decode().splitlines()) == [
-        "custom/topic by-header",
-        "phones/p1/commands while-away",
-    ]
+    both = ("-q", "1", "-t", "phones/+/commands", "-t", "custom/#", "-v")
+    async with (
+        subscribed(mosquitto, *both, count=2) as subscriber,
+        running_bridge(config) as bridge,
+    ):
+        with trio.fail_after(30):
+            lines = sorted(await subscriber.messages())
+    assert lines == ["custom/topic by-header", "phones/p1/commands while-away"]
     assert bridge.stats.published == 2
 
 

@@ -53,8 +53,14 @@ class _Broker:
             self.polls_cancelled += 1
 
 
-async def _session(nursery: trio.Nursery, broker: _Broker, draining: Draining) -> socket.socket:
+async def _session(
+    nursery: trio.Nursery, broker: _Broker, draining: Draining, *, send_buffer: int = 0
+) -> socket.socket:
+    """A session served over a socket pair; its client end. ``send_buffer``: the session's
+    socket send buffer asked for (the kernel caps and doubles it), else the default."""
     server_end, client = socket.socketpair()
+    if send_buffer:
+        server_end.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, send_buffer)
     client.setblocking(False)
     stream = FdStream(trio.SocketStream(trio.socket.from_stdlib_socket(server_end)))
     nursery.start_soon(
@@ -144,3 +150,25 @@ async def test_a_session_opened_after_the_drain_began_closes_at_once() -> None:
         with trio.fail_after(5):
             assert await _read_to_end(client) == b""
         client.close()
+
+
+async def test_more_refusals_than_one_write_takes_all_leave_and_the_session_closes() -> None:
+    """A read's worth of lines after the drain began: their NOT_READY replies, all ready at
+    once, are more than one write takes (``_SEND_COALESCE_BYTES``, 256 KiB). The rest leaves
+    too. (It stayed in the queue, with the reader held at ``max_inflight``, until the broker's
+    shutdown deadline cut the connection: seen under load as ECONNRESET in the pipelined-writes
+    drain test.) The session's send buffer takes a whole write at once, as TCP's does."""
+    broker, draining = _Broker(), Draining()
+    lines = 3000
+    assert lines * len(SHUTTING_DOWN) > 256 * 1024
+    async with trio.open_nursery() as nursery:
+        client = await _session(nursery, broker, draining, send_buffer=1 << 20)
+        draining.begin()
+        client.sendall(b"PUBS t late\r\n" * lines)  # 42 kB: taken in one read
+        with trio.fail_after(5):
+            got = await _read_to_end(client)
+        client.close()
+        with trio.fail_after(5):
+            await draining.wait_closed()
+    assert got == SHUTTING_DOWN * lines
+    assert broker.commands == []

@@ -52,7 +52,7 @@ def test_topic_produce_consume_status_round_trip(broker_cluster: LocalCluster) -
     assert summary.startswith("produced 501 of 501 records to cli-t")
     ok(broker_cluster, "produce", "cli-t", "--partition", "0", stdin=b"p0 only\n")
 
-    everything = ok(broker_cluster, "consume", "cli-t", "--from-beginning")
+    everything = ok(broker_cluster, "consume", "cli-t", "-e", "--from-beginning")
     values = everything.splitlines()
     assert sorted(values) == sorted(
         [f"line {i}" for i in range(500)] + ["no newline at the end", "p0 only"]
@@ -112,7 +112,7 @@ def test_unkeyed_lines_go_round_robin_and_consume_says_where_records_are(
     summary = ok(broker_cluster, "produce", "cli-rr", stdin=lines)
     assert summary.rstrip().endswith("partition:records 0:10, 1:10, 2:10"), summary
 
-    result = run(broker_cluster, "consume", "cli-rr", "--from-beginning", "--long")
+    result = run(broker_cluster, "consume", "cli-rr", "-e", "--from-beginning", "--long")
     assert result.returncode == 0, result.stderr.decode()
     rows = [line.split(" ") for line in result.stdout.decode().splitlines()]
     assert all(len(row) == 4 and row[2] == "-" for row in rows)  # partition offset key value
@@ -143,7 +143,7 @@ def test_group_consume_commits_and_resumes(broker_cluster: LocalCluster) -> None
         broker_cluster, "consume", "cli-g", "--group", "gg", "--from-beginning", "--max", "2"
     )
     assert first == "a\nb\n"
-    rest = ok(broker_cluster, "consume", "cli-g", "--group", "gg")
+    rest = ok(broker_cluster, "consume", "cli-g", "--group", "gg", "-e")
     assert rest == "c\n"
 
 

@@ -45,6 +45,18 @@ def test_a_rolling_restart_under_acknowledged_publishes_errs_and_loses_nothing(
             assert said, f"broker {broker} did not say what it handed over"
             for _, moved, led in said:
                 assert moved == led, said
+        # Leader balancing gives each partition back to its preferred replica (listed first),
+        # the last broker restarted's too (docs/operations.md, issue 37 point 12).
+        deadline = time.monotonic() + 60
+        with Client(cluster.bootstrap) as client:
+            while True:
+                rows = client.describe_topic("rolling").partitions
+                astray = [(r.partition, r.leader, r.replicas[0]) for r in rows
+                          if r.leader != r.replicas[0]]  # fmt: skip
+                if not astray:
+                    break
+                assert time.monotonic() < deadline, f"not led by their preferred replica: {astray}"
+                time.sleep(0.5)
 
 
 def _rows(broker: int, partition: str, **values: float) -> list[tuple[str, dict[str, str], float]]:

@@ -132,12 +132,13 @@ def test_consume_from_time(
     broker_cluster: LocalCluster, sent: dict[int, list[tuple[int, int]]]
 ) -> None:
     # 2,500 ms: the record stamped 3,000 and every one after it, whatever their stamps.
-    out = ok(broker_cluster, "consume", "times", "--partition", "0", "--from-time", "2500")
+    out = ok(broker_cluster, "consume", "times", "-e", "--partition", "0", "--from-time", "2500")
     assert out.split() == ["p0-1", "p0-2", "p0-3", "p0-4", "p0-5"]
     iso = ok(
         broker_cluster,
         "consume",
         "times",
+        "-e",
         "--partition",
         "0",
         "--from-time",
@@ -145,13 +146,13 @@ def test_consume_from_time(
     )
     assert iso.split() == ["p0-3", "p0-4", "p0-5"]
     naive = ok(
-        broker_cluster, "consume", "times", "--long", "--from-time", "1970-01-01T00:00:00.150"
+        broker_cluster, "consume", "times", "-e", "--long", "--from-time", "1970-01-01T00:00:00.150"
     )  # no zone: UTC; every partition
     assert sorted(naive.splitlines()) == sorted(
         [f"0 {o} - p0-{i}" for i, (o, _) in enumerate(sent[0])]
         + [f"1 {o} - p1-{i}" for i, (o, _) in enumerate(sent[1]) if i > 0]
     )
-    later = ok(broker_cluster, "consume", "times", "--from-time", "6000")
+    later = ok(broker_cluster, "consume", "times", "-e", "--from-time", "6000")
     assert later == ""
 
 

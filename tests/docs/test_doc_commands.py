@@ -325,6 +325,14 @@ REGISTRY: tuple[Entry, ...] = (
         ".venv/bin/kafkaesque group reset dashboard --topic visits --to-earliest --execute",
         "GROUP      TOPIC   PARTITION  NEW_OFFSET",
     ),
+    here(
+        ".venv/bin/kafkaesque group reset dashboard --topic visits --shift-by 2 --execute",
+        re.compile(r"\ndashboard +visits +0 +\d+\ndashboard +visits +1 +\d+\n"),
+    ),
+    here(
+        ".venv/bin/kafkaesque group describe --all-groups --topic visits",
+        "group dashboard on visits: Empty, 0 member(s)",
+    ),
     here(".venv/bin/kafkaesque group delete dashboard", "deleted group dashboard"),
     # docs/operations.md, reading from the command line: on the tour's cluster, after the
     # consumer groups' visits (10 records, round-robin over 2 partitions)
@@ -334,10 +342,26 @@ REGISTRY: tuple[Entry, ...] = (
         re.compile(r"PARTITION +EARLIEST +LATEST +OFFSET\n"),
     ),
     here(
-        ".venv/bin/kafkaesque consume visits -o -3 --partition 0",
+        ".venv/bin/kafkaesque consume visits -o -3 --partition 0 -e",
         "consumed 3 records from partition 0",
     ),
     here(".venv/bin/kafkaesque status --under-replicated", re.compile(r"partitions \(\d+")),
+    here(
+        "printf 'k1 region=eu hello\\nk2  world\\n' | .venv/bin/kafkaesque produce visits "
+        "-f '%k %h %v'",
+        "produced 2 of 2 records",
+    ),
+    here(
+        ".venv/bin/kafkaesque consume visits -e -o -2 -f '%k [%h] %v\\n'",
+        "k1 [region=eu] hello\n",
+        "k2 [] world\n",
+    ),
+    here(".venv/bin/kafkaesque consume visits -e -o -1 --format json", '"topic": "visits"'),
+    here(
+        ".venv/bin/kafkaesque status --format json | jq -r '.brokers[] | "
+        '"broker \\(.id) \\(.state)"\'',
+        "broker 0 up\n",
+    ),
     # docs/operations.md, latest value per key: on the tour's cluster; the newest of the three
     # heartbeats, with its place, and a key without a value (exit status 3, not an error)
     here(

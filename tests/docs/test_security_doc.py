@@ -39,7 +39,7 @@ COMMANDS = (
     "KAFKAESQUE_PASSWORD=bob-secret kafkaesque user add bob --users-file users",
     "kafkaesque user list --users-file users",
     'export KAFKAESQUE_CLUSTER_SECRET="$(openssl rand -base64 32)"',
-    "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 --peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --tls-cert broker-0.pem --tls-key broker-0-key.pem --tls-ca ca.pem --client-tls --peer-tls --users-file users --super-users User:admin &",  # noqa: E501
+    "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 --peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --tls-cert broker-0.pem --tls-key broker-0-key.pem --tls-ca ca.pem --client-tls --peer-tls --users-file users --super-users User:admin --admin 127.0.0.1:9095 &",  # noqa: E501
     "printf 'PING\\r\\nLIST\\r\\nQUIT\\r\\n' | openssl s_client -quiet -verify_return_error -CAfile ca.pem -connect 127.0.0.1:9092 -ign_eof",  # noqa: E501
     "export KAFKAESQUE_BOOTSTRAP=127.0.0.1:9092 KAFKAESQUE_USER=admin KAFKAESQUE_PASSWORD=admin-secret",  # noqa: E501
     "kafkaesque topic create orders --partitions 1 --replication-factor 1 --tls-ca ca.pem",
@@ -47,6 +47,7 @@ COMMANDS = (
     "kafkaesque acl list --tls-ca ca.pem",
     "echo 'order 1' | KAFKAESQUE_USER=alice KAFKAESQUE_PASSWORD=alice-secret kafkaesque produce orders --tls-ca ca.pem",  # noqa: E501
     "printf 'AUTH PLAIN %s\\r\\nPUBS orders order-2\\r\\nQUIT\\r\\n' \"$(printf '\\0bob\\0bob-secret' | base64)\" | openssl s_client -quiet -verify_return_error -CAfile ca.pem -connect 127.0.0.1:9092 -ign_eof",  # noqa: E501
+    "curl -s http://127.0.0.1:9095/metrics | grep '^kafkaesque_authorization_failures_total{operation=\"write\"}'",  # noqa: E501
     "kill %1; wait",
 )
 

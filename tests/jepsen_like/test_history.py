@@ -51,6 +51,14 @@ ONE_OF_EACH = [
         ReplicaRead((PartitionEnd("t", 0, 5),), (Read("t", 0, 1, "p1-0"),)),
         "n1",
     ),
+    # What the send failed with, as the client said it (issue 36: a G1a's error was unknown).
+    Event(
+        "fail",
+        3,
+        31,
+        Send("t", "p3-1", partition=None, key="k", idempotent=True),
+        error="KafkaesqueError(OUT_OF_ORDER_SEQUENCE, 'expected seq 23, got 24', ...)",
+    ),
 ]
 
 
@@ -92,6 +100,10 @@ def test_reads_are_written_as_compact_lists() -> None:
         ("{not json", "not JSON"),
         ('{"type":"done","f":"send","process":1,"time":0,"topic":"t","value":"v"}', "'type'"),
         ('{"type":"ok","f":"sned","process":1,"time":0,"topic":"t","value":"v"}', "'f'"),
+        (
+            '{"type":"fail","f":"send","process":1,"time":0,"error":7,"topic":"t","value":"v"}',
+            "'error'",
+        ),
         ('{"type":"ok","f":"send","process":1.5,"time":0,"topic":"t","value":"v"}', "'process'"),
         ('{"type":"ok","f":"send","process":1,"time":0.5,"topic":"t","value":"v"}', "'time'"),
         ('{"type":"ok","f":"send","process":1,"time":0,"topic":"t","value":7}', "'value'"),
@@ -202,6 +214,7 @@ _events = st.builds(
     st.one_of(_int, _text),
     _int,
     _ops,
+    st.none() | _text,
     st.none() | _text,
 )
 

@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 from kafkaesque.protocol.kafka import (
     API_VERSIONS,
     APIS,
+    OFFSET_FOR_LEADER_EPOCH,
     Api,
     KafkaError,
     KafkaProtocolError,
@@ -213,22 +214,23 @@ def test_a_batch_with_a_bad_crc_or_magic_is_refused() -> None:
 def _kafka_python(api: Api, request: bool) -> Any:
     """kafka-python's class for ``api``'s request or response (its own schemas, from Kafka's)."""
     from kafka.protocol.admin import groups
-    from kafka.protocol.consumer import group
+    from kafka.protocol.consumer import group, offsets
     from kafka.protocol.metadata import find_coordinator
 
     name = api.name + ("Request" if request else "Response")
-    for module in (group, groups, find_coordinator):
+    for module in (group, groups, find_coordinator, offsets):
         if hasattr(module, name):
             return getattr(module, name)
     raise AssertionError(f"kafka-python has no {name}")
 
 
 @settings(max_examples=300, deadline=None)
-@given(st.sampled_from(GROUP_APIS), st.booleans(), st.data())
+@given(st.sampled_from([*GROUP_APIS, OFFSET_FOR_LEADER_EPOCH]), st.booleans(), st.data())
 def test_kafka_python_reads_the_group_apis_bytes_and_writes_the_same(
     api: Api, request: bool, data: Any
 ) -> None:
-    """Our schema of each group API, byte for byte against kafka-python's (an independent
+    """Our schema of each group API (and OffsetForLeaderEpoch), byte for byte against
+    kafka-python's (an independent
     reading of Kafka's message definitions): a field in the wrong place or version shows."""
     pytest.importorskip("kafka")
     from kafka.protocol.api_message import ApiMessage

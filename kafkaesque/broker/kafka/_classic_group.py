@@ -101,6 +101,20 @@ class JoinRequest:
     protocols: list[tuple[str, bytes]]
     version: int
 
+    def member(self, member_id: str, now: float) -> Member:
+        """The member this request makes, as ``member_id``, heard from ``now``."""
+        return Member(
+            member_id,
+            self.instance_id,
+            self.client_id,
+            self.client_host,
+            self.session_timeout_s,
+            self.rebalance_timeout_s,
+            self.protocol_type,
+            self.protocols,
+            deadline=now + self.session_timeout_s,
+        )
+
 
 @dataclass
 class ClassicGroup:
@@ -152,18 +166,7 @@ class ClassicGroup:
             return _join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id)
         member = self.members.get(member_id)
         if member is None:
-            member = Member(
-                member_id,
-                request.instance_id,
-                request.client_id,
-                request.client_host,
-                request.session_timeout_s,
-                request.rebalance_timeout_s,
-                request.protocol_type,
-                request.protocols,
-                deadline=now + request.session_timeout_s,
-            )
-            self.members[member_id] = member
+            member = self.members[member_id] = request.member(member_id, now)
             if request.instance_id is not None:
                 self.static[request.instance_id] = member_id
             if not self.protocol_type:
@@ -200,19 +203,8 @@ class ClassicGroup:
         new_id = _new_member_id(request.client_id)
         self.fenced.add(old_id)
         self.static[request.instance_id or ""] = new_id
-        member = Member(
-            new_id,
-            request.instance_id,
-            request.client_id,
-            request.client_host,
-            request.session_timeout_s,
-            request.rebalance_timeout_s,
-            request.protocol_type,
-            request.protocols,
-            deadline=now + request.session_timeout_s,
-            assignment=b"" if old is None else old.assignment,
-        )
-        self.members[new_id] = member
+        member = self.members[new_id] = request.member(new_id, now)
+        member.assignment = b"" if old is None else old.assignment
         if old is not None:
             for waiting in (old.joining, old.syncing):
                 if waiting is not None:

@@ -55,6 +55,7 @@ class _Held:
     term: int
     group: ClassicGroup
     saved: tuple[int, tuple[str, ...]] | None = None
+    saving: bool = False
 
 
 class KafkaGroups:
@@ -84,38 +85,48 @@ class KafkaGroups:
         return True
 
     async def run(self) -> None:
-        """Time the groups held here (sessions, rebalance deadlines) and give up those whose
-        partition this broker no longer leads; until cancelled."""
-        while True:
-            await trio.sleep(_TICK_S)
-            now = trio.current_time()
-            for group_id, held in list(self._held.items()):
-                if self._offsets.leading_term(held.partition) != held.term:
-                    self._give_up(group_id)
-                    continue
-                held.group.tick(now)
-                await self._save(group_id, held)
-                empty = held.group.state is GroupState.EMPTY and not held.group.pending_ids
-                saved = held.saved == held.group.saved_key()
-                if empty and saved and self._held.get(group_id) is held:
-                    del self._held[group_id]  # nothing in memory that the log does not have
+        """Time the groups held here (sessions, rebalance deadlines), save what changed, and
+        give up those whose partition this broker no longer leads; until cancelled. A save
+        runs beside the timer, so a slow write (a partition without a quorum) delays no
+        group's sessions."""
+        async with trio.open_nursery() as nursery:
+            while True:
+                await trio.sleep(_TICK_S)
+                now = trio.current_time()
+                for group_id, held in list(self._held.items()):
+                    if self._offsets.leading_term(held.partition) != held.term:
+                        self._give_up(group_id, held)
+                        continue
+                    held.group.tick(now)
+                    key = held.group.saved_key()
+                    if key is not None and key != held.saved and not held.saving:
+                        held.saving = True
+                        saved = held.group.saved()  # now: as of ``key``, not as of the write
+                        nursery.start_soon(self._save, group_id, held, key, saved)
+                    empty = held.group.state is GroupState.EMPTY and not held.group.pending_ids
+                    if empty and held.saved == key and not held.saving:
+                        self._forget(group_id, held)  # the log has all of it
 
-    async def _save(self, group_id: str, held: _Held) -> None:
-        """Write the group's membership to the log if it changed since it was last written
-        (a failed write is retried at the next tick)."""
-        key = held.group.saved_key()
-        if key is None or key == held.saved:
-            return
-        saved = held.group.saved()
+    async def _save(
+        self, group_id: str, held: _Held, key: tuple[int, tuple[str, ...]], saved: object
+    ) -> None:
+        """Write ``saved``, the group's membership as of ``key``, to the log; a failed write
+        is tried again at a next tick."""
         try:
             await self._offsets.save_kafka_group(held.partition, group_id, saved)
         except RequestError as exc:
             log.info("kafka group %s: saving its membership failed: %s", group_id, exc.message)
-            return
-        held.saved = key
+        else:
+            held.saved = key
+        finally:
+            held.saving = False
 
-    def _give_up(self, group_id: str) -> None:
-        held = self._held.pop(group_id)
+    def _forget(self, group_id: str, held: _Held) -> None:
+        if self._held.get(group_id) is held:
+            del self._held[group_id]
+
+    def _give_up(self, group_id: str, held: _Held) -> None:
+        self._forget(group_id, held)
         held.group.close(KafkaError.NOT_COORDINATOR)
         log.info("kafka group %s: no longer coordinated here", group_id)
 
@@ -143,7 +154,7 @@ class KafkaGroups:
         partition, term = where
         held = self._held.get(group_id)
         if held is not None and held.term != term:
-            self._give_up(group_id)
+            self._give_up(group_id, held)
             held = None
         if held is None:
             try:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final
+from typing import Any, Final, Protocol
 
 import trio
 
@@ -46,6 +46,7 @@ from kafkaesque.protocol.kafka import (
     METADATA,
     OFFSET_COMMIT,
     OFFSET_FETCH,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
     SYNC_GROUP,
     KafkaError,
@@ -55,6 +56,7 @@ from kafkaesque.protocol.kafka import (
     UnsupportedCompression,
     supported_versions,
 )
+from kafkaesque.raft import Role
 from kafkaesque.storage import data_records
 
 from .._appender import new_producer_id
@@ -131,6 +133,7 @@ class KafkaHandlers:
             PRODUCE.key: self.produce,
             FETCH.key: self.fetch,
             LIST_OFFSETS.key: self.list_offsets,
+            OFFSET_FOR_LEADER_EPOCH.key: self.offset_for_leader_epoch,
             INIT_PRODUCER_ID.key: self.init_producer_id,
             CREATE_TOPICS.key: self.create_topics,
             DELETE_TOPICS.key: self.delete_topics,
@@ -229,6 +232,21 @@ class KafkaHandlers:
             except RequestError as exc:
                 log.info("kafka: auto-creating %s: %s", name, exc.message)
 
+    def _refusal(
+        self, topic: str, partition: int, operation: AclOperation, session: Session
+    ) -> KafkaError | None:
+        """The error a request about one partition gets before anything else: an unknown
+        topic or partition, or no right to ``operation`` the topic (counted); None: go on."""
+        w = self._w
+        info = w.metadata.view.topics.get(topic)
+        if info is None or not 0 <= partition < info.config.partitions:
+            return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
+        try:
+            w.access.check_operation(session, operation, AclResource.TOPIC, topic)
+        except RequestError:
+            return KafkaError.TOPIC_AUTHORIZATION_FAILED
+        return None
+
     # -- Produce --------------------------------------------------------------------------------
 
     def begin_produce(self, request: KafkaRequest, session: Session) -> ProduceInFlight:
@@ -276,13 +294,9 @@ class KafkaHandlers:
         self, topic: str, partition: int, record_set: bytes | None, session: Session
     ) -> _PartitionWrites:
         w = self._w
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return _PartitionWrites(KafkaError.UNKNOWN_TOPIC_OR_PARTITION)
-        try:
-            w.access.check_operation(session, AclOperation.WRITE, AclResource.TOPIC, topic)
-        except RequestError:
-            return _PartitionWrites(KafkaError.TOPIC_AUTHORIZATION_FAILED)
+        refused = self._refusal(topic, partition, AclOperation.WRITE, session)
+        if refused is not None:
+            return _PartitionWrites(refused)
         log_id = log_id_of(topic, partition)
         if w.writes.leader_of(log_id) != w.config.id:
             return _PartitionWrites(KafkaError.NOT_LEADER_OR_FOLLOWER)
@@ -359,11 +373,10 @@ class KafkaHandlers:
     ) -> Message:
         w = self._w
         answer: dict[str, Any] = {"partition_index": partition, "records": b""}
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
+        refused = self._refusal(topic, partition, AclOperation.READ, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
         try:
-            w.access.check_operation(session, AclOperation.READ, AclResource.TOPIC, topic)
             fetched = await w.reads.fetch(topic, partition, offset, max(limit, 1), wait_s)
         except RequestError as exc:
             return {**answer, "error_code": kafka_error(exc)}
@@ -374,6 +387,41 @@ class KafkaHandlers:
             "last_stable_offset": fetched.high_watermark,
             "records": kafka_record_set(fetched.data) if fetched.data else b"",
         }
+
+    # -- OffsetForLeaderEpoch ------------------------------------------------------------------
+
+    async def offset_for_leader_epoch(self, request: KafkaRequest, session: Session) -> Message:
+        """Where each asked leader epoch ends in the partition's log (``epoch_end_offset``):
+        a consumer whose partition changed leader checks its position with it (KIP-320), and
+        resets if its position is past the end (the log was truncated under it). Answered by
+        the partition's leader, as Kafka does; a client's stale or future current epoch gets
+        FENCED_LEADER_EPOCH (74) or UNKNOWN_LEADER_EPOCH (75), so it refreshes its metadata."""
+        topics = []
+        for t in request.body["topics"]:
+            name = t["topic"]
+            partitions = [self._epoch_end(name, p, session) for p in t["partitions"]]
+            topics.append({"topic": name, "partitions": partitions})
+        return {"topics": topics}
+
+    def _epoch_end(self, topic: str, asked: Message, session: Session) -> Message:
+        w = self._w
+        partition = asked["partition"]
+        answer: dict[str, Any] = {"partition": partition}
+        refused = self._refusal(topic, partition, AclOperation.DESCRIBE, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
+        replica = w.reads.local_replica(topic, partition)
+        if replica is None or replica.role is not Role.LEADER:
+            return {**answer, "error_code": KafkaError.NOT_LEADER_OR_FOLLOWER}
+        term = replica.node.term
+        current = asked.get("current_leader_epoch", -1)
+        if 0 <= current < term:
+            return {**answer, "error_code": KafkaError.FENCED_LEADER_EPOCH}
+        if current > term:
+            return {**answer, "error_code": KafkaError.UNKNOWN_LEADER_EPOCH}
+        log = replica.node.log
+        epoch, end = epoch_end_offset(log, term, log.last_index() + 1, asked["leader_epoch"])
+        return {**answer, "error_code": KafkaError.NONE, "leader_epoch": epoch, "end_offset": end}
 
     # -- InitProducerId, CreateTopics, DeleteTopics ---------------------------------------------
 
@@ -468,13 +516,9 @@ class KafkaHandlers:
     ) -> Message:
         w = self._w
         answer: dict[str, Any] = {"partition_index": partition}
-        info = w.metadata.view.topics.get(topic)
-        if info is None or not 0 <= partition < info.config.partitions:
-            return {**answer, "error_code": KafkaError.UNKNOWN_TOPIC_OR_PARTITION}
-        try:
-            w.access.check_operation(session, AclOperation.DESCRIBE, AclResource.TOPIC, topic)
-        except RequestError:
-            return {**answer, "error_code": KafkaError.TOPIC_AUTHORIZATION_FAILED}
+        refused = self._refusal(topic, partition, AclOperation.DESCRIBE, session)
+        if refused is not None:
+            return {**answer, "error_code": refused}
         log_id = log_id_of(topic, partition)
         by_time = timestamp not in (_EARLIEST, _LATEST)
         bounds = await w.reads.leader_bounds([log_id], time_ms=timestamp if by_time else None)
@@ -546,6 +590,33 @@ class _PartitionWrites:
         if error is not None:
             return error, -1
         return KafkaError.NONE, base
+
+
+def epoch_end_offset(log: EpochLog, current_term: int, end: int, epoch: int) -> tuple[int, int]:
+    """Kafka's answer to "where does leader epoch ``epoch`` end" (``LeaderEpochFileCache.
+    endOffsetFor``), from a Raft log whose terms are the epochs: ``(the largest epoch <=
+    epoch in the log, the first offset after it)``; the current term ends at ``end`` (the log
+    end); an epoch above every term is (-1, -1); one below every term in the log is itself,
+    ending where the log's first term starts."""
+    if epoch < 0:
+        return -1, -1
+    if epoch == current_term:
+        return epoch, end
+    higher = log.term_start_offset(epoch + 1)  # the first offset of a later term
+    if higher > log.last_index():
+        return -1, -1
+    if higher <= log.start_offset():
+        return epoch, higher
+    return min(log.term_at(higher - 1), epoch), higher
+
+
+class EpochLog(Protocol):
+    """What ``epoch_end_offset`` reads of a Raft log."""
+
+    def term_start_offset(self, term: int) -> int: ...
+    def term_at(self, index: int) -> int: ...
+    def start_offset(self) -> int: ...
+    def last_index(self) -> int: ...
 
 
 def _produce_answer(body: Message, result: Callable[[str, int], tuple[KafkaError, int]]) -> Message:

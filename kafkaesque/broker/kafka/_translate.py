@@ -17,12 +17,12 @@ import time
 from typing import NamedTuple
 
 from kafkaesque.protocol.kafka import (
-    KafkaRecord,
     control_batch,
-    encode_batch,
+    encode_record,
+    frame_batch,
     iter_batches,
 )
-from kafkaesque.storage import BatchType, Record, build_batch, decode_header, decode_records
+from kafkaesque.storage import BatchType, Record, build_batch, decode_header, raw_records
 
 
 class ProducedBatch(NamedTuple):
@@ -67,7 +67,9 @@ def produced_batches(record_set: bytes) -> list[ProducedBatch]:
 
 
 def kafka_record_set(data: bytes | memoryview) -> bytes:
-    """Our committed batches (whole, as a read returns them) as Kafka batches."""
+    """Our committed batches (whole, as a read returns them) as Kafka batches: the same base
+    offset, offset deltas, first timestamp and timestamp deltas, so each record is encoded
+    straight from the body's own fields (``raw_records``)."""
     view = memoryview(data)
     out = bytearray()
     pos = 0
@@ -76,14 +78,16 @@ def kafka_record_set(data: bytes | memoryview) -> bytes:
         end = pos + header.size
         epoch = min(header.term, 0x7FFFFFFF)
         if header.batch_type is BatchType.DATA:
-            records = [
-                KafkaRecord(r.offset - header.base_offset, r.timestamp, r.key, r.value, r.headers)
-                for r in decode_records(view[pos:end], header)
-            ]
-            out += encode_batch(
+            body = bytearray()
+            for delta, ts_delta, key, value, headers in raw_records(view[pos:end], header):
+                encode_record(body, ts_delta, delta, key, value, headers)
+            out += frame_batch(
                 header.base_offset,
-                records,
+                body,
+                record_count=header.record_count,
                 last_offset_delta=header.last_offset_delta,
+                base_ts=header.first_timestamp,
+                max_ts=header.max_timestamp,
                 leader_epoch=epoch,
             )
         else:

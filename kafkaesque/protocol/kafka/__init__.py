@@ -29,6 +29,7 @@ from ._apis import (
     INIT_PRODUCER_ID,
     LIST_OFFSETS,
     METADATA,
+    OFFSET_FOR_LEADER_EPOCH,
     PRODUCE,
 )
 from ._connection import (
@@ -65,6 +66,8 @@ from ._records import (
     control_batch,
     decode_batch,
     encode_batch,
+    encode_record,
+    frame_batch,
     iter_batches,
 )
 from ._schema import Api, Message, Schema
@@ -90,6 +93,7 @@ __all__ = [
     "METADATA",
     "OFFSET_COMMIT",
     "OFFSET_FETCH",
+    "OFFSET_FOR_LEADER_EPOCH",
     "PRODUCE",
     "RAFT_CONTROL_TYPE",
     "Api",
@@ -110,6 +114,8 @@ __all__ = [
     "decode_batch",
     "decode_response",
     "encode_batch",
+    "encode_record",
+    "frame_batch",
     "encode_request",
     "encode_response",
     "frame_bytes",

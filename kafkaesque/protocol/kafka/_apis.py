@@ -358,6 +358,54 @@ INIT_PRODUCER_ID = Api(
     ),
 )
 
+OFFSET_FOR_LEADER_EPOCH = Api(
+    23,
+    "OffsetForLeaderEpoch",
+    2,
+    3,
+    Schema(
+        (
+            Field("replica_id", "int32", since=3, default=-2),
+            array(
+                "topics",
+                (
+                    Field("topic", "string"),
+                    array(
+                        "partitions",
+                        (
+                            Field("partition", "int32"),
+                            Field("current_leader_epoch", "int32", default=-1),
+                            Field("leader_epoch", "int32"),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        flexible_since=4,
+    ),
+    Schema(
+        (
+            Field("throttle_time_ms", "int32"),
+            array(
+                "topics",
+                (
+                    Field("topic", "string"),
+                    array(
+                        "partitions",
+                        (
+                            Field("error_code", "int16"),
+                            Field("partition", "int32"),
+                            Field("leader_epoch", "int32", default=-1),
+                            Field("end_offset", "int64", default=-1),
+                        ),
+                    ),
+                ),
+            ),
+        ),
+        flexible_since=4,
+    ),
+)
+
 APIS: Final[dict[int, Api]] = {
     api.key: api
     for api in (
@@ -370,7 +418,8 @@ APIS: Final[dict[int, Api]] = {
         CREATE_TOPICS,
         DELETE_TOPICS,
         INIT_PRODUCER_ID,
-        *GROUP_APIS,
+        OFFSET_FOR_LEADER_EPOCH,
+        *GROUP_APIS,  # _group_apis: consumer groups
     )
 }
 """The APIs served, by key."""

@@ -28,7 +28,7 @@ from typing import Final
 import cramjam
 from crc32c import crc32c
 
-from ._wire import KafkaProtocolError, Reader, Writer, encode_varint
+from ._wire import KafkaProtocolError, Reader, encode_varint
 
 _HEAD: Final = struct.Struct(">qiibIhiqqqhii")
 HEAD_SIZE: Final = _HEAD.size  # 61
@@ -236,13 +236,45 @@ def encode_batch(
     """An uncompressed RecordBatch v2 of ``records`` (their deltas and timestamps as given)."""
     base_ts = min((r.timestamp for r in records), default=-1)
     max_ts = max((r.timestamp for r in records), default=-1)
-    body = Writer()
-    for record in records:
-        _write_record(body, record, base_ts)
+    body = bytearray()
+    for r in records:
+        headers = [(name.encode(), value) for name, value in r.headers]
+        encode_record(body, r.timestamp - base_ts, r.offset_delta, r.key, r.value, headers)
+    return frame_batch(
+        base_offset,
+        body,
+        record_count=len(records),
+        last_offset_delta=last_offset_delta,
+        base_ts=base_ts,
+        max_ts=max_ts,
+        leader_epoch=leader_epoch,
+        attributes=attributes,
+        producer_id=producer_id,
+        producer_epoch=producer_epoch,
+        base_sequence=base_sequence,
+    )
+
+
+def frame_batch(
+    base_offset: int,
+    body: bytes | bytearray,
+    *,
+    record_count: int,
+    last_offset_delta: int,
+    base_ts: int,
+    max_ts: int,
+    leader_epoch: int = -1,
+    attributes: int = 0,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+) -> bytes:
+    """An uncompressed RecordBatch v2 around ``body``, ``record_count`` records that
+    ``encode_record`` wrote: its header, with the CRC-32C of both."""
     head = bytearray(
         _HEAD.pack(
             base_offset,
-            HEAD_SIZE - 12 + len(body.buf),
+            HEAD_SIZE - 12 + len(body),
             leader_epoch,
             MAGIC,
             0,
@@ -253,34 +285,48 @@ def encode_batch(
             producer_id,
             producer_epoch,
             base_sequence,
-            len(records),
+            record_count,
         )
     )
-    crc = crc32c(body.buf, crc32c(head[_ATTRIBUTES_POS:]))
+    crc = crc32c(body, crc32c(head[_ATTRIBUTES_POS:]))
     struct.pack_into(">I", head, _CRC_POS, crc)
-    return bytes(head + body.buf)
+    head += body
+    return bytes(head)
 
 
-def _write_record(w: Writer, record: KafkaRecord, base_ts: int) -> None:
-    inner = bytearray(b"\x00")  # attributes
-    inner += encode_varint(record.timestamp - base_ts)
-    inner += encode_varint(record.offset_delta)
-    _put_varbytes(inner, record.key)
-    _put_varbytes(inner, record.value)
-    inner += encode_varint(len(record.headers))
-    for name, value in record.headers:
-        _put_varbytes(inner, name.encode())
-        _put_varbytes(inner, value)
-    w.raw(encode_varint(len(inner)))
-    w.raw(inner)
-
-
-def _put_varbytes(out: bytearray, data: bytes | None) -> None:
-    if data is None:
-        out += encode_varint(-1)
+def encode_record(
+    out: bytearray,
+    timestamp_delta: int,
+    offset_delta: int,
+    key: bytes | None,
+    value: bytes | None,
+    headers: Sequence[tuple[bytes, bytes | None]],
+) -> None:
+    """Append one record of a RecordBatch v2 to ``out`` (header names already UTF-8)."""
+    # The parts first, then their size in front: no record-sized buffer built and copied.
+    parts = [encode_varint(timestamp_delta), encode_varint(offset_delta)]
+    if key is None:
+        parts.append(_NULL_LENGTH)
     else:
-        out += encode_varint(len(data))
-        out += data
+        parts += (encode_varint(len(key)), key)
+    if value is None:
+        parts.append(_NULL_LENGTH)
+    else:
+        parts += (encode_varint(len(value)), value)
+    parts.append(encode_varint(len(headers)))
+    for name, header in headers:
+        parts += (encode_varint(len(name)), name)
+        if header is None:
+            parts.append(_NULL_LENGTH)
+        else:
+            parts += (encode_varint(len(header)), header)
+    out += encode_varint(1 + sum(map(len, parts)))
+    out.append(0)  # attributes
+    for part in parts:
+        out += part
+
+
+_NULL_LENGTH: Final = encode_varint(-1)
 
 
 def control_batch(base_offset: int, last_offset_delta: int, timestamp: int, epoch: int) -> bytes:
@@ -302,5 +348,7 @@ __all__ = [
     "control_batch",
     "decode_batch",
     "encode_batch",
+    "encode_record",
+    "frame_batch",
     "iter_batches",
 ]

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 
 class CommitTimeout(Exception):
-    """The proposal was appended but not known committed in time: its outcome is unknown."""
+    """The proposal was appended but not known committed in time, or was cut from this log
+    before it committed (another replica that holds it may still commit it): its outcome is
+    unknown."""
 
 
 class ProposalLost(Exception):
-    """The proposal was removed from the log before it committed: it definitely failed."""
+    """Another entry committed at the proposal's offset: it definitely failed."""

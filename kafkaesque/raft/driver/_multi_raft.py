@@ -280,18 +280,28 @@ class MultiRaft:
 
         Returns its ``(first, last)`` offsets. Raises ``InvalidBatchError`` (a ``ValueError``:
         not one valid batch of ``count`` offsets), ``NotLeader`` (with the leader's id when
-        known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if the
-        entry was truncated away (definitely failed, retry) or ``CommitTimeout`` (unknown).
+        known) or ``ProposalDropped`` before appending; after appending, ``ProposalLost`` if
+        another entry committed at its offset (definitely failed, retry) or ``CommitTimeout``
+        (unknown: not committed in time, or cut from this log only, which another replica that
+        holds it may still commit).
         """
         replica = self.replicas[log_id]
         last = self._propose(replica, batch, count)
         term = replica.node.term
         with trio.move_on_after(timeout):
             await replica.wait_committed(last, term)
-        if replica.commit_index >= last and replica.storage.log.term_at(last) == term:
+        held = replica.storage.log.term_at(last)
+        if replica.commit_index >= last and held == term:
             return last - count + 1, last
-        if replica.storage.last_index() < last or replica.storage.log.term_at(last) != term:
+        if replica.commit_index >= last and held is not None:
             raise ProposalLost(f"offset {last} of term {term} was overwritten before commit")
+        if held != term:
+            # Cut from this log only: a replica that received it may still be elected and
+            # commit it (issue 36). Unknown until another entry commits at its offset.
+            raise CommitTimeout(
+                f"offset {last} of term {term} was cut from this log before it committed "
+                "(outcome unknown)"
+            )
         raise CommitTimeout(f"offset {last} not committed within {timeout} s (outcome unknown)")
 
     async def read_index(self, log_id: str, *, timeout: float = 5.0) -> int:
@@ -726,12 +736,14 @@ class MultiRaft:
             self._send_messages(replica, rd)
         if rd.entries:
             self._quiet.wrote(replica.quiet)
+        # The commit index first: a waiter whose entry was cut tells from it whether another
+        # entry committed in its place (lost for good) or not (it may still commit elsewhere).
+        if rd.committed is not None:
+            replica.commit_index = max(replica.commit_index, rd.committed[1])
         if rd.truncate_from is not None:
             replica._fail_waiters_above(rd.truncate_from)
         if rd.log_reset is not None:
             replica._fail_waiters_above(rd.log_reset.start)
-        if rd.committed is not None:
-            replica.commit_index = max(replica.commit_index, rd.committed[1])
         if rd.committed is not None or rd.truncate_from is not None or rd.log_reset is not None:
             replica._notify()
         for state in rd.read_states:
