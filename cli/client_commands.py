@@ -163,7 +163,27 @@ def _add_topic(commands: Any) -> None:
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
-    for parser in (create, alter, listing, offsets, describe, delete):
+    reassign = actions.add_parser(
+        "reassign",
+        help="move a partition's replicas to these brokers (REASSIGN), first = preferred leader",
+        description="Move a partition's replicas to exactly these brokers (the line command "
+        "REASSIGN, as kafka-reassign-partitions --execute for one partition): the partition's "
+        "leader changes its Raft membership one broker at a time while writes and reads go on. "
+        "Returns once the move is done and prints the new replicas; the first broker listed is "
+        "the preferred leader (`topic elect-leaders` moves the leadership there at once).",
+    )
+    reassign.add_argument("name")
+    reassign.add_argument("partition", type=int)
+    reassign.add_argument("replicas", metavar="BROKER,BROKER,...", help="the new replicas' ids")
+    reassign.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the move (default 120); it goes on after a timeout, "
+        "`topic describe` shows when it is done",
+    )
+    reassign.set_defaults(run=run_topic_reassign)
+    for parser in (create, alter, listing, offsets, describe, delete, reassign):
         bootstrap_option(parser)
     for parser in (listing, offsets, describe):
         format_option(parser)
@@ -215,6 +235,61 @@ def run_topic_alter(args: argparse.Namespace) -> int:
         )
         topic = client.describe_topic(args.name).topic
     print(f"{'altered' if changed else 'unchanged'} topic {args.name}: {_settings(topic)}")
+    return 0
+
+
+def _broker_ids(text: str) -> tuple[int, ...]:
+    """``1,2,3`` as broker ids (each listed once), or a clear error."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ClientCommandError(
+            f"replicas {text!r} must be broker ids separated by commas, e.g. 1,2,3"
+        ) from None
+    if any(i < 0 for i in ids):
+        raise ClientCommandError(f"replicas {text!r}: a broker id is never negative")
+    if len(set(ids)) != len(ids):
+        raise ClientCommandError(f"replicas {text!r}: a broker is listed twice")
+    return ids
+
+
+def run_topic_reassign(args: argparse.Namespace) -> int:
+    """``topic reassign <topic> <partition> <brokers>``: REASSIGN, then the replicas it made."""
+    _check_topic(args.name, writes=True)
+    if args.partition < 0:
+        raise ClientCommandError(f"partition must be 0 or more, not {args.partition}")
+    replicas = _broker_ids(args.replicas)
+    if not args.timeout > 0:
+        raise ClientCommandError(f"--timeout must be more than 0, not {args.timeout}")
+    with client_from_args(args) as client:
+        partitions = client.describe_topic(args.name).partitions
+        if args.partition >= len(partitions):
+            raise ClientCommandError(
+                f"topic {args.name} has no partition {args.partition} "
+                f"(it has {len(partitions)}: 0-{len(partitions) - 1})"
+            )
+        unknown = sorted(set(replicas) - set(client.refresh_metadata().brokers))
+        if unknown:
+            raise ClientCommandError(
+                f"no broker {','.join(map(str, unknown))} is registered "
+                "(`kafkaesque status` lists the brokers; `broker add` admits a new one)"
+            )
+        before = partitions[args.partition]
+        try:
+            client.reassign(args.name, args.partition, replicas, wait_s=args.timeout)
+        except KafkaesqueError as exc:
+            if exc.code is ErrorCode.TIMEOUT:
+                raise ClientCommandError(
+                    f"{exc}; the move goes on: `kafkaesque topic describe {args.name}` shows "
+                    "the replicas once it is done"
+                ) from exc
+            raise
+        after = client.describe_topic(args.name).partitions[args.partition]
+    print(
+        f"reassigned {args.name} partition {args.partition}: replicas "
+        f"{','.join(map(str, before.replicas))} -> {','.join(map(str, after.replicas))} "
+        f"(leader {_offset(after.leader)})"
+    )
     return 0
 
 
