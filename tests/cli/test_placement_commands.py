@@ -5,6 +5,7 @@ to the preferred replicas."""
 
 from __future__ import annotations
 
+import json
 import os
 import queue
 import subprocess
@@ -17,6 +18,7 @@ import pytest
 
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol import PartitionRow
 
 from .test_no_traceback import InProcess
 
@@ -89,7 +91,13 @@ class Spare:
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
-    with LocalCluster(str(tmp_path_factory.mktemp("placement")), 3, spare=1) as cluster:
+    # No leader balancing: only `topic elect-leaders` moves a leadership to its preferred replica.
+    with LocalCluster(
+        str(tmp_path_factory.mktemp("placement")),
+        3,
+        spare=1,
+        extra_args=["--leader-balance-rate", "0"],
+    ) as cluster:
         yield cluster
 
 
@@ -144,6 +152,51 @@ def test_topic_reassign_moves_a_partition_and_prints_its_new_replicas(
         (("topic", "reassign", "placed", "0", "0,x"), "broker ids separated by commas"),
         (("topic", "reassign", "placed", "0", "0,7"), "no broker 7 is registered"),
         (("topic", "reassign", "no-such", "0", "0,1"), "UNKNOWN_TOPIC"),
+    ):
+        err = cli.fails(*args)
+        assert message in err, (args, err)
+
+
+def _leaders_known(client: Client, topic: str) -> list[PartitionRow]:
+    deadline = time.monotonic() + _READY_S
+    while time.monotonic() < deadline:
+        rows = list(client.describe_topic(topic).partitions)
+        if all(r.leader is not None for r in rows):
+            return rows
+        time.sleep(0.1)
+    raise AssertionError(f"{topic} has a partition without a leader: {rows}")
+
+
+def test_topic_elect_leaders_moves_leaderships_to_the_preferred_replicas(
+    spare: Spare, cli: InProcess
+) -> None:
+    spare.admit()
+    cli.ok("topic", "create", "elect", "--partitions", "2", "--replication-factor", "3")
+    with Client(spare.cluster.bootstrap) as client:
+        for row in _leaders_known(client, "elect"):
+            # The same brokers, another one first: the leader stays, and is not preferred.
+            assert row.leader is not None
+            others = [b for b in row.replicas if b != row.leader]
+            client.reassign("elect", row.partition, (others[0], row.leader, *others[1:]))
+        rows = _leaders_known(client, "elect")
+        assert all(r.leader != r.replicas[0] for r in rows), rows
+    out = cli.ok("topic", "elect-leaders", "elect", "--format", "json")
+    table = json.loads(out)
+    assert [r["partition"] for r in table] == [0, 1], table
+    assert all(r["election"] == "elected" and r["leader"] == r["preferred"] for r in table), table
+    with Client(spare.cluster.bootstrap) as client:
+        assert all(r.leader == r.replicas[0] for r in client.describe_topic("elect").partitions)
+        # Once more: nothing to move.
+        assert client.elect_leaders("elect", 1) == 0
+    text = cli.ok("topic", "elect-leaders")
+    assert text.splitlines()[0].split() == ["TOPIC", "PARTITION", "LEADER", "PREFERRED", "ELECTION"]
+    rows_shown = [line.split() for line in text.splitlines()[1:]]
+    assert any(r[:2] == ["elect", "1"] and r[2:] == [r[3], r[3], "already"] for r in rows_shown)
+    assert "pending" not in text, text
+    for args, message in (
+        (("topic", "elect-leaders", "no-such"), "UNKNOWN_TOPIC"),
+        (("topic", "elect-leaders", "elect", "5"), "has no partition 5"),
+        (("topic", "elect-leaders", "elect", "--timeout", "0"), "--timeout must be more than 0"),
     ):
         err = cli.fails(*args)
         assert message in err, (args, err)

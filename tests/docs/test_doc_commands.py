@@ -138,6 +138,10 @@ REASSIGN_TEST = (
     "tests/cli/test_placement_commands.py::"
     "test_topic_reassign_moves_a_partition_and_prints_its_new_replicas"
 )
+ELECT_LEADERS_TEST = (
+    "tests/cli/test_placement_commands.py::"
+    "test_topic_elect_leaders_moves_leaderships_to_the_preferred_replicas"
+)
 BROKER_STOP_TEST = (
     "tests/broker/test_shutdown.py::"
     "test_broker_stop_finds_the_broker_by_its_pid_file_and_stops_it_gracefully"
@@ -293,6 +297,10 @@ REGISTRY: tuple[Entry, ...] = (
     ),
     by(
         REASSIGN_TEST, ".venv/bin/kafkaesque topic reassign clicks 1 3,0 --bootstrap 127.0.0.1:9092"
+    ),
+    by(
+        ELECT_LEADERS_TEST,
+        ".venv/bin/kafkaesque topic elect-leaders clicks --bootstrap 127.0.0.1:9092",
     ),
     Entry(
         "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
