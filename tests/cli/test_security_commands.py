@@ -257,15 +257,19 @@ def test_membership_and_placement_commands_need_the_cluster_admin_right(
     cluster, security = secure
     ca = ["--tls-ca", security.pki.ca]
     alice = _env(cluster, "alice", "alice-pw")
+    admin = _env(cluster, "admin", security.password)
+    # One ACL closes the cluster (without any, everyone authenticated may do anything).
+    acl = ("--principal", "User:alice", "--operation", "read", "--topic", "placement-only")
+    ok("acl", "add", *acl, *ca, env=admin)
     for args in (
         ("broker", "add", "5", "127.0.0.1:1", "127.0.0.1:2"),
         ("topic", "elect-leaders"),
     ):
         denied = refused(*args, *ca, env=alice)
         assert "NOT_AUTHORIZED" in denied and "User:alice" in denied, (args, denied)
-    admin = _env(cluster, "admin", security.password)
     elected = ok("topic", "elect-leaders", *ca, env=admin)
     assert elected.startswith("TOPIC") and "pending" not in elected, elected
+    ok("acl", "remove", *acl, *ca, env=admin)
 
 
 def test_acl_options_are_checked_before_connecting(tmp_path: Path) -> None:
