@@ -9,7 +9,10 @@ flags, flags winning. Addresses of the cluster's brokers use Kafka's ``id@host:p
         --admin 127.0.0.1:9095
 
 Once every listener is bound it prints one line, ``broker <id> client=<host:port> ...``, then
-``ready``; the cluster command and the tests wait for that line.
+``ready``; the cluster command and the tests wait for that line. A broker started with ``--join``
+says ``ready`` only once the cluster has admitted it (``kafkaesque broker add``, the line
+command ``ADDBROKER``) and its registration is applied: until then it says on stderr how to admit
+it.
 
 Stopping. SIGTERM stops gracefully: the broker stops accepting client connections, hands every
 partition leadership it holds (and the controller quorum's, if it leads it) to an up-to-date
@@ -59,7 +62,7 @@ from kafkaesque.broker import (
     load_config,
     open_warning,
 )
-from kafkaesque.client import Client, KafkaesqueError
+from kafkaesque.client import Client, ClientConfig, KafkaesqueError, Security
 from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
 
 _FLAGS = {
@@ -128,7 +131,8 @@ class BrokerCommandError(Exception):
 # not the forty a broker's start takes).
 _ACTION_OPTIONS: dict[str, tuple[str, ...]] = {
     "stop": ("--data-dir", "--id", "--config", "--shutdown-timeout"),
-    "remove": ("broker_id", "--bootstrap"),
+    "remove": ("broker_id", "--bootstrap", "--user", "--password", "--tls-ca"),
+    "add": ("broker_id", "peer", "controller", "--bootstrap", "--user", "--password", "--tls-ca"),
 }
 
 
@@ -172,6 +176,9 @@ _ACTION_HELP = {
     "its broker.pid, and wait until it has handed its leaderships over and stopped.",
     "remove": "Decommission a broker (REMOVEBROKER): its replicas move to the other brokers, "
     "then it leaves the controller quorum and the registry; stop it afterwards.",
+    "add": "Admit a broker started with --join (ADDBROKER): it joins the controller quorum, "
+    "registers, and every broker connects to its Raft transport (peer) address; then move "
+    "partitions onto it with `kafkaesque topic reassign`.",
 }
 
 
@@ -187,18 +194,38 @@ def add_parser(commands: Any) -> None:
     parser.add_argument(
         "action",
         nargs="?",
-        choices=("stop", "remove"),
+        choices=("stop", "remove", "add"),
         help="stop: SIGTERM the broker running with this --data-dir and --id (or --config), "
         "found by its broker.pid, and wait until it has handed its leaderships over and stopped; "
         "remove <id>: decommission broker <id> (REMOVEBROKER: its replicas move to the other "
-        "brokers, then it leaves the controller quorum and the registry; stop it afterwards)",
+        "brokers, then it leaves the controller quorum and the registry; stop it afterwards); "
+        "add <id> <peer host:port> <controller host:port>: admit a broker started with --join "
+        "(ADDBROKER)",
     )
-    parser.add_argument("broker_id", nargs="?", type=int, help="remove: the broker to remove")
+    parser.add_argument(
+        "broker_id", nargs="?", type=int, help="remove, add: the broker to remove or admit"
+    )
+    parser.add_argument(
+        "peer", nargs="?", help="add: where the new broker's Raft transport listens (host:port)"
+    )
+    parser.add_argument(
+        "controller", nargs="?", help="add: where the new broker's controller listens (host:port)"
+    )
     parser.add_argument(
         "--bootstrap",
         default=os.environ.get("KAFKAESQUE_BOOTSTRAP") or "127.0.0.1:9092",
         metavar="HOST:PORT,...",
-        help="remove: brokers to start from ($KAFKAESQUE_BOOTSTRAP, else 127.0.0.1:9092)",
+        help="remove, add: brokers to start from ($KAFKAESQUE_BOOTSTRAP, else 127.0.0.1:9092)",
+    )
+    parser.add_argument(
+        "--user",
+        default=os.environ.get("KAFKAESQUE_USER") or None,
+        metavar="NAME",
+        help="remove, add: authenticate as NAME ($KAFKAESQUE_USER; the password from --password "
+        "or $KAFKAESQUE_PASSWORD); needs the cluster's admin right (docs/security.md)",
+    )
+    parser.add_argument(
+        "--password", help="remove, add: the user's password (default $KAFKAESQUE_PASSWORD)"
     )
     parser.add_argument("--config", help="a TOML file of settings")
     parser.add_argument("--id", type=int, help="this broker's id")
@@ -367,8 +394,10 @@ def run(args: argparse.Namespace) -> int:
         return stop(args)
     if args.action == "remove":
         return remove(args)
+    if args.action == "add":
+        return add(args)
     if args.broker_id is not None:
-        raise BrokerCommandError(f"unexpected argument {args.broker_id} (only for remove)")
+        raise BrokerCommandError(f"unexpected argument {args.broker_id} (only for remove, add)")
     logging.basicConfig(
         level=getattr(logging, str(args.log_level).upper(), logging.WARNING),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
@@ -411,7 +440,12 @@ async def _serve(
                 if warning is not None:  # also logged; said here whatever the log level
                     print(warning, file=sys.stderr, flush=True)
                 pid_file = _write_pid_file(config)
-                print("ready", flush=True)
+                if config.join:
+                    # Listening is not being a member: `ready` is said once the cluster admitted
+                    # this broker (its registration is applied here), not before.
+                    nursery.start_soon(_say_ready_once_admitted, config, broker)
+                else:
+                    print("ready", flush=True)
                 draining = False
                 async for signum in signals:
                     if signum == signal.SIGTERM and not draining and shutdown_timeout > 0:
@@ -482,11 +516,9 @@ def remove(args: argparse.Namespace) -> int:
     leaving = args.broker_id
     if leaving is None:
         raise BrokerCommandError("broker remove needs the id of the broker to remove")
-    try:
-        client = Client(args.bootstrap)
-    except ValueError as exc:
-        raise BrokerCommandError(f"--bootstrap: {exc}") from exc
-    with client:
+    if args.peer is not None:
+        raise BrokerCommandError(f"unexpected argument {args.peer} (only for add)")
+    with _cluster_client(args) as client:
         try:
             brokers = client.refresh_metadata().brokers
         except KafkaesqueError as exc:
@@ -509,6 +541,82 @@ def remove(args: argparse.Namespace) -> int:
                 raise BrokerCommandError(f"{reply.code.name}: {reply.message}")
             problem = f"unexpected answer {reply!r:.200}"
         raise BrokerCommandError(f"broker {leaving} was not removed: {problem}")
+
+
+def _cluster_client(args: argparse.Namespace) -> Client:
+    """A client of ``--bootstrap`` as ``--user``/``--password`` (and ``--tls-ca``: TLS) say."""
+    user = args.user
+    password = args.password or os.environ.get("KAFKAESQUE_PASSWORD")
+    if user and password is None:
+        raise BrokerCommandError(
+            f"--user {user} needs a password: --password, or set $KAFKAESQUE_PASSWORD"
+        )
+    tls = args.tls_ca is not None
+    try:
+        security = Security(
+            protocol=("SASL_" if user else "") + ("SSL" if tls else "PLAINTEXT"),
+            username=user or None,
+            password=password if user else None,
+            ssl_cafile=args.tls_ca,
+        )
+        return Client(args.bootstrap, config=ClientConfig(security=security))
+    except ValueError as exc:
+        raise BrokerCommandError(f"--bootstrap: {exc}") from exc
+
+
+def _address_arg(value: str | None, what: str) -> str:
+    """``value`` if it is ``host:port`` (a port 1-65535), else a clear error."""
+    if value is None:
+        raise BrokerCommandError(
+            f"broker add needs the new broker's {what} address: "
+            "broker add <id> <peer host:port> <controller host:port>"
+        )
+    host, colon, port = value.rpartition(":")
+    if not (colon and host and port.isascii() and port.isdigit() and 0 < int(port) < 65536):
+        raise BrokerCommandError(f"{what} address {value!r} is not host:port")
+    return value
+
+
+def add(args: argparse.Namespace) -> int:
+    """``kafkaesque broker add <id> <peer> <controller>``: admit a broker started with
+    ``--join`` (``ADDBROKER``), then wait until it is registered; exit 1 if it is a member
+    already (nothing to do: ``ADDBROKER`` would answer ``+OK``, which hides a typo'd id)."""
+    joining = args.broker_id
+    if joining is None:
+        raise BrokerCommandError(
+            "broker add needs the id of the broker to admit: "
+            "broker add <id> <peer host:port> <controller host:port>"
+        )
+    peer = _address_arg(args.peer, "peer (Raft transport)")
+    controller = _address_arg(args.controller, "controller")
+    with _cluster_client(args) as client:
+        brokers = client.refresh_metadata().brokers
+        if joining in brokers:
+            known = brokers[joining]
+            raise BrokerCommandError(
+                f"broker {joining} is already a member of the cluster (clients at "
+                f"{known.host}:{known.port}); nothing to do"
+            )
+        client.add_broker(joining, peer, controller)
+        deadline = time.monotonic() + ADD_REGISTER_TIMEOUT_S
+        while joining not in client.refresh_metadata().brokers:
+            if time.monotonic() > deadline:
+                print(
+                    f"admitted broker {joining}; it has not registered yet (is it running, "
+                    f"started with --join?): `kafkaesque status` shows it once it has"
+                )
+                return 0
+            time.sleep(_ADD_POLL_S)
+    print(
+        f"added broker {joining} (peer {peer}, controller {controller}); move partitions onto "
+        f"it with `kafkaesque topic reassign <topic> <partition> <brokers>`"
+    )
+    return 0
+
+
+ADD_REGISTER_TIMEOUT_S = 30.0
+"""How long ``broker add`` waits for the admitted broker to register before saying so."""
+_ADD_POLL_S = 0.1
 
 
 def stop(args: argparse.Namespace) -> int:
@@ -574,6 +682,25 @@ def _running(pid: int) -> bool:
             return f.read().rpartition(")")[2].split()[0] != "Z"
     except (OSError, IndexError):
         return True  # no /proc: kill(0) said it exists
+
+
+async def _say_ready_once_admitted(config: BrokerConfig, broker: Broker) -> None:
+    """For a ``--join`` broker: say how to admit it (stderr), then ``ready`` once it is a member.
+
+    It becomes one when a member runs ``ADDBROKER`` (``kafkaesque broker add``): its controller
+    is then let into the quorum, catches up, and its registration is applied here
+    (``Broker.wait_ready``); until then it answers ``NOT_READY``.
+    """
+    if not broker.ready:
+        print(
+            f"broker {config.id}: waiting to be admitted: run `kafkaesque broker add {config.id} "
+            f"{config.peers[config.id]} {config.controllers[config.id]}` against the cluster",
+            file=sys.stderr,
+            flush=True,
+        )
+    await broker.wait_ready()
+    print(f"broker {config.id}: admitted to the cluster", file=sys.stderr, flush=True)
+    print("ready", flush=True)
 
 
 async def _stop_gracefully(broker: Broker, timeout: float, nursery: trio.Nursery) -> None:

@@ -163,8 +163,49 @@ def _add_topic(commands: Any) -> None:
     delete = actions.add_parser("delete", help="delete a topic and its data")
     delete.add_argument("name")
     delete.set_defaults(run=run_topic_delete)
-    for parser in (create, alter, listing, offsets, describe, delete):
+    reassign = actions.add_parser(
+        "reassign",
+        help="move a partition's replicas to these brokers (REASSIGN), first = preferred leader",
+        description="Move a partition's replicas to exactly these brokers (the line command "
+        "REASSIGN, as kafka-reassign-partitions --execute for one partition): the partition's "
+        "leader changes its Raft membership one broker at a time while writes and reads go on. "
+        "Returns once the move is done and prints the new replicas; the first broker listed is "
+        "the preferred leader (`topic elect-leaders` moves the leadership there at once).",
+    )
+    reassign.add_argument("name")
+    reassign.add_argument("partition", type=int)
+    reassign.add_argument("replicas", metavar="BROKER,BROKER,...", help="the new replicas' ids")
+    reassign.add_argument(
+        "--timeout",
+        type=float,
+        default=120.0,
+        help="seconds to wait for the move (default 120); it goes on after a timeout, "
+        "`topic describe` shows when it is done",
+    )
+    reassign.set_defaults(run=run_topic_reassign)
+    elect = actions.add_parser(
+        "elect-leaders",
+        help="move each partition's leadership to its preferred replica now (ELECTLEADERS)",
+        description="Preferred-leader election, as kafka-leader-election --election-type "
+        "preferred: every partition (of the topic, or only the partition) whose leader is not "
+        "its preferred replica (the first of its replicas) is handed to it now by a Raft "
+        "leadership transfer, if that replica is up and caught up. Prints each partition's "
+        "leader once the transfers are done (ELECTION: elected, already, or pending: the "
+        "preferred replica is down or behind, and the brokers' leader balancing gives the "
+        "partition back to it once it is ready).",
+    )
+    elect.add_argument("name", nargs="?", help="only this topic (default: every topic)")
+    elect.add_argument("partition", nargs="?", type=int, help="only this partition of it")
+    elect.add_argument(
+        "--timeout",
+        type=float,
+        default=10.0,
+        help="seconds to wait for the new leaders (default 10)",
+    )
+    elect.set_defaults(run=run_topic_elect_leaders)
+    for parser in (create, alter, listing, offsets, describe, delete, reassign, elect):
         bootstrap_option(parser)
+    format_option(elect)
     for parser in (listing, offsets, describe):
         format_option(parser)
 
@@ -215,6 +256,118 @@ def run_topic_alter(args: argparse.Namespace) -> int:
         )
         topic = client.describe_topic(args.name).topic
     print(f"{'altered' if changed else 'unchanged'} topic {args.name}: {_settings(topic)}")
+    return 0
+
+
+def _broker_ids(text: str) -> tuple[int, ...]:
+    """``1,2,3`` as broker ids (each listed once), or a clear error."""
+    try:
+        ids = tuple(int(part) for part in text.split(","))
+    except ValueError:
+        raise ClientCommandError(
+            f"replicas {text!r} must be broker ids separated by commas, e.g. 1,2,3"
+        ) from None
+    if any(i < 0 for i in ids):
+        raise ClientCommandError(f"replicas {text!r}: a broker id is never negative")
+    if len(set(ids)) != len(ids):
+        raise ClientCommandError(f"replicas {text!r}: a broker is listed twice")
+    return ids
+
+
+def run_topic_reassign(args: argparse.Namespace) -> int:
+    """``topic reassign <topic> <partition> <brokers>``: REASSIGN, then the replicas it made."""
+    _check_topic(args.name, writes=True)
+    if args.partition < 0:
+        raise ClientCommandError(f"partition must be 0 or more, not {args.partition}")
+    replicas = _broker_ids(args.replicas)
+    if not args.timeout > 0:
+        raise ClientCommandError(f"--timeout must be more than 0, not {args.timeout}")
+    with client_from_args(args) as client:
+        partitions = client.describe_topic(args.name).partitions
+        if args.partition >= len(partitions):
+            raise ClientCommandError(
+                f"topic {args.name} has no partition {args.partition} "
+                f"(it has {len(partitions)}: 0-{len(partitions) - 1})"
+            )
+        unknown = sorted(set(replicas) - set(client.refresh_metadata().brokers))
+        if unknown:
+            raise ClientCommandError(
+                f"no broker {','.join(map(str, unknown))} is registered "
+                "(`kafkaesque status` lists the brokers; `broker add` admits a new one)"
+            )
+        before = partitions[args.partition]
+        try:
+            client.reassign(args.name, args.partition, replicas, wait_s=args.timeout)
+        except KafkaesqueError as exc:
+            if exc.code is ErrorCode.TIMEOUT:
+                raise ClientCommandError(
+                    f"{exc}; the move goes on: `kafkaesque topic describe {args.name}` shows "
+                    "the replicas once it is done"
+                ) from exc
+            raise
+        after = client.describe_topic(args.name).partitions[args.partition]
+    print(
+        f"reassigned {args.name} partition {args.partition}: replicas "
+        f"{','.join(map(str, before.replicas))} -> {','.join(map(str, after.replicas))} "
+        f"(leader {_offset(after.leader)})"
+    )
+    return 0
+
+
+_ELECT_POLL_S = 0.1
+
+
+def run_topic_elect_leaders(args: argparse.Namespace) -> int:
+    """``topic elect-leaders [topic [partition]]``: ELECTLEADERS on every broker, then a table
+    of the partitions named, their leader and preferred replica, once they match (or at
+    ``--timeout``)."""
+    if args.name is not None:
+        _check_topic(args.name, writes=False)
+    if args.partition is not None and args.partition < 0:
+        raise ClientCommandError(f"partition must be 0 or more, not {args.partition}")
+    if not args.timeout > 0:
+        raise ClientCommandError(f"--timeout must be more than 0, not {args.timeout}")
+
+    def selected(client: Client) -> list[PartitionRow]:
+        if args.name is None:
+            partitions = client.refresh_metadata().partitions
+            return [row for topic in sorted(partitions) for row in partitions[topic]]
+        rows = client.describe_topic(args.name).partitions
+        if args.partition is None:
+            return list(rows)
+        if args.partition >= len(rows):
+            raise ClientCommandError(
+                f"topic {args.name} has no partition {args.partition} (it has {len(rows)})"
+            )
+        return [rows[args.partition]]
+
+    def preferred(row: PartitionRow) -> int | None:
+        return row.replicas[0] if row.replicas else None
+
+    with client_from_args(args) as client:
+        before = {(r.topic, r.partition): r.leader == preferred(r) for r in selected(client)}
+        client.elect_leaders(args.name, args.partition)
+        deadline = time.monotonic() + args.timeout
+        while True:
+            rows = selected(client)
+            if all(r.leader == preferred(r) for r in rows) or time.monotonic() > deadline:
+                break
+            time.sleep(_ELECT_POLL_S)
+    table = []
+    for r in rows:
+        if r.leader == preferred(r):
+            election = "already" if before.get((r.topic, r.partition)) else "elected"
+        else:
+            election = "pending"
+        table.append((r.topic, r.partition, r.leader, preferred(r), election))
+    print_table(args, ("TOPIC", "PARTITION", "LEADER", "PREFERRED", "ELECTION"), table)
+    pending = sum(1 for row in table if row[-1] == "pending")
+    if pending:
+        print(
+            f"{pending} partition(s) not on their preferred replica: it is down or behind; "
+            "the brokers give them back once it is ready (docs/operations.md, leader balancing)",
+            file=sys.stderr,
+        )
     return 0
 
 

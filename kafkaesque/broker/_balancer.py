@@ -131,6 +131,44 @@ class LeaderBalancer:
             bucket.refill(now)
             self.balance_once(now, bucket)
 
+    def elect_preferred(self, wanted: Callable[[str], bool]) -> tuple[int, int]:
+        """Preferred-leader election now (``ELECTLEADERS``): every group led here for which
+        ``wanted(log_id)`` and whose preferred replica is another broker is handed to it, if
+        ``preferred_target`` allows (a connected, caught-up voter). Returns ``(moved, skipped)``:
+        transfers started, and groups whose preferred replica is not eligible now (the loop
+        gives them back later, once it is). No hold and no rate limit: an operator asked, for
+        the groups named; nothing once stopped (a draining broker hands its groups elsewhere).
+        """
+        if self._stopped:
+            return 0, 0
+        moved = skipped = 0
+        connected = self.reachable()
+        for log_id, replica in list(self.raft.replicas.items()):
+            if replica.role is not Role.LEADER or not wanted(log_id):
+                continue
+            preferred = self.preferred(log_id)
+            if preferred is None or preferred == self.raft.node_id:
+                continue
+            to = preferred_target(replica.node.status(), preferred, connected)
+            if to is None:
+                skipped += 1
+                continue
+            try:
+                self.raft.transfer_leadership(log_id, to)
+            except (NotLeader, ProposalDropped, RaftUsageError, KeyError) as exc:
+                log.debug("node %d: %s not elected to %d: %s", self.raft.node_id, log_id, to, exc)
+                skipped += 1
+                continue
+            self.transfers += 1
+            moved += 1
+        log.info(
+            "node %d: preferred-leader election: %d transferred, %d skipped",
+            self.raft.node_id,
+            moved,
+            skipped,
+        )
+        return moved, skipped
+
     def balance_once(self, now: float, bucket: TokenBucket) -> int:
         """One pass over the groups led here: start the transfers due, as the bucket allows;
         returns how many were started."""

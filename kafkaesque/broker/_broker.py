@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import trio
@@ -233,6 +233,7 @@ class Broker:
             ready=self._ready.is_set,
             forward_latest=self.relay.forward_latest,
             admit_peer=self.admit_peer,
+            elect_leaders=self._elect_leaders,
         )
         self.metrics.register_cluster(
             ClusterProbes(
@@ -553,6 +554,11 @@ class Broker:
         return time.monotonic() - self._started_at
 
     # -- partitions -------------------------------------------------------------------------------
+
+    def _elect_leaders(self, wanted: Callable[[str], bool]) -> tuple[int, int]:
+        """``ELECTLEADERS``: the balancer's election of the groups led here (it is built after
+        the command handler, which is given this)."""
+        return self.balancer.elect_preferred(wanted)
 
     def admit_peer(self, broker: int, host: str, peer_port: int) -> None:
         """Know ``broker`` (a new member): connect to it and include it in Raft pings."""

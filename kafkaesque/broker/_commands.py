@@ -42,6 +42,7 @@ from kafkaesque.protocol import (
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
+    ElectLeaders,
     EndReply,
     ErrorCode,
     ErrorReply,
@@ -152,7 +153,8 @@ class CommandHandler:
     admin (topic commands, auto-creation), LATEST's key indexes, the replicated metadata, the
     access control and the metrics; and with what is the broker's own business, as callables:
     whether it is ready (see ``Broker.ready``), relaying LATEST to a partition's leader, and
-    admitting a new peer broker (ADDBROKER).
+    admitting a new peer broker (ADDBROKER), preferred-leader election of the groups it leads
+    (ELECTLEADERS: given which log ids, it answers how many moved and how many were skipped).
     """
 
     def __init__(
@@ -171,6 +173,7 @@ class CommandHandler:
         ready: Callable[[], bool],
         forward_latest: Callable[[int, str, int, bytes], Awaitable[bytes]],
         admit_peer: Callable[[int, str, int], None],
+        elect_leaders: Callable[[Callable[[str], bool]], tuple[int, int]],
     ) -> None:
         self._broker_id = broker_id
         self._metadata = metadata
@@ -185,6 +188,7 @@ class CommandHandler:
         self._ready = ready
         self._forward_latest = forward_latest
         self._admit_peer = admit_peer
+        self._elect_leaders = elect_leaders
         self._round_robin: dict[str, itertools.count[int]] = {}
         # The admin's topics being auto-created, by name: the same dict, read here by every
         # publish (see ``Creation``'s invariant).
@@ -320,6 +324,25 @@ class CommandHandler:
             self._metrics.error(name, ErrorCode.INTERNAL)
             slot.set(encode_reply(ErrorReply(ErrorCode.INTERNAL, "internal error (logged)")))
 
+    def _election_filter(self, topic: str | None, partition: int | None) -> Callable[[str], bool]:
+        """Which log ids an ``ELECTLEADERS`` names: all, a topic's, or one partition's;
+        ``RequestError`` for a topic or partition that does not exist."""
+        if topic is None:
+            return lambda log_id: True
+        info = self._metadata.view.topics.get(topic)
+        if info is None:
+            raise RequestError(ErrorCode.UNKNOWN_TOPIC, f"topic {topic} does not exist")
+        if partition is None:
+            logs = {log_id_of(topic, p) for p in range(len(info.replicas))}
+            return logs.__contains__
+        if partition >= len(info.replicas):
+            raise RequestError(
+                ErrorCode.UNKNOWN_PARTITION,
+                f"topic {topic} has no partition {partition} (it has {len(info.replicas)})",
+            )
+        one = log_id_of(topic, partition)
+        return lambda log_id: log_id == one
+
     async def _execute(self, command: Command, forwarded: bool) -> bytes:
         match command:
             case Fetch():
@@ -346,6 +369,9 @@ class CommandHandler:
                 return await self._admin.delete(topic)
             case Reassign():
                 return await self._admin.reassign(command)
+            case ElectLeaders(topic=topic, partition=partition):
+                moved, skipped = self._elect_leaders(self._election_filter(topic, partition))
+                return encode_reply(OkReply(f"moved={moved} skipped={skipped}"))
             case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
                 host, _, port = controller.rpartition(":")
                 await metadata_call(self._metadata.add_controller(broker_id, (host, int(port))))

@@ -28,6 +28,7 @@ from kafkaesque.protocol import (
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
+    ElectLeaders,
     EndReply,
     ErrorCode,
     Fetch,
@@ -427,6 +428,23 @@ def add_broker(broker_id: int, peer: str, controller: str) -> Call[None]:
     listens at ``peer`` and controller at ``controller`` (``host:port`` each). Not idempotent:
     a retry after an outcome-unknown error could meet the member the first attempt admitted."""
     return Call(AddBroker(broker_id, peer, controller), _ok, idempotent=False)
+
+
+def elect_leaders(topic: str | None, partition: int | None, address: Address) -> Call[int]:
+    """``ELECTLEADERS [topic [partition]]`` to the broker at ``address``: it hands the
+    partitions it leads (those named) to their preferred replicas; the result is how many
+    transfers it started (``+OK moved=<n> skipped=<m>``). Idempotent: a partition led by its
+    preferred replica is left alone."""
+    return Call(ElectLeaders(topic, partition), _elected, route=Pinned(address))
+
+
+def _elected(response: Response) -> int:
+    text = expect_ok(response).text
+    fields = dict(word.partition("=")[::2] for word in text.split())
+    moved = fields.get("moved", "")
+    if moved.isascii() and moved.isdigit():
+        return int(moved)
+    raise RemoteProtocolError(f"ELECTLEADERS answered '+OK {text[:80]}'")
 
 
 def remove_broker(broker_id: int, wait_s: float) -> Call[int]:

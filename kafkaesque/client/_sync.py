@@ -454,6 +454,25 @@ class Client:
         transport and its controller listen. Not retried after an outcome-unknown error."""
         self.call(calls.add_broker(broker_id, peer, controller))
 
+    def elect_leaders(self, topic: str | None = None, partition: int | None = None) -> int:
+        """Preferred-leader election (``ELECTLEADERS``, Kafka's ``kafka-leader-election
+        --election-type preferred``): every registered broker is asked to hand the partitions
+        it leads (``topic``'s, or only its ``partition``; None: all) to their preferred replica
+        (the first of their replicas) if that replica is up and caught up. Returns how many
+        transfers were started; they take a round trip each (watch ``describe_topic``). A
+        broker that cannot be reached is passed over (it leads nothing its peers can see).
+        ``UNKNOWN_TOPIC``/``UNKNOWN_PARTITION`` for what does not exist; ``NOT_AUTHORIZED``
+        without the cluster's ``admin`` right."""
+        moved = 0
+        for broker in sorted(self.refresh_metadata().brokers.values(), key=lambda b: b.broker_id):
+            try:
+                moved += self.call(
+                    calls.elect_leaders(topic, partition, (broker.host, broker.port))
+                )
+            except KafkaesqueConnectionError:
+                continue
+        return moved
+
     def remove_broker(self, broker_id: int, *, wait_s: float = calls.DECOMMISSION_WAIT_S) -> int:
         """Decommission broker ``broker_id`` (``REMOVEBROKER``): its replicas move to other
         brokers, then it leaves the controller quorum and the registry; returns how many

@@ -393,6 +393,20 @@ class AsyncClient:
         """Admit a broker started with ``--join`` (see ``Client.add_broker``)."""
         await self.call(calls.add_broker(broker_id, peer, controller))
 
+    async def elect_leaders(self, topic: str | None = None, partition: int | None = None) -> int:
+        """Preferred-leader election on every broker; how many transfers were started (see
+        ``Client.elect_leaders``)."""
+        brokers = (await self.refresh_metadata()).brokers
+        moved = 0
+        for broker in sorted(brokers.values(), key=lambda b: b.broker_id):
+            try:
+                moved += await self.call(
+                    calls.elect_leaders(topic, partition, (broker.host, broker.port))
+                )
+            except KafkaesqueConnectionError:
+                continue
+        return moved
+
     async def remove_broker(
         self, broker_id: int, *, wait_s: float = calls.DECOMMISSION_WAIT_S
     ) -> int:

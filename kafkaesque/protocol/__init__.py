@@ -38,6 +38,7 @@ from ._line_commands import DeleteGroup as DeleteGroup
 from ._line_commands import DeleteTopic as DeleteTopic
 from ._line_commands import DescribeGroup as DescribeGroup
 from ._line_commands import DescribeTopic as DescribeTopic
+from ._line_commands import ElectLeaders as ElectLeaders
 from ._line_commands import Fetch as Fetch
 from ._line_commands import FetchFormat as FetchFormat
 from ._line_commands import FetchOffsets as FetchOffsets

@@ -69,6 +69,7 @@ from ._line_commands import (
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
+    ElectLeaders,
     Fetch,
     FetchFormat,
     FetchOffsets,
@@ -690,6 +691,12 @@ class LineDecoder:
             self._topic(tokens[0], True), arg_int(tokens[1], "partition", 0, INT32_MAX), replicas
         )
 
+    def _parse_electleaders(self, parts: list[bytes], line: bytes) -> LineEvent:
+        tokens = arg_tokens(line, "ELECTLEADERS", 0, 2)
+        topic = self._topic(tokens[0], True) if tokens else None
+        partition = arg_int(tokens[1], "partition", 0, INT32_MAX) if len(tokens) > 1 else None
+        return ElectLeaders(topic, partition)
+
     def _parse_addbroker(self, parts: list[bytes], line: bytes) -> LineEvent:
         tokens = arg_tokens(line, "ADDBROKER", 3)
         return AddBroker(
@@ -781,6 +788,7 @@ _PARSERS: Final[dict[bytes, _Parser]] = {
     b"LEAVE": LineDecoder._parse_leave,
     b"METADATA": LineDecoder._parse_metadata,
     b"REASSIGN": LineDecoder._parse_reassign,
+    b"ELECTLEADERS": LineDecoder._parse_electleaders,
     b"ADDBROKER": LineDecoder._parse_addbroker,
     b"REMOVEBROKER": LineDecoder._parse_removebroker,
     b"AUTH": LineDecoder._parse_auth,

@@ -29,6 +29,7 @@ from ._line_commands import (
     DeleteTopic,
     DescribeGroup,
     DescribeTopic,
+    ElectLeaders,
     Fetch,
     FetchFormat,
     FetchOffsets,
@@ -352,6 +353,15 @@ def encode_command(command: Command) -> bytes:
                 int_bytes(partition, "partition", 0, INT32_MAX),
                 b",".join(int_bytes(r, "broker", 0, INT32_MAX) for r in replicas),
             )
+        case ElectLeaders(topic=topic, partition=partition):
+            words = [b"ELECTLEADERS"]
+            if topic is not None:
+                words.append(topic_bytes(topic, True))
+            if partition is not None:
+                if topic is None:
+                    raise encode_error("partition", partition, "given with its topic")
+                words.append(int_bytes(partition, "partition", 0, INT32_MAX))
+            return b" ".join(words) + CRLF
         case AddBroker(broker_id=broker_id, peer=peer, controller=controller):
             return b"ADDBROKER %s %s %s\r\n" % (
                 int_bytes(broker_id, "id", 0, INT32_MAX),

@@ -429,6 +429,22 @@ class Reassign:
 
 
 @dataclass(frozen=True, slots=True)
+class ElectLeaders:
+    """``ELECTLEADERS [topic [partition]]``: preferred-leader election, now.
+
+    The broker that gets it hands each partition it leads (of ``topic``, or only ``partition``
+    of it; None: every topic) whose preferred replica (the first of its replicas) is another
+    broker to that replica, by a Raft leadership transfer, if the replica is a connected,
+    caught-up voter; ``+OK moved=<n> skipped=<m>`` (skipped: preferred replica not eligible
+    now), answered once the transfers are started, not done. It moves only what it leads:
+    ``kafkaesque topic elect-leaders`` sends it to every broker.
+    """
+
+    topic: str | None = None
+    partition: int | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class AddBroker:
     """``ADDBROKER id peer_host:port controller_host:port``: admit a new broker to the cluster.
 
@@ -471,7 +487,7 @@ class AclOperation(StrEnum):
     ALTER = "alter"
     DESCRIBE = "describe"
     COMMIT = "commit"
-    ADMIN = "admin"  # the cluster's membership and placement: REASSIGN, ADDBROKER, REMOVEBROKER
+    ADMIN = "admin"  # membership and placement: REASSIGN, ELECTLEADERS, ADDBROKER, REMOVEBROKER
     ALL = "all"
 
 
@@ -647,6 +663,7 @@ Command: TypeAlias = (
     | DeleteGroup
     | Metadata
     | Reassign
+    | ElectLeaders
     | AddBroker
     | RemoveBroker
     | Authenticate

@@ -113,6 +113,11 @@ HELP: Final[dict[str, tuple[str, str]]] = {
         "REASSIGN <topic> <partition> <broker>,<broker>...",
         "Move a partition's replicas, one broker at a time. Replies +OK once they are these.",
     ),
+    "ELECTLEADERS": (
+        "ELECTLEADERS [<topic> [<partition>]]",
+        "Hand the partitions this broker leads to their preferred replicas now (the first of "
+        "their replicas, if caught up). Replies +OK moved=<n> skipped=<m>.",
+    ),
     "ADDBROKER": (
         "ADDBROKER <id> <peer_host:port> <controller_host:port>",
         "Admit a broker started with --join to the cluster. Replies +OK.",

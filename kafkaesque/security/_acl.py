@@ -180,6 +180,7 @@ _RULES: Final[dict[type, Callable[[Any], tuple[Requirement, ...]]]] = {
     protocol.ListTopics: _nothing,  # rows filtered: describe topic per row
     protocol.Metadata: _nothing,  # topic rows filtered; broker rows always
     protocol.Reassign: _cluster(_R.ADMIN),
+    protocol.ElectLeaders: _cluster(_R.ADMIN),
     protocol.AddBroker: _cluster(_R.ADMIN),
     protocol.RemoveBroker: _cluster(_R.ADMIN),
     protocol.AclAdd: _cluster(_R.ALTER),

@@ -22,7 +22,13 @@ from .test_client_commands import _kafkaesque
 def kafkaesque(
     *args: str, env: dict[str, str] | None = None, stdin: bytes = b""
 ) -> subprocess.CompletedProcess[str]:
-    clean = {k: v for k, v in os.environ.items() if not k.startswith("KAFKAESQUE_")}
+    # The user's settings go; KAFKAESQUE_WORKTREE (a development checkout's code, see
+    # /work/wt/shim) stays, so that the command runs the code under test.
+    clean = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith("KAFKAESQUE_") or k == "KAFKAESQUE_WORKTREE"
+    }
     return subprocess.run(
         [*_kafkaesque(), *args],
         input=stdin.decode(),
@@ -241,6 +247,29 @@ def test_client_commands_refuse_bad_credentials_and_missing_tls(
     untrusted = refused("topic", "list", "--tls", env=_env(cluster, "admin", security.password))
     assert "AUTH_FAILED" in untrusted and "certificate verify failed" in untrusted
     ok("topic", "list", *ca, env=_env(cluster, "admin", security.password))
+
+
+def test_membership_and_placement_commands_need_the_cluster_admin_right(
+    secure: tuple[SecureCluster, DevSecurity],
+) -> None:
+    """Issue 37 point 7: ``broker add``, ``topic reassign`` and ``topic elect-leaders`` say
+    NOT_AUTHORIZED to a user without ``admin`` on the cluster, in one line."""
+    cluster, security = secure
+    ca = ["--tls-ca", security.pki.ca]
+    alice = _env(cluster, "alice", "alice-pw")
+    admin = _env(cluster, "admin", security.password)
+    # One ACL closes the cluster (without any, everyone authenticated may do anything).
+    acl = ("--principal", "User:alice", "--operation", "read", "--topic", "placement-only")
+    ok("acl", "add", *acl, *ca, env=admin)
+    for args in (
+        ("broker", "add", "5", "127.0.0.1:1", "127.0.0.1:2"),
+        ("topic", "elect-leaders"),
+    ):
+        denied = refused(*args, *ca, env=alice)
+        assert "NOT_AUTHORIZED" in denied and "User:alice" in denied, (args, denied)
+    elected = ok("topic", "elect-leaders", *ca, env=admin)
+    assert elected.startswith("TOPIC") and "pending" not in elected, elected
+    ok("acl", "remove", *acl, *ca, env=admin)
 
 
 def test_acl_options_are_checked_before_connecting(tmp_path: Path) -> None:

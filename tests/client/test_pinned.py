@@ -37,6 +37,7 @@ from kafkaesque.protocol import (
     PartitionRow,
     Ping,
     Reassign,
+    RemoteProtocolError,
     RemoveBroker,
     encode_command,
 )
@@ -93,6 +94,13 @@ def test_the_operator_calls_speak_the_documented_lines() -> None:
     assert reassign.command == Reassign("t", 1, (0, 2)) and reassign.idempotent
     assert _line(reassign.command) == b"REASSIGN t 1 0,2\r\n"
     assert isinstance(add.command, AddBroker) and isinstance(remove.command, RemoveBroker)
+    elect = calls.elect_leaders("t", 1, ("10.0.0.4", 9092))
+    assert _line(elect.command) == b"ELECTLEADERS t 1\r\n" and elect.idempotent
+    assert elect.route == calls.Pinned(("10.0.0.4", 9092)), "each broker moves what it leads"
+    assert elect.parse(OkReply("moved=2 skipped=1")) == 2
+    assert _line(calls.elect_leaders(None, None, ("h", 1)).command) == b"ELECTLEADERS\r\n"
+    with pytest.raises(RemoteProtocolError, match="ELECTLEADERS answered"):
+        elect.parse(OkReply("what"))
 
 
 def test_remove_broker_errors_keep_their_code_and_a_garbled_answer_is_a_violation() -> None:

@@ -130,6 +130,18 @@ DECOMMISSION_TEST = (
     "tests/broker/test_decommission.py::"
     "test_a_broker_is_decommissioned_under_load_without_losing_anything"
 )
+BROKER_ADD_TEST = (
+    "tests/cli/test_placement_commands.py::"
+    "test_a_joining_broker_is_ready_only_once_broker_add_admitted_it"
+)
+REASSIGN_TEST = (
+    "tests/cli/test_placement_commands.py::"
+    "test_topic_reassign_moves_a_partition_and_prints_its_new_replicas"
+)
+ELECT_LEADERS_TEST = (
+    "tests/cli/test_placement_commands.py::"
+    "test_topic_elect_leaders_moves_leaderships_to_the_preferred_replicas"
+)
 BROKER_STOP_TEST = (
     "tests/broker/test_shutdown.py::"
     "test_broker_stop_finds_the_broker_by_its_pid_file_and_stops_it_gracefully"
@@ -278,6 +290,18 @@ REGISTRY: tuple[Entry, ...] = (
     by(ROLLING_RESTART_TEST, ".venv/bin/kafkaesque cluster restart --rolling"),
     by(BROKER_STOP_TEST, "kafkaesque broker stop --data-dir data --id 0"),
     by(DECOMMISSION_TEST, ".venv/bin/kafkaesque broker remove 3 --bootstrap 127.0.0.1:9092"),
+    by(
+        BROKER_ADD_TEST,
+        ".venv/bin/kafkaesque broker add 3 127.0.0.1:9123 127.0.0.1:9124 "
+        "--bootstrap 127.0.0.1:9092",
+    ),
+    by(
+        REASSIGN_TEST, ".venv/bin/kafkaesque topic reassign clicks 1 3,0 --bootstrap 127.0.0.1:9092"
+    ),
+    by(
+        ELECT_LEADERS_TEST,
+        ".venv/bin/kafkaesque topic elect-leaders clicks --bootstrap 127.0.0.1:9092",
+    ),
     Entry(
         "kafkaesque broker --id 0 --data-dir data --client 127.0.0.1:9092 "
         "--peers 0@127.0.0.1:9093 --controllers 0@127.0.0.1:9094 --admin 127.0.0.1:9095",
