@@ -196,6 +196,17 @@ class AccessControl:
         ):
             self._denied(session, operation, resource, name)
 
+    def allows(
+        self, session: Session, operation: AclOperation, resource: AclResource, name: str
+    ) -> bool:
+        """``check_operation`` as a yes or no (a refusal is counted all the same): for a
+        front that answers a refusal with its own code (Kafka's) rather than an error."""
+        try:
+            self.check_operation(session, operation, resource, name)
+        except RequestError:
+            return False
+        return True
+
     def require_authentication(self, session: Session) -> None:
         """Raise ``RequestError(NOT_AUTHORIZED)``, logged and counted as a refusal of an
         unauthenticated connection, if ``session`` has not authenticated on a broker that wants

@@ -202,18 +202,9 @@ class KafkaAdminHandlers:
 
     # -- ACLs -----------------------------------------------------------------------------------
 
-    def _may(
-        self, session: Session, operation: AclOperation, resource: AclResource, name: str
-    ) -> bool:
-        try:
-            self._w.access.check_operation(session, operation, resource, name)
-        except RequestError:
-            return False
-        return True
-
     async def describe_acls(self, request: KafkaRequest, session: Session) -> Message:
         """The ACLs that match the filter (DESCRIBE on the cluster, as Kafka)."""
-        if not self._may(
+        if not self._w.access.allows(
             session, AclOperation.DESCRIBE, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
         ):
             return {
@@ -248,7 +239,9 @@ class KafkaAdminHandlers:
 
     async def create_acls(self, request: KafkaRequest, session: Session) -> Message:
         """Add each ACL (ALTER on the cluster, as Kafka); one result per creation."""
-        allowed = self._may(session, AclOperation.ALTER, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME)
+        allowed = self._w.access.allows(
+            session, AclOperation.ALTER, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
+        )
         results = []
         for creation in request.body["creations"]:
             if not allowed:
@@ -270,7 +263,9 @@ class KafkaAdminHandlers:
     async def delete_acls(self, request: KafkaRequest, session: Session) -> Message:
         """Remove the ACLs each filter matches (ALTER on the cluster); each filter's result
         lists them."""
-        allowed = self._may(session, AclOperation.ALTER, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME)
+        allowed = self._w.access.allows(
+            session, AclOperation.ALTER, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
+        )
         results = []
         for f in request.body["filters"]:
             if not allowed:
@@ -320,7 +315,9 @@ class KafkaAdminHandlers:
             keys = r.get("configuration_keys")
             if kind == ConfigResourceType.TOPIC:
                 info = self._w.metadata.view.topics.get(name)
-                if not self._may(session, AclOperation.DESCRIBE, AclResource.TOPIC, name):
+                if not self._w.access.allows(
+                    session, AclOperation.DESCRIBE, AclResource.TOPIC, name
+                ):
                     answer |= _error(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"topic {name}")
                 elif info is None:
                     answer |= _error(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
@@ -330,7 +327,7 @@ class KafkaAdminHandlers:
                         configs = [c for c in configs if c["name"] in keys]
                     answer |= {"error_code": KafkaError.NONE, "configs": configs}
             elif kind == ConfigResourceType.BROKER:
-                if self._may(
+                if self._w.access.allows(
                     session, AclOperation.DESCRIBE, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
                 ):
                     answer |= {"error_code": KafkaError.NONE, "configs": []}
@@ -383,7 +380,7 @@ class KafkaAdminHandlers:
             answer: Message = {"resource_type": kind, "resource_name": name}
             if kind != ConfigResourceType.TOPIC:
                 answer |= _error(KafkaError.INVALID_REQUEST, "only topic configs can be altered")
-            elif not self._may(session, AclOperation.ALTER, AclResource.TOPIC, name):
+            elif not self._w.access.allows(session, AclOperation.ALTER, AclResource.TOPIC, name):
                 answer |= _error(KafkaError.TOPIC_AUTHORIZATION_FAILED, f"topic {name}")
             elif name not in self._w.metadata.view.topics:
                 answer |= _error(KafkaError.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name}")
@@ -457,7 +454,7 @@ class KafkaAdminHandlers:
         validate_only: bool,
         session: Session,
     ) -> tuple[KafkaError, str | None]:
-        if not self._may(session, AclOperation.ALTER, AclResource.TOPIC, name):
+        if not self._w.access.allows(session, AclOperation.ALTER, AclResource.TOPIC, name):
             return KafkaError.TOPIC_AUTHORIZATION_FAILED, f"may not alter topic {name}"
         info = self._w.metadata.view.topics.get(name)
         if info is None:

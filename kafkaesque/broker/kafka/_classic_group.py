@@ -140,19 +140,19 @@ class ClassicGroup:
     def join(self, request: JoinRequest, now: float) -> Message | Pending:
         """A JoinGroup: the error answer at once, or the Pending the rebalance answers."""
         if not MIN_SESSION_TIMEOUT_S <= request.session_timeout_s <= MAX_SESSION_TIMEOUT_S:
-            return _join_error(KafkaError.INVALID_SESSION_TIMEOUT, request.member_id)
+            return join_error(KafkaError.INVALID_SESSION_TIMEOUT, request.member_id)
         if not request.protocol_type or not request.protocols:
-            return _join_error(KafkaError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
+            return join_error(KafkaError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
         if self.members and (
             request.protocol_type != self.protocol_type
             or not self._common_protocols(request.protocols, except_member=request.member_id)
         ):
-            return _join_error(KafkaError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
+            return join_error(KafkaError.INCONSISTENT_GROUP_PROTOCOL, request.member_id)
         member_id = request.member_id
         if request.instance_id is not None:
             known = self.static.get(request.instance_id)
             if member_id and known is not None and member_id != known:
-                return _join_error(KafkaError.FENCED_INSTANCE_ID, member_id)
+                return join_error(KafkaError.FENCED_INSTANCE_ID, member_id)
             if not member_id and known is not None:
                 return self._rejoin_static(request, known, now)
             if not member_id:
@@ -161,9 +161,9 @@ class ClassicGroup:
             member_id = _new_member_id(request.client_id)
             if request.version >= 4:  # KIP-394: the client joins again with this id
                 self.pending_ids[member_id] = now + request.session_timeout_s
-                return _join_error(KafkaError.MEMBER_ID_REQUIRED, member_id)
+                return join_error(KafkaError.MEMBER_ID_REQUIRED, member_id)
         elif member_id not in self.members and self.pending_ids.pop(member_id, None) is None:
-            return _join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id)
+            return join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id)
         member = self.members.get(member_id)
         if member is None:
             member = self.members[member_id] = request.member(member_id, now)
@@ -189,7 +189,7 @@ class ClassicGroup:
             return self._join_answer(member)
         pending = Pending()
         if member.joining is not None:  # the client gave up on its earlier JoinGroup
-            member.joining.give(_join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id))
+            member.joining.give(join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id))
         member.joining = pending
         if self.state is not GroupState.PREPARING_REBALANCE:
             self._prepare_rebalance(now)
@@ -208,7 +208,7 @@ class ClassicGroup:
         if old is not None:
             for waiting in (old.joining, old.syncing):
                 if waiting is not None:
-                    waiting.give(_join_error(KafkaError.FENCED_INSTANCE_ID, old_id))
+                    waiting.give(join_error(KafkaError.FENCED_INSTANCE_ID, old_id))
         if self.leader == old_id:
             self.leader = new_id
         same = old is not None and old.protocols == request.protocols
@@ -406,7 +406,7 @@ class ClassicGroup:
         member = self._remove(member_id)
         for waiting in (member.joining, member.syncing):
             if waiting is not None:
-                waiting.give(_join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id))
+                waiting.give(join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id))
         if self.state in (GroupState.STABLE, GroupState.COMPLETING_REBALANCE):
             self._prepare_rebalance(now)
         if self.state is GroupState.PREPARING_REBALANCE:
@@ -528,7 +528,8 @@ def _new_member_id(client_id: str) -> str:
     return f"{client_id or 'member'}-{secrets.token_hex(16)}"
 
 
-def _join_error(error: KafkaError, member_id: str) -> Message:
+def join_error(error: KafkaError, member_id: str) -> Message:
+    """A JoinGroup answer that refuses ``member_id`` with ``error``."""
     return {"error_code": error, "generation_id": -1, "member_id": member_id, "members": []}
 
 

@@ -37,7 +37,7 @@ from .._errors import RequestError
 from .._groups import OFFSETS_TOPIC, GroupCoordinator, KafkaOffset
 from .._metadata import ClusterMetadata
 from .._session import Session
-from ._classic_group import ClassicGroup, GroupState, JoinRequest, Pending
+from ._classic_group import ClassicGroup, GroupState, JoinRequest, Pending, join_error
 
 log = logging.getLogger("kafkaesque.broker.kafka")
 
@@ -73,16 +73,6 @@ class KafkaGroups:
         self._access_control = access
         self._initial_delay_s = initial_delay_s
         self._held: dict[str, _Held] = {}
-
-    def _access(
-        self, session: Session, operation: AclOperation, resource: AclResource, name: str
-    ) -> bool:
-        """Whether ``session`` may do ``operation`` (a refusal is counted in /metrics)."""
-        try:
-            self._access_control.check_operation(session, operation, resource, name)
-        except RequestError:
-            return False
-        return True
 
     async def run(self) -> None:
         """Time the groups held here (sessions, rebalance deadlines), save what changed, and
@@ -190,7 +180,7 @@ class KafkaGroups:
             return _coordinator_error(
                 KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "transactions are not served"
             )
-        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, key):
+        if not self._access_control.allows(session, AclOperation.DESCRIBE, AclResource.GROUP, key):
             return _coordinator_error(KafkaError.GROUP_AUTHORIZATION_FAILED, None)
         if not key:
             return _coordinator_error(KafkaError.INVALID_GROUP_ID, "a group id is needed")
@@ -217,11 +207,13 @@ class KafkaGroups:
     async def join_group(self, request: KafkaRequest, session: Session) -> Message:
         body = request.body
         member_id = body["member_id"]
-        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
-            return _join_error(KafkaError.GROUP_AUTHORIZATION_FAILED, member_id)
+        if not self._access_control.allows(
+            session, AclOperation.READ, AclResource.GROUP, body["group_id"]
+        ):
+            return join_error(KafkaError.GROUP_AUTHORIZATION_FAILED, member_id)
         group = await self._group(body["group_id"], create=True)
         if not isinstance(group, ClassicGroup):
-            return _join_error(group or KafkaError.NOT_COORDINATOR, member_id)
+            return join_error(group or KafkaError.NOT_COORDINATOR, member_id)
         session_s = body["session_timeout_ms"] / 1000
         rebalance_ms = body.get("rebalance_timeout_ms", -1)
         join = JoinRequest(
@@ -240,7 +232,9 @@ class KafkaGroups:
 
     async def sync_group(self, request: KafkaRequest, session: Session) -> Message:
         body = request.body
-        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+        if not self._access_control.allows(
+            session, AclOperation.READ, AclResource.GROUP, body["group_id"]
+        ):
             return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
         group = await self._group(body["group_id"], create=False)
         if not isinstance(group, ClassicGroup):
@@ -257,7 +251,9 @@ class KafkaGroups:
 
     async def heartbeat(self, request: KafkaRequest, session: Session) -> Message:
         body = request.body
-        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+        if not self._access_control.allows(
+            session, AclOperation.READ, AclResource.GROUP, body["group_id"]
+        ):
             return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
         group = await self._group(body["group_id"], create=False)
         if not isinstance(group, ClassicGroup):
@@ -276,7 +272,9 @@ class KafkaGroups:
             leaving = [(m["member_id"], m.get("group_instance_id")) for m in body["members"]]
         else:
             leaving = [(body["member_id"], None)]
-        if not self._access(session, AclOperation.READ, AclResource.GROUP, body["group_id"]):
+        if not self._access_control.allows(
+            session, AclOperation.READ, AclResource.GROUP, body["group_id"]
+        ):
             return {"error_code": KafkaError.GROUP_AUTHORIZATION_FAILED}
         group = await self._group(body["group_id"], create=False)
         if not isinstance(group, ClassicGroup):
@@ -301,7 +299,7 @@ class KafkaGroups:
         def every(error: KafkaError) -> Message:
             return _commit_answer(topics, lambda t, p: error)
 
-        if not self._access(session, AclOperation.READ, AclResource.GROUP, group_id):
+        if not self._access_control.allows(session, AclOperation.READ, AclResource.GROUP, group_id):
             return every(KafkaError.GROUP_AUTHORIZATION_FAILED)
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
@@ -324,7 +322,9 @@ class KafkaGroups:
         for t in topics:
             name = t["name"]
             info = view.topics.get(name)
-            allowed = self._access(session, AclOperation.READ, AclResource.TOPIC, name)
+            allowed = self._access_control.allows(
+                session, AclOperation.READ, AclResource.TOPIC, name
+            )
             for p in t["partitions"]:
                 index, metadata = p["partition_index"], p.get("committed_metadata")
                 if not allowed:
@@ -365,7 +365,9 @@ class KafkaGroups:
             ]
             return {"topics": topics, "error_code": error}
 
-        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, group_id):
+        if not self._access_control.allows(
+            session, AclOperation.DESCRIBE, AclResource.GROUP, group_id
+        ):
             return failed(KafkaError.GROUP_AUTHORIZATION_FAILED)
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
@@ -382,7 +384,9 @@ class KafkaGroups:
             wanted = {t["name"]: list(t["partition_indexes"]) for t in asked}
         topics = []
         for name, partitions in wanted.items():
-            visible = self._access(session, AclOperation.DESCRIBE, AclResource.TOPIC, name)
+            visible = self._access_control.allows(
+                session, AclOperation.DESCRIBE, AclResource.TOPIC, name
+            )
             rows = []
             for p in partitions:
                 found = committed.get((name, p)) if visible else None
@@ -438,7 +442,9 @@ class KafkaGroups:
         def error(code: KafkaError) -> Message:
             return {"error_code": code, "group_id": group_id, "members": []}
 
-        if not self._access(session, AclOperation.DESCRIBE, AclResource.GROUP, group_id):
+        if not self._access_control.allows(
+            session, AclOperation.DESCRIBE, AclResource.GROUP, group_id
+        ):
             return error(KafkaError.GROUP_AUTHORIZATION_FAILED)
         group = await self._group(group_id, create=False)
         if isinstance(group, KafkaError):
@@ -471,7 +477,9 @@ class KafkaGroups:
         return {"results": results}
 
     async def _delete(self, group_id: str, session: Session) -> KafkaError:
-        if not self._access(session, AclOperation.DELETE, AclResource.GROUP, group_id):
+        if not self._access_control.allows(
+            session, AclOperation.DELETE, AclResource.GROUP, group_id
+        ):
             return KafkaError.GROUP_AUTHORIZATION_FAILED
         group = await self._group(group_id, create=False)
         if isinstance(group, KafkaError):
@@ -498,10 +506,6 @@ async def _answered(answer: Message | Pending) -> Message:
 
 def _coordinator_error(error: KafkaError, message: str | None) -> Message:
     return {"error_code": error, "error_message": message, "node_id": -1, "host": "", "port": -1}
-
-
-def _join_error(error: KafkaError, member_id: str) -> Message:
-    return {"error_code": error, "generation_id": -1, "member_id": member_id, "members": []}
 
 
 def _left(

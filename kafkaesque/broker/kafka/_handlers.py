@@ -241,9 +241,7 @@ class KafkaHandlers:
         info = w.metadata.view.topics.get(topic)
         if info is None or not 0 <= partition < info.config.partitions:
             return KafkaError.UNKNOWN_TOPIC_OR_PARTITION
-        try:
-            w.access.check_operation(session, operation, AclResource.TOPIC, topic)
-        except RequestError:
+        if not w.access.allows(session, operation, AclResource.TOPIC, topic):
             return KafkaError.TOPIC_AUTHORIZATION_FAILED
         return None
 
