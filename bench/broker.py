@@ -336,14 +336,24 @@ def paced_pair(
 
 
 def e2e_phase(
-    phase: Phase, bootstrap: str, topic: str, rate: int, linger_ms: float
+    phase: Phase,
+    bootstrap: str,
+    topic: str,
+    rate: int,
+    linger_ms: float,
+    *,
+    kinds: str = "",
+    module: str = "bench._broker_load",
 ) -> dict[str, Any]:
+    """(c): ``{kinds}consume`` and ``{kinds}publish`` of ``module`` at ``rate`` (the Kafka
+    clients' are ``kafka-`` of ``bench._kafka_load``)."""
     return paced_pair(
         phase,
-        f"e2e-{rate}",
+        f"{kinds}e2e-{rate}",
         rate,
-        ["consume", bootstrap, topic, f"group-{topic}"],
-        ["publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
+        [f"{kinds}consume", bootstrap, topic, f"group-{topic}"],
+        [f"{kinds}publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
+        module=module,
     )
 
 

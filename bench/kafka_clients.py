@@ -53,7 +53,6 @@ from .broker import (
     _stop,
     e2e_phase,
     flat_out_phase,
-    paced_pair,
     producer_phase,
 )
 
@@ -72,19 +71,6 @@ def kafka_producer_phase(phase: Phase, bootstrap: str, topic: str) -> dict[str, 
         f"--batch-size={PRODUCER_BATCH_BYTES}",
         f"--linger-ms={PRODUCER_LINGER_MS}",
         f"--buffer-bytes={PRODUCER_BUFFER_BYTES}",
-        module=KAFKA_LOAD,
-    )
-
-
-def kafka_e2e_phase(
-    phase: Phase, bootstrap: str, topic: str, rate: int, linger_ms: float
-) -> dict[str, Any]:
-    return paced_pair(
-        phase,
-        f"kafka-e2e-{rate}",
-        rate,
-        ["kafka-consume", bootstrap, topic, f"group-{topic}"],
-        ["kafka-publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
         module=KAFKA_LOAD,
     )
 
@@ -125,8 +111,14 @@ def run(root: Path, durations: Durations) -> int:
         e2e: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         for rate, linger in E2E_RUNS:
             ours = e2e_phase(phase, cluster.bootstrap, f"native-e2e-{rate}", rate, linger)
-            theirs = kafka_e2e_phase(
-                phase, cluster.kafka_bootstrap, f"kafka-e2e-{rate}", rate, linger
+            theirs = e2e_phase(
+                phase,
+                cluster.kafka_bootstrap,
+                f"kafka-e2e-{rate}",
+                rate,
+                linger,
+                kinds="kafka-",
+                module=KAFKA_LOAD,
             )
             e2e[rate] = (theirs, ours)
             ratio = _ratio(theirs["p99_ms"], ours["p99_ms"])
