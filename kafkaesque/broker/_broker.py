@@ -191,7 +191,6 @@ class Broker:
             config,
             self.metadata,
             self.raft,
-            self.writes,
             self.leaders,
             self.appenders,
             self.admit_peer,

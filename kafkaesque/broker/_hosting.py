@@ -28,7 +28,6 @@ from ._log_ids import log_id_of
 from ._membership import Change, next_change
 from ._metadata import ClusterMetadata
 from ._metadata_view import TopicInfo
-from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker")
 
@@ -41,9 +40,9 @@ class PartitionHosting:
     """The replicas hosted here (see the module docstring).
 
     Built by the broker with its settings, the metadata that assigns the replicas, the Raft
-    driver that hosts them, the write path (who leads a group) and the leaders' claims (each
-    group's membership as its leader reports it), the appenders (a deleted topic's go), and
-    ``admit_peer``: the broker's own business of knowing every registered broker.
+    driver that hosts them, the leaders' claims (each group's membership as its leader reports
+    it), the appenders (a deleted topic's go), and ``admit_peer``: the broker's own business of
+    knowing every registered broker.
     """
 
     def __init__(
@@ -51,7 +50,6 @@ class PartitionHosting:
         config: BrokerConfig,
         metadata: ClusterMetadata,
         raft: MultiRaft,
-        writes: WritePath,
         leaders: LeaderTable,
         appenders: Appenders,
         admit_peer: Callable[[int, str, int], None],
@@ -59,7 +57,6 @@ class PartitionHosting:
         self._config = config
         self._metadata = metadata
         self._raft = raft
-        self._writes = writes
         self._leaders = leaders
         self._appenders = appenders
         self._admit_peer = admit_peer
@@ -72,6 +69,10 @@ class PartitionHosting:
         the metadata does not announce).
         """
         version = -1
+        # Replicas of a partition being moved away that this broker held when it stopped: it
+        # is still a member of their groups (perhaps the only one with the log) until their
+        # leader commits its removal, so it opens them again, though no longer assigned here.
+        leaving = await trio.to_thread.run_sync(_partitions_on_disk, self._config.broker_dir)
         while True:
             with trio.move_on_after(_RECONCILE_EVERY_S):
                 await self._metadata.wait_changed(version)
@@ -81,7 +82,9 @@ class PartitionHosting:
                 self._admit_peer(broker.id, broker.host, broker.peer_port)
             for info in view.topics.values():
                 for partition, replicas in enumerate(info.replicas):
-                    if self._config.id in replicas:
+                    held = (info.name, partition) in leaving and partition in info.reassigned
+                    if self._config.id in replicas or held:
+                        leaving.discard((info.name, partition))
                         self.host(info, partition, replicas)
             for log_id in list(self._raft.replicas):
                 topic, _, number = log_id.rpartition("/")
@@ -229,11 +232,15 @@ class PartitionHosting:
             return
         directory = os.path.join(self._config.broker_dir, info.name, str(partition))
         # The assignment spreads first replicas over the brokers: they are the preferred leaders
-        # of a new partition. A replica added to a running group waits to be caught up instead
-        # (it could not win an election with its empty log anyway: pre-vote refuses it).
-        new = self._writes.leader_of(log_id) is None
+        # of a new partition. A replica of a reassigned partition joins its running group as a
+        # spare (``TopicInfo.reassigned``): it waits for the leader to add and catch it up.
+        bootstrap = info.bootstrap(partition)
         self._raft.add_replica(
-            log_id, directory, replicas, log_config, preferred=replicas[0] if new else -1
+            log_id,
+            directory,
+            bootstrap,
+            log_config,
+            preferred=replicas[0] if bootstrap is not None else -1,
         )
 
     async def _drop(self, log_id: str, *, deleted: bool = False) -> None:
@@ -259,6 +266,20 @@ def _run_tickets(tickets: list[FlushTicket]) -> None:
             errors.append(exc)
     if errors:
         raise errors[0]
+
+
+def _partitions_on_disk(broker_dir: str) -> set[tuple[str, int]]:
+    """``(topic, partition)`` of every partition directory under ``broker_dir``."""
+    found: set[tuple[str, int]] = set()
+    with contextlib.suppress(FileNotFoundError):
+        for topic in os.scandir(broker_dir):
+            if topic.is_dir():
+                found.update(
+                    (topic.name, int(p.name))
+                    for p in os.scandir(topic.path)
+                    if p.is_dir() and p.name.isdigit()
+                )
+    return found
 
 
 def _remove_tree(path: str) -> None:

@@ -149,7 +149,7 @@ class MetadataState:
                 name, config.partitions, config.replication_factor, self.brokers
             )
             replicas = replicas + grown[len(replicas) :]
-        info = TopicInfo(name, config, replicas)
+        info = TopicInfo(name, config, replicas, info.reassigned)
         self.topics[name] = info
         self.version += 1
         return info
@@ -186,7 +186,9 @@ class MetadataState:
             return info
         assignment = list(info.replicas)
         assignment[partition] = replicas
-        info = dataclasses.replace(info, replicas=tuple(assignment))
+        info = dataclasses.replace(
+            info, replicas=tuple(assignment), reassigned=info.reassigned | {partition}
+        )
         self.topics[topic] = info
         self.version += 1
         return info
@@ -268,7 +270,8 @@ class MetadataState:
             "version": self.version,
             "brokers": [dataclasses.astuple(b) for b in self.brokers.values()],
             "topics": [
-                (t.name, dataclasses.astuple(t.config), t.replicas) for t in self.topics.values()
+                (t.name, dataclasses.astuple(t.config), t.replicas, sorted(t.reassigned))
+                for t in self.topics.values()
             ],
             "acls": sorted(self.acls),
         }
@@ -283,8 +286,10 @@ class MetadataState:
         for fields in data["brokers"]:
             broker = BrokerInfo(*fields)
             state.brokers[broker.id] = broker
-        for name, config, replicas in data["topics"]:
-            state.topics[name] = TopicInfo(name, TopicConfig(*config), replicas)
+        for name, config, replicas, *rest in data["topics"]:
+            # Dumps written before ``reassigned`` existed: none counted as reassigned.
+            reassigned = frozenset(rest[0]) if rest else frozenset()
+            state.topics[name] = TopicInfo(name, TopicConfig(*config), replicas, reassigned)
         # Dumps written before ACLs existed have none: no ACLs.
         state.acls = {tuple(acl) for acl in data.get("acls", ())}
         # Older dumps also hold a "subscriptions" list (consumer groups, since moved to

@@ -108,11 +108,24 @@ ALTERABLE = frozenset({"partitions", "retention_ms", "retention_bytes", "compact
 
 @dataclass(frozen=True)
 class TopicInfo:
-    """A topic and its assignment: ``replicas[p]`` lists partition p's brokers, preferred first."""
+    """A topic and its assignment: ``replicas[p]`` lists partition p's brokers, preferred first.
+
+    ``reassigned`` holds the partitions whose replicas changed since they were created. Until
+    then a partition's replicas are its Raft group's first configuration (``bootstrap``); after,
+    a broker that starts a replica of it joins as a spare that knows no configuration and learns
+    it from the leader. Bootstrapping it with the new replicas instead would let it elect itself
+    with an empty log (moving a partition whose only replica is down, or onto brokers that form
+    a majority of the new replicas): two leaders in one term, and acknowledged records lost.
+    """
 
     name: str
     config: TopicConfig
     replicas: tuple[tuple[int, ...], ...]
+    reassigned: frozenset[int] = frozenset()
+
+    def bootstrap(self, partition: int) -> tuple[int, ...] | None:
+        """The first configuration's voters of ``partition``'s group; None once reassigned."""
+        return None if partition in self.reassigned else self.replicas[partition]
 
 
 @dataclass(frozen=True)

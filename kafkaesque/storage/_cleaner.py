@@ -38,8 +38,8 @@ def expired_segments(
 
     Only segments wholly below ``max_offset`` qualify, and the active segment never does. A
     segment goes by size if the log without it still holds ``retention_bytes``, by age if its
-    newest record is older than ``retention_ms`` at ``now``; the first that does not go stops
-    the choice, so what remains is a suffix of the log.
+    newest record (``Segment.retention_timestamp``) is older than ``retention_ms`` at ``now``;
+    the first that does not go stops the choice, so what remains is a suffix of the log.
     """
     limit_bytes, limit_ms = config.retention_bytes, config.retention_ms
     total = sum(s.size for s in segments)
@@ -48,7 +48,7 @@ def expired_segments(
         if max_offset is not None and seg.next_offset > max_offset:
             break
         by_size = limit_bytes is not None and total - seg.size >= limit_bytes
-        by_time = limit_ms is not None and now - seg.sealed_max_timestamp() > limit_ms
+        by_time = limit_ms is not None and now - seg.retention_timestamp() > limit_ms
         if not (by_size or by_time):
             break
         doomed.append(seg)

@@ -298,6 +298,15 @@ class Segment:
             self.max_timestamp = max(self._loaded_time_index().max_so_far, 0)
         return self.max_timestamp
 
+    def retention_timestamp(self) -> float:
+        """The time (ms since the epoch) time retention ages this sealed segment from: its max
+        record timestamp, or, when no batch carries one (only a new leader's no-op or a
+        configuration change, whose control batches have timestamp 0), the time its file was
+        last written, as Kafka's ``LogSegment.largestTimestamp`` does. Without that rule such a
+        segment would look 56 years old and go at the first retention check."""
+        max_ts = self.sealed_max_timestamp()
+        return max_ts if max_ts > 0 else os.stat(self.log_path).st_mtime * 1000
+
     # -- I/O ----------------------------------------------------------------------------------
 
     def _read_fd(self) -> int:

@@ -297,9 +297,14 @@ def test_set_replicas_checks_its_arguments() -> None:
     assert not isinstance(moved, MetadataError)
     assert moved.replicas[1] == (3, 2, 1)
     assert state.topics["t"] == moved
+    # Partition 1's group no longer starts from its replicas: a new replica joins as a spare.
+    assert (moved.bootstrap(0), moved.bootstrap(1)) == (moved.replicas[0], None)
     assert isinstance(state.set_replicas("nope", 0, (1,)), UnknownTopicError)
     for partition, replicas in [(2, (1,)), (-1, (1,)), (0, ()), (0, (1, 1)), (0, (1, 9))]:
         assert isinstance(state.set_replicas("t", partition, replicas), InvalidConfigError)
+    grown = state.alter_topic("t", {"partitions": 3})
+    assert not isinstance(grown, MetadataError)
+    assert grown.reassigned == {1} and grown.bootstrap(2) == grown.replicas[2]
 
 
 def test_dump_round_trips_in_plain_values() -> None:
@@ -307,6 +312,7 @@ def test_dump_round_trips_in_plain_values() -> None:
     state.register_broker(BrokerInfo(4, "h", 1, 2, 3, admin_port=4, mqtt_port=5))
     state.create_topic("t", TopicConfig(3, 2, retention_ms=10, retention_bytes=20, compact=True))
     state.create_topic("u", TopicConfig(1, 3))
+    state.set_replicas("t", 2, (4, 1))
     dump = state.to_primitive()
     allowed = (dict, list, tuple, str, int, bool, type(None))
 
@@ -321,6 +327,10 @@ def test_dump_round_trips_in_plain_values() -> None:
     again = MetadataState.from_primitive(dump)
     assert again.snapshot(None) == state.snapshot(None)
     assert list(again.topics) == ["t", "u"]  # creation order survives
+    assert again.topics["t"].reassigned == {2}
+    # A dump from before partitions were marked reassigned still reads: none is.
+    older = {**dump, "topics": [(n, c, r) for n, c, r, _ in dump["topics"]]}
+    assert MetadataState.from_primitive(older).topics["t"].reassigned == frozenset()
     # A dump from when the metadata held consumer-group subscriptions still reads; they are dropped.
     old = {**dump, "subscriptions": [("s", "t", "g", (0, 1))]}
     assert MetadataState.from_primitive(old).snapshot(None) == state.snapshot(None)

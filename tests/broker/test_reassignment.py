@@ -61,3 +61,33 @@ def test_move_a_partition_onto_a_broker_that_joined(tmp_path: Path) -> None:
         cluster.kill(target[1])
         with LineClient(cluster.client_address(new)) as c:
             assert _values(c, "moving") == expected
+
+
+def test_a_partition_moved_while_its_only_replica_is_down_waits_for_it(tmp_path: Path) -> None:
+    """The new replica of a reassigned partition joins the running group as a spare, it does
+    not start a group of its own: with the only replica down it must not elect itself with an
+    empty log (it did, about one run in five of a replica move under load, and when the old
+    leader came back the broker stopped on "two leaders in term 1")."""
+    with LocalCluster(str(tmp_path), 3) as cluster:
+        with LineClient(cluster.client_address(0)) as c:
+            c.ok("CREATE lonely 1 1")
+            [old] = _partition(c.rows("DESCRIBE lonely")).replicas
+            acked = [c.ok(f"PUB lonely partition=0 r{i}") for i in range(20)]
+        assert len(acked) == 20
+        new = (old + 1) % 3
+        cluster.kill(old)
+        with (
+            LineClient(cluster.client_address(new)) as admin,
+            LineClient(cluster.client_address(new)) as c,
+        ):
+            admin.send(f"REASSIGN lonely 0 {new}\r\n")
+            # Ten election timeouts and more: time for a group of its own to elect itself.
+            time.sleep(6)
+            row = _partition(c.rows("DESCRIBE lonely"))
+            assert row.replicas == (new,)
+            assert row.leader != new, "an empty new replica leads the partition"
+            cluster.start(old)
+            assert admin.answer() is not None  # the move completes once the old replica is back
+            row = _partition(c.rows("DESCRIBE lonely"))
+            assert (row.replicas, row.leader) == ((new,), new)
+            assert _values(c, "lonely") == [b"r%d" % i for i in range(20)]

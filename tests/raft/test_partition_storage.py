@@ -124,10 +124,12 @@ class StorageMachine(RuleBasedStateMachine):
         self.model.persist(rd)
         self.real.persist(rd)
 
-    @rule()
-    def reopen(self) -> None:
+    @rule(again=st.booleans())
+    def reopen(self, again: bool) -> None:
+        """Reopen with the bootstrap given again, or with none (as a broker does once the
+        partition was reassigned): the first start kept it."""
         self.real.close()
-        self.real = PartitionStorage(PartitionLog.open(self.dir, CONFIG), BOOT)
+        self.real = PartitionStorage(PartitionLog.open(self.dir, CONFIG), BOOT if again else None)
 
     @invariant()
     def same_answers(self) -> None:

@@ -9,8 +9,10 @@ reopens; unit tests check the index itself, the bounded read, and its rebuild on
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 
 import hypothesis.strategies as st
@@ -378,3 +380,21 @@ class TimeIndexMachine(RuleBasedStateMachine):
 
 TestTimeIndexMachine = TimeIndexMachine.TestCase
 TestTimeIndexMachine.settings = settings(max_examples=60, stateful_step_count=30, deadline=None)
+
+
+def test_a_segment_of_control_batches_ages_from_when_it_was_written(tmp_path: Path) -> None:
+    """A new leader's no-op carries timestamp 0: a segment holding only that is as old as its
+    file, as in Kafka, not 56 years old (retention took offset 0 of a new partition at its
+    first check, and Spark's reader reported offset 0 lost)."""
+    now = time.time() * 1000
+    config = LogConfig(segment_ms=None, retention_ms=3_600_000)
+    with PartitionLog.open(str(tmp_path), config, clock=lambda: now) as plog:
+        plog.append(build_batch([], batch_type=BatchType.NOOP, last_offset_delta=0), term=1)
+        plog.roll()
+        plog.append(_batch(int(now)), term=1)
+        assert plog.enforce_retention() == []
+        assert plog.log_start_offset == 0
+        hours_ago = time.time() - 2 * 3600
+        os.utime(tmp_path / f"{0:020d}.log", (hours_ago, hours_ago))
+        assert plog.enforce_retention() == [0]
+        assert plog.log_start_offset == 1

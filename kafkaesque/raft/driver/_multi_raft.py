@@ -166,13 +166,16 @@ class MultiRaft:
         self,
         log_id: str,
         directory: str,
-        voters: Iterable[int],
+        bootstrap: Iterable[int] | None,
         log_config: LogConfig | None = None,
         *,
         preferred: int | None = None,
     ) -> RaftReplica:
         """Open (or reopen) the group's log in ``directory`` and start its core.
 
+        ``bootstrap``: the voters of a new group's first configuration (a group that has one
+        on disk keeps it); None for a replica joining a running group, which knows no
+        configuration, never campaigns, and learns its membership from the leader.
         ``preferred`` is the replica that should lead a new group (default: a stable hash of
         the group id over the voters); it stands for election at once.
         """
@@ -180,7 +183,7 @@ class MultiRaft:
             return self.replicas[log_id]
         storage = PartitionStorage(
             PartitionLog.open(directory, log_config),
-            Configuration(voters=frozenset(voters)),
+            None if bootstrap is None else Configuration(voters=frozenset(bootstrap)),
             hard_states=self.hard_states,
             key=log_id,
         )
@@ -198,7 +201,7 @@ class MultiRaft:
             )
         self._active.add(replica)
         self._peers |= set(node.configuration.members) - {self.node_id}
-        if preferred is None:
+        if preferred is None and node.configuration.voters:
             preferred = preferred_leader(log_id, node.configuration.voters)
         if node.term == 0 and preferred == self.node_id:
             # A new group: its preferred replica stands at once instead of every replica

@@ -8,8 +8,9 @@ Beside the log, the partition directory holds ``raft-state``: the configuration 
 CONFIG entries' offsets and payloads, plus the configuration in force just before the log start)
 and, unless a broker-wide ``HardStateStore`` keeps it, the hard state (term, vote, commit).
 Keeping the history there, rather than finding CONFIG batches by scanning the log, is what keeps
-a restart independent of the log's size. A group that never changed its bootstrap
-configuration has no file yet: the bootstrap is given again at every start.
+a restart independent of the log's size. A bootstrap configuration is written there at the
+group's first start; a replica started without one (a spare joining a running group) has no
+file until the leader's first CONFIG entry or log start reaches it.
 
 Durability: ``persist`` writes a Ready's log changes. A changed configuration history is saved
 at once (rare). A changed term or vote goes to the ``HardStateStore``, which the driver saves,
@@ -79,6 +80,11 @@ class PartitionStorage:
         # A commit index written before a crash cut the log's tail must not outrun the log.
         self._hard = HardState(hard.term, hard.vote, min(hard.commit, self.last_index()))
         self._trim_configs_to(self.last_index() + 1)
+        if state is None and bootstrap is not None:
+            # The group's first configuration is kept from its first start: the caller may
+            # have none to give at the next (the partition moved meanwhile, and a replica that
+            # starts with no configuration waits for a leader, which may be this one).
+            self._save()
 
     # -- RaftStorage ------------------------------------------------------------------------
 
