@@ -81,6 +81,7 @@ _FLAGS = {
     "mqtt_tls_client_ca": "mqtt_tls_client_ca",
     "mqtt_ws": "mqtt_ws",
     "kafka": "kafka",
+    "http": "http",
     "mqtt_partitions": "mqtt_partitions",
     "mqtt_replication_factor": "mqtt_replication_factor",
     "advertised_host": "advertised_host",
@@ -105,6 +106,7 @@ _FLAGS = {
     "admin_tls": "admin_tls",
     "peer_tls": "peer_tls",
     "kafka_tls": "kafka_tls",
+    "http_tls": "http_tls",
     "users_file": "users_file",
     "super_users": "super_users",
     "mqtt_acl_file": "mqtt_acl_file",
@@ -245,6 +247,14 @@ def add_parser(commands: Any) -> None:
         help="host:port for Kafka clients (docs/kafka.md; default: the client host, port + 100; "
         "off: none)",
     )
+    parser.add_argument(
+        "--http-listen",
+        "--http",
+        dest="http",
+        metavar="HOST:PORT|off",
+        help="host:port for the REST API (docs/http.md; default: the client host, port + 200; "
+        "off: none)",
+    )
     parser.add_argument("--mqtt-rules", help="a file of MQTT topic mapping rules (docs/mqtt.md)")
     parser.add_argument(
         "--mqtt-users",
@@ -333,6 +343,7 @@ def add_parser(commands: Any) -> None:
         ("--admin-tls", "the admin port (/metrics) speaks HTTPS"),
         ("--peer-tls", "brokers talk mutual TLS over --tls-ca"),
         ("--kafka-tls", "the Kafka port speaks TLS (only): SASL_SSL, and PLAIN is offered"),
+        ("--http-tls", "the REST port speaks HTTPS (only): HTTP Basic is offered"),
     ):
         security.add_argument(flag, action="store_true", default=None, help=what)
     security.add_argument(
@@ -482,6 +493,9 @@ def _listening(config: BrokerConfig, broker: Broker) -> str:
     kafka = config.kafka_listener
     if broker.kafka_port is not None and kafka is not None:
         parts.append(f"kafka={kafka.host}:{broker.kafka_port}")
+    http = config.http_listener
+    if broker.http_port is not None and http is not None:
+        parts.append(f"http={http.host}:{broker.http_port}")
     return " ".join(parts)
 
 

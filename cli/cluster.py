@@ -512,7 +512,8 @@ def run_up(args: argparse.Namespace) -> int:
                     f"broker {i} client=127.0.0.1:{p.client} peer=127.0.0.1:{p.peer} "
                     f"controller=127.0.0.1:{p.controller} admin=http://127.0.0.1:{p.admin}/metrics"
                     + (f" mqtt=127.0.0.1:{p.mqtt}" if cluster.mqtt else "")
-                    + f" kafka=127.0.0.1:{p.kafka} pid={cluster.procs[i].pid}",
+                    + f" kafka=127.0.0.1:{p.kafka} http=http://127.0.0.1:{p.http}"
+                    + f" pid={cluster.procs[i].pid}",
                     flush=True,
                 )
             print(f"data in {cluster.data_dir}; logs in {cluster.log_dir}", flush=True)

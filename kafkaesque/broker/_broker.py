@@ -103,6 +103,7 @@ from ._tls import (
 )
 from ._topic_admin import TopicAdmin
 from ._writes import WritePath
+from .http import HttpService, HttpWiring
 from .kafka import KafkaService, KafkaWiring
 from .mqtt import MqttService, MqttWiring
 
@@ -296,6 +297,19 @@ class Broker:
             )
         )
         self.kafka_port: int | None = None
+        # The REST listener (on unless --http-listen off; docs/http.md): each call one command.
+        self.http = HttpService(
+            HttpWiring(
+                config=config,
+                dispatch=self.commands.dispatch,
+                metadata=self.metadata,
+                access=self.access,
+                draining=self.draining,
+                tls=self.tls.http,
+                tls_refusals=self.tls_refusals,
+            )
+        )
+        self.http_port: int | None = None
         # The client port's protocol check and, with client_tls, its TLS (``_tls``).
         self._client_gate = ClientPortGate(self.tls.client, self.tls_refusals, self.draining)
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
@@ -338,6 +352,7 @@ class Broker:
                 if self.mqtt is not None:
                     self.mqtt_port = await nursery.start(self.mqtt.run)
                 self.kafka_port = await nursery.start(self.kafka.run)
+                self.http_port = await nursery.start(self.http.run)
                 if config.admin is not None:
                     admin = await trio.open_tcp_listeners(config.admin.port, host=config.admin.host)
                     self.admin_port = admin[0].socket.getsockname()[1]
@@ -382,6 +397,7 @@ class Broker:
             "mqtt_tls": self.mqtt.tls_port if self.mqtt is not None else None,
             "mqtt_ws": self.mqtt.ws_port if self.mqtt is not None else None,
             "kafka": self.kafka_port,
+            "http": self.http_port,
         }
         try:
             sockets = listening_sockets()

@@ -66,6 +66,7 @@ def format_voters(voters: Mapping[int, Address]) -> str:
 
 
 KAFKA_PORT_OFFSET = 100
+HTTP_PORT_OFFSET = 200  # the REST listener, beside the client port (docs/http.md)
 """The Kafka listener's default port is the client port + this (9092 -> 9192)."""
 
 
@@ -91,6 +92,10 @@ class BrokerConfig:
     # client port + KAFKA_PORT_OFFSET (``kafka_listener``), unless ``kafka_off``.
     kafka: Address | None = None
     kafka_off: bool = False
+    # The REST listener (docs/http.md): on by default, at the client host and the client port +
+    # HTTP_PORT_OFFSET (``http_listener``), unless ``http_off``.
+    http: Address | None = None
+    http_off: bool = False
     mqtt_rules: str | None = None  # a file of topic mapping rules (None: the default mapping)
     # Devices' salted users, in users_file's format (None: anonymous devices).
     mqtt_users: str | None = None
@@ -108,6 +113,7 @@ class BrokerConfig:
     admin_tls: bool = False  # the admin port (/metrics) speaks HTTPS
     peer_tls: bool = False  # the Raft transport between brokers is mutual TLS over tls_ca
     kafka_tls: bool = False  # the Kafka port speaks TLS (only), with tls_cert (docs/kafka.md)
+    http_tls: bool = False  # the REST port speaks HTTPS (only), with tls_cert (docs/http.md)
     # SCRAM-SHA-256 credentials (salted; `kafkaesque user add`): with it, every line-protocol
     # connection must AUTH before anything but PING, HELP and QUIT. None: no authentication.
     users_file: str | None = None
@@ -193,10 +199,11 @@ class BrokerConfig:
                 f"auth_failure_window_s must be a number > 0, not {self.auth_failure_window_s!r}"
             )
         if (
-            self.client_tls or self.admin_tls or self.peer_tls or self.kafka_tls
+            self.client_tls or self.admin_tls or self.peer_tls or self.kafka_tls or self.http_tls
         ) and self.tls_cert is None:
             raise ConfigError(
-                "client_tls, admin_tls, peer_tls and kafka_tls need tls_cert (and tls_key)"
+                "client_tls, admin_tls, peer_tls, kafka_tls and http_tls need tls_cert "
+                "(and tls_key)"
             )
         if self.peer_tls and self.tls_ca is None:
             raise ConfigError("peer_tls needs tls_ca, the CA that signs every broker's certificate")
@@ -229,6 +236,17 @@ class BrokerConfig:
         port = self.client.port + KAFKA_PORT_OFFSET if self.client.port else 0
         return Address(self.client.host, port)
 
+    @property
+    def http_listener(self) -> Address | None:
+        """Where the REST API listens: ``http``, else beside the client port (port 0 stays 0,
+        any free port); None when ``http_off``."""
+        if self.http_off:
+            return None
+        if self.http is not None:
+            return self.http
+        port = self.client.port + HTTP_PORT_OFFSET if self.client.port else 0
+        return Address(self.client.host, port)
+
 
 def is_loopback(host: str) -> bool:
     """Whether listening on ``host`` keeps a port on this machine: ``localhost``, 127.0.0.0/8,
@@ -256,6 +274,7 @@ def listen_addresses(config: BrokerConfig) -> list[tuple[str, Address]]:
         ("mqtt_tls", config.mqtt_tls),
         ("mqtt_ws", config.mqtt_ws),
         ("kafka", config.kafka_listener),
+        ("http", config.http_listener),
     ]
     return found + [(name, address) for name, address in optional if address is not None]
 
@@ -313,7 +332,7 @@ def open_warning(config: BrokerConfig, client_port: int) -> str | None:
     )
 
 
-_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws", "kafka"}
+_ADDRESS_FIELDS = {"client", "admin", "mqtt", "mqtt_tls", "mqtt_ws", "kafka", "http"}
 _VOTER_FIELDS = {"peers", "controllers"}
 
 
@@ -336,8 +355,8 @@ def config_from_mapping(raw: Mapping[str, Any]) -> BrokerConfig:
         raise ConfigError(f"unknown settings: {', '.join(sorted(unknown))}")
     values: dict[str, Any] = {}
     for name, value in raw.items():
-        if name == "kafka" and value == "off":
-            values["kafka_off"] = True  # (the Kafka listener is on unless told so)
+        if name in ("kafka", "http") and value == "off":
+            values[f"{name}_off"] = True  # (the Kafka and REST listeners are on unless told so)
         elif name in _ADDRESS_FIELDS and value is not None:
             values[name] = value if isinstance(value, Address) else Address.parse(value, name)
         elif name in _VOTER_FIELDS and isinstance(value, str):

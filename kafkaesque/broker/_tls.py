@@ -70,6 +70,7 @@ class BrokerTls:
     client: ReloadingContext | None = None
     admin: ReloadingContext | None = None
     kafka: ReloadingContext | None = None
+    http: ReloadingContext | None = None
     peer_server: ssl.SSLContext | None = None
     peer_client: ssl.SSLContext | None = None
 
@@ -83,6 +84,7 @@ class BrokerTls:
             client = ReloadingContext(cert, key) if config.client_tls else None
             admin = ReloadingContext(cert, key) if config.admin_tls else None
             kafka = ReloadingContext(cert, key) if config.kafka_tls else None
+            http = ReloadingContext(cert, key) if config.http_tls else None
             peer_server = peer_client = None
             if config.peer_tls:
                 peer_server = server_context(cert, key, client_ca=ca, require_client_cert=True)
@@ -91,7 +93,7 @@ class BrokerTls:
             raise ConfigError(
                 f"tls_cert/tls_key/tls_ca: cannot load the certificates: {exc}"
             ) from exc
-        return cls(client, admin, kafka, peer_server, peer_client)
+        return cls(client, admin, kafka, http, peer_server, peer_client)
 
 
 def looks_like_tls(prefix: bytes) -> bool:

@@ -35,7 +35,7 @@ from kafkaesque.client import (
 )
 from kafkaesque.security import import_plaintext, save_users
 
-_PORTS_PER_BROKER = 10  # client +0, peer +1, controller +2, admin +3, mqtt +4, kafka +5
+_PORTS_PER_BROKER = 10  # client +0, peer +1, controller +2, admin +3, mqtt +4, kafka +5, http +6
 _STOP_TIMEOUT_S = 10.0  # a graceful stop hands leaderships over within 5 s (the default)
 _IN_SYNC_POLL_S = 0.1  # how often restart_rolling looks at the replicas of a restarted broker
 _SCRAPE_TIMEOUT_S = 2.0
@@ -79,6 +79,7 @@ class BrokerPorts:
     admin: int
     mqtt: int
     kafka: int
+    http: int
 
 
 def free_ports(n: int) -> list[int]:
@@ -240,12 +241,12 @@ class LocalCluster(BrokerProcesses):
         total = n + spare
         if base_port:
             self.ports = [
-                BrokerPorts(*(base_port + _PORTS_PER_BROKER * i + k for k in range(6)))
+                BrokerPorts(*(base_port + _PORTS_PER_BROKER * i + k for k in range(7)))
                 for i in range(total)
             ]
         else:
-            flat = free_ports(6 * total)
-            self.ports = [BrokerPorts(*flat[6 * i : 6 * i + 6]) for i in range(total)]
+            flat = free_ports(7 * total)
+            self.ports = [BrokerPorts(*flat[7 * i : 7 * i + 7]) for i in range(total)]
         super().__init__(log_dir or os.path.join(self.data_dir, "logs"))
         self.log_level = log_level
         self.extra_args = extra_args or []
@@ -276,6 +277,10 @@ class LocalCluster(BrokerProcesses):
     def kafka_address(self, broker: int) -> tuple[str, int]:
         """Where broker ``broker`` speaks the Kafka protocol (docs/kafka.md)."""
         return "127.0.0.1", self.ports[broker].kafka
+
+    def http_address(self, broker: int) -> tuple[str, int]:
+        """Where broker ``broker`` serves the REST API (docs/http.md)."""
+        return "127.0.0.1", self.ports[broker].http
 
     @property
     def kafka_bootstrap(self) -> str:
@@ -313,6 +318,7 @@ class LocalCluster(BrokerProcesses):
             "--controllers", controllers,
             "--admin", f"127.0.0.1:{p.admin}",
             "--kafka-listen", f"127.0.0.1:{p.kafka}",
+            "--http-listen", f"127.0.0.1:{p.http}",
             "--log-level", self.log_level,
             "--exit-with-parent",
             *(["--mqtt-listen", f"127.0.0.1:{p.mqtt}", *self._mqtt_args] if self.mqtt else []),

@@ -1,0 +1,657 @@
+"""The REST API (docs/http.md): Confluent REST Proxy v2 shapes, each call one line-protocol
+command given to the broker's command handler.
+
+Every call becomes the command it stands for (PUBB, FETCH, LATEST, TOPICS, DESCRIBE,
+METADATA), dispatched with the connection's ``Session`` exactly as a line is, so the ACL
+checks, forwarding to leaders, metrics and error codes are the line protocol's; the reply is
+read back with the client's ``ReplyDecoder``. What this module adds is HTTP's: authentication
+by HTTP Basic (PLAIN's check, so over TLS only), content negotiation, and the JSON shapes.
+
+A produce request is checked whole before anything is written: a bad record (bad base64, a
+partition the topic lacks, a wrong shape) refuses the request and writes nothing. Its records
+go as one batch per partition, so each partition's records are written together or not at all;
+each record's report says which.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import itertools
+import json
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+import trio
+
+from kafkaesque.protocol import (
+    BrokerRow,
+    Command,
+    DataReply,
+    DescribeTopic,
+    ErrorCode,
+    ErrorReply,
+    Fetch,
+    FetchFormat,
+    Latest,
+    LineLimits,
+    ListTopics,
+    MessageRow,
+    Metadata,
+    OkReply,
+    PartitionRow,
+    PublishBatch,
+    RemoteProtocolError,
+    Reply,
+    ReplyDecoder,
+    TopicRow,
+    parse_published_reply,
+    partition_for_key,
+)
+from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
+from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_records
+
+from .._session import Session
+from ._openapi import openapi_document
+from ._wiring import HttpWiring
+
+log = logging.getLogger("kafkaesque.broker.http")
+
+BINARY: Final = "application/vnd.kafka.binary.v2+json"
+JSON_FORMAT: Final = "application/vnd.kafka.json.v2+json"
+V2: Final = "application/vnd.kafka.v2+json"
+_EMBEDDED: Final = {BINARY: "binary", JSON_FORMAT: "json"}
+_ACCEPT_ANY: Final = ("", "*/*", "application/*", "application/json", V2)
+_MAX_FETCH_BYTES: Final = 8 * 1024 * 1024
+_MAX_WAIT_MS: Final = 30_000
+_REPLY_LIMITS: Final = LineLimits(max_line_length=32 * 1024 * 1024, max_payload=64 * 1024 * 1024)
+_RECORD_FIELDS: Final = frozenset({"key", "value", "partition", "headers"})
+_REALM: Final = 'Basic realm="kafkaesque", charset="UTF-8"'
+
+# Our codes' HTTP statuses; a code not named here is 503 when retriable, else 500.
+_STATUS: Final = {
+    ErrorCode.UNKNOWN_TOPIC: 404,
+    ErrorCode.UNKNOWN_PARTITION: 404,
+    ErrorCode.UNKNOWN_SUBSCRIPTION: 404,
+    ErrorCode.UNKNOWN_GROUP: 404,
+    ErrorCode.BAD_ARGS: 422,
+    ErrorCode.INVALID_TOPIC: 422,
+    ErrorCode.INVALID_CONFIG: 422,
+    ErrorCode.INVALID_BATCH: 422,
+    ErrorCode.TOO_LARGE: 413,
+    ErrorCode.AUTH_FAILED: 401,
+    ErrorCode.NOT_AUTHORIZED: 403,
+    ErrorCode.TOPIC_EXISTS: 409,
+    ErrorCode.GROUP_NOT_EMPTY: 409,
+    ErrorCode.NOT_COMPACTED: 409,
+    ErrorCode.FENCED: 409,
+    ErrorCode.OUT_OF_ORDER_SEQUENCE: 409,
+    ErrorCode.OFFSET_OUT_OF_RANGE: 416,
+    ErrorCode.TIMEOUT: 504,
+    ErrorCode.UNKNOWN_COMMAND: 500,
+    ErrorCode.INTERNAL: 500,
+}
+_ORDINAL: Final = {code: i for i, code in enumerate(ErrorCode, start=1)}
+
+
+def status_of(code: ErrorCode) -> int:
+    """The HTTP status that answers a request refused with ``code``."""
+    status = _STATUS.get(code)
+    if status is None:
+        return 503 if code.retriable else 500
+    return status
+
+
+def error_body(
+    error_code: int, code: str, message: str, retriable: bool, maybe_applied: bool
+) -> bytes:
+    """The JSON body of an error answer."""
+    return _json(
+        {
+            "error_code": error_code,
+            "code": code,
+            "message": message,
+            "retriable": retriable,
+            "maybe_applied": maybe_applied,
+        }
+    )
+
+
+class RestError(Exception):
+    """A request answered with an error: ``status`` and the JSON body of ``error_body``.
+
+    ``error_code`` is ``status * 100`` plus our code's number (its place in ``ErrorCode``, from
+    1), as Confluent's are the status and a detail; ``code`` names it."""
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        *,
+        retriable: bool = False,
+        maybe_applied: bool = False,
+        detail: int = 0,
+        headers: Sequence[tuple[str, str]] = (),
+        extra: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retriable = retriable
+        self.maybe_applied = maybe_applied
+        self.error_code = status * 100 + detail
+        self.headers = tuple(headers)
+        self.extra = extra or {}
+
+    @classmethod
+    def of(cls, reply: ErrorReply, extra: dict[str, Any] | None = None) -> RestError:
+        """The answer to a command refused with ``reply``."""
+        code = reply.code
+        status = status_of(code)
+        headers = [("Retry-After", "1")] if status == 503 else []
+        return cls(
+            status,
+            code.name,
+            reply.message,
+            retriable=code.retriable,
+            maybe_applied=code.outcome_unknown,
+            detail=_ORDINAL[code],
+            headers=headers,
+            extra=extra,
+        )
+
+    def response(self) -> Response:
+        body = {
+            "error_code": self.error_code,
+            "code": self.code,
+            "message": self.message,
+            "retriable": self.retriable,
+            "maybe_applied": self.maybe_applied,
+            **self.extra,
+        }
+        return Response(self.status, _json(body), headers=self.headers)
+
+
+def _bad(message: str, status: int = 422) -> RestError:
+    return RestError(status, "BAD_ARGS", message, detail=_ORDINAL[ErrorCode.BAD_ARGS])
+
+
+class Caller:
+    """One HTTP connection's caller: its ``Session`` (who it is, for the ACL checks) and the
+    ``Authorization`` value that authenticated it (a later request with the same one is not
+    checked again: a password check costs a key derivation)."""
+
+    __slots__ = ("authorization", "session")
+
+    def __init__(self, session: Session) -> None:
+        self.session = session
+        self.authorization: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class _Produced:
+    """A record to publish, decoded and placed: its partition and its index in the request."""
+
+    index: int
+    partition: int
+    record: Record
+
+
+class RestApi:
+    """Answers REST requests (see the module docstring); ``handle`` never raises."""
+
+    def __init__(self, wiring: HttpWiring) -> None:
+        self._w = wiring
+        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._openapi = _json(openapi_document())
+
+    async def handle(self, request: Request, caller: Caller) -> Response:
+        """The response to ``request`` from ``caller``'s connection."""
+        try:
+            target = parse_target(request.target)
+            await self._authenticate(request, caller)
+            return await self._route(request, target, caller.session)
+        except BadTarget as exc:
+            return _bad(str(exc), 400).response()
+        except RestError as exc:
+            return exc.response()
+        except Exception:  # a bug: answer it, log it, keep serving
+            log.exception("REST %s %r failed", request.method, request.target[:200])
+            return RestError(500, "INTERNAL", "internal error (logged)").response()
+
+    # -- authentication -------------------------------------------------------------------------
+
+    async def _authenticate(self, request: Request, caller: Caller) -> None:
+        """HTTP Basic against the users file (PLAIN's check: over TLS only); nothing to do on a
+        broker without one. Raises ``RestError`` 401."""
+        access = self._w.access
+        if access.users is None:
+            return
+        authorization = request.header("authorization")
+        if authorization is not None and authorization == caller.authorization:
+            return
+        if authorization is None or not authorization[:6].lower() == "basic ":
+            raise RestError(
+                401,
+                "AUTH_FAILED",
+                "this broker requires HTTP Basic authentication (over HTTPS)",
+                detail=_ORDINAL[ErrorCode.AUTH_FAILED],
+                headers=[("WWW-Authenticate", _REALM)],
+            )
+        try:
+            user, _, password = base64.b64decode(
+                authorization[6:].strip(), validate=True
+            ).partition(b":")
+        except (binascii.Error, ValueError):
+            user, password = b"", b""
+        session = caller.session
+        caller.authorization = None
+        session.principal = None
+        step = await access.sasl_step(session, "PLAIN", b"\0" + user + b"\0" + password)
+        if step.failure is not None:
+            raise RestError(
+                401,
+                "AUTH_FAILED",
+                step.failure,
+                detail=_ORDINAL[ErrorCode.AUTH_FAILED],
+                headers=[("WWW-Authenticate", _REALM)],
+            )
+        caller.authorization = authorization
+
+    # -- routing --------------------------------------------------------------------------------
+
+    async def _route(self, request: Request, target: Target, session: Session) -> Response:
+        method = "GET" if request.method == "HEAD" else request.method
+        match target.segments:
+            case ("openapi.json",):
+                _allow(method, "GET")
+                return Response(200, self._openapi)
+            case ("topics",):
+                _allow(method, "GET")
+                return await self._list_topics(session)
+            case ("topics", topic):
+                _allow(method, "GET", "POST")
+                if method == "POST":
+                    return await self._produce(request, topic, None, session)
+                return await self._describe(topic, session)
+            case ("topics", topic, "partitions", partition):
+                _allow(method, "POST")
+                return await self._produce(request, topic, _partition(partition), session)
+            case ("topics", topic, "partitions", partition, "records"):
+                _allow(method, "GET")
+                return await self._records(request, target, topic, _partition(partition), session)
+            case ("topics", topic, "latest", _):
+                _allow(method, "GET")
+                return await self._latest(request, topic, target.raw_segments[3], session)
+            case ("brokers",):
+                _allow(method, "GET")
+                return await self._brokers(session)
+        raise RestError(404, "NOT_FOUND", f"no such resource: {'/' + '/'.join(target.segments)}")
+
+    # -- the line protocol underneath -----------------------------------------------------------
+
+    async def _call(self, command: Command, session: Session) -> list[Reply]:
+        """``command``'s replies, dispatched as a line of ``session``'s would be."""
+        async with trio.open_nursery() as nursery:
+            slot = self._w.dispatch(command, nursery, session)
+            await slot.wait()
+            data = slot.encode()
+        return _decode(data)
+
+    async def _rows(self, command: Command, session: Session) -> list[Reply]:
+        """A list reply's rows (without its ``+END``); ``RestError`` for an error reply."""
+        replies = await self._call(command, session)
+        if replies and isinstance(replies[0], ErrorReply):
+            raise RestError.of(replies[0])
+        return replies[:-1]
+
+    # -- produce --------------------------------------------------------------------------------
+
+    async def _produce(
+        self, request: Request, topic: str, partition: int | None, session: Session
+    ) -> Response:
+        embedded = _EMBEDDED.get(_media_type(request.header("content-type")))
+        if embedded is None:
+            raise RestError(
+                415,
+                "UNSUPPORTED_MEDIA_TYPE",
+                f"Content-Type must be {BINARY} or {JSON_FORMAT}",
+            )
+        records = _records_of(request.body)
+        info = self._w.metadata.view.topics.get(topic)
+        if info is None:
+            raise RestError.of(ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"topic {topic} does not exist"))
+        count = info.config.partitions
+        now = int(time.time() * 1000)
+        placed: list[_Produced] = []
+        for index, raw in enumerate(records):
+            key, value, headers, asked = _decode_record(raw, index, embedded)
+            if partition is not None:
+                if asked is not None and asked != partition:
+                    raise _bad(f"records[{index}].partition is {asked}, the path's {partition}")
+                asked = partition
+            if asked is None:
+                if key is not None:
+                    asked = partition_for_key(key, count)
+                else:
+                    counter = self._round_robin.setdefault(topic, itertools.count())
+                    asked = next(counter) % count
+            elif asked >= count:
+                raise RestError.of(
+                    ErrorReply(
+                        ErrorCode.UNKNOWN_PARTITION,
+                        f"{topic} has partitions 0..{count - 1}, not {asked}",
+                    )
+                )
+            placed.append(_Produced(index, asked, Record(value, key, headers, timestamp=now)))
+        by_partition: dict[int, list[_Produced]] = {}
+        for produced in placed:
+            by_partition.setdefault(produced.partition, []).append(produced)
+        reports: list[dict[str, Any]] = [{} for _ in placed]
+        first_error: ErrorReply | None = None
+
+        async def publish(p: int, group: list[_Produced]) -> None:
+            nonlocal first_error
+            batch = build_batch([g.record for g in group])
+            replies = await self._call(PublishBatch(topic, p, batch), session)
+            reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+            if isinstance(reply, OkReply):
+                _, base = parse_published_reply(reply)
+                for i, g in enumerate(group):
+                    reports[g.index] = {"partition": p, "offset": base + i}
+                return
+            if not isinstance(reply, ErrorReply):
+                reply = ErrorReply(ErrorCode.INTERNAL, f"unexpected reply {reply!r}")
+            first_error = first_error or reply
+            error = RestError.of(reply)
+            for g in group:
+                reports[g.index] = {
+                    "partition": p,
+                    "offset": None,
+                    "error_code": error.error_code,
+                    "error": reply.message,
+                    "retriable": error.retriable,
+                    "maybe_applied": error.maybe_applied,
+                }
+
+        async with trio.open_nursery() as nursery:
+            for p, group in by_partition.items():
+                nursery.start_soon(publish, p, group)
+        if first_error is not None and all(r.get("offset") is None for r in reports):
+            raise RestError.of(first_error, extra={"offsets": reports})
+        return Response(200, _json({"offsets": reports}), content_type=V2)
+
+    # -- reads ----------------------------------------------------------------------------------
+
+    async def _records(
+        self, request: Request, target: Target, topic: str, partition: int, session: Session
+    ) -> Response:
+        embedded = _accepted(request)
+        query = target.query
+        if "offset" not in query:
+            raise _bad("the query must give offset=N (the first offset to read)")
+        offset = _int_param(query, "offset", 0, 2**63 - 1)
+        assert offset is not None  # (it was given)
+        max_bytes = _int_param(query, "max_bytes", 1, _MAX_FETCH_BYTES, None)
+        wait_ms = _int_param(query, "timeout", 0, _MAX_WAIT_MS, None)
+        replies = await self._call(
+            Fetch(topic, partition, offset, max_bytes, wait_ms or None, FetchFormat.BATCH),
+            session,
+        )
+        reply = replies[0]
+        if isinstance(reply, ErrorReply):
+            raise RestError.of(reply)
+        if not isinstance(reply, DataReply):
+            raise RestError(500, "INTERNAL", f"unexpected reply {reply!r}")
+        try:
+            records = [
+                _record_json(topic, partition, record, embedded)
+                for record in data_records(reply.payload, offset)
+            ]
+        except InvalidBatchError as exc:  # a replica's copy was bad: retry
+            raise RestError(503, "INTERNAL", str(exc), retriable=True) from exc
+        headers = [("Kafkaesque-Next-Offset", str(reply.next_offset))]
+        if reply.high_watermark is not None:
+            headers.append(("Kafkaesque-High-Watermark", str(reply.high_watermark)))
+        return Response(200, _json(records), content_type=_content_type(embedded), headers=headers)
+
+    async def _latest(self, request: Request, topic: str, key: bytes, session: Session) -> Response:
+        embedded = _accepted(request)
+        rows = await self._rows(Latest(topic, key), session)
+        if not rows or not isinstance(rows[0], MessageRow):
+            raise RestError(404, "NO_VALUE", f"topic {topic} holds no value for this key", detail=0)
+        row = rows[0]
+        record = Record(row.value, row.key, offset=row.offset)
+        body = _record_json(topic, row.partition, record, embedded)
+        del body["timestamp"], body["headers"]  # LATEST's index keeps neither
+        return Response(200, _json(body), content_type=_content_type(embedded))
+
+    # -- metadata -------------------------------------------------------------------------------
+
+    async def _list_topics(self, session: Session) -> Response:
+        rows = await self._rows(ListTopics(), session)
+        return Response(
+            200, _json([r.topic for r in rows if isinstance(r, TopicRow)]), content_type=V2
+        )
+
+    async def _describe(self, topic: str, session: Session) -> Response:
+        rows = await self._rows(DescribeTopic(topic), session)
+        info = next((r for r in rows if isinstance(r, TopicRow)), None)
+        if info is None:
+            raise RestError(500, "INTERNAL", "DESCRIBE answered no topic row")
+        configs: dict[str, Any] = {
+            "partitions": info.partitions,
+            "replication_factor": info.replication_factor,
+            "retention_ms": info.retention_ms,
+            "retention_bytes": info.retention_bytes,
+            "compact": info.compact,
+            "fsync": None if info.fsync is None else str(info.fsync),
+        }
+        partitions = [
+            {
+                "partition": r.partition,
+                "leader": r.leader,
+                "replicas": list(r.replicas),
+                "start_offset": r.start_offset,
+                "end_offset": r.end_offset,
+            }
+            for r in rows
+            if isinstance(r, PartitionRow)
+        ]
+        body = {"name": info.topic, "configs": configs, "partitions": partitions}
+        return Response(200, _json(body), content_type=V2)
+
+    async def _brokers(self, session: Session) -> Response:
+        rows = await self._rows(Metadata(), session)
+        brokers = [r for r in rows if isinstance(r, BrokerRow)]
+        body = {
+            "brokers": [b.broker_id for b in brokers],
+            "details": [
+                {
+                    "id": b.broker_id,
+                    "host": b.host,
+                    "port": b.port,
+                    "mqtt_port": b.mqtt_port,
+                    "mqtt_tls_port": b.mqtt_tls_port,
+                    "mqtt_ws_port": b.mqtt_ws_port,
+                }
+                for b in brokers
+            ],
+        }
+        return Response(200, _json(body), content_type=V2)
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+
+def _json(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _decode(data: bytes) -> list[Reply]:
+    decoder = ReplyDecoder(_REPLY_LIMITS)
+    decoder.feed(data)
+    try:
+        return list(decoder.events())
+    except RemoteProtocolError as exc:  # our own handler's bytes: a bug
+        raise RestError(500, "INTERNAL", f"the command's reply did not parse: {exc}") from exc
+
+
+def _allow(method: str, *allowed: str) -> None:
+    if method not in allowed:
+        raise RestError(
+            405,
+            "METHOD_NOT_ALLOWED",
+            f"{method} is not served here: {', '.join(allowed)}",
+            headers=[("Allow", ", ".join(allowed))],
+        )
+
+
+def _partition(text: str) -> int:
+    if not text.isdigit() or len(text) > 9:
+        raise _bad(f"a partition is a number >= 0, not {text[:40]!r}", 404)
+    return int(text)
+
+
+def _int_param(
+    query: dict[str, str], name: str, low: int, high: int, default: int | None = 0
+) -> int | None:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise _bad(f"{name} must be a whole number in [{low}, {high}], not {text[:40]!r}")
+    return int(text)
+
+
+def _media_type(value: str | None) -> str:
+    return (value or "").split(";", 1)[0].strip().lower()
+
+
+def _accepted(request: Request) -> str:
+    """The embedded format the client accepts: ``binary`` (also when it names none) or
+    ``json``; ``RestError`` 406 for anything else."""
+    accept = request.header("accept") or ""
+    for choice in accept.split(","):
+        media = _media_type(choice)
+        if media in _EMBEDDED:
+            return _EMBEDDED[media]
+        if media in _ACCEPT_ANY:
+            return "binary"
+    raise RestError(406, "NOT_ACCEPTABLE", f"Accept must be {BINARY} or {JSON_FORMAT}")
+
+
+def _content_type(embedded: str) -> str:
+    return BINARY if embedded == "binary" else JSON_FORMAT
+
+
+def _records_of(body: bytes) -> list[Any]:
+    try:
+        document = json.loads(body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _bad(f"the body is not JSON: {exc}") from exc
+    if not isinstance(document, dict) or not isinstance(document.get("records"), list):
+        raise _bad('the body must be {"records": [...]}')
+    records: list[Any] = document["records"]
+    if not records:
+        raise _bad("records is empty")
+    return records
+
+
+def _decode_record(
+    raw: Any, index: int, embedded: str
+) -> tuple[bytes | None, bytes | None, tuple[tuple[str, bytes], ...], int | None]:
+    """``(key, value, headers, partition)`` of ``records[index]``; ``RestError`` 422 if bad."""
+    where = f"records[{index}]"
+    if not isinstance(raw, dict):
+        raise _bad(f"{where} must be an object")
+    unknown = set(raw) - _RECORD_FIELDS
+    if unknown:
+        raise _bad(f"{where} has unknown fields: {', '.join(sorted(unknown))}")
+    partition = raw.get("partition")
+    if partition is not None and (type(partition) is not int or not 0 <= partition < 1_000_000_000):
+        raise _bad(f"{where}.partition must be a whole number >= 0")
+    if embedded == "binary":
+        key = _base64(raw.get("key"), f"{where}.key")
+        value = _base64(raw.get("value"), f"{where}.value")
+    else:
+        key = _json_key(raw.get("key"))
+        value = None if raw.get("value") is None else _json(raw["value"])
+    return key, value, _headers(raw.get("headers"), where), partition
+
+
+def _base64(value: Any, where: str) -> bytes | None:
+    if value is None:
+        return None
+    if not isinstance(value, str):
+        raise _bad(f"{where} must be a base64 string or null")
+    try:
+        return base64.b64decode(value, validate=True)
+    except (binascii.Error, ValueError) as exc:
+        raise _bad(f"{where} is not base64: {exc}") from exc
+
+
+def _json_key(key: Any) -> bytes | None:
+    """A key in the json format: a string is its UTF-8 text (so ``/latest/phone-1`` finds the
+    key ``"phone-1"``), anything else its compact JSON."""
+    if key is None:
+        return None
+    if isinstance(key, str):
+        return key.encode()
+    return _json(key)
+
+
+def _headers(raw: Any, where: str) -> tuple[tuple[str, bytes], ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise _bad(f'{where}.headers must be a list of {{"name": ..., "value": base64}}')
+    headers = []
+    for i, header in enumerate(raw):
+        if (
+            not isinstance(header, dict)
+            or set(header) - {"name", "value"}
+            or not isinstance(header.get("name"), str)
+        ):
+            raise _bad(f'{where}.headers[{i}] must be {{"name": string, "value": base64}}')
+        value = _base64(header.get("value"), f"{where}.headers[{i}].value")
+        headers.append((header["name"], value or b""))
+    return tuple(headers)
+
+
+def _record_json(topic: str, partition: int, record: Record, embedded: str) -> dict[str, Any]:
+    """A record as the REST API shows it, its key and value in ``embedded`` format."""
+    if embedded == "binary":
+        key: Any = _b64(record.key)
+        value: Any = _b64(record.value)
+    else:
+        key = None if record.key is None else record.key.decode("utf-8", "replace")
+        value = None
+        if record.value is not None:
+            try:
+                value = json.loads(record.value)
+            except (UnicodeDecodeError, ValueError) as exc:
+                raise RestError(
+                    406,
+                    "NOT_JSON",
+                    f"the record at {topic}/{partition} offset {record.offset} is not JSON; "
+                    f"read it with Accept: {BINARY}",
+                ) from exc
+    return {
+        "topic": topic,
+        "partition": partition,
+        "offset": record.offset,
+        "timestamp": record.timestamp,
+        "key": key,
+        "value": value,
+        "headers": [{"name": n, "value": _b64(v)} for n, v in record.headers],
+    }
+
+
+def _b64(data: bytes | None) -> str | None:
+    return None if data is None else base64.b64encode(data).decode("ascii")

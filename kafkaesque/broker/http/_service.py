@@ -1,0 +1,188 @@
+"""The REST listener of a broker: accepts connections and serves each, one request at a time.
+
+The trio side of the HTTP front only moves bytes and keeps time: the protocol is
+``kafkaesque.protocol.http.HttpServerConnection`` (h11), what a request means is ``RestApi``.
+A connection's requests are answered in the order they came (pipelined ones too: the codec
+gives the next only once the one before it was answered). Limits (``HttpLimits``): at most
+``max_connections`` open (one more is answered 503 and closed), a request must arrive whole
+within ``head_timeout_s`` of its first byte (else 408 and close), a kept-alive connection idle
+for ``idle_timeout_s`` is closed. A broker that stops (``Draining``) finishes the request in
+hand, then closes; an idle connection closes at once.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+from collections.abc import Callable
+from typing import Final
+
+import trio
+from prometheus_client import CollectorRegistry
+
+from kafkaesque.fd_stream import peer_host
+from kafkaesque.protocol.http import (
+    NEED_DATA,
+    BadRequest,
+    Closed,
+    HttpServerConnection,
+    Request,
+    Response,
+)
+
+from .._tls import TlsRefusals, server_handshake
+from ._rest import Caller, RestApi, error_body
+from ._wiring import HttpWiring
+
+log = logging.getLogger("kafkaesque.broker.http")
+
+_RECEIVE_BYTES: Final = 64 * 1024
+_BUSY: Final = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
+)
+
+
+class HttpService:
+    """The HTTP front of one broker (``run`` it in the broker's nursery)."""
+
+    def __init__(self, wiring: HttpWiring) -> None:
+        self._w = wiring
+        self.api = RestApi(wiring)
+        self.port: int | None = None
+        self.open = 0  # connections being served
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen and serve until cancelled; ``started`` with the bound port (None: off, or the
+        default port was taken and the listener stays off, with a warning)."""
+        config = self._w.config
+        where = config.http_listener
+        if where is None:
+            task_status.started(None)
+            return
+        try:
+            listeners = await trio.open_tcp_listeners(where.port, host=where.host)
+        except OSError as exc:
+            if config.http is not None or exc.errno != errno.EADDRINUSE:
+                raise
+            log.warning(
+                "broker %d: no REST listener: the default %s is taken (%s); "
+                "set --http-listen host:port, or --http-listen off",
+                config.id,
+                where,
+                exc.strerror,
+            )
+            task_status.started(None)
+            return
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._serve, listeners)
+            task_status.started(self.port)
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        if self.open >= self._w.limits.max_connections:
+            body = error_body(50300, "BUSY", "too many HTTP connections; retry", True, False)
+            with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+                await stream.send_all(_BUSY % (len(body), body))
+            await stream.aclose()
+            return
+        self.open += 1
+        try:
+            await self._serve_admitted(stream)
+        finally:
+            self.open -= 1
+
+    async def _serve_admitted(self, stream: trio.SocketStream) -> None:
+        w = self._w
+        address = peer_host(stream)
+        served: trio.abc.Stream = stream
+        if w.tls is not None:  # the port speaks HTTPS only
+            wrapped = await server_handshake(
+                stream,
+                w.tls.context,
+                listener="http",
+                where=address,
+                refusals=w.tls_refusals or TlsRefusals(CollectorRegistry()),
+                https=True,
+            )
+            if wrapped is None:
+                return
+            served = wrapped
+        session = w.access.new_session(address, tls=w.tls is not None)
+        stopping = False
+        waiting: list[trio.CancelScope] = []  # the idle wait for a next request, if any
+
+        def stop() -> None:
+            nonlocal stopping
+            stopping = True
+            for scope in waiting:
+                scope.cancel()
+
+        try:
+            with w.draining.connection(stop):
+                async with served:
+                    await self._exchange(served, Caller(session), waiting, lambda: stopping)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass  # the client went away
+        except Exception:  # a bug in serving one client must not take the broker down
+            log.exception("broker %d: an HTTP connection failed", w.config.id)
+
+    async def _exchange(
+        self,
+        stream: trio.abc.Stream,
+        caller: Caller,
+        waiting: list[trio.CancelScope],
+        stopping: Callable[[], bool],
+    ) -> None:
+        limits = self._w.limits
+        conn = HttpServerConnection(limits)
+        api = self.api
+        deadline = float("inf")  # of the request under way (its head and body)
+        while True:
+            event = conn.next_event()
+            if event is NEED_DATA:
+                if conn.closing or stopping():
+                    return
+                if conn.idle:
+                    deadline = float("inf")
+                    scope = trio.move_on_after(limits.idle_timeout_s)
+                    waiting.append(scope)
+                else:
+                    if deadline == float("inf"):
+                        deadline = trio.current_time() + limits.head_timeout_s
+                    scope = trio.move_on_at(deadline)
+                data = None
+                with scope:
+                    data = await stream.receive_some(_RECEIVE_BYTES)
+                if scope in waiting:
+                    waiting.remove(scope)
+                if data is None:  # timed out (or the broker stops)
+                    if not conn.idle:
+                        out = conn.respond(_timeout_response(limits.head_timeout_s))
+                        await stream.send_all(out)
+                    return
+                was_idle = conn.idle
+                conn.feed(bytes(data))
+                if was_idle and not conn.idle:
+                    deadline = trio.current_time() + limits.head_timeout_s
+                if extra := conn.data_to_send():
+                    await stream.send_all(extra)
+            elif isinstance(event, Closed):
+                return
+            elif isinstance(event, BadRequest):
+                body = error_body(event.status * 100, "BAD_REQUEST", event.message, False, False)
+                await stream.send_all(conn.respond(Response(event.status, body)))
+                return
+            else:
+                assert isinstance(event, Request)
+                deadline = float("inf")
+                response = await api.handle(event, caller)
+                await stream.send_all(conn.respond(response))
+
+
+def _timeout_response(seconds: float) -> Response:
+    message = f"the request did not arrive whole within {seconds:g} s"
+    return Response(408, error_body(40800, "TIMEOUT", message, True, False))
