@@ -65,7 +65,8 @@ def test_loopback_only_starts_open_with_the_dev_secret() -> None:
 
 
 @pytest.mark.parametrize(
-    "setting", ["client", "admin", "peers", "controllers", "mqtt", "mqtt_tls", "mqtt_ws", "kafka"]
+    "setting",
+    ["client", "admin", "peers", "controllers", "mqtt", "mqtt_tls", "mqtt_ws", "kafka", "http"],
 )
 def test_each_listener_beyond_loopback_without_authentication_is_refused(setting: str) -> None:
     wildcard = {
@@ -77,6 +78,7 @@ def test_each_listener_beyond_loopback_without_authentication_is_refused(setting
         "mqtt_tls": {"mqtt_tls": "0.0.0.0:8883", "mqtt_tls_cert": "cert.pem"},
         "mqtt_ws": {"mqtt_ws": "0.0.0.0:8080"},
         "kafka": {"kafka": "0.0.0.0:9192"},  # (with a users file: SASL on the Kafka port)
+        "http": {"http": "0.0.0.0:9292"},  # (with a users file: HTTP Basic over HTTPS)
     }[setting]
     base: dict[str, Any] = {"cluster_secret": "s3cret"}
     if setting in ("peers", "controllers"):  # the two lists must name the same brokers

@@ -27,7 +27,7 @@ from pathlib import Path
 
 DOC_BASE_PORT = 9092
 PORTS_PER_BROKER = 10  # kafkaesque/local_cluster/_launcher.py _PORTS_PER_BROKER
-PORT_KINDS = 6  # client, peer, controller, admin, mqtt, kafka
+PORT_KINDS = 7  # client, peer, controller, admin, mqtt, kafka, http
 DOC_BROKERS = 3
 DOC_UPSTREAM_MQTT = 1883  # mosquitto's default port
 

@@ -38,6 +38,8 @@ from ._wiring import HttpWiring
 log = logging.getLogger("kafkaesque.broker.http")
 
 _RECEIVE_BYTES: Final = 64 * 1024
+_LINGER_S: Final = 1.0
+_LINGER_BYTES: Final = 4 * 1024 * 1024
 _BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
     b"Retry-After: 1\r\nConnection: close\r\nContent-Length: %d\r\n\r\n%s"
@@ -175,12 +177,26 @@ class HttpService:
             elif isinstance(event, BadRequest):
                 body = error_body(event.status * 100, "BAD_REQUEST", event.message, False, False)
                 await stream.send_all(conn.respond(Response(event.status, body)))
+                await _linger(stream)
                 return
             else:
                 assert isinstance(event, Request)
                 deadline = float("inf")
                 response = await api.handle(event, caller)
                 await stream.send_all(conn.respond(response))
+
+
+async def _linger(stream: trio.abc.Stream) -> None:
+    """Read (and drop) what the client still sends, for a moment and a few MiB at most, before
+    the connection closes: closing with unread bytes resets it, and the reset may destroy the
+    answer before the client reads it (a client sends a refused body whole, then reads)."""
+    left = _LINGER_BYTES
+    with trio.move_on_after(_LINGER_S):
+        while left > 0:
+            data = await stream.receive_some(_RECEIVE_BYTES)
+            if not data:
+                return
+            left -= len(data)
 
 
 def _timeout_response(seconds: float) -> Response:
