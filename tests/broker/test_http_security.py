@@ -1,0 +1,117 @@
+"""HTTP Basic on the REST port of a broker with a users file, over HTTPS (--http-tls): checked
+as PLAIN is, then the same ACLs as the line protocol (issue 34)."""
+
+from __future__ import annotations
+
+import base64
+import http.client
+import json
+import os
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafkaesque.client import Client
+from kafkaesque.local_cluster import DevSecurity, SecureCluster, write_users
+from kafkaesque.protocol import AclOperation, AclPattern, AclPermission, AclResource, AclRow
+
+BOB, BOB_PASSWORD = "bob", "bob-secret-1"
+BINARY = "application/vnd.kafka.binary.v2+json"
+
+
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[SecureCluster, DevSecurity]]:
+    """One broker, users file (its super user and bob), REST over HTTPS only."""
+    root = tmp_path_factory.mktemp("http-secure")
+    security = DevSecurity.make(str(root))
+    users = os.path.join(str(root), "users-http")
+    write_users(users, {security.username: security.password, BOB: BOB_PASSWORD})
+    extra = ["--users-file", users, "--auth-failure-limit", "0", "--http-tls"]
+    with SecureCluster(str(root / "c"), 1, security=security, extra_args=extra) as cluster:
+        cluster.wait_ready()
+        yield cluster, security
+
+
+def call(
+    secure: tuple[SecureCluster, DevSecurity],
+    method: str,
+    path: str,
+    *,
+    user: str | None = None,
+    password: str = "",
+    body: Any = None,
+) -> tuple[int, Any, dict[str, str]]:
+    cluster, security = secure
+    host, port = cluster.http_address(0)
+    conn = http.client.HTTPSConnection(host, port, timeout=15, context=security.ssl_context())
+    try:
+        headers = {}
+        if user is not None:
+            token = base64.b64encode(f"{user}:{password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        data = None
+        if body is not None:
+            data = json.dumps(body).encode()
+            headers["Content-Type"] = BINARY
+        conn.request(method, path, body=data, headers=headers)
+        response = conn.getresponse()
+        payload = response.read()
+        return response.status, json.loads(payload) if payload else None, dict(response.headers)
+    finally:
+        conn.close()
+
+
+def test_basic_authentication_is_required_and_checked(
+    secure: tuple[SecureCluster, DevSecurity],
+) -> None:
+    _, security = secure
+    status, body, headers = call(secure, "GET", "/topics")
+    assert status == 401 and headers["WWW-Authenticate"].startswith("Basic ")
+    assert body["code"] == "AUTH_FAILED"
+    status, body, _ = call(secure, "GET", "/topics", user=BOB, password="wrong")
+    assert status == 401, body
+    status, body, _ = call(
+        secure, "GET", "/topics", user=security.username, password=security.password
+    )
+    assert status == 200, body
+
+
+def test_the_line_protocols_acls_decide_what_a_rest_caller_may_do(
+    secure: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = secure
+    with Client(cluster.bootstrap, config=security.client_config()) as admin:
+        admin.create_topic("secure-t", 1, 1)
+        admin.add_acl(
+            AclRow(
+                f"User:{BOB}",
+                AclPermission.ALLOW,
+                AclOperation.DESCRIBE,
+                AclResource.TOPIC,
+                AclPattern.LITERAL,
+                "secure-t",
+            )
+        )
+    record = {"records": [{"value": base64.b64encode(b"v").decode()}]}
+    deadline = time.monotonic() + 10
+    while True:  # the ACL reaches the broker with the metadata
+        status, body, _ = call(secure, "GET", "/topics/secure-t", user=BOB, password=BOB_PASSWORD)
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.1)
+    assert status == 200, body
+    status, body, _ = call(
+        secure, "POST", "/topics/secure-t", user=BOB, password=BOB_PASSWORD, body=record
+    )
+    assert status == 403 and body["code"] == "NOT_AUTHORIZED", body
+    status, body, _ = call(
+        secure,
+        "POST",
+        "/topics/secure-t",
+        user=security.username,
+        password=security.password,
+        body=record,
+    )
+    assert status == 200 and body["offsets"][0]["offset"] is not None, body
