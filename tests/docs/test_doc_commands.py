@@ -226,6 +226,35 @@ REGISTRY: tuple[Entry, ...] = (
         " hello\n",
         " world\n",
     ),
+    # docs/http.md: curl against the tour's cluster (its REST ports are 9098 + 10 i)
+    here(
+        ".venv/bin/kafkaesque topic create phone-beats --partitions 3 --replication-factor 3 "
+        "--compact",
+        "created topic phone-beats",
+    ),
+    here(
+        "curl -s -H 'Content-Type: application/vnd.kafka.json.v2+json' --data '{\"records\": "
+        '[{"key": "phone-1", "value": {"battery": 81}}, {"key": "phone-2", "value": '
+        '{"battery": 64}}]}\' http://127.0.0.1:9098/topics/phone-beats',
+        '{"offsets":[{"partition":',
+    ),
+    here(
+        "curl -s --retry 5 -H 'Accept: application/vnd.kafka.json.v2+json' "
+        "http://127.0.0.1:9108/topics/phone-beats/latest/phone-1",
+        '"key":"phone-1","value":{"battery":81}}',
+    ),
+    here("curl -s http://127.0.0.1:9098/topics/phone-beats", '{"name":"phone-beats","configs":'),
+    here(
+        "curl -s -H 'Content-Type: application/vnd.kafka.binary.v2+json' --data '{\"records\": "
+        '[{"key": "azE=", "value": "aGVsbG8=", "headers": [{"name": "trace", "value": '
+        '"eDE="}]}]}\' http://127.0.0.1:9098/topics/phone-beats/partitions/0',
+        '{"offsets":[{"partition":0,"offset":',
+    ),
+    here(
+        "curl -s 'http://127.0.0.1:9098/topics/phone-beats/partitions/0/records?offset=0&"
+        "timeout=1000'",
+        '"key":"azE=","value":"aGVsbG8=","headers":[{"name":"trace","value":"eDE="}]',
+    ),
     # docs/mqtt.md
     here(
         "mosquitto_sub -h 127.0.0.1 -p 9096 -q 1 -i phone-00007 -c "
