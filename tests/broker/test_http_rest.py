@@ -15,7 +15,10 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import schemathesis
+from hypothesis import HealthCheck, Phase, settings
 
+from kafkaesque.broker.http import openapi_document
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     NEED_DATA,
@@ -306,3 +309,41 @@ def test_the_openapi_document_names_every_endpoint(cluster: LocalCluster) -> Non
         "/topics/{topic}/latest/{key}",
         "/brokers",
     }
+
+
+# -- the OpenAPI document, checked by schemathesis against the running brokers ----------------
+
+schema = schemathesis.openapi.from_dict(openapi_document())
+
+
+@pytest.fixture(scope="module")
+def example_topic(cluster: LocalCluster) -> str:
+    """The topic the document's examples name, with a record of the example key."""
+    create(cluster, "phone-beats", 3, "compact=yes")
+    body = {"records": [{"key": "phone-1", "value": {"battery": 81}}]}
+    status, answer, _ = rest(cluster, "POST", "/topics/phone-beats", body, content_type=JSON)
+    assert status == 200, answer
+    return "phone-beats"
+
+
+@schema.parametrize()
+@settings(
+    max_examples=12,
+    deadline=None,
+    suppress_health_check=list(HealthCheck),
+    phases=[Phase.explicit, Phase.generate],
+)
+def test_every_answer_conforms_to_the_openapi_document(
+    case: schemathesis.Case[Any], cluster: LocalCluster, example_topic: str
+) -> None:
+    host, port = cluster.http_address(0)
+    case.call_and_validate(
+        base_url=f"http://{host}:{port}",
+        timeout=15,
+        checks=[
+            schemathesis.checks.not_a_server_error,
+            schemathesis.checks.status_code_conformance,
+            schemathesis.checks.content_type_conformance,
+            schemathesis.checks.response_schema_conformance,
+        ],
+    )

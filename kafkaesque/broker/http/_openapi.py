@@ -45,15 +45,25 @@ def _errors(*statuses: int) -> dict[str, Any]:
 _COMMON = (401, 403, 500, 503)
 
 
-def _path_param(name: str, schema: dict[str, Any], what: str) -> dict[str, Any]:
-    return {"name": name, "in": "path", "required": True, "schema": schema, "description": what}
+def _path_param(name: str, schema: dict[str, Any], what: str, example: object) -> dict[str, Any]:
+    return {
+        "name": name,
+        "in": "path",
+        "required": True,
+        "schema": schema,
+        "description": what,
+        "example": example,
+    }
 
 
 _TOPIC = _path_param(
-    "topic", {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "maxLength": 249}, "a topic"
+    "topic",
+    {"type": "string", "pattern": "^[A-Za-z0-9._-]+$", "maxLength": 249},
+    "a topic",
+    "phone-beats",
 )
 _PARTITION = _path_param(
-    "partition", {"type": "integer", "minimum": 0, "maximum": 999999999}, "a partition"
+    "partition", {"type": "integer", "minimum": 0, "maximum": 999999999}, "a partition", 0
 )
 
 
@@ -68,8 +78,14 @@ def _produce(with_partition: bool) -> dict[str, Any]:
         "requestBody": {
             "required": True,
             "content": {
-                _BINARY: {"schema": _ref("ProduceBinary")},
-                _JSON: {"schema": _ref("ProduceJson")},
+                _BINARY: {
+                    "schema": _ref("ProduceBinary"),
+                    "example": {"records": [{"key": "cGhvbmUtMQ==", "value": "aGVsbG8="}]},
+                },
+                _JSON: {
+                    "schema": _ref("ProduceJson"),
+                    "example": {"records": [{"key": "phone-1", "value": {"battery": 81}}]},
+                },
             },
         },
         "responses": {
@@ -271,6 +287,7 @@ def openapi_document() -> dict[str, Any]:
                         "in": "query",
                         "required": True,
                         "schema": {"type": "integer", "minimum": 0},
+                        "example": 0,
                     },
                     {
                         "name": "max_bytes",
@@ -295,7 +312,9 @@ def openapi_document() -> dict[str, Any]:
                 "summary": "The latest value of a key in a compacted topic (LATEST)",
                 "parameters": [
                     _TOPIC,
-                    _path_param("key", {"type": "string", "minLength": 1}, "the key (UTF-8)"),
+                    _path_param(
+                        "key", {"type": "string", "minLength": 1}, "the key (UTF-8)", "phone-1"
+                    ),
                 ],
                 "responses": {
                     "200": {
