@@ -106,6 +106,10 @@ def test_the_line_protocols_acls_decide_what_a_rest_caller_may_do(
         secure, "POST", "/topics/secure-t", user=BOB, password=BOB_PASSWORD, body=record
     )
     assert status == 403 and body["code"] == "NOT_AUTHORIZED", body
+    status, body, _ = call(  # a topic that does not exist: the same answer, no existence leak
+        secure, "POST", "/topics/secure-nope", user=BOB, password=BOB_PASSWORD, body=record
+    )
+    assert status == 403 and body["code"] == "NOT_AUTHORIZED", body
     status, body, _ = call(
         secure,
         "POST",

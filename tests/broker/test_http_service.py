@@ -4,7 +4,9 @@ connections, pipelined requests answered in order."""
 
 from __future__ import annotations
 
+import base64
 import re
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -12,21 +14,24 @@ import trio
 import trio.testing
 
 from kafkaesque.broker import BrokerConfig
+from kafkaesque.broker._access import AccessControl
 from kafkaesque.broker._session import Session
 from kafkaesque.broker.http import HttpService, HttpWiring
 from kafkaesque.broker.http._rest import Caller
+from kafkaesque.local_cluster import write_users
 from kafkaesque.protocol.http import HttpLimits
+from kafkaesque.security import Authorizer, FailureLimiter, UserStore
 
 LIMITS = HttpLimits(head_timeout_s=2.0, idle_timeout_s=30.0, max_connections=1)
 
 
-def service() -> HttpService:
-    # Only what these requests reach: no users file (the access control's ``users``).
+def service(access: AccessControl | None = None) -> HttpService:
+    # Only what these requests reach: by default no users file (the access control's ``users``).
     wiring = HttpWiring(
         config=cast(BrokerConfig, None),
         dispatch=cast(Any, None),
         metadata=cast(Any, None),
-        access=cast(Any, SimpleNamespace(users=None)),
+        access=access or cast(Any, SimpleNamespace(users=None)),
         draining=cast(Any, None),
         limits=LIMITS,
     )
@@ -40,17 +45,21 @@ async def read_all(stream: trio.abc.Stream) -> bytes:
     return out
 
 
-async def exchange(client_sends: list[tuple[float, bytes]]) -> tuple[bytes, float]:
+async def exchange(
+    client_sends: list[tuple[float, bytes]],
+    access: AccessControl | None = None,
+    session: Session | None = None,
+) -> tuple[bytes, float]:
     """Serve one connection whose client sends each ``(delay, bytes)`` in turn; what the
     server sent until it closed, and when it closed."""
     server_end, client_end = trio.testing.memory_stream_pair()
-    http = service()
+    http = service(access)
     closed_at = 0.0
 
     async def serve() -> None:
         nonlocal closed_at
         async with server_end:
-            await http._exchange(server_end, Caller(Session()), [], lambda: False)
+            await http._exchange(server_end, Caller(session or Session()), [], lambda: False)
         closed_at = trio.current_time()
 
     async def send() -> None:
@@ -116,3 +125,19 @@ async def test_a_connection_over_the_cap_is_answered_503() -> None:
         nursery.start_soon(http._serve, cast(trio.SocketStream, server_end))
         received = await read_all(client_end)
     assert received.startswith(b"HTTP/1.1 503 ") and b"Retry-After: 1" in received
+
+
+async def test_basic_credentials_over_plain_http_are_refused_as_plain_is(tmp_path: Path) -> None:
+    users = tmp_path / "users"
+    write_users(str(users), {"alice": "alice-secret"})
+    metrics = SimpleNamespace(auth_failed=lambda: None, authorization_failed=lambda op: None)
+    access = AccessControl(UserStore(str(users)), Authorizer(), FailureLimiter(10, 60), metrics)
+    token = base64.b64encode(b"alice:alice-secret")
+    for headers in (b"", b"Authorization: Basic " + token + b"\r\n"):
+        request = b"GET /openapi.json HTTP/1.1\r\nHost: x\r\nConnection: close\r\n" + headers
+        received, _ = await exchange(
+            [(0, request + b"\r\n")], access, access.new_session("127.0.0.1", tls=False)
+        )
+        assert received.startswith(b"HTTP/1.1 401 "), received
+        assert b'WWW-Authenticate: Basic realm="kafkaesque"' in received
+    assert b"only over TLS" in received  # the right password, but not over HTTPS

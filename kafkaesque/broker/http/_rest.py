@@ -28,6 +28,8 @@ from typing import Any, Final
 import trio
 
 from kafkaesque.protocol import (
+    AclOperation,
+    AclResource,
     BrokerRow,
     Command,
     DataReply,
@@ -54,6 +56,7 @@ from kafkaesque.protocol import (
 from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
 from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_records
 
+from .._errors import RequestError
 from .._session import Session
 from ._openapi import openapi_document
 from ._wiring import HttpWiring
@@ -325,6 +328,12 @@ class RestApi:
         records = _records_of(request.body)
         info = self._w.metadata.view.topics.get(topic)
         if info is None:
+            try:  # as PUBB is: one who may not write hears 403, topic or not
+                self._w.access.check_operation(
+                    session, AclOperation.WRITE, AclResource.TOPIC, topic
+                )
+            except RequestError as exc:
+                raise RestError.of(exc.reply()) from exc
             raise RestError.of(ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"topic {topic} does not exist"))
         count = info.config.partitions
         now = int(time.time() * 1000)
