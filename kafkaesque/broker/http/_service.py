@@ -163,7 +163,7 @@ class HttpService:
                     waiting.remove(scope)
                 if data is None:  # timed out (or the broker stops)
                     if not conn.idle:
-                        out = conn.respond(_timeout_response(limits.head_timeout_s))
+                        out = conn.respond(_timeout_response(limits.head_timeout_s), close=True)
                         await stream.send_all(out)
                     return
                 was_idle = conn.idle

@@ -202,10 +202,12 @@ class HttpServerConnection:
         self._head = None
         return BadRequest(status, message)
 
-    def respond(self, response: Response) -> bytes:
+    def respond(self, response: Response, *, close: bool = False) -> bytes:
         """The bytes of ``response`` to the request (or ``BadRequest``) being answered; readies
-        the connection for the next request, or sets ``closing``."""
+        the connection for the next request, or sets ``closing``. ``close``: the connection
+        closes after it in any case (it says ``Connection: close``)."""
         conn = self._h11
+        self.closing = self.closing or close
         headers = [
             ("Content-Type", response.content_type),
             ("Content-Length", str(len(response.body))),
