@@ -66,8 +66,9 @@ def format_voters(voters: Mapping[int, Address]) -> str:
 
 
 KAFKA_PORT_OFFSET = 100
-HTTP_PORT_OFFSET = 200  # the REST listener, beside the client port (docs/http.md)
 """The Kafka listener's default port is the client port + this (9092 -> 9192)."""
+HTTP_PORT_OFFSET = 200
+"""The REST listener's default port is the client port + this (9092 -> 9292; docs/http.md)."""
 
 
 @dataclass(frozen=True)
