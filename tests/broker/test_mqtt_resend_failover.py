@@ -1,0 +1,125 @@
+"""A resend is not a second reading (issue 38 point 7): a QoS 1 PUBLISH whose first copy
+committed, resent with DUP through another broker after its leader was killed -9, is in the
+partition once.
+
+The devices publish to the leader of ``readings`` (one partition, three replicas), the reading
+commits (a consumer sees it through another broker), and the leader is killed before the device
+read its PUBACK: the device reconnects to a survivor and sends the reading again with DUP set,
+as MQTT-4.4.0-1 asks. Two devices, on two different survivors (so that one lookup runs on the
+new leader itself and the other is forwarded to it):
+
+* the demo's own device (``kafkaesque devices``' ``Device``, the one whose resend the README's
+  demo counted as a duplicated reading);
+* a raw one that sends the same bytes again with the DUP bit.
+"""
+
+from __future__ import annotations
+
+import socket
+import time
+from collections.abc import Callable
+
+from kafkaesque.cli.devices_core import Device, DeviceConfig, DeviceState, Tally
+from kafkaesque.cli.devices_report import parse_reading
+
+from kafkaesque.client import Client
+from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol.mqtt import Puback, Publish, encode_mqtt
+
+from .mqtt_helpers import RULES, RawMqtt, read_topic, wait_for
+
+RAW_TOPIC = "phones/phone-raw/spectrum"
+RAW_READING = b'{"device": "phone-raw", "serial": 0}'
+
+
+class DemoDevice:
+    """``kafkaesque devices``' sans-I/O ``Device`` driven over a blocking socket."""
+
+    def __init__(self, index: int) -> None:
+        self.tally = Tally()
+        self.device = Device(index, DeviceConfig(run="resend", subscribe=False), self.tally)
+        self.sock: socket.socket | None = None
+
+    def connect(self, address: tuple[str, int]) -> None:
+        """Open a connection and handshake; what the device sends once ready (its resends)
+        goes out at once."""
+        if self.sock is not None:
+            self.sock.close()
+            self.device.reconnect()
+        self.sock = socket.create_connection(address, timeout=10)
+        self.sock.sendall(self.device.connect())
+        self._answer_until(lambda: self.device.state is DeviceState.READY)
+
+    def publish_one(self) -> None:
+        assert self.sock is not None
+        self.sock.sendall(self.device.due(1, time.monotonic(), int(time.time() * 1000)))
+
+    def wait_acknowledged(self, count: int) -> None:
+        self._answer_until(lambda: self.tally.acknowledged >= count)
+
+    def _answer_until(self, done: Callable[[], bool]) -> None:
+        assert self.sock is not None
+        deadline = time.monotonic() + 20
+        while not done():
+            assert time.monotonic() < deadline, "the device got no answer in time"
+            data = self.sock.recv(65536)
+            assert data, "the server closed the connection"
+            out = self.device.receive(data, time.monotonic(), int(time.time() * 1000))
+            if out:
+                self.sock.sendall(out)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+
+
+def test_a_resend_through_another_broker_after_kill_9_of_the_leader_is_not_appended_again(
+    tmp_path: object,
+) -> None:
+    with LocalCluster(str(tmp_path), 3, mqtt=True, mqtt_rules=RULES) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("readings", 1, 3)
+            wait_for(
+                lambda: client.describe_topic("readings").partitions[0].leader is not None,
+                20,
+                "a leader of readings/0",
+            )
+            leader = client.describe_topic("readings").partitions[0].leader
+        assert leader is not None
+        survivors = [i for i in range(3) if i != leader]
+        bootstrap = "{}:{}".format(*cluster.client_address(survivors[0]))
+
+        demo = DemoDevice(1)
+        raw = RawMqtt(cluster.mqtt_address(leader))
+        try:
+            demo.connect(cluster.mqtt_address(leader))
+            raw.connect("phone-raw")
+            demo.publish_one()
+            raw.send(encode_mqtt(Publish(RAW_TOPIC, RAW_READING, qos=1, packet_id=1), raw.version))
+            # Both committed (a consumer sees only that), neither PUBACK read: kill the leader.
+            wait_for(lambda: len(read_topic(bootstrap, "readings")) == 2, 20, "both readings")
+            cluster.kill(leader)
+            raw.close()
+
+            demo.connect(cluster.mqtt_address(survivors[0]))  # resends reading 0 with DUP
+            demo.wait_acknowledged(1)
+            raw = RawMqtt(cluster.mqtt_address(survivors[1]))
+            raw.connect("phone-raw")
+            raw.send(
+                encode_mqtt(
+                    Publish(RAW_TOPIC, RAW_READING, qos=1, packet_id=1, dup=True), raw.version
+                )
+            )
+            assert isinstance(raw.receive(timeout=20), Puback)
+        finally:
+            demo.close()
+            raw.close()
+        assert demo.tally.resent == 1
+        records = read_topic(bootstrap, "readings")
+
+    demo_readings = [parse_reading(r.value or b"") for r in records if r.key == b"phone-00001"]
+    raw_readings = [r.value for r in records if r.key == b"phone-raw"]
+    assert raw_readings == [RAW_READING], "the raw device's resend was appended again"
+    assert [(r[1], r[2]) for r in demo_readings if r is not None] == [("phone-00001", 0)], (
+        f"the demo device's resend was appended again: {demo_readings}"
+    )
