@@ -11,6 +11,10 @@ new leader itself and the other is forwarded to it):
 * the demo's own device (``kafkaesque devices``' ``Device``, the one whose resend the README's
   demo counted as a duplicated reading);
 * a raw one that sends the same bytes again with the DUP bit.
+
+And when no leader answers the lookup within the write timeout (the other two brokers paused),
+the resend is not appended (its first copy may be there): the broker closes the connection, and
+the device's next resend, once a leader is back, is found.
 """
 
 from __future__ import annotations
@@ -24,10 +28,11 @@ from kafkaesque.cli.devices_report import parse_reading
 
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
-from kafkaesque.protocol.mqtt import Puback, Publish, encode_mqtt
+from kafkaesque.protocol.mqtt import MqttVersion, Puback, Publish, encode_mqtt
 
 from .mqtt_helpers import RULES, RawMqtt, read_topic, wait_for
 
+V311 = MqttVersion.V311
 RAW_TOPIC = "phones/phone-raw/spectrum"
 RAW_READING = b'{"device": "phone-raw", "serial": 0}'
 
@@ -123,3 +128,54 @@ def test_a_resend_through_another_broker_after_kill_9_of_the_leader_is_not_appen
     assert [(r[1], r[2]) for r in demo_readings if r is not None] == [("phone-00001", 0)], (
         f"the demo device's resend was appended again: {demo_readings}"
     )
+
+
+WRITE_TIMEOUT_S = 3.0
+
+
+def test_a_resend_whose_lookup_times_out_is_not_appended(tmp_path: object) -> None:
+    extra = ["--write-timeout", str(WRITE_TIMEOUT_S)]
+    with LocalCluster(str(tmp_path), 3, mqtt=True, mqtt_rules=RULES, extra_args=extra) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("readings", 1, 3)
+            wait_for(
+                lambda: client.describe_topic("readings").partitions[0].leader is not None,
+                20,
+                "a leader of readings/0",
+            )
+            leader = client.describe_topic("readings").partitions[0].leader
+        assert leader is not None
+        here = (leader + 1) % 3  # a follower: the device's broker
+        others = [i for i in range(3) if i != here]
+        bootstrap = "{}:{}".format(*cluster.client_address(here))
+        reading = encode_mqtt(Publish(RAW_TOPIC, RAW_READING, qos=1, packet_id=1), V311)
+        resend = encode_mqtt(Publish(RAW_TOPIC, RAW_READING, qos=1, packet_id=1, dup=True), V311)
+
+        device = RawMqtt(cluster.mqtt_address(here))
+        device.connect("phone-raw")
+        device.send(reading)
+        assert isinstance(device.receive(timeout=20), Puback)  # committed
+        device.close()  # as if the PUBACK had been lost with the connection
+        for broker in others:
+            cluster.pause(broker)
+        try:
+            device = RawMqtt(cluster.mqtt_address(here))
+            device.connect("phone-raw")
+            device.send(resend)
+            # The lookup gives up after the write timeout; the quorum is back just after. An
+            # append started then would land (its own deadline runs on): a second reading.
+            time.sleep(WRITE_TIMEOUT_S + 0.5)
+        finally:
+            for broker in others:
+                cluster.resume(broker)
+        answer = device.receive(timeout=20)
+        device.close()
+        if answer is None:  # closed by the broker: the device sends it again
+            device = RawMqtt(cluster.mqtt_address(here))
+            device.connect("phone-raw")
+            device.send(resend)
+            answer = device.receive(timeout=20)
+            device.close()
+        assert isinstance(answer, Puback)
+        records = read_topic(bootstrap, "readings")
+    assert [r.value for r in records if r.key == b"phone-raw"] == [RAW_READING]
