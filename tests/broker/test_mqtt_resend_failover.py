@@ -19,10 +19,13 @@ the device's next resend, once a leader is back, is found.
 
 from __future__ import annotations
 
+import random
 import socket
 import time
+from collections import Counter
 from collections.abc import Callable
 
+import pytest
 from kafkaesque.cli.devices_core import Device, DeviceConfig, DeviceState, Tally
 from kafkaesque.cli.devices_report import parse_reading
 
@@ -55,9 +58,9 @@ class DemoDevice:
         self.sock.sendall(self.device.connect())
         self._answer_until(lambda: self.device.state is DeviceState.READY)
 
-    def publish_one(self) -> None:
+    def publish(self, count: int = 1) -> None:
         assert self.sock is not None
-        self.sock.sendall(self.device.due(1, time.monotonic(), int(time.time() * 1000)))
+        self.sock.sendall(self.device.due(count, time.monotonic(), int(time.time() * 1000)))
 
     def wait_acknowledged(self, count: int) -> None:
         self._answer_until(lambda: self.tally.acknowledged >= count)
@@ -99,7 +102,7 @@ def test_a_resend_through_another_broker_after_kill_9_of_the_leader_is_not_appen
         try:
             demo.connect(cluster.mqtt_address(leader))
             raw.connect("phone-raw")
-            demo.publish_one()
+            demo.publish()
             raw.send(encode_mqtt(Publish(RAW_TOPIC, RAW_READING, qos=1, packet_id=1), raw.version))
             # Both committed (a consumer sees only that), neither PUBACK read: kill the leader.
             wait_for(lambda: len(read_topic(bootstrap, "readings")) == 2, 20, "both readings")
@@ -179,3 +182,63 @@ def test_a_resend_whose_lookup_times_out_is_not_appended(tmp_path: object) -> No
         assert isinstance(answer, Puback)
         records = read_topic(bootstrap, "readings")
     assert [r.value for r in records if r.key == b"phone-raw"] == [RAW_READING]
+
+
+ROUNDS = 6
+DEVICES_PER_ROUND = 8
+BURST = 20  # readings each device sends just before the kill
+
+
+@pytest.mark.slow
+def test_bursts_cut_by_kill_9_at_random_moments_are_logged_once(tmp_path: object) -> None:
+    """The same at random moments: each round, the demo's devices publish a burst to the
+    leader, which is killed -9 from 0 to 30 ms later (readings appended, replicated or not,
+    committed or not, acknowledged or not), and they resend what was not acknowledged through
+    the survivors; the killed broker comes back for the next round. Every reading is in the log
+    once (each was eventually acknowledged)."""
+    rng = random.Random(38)
+    devices: list[DemoDevice] = []
+    with LocalCluster(str(tmp_path), 3, mqtt=True, mqtt_rules=RULES) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("readings", 1, 3)
+        for round_ in range(ROUNDS):
+            with Client(cluster.bootstrap) as client:
+                wait_for(
+                    lambda: client.describe_topic("readings").partitions[0].leader is not None,
+                    20,
+                    "a leader of readings/0",
+                )
+                leader = client.describe_topic("readings").partitions[0].leader
+            assert leader is not None
+            survivors = [i for i in range(3) if i != leader]
+            batch = [DemoDevice(round_ * DEVICES_PER_ROUND + i) for i in range(DEVICES_PER_ROUND)]
+            devices += batch
+            try:
+                for device in batch:
+                    device.connect(cluster.mqtt_address(leader))
+                for device in batch:
+                    device.publish(BURST)
+                time.sleep(rng.uniform(0.0, 0.03))
+                cluster.kill(leader)
+                for i, device in enumerate(batch):  # resends the unacknowledged, with DUP
+                    device.connect(cluster.mqtt_address(survivors[i % 2]))
+                for device in batch:
+                    device.wait_acknowledged(BURST)
+            finally:
+                for device in batch:
+                    device.close()
+            cluster.start(leader)
+            cluster.wait_ready()
+        bootstrap = "{}:{}".format(*cluster.client_address(0))
+        records = read_topic(bootstrap, "readings")
+    seen = Counter(
+        (reading[1], reading[2])
+        for reading in (parse_reading(r.value or b"") for r in records)
+        if reading is not None
+    )
+    expected = {(d.device.id, s) for d in devices for s in range(BURST)}
+    resent = sum(d.tally.resent for d in devices)
+    print(f"{len(expected)} readings, {resent} resent")
+    assert set(seen) == expected, "a reading is missing"
+    duplicated = sorted(k for k, n in seen.items() if n > 1)
+    assert not duplicated, f"{len(duplicated)} of {resent} resends logged twice: {duplicated[:5]}"
