@@ -93,7 +93,8 @@ def summary_rows(
         ("in the log (distinct device, serial)", f"{log.distinct:,}"),
         ("consumed by the controller (group)", f"{result.consumed:,}"),
         ("lost (acknowledged, not in the log)", count("lost")),
-        ("duplicated in the log", f"{log.duplicated:,}"),
+        # Beside the resends: "0 duplicated" says something only if readings were sent again.
+        ("duplicated in the log", f"{log.duplicated:,} (of {count('resent')} readings resent)"),
         (
             "latency device -> log p50 / p99",
             f"{percentile(log.latencies_ms, 0.5):.0f} / "

@@ -173,7 +173,9 @@ class Device:
     free the window. After ``stop()`` nothing new is sent; acknowledgements still count.
 
     Invariant: ``len(inflight) <= config.window``; ``inflight`` maps packet id to (serial, send
-    time) for readings sent and not yet acknowledged.
+    time, ``ts_ms`` of the payload) for readings sent and not yet acknowledged. A resend carries
+    the first send's ``ts_ms``: it is the same message, byte for byte but the DUP bit, or the
+    brokers could not tell it from a new reading and would log it twice (issue 38).
     """
 
     def __init__(self, index: int, config: DeviceConfig, tally: Tally) -> None:
@@ -182,7 +184,7 @@ class Device:
         self.tally = tally
         self.state = DeviceState.CONNECTING
         self.next_serial = 0
-        self.inflight: dict[int, tuple[int, float]] = {}
+        self.inflight: dict[int, tuple[int, float, int]] = {}
         self.backlog = 0
         self.flat = False
         self.stopped = False
@@ -231,7 +233,7 @@ class Device:
 
     def unacknowledged(self) -> list[int]:
         """Serials sent and not acknowledged (in flight, or the connection went away)."""
-        return sorted(serial for serial, _ in self.inflight.values())
+        return sorted(sent[0] for sent in self.inflight.values())
 
     def receive(self, data: bytes, now: float, now_ms: int) -> bytes:
         """Bytes from the server; returns the answer (SUBSCRIBE, PUBACKs, more readings)."""
@@ -310,7 +312,7 @@ class Device:
         parts = []
         for s in range(serial, serial + count):
             pid = s % 0xFFFF + 1
-            inflight[pid] = (s, now)
+            inflight[pid] = (s, now, now_ms)
             parts.append(packet(s, now_ms, pid))
         return b"".join(parts)
 
@@ -341,9 +343,13 @@ class Device:
         self.state = DeviceState.READY
         if self.inflight:
             packet = self._template.packet
-            for pid, (serial, _) in sorted(self.inflight.items(), key=lambda item: item[1][0]):
-                self.inflight[pid] = (serial, now)
-                first = packet(serial, now_ms, pid)
+            for pid, (serial, _, ts_ms) in sorted(
+                self.inflight.items(), key=lambda item: item[1][0]
+            ):
+                # The same message again (its first timestamp): a resend the brokers recognise.
+                # PUBACK latency counts from now, as the first send's was.
+                self.inflight[pid] = (serial, now, ts_ms)
+                first = packet(serial, ts_ms, pid)
                 out.append(bytes((first[0] | 0x08,)) + first[1:])  # DUP
             self.tally.resent += len(self.inflight)
         out.append(self._fill(now, now_ms))

@@ -62,6 +62,8 @@ def test_demo_quick_runs_the_pipeline_end_to_end_and_loses_nothing(tmp_path: Pat
     assert _row(out, "acknowledged (PUBACK after quorum commit)") == _row(out, "readings sent")
     assert _row(out, "lost (acknowledged, not in the log)") == "0"
     assert int(_row(out, "in the log (distinct device, serial)").replace(",", "")) == sent
+    # The phones on the killed broker resend with DUP; none is a second reading (issue 38).
+    assert re.fullmatch(r"0 \(of [\d,]+ readings resent\)", _row(out, "duplicated in the log"))
     assert re.search(r"fault: kill -9 broker \d \(leader of readings/0\)\s+failover gap", out)
     commands = _row(out, "commands sent / delivered to phones")
     assert re.fullmatch(r"[\d,]+ / [\d,]+", commands) and not commands.startswith("0 ")

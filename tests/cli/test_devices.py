@@ -154,6 +154,9 @@ def test_after_a_reconnect_the_unacknowledged_readings_go_again_with_dup() -> No
         (1, True, sent[1].packet_id),
         (2, True, sent[2].packet_id),
     ]
+    # The same messages (their first timestamp): the brokers find a resend by its packet id and
+    # value, and a re-stamped one was logged as a second reading (issue 38).
+    assert [p.payload for p in again] == [p.payload for p in sent[1:]]
     assert tally.resent == 2 and tally.sent == 3
 
 

@@ -133,8 +133,12 @@ class Ingress:
     ) -> list[Flight] | None:
         """A QoS 1 PUBLISH sent again (DUP set): as ``append_nowait``, but when the partition's
         log holds the first copy already, nothing is appended and the flight returned is done,
-        at that copy's offset (see ``_resends``). If the lookup fails, the resend is appended
-        (at least once, as MQTT promises)."""
+        at that copy's offset (see ``_resends``). When the log does not hold it, the resend is
+        appended (at least once, as MQTT promises).
+
+        Raises ``RequestError`` when no leader answered the lookup in time (a failover that
+        outlasts the write timeout): the resend is then not appended, since its first copy may
+        be in the log, and the device, whose connection is closed, sends it again."""
         placed = self._place(topic, client_id, retain)
         if placed is None:
             return None
@@ -150,8 +154,13 @@ class Ingress:
                 trio.current_time() + writes.timeout,
             )
         except RequestError as exc:
-            log.info("mqtt %s: resend of packet %d appended again: %s", client_id, packet_id, exc)
-            offset = None
+            # Not "absent": appended now, a copy that committed would be there twice (the
+            # append, with its own fresh deadline, could land once a leader is back).
+            raise RequestError(
+                exc.code,
+                f"the resend of packet {packet_id} was not appended: its first copy could not "
+                f"be looked up ({exc.message})",
+            ) from exc
         if offset is None:
             return self.append_nowait(
                 topic, payload, 1, retain, client_id, packet_id, property_headers
