@@ -23,7 +23,7 @@ import struct
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Final
+from typing import Final, NamedTuple
 
 import cramjam
 from crc32c import crc32c
@@ -49,9 +49,12 @@ class UnsupportedCompression(KafkaProtocolError):
     """A batch compressed with a codec this broker cannot read (Kafka error 76)."""
 
 
-@dataclass(frozen=True, slots=True)
-class KafkaRecord:
-    """One record: ``offset_delta`` from the batch's base offset, ``timestamp`` absolute."""
+class KafkaRecord(NamedTuple):
+    """One record: ``offset_delta`` from the batch's base offset, ``timestamp`` absolute.
+
+    A NamedTuple rather than a frozen dataclass: every record a Kafka producer sends is built
+    as one, and a frozen dataclass's ``__init__`` (a ``setattr`` per field) was a fifth of a
+    broker's CPU under a flat-out librdkafka producer."""
 
     offset_delta: int
     timestamp: int
