@@ -1,7 +1,7 @@
 """The Kafka front's cost: librdkafka against our own client library, on the same cluster, in
 the same run (issue 33).
 
-    python -m bench.kafka_clients [--quick]
+    python -m bench.kafka_clients [--quick] [--trace [--full]] [--profile DIR]
 
 3 brokers on loopback (``LocalCluster``), replication factor 3, a Raft majority on disk before
 every acknowledgement (acks=all on the Kafka side), 3 partitions a topic, 100-byte values, each
@@ -18,7 +18,12 @@ over the same write and read paths as our protocol, so its figures should stay c
   out). Targets: ``kafka_e2e_1k_p99_vs_native <= 1.25`` and ``kafka_e2e_10k_p99_vs_native <=
   1.25``.
 
-Each figure is printed with the CPU the brokers and the load used. Ends with ``RESULT
+Each figure is printed with the CPU the brokers and the load used; each (b) also with the
+producer's acknowledgement latency (due time to delivery report, p50/p99) beside its end to end
+latency, since a record a consumer reads before its producer hears "yes" points at the answer
+path rather than at the commit. ``--trace`` runs (b) only (the quick durations unless
+``--full``); ``--profile DIR`` records the brokers with py-spy during each phase and prints
+their hottest functions (``bench.broker``'s). Ends with ``RESULT
 kafka_produce_msgs_per_s=… native_produce_msgs_per_s=… kafka_produce_vs_native=…
 kafka_e2e_1k_p50_ms=… kafka_e2e_1k_p99_ms=… native_e2e_1k_p50_ms=… native_e2e_1k_p99_ms=…
 kafka_e2e_1k_p99_vs_native=…`` and the same for ``10k``, then ``lost=…`` (records the consumers
@@ -83,11 +88,21 @@ def _verdict(ok: bool) -> str:
     return "target met" if ok else "TARGET MISSED"
 
 
-def run(root: Path, durations: Durations) -> int:
+def _acks(result: dict[str, Any]) -> str:
+    """The publisher's acknowledgement latency beside the consumer's end to end latency."""
+    published = result["publisher"]
+    return (
+        f"acks p50 {published['ack_p50_ms']:.2f} ms p99 {published['ack_p99_ms']:.2f} ms, "
+        f"e2e p50 {result['p50_ms']:.2f} ms p99 {result['p99_ms']:.2f} ms"
+    )
+
+
+def run(root: Path, durations: Durations, *, trace: bool, profile_dir: Path | None) -> int:
+    """The phases on one cluster; with ``trace`` (b) only. Returns 1 if a record was lost."""
     started = time.monotonic()
     with LocalCluster(str(root / "cluster"), BROKERS) as cluster:
         rates = [rate for rate, _ in E2E_RUNS]
-        topics = ["native-producer", "kafka-producer"]
+        topics = [] if trace else ["native-producer", "kafka-producer"]
         topics += [f"{side}-e2e-{rate}" for rate in rates for side in ("native", "kafka")]
         with Client(cluster.bootstrap) as client:
             for topic in topics:
@@ -97,17 +112,24 @@ def run(root: Path, durations: Durations) -> int:
             f"before each ack (acks=all), {PARTITIONS} partitions a topic, 100-byte values "
             f"[{time.monotonic() - started:.0f} s]"
         )
-        phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], durations, None)
-        native = producer_phase(phase, cluster.bootstrap, "native-producer")
-        kafka = kafka_producer_phase(phase, cluster.kafka_bootstrap, "kafka-producer")
-        produce_ratio = _ratio(kafka["msgs_per_s"], native["msgs_per_s"])
-        print(
-            f"(a) produce, flat out (batch {PRODUCER_BATCH_BYTES // 1024} KiB, linger "
-            f"{PRODUCER_LINGER_MS:g} ms): librdkafka {kafka['msgs_per_s']:,.0f} msg/s, our "
-            f"Producer {native['msgs_per_s']:,.0f} msg/s: {produce_ratio:.2f} "
-            f"({_verdict(produce_ratio >= PRODUCE_TARGET)}: >= {PRODUCE_TARGET})"
-        )
-        print(f"      librdkafka {kafka['cpu']}\n      ours {native['cpu']}")
+        phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], durations, profile_dir)
+        fields: list[str] = []
+        if not trace:
+            native = producer_phase(phase, cluster.bootstrap, "native-producer")
+            kafka = kafka_producer_phase(phase, cluster.kafka_bootstrap, "kafka-producer")
+            produce_ratio = _ratio(kafka["msgs_per_s"], native["msgs_per_s"])
+            print(
+                f"(a) produce, flat out (batch {PRODUCER_BATCH_BYTES // 1024} KiB, linger "
+                f"{PRODUCER_LINGER_MS:g} ms): librdkafka {kafka['msgs_per_s']:,.0f} msg/s, our "
+                f"Producer {native['msgs_per_s']:,.0f} msg/s: {produce_ratio:.2f} "
+                f"({_verdict(produce_ratio >= PRODUCE_TARGET)}: >= {PRODUCE_TARGET})"
+            )
+            print(f"      librdkafka {kafka['cpu']}\n      ours {native['cpu']}")
+            fields += [
+                f"kafka_produce_msgs_per_s={kafka['msgs_per_s']:.0f}",
+                f"native_produce_msgs_per_s={native['msgs_per_s']:.0f}",
+                f"kafka_produce_vs_native={produce_ratio:.2f}",
+            ]
         e2e: dict[int, tuple[dict[str, Any], dict[str, Any]]] = {}
         for rate, linger in E2E_RUNS:
             ours = e2e_phase(phase, cluster.bootstrap, f"native-e2e-{rate}", rate, linger)
@@ -129,13 +151,9 @@ def run(root: Path, durations: Durations) -> int:
                 f"({_verdict(ratio <= E2E_TARGET)}: <= {E2E_TARGET}) "
                 f"[{time.monotonic() - started:.0f} s]"
             )
+            print(f"      librdkafka {_acks(theirs)}\n      ours       {_acks(ours)}")
             print(f"      librdkafka {theirs['cpu']}\n      ours {ours['cpu']}")
     lost = sum(side["missing"] for pair in e2e.values() for side in pair)
-    fields = [
-        f"kafka_produce_msgs_per_s={kafka['msgs_per_s']:.0f}",
-        f"native_produce_msgs_per_s={native['msgs_per_s']:.0f}",
-        f"kafka_produce_vs_native={produce_ratio:.2f}",
-    ]
     for rate, (theirs, ours) in e2e.items():
         k = f"{rate // 1000}k"
         fields += [
@@ -145,6 +163,13 @@ def run(root: Path, durations: Durations) -> int:
             f"native_e2e_{k}_p99_ms={ours['p99_ms']:.2f}",
             f"kafka_e2e_{k}_p99_vs_native={_ratio(theirs['p99_ms'], ours['p99_ms']):.2f}",
         ]
+        if trace:
+            fields += [
+                f"kafka_ack_{k}_p50_ms={theirs['publisher']['ack_p50_ms']:.2f}",
+                f"kafka_ack_{k}_p99_ms={theirs['publisher']['ack_p99_ms']:.2f}",
+                f"native_ack_{k}_p50_ms={ours['publisher']['ack_p50_ms']:.2f}",
+                f"native_ack_{k}_p99_ms={ours['publisher']['ack_p99_ms']:.2f}",
+            ]
     fields.append(f"lost={lost}")
     print("RESULT " + " ".join(fields))
     return 1 if lost else 0
@@ -159,12 +184,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--quick", action="store_true", help="a shorter run (about 60 s on a quiet machine)"
     )
+    parser.add_argument(
+        "--trace",
+        action="store_true",
+        help="(b) only, each producer's ack latency beside its end to end latency "
+        "(the quick durations unless --full)",
+    )
+    parser.add_argument("--full", action="store_true", help="with --trace: the full durations")
+    parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers")
     args = parser.parse_args(argv)
+    if args.full and not args.trace:
+        parser.error("--full goes with --trace (without it, leave out --quick)")
+    quick = args.quick or (args.trace and not args.full)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     root = make_scratch()
     try:
-        return run(root, QUICK if args.quick else FULL)
+        return run(root, QUICK if quick else FULL, trace=args.trace, profile_dir=args.profile)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

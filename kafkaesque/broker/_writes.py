@@ -657,8 +657,46 @@ class LeaderWrite:
         try:
             return await self._path.finish(self._attempt, acks, self._deadline)
         except _Retry as retry:
-            code = ErrorCode.TIMEOUT if retry.unknown else ErrorCode.NOT_LEADER
-            raise RequestError(code, f"{self.log_id}: {retry}; retry") from None
+            raise self._error(retry.unknown, str(retry)) from None
+
+    @property
+    def deadline(self) -> float:
+        """When ``written`` gives up (trio time): the write timeout after the proposal."""
+        return self._deadline
+
+    def tells(self, acks: Acks) -> bool:
+        """Whether ``when_written`` can tell this write's outcome as ``acks`` asks (a quorum's:
+        the group tells its commit); else the caller awaits ``written``."""
+        return acks is Acks.QUORUM and not self._path.unsafe_ack_before_commit
+
+    def when_written(self, callback: Callable[[tuple[int, int] | RequestError], None]) -> None:
+        """``written(Acks.QUORUM)`` with no task waiting (only where ``tells``): ``callback``
+        gets the ``(first, last)`` offsets or the ``RequestError`` that ``written`` would
+        raise, once, at once if the outcome is known now, else from the task that sees the
+        group commit the entry or cut it (``WritePath.when_written``'s rules: quick, never
+        raises). It is never called for an entry that neither commits nor is cut: the caller
+        watches ``deadline`` and takes such a write's outcome as unknown (``TIMEOUT``) then,
+        as ``written`` would. A group removed under the entry tells ``TIMEOUT`` at once."""
+        attempt = self._attempt
+        if isinstance(attempt, _Failed):
+            callback(attempt.refusal or self._error(attempt.unknown, attempt.reason))
+            return
+        if not isinstance(attempt, _Local):  # begin_as_leader only starts local proposals
+            raise TypeError(f"{self.log_id}: not a local proposal: {attempt!r}")
+
+        def told(outcome: tuple[int, int] | Attempt) -> None:
+            if isinstance(outcome, tuple):
+                callback(outcome)
+            elif isinstance(outcome, _Failed):
+                callback(self._error(outcome.unknown, outcome.reason))
+            else:  # neither committed nor cut: the group went away under it
+                callback(self._error(True, "the group was removed before the entry committed"))
+
+        self._path._on_commit(attempt, told, self._deadline - self._path.timeout)
+
+    def _error(self, unknown: bool, reason: str) -> RequestError:
+        code = ErrorCode.TIMEOUT if unknown else ErrorCode.NOT_LEADER
+        return RequestError(code, f"{self.log_id}: {reason}; retry")
 
 
 @dataclass(frozen=True, slots=True)

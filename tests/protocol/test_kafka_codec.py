@@ -200,6 +200,39 @@ def test_each_compression_codec_is_read(codec: int, compress: Any) -> None:
     assert list(decode_batch(batch).records) == rs
 
 
+@settings(max_examples=300, deadline=None)
+@given(records, st.data())
+def test_a_batch_with_mangled_records_decodes_or_raises_a_protocol_error(
+    rs: list[KafkaRecord], data: st.DataObject
+) -> None:
+    """Records cut, grown or overwritten under a valid CRC and count (a buggy or hostile
+    producer): the record decoder refuses them with ``KafkaProtocolError``, nothing else."""
+    from crc32c import crc32c
+
+    batch = bytearray(encode_batch(0, rs, last_offset_delta=len(rs) - 1))
+    body = batch[61:]
+    start = data.draw(st.integers(0, len(body)))
+    cut = data.draw(st.integers(start, len(body)))
+    body[start:cut] = data.draw(st.binary(max_size=12))
+    head = batch[:61]
+    struct.pack_into(">i", head, 8, 61 - 12 + len(body))
+    struct.pack_into(">I", head, 17, crc32c(bytes(head[21:]) + bytes(body)))
+    with contextlib.suppress(KafkaProtocolError):
+        decode_batch(bytes(head + body))
+
+
+@pytest.mark.parametrize("more", [1, 2])
+def test_a_batch_counting_more_records_than_it_holds_is_refused(more: int) -> None:
+    from crc32c import crc32c
+
+    rs = [KafkaRecord(i, 1000 + i, None, b"v") for i in range(3)]
+    batch = bytearray(encode_batch(0, rs, last_offset_delta=len(rs) - 1 + more))
+    struct.pack_into(">i", batch, 57, len(rs) + more)
+    struct.pack_into(">I", batch, 17, crc32c(bytes(batch[21:])))
+    with pytest.raises(KafkaProtocolError, match="truncated"):
+        decode_batch(bytes(batch))
+
+
 def test_a_batch_with_a_bad_crc_or_magic_is_refused() -> None:
     batch = bytearray(encode_batch(0, [KafkaRecord(0, 1, None, b"v")], last_offset_delta=0))
     batch[-1] ^= 1

@@ -14,6 +14,7 @@ front (describe hides a topic from Metadata; write, read are checked per partiti
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -250,18 +251,18 @@ class KafkaHandlers:
     def begin_produce(self, request: KafkaRequest, session: Session) -> ProduceInFlight:
         """A Produce in two steps: every batch is appended now, synchronously, in the order of
         the request (so the Produce requests a connection pipelines are appended in the order
-        sent, and a Raft flush can take several of them at once); the returned coroutine
-        function waits for their acknowledgements and gives the response (None with acks=0)."""
+        sent, and a Raft flush can take several of them at once); the returned
+        ``ProduceInFlight`` gives the response (None with acks=0) once they are acknowledged."""
         body = request.body
         acks = body["acks"]
+        keys = [(t["name"], p["index"]) for t in body["topic_data"] for p in t["partition_data"]]
+        deadline = trio.current_time() + self._w.writes.timeout
         if acks not in (0, 1, -1):
-            return _answered(
-                _produce_answer(body, lambda t, p: (KafkaError.INVALID_REQUIRED_ACKS, -1))
-            )
+            refused = _PartitionWrites(KafkaError.INVALID_REQUIRED_ACKS)
+            return ProduceInFlight(body, acks, dict.fromkeys(keys, refused), deadline)
         if body.get("transactional_id") is not None:
-            refused = KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            return _answered(_produce_answer(body, lambda t, p: (refused, -1)))
-        mode = Acks.QUORUM if acks == -1 else Acks.LEADER
+            refused = _PartitionWrites(KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return ProduceInFlight(body, acks, dict.fromkeys(keys, refused), deadline)
         begun = {
             (t["name"], p["index"]): self._begin_partition(
                 t["name"], p["index"], p["records"], session
@@ -269,24 +270,10 @@ class KafkaHandlers:
             for t in body["topic_data"]
             for p in t["partition_data"]
         }
-
-        async def finish() -> Message | None:
-            results: dict[tuple[str, int], tuple[KafkaError, int]] = {}
-
-            async def one(key: tuple[str, int], writes: _PartitionWrites) -> None:
-                results[key] = await writes.outcome(mode)
-
-            async with trio.open_nursery() as nursery:
-                for key, writes in begun.items():
-                    nursery.start_soon(one, key, writes)
-            if acks == 0:
-                return None
-            return _produce_answer(body, lambda t, p: results[t, p])
-
-        return finish
+        return ProduceInFlight(body, acks, begun, deadline)
 
     async def produce(self, request: KafkaRequest, session: Session) -> Message | None:
-        return await self.begin_produce(request, session)()
+        return await self.begin_produce(request, session).answer()
 
     def _begin_partition(
         self, topic: str, partition: int, record_set: bytes | None, session: Session
@@ -556,15 +543,102 @@ class KafkaHandlers:
         return asked
 
 
-ProduceInFlight = Callable[[], Awaitable[Message | None]]
-"""A Produce whose batches are appended: awaiting it gives the response (None: acks=0)."""
+class ProduceInFlight:
+    """A Produce whose batches are appended (``KafkaHandlers.begin_produce``): its response
+    (None with acks=0) comes either to a callback, with no task waiting (``tell``: the
+    pipelined path, as our own protocol's appender is told), or by awaiting ``answer``.
 
+    Each partition answers its first failure's error, else the first batch's base offset.
+    """
 
-def _answered(answer: Message) -> ProduceInFlight:
-    async def at_once() -> Message:
-        return answer
+    def __init__(
+        self,
+        body: Message,
+        acks: int,
+        partitions: dict[tuple[str, int], _PartitionWrites],
+        deadline: float,
+    ) -> None:
+        self.deadline = deadline  # trio time: a write still untold then has an unknown outcome
+        self._body = body
+        self._acks = acks
+        self._mode = Acks.QUORUM if acks == -1 else Acks.LEADER
+        self._partitions = partitions
+        self._outcomes: dict[tuple[str, int], list[tuple[int, int] | RequestError | None]] = {
+            key: [None] * len(writes.begun) for key, writes in partitions.items()
+        }
+        self._untold = sum(len(writes.begun) for writes in partitions.values())
+        self._callback: Callable[[Message | None], None] | None = None
+        self.done = False  # the response was given to the callback
 
-    return at_once
+    def tell(self, callback: Callable[[Message | None], None]) -> bool:
+        """Have ``callback`` called once with the response when every write's outcome is
+        known: at once if it is now, else from the task that commits (or cuts) the last of
+        them; it must be quick and must not raise. Returns False, registering nothing, when the
+        outcomes cannot be told (acks=1, known only by polling the log): await ``answer``.
+        A write neither committed nor cut by ``deadline`` is never told: call ``expire`` then.
+        """
+        writes = [write for p in self._partitions.values() for write in p.begun]
+        if not all(write.tells(self._mode) for write in writes):
+            return False
+        self._callback = callback
+        for key, p in self._partitions.items():
+            for i, write in enumerate(p.begun):
+                write.when_written(functools.partial(self._told, key, i))
+        if self._untold == 0 and not self.done:
+            self._give()
+        return True
+
+    def expire(self) -> None:
+        """At ``deadline``: every write still untold has an unknown outcome (``TIMEOUT``, as
+        ``LeaderWrite.written`` answers at its deadline); the response goes now. Nothing once
+        the response was given."""
+        if self.done:
+            return
+        for key, outcomes in self._outcomes.items():
+            for i, outcome in enumerate(outcomes):
+                if outcome is None:
+                    outcomes[i] = RequestError(
+                        ErrorCode.TIMEOUT, f"{key[0]}/{key[1]}: not committed in time; retry"
+                    )
+        self._untold = 0
+        self._give()
+
+    async def answer(self) -> Message | None:
+        """The response, once every write's outcome is known (awaited, for ``acks`` 1 and any
+        Produce not ``tell``ing)."""
+        results: dict[tuple[str, int], tuple[KafkaError, int]] = {}
+
+        async def one(key: tuple[str, int], writes: _PartitionWrites) -> None:
+            results[key] = await writes.outcome(self._mode)
+
+        async with trio.open_nursery() as nursery:
+            for key, writes in self._partitions.items():
+                nursery.start_soon(one, key, writes)
+        if self._acks == 0:
+            return None
+        return _produce_answer(self._body, lambda t, p: results[t, p])
+
+    def _told(self, key: tuple[str, int], i: int, outcome: tuple[int, int] | RequestError) -> None:
+        if self.done:
+            return  # expired first
+        outcomes = self._outcomes[key]
+        outcomes[i] = outcome
+        self._untold -= 1
+        if self._untold == 0:
+            self._give()
+
+    def _give(self) -> None:
+        self.done = True
+        callback, self._callback = self._callback, None
+        response = None
+        if self._acks != 0:
+            partitions, outcomes = self._partitions, self._outcomes
+            response = _produce_answer(
+                self._body, lambda t, p: partitions[t, p].result(outcomes[t, p])
+            )
+        self._partitions, self._outcomes = {}, {}  # the batches' bytes are not kept
+        if callback is not None:
+            callback(response)
 
 
 @dataclass
@@ -577,14 +651,24 @@ class _PartitionWrites:
     async def outcome(self, acks: Acks) -> tuple[KafkaError, int]:
         """(error, base offset) once every begun write has its outcome (the first failure's
         error; the first batch's base offset when all are written)."""
-        base, error = -1, self.error
+        outcomes: list[tuple[int, int] | RequestError | None] = []
         for write in self.begun:
             try:
-                first, _last = await write.written(acks)
+                outcomes.append(await write.written(acks))
             except RequestError as exc:
-                error = error or kafka_error(exc)
-                continue
-            base = first if base < 0 else base
+                outcomes.append(exc)
+        return self.result(outcomes)
+
+    def result(
+        self, outcomes: list[tuple[int, int] | RequestError | None]
+    ) -> tuple[KafkaError, int]:
+        """(error, base offset) of the partition from its writes' ``outcomes``, in order."""
+        base, error = -1, self.error
+        for outcome in outcomes:
+            if isinstance(outcome, RequestError):
+                error = error or kafka_error(outcome)
+            elif outcome is not None:
+                base = outcome[0] if base < 0 else base
         if error is not None:
             return error, -1
         return KafkaError.NONE, base

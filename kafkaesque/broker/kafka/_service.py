@@ -10,8 +10,12 @@ pipelines Produce requests (librdkafka sends each batch as soon as it may, up to
 a Produce's batches are appended when it is read, in order, and the next request is read while
 it waits (up to ``_PIPELINE`` unanswered); any other request first waits until every request
 before it is answered, then runs alone, as Kafka would run it. Responses go out in request
-order. A protocol violation (a frame too large, an API or version not served, a request that
-does not parse, a request before SASL authentication on a broker with a users file) closes the
+order (``_answers``). A pipelined Produce costs no task: its Raft group tells its commit, which
+gives its response (``ProduceInFlight.tell``), and one task per connection watches the
+deadlines of those still untold (``_Expiry``); only acks=0 and 1 await theirs in a task.
+
+A protocol violation (a frame too large, an API or version not served, a request that does not
+parse, a request before SASL authentication on a broker with a users file) closes the
 connection, as Kafka does; a bug in serving one request is logged and closes that connection
 only. A broker that stops (``Draining``) answers the requests it has read and closes.
 """
@@ -19,7 +23,9 @@ only. A broker that stops (``Draining``) answers the requests it has read and cl
 from __future__ import annotations
 
 import errno
+import functools
 import logging
+from collections import deque
 from collections.abc import Callable
 from typing import Final
 
@@ -44,6 +50,7 @@ from .._errors import RequestError
 from .._session import Session
 from .._tls import TlsRefusals, server_handshake
 from ._admin_handlers import KafkaAdminHandlers, KafkaSession
+from ._answers import Answer, send_in_order
 from ._handlers import KafkaHandlers, ProduceInFlight
 from ._wiring import KafkaWiring
 
@@ -57,18 +64,46 @@ _BEFORE_AUTHENTICATION: Final = frozenset(
 _PIPELINE: Final = 64  # requests of one connection read and not yet answered
 
 
-class _Answer:
-    """The response to one request, in the connection's order: ``data`` once ``done``."""
+class _Expiry:
+    """The Produces of one connection told by their groups (``ProduceInFlight.tell``), in the
+    order begun, which is their deadlines' order: ``run`` expires each one still unanswered at
+    its deadline. Answered ones are dropped as new ones come, so the queue holds about those in
+    flight, not the write timeout's worth of requests and their batches."""
 
-    def __init__(self, data: bytes | None = None) -> None:
-        self.done = trio.Event()
-        self.data = b""
-        if data is not None:
-            self.give(data)
+    def __init__(self) -> None:
+        self._pending: deque[ProduceInFlight] = deque()
+        self._arrived = trio.Event()
+        self._scope = trio.CancelScope()
 
-    def give(self, data: bytes) -> None:
-        self.data = data
-        self.done.set()
+    def stop(self) -> None:
+        """End ``run``: every response was written (none is left to expire)."""
+        self._scope.cancel()
+
+    def add(self, produce: ProduceInFlight) -> None:
+        pending = self._pending
+        while pending and pending[0].done:
+            pending.popleft()
+        pending.append(produce)
+        self._arrived.set()
+
+    async def run(self) -> None:
+        """Until ``stop``: sleep until the oldest unanswered one's deadline, expire it."""
+        pending = self._pending
+        with self._scope:
+            await self._expire(pending)
+
+    async def _expire(self, pending: deque[ProduceInFlight]) -> None:
+        while True:
+            while pending and pending[0].done:
+                pending.popleft()
+            if not pending:
+                self._arrived = trio.Event()
+                await self._arrived.wait()
+                continue
+            await trio.sleep_until(pending[0].deadline)
+            now = trio.current_time()
+            while pending and (pending[0].done or pending[0].deadline <= now):
+                pending.popleft().expire()
 
 
 class KafkaService:
@@ -138,11 +173,18 @@ class KafkaService:
         try:
             with w.draining.connection(stop):
                 async with served, trio.open_nursery() as nursery:
-                    answers, in_order = trio.open_memory_channel[_Answer](_PIPELINE)
-                    nursery.start_soon(self._send_answers, served, in_order)
+                    answers, in_order = trio.open_memory_channel[Answer](_PIPELINE)
+                    expiry = _Expiry()
+                    nursery.start_soon(expiry.run)
+                    nursery.start_soon(self._send_answers, served, in_order, expiry)
                     async with answers:
                         await self._read_requests(
-                            served, session, nursery, answers, lambda: stopping or session.close
+                            served,
+                            session,
+                            nursery,
+                            answers,
+                            expiry,
+                            lambda: stopping or session.close,
                         )
         except* KafkaProtocolError as group:
             log.info("kafka %s: closing: %s", address, group.exceptions[0])
@@ -158,17 +200,18 @@ class KafkaService:
         stream: trio.abc.Stream,
         session: KafkaSession,
         nursery: trio.Nursery,
-        answers: trio.MemorySendChannel[_Answer],
+        answers: trio.MemorySendChannel[Answer],
+        expiry: _Expiry,
         stopping: Callable[[], bool],
     ) -> None:
         """Read and start requests until the client closes or the broker stops; each one's
-        ``_Answer`` goes into ``answers`` in request order (see the module docstring).
+        ``Answer`` goes into ``answers`` in request order (see the module docstring).
 
         Before a session authenticates (on a broker with a users file) only ApiVersions and
         the SASL APIs are served: anything else raises ``RequestError`` (counted as a refusal)
         and the connection is closed, as Kafka closes it."""
         conn = KafkaServerConnection()
-        unanswered: list[_Answer] = []  # Produce requests still waiting for their quorum
+        unanswered: list[Answer] = []  # Produce requests still waiting for their quorum
 
         async def after_earlier() -> None:  # what is not a Produce runs alone, in order
             for earlier in unanswered:
@@ -187,42 +230,46 @@ class KafkaService:
                         break
                     await after_earlier()
                     reply, failure = await self.admin.sasl_token(session, token)
-                    await answers.send(_Answer(b"" if failure is not None else frame_bytes(reply)))
+                    await answers.send(Answer(b"" if failure is not None else frame_bytes(reply)))
                     continue
                 request = conn.next_request()
                 if request is None:
                     break
                 if not isinstance(request, KafkaRequest):
-                    await answers.send(_Answer(request.response))
+                    await answers.send(Answer(request.response))
                     continue
                 if session.principal is None and request.api.key not in _BEFORE_AUTHENTICATION:
                     self._w.access.require_authentication(session)
                 if request.api is PRODUCE:
-                    answer = _Answer()
-                    waiting = self.handlers.begin_produce(request, session)
-                    nursery.start_soon(self._finish_produce, request, waiting, answer)
+                    answer = Answer()
+                    produce = self.handlers.begin_produce(request, session)
+                    if produce.tell(functools.partial(self._produced, request, answer)):
+                        expiry.add(produce)
+                    else:
+                        nursery.start_soon(self._finish_produce, request, produce, answer)
                     unanswered = [a for a in unanswered if not a.done.is_set()]
                     unanswered.append(answer)
                     await answers.send(answer)
                 else:
                     await after_earlier()
-                    await answers.send(_Answer(await self._answer(request, session)))
+                    await answers.send(Answer(await self._answer(request, session)))
+
+    def _produced(self, request: KafkaRequest, answer: Answer, body: Message | None) -> None:
+        answer.give(b"" if body is None else self._encode(request, body))
 
     async def _finish_produce(
-        self, request: KafkaRequest, waiting: ProduceInFlight, answer: _Answer
+        self, request: KafkaRequest, produce: ProduceInFlight, answer: Answer
     ) -> None:
-        body = await waiting()
-        answer.give(b"" if body is None else self._encode(request, body))
+        self._produced(request, answer, await produce.answer())
 
     @staticmethod
     async def _send_answers(
-        stream: trio.abc.Stream, in_order: trio.MemoryReceiveChannel[_Answer]
+        stream: trio.abc.Stream, in_order: trio.MemoryReceiveChannel[Answer], expiry: _Expiry
     ) -> None:
-        async with in_order:
-            async for answer in in_order:
-                await answer.done.wait()
-                if answer.data:  # acks=0: no response at all
-                    await stream.send_all(answer.data)
+        """Every response, in order, until the reader closed the channel; then the deadline
+        watch ends (it may still be needed until then, for a Produce read last)."""
+        await send_in_order(stream, in_order)
+        expiry.stop()
 
     async def _answer(self, request: KafkaRequest, session: Session) -> bytes:
         body = await self.handlers.by_key[request.api.key](request, session)

@@ -44,10 +44,10 @@ def produced_batches(record_set: bytes) -> list[ProducedBatch]:
     for batch in iter_batches(record_set):
         records = [
             Record(
-                value=r.value,
-                key=r.key,
-                headers=tuple((name, b"" if value is None else value) for name, value in r.headers),
-                timestamp=r.timestamp if r.timestamp >= 0 else now,
+                r.value,
+                r.key,
+                _headers(r.headers) if r.headers else (),  # most records have none: no loop
+                r.timestamp if r.timestamp >= 0 else now,
             )
             for r in batch.records
         ]
@@ -64,6 +64,10 @@ def produced_batches(record_set: bytes) -> list[ProducedBatch]:
     if plain:
         out.insert(0, ProducedBatch(build_batch(plain), len(plain)))
     return out
+
+
+def _headers(headers: tuple[tuple[str, bytes | None], ...]) -> tuple[tuple[str, bytes], ...]:
+    return tuple((name, b"" if value is None else value) for name, value in headers)
 
 
 def kafka_record_set(data: bytes | memoryview) -> bytes:
