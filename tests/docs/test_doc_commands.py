@@ -94,7 +94,7 @@ def by(node: str, command: str, *, pattern: bool = False) -> Entry:
 
 
 DEMO_TEST = "tests/cli/test_demo.py::test_demo_quick_runs_the_pipeline_end_to_end_and_loses_nothing"
-# The same nodes (3) and nemeses (kill-leader, partition) for 45 s instead of 60.
+# The same nodes (3) and nemeses (kill-leader, partition) for 45 s instead of 60, with --secure.
 JEPSEN_TEST = (
     "tests/jepsen_like/test_runs.py::test_a_short_run_with_kill_leader_and_partitions_is_valid"
 )

@@ -1,8 +1,8 @@
 """Whole jepsen_like runs against real broker processes: the harness must tell a correct broker
 from a broken one.
 
-* The short run (3 nodes, kill-leader and partition, under a minute of load) must be valid: it
-  runs in CI (mark ``jepsen``, not ``slow``).
+* The short run (3 nodes, kill-leader and partition, under a minute of load, TLS and SCRAM on
+  every port) must be valid: it runs in CI (mark ``jepsen``, not ``slow``).
 * The same harness against a broker in its deliberately broken mode (acknowledging writes before
   they commit) must come out invalid with lost writes: otherwise the harness proves nothing.
 * The long runs (every nemesis, 3 and 5 nodes, minutes) are ``slow``: ``bin/test --slow``.
@@ -36,32 +36,6 @@ def _assert_reported(outcome: RunOutcome) -> None:
     assert outcome.result.summary().splitlines()[-1].startswith("RESULT valid=")
 
 
-def test_a_short_run_with_kill_leader_and_partitions_is_valid(tmp_path: Path) -> None:
-    outcome = _run(
-        tmp_path,
-        nodes=3,
-        time_s=45.0,
-        nemeses=("kill-leader", "partition"),
-        interval_s=6.0,
-        seed=7,
-        workload=WorkloadOptions(producers=4, consumers=1, group_members=2),
-    )
-    result = outcome.result
-    _assert_reported(outcome)
-    assert result.faults >= 2, "the nemesis must have struck"
-    assert result.acked > 100, "the clients must have written through the faults"
-    assert result.valid, result.summary()
-    assert not result.unchecked_partitions, "the final read must be complete"
-    # Every broker's own replicas were read whole (FETCH replica=local) and compared.
-    replica_reads = [ev for ev in read_history(outcome.history) if isinstance(ev.op, ReplicaRead)]
-    done = {ev.node: ev.op for ev in replica_reads if ev.type == "ok"}
-    assert set(done) == {"n0", "n1", "n2"}, replica_reads
-    for op in done.values():
-        assert isinstance(op, ReplicaRead)
-        assert {(t, p) for t, p, _ in op.ends} == {("jepsen", p) for p in range(4)}
-        assert op.reads, "each replica holds records"
-
-
 def test_a_broker_that_acks_before_commit_is_caught_losing_writes(tmp_path: Path) -> None:
     # Killing leaders alone rarely catches this bug: the leader has sent the entry to its
     # followers before the client reads the ack, so the window is microseconds (measured: no
@@ -70,7 +44,7 @@ def test_a_broker_that_acks_before_commit_is_caught_losing_writes(tmp_path: Path
     outcome = _run(
         tmp_path,
         nodes=3,
-        time_s=30.0,
+        time_s=16.0,
         nemeses=("kill-leader", "partition"),
         interval_s=4.0,
         seed=11,
@@ -97,9 +71,12 @@ def test_ten_minutes_of_every_nemesis_is_valid(tmp_path: Path, nodes: int) -> No
     assert outcome.result.valid, outcome.result.summary()
 
 
-def test_a_short_secure_run_is_valid(tmp_path: Path) -> None:
+def test_a_short_run_with_kill_leader_and_partitions_is_valid(tmp_path: Path) -> None:
     # --secure: brokers speak TLS on every port (peers mutual TLS), clients authenticate with
-    # SCRAM, and the cluster secret is random; the faults and the verdict are the short run's.
+    # SCRAM, and the cluster secret is random. The suite's one short valid run: a plaintext
+    # twin checked the same history under the same faults, a minute for nothing this run does
+    # not check too (plaintext brokers meet these faults in the broker tests, and the slow
+    # ten-minute runs are plaintext).
     outcome = _run(
         tmp_path,
         nodes=3,
@@ -117,6 +94,14 @@ def test_a_short_secure_run_is_valid(tmp_path: Path) -> None:
     assert result.lost == 0 and result.duplicate == 0, result.summary()
     assert result.valid, result.summary()
     assert not result.unchecked_partitions, "the final read must be complete"
+    # Every broker's own replicas were read whole (FETCH replica=local) and compared.
+    replica_reads = [ev for ev in read_history(outcome.history) if isinstance(ev.op, ReplicaRead)]
+    done = {ev.node: ev.op for ev in replica_reads if ev.type == "ok"}
+    assert set(done) == {"n0", "n1", "n2"}, replica_reads
+    for op in done.values():
+        assert isinstance(op, ReplicaRead)
+        assert {(t, p) for t, p, _ in op.ends} == {("jepsen", p) for p in range(4)}
+        assert op.reads, "each replica holds records"
     run_dir = Path(outcome.run_dir)
     assert (run_dir / "pki" / "ca.pem").is_file() and (run_dir / "users").is_file()
     assert "secure=True" in Path(outcome.report).read_text()
