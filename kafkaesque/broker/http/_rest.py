@@ -59,6 +59,7 @@ from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_reco
 from .._errors import RequestError
 from .._session import Session
 from ._openapi import openapi_document
+from ._rest_consumers import RestConsumers
 from ._wiring import HttpWiring
 
 log = logging.getLogger("kafkaesque.broker.http")
@@ -212,6 +213,9 @@ class RestApi:
         self._w = wiring
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._openapi = _json(openapi_document())
+        self._consumers = RestConsumers(
+            self._call, self._rows, RestError.of, RestError, wiring.metadata
+        )
 
     async def handle(self, request: Request, caller: Caller) -> Response:
         """The response to ``request`` from ``caller``'s connection."""
@@ -294,6 +298,8 @@ class RestApi:
             case ("brokers",):
                 _allow(method, "GET")
                 return await self._brokers(session)
+            case ("consumers", *_):
+                return await self._consumers.route(method, request, target, session)
         raise RestError(404, "NOT_FOUND", f"no such resource: {'/' + '/'.join(target.segments)}")
 
     # -- the line protocol underneath -----------------------------------------------------------

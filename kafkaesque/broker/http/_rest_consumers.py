@@ -1,0 +1,744 @@
+"""REST consumer instances (docs/http.md): Confluent REST Proxy v2's consumer model on our
+consumer groups, served by any broker.
+
+Our groups live at their coordinator and every broker forwards ``SUBS``, ``CONS``, ``COMMIT``,
+``OFFSETS``, ``LEAVE`` and ``GROUPS`` there, so any broker can serve any instance if it can find
+the instance's state. That state (its group, embedded format, ``auto.offset.reset``,
+``auto.commit.enable``, the subscription id the coordinator issued for each subscribed topic, and
+the position of each partition read) is one JSON record of the compacted internal topic
+``__rest_consumers`` keyed ``<group>/<instance>``, read with ``LATEST`` (which reads one's own
+acknowledged write, at the partition's leader) and written with ``PUBB`` after each change; a
+deletion writes a tombstone. No broker keeps anything of an instance in memory: two requests of
+one instance may go to two brokers, no sticky load balancer needed.
+
+Lifetime: an instance lives until ``DELETE`` or until idle past ``INSTANCE_TIMEOUT_MS`` (5
+minutes, Confluent's ``consumer.instance.timeout.ms``), not as long as an HTTP connection. Its
+group members join with ``SUBS … session_timeout_ms=<that>`` and are not held by the connection
+that sent the ``SUBS`` (its ``Session`` forgets them at once), so the coordinator expires them
+once it has heard no ``CONS`` or ``COMMIT member=`` of theirs for that long; the instance is then
+answered 404 (40403) and its record deleted. An instance with no subscription expires the same
+time after its record was last written.
+
+Positions: a records read sends ``CONS`` with the instance's positions (``p:o`` pairs, only for
+partitions the member owns, learnt from ``GROUPS`` when it has none); a partition without one
+starts at the group's committed offset, else at the log's start (``auto.offset.reset=earliest``)
+or at its end at the first read (``latest``). The positions after the records returned are
+saved with the instance; with ``auto.commit.enable`` they are also committed (``COMMIT …
+member=``, so a member that lost the partition cannot commit it).
+
+Concurrent requests of one instance are not serialized (as a Kafka consumer is not thread-safe):
+the last write of its state wins.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import re
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+import trio
+
+from kafkaesque.protocol import (
+    INTERNAL_TOPIC_PREFIX,
+    Command,
+    Commit,
+    Cons,
+    DescribeGroup,
+    DescribeTopic,
+    EndReply,
+    ErrorCode,
+    ErrorReply,
+    FetchOffsets,
+    GroupRow,
+    Latest,
+    Leave,
+    MemberRow,
+    MessageRow,
+    OffsetRow,
+    OkReply,
+    PartitionRow,
+    PublishBatch,
+    Reply,
+    Subs,
+)
+from kafkaesque.protocol.http import Request, Response, Target
+from kafkaesque.storage import Record, build_batch
+
+from .._metadata import ClusterMetadata
+from .._metadata_view import MetadataError, TopicConfig, TopicExistsError
+from .._session import Session
+
+STATE_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "rest_consumers"
+INSTANCE_TIMEOUT_MS: Final = 300_000
+_BINARY: Final = "application/vnd.kafka.binary.v2+json"
+_JSON: Final = "application/vnd.kafka.json.v2+json"
+_V2: Final = "application/vnd.kafka.v2+json"
+_NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,100}")
+_MAX_TOPICS: Final = 100
+_MAX_WAIT_MS: Final = 30_000
+_DEFAULT_MAX_BYTES: Final = 1 << 20
+_MAX_BYTES: Final = 8 << 20
+_RETRIES: Final = 40  # retriable refusals of a state read or write (a new leader), 0.1 s apart
+_RETRY_S: Final = 0.1
+_INSTANCE_NOT_FOUND: Final = 40403
+_INSTANCE_EXISTS: Final = 40902
+
+
+class Fail(Protocol):
+    """Builds the exception that answers a request with an error (``RestError``)."""
+
+    def __call__(self, status: int, code: str, message: str, *, detail: int = ...) -> Exception: ...
+
+
+Call = Callable[[Command, Session], Awaitable[list[Reply]]]
+
+
+@dataclass(slots=True)
+class _Instance:
+    """One consumer instance's state, as its ``__rest_consumers`` record holds it."""
+
+    group: str
+    name: str
+    embedded: str  # "binary" or "json"
+    reset: str  # "earliest" or "latest"
+    auto_commit: bool
+    written_ms: int
+    subs: dict[str, str] = field(default_factory=dict)  # topic -> subscription id
+    positions: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> p -> next
+
+    def to_json(self) -> bytes:
+        return _dumps(
+            {
+                "format": self.embedded,
+                "reset": self.reset,
+                "auto_commit": self.auto_commit,
+                "written_ms": self.written_ms,
+                "subs": self.subs,
+                "positions": {
+                    t: {str(p): o for p, o in ps.items()} for t, ps in self.positions.items()
+                },
+            }
+        )
+
+    @classmethod
+    def from_json(cls, group: str, name: str, data: bytes) -> _Instance:
+        doc = json.loads(data)
+        return cls(
+            group,
+            name,
+            doc["format"],
+            doc["reset"],
+            bool(doc["auto_commit"]),
+            int(doc["written_ms"]),
+            dict(doc["subs"]),
+            {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc["positions"].items()},
+        )
+
+
+class RestConsumers:
+    """Serves ``/consumers/...`` (see the module docstring).
+
+    ``call`` dispatches a command as the connection's line would be and returns its replies;
+    ``rows`` the same for a list reply, raising the error answer of an error reply; ``refuse``
+    turns an error reply into that answer; ``fail`` builds an error answer; ``metadata`` creates
+    ``__rest_consumers`` on first use."""
+
+    def __init__(
+        self,
+        call: Call,
+        rows: Call,
+        refuse: Callable[[ErrorReply], Exception],
+        fail: Fail,
+        metadata: ClusterMetadata,
+        instance_timeout_ms: int = INSTANCE_TIMEOUT_MS,
+    ) -> None:
+        self._call = call
+        self._rows = rows
+        self._refuse = refuse
+        self._fail = fail
+        self._metadata = metadata
+        self._timeout_ms = instance_timeout_ms
+        self._creating: trio.Event | None = None
+
+    async def route(
+        self, method: str, request: Request, target: Target, session: Session
+    ) -> Response:
+        """The answer to ``method`` (HEAD counted as GET) on ``target``, a ``/consumers/...``
+        path."""
+        rest = target.segments[1:]
+        match rest:
+            case (group,):
+                self._allow(method, "POST")
+                return await self._create(request, _name(group, "group", self._fail), session)
+            case (group, "instances", name):
+                self._allow(method, "DELETE")
+                return await self._delete(await self._load(group, name, session), session)
+            case (group, "instances", name, "subscription"):
+                self._allow(method, "GET", "POST", "DELETE")
+                instance = await self._load(group, name, session)
+                if method == "GET":
+                    return _ok({"topics": sorted(instance.subs)})
+                if method == "DELETE":
+                    await self._unsubscribe(instance, session)
+                    await self._save(instance, session)
+                    return Response(204)
+                return await self._subscribe(request, instance, session)
+            case (group, "instances", name, "records"):
+                self._allow(method, "GET")
+                instance = await self._load(group, name, session)
+                return await self._records(request, target.query, instance, session)
+            case (group, "instances", name, "offsets"):
+                self._allow(method, "GET", "POST")
+                instance = await self._load(group, name, session)
+                if method == "GET":
+                    return await self._committed(request, instance, session)
+                return await self._commit(request, instance, session)
+            case (group, "instances", name, "positions", *where) if where in (
+                [],
+                ["beginning"],
+                ["end"],
+            ):
+                self._allow(method, "POST")
+                instance = await self._load(group, name, session)
+                return await self._seek(request, instance, where[0] if where else None, session)
+            case (group, "instances", name, "assignments"):
+                self._allow(method, "GET")
+                instance = await self._load(group, name, session)
+                return _ok({"partitions": await self._assignments(instance, session)})
+        raise self._fail(404, "NOT_FOUND", f"no such resource: /consumers/{'/'.join(rest)}")
+
+    def _allow(self, method: str, *allowed: str) -> None:
+        if method not in allowed:
+            raise self._fail(
+                405, "METHOD_NOT_ALLOWED", f"{method} is not served here: {', '.join(allowed)}"
+            )
+
+    def _bad(self, message: str) -> Exception:
+        return self._fail(422, "BAD_ARGS", message, detail=_BAD_ARGS)
+
+    # -- instances ------------------------------------------------------------------------------
+
+    async def _create(self, request: Request, group: str, session: Session) -> Response:
+        body = _body(request, self._bad, allow_empty=True) or {}
+        known = {"name", "format", "auto.offset.reset", "auto.commit.enable"}
+        unknown = set(body) - known
+        if unknown:
+            raise self._bad(f"unknown fields: {', '.join(sorted(unknown))}")
+        name = body.get("name")
+        if name is None:
+            name = f"rest-{secrets.token_hex(8)}"
+        elif not isinstance(name, str) or not _NAME_RE.fullmatch(name):
+            raise self._bad("name must be 1-100 of the characters A-Z a-z 0-9 . _ -")
+        embedded = body.get("format", "binary")
+        if embedded not in ("binary", "json"):
+            raise self._bad('format must be "binary" or "json"')
+        reset = body.get("auto.offset.reset", "latest")
+        if reset in ("smallest", "largest"):  # the old consumer's words, which v2 accepts too
+            reset = "earliest" if reset == "smallest" else "latest"
+        if reset not in ("earliest", "latest"):
+            raise self._bad('auto.offset.reset must be "earliest" or "latest"')
+        auto_commit = body.get("auto.commit.enable", "true")
+        if isinstance(auto_commit, str):
+            auto_commit = auto_commit.lower()
+        if auto_commit not in (True, False, "true", "false"):
+            raise self._bad('auto.commit.enable must be "true" or "false"')
+        existing = await self._find(group, name, session)
+        if existing is not None:
+            raise self._fail(
+                409,
+                "INSTANCE_EXISTS",
+                f"consumer group {group} already has an instance {name}",
+                detail=_INSTANCE_EXISTS % 100,
+            )
+        instance = _Instance(group, name, embedded, reset, auto_commit in (True, "true"), 0)
+        await self._save(instance, session)
+        host = request.header("host") or "localhost"
+        base = f"http://{host}/consumers/{group}/instances/{name}"
+        return _ok({"instance_id": name, "base_uri": base})
+
+    async def _delete(self, instance: _Instance, session: Session) -> Response:
+        await self._unsubscribe(instance, session)
+        await self._write(_key(instance.group, instance.name), None, session)
+        return Response(204)
+
+    async def _load(self, group: str, name: str, session: Session) -> _Instance:
+        instance = await self._find(group, name, session)
+        if instance is None:
+            raise self._gone(group, name)
+        if not instance.subs and _now_ms() - instance.written_ms > self._timeout_ms:
+            await self._write(_key(group, name), None, session)
+            raise self._gone(group, name)
+        return instance
+
+    def _gone(self, group: str, name: str) -> Exception:
+        return self._fail(
+            404,
+            "INSTANCE_NOT_FOUND",
+            f"consumer instance {name} of group {group} does not exist (deleted, or idle past "
+            f"{self._timeout_ms // 1000} s)",
+            detail=_INSTANCE_NOT_FOUND % 100,
+        )
+
+    async def _expired(self, instance: _Instance, session: Session) -> Exception:
+        """The instance's members expired at their coordinator: it is gone; forget it."""
+        await self._unsubscribe(instance, session)
+        await self._write(_key(instance.group, instance.name), None, session)
+        return self._gone(instance.group, instance.name)
+
+    # -- subscription ---------------------------------------------------------------------------
+
+    async def _subscribe(self, request: Request, instance: _Instance, session: Session) -> Response:
+        body = _body(request, self._bad)
+        if "topic_pattern" in body:
+            raise self._bad("topic_pattern is not supported: give topics")
+        topics = body.get("topics")
+        if (
+            not isinstance(topics, list)
+            or not topics
+            or len(topics) > _MAX_TOPICS
+            or not all(isinstance(t, str) and t for t in topics)
+        ):
+            raise self._bad(f'the body must be {{"topics": [1 to {_MAX_TOPICS} topic names]}}')
+        await self._unsubscribe(instance, session)
+        try:
+            for topic in dict.fromkeys(topics):
+                replies = await self._call(
+                    Subs(topic, instance.group, session_timeout_ms=self._timeout_ms), session
+                )
+                reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+                if isinstance(reply, ErrorReply):
+                    raise self._refuse(reply)
+                if not isinstance(reply, OkReply) or not reply.text:
+                    raise self._fail(500, "INTERNAL", f"SUBS answered {reply!r}")
+                member = reply.text.split(None, 1)[0]
+                # Not held by this HTTP connection: the instance outlives it (its own timeout).
+                session.members.discard(member)
+                instance.subs[topic] = member
+        except Exception:  # (not a cancellation: no await may run then)
+            # Refused: the instance is left subscribed to nothing, as it is saved.
+            await self._unsubscribe(instance, session)
+            await self._save(instance, session)
+            raise
+        await self._save(instance, session)
+        return Response(204)
+
+    async def _unsubscribe(self, instance: _Instance, session: Session) -> None:
+        for member in instance.subs.values():
+            await self._call(Leave(member), session)  # gone already is as good
+        instance.subs.clear()
+        instance.positions.clear()
+
+    # -- records --------------------------------------------------------------------------------
+
+    async def _records(
+        self, request: Request, query: dict[str, str], instance: _Instance, session: Session
+    ) -> Response:
+        wait_ms = _int(query, "timeout", 0, _MAX_WAIT_MS, 0, self._bad)
+        max_bytes = _int(query, "max_bytes", 1, _MAX_BYTES, _DEFAULT_MAX_BYTES, self._bad)
+        embedded = _accepted(request, instance.embedded, self._fail)
+        results: dict[str, list[Reply]] = {}
+        expired = False
+
+        async def consume(topic: str, member: str) -> None:
+            nonlocal expired
+            replies = await self._cons(instance, topic, member, wait_ms, session)
+            if replies is None:
+                expired = True
+            else:
+                results[topic] = replies
+
+        async with trio.open_nursery() as nursery:
+            for topic, member in instance.subs.items():
+                nursery.start_soon(consume, topic, member)
+        if expired:
+            raise await self._expired(instance, session)
+        out: list[dict[str, Any]] = []
+        size = 0
+        for topic in instance.subs:
+            replies = results[topic]
+            positions: dict[int, int] = {}
+            cut: set[int] = set()
+            for reply in replies:
+                if isinstance(reply, MessageRow):
+                    if reply.partition in cut:
+                        continue
+                    n = len(reply.key or b"") + len(reply.value or b"")
+                    if out and size + n > max_bytes:
+                        cut.add(reply.partition)
+                        positions[reply.partition] = reply.offset
+                        continue
+                    size += n
+                    out.append(_record_json(topic, reply, embedded, self._fail))
+                    positions[reply.partition] = reply.offset + 1
+                elif isinstance(reply, EndReply):
+                    for p, nxt in reply.next_offsets:
+                        if p not in cut:
+                            positions[p] = nxt
+            instance.positions[topic] = positions
+        if instance.auto_commit:
+            await self._commit_positions(instance, session)
+        await self._save(instance, session)
+        return Response(200, _dumps(out), content_type=_BINARY if embedded == "binary" else _JSON)
+
+    async def _cons(
+        self, instance: _Instance, topic: str, member: str, wait_ms: int, session: Session
+    ) -> list[Reply] | None:
+        """CONS of one topic from the instance's positions; None if the member expired.
+
+        CONS names partitions by ``p:o`` pairs and refuses one the member does not own, so with
+        no position yet (or after ``NOT_ASSIGNED``: a rebalance took one) the member's partitions
+        and their starts are asked of the group first (``_start``)."""
+        for _ in range(3):
+            positions = instance.positions.get(topic) or {}
+            if not positions:
+                started = await self._start(instance, topic, member, session)
+                if started is None:
+                    return None
+                if not started:  # the member owns no partition (more members than partitions)
+                    return [EndReply()]
+                instance.positions[topic] = positions = started
+            pairs = tuple(sorted(positions.items()))
+            replies = await self._call(Cons(topic, member, pairs, None, wait_ms or None), session)
+            first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+            if not isinstance(first, ErrorReply):
+                return replies
+            if first.code is ErrorCode.UNKNOWN_SUBSCRIPTION:
+                return None
+            if first.code is not ErrorCode.NOT_ASSIGNED:
+                raise self._refuse(first)
+            instance.positions[topic] = {}
+        raise self._fail(503, "REBALANCING", "the group is rebalancing; retry", detail=0)
+
+    async def _start(
+        self, instance: _Instance, topic: str, member: str, session: Session
+    ) -> dict[int, int] | None:
+        """Where the member starts in each partition it owns: the group's committed offset,
+        else the log's start (``earliest``) or end (``latest``). None if the member is gone."""
+        replies = await self._call(DescribeGroup(instance.group, topic), session)
+        first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+        if isinstance(first, ErrorReply):
+            if first.code is ErrorCode.UNKNOWN_GROUP:
+                return None
+            raise self._refuse(first)
+        mine = [r for r in replies if isinstance(r, MemberRow) and r.member == member]
+        if not mine:
+            return None
+        rows = {r.partition: r for r in replies if isinstance(r, GroupRow)}
+        starts: dict[int, int] = {}
+        for p in mine[0].partitions:
+            row = rows.get(p)
+            if row is not None and row.committed is not None:
+                starts[p] = row.committed
+            elif instance.reset == "latest" and row is not None and row.end is not None:
+                starts[p] = row.end
+            else:
+                starts[p] = 0  # CONS reads from the log start when below it
+        return starts
+
+    async def _assignments(self, instance: _Instance, session: Session) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for topic, member in instance.subs.items():
+            rows = await self._rows(DescribeGroup(instance.group, topic), session)
+            mine = [r for r in rows if isinstance(r, MemberRow) and r.member == member]
+            if not mine:
+                raise await self._expired(instance, session)
+            out += [{"topic": topic, "partition": p} for p in sorted(mine[0].partitions)]
+        return out
+
+    # -- offsets and positions ------------------------------------------------------------------
+
+    async def _commit(self, request: Request, instance: _Instance, session: Session) -> Response:
+        if not request.body.strip():
+            await self._commit_positions(instance, session)
+            return Response(204)
+        wanted = _offsets(_body(request, self._bad), self._bad)
+        for topic, partition, offset in wanted:
+            await self._commit_one(instance, topic, partition, offset, session)
+        return Response(204)
+
+    async def _commit_positions(self, instance: _Instance, session: Session) -> None:
+        for topic, positions in instance.positions.items():
+            for partition, offset in positions.items():
+                await self._commit_one(instance, topic, partition, offset, session)
+
+    async def _commit_one(
+        self, instance: _Instance, topic: str, partition: int, offset: int, session: Session
+    ) -> None:
+        member = instance.subs.get(topic)
+        replies = await self._call(
+            Commit(instance.group, topic, partition, offset, member), session
+        )
+        reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+        if isinstance(reply, ErrorReply):
+            if reply.code is ErrorCode.OFFSET_OUT_OF_RANGE and "backwards" in reply.message:
+                return  # already committed further (auto commit after a seek back): keep it
+            if reply.code is ErrorCode.UNKNOWN_SUBSCRIPTION:
+                raise await self._expired(instance, session)
+            raise self._refuse(reply)
+
+    async def _committed(self, request: Request, instance: _Instance, session: Session) -> Response:
+        body = _body(request, self._bad, allow_empty=True)
+        if body is None:
+            wanted = [(t, p) for t, ps in instance.positions.items() for p in ps]
+        else:
+            wanted = _partitions(body, self._bad)
+        committed: dict[str, dict[int, int | None]] = {}
+        for topic in dict.fromkeys(t for t, _ in wanted):
+            committed[topic] = {
+                r.partition: r.offset
+                for r in await self._rows(FetchOffsets(instance.group, topic), session)
+                if isinstance(r, OffsetRow)
+            }
+        offsets = []
+        for topic, partition in wanted:
+            if partition not in committed[topic]:
+                raise self._fail(
+                    404,
+                    "UNKNOWN_PARTITION",
+                    f"{topic} has no partition {partition}",
+                    detail=_UNKNOWN_PARTITION,
+                )
+            offset = committed[topic][partition]
+            offsets.append(
+                {
+                    "topic": topic,
+                    "partition": partition,
+                    "offset": -1 if offset is None else offset,
+                    "metadata": "",
+                }
+            )
+        return _ok({"offsets": offsets})
+
+    async def _seek(
+        self, request: Request, instance: _Instance, where: str | None, session: Session
+    ) -> Response:
+        body = _body(request, self._bad)
+        if where is None:
+            moves = _offsets(body, self._bad)
+        else:
+            wanted = _partitions(body, self._bad)
+            bounds: dict[str, dict[int, tuple[int | None, int | None]]] = {}
+            for topic in dict.fromkeys(t for t, _ in wanted):
+                bounds[topic] = {
+                    r.partition: (r.start_offset, r.end_offset)
+                    for r in await self._rows(DescribeTopic(topic), session)
+                    if isinstance(r, PartitionRow)
+                }
+            moves = []
+            for topic, partition in wanted:
+                start, end = bounds[topic].get(partition, (None, None))
+                offset = start if where == "beginning" else end
+                if offset is None:
+                    raise self._fail(
+                        503, "NOT_READY", f"{topic}/{partition} has no bounds now; retry", detail=0
+                    )
+                moves.append((topic, partition, offset))
+        for topic, partition, offset in moves:
+            if topic not in instance.subs:
+                raise self._fail(
+                    409,
+                    "NOT_SUBSCRIBED",
+                    f"the instance is not subscribed to {topic}",
+                    detail=0,
+                )
+            instance.positions.setdefault(topic, {})[partition] = offset
+        await self._save(instance, session)
+        return Response(204)
+
+    # -- the state record -----------------------------------------------------------------------
+
+    async def _find(self, group: str, name: str, session: Session) -> _Instance | None:
+        if STATE_TOPIC not in self._metadata.view.topics:
+            return None
+        error = ErrorReply(ErrorCode.INTERNAL, "no answer")
+        for _ in range(_RETRIES):
+            replies = await self._call(Latest(STATE_TOPIC, _key(group, name)), session)
+            first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+            if isinstance(first, ErrorReply):
+                if not first.code.retriable:
+                    raise self._refuse(first)
+                error = first
+                await trio.sleep(_RETRY_S)
+                continue
+            if isinstance(first, MessageRow) and first.value is not None:
+                try:
+                    return _Instance.from_json(group, name, first.value)
+                except (ValueError, KeyError, TypeError, AttributeError) as exc:
+                    raise self._fail(500, "INTERNAL", f"instance record unreadable: {exc}") from exc
+            return None
+        raise self._refuse(error)
+
+    async def _save(self, instance: _Instance, session: Session) -> None:
+        instance.written_ms = _now_ms()
+        await self._write(_key(instance.group, instance.name), instance.to_json(), session)
+
+    async def _write(self, key: bytes, value: bytes | None, session: Session) -> None:
+        await self._ensure_topic()
+        batch = build_batch([Record(value, key, timestamp=_now_ms())])
+        error = ErrorReply(ErrorCode.INTERNAL, "no answer")
+        for _ in range(_RETRIES):
+            replies = await self._call(PublishBatch(STATE_TOPIC, 0, batch), session)
+            first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+            if not isinstance(first, ErrorReply):
+                return
+            # A write whose outcome is unknown is safe to repeat: the latest record wins.
+            if not (first.code.retriable or first.code.outcome_unknown):
+                raise self._refuse(first)
+            error = first
+            await trio.sleep(_RETRY_S)
+        raise self._refuse(error)
+
+    async def _ensure_topic(self) -> None:
+        """Create ``__rest_consumers`` (compacted, one partition) if it does not exist yet."""
+        while STATE_TOPIC not in self._metadata.view.topics:
+            if self._creating is not None:
+                await self._creating.wait()
+                continue
+            self._creating = done = trio.Event()
+            try:
+                brokers = max(1, len(self._metadata.view.brokers))
+                config = TopicConfig(partitions=1, replication_factor=min(3, brokers), compact=True)
+                try:
+                    await self._metadata.create_topic(STATE_TOPIC, config)
+                except TopicExistsError:
+                    pass  # another broker created it
+                except MetadataError as exc:
+                    raise self._fail(
+                        503, "NO_QUORUM", f"creating {STATE_TOPIC}: {exc}", detail=0
+                    ) from exc
+            finally:
+                self._creating = None
+                done.set()
+
+
+# -- helpers ------------------------------------------------------------------------------------
+
+_ORDINAL: Final = {code: i for i, code in enumerate(ErrorCode, start=1)}
+_BAD_ARGS: Final = _ORDINAL[ErrorCode.BAD_ARGS]
+_UNKNOWN_PARTITION: Final = _ORDINAL[ErrorCode.UNKNOWN_PARTITION]
+
+
+def _now_ms() -> int:
+    return int(time.time() * 1000)
+
+
+def _key(group: str, name: str) -> bytes:
+    return f"{group}/{name}".encode()
+
+
+def _dumps(value: Any) -> bytes:
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _ok(value: Any) -> Response:
+    return Response(200, _dumps(value), content_type=_V2)
+
+
+def _name(text: str, what: str, fail: Fail) -> str:
+    if not _NAME_RE.fullmatch(text):
+        raise fail(
+            422, "BAD_ARGS", f"a {what} name is 1-100 of A-Z a-z 0-9 . _ -", detail=_BAD_ARGS
+        )
+    return text
+
+
+def _body(request: Request, bad: Callable[[str], Exception], *, allow_empty: bool = False) -> Any:
+    if not request.body.strip():
+        if allow_empty:
+            return None
+        raise bad("the request needs a JSON body")
+    try:
+        document = json.loads(request.body)
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise bad(f"the body is not JSON: {exc}") from exc
+    if not isinstance(document, dict):
+        raise bad("the body must be a JSON object")
+    return document
+
+
+def _int(
+    query: dict[str, str],
+    name: str,
+    low: int,
+    high: int,
+    default: int,
+    bad: Callable[[str], Exception],
+) -> int:
+    text = query.get(name)
+    if text is None:
+        return default
+    if not text.isdigit() or not low <= int(text) <= high:
+        raise bad(f"{name} must be a whole number in [{low}, {high}], not {text[:40]!r}")
+    return int(text)
+
+
+def _accepted(request: Request, embedded: str, fail: Fail) -> str:
+    """The instance's format, if ``Accept`` allows it; 406 if it names another."""
+    accept = request.header("accept") or ""
+    wanted = _BINARY if embedded == "binary" else _JSON
+    for choice in accept.split(","):
+        media = choice.split(";", 1)[0].strip().lower()
+        if media in ("", "*/*", "application/*", "application/json", _V2, wanted):
+            return embedded
+    raise fail(406, "NOT_ACCEPTABLE", f"this instance's records are {wanted}")
+
+
+def _where(item: Any, i: int, bad: Callable[[str], Exception]) -> tuple[str, int]:
+    if (
+        not isinstance(item, dict)
+        or not isinstance(item.get("topic"), str)
+        or type(item.get("partition")) is not int
+        or item["partition"] < 0
+    ):
+        raise bad(f"item {i} must name a topic (string) and a partition (whole number >= 0)")
+    return item["topic"], item["partition"]
+
+
+def _partitions(body: Any, bad: Callable[[str], Exception]) -> list[tuple[str, int]]:
+    items = body.get("partitions")
+    if not isinstance(items, list):
+        raise bad('the body must be {"partitions": [{"topic", "partition"}, ...]}')
+    return [_where(item, i, bad) for i, item in enumerate(items)]
+
+
+def _offsets(body: Any, bad: Callable[[str], Exception]) -> list[tuple[str, int, int]]:
+    items = body.get("offsets")
+    if not isinstance(items, list):
+        raise bad('the body must be {"offsets": [{"topic", "partition", "offset"}, ...]}')
+    out = []
+    for i, item in enumerate(items):
+        topic, partition = _where(item, i, bad)
+        offset = item.get("offset")
+        if type(offset) is not int or offset < 0:
+            raise bad(f"item {i}: offset must be a whole number >= 0")
+        out.append((topic, partition, offset))
+    return out
+
+
+def _record_json(topic: str, row: MessageRow, embedded: str, fail: Fail) -> dict[str, Any]:
+    if embedded == "binary":
+        key: Any = None if row.key is None else base64.b64encode(row.key).decode("ascii")
+        value: Any = None if row.value is None else base64.b64encode(row.value).decode("ascii")
+    else:
+        key = None if row.key is None else row.key.decode("utf-8", "replace")
+        try:
+            value = None if row.value is None else json.loads(row.value)
+        except (UnicodeDecodeError, ValueError) as exc:
+            raise fail(
+                406,
+                "NOT_JSON",
+                f"the record at {topic}/{row.partition} offset {row.offset} is not JSON; read it "
+                'with an instance of format "binary"',
+            ) from exc
+    return {
+        "topic": topic,
+        "partition": row.partition,
+        "offset": row.offset,
+        "key": key,
+        "value": value,
+    }

@@ -1,0 +1,210 @@
+"""REST consumer instances (issue 34) against a real 3-broker cluster: an instance made on one
+broker is served by the others, outlives the HTTP connections that used it, splits a topic's
+partitions with another instance of its group, and commits what the line protocol then sees.
+
+One cluster for the module; each test uses a topic and group of its own. Every request goes on a
+new HTTP connection, closed after it: the instances must not depend on one.
+"""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol import OffsetRow
+
+from .test_http_rest import BINARY, JSON, create, line, rest
+
+V2 = "application/vnd.kafka.v2+json"
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
+    with LocalCluster(str(tmp_path_factory.mktemp("rest-consumers")), 3) as running:
+        yield running
+
+
+def produce(cluster: LocalCluster, topic: str, values: list[bytes], partition: int) -> None:
+    records = [{"value": base64.b64encode(v).decode()} for v in values]
+    status, body, _ = rest(
+        cluster, "POST", f"/topics/{topic}/partitions/{partition}", {"records": records}
+    )
+    assert status == 200, body
+
+
+def new_instance(cluster: LocalCluster, group: str, broker: int = 0, **config: Any) -> str:
+    status, body, _ = rest(
+        cluster, "POST", f"/consumers/{group}", config, content_type=V2, broker=broker
+    )
+    assert status == 200, body
+    host, port = cluster.http_address(broker)
+    assert (
+        body["base_uri"]
+        == f"http://{host}:{port}/consumers/{group}/instances/{body['instance_id']}"
+    )
+    return f"/consumers/{group}/instances/{body['instance_id']}"
+
+
+def read_all(
+    cluster: LocalCluster, base: str, want: int, broker: int, accept: str = BINARY
+) -> list[dict[str, Any]]:
+    """GET records through ``broker`` until ``want`` came (or 15 s passed)."""
+    got: list[dict[str, Any]] = []
+    deadline = time.monotonic() + 15
+    while len(got) < want and time.monotonic() < deadline:
+        status, body, _ = rest(
+            cluster, "GET", f"{base}/records?timeout=500", accept=accept, broker=broker
+        )
+        assert status == 200, body
+        got += body
+    return got
+
+
+def committed(cluster: LocalCluster, group: str, topic: str) -> dict[int, int | None]:
+    rows = line(cluster, f"OFFSETS {group} {topic}".encode())
+    return {r.partition: r.offset for r in rows if isinstance(r, OffsetRow)}
+
+
+def test_an_instance_made_on_one_broker_is_served_by_every_broker(cluster: LocalCluster) -> None:
+    create(cluster, "rc-a", 2)
+    produce(cluster, "rc-a", [b"a0", b"a1"], 0)
+    produce(cluster, "rc-a", [b"b0"], 1)
+    base = new_instance(
+        cluster,
+        "g-a",
+        name="one",
+        **{"auto.offset.reset": "earliest", "auto.commit.enable": "false"},
+    )
+    status, body, _ = rest(
+        cluster, "POST", f"{base}/subscription", {"topics": ["rc-a"]}, content_type=V2, broker=0
+    )
+    assert status == 204, body
+    status, body, _ = rest(cluster, "GET", f"{base}/subscription", broker=2)
+    assert (status, body) == (200, {"topics": ["rc-a"]})
+    status, body, _ = rest(cluster, "GET", f"{base}/assignments", broker=1)
+    assert status == 200 and sorted(p["partition"] for p in body["partitions"]) == [0, 1]
+
+    first = read_all(cluster, base, 3, broker=1)
+    assert sorted(base64.b64decode(r["value"]) for r in first) == [b"a0", b"a1", b"b0"]
+    assert {(r["topic"], r["partition"]) for r in first} == {("rc-a", 0), ("rc-a", 1)}
+    # The position is the instance's, wherever it is asked: broker 2 reads on from there.
+    produce(cluster, "rc-a", [b"a2"], 0)
+    second = read_all(cluster, base, 1, broker=2)
+    assert [base64.b64decode(r["value"]) for r in second] == [b"a2"]
+    assert committed(cluster, "g-a", "rc-a") == {0: None, 1: None}  # auto commit is off
+
+    # A commit without a body commits the positions; the line protocol sees them.
+    status, body, _ = rest(cluster, "POST", f"{base}/offsets", broker=1)
+    assert status == 204, body
+    ends = {r["partition"]: r["offset"] + 1 for r in first + second}
+    assert committed(cluster, "g-a", "rc-a") == ends
+    status, body, _ = rest(
+        cluster,
+        "GET",
+        f"{base}/offsets",
+        {"partitions": [{"topic": "rc-a", "partition": 0}]},
+        content_type=V2,
+        broker=2,
+    )
+    assert status == 200 and body["offsets"] == [
+        {"topic": "rc-a", "partition": 0, "offset": ends[0], "metadata": ""}
+    ]
+    # Seek back to the beginning of partition 0 and read it again.
+    status, body, _ = rest(
+        cluster,
+        "POST",
+        f"{base}/positions/beginning",
+        {"partitions": [{"topic": "rc-a", "partition": 0}]},
+        content_type=V2,
+        broker=0,
+    )
+    assert status == 204, body
+    again = read_all(cluster, base, 3, broker=0)
+    assert [base64.b64decode(r["value"]) for r in again] == [b"a0", b"a1", b"a2"]
+
+    status, body, _ = rest(cluster, "DELETE", base, broker=2)
+    assert status == 204, body
+    status, body, _ = rest(cluster, "GET", f"{base}/records", broker=0)
+    assert status == 404 and body["error_code"] == 40403, body
+    # The group's member left with it: the group holds only its committed offsets.
+    rows = line(cluster, b"GROUPS g-a rc-a")
+    assert "Empty" in repr(rows), rows
+
+
+def test_two_instances_of_a_group_split_the_partitions(cluster: LocalCluster) -> None:
+    create(cluster, "rc-b", 4)
+    for p in range(4):
+        produce(cluster, "rc-b", [f"p{p}".encode()], p)
+    bases = [
+        new_instance(cluster, "g-b", broker=i, **{"auto.offset.reset": "earliest"})
+        for i in range(2)
+    ]
+    for i, base in enumerate(bases):
+        status, body, _ = rest(
+            cluster, "POST", f"{base}/subscription", {"topics": ["rc-b"]}, content_type=V2, broker=i
+        )
+        assert status == 204, body
+    owned = []
+    for i, base in enumerate(bases):
+        status, body, _ = rest(cluster, "GET", f"{base}/assignments", broker=2 - i)
+        assert status == 200, body
+        owned.append({p["partition"] for p in body["partitions"]})
+    assert owned[0] | owned[1] == {0, 1, 2, 3} and not owned[0] & owned[1]
+    assert len(owned[0]) == len(owned[1]) == 2
+    for i, base in enumerate(bases):
+        got = read_all(cluster, base, 2, broker=i + 1)
+        assert {r["partition"] for r in got} == owned[i]
+    # auto commit (the default) committed what each read.
+    assert committed(cluster, "g-b", "rc-b") == {p: 2 for p in range(4)}
+    for base in bases:
+        assert rest(cluster, "DELETE", base)[0] == 204
+
+
+def test_json_instances_and_what_is_refused(cluster: LocalCluster) -> None:
+    create(cluster, "rc-c", 1)
+    status, body, _ = rest(
+        cluster,
+        "POST",
+        "/topics/rc-c",
+        {"records": [{"key": "k", "value": {"n": 1}}]},
+        content_type=JSON,
+    )
+    assert status == 200, body
+    base = new_instance(cluster, "g-c", format="json", **{"auto.offset.reset": "earliest"})
+    assert rest(cluster, "POST", f"{base}/subscription", {"topics": ["rc-c"]})[0] == 204
+    got = read_all(cluster, base, 1, broker=1, accept=JSON)
+    assert [(r["key"], r["value"]) for r in got] == [("k", {"n": 1})]
+
+    unknown = "/consumers/g-c/instances/nobody"
+    for method, path in [
+        ("GET", f"{unknown}/records"),
+        ("POST", f"{unknown}/subscription"),
+        ("GET", f"{unknown}/assignments"),
+        ("DELETE", unknown),
+    ]:
+        status, body, _ = rest(cluster, method, path, broker=2)
+        assert status == 404 and body["error_code"] == 40403, (method, path, body)
+    name = base.rsplit("/", 1)[1]
+    status, body, _ = rest(cluster, "POST", "/consumers/g-c", {"name": name}, content_type=V2)
+    assert status == 409 and body["error_code"] == 40902, body
+    status, body, _ = rest(cluster, "POST", "/consumers/g-c", {"format": "avro"}, content_type=V2)
+    assert status == 422, body
+    status, body, _ = rest(cluster, "POST", f"{base}/subscription", raw=b"{nope")
+    assert status == 422, body
+    status, body, _ = rest(cluster, "POST", f"{base}/subscription", {"topics": ["bad name"]})
+    assert status == 422, body
+    status, body, _ = rest(cluster, "POST", f"{base}/subscription", {"topics": []})
+    assert status == 422, body
+    # A refused subscription leaves the instance subscribed to nothing, not broken.
+    status, body, _ = rest(cluster, "GET", f"{base}/subscription", broker=1)
+    assert (status, body) == (200, {"topics": []})
+    status, body, _ = rest(cluster, "GET", f"{base}/records", broker=1)
+    assert (status, body) == (200, [])
+    status, body, _ = rest(cluster, "GET", f"{base}/records?timeout=x")
+    assert status == 422, body
+    assert rest(cluster, "DELETE", base)[0] == 204
