@@ -37,7 +37,7 @@ def produce(cluster: LocalCluster, topic: str, values: list[bytes], partition: i
     assert status == 200, body
 
 
-def new_instance(cluster: LocalCluster, group: str, broker: int = 0, **config: Any) -> str:
+def new_instance(cluster: LocalCluster, group: str, config: dict[str, Any], broker: int = 0) -> str:
     status, body, _ = rest(
         cluster, "POST", f"/consumers/{group}", config, content_type=V2, broker=broker
     )
@@ -74,12 +74,8 @@ def test_an_instance_made_on_one_broker_is_served_by_every_broker(cluster: Local
     create(cluster, "rc-a", 2)
     produce(cluster, "rc-a", [b"a0", b"a1"], 0)
     produce(cluster, "rc-a", [b"b0"], 1)
-    base = new_instance(
-        cluster,
-        "g-a",
-        name="one",
-        **{"auto.offset.reset": "earliest", "auto.commit.enable": "false"},
-    )
+    config = {"name": "one", "auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    base = new_instance(cluster, "g-a", config)
     status, body, _ = rest(
         cluster, "POST", f"{base}/subscription", {"topics": ["rc-a"]}, content_type=V2, broker=0
     )
@@ -141,8 +137,7 @@ def test_two_instances_of_a_group_split_the_partitions(cluster: LocalCluster) ->
     for p in range(4):
         produce(cluster, "rc-b", [f"p{p}".encode()], p)
     bases = [
-        new_instance(cluster, "g-b", broker=i, **{"auto.offset.reset": "earliest"})
-        for i in range(2)
+        new_instance(cluster, "g-b", {"auto.offset.reset": "earliest"}, broker=i) for i in range(2)
     ]
     for i, base in enumerate(bases):
         status, body, _ = rest(
@@ -175,7 +170,7 @@ def test_json_instances_and_what_is_refused(cluster: LocalCluster) -> None:
         content_type=JSON,
     )
     assert status == 200, body
-    base = new_instance(cluster, "g-c", format="json", **{"auto.offset.reset": "earliest"})
+    base = new_instance(cluster, "g-c", {"format": "json", "auto.offset.reset": "earliest"})
     assert rest(cluster, "POST", f"{base}/subscription", {"topics": ["rc-c"]})[0] == 204
     got = read_all(cluster, base, 1, broker=1, accept=JSON)
     assert [(r["key"], r["value"]) for r in got] == [("k", {"n": 1})]
