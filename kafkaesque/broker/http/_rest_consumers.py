@@ -742,3 +742,259 @@ def _record_json(topic: str, row: MessageRow, embedded: str, fail: Fail) -> dict
         "key": key,
         "value": value,
     }
+
+
+# -- the OpenAPI document's part ----------------------------------------------------------------
+
+_NAME_SCHEMA: Final = {"type": "string", "pattern": "^[A-Za-z0-9._-]{1,100}$"}
+_STATUSES: Final = {
+    "401": "Authentication required or failed (HTTP Basic over HTTPS)",
+    "403": "Not allowed by the ACLs",
+    "404": "Unknown instance (error_code 40403), topic or partition",
+    "405": "Method not allowed",
+    "406": "The Accept header names another format than the instance's, or a record is not JSON",
+    "409": "The instance exists (40902), or a seek names a topic not subscribed",
+    "413": "The request body is too large",
+    "416": "A commit names an offset outside the log",
+    "422": "The payload or a parameter is malformed",
+    "500": "Internal error",
+    "503": "Retriable: retry after the Retry-After seconds",
+    "504": "Timed out: a write may or may not have been applied (maybe_applied)",
+}
+
+
+def _error_responses(*statuses: int) -> dict[str, Any]:
+    error = {"$ref": "#/components/schemas/Error"}
+    every = (401, 403, 404, 405, 413, 500, 503, 504, *statuses)
+    return {
+        str(s): {
+            "description": _STATUSES[str(s)],
+            "content": {"application/json": {"schema": error}},
+        }
+        for s in sorted(set(every))
+    }
+
+
+def _json_body(schema: dict[str, Any], required: bool = True) -> dict[str, Any]:
+    return {"required": required, "content": {_V2: {"schema": schema}}}
+
+
+def _object(required: list[str], **properties: Any) -> dict[str, Any]:
+    return {"type": "object", "required": required, "properties": properties}
+
+
+def _done(what: str) -> dict[str, Any]:
+    return {"204": {"description": what}}
+
+
+def consumer_paths() -> dict[str, Any]:
+    """The OpenAPI 3.0 paths of ``/consumers/...`` (merged into ``openapi_document``)."""
+    group = {
+        "name": "group",
+        "in": "path",
+        "required": True,
+        "schema": _NAME_SCHEMA,
+        "description": "the consumer group",
+        "example": "dashboards",
+    }
+    instance = {**group, "name": "instance", "description": "the instance id", "example": "one"}
+    both = [group, instance]
+    where = _object(
+        ["topic", "partition"],
+        topic={"type": "string", "minLength": 1},
+        partition={"type": "integer", "minimum": 0, "maximum": 999999999},
+    )
+    offset = {**where, "required": ["topic", "partition", "offset"]}
+    offset["properties"] = {**where["properties"], "offset": {"type": "integer", "minimum": 0}}
+    partitions = _object(["partitions"], partitions={"type": "array", "items": where})
+    offsets = _object(["offsets"], offsets={"type": "array", "items": offset})
+    record = _object(
+        ["topic", "partition", "offset"],
+        topic={"type": "string"},
+        partition={"type": "integer"},
+        offset={"type": "integer"},
+        key={"nullable": True},
+        value={"nullable": True},
+    )
+    base = "/consumers/{group}/instances/{instance}"
+    return {
+        "/consumers/{group}": {
+            "post": {
+                "summary": "Create a consumer instance of the group (its state a record of "
+                "__rest_consumers; served by any broker)",
+                "parameters": [group],
+                "requestBody": _json_body(
+                    {
+                        "type": "object",
+                        "additionalProperties": False,
+                        "properties": {
+                            "name": _NAME_SCHEMA,
+                            "format": {"type": "string", "enum": ["binary", "json"]},
+                            "auto.offset.reset": {
+                                "type": "string",
+                                "enum": ["earliest", "latest"],
+                            },
+                            "auto.commit.enable": {"type": "string", "enum": ["true", "false"]},
+                        },
+                    },
+                    required=False,
+                ),
+                "responses": {
+                    "200": {
+                        "description": "The instance",
+                        "content": {
+                            _V2: {
+                                "schema": _object(
+                                    ["instance_id", "base_uri"],
+                                    instance_id={"type": "string"},
+                                    base_uri={"type": "string"},
+                                )
+                            }
+                        },
+                    },
+                    **_error_responses(409, 422),
+                },
+            }
+        },
+        base: {
+            "delete": {
+                "summary": "Delete the instance (LEAVE its members)",
+                "parameters": both,
+                "responses": {**_done("Deleted"), **_error_responses()},
+            }
+        },
+        f"{base}/subscription": {
+            "get": {
+                "summary": "The topics subscribed",
+                "parameters": both,
+                "responses": {
+                    "200": {
+                        "description": "The topics",
+                        "content": {
+                            _V2: {
+                                "schema": _object(
+                                    ["topics"],
+                                    topics={"type": "array", "items": {"type": "string"}},
+                                )
+                            }
+                        },
+                    },
+                    **_error_responses(),
+                },
+            },
+            "post": {
+                "summary": "Subscribe to topics, replacing the subscription (SUBS each)",
+                "parameters": both,
+                "requestBody": _json_body(
+                    _object(
+                        ["topics"],
+                        topics={
+                            "type": "array",
+                            "minItems": 1,
+                            "maxItems": _MAX_TOPICS,
+                            "items": {"type": "string", "minLength": 1},
+                        },
+                    )
+                ),
+                "responses": {**_done("Subscribed"), **_error_responses(422)},
+            },
+            "delete": {
+                "summary": "Unsubscribe from every topic (LEAVE)",
+                "parameters": both,
+                "responses": {**_done("Unsubscribed"), **_error_responses()},
+            },
+        },
+        f"{base}/records": {
+            "get": {
+                "summary": "Records from the instance's positions (CONS each topic)",
+                "parameters": [
+                    *both,
+                    {
+                        "name": "timeout",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 0, "maximum": _MAX_WAIT_MS},
+                        "description": "milliseconds to wait for a first record",
+                    },
+                    {
+                        "name": "max_bytes",
+                        "in": "query",
+                        "schema": {"type": "integer", "minimum": 1, "maximum": _MAX_BYTES},
+                        "description": "keys and values of at most this many bytes (but one)",
+                    },
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The records, key and value in the instance's format",
+                        "content": {
+                            _BINARY: {"schema": {"type": "array", "items": record}},
+                            _JSON: {"schema": {"type": "array", "items": record}},
+                        },
+                    },
+                    **_error_responses(406, 422),
+                },
+            }
+        },
+        f"{base}/offsets": {
+            "get": {
+                "summary": "The group's committed offsets of the partitions read (OFFSETS); a "
+                'body {"partitions": [...]} names others',
+                "parameters": both,
+                "responses": {
+                    "200": {
+                        "description": "Committed offsets (-1: none)",
+                        "content": {
+                            _V2: {
+                                "schema": _object(
+                                    ["offsets"], offsets={"type": "array", "items": offset}
+                                )
+                            }
+                        },
+                    },
+                    **_error_responses(422),
+                },
+            },
+            "post": {
+                "summary": "Commit the given offsets, or without a body the positions (COMMIT)",
+                "parameters": both,
+                "requestBody": _json_body(offsets, required=False),
+                "responses": {**_done("Committed"), **_error_responses(416, 422)},
+            },
+        },
+        f"{base}/positions": {
+            "post": {
+                "summary": "Move the positions (the next records read)",
+                "parameters": both,
+                "requestBody": _json_body(offsets),
+                "responses": {**_done("Moved"), **_error_responses(409, 422)},
+            }
+        },
+        f"{base}/positions/beginning": {
+            "post": {
+                "summary": "Move the positions to the partitions' log starts (DESCRIBE)",
+                "parameters": both,
+                "requestBody": _json_body(partitions),
+                "responses": {**_done("Moved"), **_error_responses(409, 422)},
+            }
+        },
+        f"{base}/positions/end": {
+            "post": {
+                "summary": "Move the positions to the partitions' ends (DESCRIBE)",
+                "parameters": both,
+                "requestBody": _json_body(partitions),
+                "responses": {**_done("Moved"), **_error_responses(409, 422)},
+            }
+        },
+        f"{base}/assignments": {
+            "get": {
+                "summary": "The partitions the instance's members own (GROUPS)",
+                "parameters": both,
+                "responses": {
+                    "200": {
+                        "description": "The partitions",
+                        "content": {_V2: {"schema": partitions}},
+                    },
+                    **_error_responses(),
+                },
+            }
+        },
+    }
