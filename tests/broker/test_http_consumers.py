@@ -203,3 +203,23 @@ def test_json_instances_and_what_is_refused(cluster: LocalCluster) -> None:
     status, body, _ = rest(cluster, "GET", f"{base}/records?timeout=x")
     assert status == 422, body
     assert rest(cluster, "DELETE", base)[0] == 204
+
+
+def test_an_idle_instance_expires_after_its_timeout(cluster: LocalCluster) -> None:
+    create(cluster, "rc-d", 1)
+    config = {"auto.offset.reset": "earliest", "consumer.instance.timeout.ms": 1500}
+    idle, busy = new_instance(cluster, "g-d", config), new_instance(cluster, "g-d2", config)
+    for base in (idle, busy):
+        assert rest(cluster, "POST", f"{base}/subscription", {"topics": ["rc-d"]})[0] == 204
+    deadline = time.monotonic() + 3.0
+    while time.monotonic() < deadline:  # reads keep one alive, on any broker
+        status, body, _ = rest(cluster, "GET", f"{busy}/records", broker=2)
+        assert status == 200, body
+        time.sleep(0.3)
+    status, body, _ = rest(cluster, "GET", f"{busy}/assignments", broker=1)
+    assert status == 200 and body["partitions"] == [{"topic": "rc-d", "partition": 0}], body
+    status, body, _ = rest(cluster, "GET", f"{idle}/records", broker=1)
+    assert status == 404 and body["error_code"] == 40403, body
+    status, body, _ = rest(cluster, "GET", f"{idle}/subscription", broker=0)
+    assert status == 404 and body["error_code"] == 40403, body  # and forgotten
+    assert rest(cluster, "DELETE", busy)[0] == 204

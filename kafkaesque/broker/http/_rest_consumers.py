@@ -11,8 +11,10 @@ acknowledged write, at the partition's leader) and written with ``PUBB`` after e
 deletion writes a tombstone. No broker keeps anything of an instance in memory: two requests of
 one instance may go to two brokers, no sticky load balancer needed.
 
-Lifetime: an instance lives until ``DELETE`` or until idle past ``INSTANCE_TIMEOUT_MS`` (5
-minutes, Confluent's ``consumer.instance.timeout.ms``), not as long as an HTTP connection. Its
+Lifetime: an instance lives until ``DELETE`` or until idle past its timeout (by default
+``INSTANCE_TIMEOUT_MS``, 5 minutes, as Confluent's ``consumer.instance.timeout.ms``; the create
+request's ``consumer.instance.timeout.ms`` sets one instance's), not as long as an HTTP
+connection. Its
 group members join with ``SUBS … session_timeout_ms=<that>`` and are not held by the connection
 that sent the ``SUBS`` (its ``Session`` forgets them at once), so the coordinator expires them
 once it has heard no ``CONS`` or ``COMMIT member=`` of theirs for that long; the instance is then
@@ -75,6 +77,8 @@ from .._session import Session
 
 STATE_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "rest_consumers"
 INSTANCE_TIMEOUT_MS: Final = 300_000
+_MIN_TIMEOUT_MS: Final = 1_000
+_MAX_TIMEOUT_MS: Final = 86_400_000
 _BINARY: Final = "application/vnd.kafka.binary.v2+json"
 _JSON: Final = "application/vnd.kafka.json.v2+json"
 _V2: Final = "application/vnd.kafka.v2+json"
@@ -108,6 +112,7 @@ class _Instance:
     reset: str  # "earliest" or "latest"
     auto_commit: bool
     written_ms: int
+    timeout_ms: int = INSTANCE_TIMEOUT_MS
     subs: dict[str, str] = field(default_factory=dict)  # topic -> subscription id
     positions: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> p -> next
 
@@ -118,6 +123,7 @@ class _Instance:
                 "reset": self.reset,
                 "auto_commit": self.auto_commit,
                 "written_ms": self.written_ms,
+                "timeout_ms": self.timeout_ms,
                 "subs": self.subs,
                 "positions": {
                     t: {str(p): o for p, o in ps.items()} for t, ps in self.positions.items()
@@ -135,6 +141,7 @@ class _Instance:
             doc["reset"],
             bool(doc["auto_commit"]),
             int(doc["written_ms"]),
+            int(doc["timeout_ms"]),
             dict(doc["subs"]),
             {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc["positions"].items()},
         )
@@ -225,7 +232,13 @@ class RestConsumers:
 
     async def _create(self, request: Request, group: str, session: Session) -> Response:
         body = _body(request, self._bad, allow_empty=True) or {}
-        known = {"name", "format", "auto.offset.reset", "auto.commit.enable"}
+        known = {
+            "name",
+            "format",
+            "auto.offset.reset",
+            "auto.commit.enable",
+            "consumer.instance.timeout.ms",
+        }
         unknown = set(body) - known
         if unknown:
             raise self._bad(f"unknown fields: {', '.join(sorted(unknown))}")
@@ -247,6 +260,12 @@ class RestConsumers:
             auto_commit = auto_commit.lower()
         if auto_commit not in (True, False, "true", "false"):
             raise self._bad('auto.commit.enable must be "true" or "false"')
+        timeout_ms = body.get("consumer.instance.timeout.ms", self._timeout_ms)
+        if type(timeout_ms) is not int or not _MIN_TIMEOUT_MS <= timeout_ms <= _MAX_TIMEOUT_MS:
+            raise self._bad(
+                f"consumer.instance.timeout.ms must be a whole number in [{_MIN_TIMEOUT_MS}, "
+                f"{_MAX_TIMEOUT_MS}]"
+            )
         existing = await self._find(group, name, session)
         if existing is not None:
             raise self._fail(
@@ -255,7 +274,9 @@ class RestConsumers:
                 f"consumer group {group} already has an instance {name}",
                 detail=_INSTANCE_EXISTS % 100,
             )
-        instance = _Instance(group, name, embedded, reset, auto_commit in (True, "true"), 0)
+        instance = _Instance(
+            group, name, embedded, reset, auto_commit in (True, "true"), 0, timeout_ms
+        )
         await self._save(instance, session)
         host = request.header("host") or "localhost"
         base = f"http://{host}/consumers/{group}/instances/{name}"
@@ -270,7 +291,7 @@ class RestConsumers:
         instance = await self._find(group, name, session)
         if instance is None:
             raise self._gone(group, name)
-        if not instance.subs and _now_ms() - instance.written_ms > self._timeout_ms:
+        if not instance.subs and _now_ms() - instance.written_ms > instance.timeout_ms:
             await self._write(_key(group, name), None, session)
             raise self._gone(group, name)
         return instance
@@ -280,7 +301,7 @@ class RestConsumers:
             404,
             "INSTANCE_NOT_FOUND",
             f"consumer instance {name} of group {group} does not exist (deleted, or idle past "
-            f"{self._timeout_ms // 1000} s)",
+            "its timeout)",
             detail=_INSTANCE_NOT_FOUND % 100,
         )
 
@@ -308,7 +329,7 @@ class RestConsumers:
         try:
             for topic in dict.fromkeys(topics):
                 replies = await self._call(
-                    Subs(topic, instance.group, session_timeout_ms=self._timeout_ms), session
+                    Subs(topic, instance.group, session_timeout_ms=instance.timeout_ms), session
                 )
                 reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
                 if isinstance(reply, ErrorReply):
@@ -835,6 +856,11 @@ def consumer_paths() -> dict[str, Any]:
                                 "enum": ["earliest", "latest"],
                             },
                             "auto.commit.enable": {"type": "string", "enum": ["true", "false"]},
+                            "consumer.instance.timeout.ms": {
+                                "type": "integer",
+                                "minimum": _MIN_TIMEOUT_MS,
+                                "maximum": _MAX_TIMEOUT_MS,
+                            },
                         },
                     },
                     required=False,
