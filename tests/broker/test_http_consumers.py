@@ -223,3 +223,21 @@ def test_an_idle_instance_expires_after_its_timeout(cluster: LocalCluster) -> No
     status, body, _ = rest(cluster, "GET", f"{idle}/subscription", broker=0)
     assert status == 404 and body["error_code"] == 40403, body  # and forgotten
     assert rest(cluster, "DELETE", busy)[0] == 204
+
+
+def test_the_openapi_document_names_every_consumer_endpoint(cluster: LocalCluster) -> None:
+    status, document, _ = rest(cluster, "GET", "/openapi.json", broker=1)
+    assert status == 200
+    base = "/consumers/{group}/instances/{instance}"
+    named = {p: set(ops) for p, ops in document["paths"].items() if p.startswith("/consumers")}
+    assert named == {
+        "/consumers/{group}": {"post"},
+        base: {"delete"},
+        f"{base}/subscription": {"get", "post", "delete"},
+        f"{base}/records": {"get"},
+        f"{base}/offsets": {"get", "post"},
+        f"{base}/positions": {"post"},
+        f"{base}/positions/beginning": {"post"},
+        f"{base}/positions/end": {"post"},
+        f"{base}/assignments": {"get"},
+    }

@@ -301,7 +301,7 @@ def test_keep_alive_serves_many_requests_on_one_connection(cluster: LocalCluster
 def test_the_openapi_document_names_every_endpoint(cluster: LocalCluster) -> None:
     status, document, _ = rest(cluster, "GET", "/openapi.json")
     assert status == 200 and document["openapi"].startswith("3.0")
-    assert set(document["paths"]) == {
+    assert set(document["paths"]) >= {  # (other modules' paths: their tests)
         "/topics",
         "/topics/{topic}",
         "/topics/{topic}/partitions/{partition}",
