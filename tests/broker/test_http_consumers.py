@@ -241,3 +241,16 @@ def test_the_openapi_document_names_every_consumer_endpoint(cluster: LocalCluste
         f"{base}/positions/end": {"post"},
         f"{base}/assignments": {"get"},
     }
+
+
+def test_a_refusal_of_one_topics_read_is_answered_as_itself(cluster: LocalCluster) -> None:
+    """Two topics are read at once; one's refusal is its own answer, not a 500."""
+    create(cluster, "rc-e1", 1)
+    create(cluster, "rc-e2", 1)
+    base = new_instance(cluster, "g-e", {"auto.offset.reset": "earliest"})
+    status, body, _ = rest(cluster, "POST", f"{base}/subscription", {"topics": ["rc-e1", "rc-e2"]})
+    assert status == 204, body
+    assert rest(cluster, "GET", f"{base}/records")[0] == 200
+    line(cluster, b"DELETE rc-e2")
+    status, body, _ = rest(cluster, "GET", f"{base}/records", broker=1)
+    assert status == 404 and body["code"] in ("UNKNOWN_TOPIC", "INSTANCE_NOT_FOUND"), body

@@ -35,6 +35,7 @@ the last write of its state wins.
 from __future__ import annotations
 
 import base64
+import functools
 import json
 import re
 import secrets
@@ -362,6 +363,7 @@ class RestConsumers:
         wait_ms = _int(query, "timeout", 0, _MAX_WAIT_MS, 0, self._bad)
         max_bytes = _int(query, "max_bytes", 1, _MAX_BYTES, _DEFAULT_MAX_BYTES, self._bad)
         embedded = _accepted(request, instance.embedded, self._fail)
+        before = {t: dict(ps) for t, ps in instance.positions.items()}
         results: dict[str, list[Reply]] = {}
         expired = False
 
@@ -373,9 +375,7 @@ class RestConsumers:
             else:
                 results[topic] = replies
 
-        async with trio.open_nursery() as nursery:
-            for topic, member in instance.subs.items():
-                nursery.start_soon(consume, topic, member)
+        await _together([functools.partial(consume, t, m) for t, m in instance.subs.items()])
         if expired:
             raise await self._expired(instance, session)
         out: list[dict[str, Any]] = []
@@ -401,9 +401,14 @@ class RestConsumers:
                         if p not in cut:
                             positions[p] = nxt
             instance.positions[topic] = positions
-        if instance.auto_commit:
-            await self._commit_positions(instance, session)
-        await self._save(instance, session)
+        if instance.positions != before:  # an empty poll writes nothing
+            if instance.auto_commit:
+                moved = {
+                    t: {p: o for p, o in ps.items() if before.get(t, {}).get(p) != o}
+                    for t, ps in instance.positions.items()
+                }
+                await self._commit_positions(instance, moved, session)
+            await self._save(instance, session)
         return Response(200, _dumps(out), content_type=_BINARY if embedded == "binary" else _JSON)
 
     async def _cons(
@@ -475,17 +480,24 @@ class RestConsumers:
 
     async def _commit(self, request: Request, instance: _Instance, session: Session) -> Response:
         if not request.body.strip():
-            await self._commit_positions(instance, session)
+            await self._commit_positions(instance, instance.positions, session)
             return Response(204)
         wanted = _offsets(_body(request, self._bad), self._bad)
         for topic, partition, offset in wanted:
             await self._commit_one(instance, topic, partition, offset, session)
         return Response(204)
 
-    async def _commit_positions(self, instance: _Instance, session: Session) -> None:
-        for topic, positions in instance.positions.items():
-            for partition, offset in positions.items():
-                await self._commit_one(instance, topic, partition, offset, session)
+    async def _commit_positions(
+        self, instance: _Instance, positions: dict[str, dict[int, int]], session: Session
+    ) -> None:
+        """Commit ``positions`` (topic -> partition -> offset), all at once."""
+        await _together(
+            [
+                functools.partial(self._commit_one, instance, topic, partition, offset, session)
+                for topic, offsets in positions.items()
+                for partition, offset in offsets.items()
+            ]
+        )
 
     async def _commit_one(
         self, instance: _Instance, topic: str, partition: int, offset: int, session: Session
@@ -642,6 +654,24 @@ class RestConsumers:
 _ORDINAL: Final = {code: i for i, code in enumerate(ErrorCode, start=1)}
 _BAD_ARGS: Final = _ORDINAL[ErrorCode.BAD_ARGS]
 _UNKNOWN_PARTITION: Final = _ORDINAL[ErrorCode.UNKNOWN_PARTITION]
+
+
+async def _together(jobs: list[Callable[[], Awaitable[None]]]) -> None:
+    """Run ``jobs`` concurrently; raise the first one's exception as itself (a request's error
+    answer), not inside an exception group."""
+    failures: list[Exception] = []
+
+    async def run(job: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await job()
+        except Exception as exc:  # noqa: BLE001 (raised below, after the others ended)
+            failures.append(exc)
+
+    async with trio.open_nursery() as nursery:
+        for job in jobs:
+            nursery.start_soon(run, job)
+    if failures:
+        raise failures[0]
 
 
 def _now_ms() -> int:
