@@ -586,8 +586,9 @@ class RestConsumers:
     # -- the state record -----------------------------------------------------------------------
 
     async def _find(self, group: str, name: str, session: Session) -> _Instance | None:
-        if STATE_TOPIC not in self._metadata.view.topics:
-            return None
+        # Created here if missing: this broker's view of the topics may lag the one that made
+        # the instance, and "no such topic" must not read as "no such instance".
+        await self._ensure_topic()
         error = ErrorReply(ErrorCode.INTERNAL, "no answer")
         for _ in range(_RETRIES):
             replies = await self._call(Latest(STATE_TOPIC, _key(group, name)), session)
