@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._rest_admin import add_admin_paths
+
 _BINARY = "application/vnd.kafka.binary.v2+json"
 _JSON = "application/vnd.kafka.json.v2+json"
 _V2 = "application/vnd.kafka.v2+json"
@@ -341,6 +343,7 @@ def openapi_document() -> dict[str, Any]:
             }
         },
     }
+    add_admin_paths(paths)
     return {
         "openapi": "3.0.3",
         "info": {
