@@ -7,6 +7,7 @@ One cluster for the module; each test uses topics and groups of its own.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import Callable, Iterator
 
@@ -14,6 +15,7 @@ import pytest
 
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
+    NEED_DATA,
     AclRow,
     ErrorReply,
     GroupRow,
@@ -21,6 +23,7 @@ from kafkaesque.protocol import (
     OffsetRow,
     OkReply,
     PartitionRow,
+    ReplyDecoder,
     TopicRow,
 )
 
@@ -63,6 +66,8 @@ def test_topics_are_created_altered_and_deleted_as_describe_shows(cluster: Local
         True,
     )
 
+    status, body, _ = rest(cluster, "POST", "/topics", create)
+    assert status == 201, body  # the same settings again: CREATE is idempotent
     other = {**create, "partitions_count": 4}
     status, body, _ = rest(cluster, "POST", "/topics", other)
     assert status == 409 and body["code"] == "TOPIC_EXISTS", body
@@ -189,6 +194,32 @@ def test_groups_are_described_reset_with_a_preview_and_deleted(cluster: LocalClu
     status, body, _ = rest(cluster, "POST", reset, later)
     assert status == 200, body
     assert committed(cluster, "dash", "adm-g") == {0: e0, 1: e1}  # no record that late: the end
+
+    with socket.create_connection(("127.0.0.1", cluster.ports[0].client), timeout=10) as member:
+        member.sendall(b"SUBS adm-g dash\r\n")  # a member: the group is no longer Empty
+        decoder = ReplyDecoder()
+        joined: object = NEED_DATA
+        while joined is NEED_DATA:
+            data = member.recv(4096)
+            assert data, "the broker closed the member's connection"
+            decoder.feed(data)
+            joined = decoder.next_event()
+        assert isinstance(joined, OkReply), joined
+        for method, path, body in (
+            ("POST", reset, {"topic": "adm-g", "to": "earliest"}),
+            ("DELETE", "/consumer-groups/dash", None),
+        ):
+            status, answer, _ = rest(cluster, method, path, body)
+            assert status == 409 and answer["code"] == "GROUP_NOT_EMPTY", answer
+        status, answer, _ = rest(cluster, "GET", "/consumer-groups/dash")
+        assert answer["state"] == "Stable" and answer["topics"][0]["members"], answer
+        assert committed(cluster, "dash", "adm-g") == {0: e0, 1: e1}
+        member.sendall(b"LEAVE " + joined.text.encode() + b"\r\n")
+        left = decoder.next_event()
+        while left is NEED_DATA:
+            decoder.feed(member.recv(4096))
+            left = decoder.next_event()
+        assert isinstance(left, OkReply), left
 
     status, body, _ = rest(cluster, "DELETE", "/consumer-groups/dash")
     assert status == 204, body
