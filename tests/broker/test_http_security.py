@@ -121,7 +121,7 @@ def test_the_line_protocols_acls_decide_what_a_rest_caller_may_do(
     assert status == 200 and body["offsets"][0]["offset"] is not None, body
 
 
-def test_a_user_without_alter_on_the_cluster_cannot_create_a_topic_over_rest(
+def test_a_user_without_the_acls_can_neither_create_a_topic_nor_grant_himself_over_rest(
     secure: tuple[SecureCluster, DevSecurity],
 ) -> None:
     cluster, security = secure
