@@ -206,14 +206,18 @@ class RestAdmin:
         """``RESETOFFSETS`` (``to``: earliest, latest, offset, datetime); ``shift`` as the CLI's
         ``--shift-by``: each partition's committed offset moved by N within its start and end,
         written as a reset to the lowest then a COMMIT forward for the others (commits only
-        move forward). ``dry_run``: the same checks and answer, nothing written."""
+        move forward). ``dry_run``: the same checks and answer, nothing written.
+
+        A shift is several commands, as the CLI's is: a member joining between them makes the
+        reset refuse (409); one failing among the COMMITs leaves the partitions before it moved
+        (the answer is that COMMIT's error: read the group's offsets before shifting again, as a
+        shift is relative)."""
         _known(body, {"topic", "to", "offset", "datetime", "shift", "dry_run"})
         topic = _field(body, "topic", str)
         to = _field(body, "to", str)
         dry_run = body.get("dry_run", False)
         if type(dry_run) is not bool:
             raise bad("dry_run must be true or false")
-        dry = ["dry_run=yes"] if dry_run else []
         if to == "shift":
             return await self._shift(group, topic, _field(body, "shift", int), dry_run, session)
         if to in ("earliest", "latest"):
@@ -224,7 +228,9 @@ class RestAdmin:
             where = f"time={_time_ms(body.get('datetime'))}"
         else:
             raise bad(f"to must be one of {', '.join(_RESET_TO)}, not {to[:40]!r}")
-        rows = await self._rows(_command(["RESETOFFSETS", group, topic, where, *dry]), session)
+        rows = await self._rows(
+            _command(["RESETOFFSETS", group, topic, where, *_dry(dry_run)]), session
+        )
         offsets = {r.partition: r.offset for r in rows if isinstance(r, OffsetRow)}
         return _reset_answer(group, topic, dry_run, offsets)
 
@@ -236,7 +242,7 @@ class RestAdmin:
             for r in await self._rows(_command(["OFFSETS", group, topic]), session)
             if isinstance(r, OffsetRow)
         }
-        targets: dict[int, int | None] = {}
+        targets: dict[int, int] = {}
         for r in await self._rows(_command(["DESCRIBE", topic]), session):
             if not isinstance(r, PartitionRow):
                 continue
@@ -249,20 +255,20 @@ class RestAdmin:
                     "to shift: reset it to earliest, latest or an offset first",
                 )
             if r.start_offset is None or r.end_offset is None:
-                raise RestError(
-                    503, "NOT_READY", "the partition's offsets are not known yet", retriable=True
+                raise RestError.of(
+                    ErrorReply(
+                        ErrorCode.NOT_READY, f"{topic} {r.partition}'s offsets are not known yet"
+                    )
                 )
             targets[r.partition] = min(max(current + shift, r.start_offset), r.end_offset)
-        lowest = min((t for t in targets.values() if t is not None), default=0)
-        words = ["RESETOFFSETS", group, topic, f"offset={lowest}"]
-        placed = await self._rows(
-            _command([*words, *(["dry_run=yes"] if dry_run else [])]), session
-        )
+        lowest = min(targets.values(), default=0)
+        words = ["RESETOFFSETS", group, topic, f"offset={lowest}", *_dry(dry_run)]
+        placed = await self._rows(_command(words), session)
         if not dry_run:
             at = {r.partition: r.offset for r in placed if isinstance(r, OffsetRow)}
             for partition, offset in sorted(targets.items()):
                 here = at.get(partition)
-                if offset is not None and (here is None or here < offset):
+                if here is None or here < offset:
                     await self._ok(["COMMIT", group, topic, str(partition), str(offset)], session)
         return _reset_answer(group, topic, dry_run, targets)
 
@@ -326,6 +332,10 @@ def _field(body: dict[str, Any], name: str, kind: type) -> Any:
     return value
 
 
+def _dry(dry_run: bool) -> list[str]:
+    return ["dry_run=yes"] if dry_run else []
+
+
 def _opt(value: str | None) -> list[str]:
     return [] if value is None else [value]
 
@@ -380,6 +390,7 @@ def _state(topics: list[dict[str, Any]]) -> str:
 
 
 def _lag(r: GroupRow) -> dict[str, Any]:
+    # (a commit past the end, made before a truncation, is no negative lag: nothing to read)
     lag = None if r.committed is None or r.end is None else max(0, r.end - r.committed)
     return {
         "topic": r.topic,
@@ -409,7 +420,7 @@ def _time_ms(value: Any) -> int:
 
 
 def _reset_answer(
-    group: str, topic: str, dry_run: bool, offsets: dict[int, int | None]
+    group: str, topic: str, dry_run: bool, offsets: dict[int, int] | dict[int, int | None]
 ) -> Response:
     body = {
         "group_id": group,
