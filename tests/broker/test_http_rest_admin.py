@@ -299,3 +299,29 @@ def test_acls_are_added_listed_and_removed_as_acl_list_shows(cluster: LocalClust
     status, body, _ = rest(cluster, "DELETE", "/acls", admin)
     assert status == 200 and body == {"removed": 1}, body
     assert acl_rows(cluster, lambda rows: rows == []) == []
+
+
+def test_the_openapi_document_names_the_admin_operations(cluster: LocalCluster) -> None:
+    status, document, _ = rest(cluster, "GET", "/openapi.json")
+    assert status == 200, document
+    operations = {
+        (method.upper(), path)
+        for path, item in document["paths"].items()
+        for method in item
+        if method in ("get", "post", "patch", "delete")
+    }
+    assert operations >= {
+        ("GET", "/topics"),  # the first slice's, beside ours
+        ("POST", "/topics"),
+        ("PATCH", "/topics/{topic}"),
+        ("DELETE", "/topics/{topic}"),
+        ("POST", "/topics/{topic}/configs"),
+        ("GET", "/consumer-groups"),
+        ("GET", "/consumer-groups/{group}"),
+        ("DELETE", "/consumer-groups/{group}"),
+        ("GET", "/consumer-groups/{group}/lags"),
+        ("POST", "/consumer-groups/{group}/reset"),
+        ("GET", "/acls"),
+        ("POST", "/acls"),
+        ("DELETE", "/acls"),
+    }
