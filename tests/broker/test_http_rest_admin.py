@@ -53,7 +53,7 @@ def test_topics_are_created_altered_and_deleted_as_describe_shows(cluster: Local
         "topic_name": "adm-t",
         "partitions_count": 2,
         "replication_factor": 3,
-        "configs": {"retention.ms": "60000", "cleanup.policy": "compact"},
+        "configs": {"retention.ms": "60000", "cleanup.policy": "compact", "fsync": "always"},
     }
     status, body, _ = rest(cluster, "POST", "/topics", create, broker=1)
     assert status == 201, body
@@ -65,6 +65,7 @@ def test_topics_are_created_altered_and_deleted_as_describe_shows(cluster: Local
         60000,
         True,
     )
+    assert row.fsync == "always"
 
     status, body, _ = rest(cluster, "POST", "/topics", create)
     assert status == 201, body  # the same settings again: CREATE is idempotent
