@@ -224,8 +224,8 @@ def test_unknown_topics_partitions_and_paths_are_404(cluster: LocalCluster) -> N
         assert status == 404, (path, answer)
     status, answer, _ = rest(cluster, "GET", "/topics/rest-known/partitions/0/records")
     assert status == 422, answer  # offset= is required
-    status, answer, headers = rest(cluster, "DELETE", "/topics/rest-known")
-    assert status == 405 and headers["Allow"] == "GET, POST"
+    status, answer, headers = rest(cluster, "PUT", "/topics/rest-known")
+    assert status == 405 and headers["Allow"] == "GET, POST, PATCH, DELETE"
 
 
 def test_topics_describe_and_brokers_say_what_the_line_protocol_says(
@@ -313,7 +313,16 @@ def test_the_openapi_document_names_every_endpoint(cluster: LocalCluster) -> Non
 
 # -- the OpenAPI document, checked by schemathesis against the running brokers ----------------
 
-schema = schemathesis.openapi.from_dict(openapi_document())
+# Not the admin writes: random topics, deletions and ACLs would change the cluster under the
+# other tests (test_http_rest_admin.py checks those, and their statuses, one by one).
+schema = (
+    schemathesis.openapi.from_dict(openapi_document())
+    .exclude(method=["PATCH", "DELETE"], path_regex="^/(topics|consumer-groups|acls)")
+    .exclude(
+        method="POST",
+        path_regex=r"^/(topics|acls|topics/\{topic\}/configs|consumer-groups/\{group\}/reset)$",
+    )
+)
 
 
 @pytest.fixture(scope="module")

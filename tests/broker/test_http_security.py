@@ -119,3 +119,36 @@ def test_the_line_protocols_acls_decide_what_a_rest_caller_may_do(
         body=record,
     )
     assert status == 200 and body["offsets"][0]["offset"] is not None, body
+
+
+def test_a_user_without_the_acls_can_neither_create_a_topic_nor_grant_himself_over_rest(
+    secure: tuple[SecureCluster, DevSecurity],
+) -> None:
+    cluster, security = secure
+    create = {"topic_name": "secure-made", "partitions_count": 1, "replication_factor": 1}
+    status, body, _ = call(secure, "POST", "/topics", user=BOB, password=BOB_PASSWORD, body=create)
+    assert status == 403 and body["code"] == "NOT_AUTHORIZED", body
+    acl = {
+        "principal": f"User:{BOB}",
+        "operation": "all",
+        "resource_type": "cluster",
+        "resource_name": "kafka-cluster",
+    }
+    status, body, _ = call(secure, "POST", "/acls", user=BOB, password=BOB_PASSWORD, body=acl)
+    assert status == 403, body  # nor give himself the right
+    with Client(cluster.bootstrap, config=security.client_config()) as admin:
+        assert "secure-made" not in [t.topic for t in admin.list_topics()]
+        assert all(
+            a.principal != f"User:{BOB}" or a.resource != "cluster" for a in admin.list_acls()
+        )
+    status, body, _ = call(
+        secure,
+        "POST",
+        "/topics",
+        user=security.username,
+        password=security.password,
+        body=create,
+    )
+    assert status == 201, body
+    with Client(cluster.bootstrap, config=security.client_config()) as admin:
+        assert "secure-made" in [t.topic for t in admin.list_topics()]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ._rest_admin import add_admin_paths
 from ._rest_consumers import consumer_paths
 
 _BINARY = "application/vnd.kafka.binary.v2+json"
@@ -344,6 +345,7 @@ def openapi_document() -> dict[str, Any]:
         },
     }
     paths.update(consumer_paths())
+    add_admin_paths(paths)
     return {
         "openapi": "3.0.3",
         "info": {

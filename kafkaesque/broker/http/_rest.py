@@ -21,7 +21,6 @@ import itertools
 import json
 import logging
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -59,7 +58,13 @@ from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_reco
 from .._errors import RequestError
 from .._session import Session
 from ._openapi import openapi_document
+from ._rest_admin import RestAdmin
 from ._rest_consumers import RestConsumers
+from ._rest_errors import ORDINAL as _ORDINAL
+from ._rest_errors import RestError
+from ._rest_errors import allow as _allow
+from ._rest_errors import bad as _bad
+from ._rest_errors import to_json as _json
 from ._wiring import HttpWiring
 
 log = logging.getLogger("kafkaesque.broker.http")
@@ -74,115 +79,6 @@ _MAX_WAIT_MS: Final = 30_000
 _REPLY_LIMITS: Final = LineLimits(max_line_length=32 * 1024 * 1024, max_payload=64 * 1024 * 1024)
 _RECORD_FIELDS: Final = frozenset({"key", "value", "partition", "headers"})
 _REALM: Final = 'Basic realm="kafkaesque", charset="UTF-8"'
-
-# Our codes' HTTP statuses; a code not named here is 503 when retriable, else 500.
-_STATUS: Final = {
-    ErrorCode.UNKNOWN_TOPIC: 404,
-    ErrorCode.UNKNOWN_PARTITION: 404,
-    ErrorCode.UNKNOWN_SUBSCRIPTION: 404,
-    ErrorCode.UNKNOWN_GROUP: 404,
-    ErrorCode.BAD_ARGS: 422,
-    ErrorCode.INVALID_TOPIC: 422,
-    ErrorCode.INVALID_CONFIG: 422,
-    ErrorCode.INVALID_BATCH: 422,
-    ErrorCode.TOO_LARGE: 413,
-    ErrorCode.AUTH_FAILED: 401,
-    ErrorCode.NOT_AUTHORIZED: 403,
-    ErrorCode.TOPIC_EXISTS: 409,
-    ErrorCode.GROUP_NOT_EMPTY: 409,
-    ErrorCode.NOT_COMPACTED: 409,
-    ErrorCode.FENCED: 409,
-    ErrorCode.OUT_OF_ORDER_SEQUENCE: 409,
-    ErrorCode.OFFSET_OUT_OF_RANGE: 416,
-    ErrorCode.TIMEOUT: 504,
-    ErrorCode.UNKNOWN_COMMAND: 500,
-    ErrorCode.INTERNAL: 500,
-}
-_ORDINAL: Final = {code: i for i, code in enumerate(ErrorCode, start=1)}
-
-
-def status_of(code: ErrorCode) -> int:
-    """The HTTP status that answers a request refused with ``code``."""
-    status = _STATUS.get(code)
-    if status is None:
-        return 503 if code.retriable else 500
-    return status
-
-
-def error_body(
-    error_code: int, code: str, message: str, retriable: bool, maybe_applied: bool
-) -> bytes:
-    """The JSON body of an error answer."""
-    return _json(
-        {
-            "error_code": error_code,
-            "code": code,
-            "message": message,
-            "retriable": retriable,
-            "maybe_applied": maybe_applied,
-        }
-    )
-
-
-class RestError(Exception):
-    """A request answered with an error: ``status`` and the JSON body of ``error_body``.
-
-    ``error_code`` is ``status * 100`` plus our code's number (its place in ``ErrorCode``, from
-    1), as Confluent's are the status and a detail; ``code`` names it."""
-
-    def __init__(
-        self,
-        status: int,
-        code: str,
-        message: str,
-        *,
-        retriable: bool = False,
-        maybe_applied: bool = False,
-        detail: int = 0,
-        headers: Sequence[tuple[str, str]] = (),
-        extra: dict[str, Any] | None = None,
-    ) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.retriable = retriable
-        self.maybe_applied = maybe_applied
-        self.error_code = status * 100 + detail
-        self.headers = tuple(headers)
-        self.extra = extra or {}
-
-    @classmethod
-    def of(cls, reply: ErrorReply, extra: dict[str, Any] | None = None) -> RestError:
-        """The answer to a command refused with ``reply``."""
-        code = reply.code
-        status = status_of(code)
-        headers = [("Retry-After", "1")] if status == 503 else []
-        return cls(
-            status,
-            code.name,
-            reply.message,
-            retriable=code.retriable,
-            maybe_applied=code.outcome_unknown,
-            detail=_ORDINAL[code],
-            headers=headers,
-            extra=extra,
-        )
-
-    def response(self) -> Response:
-        body = {
-            "error_code": self.error_code,
-            "code": self.code,
-            "message": self.message,
-            "retriable": self.retriable,
-            "maybe_applied": self.maybe_applied,
-            **self.extra,
-        }
-        return Response(self.status, _json(body), headers=self.headers)
-
-
-def _bad(message: str, status: int = 422) -> RestError:
-    return RestError(status, "BAD_ARGS", message, detail=_ORDINAL[ErrorCode.BAD_ARGS])
 
 
 class Caller:
@@ -213,9 +109,8 @@ class RestApi:
         self._w = wiring
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._openapi = _json(openapi_document())
-        self._consumers = RestConsumers(
-            self._call, self._rows, RestError.of, RestError, wiring.metadata
-        )
+        self._consumers = RestConsumers(self._call, self._rows, wiring.metadata)
+        self._admin = RestAdmin(self._call, self._rows)
 
     async def handle(self, request: Request, caller: Caller) -> Response:
         """The response to ``request`` from ``caller``'s connection."""
@@ -274,15 +169,17 @@ class RestApi:
 
     async def _route(self, request: Request, target: Target, session: Session) -> Response:
         method = "GET" if request.method == "HEAD" else request.method
+        if (answer := await self._admin.route(method, request, target, session)) is not None:
+            return answer
         match target.segments:
             case ("openapi.json",):
                 _allow(method, "GET")
                 return Response(200, self._openapi)
             case ("topics",):
-                _allow(method, "GET")
+                _allow(method, "GET", "POST")
                 return await self._list_topics(session)
             case ("topics", topic):
-                _allow(method, "GET", "POST")
+                _allow(method, "GET", "POST", "PATCH", "DELETE")
                 if method == "POST":
                     return await self._produce(request, topic, None, session)
                 return await self._describe(topic, session)
@@ -504,10 +401,6 @@ class RestApi:
 # -- helpers ------------------------------------------------------------------------------------
 
 
-def _json(value: Any) -> bytes:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
-
-
 def _decode(data: bytes) -> list[Reply]:
     decoder = ReplyDecoder(_REPLY_LIMITS)
     decoder.feed(data)
@@ -515,16 +408,6 @@ def _decode(data: bytes) -> list[Reply]:
         return list(decoder.events())
     except RemoteProtocolError as exc:  # our own handler's bytes: a bug
         raise RestError(500, "INTERNAL", f"the command's reply did not parse: {exc}") from exc
-
-
-def _allow(method: str, *allowed: str) -> None:
-    if method not in allowed:
-        raise RestError(
-            405,
-            "METHOD_NOT_ALLOWED",
-            f"{method} is not served here: {', '.join(allowed)}",
-            headers=[("Allow", ", ".join(allowed))],
-        )
 
 
 def _partition(text: str) -> int:

@@ -42,7 +42,7 @@ import secrets
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final
 
 import trio
 
@@ -75,6 +75,7 @@ from kafkaesque.storage import Record, build_batch
 from .._metadata import ClusterMetadata
 from .._metadata_view import MetadataError, TopicConfig, TopicExistsError
 from .._session import Session
+from ._rest_errors import RestError
 
 STATE_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "rest_consumers"
 INSTANCE_TIMEOUT_MS: Final = 300_000
@@ -92,12 +93,6 @@ _RETRIES: Final = 40  # retriable refusals of a state read or write (a new leade
 _RETRY_S: Final = 0.1
 _INSTANCE_NOT_FOUND: Final = 40403
 _INSTANCE_EXISTS: Final = 40902
-
-
-class Fail(Protocol):
-    """Builds the exception that answers a request with an error (``RestError``)."""
-
-    def __call__(self, status: int, code: str, message: str, *, detail: int = ...) -> Exception: ...
 
 
 Call = Callable[[Command, Session], Awaitable[list[Reply]]]
@@ -152,23 +147,18 @@ class RestConsumers:
     """Serves ``/consumers/...`` (see the module docstring).
 
     ``call`` dispatches a command as the connection's line would be and returns its replies;
-    ``rows`` the same for a list reply, raising the error answer of an error reply; ``refuse``
-    turns an error reply into that answer; ``fail`` builds an error answer; ``metadata`` creates
-    ``__rest_consumers`` on first use."""
+    ``rows`` the same for a list reply, raising the error answer of an error reply; ``metadata``
+    creates ``__rest_consumers`` on first use."""
 
     def __init__(
         self,
         call: Call,
         rows: Call,
-        refuse: Callable[[ErrorReply], Exception],
-        fail: Fail,
         metadata: ClusterMetadata,
         instance_timeout_ms: int = INSTANCE_TIMEOUT_MS,
     ) -> None:
         self._call = call
         self._rows = rows
-        self._refuse = refuse
-        self._fail = fail
         self._metadata = metadata
         self._timeout_ms = instance_timeout_ms
         self._creating: trio.Event | None = None
@@ -182,7 +172,7 @@ class RestConsumers:
         match rest:
             case (group,):
                 self._allow(method, "POST")
-                return await self._create(request, _name(group, "group", self._fail), session)
+                return await self._create(request, _name(group, "group"), session)
             case (group, "instances", name):
                 self._allow(method, "DELETE")
                 return await self._delete(await self._load(group, name, session), session)
@@ -218,16 +208,16 @@ class RestConsumers:
                 self._allow(method, "GET")
                 instance = await self._load(group, name, session)
                 return _ok({"partitions": await self._assignments(instance, session)})
-        raise self._fail(404, "NOT_FOUND", f"no such resource: /consumers/{'/'.join(rest)}")
+        raise RestError(404, "NOT_FOUND", f"no such resource: /consumers/{'/'.join(rest)}")
 
     def _allow(self, method: str, *allowed: str) -> None:
         if method not in allowed:
-            raise self._fail(
+            raise RestError(
                 405, "METHOD_NOT_ALLOWED", f"{method} is not served here: {', '.join(allowed)}"
             )
 
     def _bad(self, message: str) -> Exception:
-        return self._fail(422, "BAD_ARGS", message, detail=_BAD_ARGS)
+        return RestError(422, "BAD_ARGS", message, detail=_BAD_ARGS)
 
     # -- instances ------------------------------------------------------------------------------
 
@@ -269,7 +259,7 @@ class RestConsumers:
             )
         existing = await self._find(group, name, session)
         if existing is not None:
-            raise self._fail(
+            raise RestError(
                 409,
                 "INSTANCE_EXISTS",
                 f"consumer group {group} already has an instance {name}",
@@ -298,7 +288,7 @@ class RestConsumers:
         return instance
 
     def _gone(self, group: str, name: str) -> Exception:
-        return self._fail(
+        return RestError(
             404,
             "INSTANCE_NOT_FOUND",
             f"consumer instance {name} of group {group} does not exist (deleted, or idle past "
@@ -334,9 +324,9 @@ class RestConsumers:
                 )
                 reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
                 if isinstance(reply, ErrorReply):
-                    raise self._refuse(reply)
+                    raise RestError.of(reply)
                 if not isinstance(reply, OkReply) or not reply.text:
-                    raise self._fail(500, "INTERNAL", f"SUBS answered {reply!r}")
+                    raise RestError(500, "INTERNAL", f"SUBS answered {reply!r}")
                 member = reply.text.split(None, 1)[0]
                 # Not held by this HTTP connection: the instance outlives it (its own timeout).
                 session.members.discard(member)
@@ -362,7 +352,7 @@ class RestConsumers:
     ) -> Response:
         wait_ms = _int(query, "timeout", 0, _MAX_WAIT_MS, 0, self._bad)
         max_bytes = _int(query, "max_bytes", 1, _MAX_BYTES, _DEFAULT_MAX_BYTES, self._bad)
-        embedded = _accepted(request, instance.embedded, self._fail)
+        embedded = _accepted(request, instance.embedded)
         before = {t: dict(ps) for t, ps in instance.positions.items()}
         results: dict[str, list[Reply]] = {}
         expired = False
@@ -394,7 +384,7 @@ class RestConsumers:
                         positions[reply.partition] = reply.offset
                         continue
                     size += n
-                    out.append(_record_json(topic, reply, embedded, self._fail))
+                    out.append(_record_json(topic, reply, embedded))
                     positions[reply.partition] = reply.offset + 1
                 elif isinstance(reply, EndReply):
                     for p, nxt in reply.next_offsets:
@@ -436,9 +426,9 @@ class RestConsumers:
             if first.code is ErrorCode.UNKNOWN_SUBSCRIPTION:
                 return None
             if first.code is not ErrorCode.NOT_ASSIGNED:
-                raise self._refuse(first)
+                raise RestError.of(first)
             instance.positions[topic] = {}
-        raise self._fail(503, "REBALANCING", "the group is rebalancing; retry", detail=0)
+        raise RestError(503, "REBALANCING", "the group is rebalancing; retry", detail=0)
 
     async def _start(
         self, instance: _Instance, topic: str, member: str, session: Session
@@ -450,7 +440,7 @@ class RestConsumers:
         if isinstance(first, ErrorReply):
             if first.code is ErrorCode.UNKNOWN_GROUP:
                 return None
-            raise self._refuse(first)
+            raise RestError.of(first)
         mine = [r for r in replies if isinstance(r, MemberRow) and r.member == member]
         if not mine:
             return None
@@ -512,7 +502,7 @@ class RestConsumers:
                 return  # already committed further (auto commit after a seek back): keep it
             if reply.code is ErrorCode.UNKNOWN_SUBSCRIPTION:
                 raise await self._expired(instance, session)
-            raise self._refuse(reply)
+            raise RestError.of(reply)
 
     async def _committed(self, request: Request, instance: _Instance, session: Session) -> Response:
         body = _body(request, self._bad, allow_empty=True)
@@ -530,7 +520,7 @@ class RestConsumers:
         offsets = []
         for topic, partition in wanted:
             if partition not in committed[topic]:
-                raise self._fail(
+                raise RestError(
                     404,
                     "UNKNOWN_PARTITION",
                     f"{topic} has no partition {partition}",
@@ -567,13 +557,13 @@ class RestConsumers:
                 start, end = bounds[topic].get(partition, (None, None))
                 offset = start if where == "beginning" else end
                 if offset is None:
-                    raise self._fail(
+                    raise RestError(
                         503, "NOT_READY", f"{topic}/{partition} has no bounds now; retry", detail=0
                     )
                 moves.append((topic, partition, offset))
         for topic, partition, offset in moves:
             if topic not in instance.subs:
-                raise self._fail(
+                raise RestError(
                     409,
                     "NOT_SUBSCRIBED",
                     f"the instance is not subscribed to {topic}",
@@ -595,7 +585,7 @@ class RestConsumers:
             first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
             if isinstance(first, ErrorReply):
                 if not first.code.retriable:
-                    raise self._refuse(first)
+                    raise RestError.of(first)
                 error = first
                 await trio.sleep(_RETRY_S)
                 continue
@@ -603,9 +593,9 @@ class RestConsumers:
                 try:
                     return _Instance.from_json(group, name, first.value)
                 except (ValueError, KeyError, TypeError, AttributeError) as exc:
-                    raise self._fail(500, "INTERNAL", f"instance record unreadable: {exc}") from exc
+                    raise RestError(500, "INTERNAL", f"instance record unreadable: {exc}") from exc
             return None
-        raise self._refuse(error)
+        raise RestError.of(error)
 
     async def _save(self, instance: _Instance, session: Session) -> None:
         instance.written_ms = _now_ms()
@@ -622,10 +612,10 @@ class RestConsumers:
                 return
             # A write whose outcome is unknown is safe to repeat: the latest record wins.
             if not (first.code.retriable or first.code.outcome_unknown):
-                raise self._refuse(first)
+                raise RestError.of(first)
             error = first
             await trio.sleep(_RETRY_S)
-        raise self._refuse(error)
+        raise RestError.of(error)
 
     async def _ensure_topic(self) -> None:
         """Create ``__rest_consumers`` (compacted, one partition) if it does not exist yet."""
@@ -642,7 +632,7 @@ class RestConsumers:
                 except TopicExistsError:
                     pass  # another broker created it
                 except MetadataError as exc:
-                    raise self._fail(
+                    raise RestError(
                         503, "NO_QUORUM", f"creating {STATE_TOPIC}: {exc}", detail=0
                     ) from exc
             finally:
@@ -691,9 +681,9 @@ def _ok(value: Any) -> Response:
     return Response(200, _dumps(value), content_type=_V2)
 
 
-def _name(text: str, what: str, fail: Fail) -> str:
+def _name(text: str, what: str) -> str:
     if not _NAME_RE.fullmatch(text):
-        raise fail(
+        raise RestError(
             422, "BAD_ARGS", f"a {what} name is 1-100 of A-Z a-z 0-9 . _ -", detail=_BAD_ARGS
         )
     return text
@@ -729,7 +719,7 @@ def _int(
     return int(text)
 
 
-def _accepted(request: Request, embedded: str, fail: Fail) -> str:
+def _accepted(request: Request, embedded: str) -> str:
     """The instance's format, if ``Accept`` allows it; 406 if it names another."""
     accept = request.header("accept") or ""
     wanted = _BINARY if embedded == "binary" else _JSON
@@ -737,7 +727,7 @@ def _accepted(request: Request, embedded: str, fail: Fail) -> str:
         media = choice.split(";", 1)[0].strip().lower()
         if media in ("", "*/*", "application/*", "application/json", _V2, wanted):
             return embedded
-    raise fail(406, "NOT_ACCEPTABLE", f"this instance's records are {wanted}")
+    raise RestError(406, "NOT_ACCEPTABLE", f"this instance's records are {wanted}")
 
 
 def _where(item: Any, i: int, bad: Callable[[str], Exception]) -> tuple[str, int]:
@@ -772,7 +762,7 @@ def _offsets(body: Any, bad: Callable[[str], Exception]) -> list[tuple[str, int,
     return out
 
 
-def _record_json(topic: str, row: MessageRow, embedded: str, fail: Fail) -> dict[str, Any]:
+def _record_json(topic: str, row: MessageRow, embedded: str) -> dict[str, Any]:
     if embedded == "binary":
         key: Any = None if row.key is None else base64.b64encode(row.key).decode("ascii")
         value: Any = None if row.value is None else base64.b64encode(row.value).decode("ascii")
@@ -781,7 +771,7 @@ def _record_json(topic: str, row: MessageRow, embedded: str, fail: Fail) -> dict
         try:
             value = None if row.value is None else json.loads(row.value)
         except (UnicodeDecodeError, ValueError) as exc:
-            raise fail(
+            raise RestError(
                 406,
                 "NOT_JSON",
                 f"the record at {topic}/{row.partition} offset {row.offset} is not JSON; read it "

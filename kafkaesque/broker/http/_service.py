@@ -32,7 +32,8 @@ from kafkaesque.protocol.http import (
 )
 
 from .._tls import TlsRefusals, server_handshake
-from ._rest import Caller, RestApi, error_body
+from ._rest import Caller, RestApi
+from ._rest_errors import error_body
 from ._wiring import HttpWiring
 
 log = logging.getLogger("kafkaesque.broker.http")
