@@ -75,7 +75,7 @@ from kafkaesque.storage import Record, build_batch
 from .._metadata import ClusterMetadata
 from .._metadata_view import MetadataError, TopicConfig, TopicExistsError
 from .._session import Session
-from ._rest_errors import RestError
+from ._rest_errors import ORDINAL, RestError
 
 STATE_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "rest_consumers"
 INSTANCE_TIMEOUT_MS: Final = 300_000
@@ -642,9 +642,8 @@ class RestConsumers:
 
 # -- helpers ------------------------------------------------------------------------------------
 
-_ORDINAL: Final = {code: i for i, code in enumerate(ErrorCode, start=1)}
-_BAD_ARGS: Final = _ORDINAL[ErrorCode.BAD_ARGS]
-_UNKNOWN_PARTITION: Final = _ORDINAL[ErrorCode.UNKNOWN_PARTITION]
+_BAD_ARGS: Final = ORDINAL[ErrorCode.BAD_ARGS]
+_UNKNOWN_PARTITION: Final = ORDINAL[ErrorCode.UNKNOWN_PARTITION]
 
 
 async def _together(jobs: list[Callable[[], Awaitable[None]]]) -> None:
