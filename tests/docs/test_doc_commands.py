@@ -256,18 +256,18 @@ REGISTRY: tuple[Entry, ...] = (
         '"key":"azE=","value":"aGVsbG8=","headers":[{"name":"trace","value":"eDE="}]',
     ),
     here(
-        'curl -s --data \'{"topic_name": "orders", "partitions_count": 3, '
+        'curl -s --data \'{"topic_name": "invoices", "partitions_count": 3, '
         '"replication_factor": 3, "configs": {"retention.ms": "86400000", "cleanup.policy": '
         '"compact"}}\' http://127.0.0.1:9098/topics',
-        '{"topic_name":"orders","partitions_count":3,"replication_factor":3,',
+        '{"topic_name":"invoices","partitions_count":3,"replication_factor":3,',
     ),
     here(
-        "curl -s -X PATCH --data '{\"partitions_count\": 6}' http://127.0.0.1:9098/topics/orders",
+        "curl -s -X PATCH --data '{\"partitions_count\": 6}' http://127.0.0.1:9098/topics/invoices",
         '"altered":{"partitions_count":6}',
     ),
     here("curl -s http://127.0.0.1:9098/consumer-groups", "["),
     here(
-        'curl -s --data \'{"topic": "orders", "to": "datetime", "datetime": '
+        'curl -s --data \'{"topic": "invoices", "to": "datetime", "datetime": '
         '"2026-11-26T08:00:00Z", "dry_run": true}\' '
         "http://127.0.0.1:9098/consumer-groups/billing/reset",
         '"dry_run":true,"offsets":[{"partition":0,"offset":',
