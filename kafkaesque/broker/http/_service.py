@@ -13,7 +13,6 @@ hand, then closes; an idle connection closes at once.
 from __future__ import annotations
 
 import contextlib
-import errno
 import logging
 from collections.abc import Callable
 from typing import Final
@@ -31,6 +30,7 @@ from kafkaesque.protocol.http import (
     Response,
 )
 
+from .._default_listener import open_listeners
 from .._tls import TlsRefusals, server_handshake
 from ._rest import Caller, RestApi
 from ._rest_errors import error_body
@@ -66,18 +66,14 @@ class HttpService:
         if where is None:
             task_status.started(None)
             return
-        try:
-            listeners = await trio.open_tcp_listeners(where.port, host=where.host)
-        except OSError as exc:
-            if config.http is not None or exc.errno != errno.EADDRINUSE:
-                raise
-            log.warning(
-                "broker %d: no REST listener: the default %s is taken (%s); "
-                "set --http-listen host:port, or --http-listen off",
-                config.id,
-                where,
-                exc.strerror,
-            )
+        listeners = await open_listeners(
+            where,
+            explicit=config.http is not None,
+            what="REST",
+            flag="--http-listen",
+            broker_id=config.id,
+        )
+        if listeners is None:
             task_status.started(None)
             return
         self.port = listeners[0].socket.getsockname()[1]

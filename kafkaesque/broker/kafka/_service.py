@@ -22,7 +22,6 @@ only. A broker that stops (``Draining``) answers the requests it has read and cl
 
 from __future__ import annotations
 
-import errno
 import functools
 import logging
 from collections import deque
@@ -46,6 +45,7 @@ from kafkaesque.protocol.kafka import (
     frame_bytes,
 )
 
+from .._default_listener import open_listeners
 from .._errors import RequestError
 from .._session import Session
 from .._tls import TlsRefusals, server_handshake
@@ -127,18 +127,14 @@ class KafkaService:
         if where is None:
             task_status.started(None)
             return
-        try:
-            listeners = await trio.open_tcp_listeners(where.port, host=where.host)
-        except OSError as exc:
-            if config.kafka is not None or exc.errno != errno.EADDRINUSE:
-                raise
-            log.warning(
-                "broker %d: no Kafka listener: the default %s is taken (%s); "
-                "set --kafka-listen host:port, or --kafka-listen off",
-                config.id,
-                where,
-                exc.strerror,
-            )
+        listeners = await open_listeners(
+            where,
+            explicit=config.kafka is not None,
+            what="Kafka",
+            flag="--kafka-listen",
+            broker_id=config.id,
+        )
+        if listeners is None:
             task_status.started(None)
             return
         self.port = listeners[0].socket.getsockname()[1]
