@@ -356,3 +356,52 @@ def test_every_answer_conforms_to_the_openapi_document(
             schemathesis.checks.response_schema_conformance,
         ],
     )
+
+
+def test_an_idempotent_produce_retried_is_written_once(cluster: LocalCluster) -> None:
+    create(cluster, "rest-idem", 2)
+    path = "/topics/rest-idem/partitions/1"
+    producer = {"producer_id": 7_000_123, "producer_epoch": 0}
+    first = {"records": [{"value": b64(b"i0")}, {"value": b64(b"i1")}], **producer, "sequence": 0}
+    status, body, _ = rest(cluster, "POST", path, first)
+    assert status == 200, body
+    offsets = [r["offset"] for r in body["offsets"]]
+    # The same request again (a client that never saw the answer): the first offsets, no copy.
+    status, body, _ = rest(cluster, "POST", path, first, broker=2)
+    assert status == 200 and [r["offset"] for r in body["offsets"]] == offsets, body
+    ends = end_offsets(cluster, "rest-idem")
+    assert ends[1] == offsets[-1] + 1
+    # The next sequence is written; a gap in the sequence is refused and writes nothing.
+    nxt = {"records": [{"value": b64(b"i2")}], **producer, "sequence": 2}
+    status, body, _ = rest(cluster, "POST", path, nxt, broker=1)
+    assert status == 200 and body["offsets"][0]["offset"] == offsets[-1] + 1, body
+    gap = {"records": [{"value": b64(b"i9")}], **producer, "sequence": 9}
+    status, body, _ = rest(cluster, "POST", path, gap)
+    assert status >= 400 and body["code"] == "OUT_OF_ORDER_SEQUENCE", body
+    assert end_offsets(cluster, "rest-idem")[1] == offsets[-1] + 2
+    # Sequences are per partition: the topic's path refuses them; so do partial identities.
+    for where, body_ in [
+        ("/topics/rest-idem", first),
+        (path, {"records": [{"value": b64(b"x")}], "producer_id": 1}),
+        (path, {"records": [{"value": b64(b"x")}], **producer, "sequence": -1}),
+        (path, {"records": [{"value": b64(b"x")}], "producerId": 1}),
+    ]:
+        status, body, _ = rest(cluster, "POST", where, body_)
+        assert status == 422, (where, body_, body)
+    assert end_offsets(cluster, "rest-idem") == [ends[0], offsets[-1] + 2]
+
+
+def test_produce_acks_leader_and_all_are_answered_and_zero_is_refused(
+    cluster: LocalCluster,
+) -> None:
+    create(cluster, "rest-acks", 1)
+    records = {"records": [{"value": b64(b"a")}]}
+    offsets = []
+    for acks in ["1", "leader", "all", "-1"]:
+        status, body, _ = rest(cluster, "POST", f"/topics/rest-acks?acks={acks}", records)
+        assert status == 200, (acks, body)
+        offsets.append(body["offsets"][0]["offset"])
+    assert offsets == list(range(offsets[0], offsets[0] + 4))
+    status, body, _ = rest(cluster, "POST", "/topics/rest-acks?acks=0", records)
+    assert status == 422 and "acks=0" in body["message"], body
+    assert end_offsets(cluster, "rest-acks") == [offsets[-1] + 1]

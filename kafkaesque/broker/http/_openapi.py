@@ -70,13 +70,25 @@ _PARTITION = _path_param(
 )
 
 
+_ACKS = {
+    "name": "acks",
+    "in": "query",
+    "required": False,
+    "schema": {"type": "string", "enum": ["all", "-1", "1", "leader"], "default": "all"},
+    "description": "all (-1): answered once a Raft majority has the records on disk; "
+    "1 (leader): once the leader appended them. acks=0 is not offered.",
+}
+
+
 def _produce(with_partition: bool) -> dict[str, Any]:
-    params = [_TOPIC, _PARTITION] if with_partition else [_TOPIC]
+    params = [_TOPIC, _PARTITION, _ACKS] if with_partition else [_TOPIC, _ACKS]
     return {
         "summary": "Produce records"
         + (" to one partition" if with_partition else " (partition by key, else round-robin)"),
         "description": "One PUBB command per partition; nothing is written if any record is "
-        "malformed. One report per record, in order.",
+        "malformed. One report per record, in order. To one partition, producer_id, "
+        "producer_epoch and sequence (all three) make it idempotent: a retried request is "
+        "answered with the first one's offsets, not written again.",
         "parameters": params,
         "requestBody": {
             "required": True,
@@ -119,6 +131,16 @@ def openapi_document() -> dict[str, Any]:
     }
     headers = {"type": "array", "items": _ref("Header"), "nullable": True}
     partition = {"type": "integer", "minimum": 0, "maximum": 999999999, "nullable": True}
+    producer = {
+        "producer_id": {"type": "integer", "minimum": 0, "maximum": (1 << 63) - 1},
+        "producer_epoch": {"type": "integer", "minimum": 0, "maximum": (1 << 15) - 1},
+        "sequence": {
+            "type": "integer",
+            "minimum": 0,
+            "maximum": (1 << 31) - 1,
+            "description": "the producer's sequence of the first record on this partition",
+        },
+    }
     record_common = {
         "topic": {"type": "string"},
         "partition": {"type": "integer"},
@@ -142,6 +164,7 @@ def openapi_document() -> dict[str, Any]:
         "ProduceBinary": {
             "type": "object",
             "required": ["records"],
+            "additionalProperties": False,
             "properties": {
                 "records": {
                     "type": "array",
@@ -156,12 +179,14 @@ def openapi_document() -> dict[str, Any]:
                             "headers": headers,
                         },
                     },
-                }
+                },
+                **producer,
             },
         },
         "ProduceJson": {
             "type": "object",
             "required": ["records"],
+            "additionalProperties": False,
             "properties": {
                 "records": {
                     "type": "array",
@@ -176,7 +201,8 @@ def openapi_document() -> dict[str, Any]:
                             "headers": headers,
                         },
                     },
-                }
+                },
+                **producer,
             },
         },
         "ProduceResponse": {

@@ -27,6 +27,7 @@ from typing import Any, Final
 import trio
 
 from kafkaesque.protocol import (
+    Acks,
     AclOperation,
     AclResource,
     BrokerRow,
@@ -37,6 +38,7 @@ from kafkaesque.protocol import (
     ErrorReply,
     Fetch,
     FetchFormat,
+    Idempotence,
     Latest,
     LineLimits,
     ListTopics,
@@ -181,11 +183,11 @@ class RestApi:
             case ("topics", topic):
                 _allow(method, "GET", "POST", "PATCH", "DELETE")
                 if method == "POST":
-                    return await self._produce(request, topic, None, session)
+                    return await self._produce(request, target, topic, None, session)
                 return await self._describe(topic, session)
             case ("topics", topic, "partitions", partition):
                 _allow(method, "POST")
-                return await self._produce(request, topic, _partition(partition), session)
+                return await self._produce(request, target, topic, _partition(partition), session)
             case ("topics", topic, "partitions", partition, "records"):
                 _allow(method, "GET")
                 return await self._records(request, target, topic, _partition(partition), session)
@@ -219,7 +221,12 @@ class RestApi:
     # -- produce --------------------------------------------------------------------------------
 
     async def _produce(
-        self, request: Request, topic: str, partition: int | None, session: Session
+        self,
+        request: Request,
+        target: Target,
+        topic: str,
+        partition: int | None,
+        session: Session,
     ) -> Response:
         embedded = _EMBEDDED.get(_media_type(request.header("content-type")))
         if embedded is None:
@@ -228,7 +235,10 @@ class RestApi:
                 "UNSUPPORTED_MEDIA_TYPE",
                 f"Content-Type must be {BINARY} or {JSON_FORMAT}",
             )
-        records = _records_of(request.body)
+        document = _produce_document(request.body)
+        records = document["records"]
+        acks = _acks(target.query)
+        producer = _idempotence_of(document, partition)
         info = self._w.metadata.view.topics.get(topic)
         if info is None:
             try:  # as PUBB is: one who may not write hears 403, topic or not
@@ -269,8 +279,16 @@ class RestApi:
 
         async def publish(p: int, group: list[_Produced]) -> None:
             nonlocal first_error
-            batch = build_batch([g.record for g in group])
-            replies = await self._call(PublishBatch(topic, p, batch), session)
+            if producer is None:
+                batch = build_batch([g.record for g in group])
+            else:
+                batch = build_batch(
+                    [g.record for g in group],
+                    producer_id=producer.producer_id,
+                    producer_epoch=producer.epoch,
+                    base_sequence=producer.sequence,
+                )
+            replies = await self._call(PublishBatch(topic, p, batch, acks), session)
             reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
             if isinstance(reply, OkReply):
                 _, base = parse_published_reply(reply)
@@ -448,17 +466,71 @@ def _content_type(embedded: str) -> str:
     return BINARY if embedded == "binary" else JSON_FORMAT
 
 
-def _records_of(body: bytes) -> list[Any]:
+def _produce_document(body: bytes) -> dict[str, Any]:
+    """A produce request's body: ``{"records": [...]}`` with at least one record, and the
+    optional producer fields; 422 for anything else."""
     try:
         document = json.loads(body)
     except (UnicodeDecodeError, ValueError) as exc:
         raise _bad(f"the body is not JSON: {exc}") from exc
     if not isinstance(document, dict) or not isinstance(document.get("records"), list):
         raise _bad('the body must be {"records": [...]}')
-    records: list[Any] = document["records"]
-    if not records:
+    unknown = set(document) - {"records", *_PRODUCER_FIELDS}
+    if unknown:
+        raise _bad(f"the body has unknown fields: {', '.join(sorted(unknown))}")
+    if not document["records"]:
         raise _bad("records is empty")
-    return records
+    return document
+
+
+# The idempotent producer's fields of a produce body, with their bounds (Kafka's: a 64-bit id
+# that is not negative, a 16-bit epoch, a 31-bit sequence).
+_PRODUCER_FIELDS: Final = {
+    "producer_id": (0, (1 << 63) - 1),
+    "producer_epoch": (0, (1 << 15) - 1),
+    "sequence": (0, (1 << 31) - 1),
+}
+
+
+def _idempotence_of(document: dict[str, Any], partition: int | None) -> Idempotence | None:
+    """The producer identity of a produce body (all three fields or none), as ``PUB pid= epoch=
+    seq=`` takes it: the partition's leader answers a retried request with the first one's
+    offsets instead of writing it again. Sequences count a producer's records on one partition,
+    so only a request to one partition (``/topics/{t}/partitions/{p}``) may carry them."""
+    given = {name: document[name] for name in _PRODUCER_FIELDS if name in document}
+    if not given:
+        return None
+    if len(given) < len(_PRODUCER_FIELDS):
+        missing = ", ".join(sorted(set(_PRODUCER_FIELDS) - set(given)))
+        raise _bad(
+            f"an idempotent produce needs producer_id, producer_epoch and sequence: "
+            f"{missing} missing"
+        )
+    for name, value in given.items():
+        low, high = _PRODUCER_FIELDS[name]
+        if type(value) is not int or not low <= value <= high:
+            raise _bad(f"{name} must be a whole number in [{low}, {high}]")
+    if partition is None:
+        raise _bad(
+            "sequences count a producer's records on one partition: an idempotent produce "
+            "goes to /topics/{topic}/partitions/{partition}"
+        )
+    return Idempotence(given["producer_id"], given["producer_epoch"], given["sequence"])
+
+
+def _acks(query: dict[str, str]) -> Acks:
+    """``?acks=``: ``all`` or ``-1`` (the default: answered once a Raft majority has the
+    records on disk), ``1`` or ``leader`` (once the leader appended them: lost if it dies before
+    they commit). ``0`` is refused: an HTTP answer always waits for the write's outcome."""
+    text = query.get("acks", "all")
+    if text in ("all", "-1", "quorum"):
+        return Acks.QUORUM
+    if text in ("1", "leader"):
+        return Acks.LEADER
+    raise _bad(
+        f"acks must be all (-1) or 1, not {text[:20]!r} (acks=0 is not offered: an HTTP answer "
+        "waits for the write's outcome)"
+    )
 
 
 def _decode_record(
