@@ -42,6 +42,7 @@ def call(
     user: str | None = None,
     password: str = "",
     body: Any = None,
+    content_type: str = BINARY,
 ) -> tuple[int, Any, dict[str, str]]:
     cluster, security = secure
     host, port = cluster.http_address(0)
@@ -54,7 +55,7 @@ def call(
         data = None
         if body is not None:
             data = json.dumps(body).encode()
-            headers["Content-Type"] = BINARY
+            headers["Content-Type"] = content_type
         conn.request(method, path, body=data, headers=headers)
         response = conn.getresponse()
         payload = response.read()
@@ -152,3 +153,93 @@ def test_a_user_without_the_acls_can_neither_create_a_topic_nor_grant_himself_ov
     assert status == 201, body
     with Client(cluster.bootstrap, config=security.client_config()) as admin:
         assert "secure-made" in [t.topic for t in admin.list_topics()]
+
+
+def test_a_rest_consumer_needs_the_group_and_topic_acls_and_nothing_on_internal_topics(
+    secure: tuple[SecureCluster, DevSecurity],
+) -> None:
+    """Bob may read topic secure-c in group g-bob, and holds no right on ``__rest_consumers``
+    (where the broker keeps instances' state, as its own data): he creates, subscribes, reads
+    and commits. Another group's instance is refused him, as are the instances of his group to
+    a user without the group's right."""
+    cluster, security = secure
+    bob = f"User:{BOB}"
+    with Client(cluster.bootstrap, config=security.client_config()) as admin:
+        admin.create_topic("secure-c", 1, 1)
+        for operation, resource, name in [
+            (AclOperation.READ, AclResource.TOPIC, "secure-c"),
+            (AclOperation.DESCRIBE, AclResource.TOPIC, "secure-c"),
+            (AclOperation.READ, AclResource.GROUP, "g-bob"),
+            (AclOperation.COMMIT, AclResource.GROUP, "g-bob"),
+        ]:
+            admin.add_acl(
+                AclRow(bob, AclPermission.ALLOW, operation, resource, AclPattern.LITERAL, name)
+            )
+    values = [base64.b64encode(f"c{i}".encode()).decode() for i in range(3)]
+    records = {"records": [{"value": v} for v in values]}
+    status, body, _ = call(
+        secure,
+        "POST",
+        "/topics/secure-c",
+        user=security.username,
+        password=security.password,
+        body=records,
+    )
+    assert status == 200, body
+    v2 = "application/vnd.kafka.v2+json"
+    config = {"name": "b1", "auto.offset.reset": "earliest", "auto.commit.enable": "false"}
+    deadline = time.monotonic() + 10
+    while True:  # the ACLs reach the broker with the metadata
+        status, body, _ = call(
+            secure,
+            "POST",
+            "/consumers/g-bob",
+            user=BOB,
+            password=BOB_PASSWORD,
+            body=config,
+            content_type=v2,
+        )
+        if status == 200 or time.monotonic() > deadline:
+            break
+        time.sleep(0.2)
+    assert status == 200, body
+    base = f"/consumers/g-bob/instances/{body['instance_id']}"
+    status, body, _ = call(
+        secure,
+        "POST",
+        f"{base}/subscription",
+        user=BOB,
+        password=BOB_PASSWORD,
+        body={"topics": ["secure-c"]},
+        content_type=v2,
+    )
+    assert status == 204, body
+    got: list[bytes] = []
+    deadline = time.monotonic() + 15
+    while len(got) < 3 and time.monotonic() < deadline:
+        status, body, _ = call(
+            secure, "GET", f"{base}/records?timeout=500", user=BOB, password=BOB_PASSWORD
+        )
+        assert status == 200, body
+        got += [base64.b64decode(r["value"]) for r in body]
+    assert got == [b"c0", b"c1", b"c2"]
+    status, body, _ = call(secure, "POST", f"{base}/offsets", user=BOB, password=BOB_PASSWORD)
+    assert status == 204, body
+
+    # Not his group: refused at creation, nothing written.
+    status, body, _ = call(
+        secure,
+        "POST",
+        "/consumers/g-other",
+        user=BOB,
+        password=BOB_PASSWORD,
+        body={"name": "b2"},
+        content_type=v2,
+    )
+    assert status == 403 and body["code"] == "NOT_AUTHORIZED", body
+    # Nor may he reach instances of a group he may not read (whether they exist or not).
+    instance = base.rsplit("/", 1)[1]
+    for method in ("GET", "DELETE"):
+        path = f"/consumers/g-other/instances/{instance}" + ("/records" if method == "GET" else "")
+        status, body, _ = call(secure, method, path, user=BOB, password=BOB_PASSWORD)
+        assert status == 403 and body["code"] == "NOT_AUTHORIZED", (method, body)

@@ -111,7 +111,9 @@ class RestApi:
         self._w = wiring
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._openapi = _json(openapi_document())
-        self._consumers = RestConsumers(self._call, self._rows, wiring.metadata)
+        self._consumers = RestConsumers(
+            self._call, self._rows, wiring.metadata, wiring.access.check_operation
+        )
         self._admin = RestAdmin(self._call, self._rows)
 
     async def handle(self, request: Request, caller: Caller) -> Response:
@@ -203,15 +205,16 @@ class RestApi:
 
     # -- the line protocol underneath -----------------------------------------------------------
 
-    async def _call(self, command: Command, session: Session) -> list[Reply]:
-        """``command``'s replies, dispatched as a line of ``session``'s would be."""
+    async def _call(self, command: Command, session: Session | None) -> list[Reply]:
+        """``command``'s replies, dispatched as a line of ``session``'s would be (None: the
+        broker's own command, not checked against the ACLs)."""
         async with trio.open_nursery() as nursery:
             slot = self._w.dispatch(command, nursery, session)
             await slot.wait()
             data = slot.encode()
         return _decode(data)
 
-    async def _rows(self, command: Command, session: Session) -> list[Reply]:
+    async def _rows(self, command: Command, session: Session | None) -> list[Reply]:
         """A list reply's rows (without its ``+END``); ``RestError`` for an error reply."""
         replies = await self._call(command, session)
         if replies and isinstance(replies[0], ErrorReply):

@@ -48,6 +48,8 @@ import trio
 
 from kafkaesque.protocol import (
     INTERNAL_TOPIC_PREFIX,
+    AclOperation,
+    AclResource,
     Command,
     Commit,
     Cons,
@@ -72,6 +74,7 @@ from kafkaesque.protocol import (
 from kafkaesque.protocol.http import Request, Response, Target
 from kafkaesque.storage import Record, build_batch
 
+from .._errors import RequestError
 from .._metadata import ClusterMetadata
 from .._metadata_view import MetadataError, TopicConfig, TopicExistsError
 from .._session import Session
@@ -95,7 +98,11 @@ _INSTANCE_NOT_FOUND: Final = 40403
 _INSTANCE_EXISTS: Final = 40902
 
 
-Call = Callable[[Command, Session], Awaitable[list[Reply]]]
+Call = Callable[[Command, Session | None], Awaitable[list[Reply]]]
+"""Dispatches a command as a connection's line (with its ``Session``) or as the broker's own
+(None: not checked against the ACLs) and returns its replies."""
+Authorize = Callable[[Session, AclOperation, AclResource, str], None]
+"""Raises ``RequestError(NOT_AUTHORIZED)`` unless the session may do that (``AccessControl``)."""
 
 
 @dataclass(slots=True)
@@ -148,16 +155,25 @@ class RestConsumers:
 
     ``call`` dispatches a command as the connection's line would be and returns its replies;
     ``rows`` the same for a list reply, raising the error answer of an error reply; ``metadata``
-    creates ``__rest_consumers`` on first use."""
+    creates ``__rest_consumers`` on first use; ``authorize`` checks a caller's right.
+
+    Who may do what: an instance is its group's, so every request about one needs read on the
+    group (as SUBS and CONS do), checked before its state is looked up: who may not read the
+    group learns nothing of its instances. The state in ``__rest_consumers`` is the broker's own
+    data, read and written without the caller's ACLs (a consumer needs no right on an internal
+    topic); what the instance does with the caller's data (SUBS, CONS, COMMIT) is checked as
+    the caller's."""
 
     def __init__(
         self,
         call: Call,
         rows: Call,
         metadata: ClusterMetadata,
+        authorize: Authorize,
         instance_timeout_ms: int = INSTANCE_TIMEOUT_MS,
     ) -> None:
         self._call = call
+        self._authorize = authorize
         self._rows = rows
         self._metadata = metadata
         self._timeout_ms = instance_timeout_ms
@@ -221,7 +237,14 @@ class RestConsumers:
 
     # -- instances ------------------------------------------------------------------------------
 
+    def _may_read(self, group: str, session: Session) -> None:
+        try:
+            self._authorize(session, AclOperation.READ, AclResource.GROUP, group)
+        except RequestError as exc:
+            raise RestError.of(exc.reply()) from exc
+
     async def _create(self, request: Request, group: str, session: Session) -> Response:
+        self._may_read(group, session)
         body = _body(request, self._bad, allow_empty=True) or {}
         known = {
             "name",
@@ -257,7 +280,7 @@ class RestConsumers:
                 f"consumer.instance.timeout.ms must be a whole number in [{_MIN_TIMEOUT_MS}, "
                 f"{_MAX_TIMEOUT_MS}]"
             )
-        existing = await self._find(group, name, session)
+        existing = await self._find(group, name)
         if existing is not None:
             raise RestError(
                 409,
@@ -275,15 +298,16 @@ class RestConsumers:
 
     async def _delete(self, instance: _Instance, session: Session) -> Response:
         await self._unsubscribe(instance, session)
-        await self._write(_key(instance.group, instance.name), None, session)
+        await self._write(_key(instance.group, instance.name), None)
         return Response(204)
 
     async def _load(self, group: str, name: str, session: Session) -> _Instance:
-        instance = await self._find(group, name, session)
+        self._may_read(group, session)
+        instance = await self._find(group, name)
         if instance is None:
             raise self._gone(group, name)
         if not instance.subs and _now_ms() - instance.written_ms > instance.timeout_ms:
-            await self._write(_key(group, name), None, session)
+            await self._write(_key(group, name), None)
             raise self._gone(group, name)
         return instance
 
@@ -299,7 +323,7 @@ class RestConsumers:
     async def _expired(self, instance: _Instance, session: Session) -> Exception:
         """The instance's members expired at their coordinator: it is gone; forget it."""
         await self._unsubscribe(instance, session)
-        await self._write(_key(instance.group, instance.name), None, session)
+        await self._write(_key(instance.group, instance.name), None)
         return self._gone(instance.group, instance.name)
 
     # -- subscription ---------------------------------------------------------------------------
@@ -575,13 +599,13 @@ class RestConsumers:
 
     # -- the state record -----------------------------------------------------------------------
 
-    async def _find(self, group: str, name: str, session: Session) -> _Instance | None:
+    async def _find(self, group: str, name: str) -> _Instance | None:
         # Created here if missing: this broker's view of the topics may lag the one that made
         # the instance, and "no such topic" must not read as "no such instance".
         await self._ensure_topic()
         error = ErrorReply(ErrorCode.INTERNAL, "no answer")
         for _ in range(_RETRIES):
-            replies = await self._call(Latest(STATE_TOPIC, _key(group, name)), session)
+            replies = await self._call(Latest(STATE_TOPIC, _key(group, name)), None)
             first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
             if isinstance(first, ErrorReply):
                 if not first.code.retriable:
@@ -599,14 +623,14 @@ class RestConsumers:
 
     async def _save(self, instance: _Instance, session: Session) -> None:
         instance.written_ms = _now_ms()
-        await self._write(_key(instance.group, instance.name), instance.to_json(), session)
+        await self._write(_key(instance.group, instance.name), instance.to_json())
 
-    async def _write(self, key: bytes, value: bytes | None, session: Session) -> None:
+    async def _write(self, key: bytes, value: bytes | None) -> None:
         await self._ensure_topic()
         batch = build_batch([Record(value, key, timestamp=_now_ms())])
         error = ErrorReply(ErrorCode.INTERNAL, "no answer")
         for _ in range(_RETRIES):
-            replies = await self._call(PublishBatch(STATE_TOPIC, 0, batch), session)
+            replies = await self._call(PublishBatch(STATE_TOPIC, 0, batch), None)
             first = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
             if not isinstance(first, ErrorReply):
                 return

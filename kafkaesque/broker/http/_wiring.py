@@ -37,7 +37,7 @@ class HttpWiring:
     """
 
     config: BrokerConfig
-    dispatch: Callable[[Command, trio.Nursery, Session], Slot]
+    dispatch: Callable[[Command, trio.Nursery, Session | None], Slot]
     metadata: ClusterMetadata
     access: AccessControl
     draining: Draining
