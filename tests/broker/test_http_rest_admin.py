@@ -291,14 +291,23 @@ def test_acls_are_added_listed_and_removed_as_acl_list_shows(cluster: LocalClust
     assert status == 422, body
     assert [r for r in acl_rows(cluster) if r not in before] == added  # nothing else added
 
+    # DELETE takes a filter (a field not given matches any), as Kafka's DeleteAcls does.
+    write = {**full, "operation": "write", "resource_name": "adm-acl-2"}
+    status, body, _ = rest(cluster, "POST", "/acls", write)
+    assert status == 201, body
+    acl_rows(cluster, lambda rows: len(rows) == len(before) + 2)
+    status, body, _ = rest(cluster, "DELETE", "/acls")  # no filter: refused, not "all"
+    assert status == 422, body
     query = "&".join(f"{k}={v}" for k, v in acl.items())
     status, body, _ = rest(cluster, "DELETE", f"/acls?{query}")
-    assert status == 200 and body == {"removed": 1}, body
-    assert acl_rows(cluster, lambda rows: rows == before) == before
+    assert status == 200 and body == {"removed": 1, "acls": [full]}, body
     status, body, _ = rest(cluster, "DELETE", "/acls", acl)  # the body says it too
-    assert status == 200 and body == {"removed": 0}, body
+    assert status == 200 and body == {"removed": 0, "acls": []}, body
+    status, body, _ = rest(cluster, "DELETE", "/acls", {"principal": "User:alice"})
+    assert status == 200 and body == {"removed": 1, "acls": [write]}, body
+    assert acl_rows(cluster, lambda rows: rows == before) == before
     status, body, _ = rest(cluster, "DELETE", "/acls", admin)
-    assert status == 200 and body == {"removed": 1}, body
+    assert status == 200 and body["removed"] == 1, body
     assert acl_rows(cluster, lambda rows: rows == []) == []
 
 

@@ -114,8 +114,7 @@ class RestAdmin:
                     assert isinstance(add, AclAdd)  # (what ACL ADD decodes to)
                     return _answer(201, _acl_json(add.acl))
                 fields = _body(request) if request.body.strip() else dict(target.query)
-                reply = await self._ok(["ACL", "REMOVE", *_acl_words(_acl_row(fields))], session)
-                return _answer(200, {"removed": int(reply.text.rpartition("=")[2] or 0)})
+                return await self._remove_acls(fields, session)
         return None
 
     # -- the line protocol underneath -----------------------------------------------------------
@@ -275,14 +274,34 @@ class RestAdmin:
     # -- ACLs -----------------------------------------------------------------------------------
 
     async def _list_acls(self, query: dict[str, str], session: Session) -> Response:
+        return _answer(200, await self._matching_acls(query, session))
+
+    async def _matching_acls(self, query: dict[str, Any], session: Session) -> list[dict[str, str]]:
+        """The ACLs (as JSON) whose fields equal every field ``query`` names (ACL LIST, then
+        filtered); 422 for an unknown field."""
         unknown = set(query) - set(_ACL_FIELDS)
         if unknown:
             raise bad(f"unknown filters: {', '.join(sorted(unknown))}; filter by {_ACL_FIELDS}")
         principal = query.get("principal")
+        if principal is not None and not isinstance(principal, str):
+            raise bad("principal must be a string")
         rows = await self._rows(_command(["ACL", "LIST", *_opt(principal)]), session)
         acls = [_acl_json(r) for r in rows if isinstance(r, AclRow)]
-        acls = [a for a in acls if all(a[k] == v for k, v in query.items())]
-        return _answer(200, acls)
+        return [a for a in acls if all(a[k] == v for k, v in query.items())]
+
+    async def _remove_acls(self, fields: dict[str, Any], session: Session) -> Response:
+        """``DELETE /acls``: every ACL the filter matches (a field not given matches any, as
+        Kafka's DeleteAcls filters), each removed by ``ACL REMOVE``; the answer lists them. An
+        empty filter is refused: removing every ACL is said field by field, not by omission."""
+        if not fields:
+            raise bad(f"DELETE /acls needs a filter: one or more of {', '.join(_ACL_FIELDS)}")
+        matched = await self._matching_acls(fields, session)
+        removed = []
+        for acl in matched:
+            reply = await self._ok(["ACL", "REMOVE", *_acl_words(_acl_row(acl))], session)
+            if reply.text.rpartition("=")[2] == "1":  # (0: removed meanwhile by another call)
+                removed.append(acl)
+        return _answer(200, {"removed": len(removed), "acls": removed})
 
 
 # -- helpers ------------------------------------------------------------------------------------
@@ -662,9 +681,10 @@ def add_admin_paths(paths: dict[str, Any]) -> None:
                 ),
             ),
             "delete": _operation(
-                "Remove an ACL, given in the body or the query (ACL REMOVE)",
+                "Remove the ACLs a filter matches, given in the body or the query (a field not "
+                "given matches any; ACL LIST, then ACL REMOVE of each)",
                 200,
-                _object({"removed": _INT}),
+                _object({"removed": _INT, "acls": {"type": "array", "items": _ACL}}),
                 parameters=acl_filters,
             ),
         },
