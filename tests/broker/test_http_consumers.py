@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from kafkaesque.local_cluster import LocalCluster
-from kafkaesque.protocol import OffsetRow
+from kafkaesque.protocol import OffsetRow, OkReply
 
 from .test_http_rest import BINARY, JSON, create, line, rest
 
@@ -202,6 +202,49 @@ def test_json_instances_and_what_is_refused(cluster: LocalCluster) -> None:
     assert (status, body) == (200, [])
     status, body, _ = rest(cluster, "GET", f"{base}/records?timeout=x")
     assert status == 422, body
+    assert rest(cluster, "DELETE", base)[0] == 204
+
+
+def test_a_pattern_subscription_follows_the_topics_it_matches(cluster: LocalCluster) -> None:
+    for topic in ("pat-a", "pat-b", "xpat-a"):
+        create(cluster, topic, 1)
+        produce(cluster, topic, [topic.encode()], 0)
+    base = new_instance(cluster, "g-pat", {"auto.offset.reset": "earliest"})
+    for bad in (
+        {"topic_pattern": "pat-("},
+        {"topic_pattern": ""},
+        {"topics": ["pat-a"], "topic_pattern": "pat-.*"},
+    ):
+        status, body, _ = rest(cluster, "POST", f"{base}/subscription", bad, content_type=V2)
+        assert status == 422, (bad, body)
+    status, body, _ = rest(
+        cluster, "POST", f"{base}/subscription", {"topic_pattern": "pat-.*"}, content_type=V2
+    )
+    assert status == 204, body
+    status, body, _ = rest(cluster, "GET", f"{base}/subscription", broker=1)
+    # Matched whole (xpat-a is not), internal topics never.
+    assert (status, body) == (200, {"topics": ["pat-a", "pat-b"], "topic_pattern": "pat-.*"})
+    got = read_all(cluster, base, 2, broker=1)
+    assert sorted(base64.b64decode(r["value"]) for r in got) == [b"pat-a", b"pat-b"]
+
+    # A topic created later that matches is read too; a deleted one is left.
+    create(cluster, "pat-c", 1)
+    produce(cluster, "pat-c", [b"pat-c"], 0)
+    (reply,) = line(cluster, b"DELETE pat-b")
+    assert isinstance(reply, OkReply), reply
+    got = []
+    deadline = time.monotonic() + 15
+    while not got and time.monotonic() < deadline:
+        got = read_all(cluster, base, 1, broker=2)
+    assert [base64.b64decode(r["value"]) for r in got] == [b"pat-c"]
+    deadline = time.monotonic() + 10
+    while time.monotonic() < deadline:
+        status, body, _ = rest(cluster, "GET", f"{base}/subscription")
+        if body["topics"] == ["pat-a", "pat-c"]:
+            break
+        rest(cluster, "GET", f"{base}/records?timeout=100")
+        time.sleep(0.2)
+    assert body == {"topics": ["pat-a", "pat-c"], "topic_pattern": "pat-.*"}, body
     assert rest(cluster, "DELETE", base)[0] == 204
 
 

@@ -62,6 +62,7 @@ from kafkaesque.protocol import (
     GroupRow,
     Latest,
     Leave,
+    ListTopics,
     MemberRow,
     MessageRow,
     OffsetRow,
@@ -70,6 +71,7 @@ from kafkaesque.protocol import (
     PublishBatch,
     Reply,
     Subs,
+    TopicRow,
 )
 from kafkaesque.protocol.http import Request, Response, Target
 from kafkaesque.storage import Record, build_batch
@@ -89,6 +91,7 @@ _JSON: Final = "application/vnd.kafka.json.v2+json"
 _V2: Final = "application/vnd.kafka.v2+json"
 _NAME_RE: Final = re.compile(r"[A-Za-z0-9._-]{1,100}")
 _MAX_TOPICS: Final = 100
+_MAX_PATTERN: Final = 1000
 _MAX_WAIT_MS: Final = 30_000
 _DEFAULT_MAX_BYTES: Final = 1 << 20
 _MAX_BYTES: Final = 8 << 20
@@ -118,6 +121,7 @@ class _Instance:
     timeout_ms: int = INSTANCE_TIMEOUT_MS
     subs: dict[str, str] = field(default_factory=dict)  # topic -> subscription id
     positions: dict[str, dict[int, int]] = field(default_factory=dict)  # topic -> p -> next
+    pattern: str | None = None  # a topic_pattern subscription's regular expression
 
     def to_json(self) -> bytes:
         return _dumps(
@@ -131,6 +135,7 @@ class _Instance:
                 "positions": {
                     t: {str(p): o for p, o in ps.items()} for t, ps in self.positions.items()
                 },
+                "pattern": self.pattern,
             }
         )
 
@@ -147,6 +152,7 @@ class _Instance:
             int(doc["timeout_ms"]),
             dict(doc["subs"]),
             {t: {int(p): int(o) for p, o in ps.items()} for t, ps in doc["positions"].items()},
+            doc.get("pattern"),  # (absent from records written before patterns)
         )
 
 
@@ -196,7 +202,10 @@ class RestConsumers:
                 self._allow(method, "GET", "POST", "DELETE")
                 instance = await self._load(group, name, session)
                 if method == "GET":
-                    return _ok({"topics": sorted(instance.subs)})
+                    answer: dict[str, Any] = {"topics": sorted(instance.subs)}
+                    if instance.pattern is not None:
+                        answer["topic_pattern"] = instance.pattern
+                    return _ok(answer)
                 if method == "DELETE":
                     await self._unsubscribe(instance, session)
                     await self._save(instance, session)
@@ -331,7 +340,21 @@ class RestConsumers:
     async def _subscribe(self, request: Request, instance: _Instance, session: Session) -> Response:
         body = _body(request, self._bad)
         if "topic_pattern" in body:
-            raise self._bad("topic_pattern is not supported: give topics")
+            if "topics" in body:
+                raise self._bad("give topics or topic_pattern, not both")
+            pattern = body["topic_pattern"]
+            if not isinstance(pattern, str) or not pattern or len(pattern) > _MAX_PATTERN:
+                raise self._bad(
+                    f"topic_pattern must be a regular expression of 1 to {_MAX_PATTERN} characters"
+                )
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise self._bad(f"topic_pattern is not a regular expression: {exc}") from exc
+            await self._unsubscribe(instance, session)
+            instance.pattern = pattern
+            await self._join(instance, await self._pattern_topics(pattern, session), session)
+            return Response(204)
         topics = body.get("topics")
         if (
             not isinstance(topics, list)
@@ -341,33 +364,77 @@ class RestConsumers:
         ):
             raise self._bad(f'the body must be {{"topics": [1 to {_MAX_TOPICS} topic names]}}')
         await self._unsubscribe(instance, session)
+        await self._join(instance, list(dict.fromkeys(topics)), session)
+        return Response(204)
+
+    async def _join(self, instance: _Instance, topics: list[str], session: Session) -> None:
+        """SUBS the instance's group to each of ``topics`` and save the instance; a refusal
+        leaves it subscribed to nothing (its pattern forgotten), as it is saved."""
         try:
-            for topic in dict.fromkeys(topics):
-                replies = await self._call(
-                    Subs(topic, instance.group, session_timeout_ms=instance.timeout_ms), session
-                )
-                reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
-                if isinstance(reply, ErrorReply):
-                    raise RestError.of(reply)
-                if not isinstance(reply, OkReply) or not reply.text:
-                    raise RestError(500, "INTERNAL", f"SUBS answered {reply!r}")
-                member = reply.text.split(None, 1)[0]
-                # Not held by this HTTP connection: the instance outlives it (its own timeout).
-                session.members.discard(member)
-                instance.subs[topic] = member
+            for topic in topics:
+                await self._subs(instance, topic, session)
         except Exception:  # (not a cancellation: no await may run then)
-            # Refused: the instance is left subscribed to nothing, as it is saved.
             await self._unsubscribe(instance, session)
             await self._save(instance, session)
             raise
         await self._save(instance, session)
-        return Response(204)
+
+    async def _subs(self, instance: _Instance, topic: str, session: Session) -> None:
+        replies = await self._call(
+            Subs(topic, instance.group, session_timeout_ms=instance.timeout_ms), session
+        )
+        reply = replies[0] if replies else ErrorReply(ErrorCode.INTERNAL, "no reply")
+        if isinstance(reply, ErrorReply):
+            raise RestError.of(reply)
+        if not isinstance(reply, OkReply) or not reply.text:
+            raise RestError(500, "INTERNAL", f"SUBS answered {reply!r}")
+        member = reply.text.split(None, 1)[0]
+        # Not held by this HTTP connection: the instance outlives it (its own timeout).
+        session.members.discard(member)
+        instance.subs[topic] = member
+
+    async def _pattern_topics(self, pattern: str, session: Session) -> list[str]:
+        """The topics ``pattern`` matches whole (as Java's ``Pattern.matches``, which Kafka's
+        pattern subscriptions use) among those the caller may see (``TOPICS`` filters by the
+        describe right), internal topics left out (Kafka's ``exclude.internal.topics``), at
+        most ``_MAX_TOPICS`` of them in name order."""
+        rows = await self._rows(ListTopics(), session)
+        names = sorted(r.topic for r in rows if isinstance(r, TopicRow))
+        regex = re.compile(pattern)
+        matched = [
+            t for t in names if not t.startswith(INTERNAL_TOPIC_PREFIX) and regex.fullmatch(t)
+        ]
+        return matched[:_MAX_TOPICS]
+
+    async def _follow_pattern(self, instance: _Instance, session: Session) -> None:
+        """A pattern subscription follows the topics: one created since that matches is
+        subscribed to, one deleted is left, as a Kafka consumer does at its metadata refresh.
+        The broker's own metadata tells whether anything changed (no request when not)."""
+        if instance.pattern is None:
+            return
+        regex = re.compile(instance.pattern)
+        local = {
+            t
+            for t in self._metadata.view.topics
+            if not t.startswith(INTERNAL_TOPIC_PREFIX) and regex.fullmatch(t)
+        }
+        if local == set(instance.subs):
+            return
+        wanted = await self._pattern_topics(instance.pattern, session)
+        for topic in [t for t in instance.subs if t not in wanted]:
+            await self._call(Leave(instance.subs.pop(topic)), session)
+            instance.positions.pop(topic, None)
+        new = [t for t in wanted if t not in instance.subs]
+        for topic in new:
+            await self._subs(instance, topic, session)
+        await self._save(instance, session)
 
     async def _unsubscribe(self, instance: _Instance, session: Session) -> None:
         for member in instance.subs.values():
             await self._call(Leave(member), session)  # gone already is as good
         instance.subs.clear()
         instance.positions.clear()
+        instance.pattern = None
 
     # -- records --------------------------------------------------------------------------------
 
@@ -377,6 +444,7 @@ class RestConsumers:
         wait_ms = _int(query, "timeout", 0, _MAX_WAIT_MS, 0, self._bad)
         max_bytes = _int(query, "max_bytes", 1, _MAX_BYTES, _DEFAULT_MAX_BYTES, self._bad)
         embedded = _accepted(request, instance.embedded)
+        await self._follow_pattern(instance, session)
         before = {t: dict(ps) for t, ps in instance.positions.items()}
         results: dict[str, list[Reply]] = {}
         expired = False
@@ -945,6 +1013,7 @@ def consumer_paths() -> dict[str, Any]:
                                 "schema": _object(
                                     ["topics"],
                                     topics={"type": "array", "items": {"type": "string"}},
+                                    topic_pattern={"type": "string"},
                                 )
                             }
                         },
@@ -953,18 +1022,31 @@ def consumer_paths() -> dict[str, Any]:
                 },
             },
             "post": {
-                "summary": "Subscribe to topics, replacing the subscription (SUBS each)",
+                "summary": "Subscribe to topics, or to the topics a regular expression matches "
+                "whole (followed as topics come and go), replacing the subscription (SUBS each)",
                 "parameters": both,
                 "requestBody": _json_body(
-                    _object(
-                        ["topics"],
-                        topics={
-                            "type": "array",
-                            "minItems": 1,
-                            "maxItems": _MAX_TOPICS,
-                            "items": {"type": "string", "minLength": 1},
-                        },
-                    )
+                    {
+                        "oneOf": [
+                            _object(
+                                ["topics"],
+                                topics={
+                                    "type": "array",
+                                    "minItems": 1,
+                                    "maxItems": _MAX_TOPICS,
+                                    "items": {"type": "string", "minLength": 1},
+                                },
+                            ),
+                            _object(
+                                ["topic_pattern"],
+                                topic_pattern={
+                                    "type": "string",
+                                    "minLength": 1,
+                                    "maxLength": _MAX_PATTERN,
+                                },
+                            ),
+                        ]
+                    }
                 ),
                 "responses": {**_done("Subscribed"), **_error_responses(422)},
             },
