@@ -541,6 +541,7 @@ class Broker:
             mqtt_tls_port=self.mqtt.tls_port if self.mqtt is not None else None,
             mqtt_ws_port=self.mqtt.ws_port if self.mqtt is not None else None,
             kafka_port=self.kafka_port,
+            http_port=self.http_port,
         )
         while True:
             try:

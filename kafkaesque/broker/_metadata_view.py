@@ -79,6 +79,7 @@ class BrokerInfo:
     mqtt_tls_port: int | None = None
     mqtt_ws_port: int | None = None
     kafka_port: int | None = None
+    http_port: int | None = None
 
 
 @dataclass(frozen=True)

@@ -345,7 +345,16 @@ class TopicAdmin:
         empty) that ``session`` may describe (the others are left out, as if absent)."""
         view = self._metadata.view
         rows: list[Reply] = [
-            BrokerRow(b.id, b.host, b.client_port, b.mqtt_port, b.mqtt_tls_port, b.mqtt_ws_port)
+            BrokerRow(
+                b.id,
+                b.host,
+                b.client_port,
+                b.mqtt_port,
+                b.mqtt_tls_port,
+                b.mqtt_ws_port,
+                b.kafka_port,
+                b.http_port,
+            )
             for _, b in sorted(view.brokers.items())
         ]
         wanted = names or tuple(sorted(view.topics))

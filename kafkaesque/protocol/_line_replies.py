@@ -97,9 +97,10 @@ class PartitionRow:
 
 @dataclass(frozen=True, slots=True)
 class BrokerRow:
-    """``+BROKER id host port [mqtt=port] [mqtt_tls=port] [mqtt_ws=port]``: where a broker listens
-    for the line protocol, and on the same host for MQTT devices: plain, over TLS, over WebSocket
-    (when it does)."""
+    """``+BROKER id host port [mqtt=port] [mqtt_tls=port] [mqtt_ws=port] [kafka=port]
+    [http=port]``: where a broker listens for the line protocol, and on the same host for MQTT
+    devices (plain, over TLS, over WebSocket), Kafka clients and REST calls (when it does).
+    A reader ignores a ``name=value`` field it does not know: later brokers may add some."""
 
     broker_id: int
     host: str
@@ -107,6 +108,8 @@ class BrokerRow:
     mqtt_port: int | None = None
     mqtt_tls_port: int | None = None
     mqtt_ws_port: int | None = None
+    kafka_port: int | None = None
+    http_port: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -76,12 +76,14 @@ def _reply_topic(raw: bytes, line: bytes) -> str:
 
 
 def _reply_options(
-    tokens: list[bytes], line: bytes, allowed: frozenset[bytes]
+    tokens: list[bytes], line: bytes, allowed: frozenset[bytes] | None
 ) -> dict[bytes, bytes]:
+    """The ``name=value`` fields of a row; a field twice, or one not in ``allowed`` (None:
+    any name) breaks the stream."""
     options: dict[bytes, bytes] = {}
     for token in tokens:
         name, eq, value = token.partition(b"=")
-        if not eq or name not in allowed or name in options:
+        if not eq or not name or (allowed is not None and name not in allowed) or name in options:
             raise _broken(f"unexpected field {show(token)}", line)
         options[name] = value
     return options
@@ -200,17 +202,19 @@ def _parse_broker_row(rest: bytes, line: bytes) -> Reply:
     host = fields[1].decode("ascii", "replace")
     if name_error(host) is not None:
         raise _broken("invalid host", line)
-    options = _reply_options(fields[3:], line, frozenset(_MQTT_PORT_KEYS))
-    ports = (options.get(key) for key in _MQTT_PORT_KEYS)
+    # Fields a later broker adds are skipped (the row's own port fields are all optional).
+    options = _reply_options(fields[3:], line, None)
+    ports = (options.get(key) for key in _PORT_KEYS)
     return BrokerRow(
         _reply_int(fields[0], line, "broker id", 0, INT32_MAX),
         host,
         _reply_int(fields[2], line, "port", 0, 65535),
-        *(None if p is None else _reply_int(p, line, "MQTT port", 0, 65535) for p in ports),
+        *(None if p is None else _reply_int(p, line, "port", 0, 65535) for p in ports),
     )
 
 
-_MQTT_PORT_KEYS = (b"mqtt", b"mqtt_tls", b"mqtt_ws")  # +BROKER's optional fields, in order
+# +BROKER's optional fields, in BrokerRow's order.
+_PORT_KEYS = (b"mqtt", b"mqtt_tls", b"mqtt_ws", b"kafka", b"http")
 
 
 def _parse_offset_row(rest: bytes, line: bytes) -> Reply:

@@ -118,6 +118,8 @@ def encode_reply(reply: Reply) -> bytes:
             words += optional_int(b"mqtt", reply.mqtt_port, 0, 65535)
             words += optional_int(b"mqtt_tls", reply.mqtt_tls_port, 0, 65535)
             words += optional_int(b"mqtt_ws", reply.mqtt_ws_port, 0, 65535)
+            words += optional_int(b"kafka", reply.kafka_port, 0, 65535)
+            words += optional_int(b"http", reply.http_port, 0, 65535)
             return b" ".join(words) + CRLF
         case GroupRow():
             return b"+GROUP %s %s %s %s %s %s\r\n" % (

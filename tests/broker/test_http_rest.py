@@ -22,6 +22,7 @@ from kafkaesque.broker.http import openapi_document
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.protocol import (
     NEED_DATA,
+    BrokerRow,
     DataReply,
     EndReply,
     ErrorReply,
@@ -245,6 +246,14 @@ def test_topics_describe_and_brokers_say_what_the_line_protocol_says(
     status, brokers, _ = rest(cluster, "GET", "/brokers")
     assert status == 200 and brokers["brokers"] == [0, 1, 2]
     assert brokers["details"][0]["port"] == cluster.ports[0].client
+    # METADATA names each broker's Kafka and REST ports (so does /brokers).
+    listed = [r for r in line(cluster, b"METADATA rest-meta", 1) if isinstance(r, BrokerRow)]
+    assert [(r.kafka_port, r.http_port) for r in listed] == [
+        (cluster.ports[b].kafka, cluster.http_address(b)[1]) for b in range(3)
+    ]
+    assert [(d["kafka_port"], d["http_port"]) for d in brokers["details"]] == [
+        (r.kafka_port, r.http_port) for r in listed
+    ]
 
 
 def test_tophat_phones_post_heartbeats_and_a_dashboard_gets_each_latest(

@@ -403,6 +403,8 @@ replies: st.SearchStrategy[Reply] = st.one_of(
         st.none() | st.integers(0, 65535),
         st.none() | st.integers(0, 65535),
         st.none() | st.integers(0, 65535),
+        st.none() | st.integers(0, 65535),
+        st.none() | st.integers(0, 65535),
     ),
     st.builds(OffsetRow, readable_topics, partitions, st.none() | offsets),
     st.builds(

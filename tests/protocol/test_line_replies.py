@@ -72,6 +72,10 @@ ENCODINGS: list[tuple[Reply, bytes]] = [
     ),
     (BrokerRow(2, "h", 9092, mqtt_tls_port=8883), b"+BROKER 2 h 9092 mqtt_tls=8883\r\n"),
     (BrokerRow(3, "h", 9092, 1883, None, 8080), b"+BROKER 3 h 9092 mqtt=1883 mqtt_ws=8080\r\n"),
+    (
+        BrokerRow(4, "h", 9092, kafka_port=9093, http_port=9292),
+        b"+BROKER 4 h 9092 kafka=9093 http=9292\r\n",
+    ),
     (OffsetRow("orders", 0, 15), b"+OFFSET orders 0 15\r\n"),
     (OffsetRow("orders", 1, None), b"+OFFSET orders 1 -\r\n"),
     (InfoRow("PING"), b"+INFO PING\r\n"),
@@ -115,6 +119,12 @@ def test_unknown_error_code_from_a_newer_server_is_kept_as_internal() -> None:
     ]
 
 
+def test_a_broker_row_field_from_a_newer_broker_is_skipped() -> None:
+    decoder = ReplyDecoder()
+    decoder.feed(b"+BROKER 1 h 9092 amqp=5672 mqtt=1883\r\n")
+    assert decoder.next_event() == BrokerRow(1, "h", 9092, mqtt_port=1883)
+
+
 def test_human_text_with_invalid_utf8_is_shown_not_fatal() -> None:
     assert decode(b"+OK caf\xe9\r\n") == [OkReply("caf\ufffd")]
 
@@ -141,7 +151,9 @@ MALFORMED = [
     b"+BROKER 1 host 9092 mqtt=x",
     b"+BROKER 1 host 9092 mqtt=70000",
     b"+BROKER 1 host 9092 mqtt_ws=-1",
-    b"+BROKER 1 host 9092 amqp=5672",
+    b"+BROKER 1 host 9092 amqp",
+    b"+BROKER 1 host 9092 mqtt=1883 mqtt=1884",
+    b"+BROKER 1 host 9092 http=-1",
     b"+OFFSET t 0",
     b"+END 0:1,0:2",
     b"+END 0-1",

@@ -271,7 +271,21 @@ def openapi_document() -> dict[str, Any]:
             "type": "object",
             "properties": {
                 "brokers": {"type": "array", "items": {"type": "integer"}},
-                "details": {"type": "array", "items": {"type": "object"}},
+                "details": {
+                    "type": "array",
+                    "items": {
+                        "type": "object",
+                        "properties": {
+                            "id": {"type": "integer"},
+                            "host": {"type": "string"},
+                            "port": {"type": "integer", "description": "the line protocol's"},
+                            **{
+                                f"{name}_port": {"type": "integer", "nullable": True}
+                                for name in ("mqtt", "mqtt_tls", "mqtt_ws", "kafka", "http")
+                            },
+                        },
+                    },
+                },
             },
         },
     }

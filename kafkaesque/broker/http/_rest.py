@@ -412,6 +412,8 @@ class RestApi:
                     "mqtt_port": b.mqtt_port,
                     "mqtt_tls_port": b.mqtt_tls_port,
                     "mqtt_ws_port": b.mqtt_ws_port,
+                    "kafka_port": b.kafka_port,
+                    "http_port": b.http_port,
                 }
                 for b in brokers
             ],
