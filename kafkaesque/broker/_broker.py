@@ -90,6 +90,7 @@ from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
 from ._metadata_view import BrokerInfo, MetadataError
 from ._metrics import BrokerMetrics, ClusterProbes
+from ._partitioner import Partitioner
 from ._read_path import ReadPath
 from ._relay import CommandRelay
 from ._session import serve_session
@@ -219,12 +220,15 @@ class Broker:
             forward_to=self.relay.forward_to,
             nursery=lambda: self._nursery,
         )
+        # The producers' rule for records without a partition, shared by the fronts.
+        partitioner = Partitioner()
         self.commands = CommandHandler(
             config.id,
             metadata=self.metadata,
             writes=self.writes,
             reads=self.reads,
             appender=self.appenders.get,
+            partitioner=partitioner,
             groups=self.groups,
             admin=self.admin,
             latest=self.latest,
@@ -303,6 +307,7 @@ class Broker:
                 config=config,
                 dispatch=self.commands.dispatch,
                 metadata=self.metadata,
+                partitioner=partitioner,
                 access=self.access,
                 draining=self.draining,
                 tls=self.tls.http,

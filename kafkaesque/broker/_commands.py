@@ -14,7 +14,6 @@ command is never forwarded again, so two brokers with stale views cannot bounce 
 from __future__ import annotations
 
 import functools
-import itertools
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -86,6 +85,7 @@ from ._latest import LatestIndexes
 from ._log_ids import log_id_of
 from ._metadata import ClusterMetadata
 from ._metrics import BrokerMetrics, command_word
+from ._partitioner import Partitioner
 from ._read_path import ReadPath
 from ._reads import (
     DEFAULT_CONS_MESSAGES,
@@ -165,6 +165,7 @@ class CommandHandler:
         writes: WritePath,
         reads: ReadPath,
         appender: Callable[[str, int, Acks], PartitionAppender],
+        partitioner: Partitioner,
         groups: GroupCoordinator,
         admin: TopicAdmin,
         latest: LatestIndexes,
@@ -189,7 +190,7 @@ class CommandHandler:
         self._forward_latest = forward_latest
         self._admit_peer = admit_peer
         self._elect_leaders = elect_leaders
-        self._round_robin: dict[str, itertools.count[int]] = {}
+        self._partitioner = partitioner
         # The admin's topics being auto-created, by name: the same dict, read here by every
         # publish (see ``Creation``'s invariant).
         self._creating = admin.creating
@@ -492,15 +493,7 @@ class CommandHandler:
         """Append one record through the partition's appender; ``word`` (PUBS or PUB) labels
         a failure in the metrics."""
         info = known_topic(self._metadata.view.topics, topic)
-        count = info.config.partitions
-        if partition is None:
-            if key is not None:
-                partition = partition_for_key(key, count)
-            else:
-                counter = self._round_robin.setdefault(topic, itertools.count())
-                partition = next(counter) % count
-        elif partition >= count:
-            raise unknown_partition(topic, partition, count)
+        partition = self._partitioner.choose(topic, info.config.partitions, key, partition)
         record = Record(value=value, key=key, headers=headers, timestamp=int(time.time() * 1000))
         flight, index = self._appender(topic, partition, acks).add(record)
         return PublishSlot(flight, index, self._publish_failed[word])

@@ -31,7 +31,8 @@ def service(access: AccessControl | None = None) -> HttpService:
         config=cast(BrokerConfig, None),
         dispatch=cast(Any, None),
         metadata=cast(Any, None),
-        access=access or cast(Any, SimpleNamespace(users=None)),
+        partitioner=cast(Any, None),
+        access=access or cast(Any, SimpleNamespace(users=None, check_operation=None)),
         draining=cast(Any, None),
         limits=LIMITS,
     )

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import itertools
 import json
 import logging
 import time
@@ -52,7 +51,6 @@ from kafkaesque.protocol import (
     ReplyDecoder,
     TopicRow,
     parse_published_reply,
-    partition_for_key,
 )
 from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
 from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_records
@@ -109,7 +107,6 @@ class RestApi:
 
     def __init__(self, wiring: HttpWiring) -> None:
         self._w = wiring
-        self._round_robin: dict[str, itertools.count[int]] = {}
         self._openapi = _json(openapi_document())
         self._consumers = RestConsumers(
             self._call, self._rows, wiring.metadata, wiring.access.check_operation
@@ -260,20 +257,11 @@ class RestApi:
                 if asked is not None and asked != partition:
                     raise _bad(f"records[{index}].partition is {asked}, the path's {partition}")
                 asked = partition
-            if asked is None:
-                if key is not None:
-                    asked = partition_for_key(key, count)
-                else:
-                    counter = self._round_robin.setdefault(topic, itertools.count())
-                    asked = next(counter) % count
-            elif asked >= count:
-                raise RestError.of(
-                    ErrorReply(
-                        ErrorCode.UNKNOWN_PARTITION,
-                        f"{topic} has partitions 0..{count - 1}, not {asked}",
-                    )
-                )
-            placed.append(_Produced(index, asked, Record(value, key, headers, timestamp=now)))
+            try:
+                chosen = self._w.partitioner.choose(topic, count, key, asked)
+            except RequestError as exc:
+                raise RestError.of(exc.reply()) from exc
+            placed.append(_Produced(index, chosen, Record(value, key, headers, timestamp=now)))
         by_partition: dict[int, list[_Produced]] = {}
         for produced in placed:
             by_partition.setdefault(produced.partition, []).append(produced)

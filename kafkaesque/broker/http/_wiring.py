@@ -19,6 +19,7 @@ from kafkaesque.security import ReloadingContext
 from .._access import AccessControl
 from .._config import BrokerConfig
 from .._metadata import ClusterMetadata
+from .._partitioner import Partitioner
 from .._session import Session, Slot
 from .._shutdown import Draining
 from .._tls import TlsRefusals
@@ -29,9 +30,10 @@ class HttpWiring:
     """The parts of a broker its HTTP front works with.
 
     ``config``: the broker's settings (its id, ``http_listener``). ``dispatch``: the command
-    handler. ``metadata``: the topics' partition counts, to pick a record's partition as a
-    producer does. ``access``: sessions and HTTP Basic (PLAIN's check). ``draining``: the
-    broker's graceful shutdown of client connections. ``tls``: the port's TLS context (None:
+    handler. ``metadata``: the topics' partition counts, and ``partitioner`` the broker's rule,
+    to pick a record's partition as the line protocol's publishes do. ``access``: sessions and
+    HTTP Basic (PLAIN's check). ``draining``: the broker's graceful shutdown of client
+    connections. ``tls``: the port's TLS context (None:
     plain HTTP) and ``tls_refusals`` the counter of its failed handshakes. ``limits``: what
     one connection may cost.
     """
@@ -39,6 +41,7 @@ class HttpWiring:
     config: BrokerConfig
     dispatch: Callable[[Command, trio.Nursery, Session | None], Slot]
     metadata: ClusterMetadata
+    partitioner: Partitioner
     access: AccessControl
     draining: Draining
     tls: ReloadingContext | None = None
