@@ -150,6 +150,17 @@ class QuiescencePolicy:
         silent = 0 if gone else max(0, now - self._last_heard.get(peer, 0))
         return OrphanWake(gone=gone, stand_first=first, silent_ticks=silent, woke=woke)
 
+    def voter_silent(self, state: QuietState, node: RaftNode, peer: int) -> bool:
+        """``peer`` went silent (or its connection closed) and ``node`` leads a group ``peer``
+        votes in: whether the group woke. A quiesced leader does not tick, so it never runs
+        check-quorum: cut off from its followers (a partition, or both of them paused) it would
+        go on believing it leads, and report so to every broker, long after the others elected
+        a new leader. Woken, it ticks again: it steps down one election timeout later unless a
+        majority still answers it (then it quiesces again once the group is idle and whole)."""
+        if node.role is not Role.LEADER or peer not in node.configuration.voters:
+            return False
+        return self.wake(state)
+
     # -- groups ----------------------------------------------------------------------------------
 
     def quiesce_leader(self, state: QuietState, node: RaftNode) -> bool:
@@ -158,9 +169,16 @@ class QuiescencePolicy:
         tells every other member (term and commit) to quiesce too (``quiesce_follower``).
 
         Only a leader idle for ``quiesce_after`` ticks whose core is ``quiescent`` (every member
-        holds the whole log and was told the commit) quiesces.
+        holds the whole log and was told the commit) and that hears every member quiesces: with
+        a member silent it keeps ticking, so check-quorum sees whether a majority still answers
+        (``voter_silent``).
         """
-        if node.role is Role.LEADER and state.idle_ticks >= self.quiesce_after and node.quiescent():
+        if (
+            node.role is Role.LEADER
+            and state.idle_ticks >= self.quiesce_after
+            and node.quiescent()
+            and all(self.hears(m) for m in node.configuration.members if m != self.node_id)
+        ):
             state.quiesced = True
             return True
         return False

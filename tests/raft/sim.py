@@ -447,8 +447,12 @@ class Cluster:
 
     def _orphaned(self, node: SimNode, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or its connection closed) for ``node``: wake the group if
-        ``peer`` leads it, as the driver's ``_wake_orphans`` does."""
+        ``peer`` leads it, or if ``node`` leads it and ``peer`` votes in it, as the driver's
+        ``_wake_orphans`` does."""
         assert node.core is not None and node.policy is not None
+        if node.policy.voter_silent(node.quiet, node.core, peer):
+            self.note("quiet", f"n{node.id} woke: voter n{peer} silent (gone: {gone})")
+            return
         wake: OrphanWake | None = node.policy.orphaned(
             node.quiet, node.core, peer, node.ticks, gone=gone
         )

@@ -141,6 +141,24 @@ def test_a_silent_leaders_quiet_group_elects_another_within_two_timeouts(
     cluster.check_liveness()  # heals, resumes, restarts: the old leader rejoins and converges
 
 
+@settings(CASES)
+@given(seed=SEEDS, voters=st.sampled_from([3, 5]))
+def test_a_quiet_leader_cut_off_from_its_followers_steps_down(seed: int, voters: int) -> None:
+    """A quiesced leader does not tick; cut off from every follower it must still learn that
+    it leads no majority (check-quorum), or it keeps telling every broker it leads. The silence
+    wakes it, and it steps down within two election timeouts; healed, the group converges."""
+    cluster, old = _quiet_cluster(SimConfig(voters=voters, spares=0, quiesce=True), seed, 1)
+    assert old.core is not None
+    cluster.partition({old.id})
+    ticks = _run_until(
+        cluster,
+        lambda: old.core is not None and old.core.role is not Role.LEADER,
+        ticks=4 * ELECTION_TICK,
+    )
+    assert ticks <= 2 * ELECTION_TICK, (ticks, cluster.format_trace())
+    cluster.check_liveness()
+
+
 def test_the_simulator_runs_quiescing_nodes_under_the_nemesis() -> None:
     """The hypothesis schedules of test_sim, with every node quiescing: safety after every
     event, and liveness (a proposal commits on every voter) after healing."""

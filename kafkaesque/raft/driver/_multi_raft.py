@@ -586,8 +586,14 @@ class MultiRaft:
     def _wake_orphans(self, peer: int, *, gone: bool) -> None:
         """``peer`` went silent (or, with ``gone``, its connection closed): a rare sweep over the
         groups it leads here, each woken and told what the policy decided
-        (``QuiescencePolicy.orphaned``)."""
+        (``QuiescencePolicy.orphaned``), and over the quiesced groups led here that it votes in,
+        woken so that check-quorum runs (``QuiescencePolicy.voter_silent``)."""
         for replica in self.replicas.values():
+            if self._quiet.voter_silent(replica.quiet, replica.node, peer):
+                self._active.add(replica)
+                self._mark(replica)
+                log.info("node %d: %s woke up, voter %d is silent", self.node_id, replica.id, peer)
+                continue
             wake = self._quiet.orphaned(replica.quiet, replica.node, peer, self._ticks, gone=gone)
             if wake is None:
                 continue
