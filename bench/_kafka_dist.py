@@ -19,6 +19,13 @@ FETCH_PEERS = os.path.join(ROOT, "bin", "fetch-peers")
 
 # The main class behind each of Kafka's scripts (bin/<name>.sh in Kafka 4.3's distribution).
 TOPICS = "org.apache.kafka.tools.TopicCommand"
+GROUPS = "org.apache.kafka.tools.GroupsCommand"
+CONNECT_DISTRIBUTED = "org.apache.kafka.connect.cli.ConnectDistributed"
+
+# A log4j2 configuration that writes everything at INFO into the file named by the system
+# property ``kafkaesque.log.file``: long-running programs (a Connect worker) log there, where a
+# test can read what the program asked of us and why it failed.
+FILE_LOG_CONFIG = os.path.join(ROOT, "peers", "kafka", "log4j2-file.properties")
 
 
 class KafkaDistMissing(RuntimeError):
@@ -43,6 +50,23 @@ def kafka_available() -> bool:
     return True
 
 
+def kafka_command(
+    main_class: str, args: Sequence[str], *, heap: str = "256m", log_file: str | None = None
+) -> list[str]:
+    """The command line that runs one of Kafka's programs with a ``heap`` sized JVM.
+
+    With ``log_file`` its log goes there at INFO (:data:`FILE_LOG_CONFIG`); without, log4j2's
+    default (errors on the console) applies, as for the command-line tools.
+    """
+    jvm = [f"-Xmx{heap}"]
+    if log_file is not None:
+        jvm += [
+            f"-Dlog4j2.configurationFile={FILE_LOG_CONFIG}",
+            f"-Dkafkaesque.log.file={log_file}",
+        ]
+    return ["java", *jvm, "-cp", kafka_classpath(), main_class, *args]
+
+
 def run_kafka_tool(
     main_class: str, args: Sequence[str], *, timeout: float = 60.0, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
@@ -51,7 +75,11 @@ def run_kafka_tool(
     The JVM gets a small heap: these are clients, and the machine's cores and memory are shared
     with the brokers under test.
     """
-    command = ["java", "-Xmx256m", "-cp", kafka_classpath(), main_class, *args]
     return subprocess.run(
-        command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        kafka_command(main_class, args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )

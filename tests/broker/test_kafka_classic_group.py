@@ -173,6 +173,25 @@ def test_the_last_member_leaving_empties_the_group() -> None:
     assert group.leave(a, None, 1.0) == E.UNKNOWN_MEMBER_ID
 
 
+def test_an_empty_group_keeps_its_protocol_type_until_a_member_of_another_type_joins() -> None:
+    # Kafka Connect's workers form a group of type "connect"; once they all stop, the group is
+    # Empty and ListGroups and DescribeGroups still say "connect" (not a consumer group), as in
+    # Kafka. A member of another type may then take the empty group over, and sets its type.
+    group = ClassicGroup("g")
+    worker = new_member(group, 0.0, protocol_type="connect")
+    done(group.join(request(worker, protocol_type="connect"), 0.0))
+    done(group.sync(worker, None, 1, {worker: b"all"}, 0.0))
+    assert group.leave(worker, None, 1.0) == E.NONE
+    assert group.state is GroupState.EMPTY
+    assert group.describe()["protocol_type"] == "connect"
+    assert ClassicGroup.saved_protocol_type(group.saved()) == "connect"
+    restored = ClassicGroup.restored("g", group.saved(), 2.0)
+    assert restored.describe()["protocol_type"] == "connect"
+    consumer = new_member(group, 3.0)
+    assert done(group.join(request(consumer), 3.0))["error_code"] == E.NONE
+    assert group.describe()["protocol_type"] == "consumer"
+
+
 def test_sync_waits_for_the_leader_and_a_rebalance_answers_waiting_syncs() -> None:
     group = ClassicGroup("g", initial_delay_s=0.5)
     a, b = new_member(group, 0.0), new_member(group, 0.0)

@@ -440,6 +440,36 @@ def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster)
         assert "kf-admin" not in client.refresh_metadata().partitions
 
 
+def test_a_compact_only_topic_is_never_cut_by_retention_as_in_kafka(cluster: LocalCluster) -> None:
+    # Kafka Connect creates its config and offsets topics with cleanup.policy=compact alone and
+    # reads them whole at every start: the broker's default retention must not apply to them.
+    a = confluent_kafka.admin
+    admin = a.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    new = [
+        a.NewTopic("kf-compact", 1, 3, config={"cleanup.policy": "compact"}),
+        a.NewTopic(
+            "kf-both", 1, 3, config={"cleanup.policy": "compact,delete", "retention.ms": "60000"}
+        ),
+        a.NewTopic("kf-bad-policy", 1, 3, config={"cleanup.policy": "compact,shred"}),
+    ]
+    results = admin.create_topics(new)
+    results["kf-compact"].result(30)
+    results["kf-both"].result(30)
+    with pytest.raises(confluent_kafka.KafkaException, match="INVALID_CONFIG"):
+        results["kf-bad-policy"].result(30)
+    with Client(cluster.bootstrap) as client:
+        compact = client.describe_topic("kf-compact").topic
+        both = client.describe_topic("kf-both").topic
+    assert (compact.compact, compact.retention_ms, compact.retention_bytes) == (True, None, None)
+    assert (both.compact, both.retention_ms) == (True, 60000)
+    resources = [a.ConfigResource(a.ResourceType.TOPIC, t) for t in ("kf-compact", "kf-both")]
+    described = [f.result(30) for f in admin.describe_configs(resources).values()]
+    assert [d["cleanup.policy"].value for d in described] == ["compact", "compact,delete"]
+    assert described[0]["retention.ms"].value == "-1"
+    for future in admin.delete_topics(["kf-compact", "kf-both"]).values():
+        future.result(30)
+
+
 def test_with_a_users_file_an_unauthenticated_kafka_client_is_refused_and_learns_nothing(
     tmp_path: Any,
 ) -> None:

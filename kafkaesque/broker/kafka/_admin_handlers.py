@@ -60,6 +60,7 @@ from .._errors import RequestError
 from .._metadata_view import TopicConfig, TopicInfo
 from .._session import Session
 from .._topic_admin import metadata_call
+from ._cleanup_policy import describe_cleanup_policy, parse_cleanup_policy
 from ._wiring import KafkaWiring
 
 log = logging.getLogger("kafkaesque.broker.kafka")
@@ -341,7 +342,12 @@ class KafkaAdminHandlers:
     def _topic_configs(self, info: TopicInfo, version: int) -> list[Message]:
         c: TopicConfig = info.config
         values: list[tuple[str, str, bool, ConfigType]] = [
-            (_CLEANUP_POLICY, "compact" if c.compact else "delete", False, ConfigType.LIST),
+            (
+                _CLEANUP_POLICY,
+                describe_cleanup_policy(c.compact, c.retention_ms, c.retention_bytes),
+                False,
+                ConfigType.LIST,
+            ),
             (_RETENTION_BYTES, _number(c.retention_bytes), False, ConfigType.LONG),
             (_RETENTION_MS, _number(c.retention_ms), False, ConfigType.LONG),
             # What the cluster does, said in Kafka's words (read-only): a Raft majority
@@ -417,9 +423,9 @@ class KafkaAdminHandlers:
             if operation != ConfigOperation.SET:
                 raise ValueError(f"{key}: only SET and DELETE are served")
             if key == _CLEANUP_POLICY:
-                if value not in ("compact", "delete"):
-                    raise ValueError(f"{key}={value}: compact or delete")
-                settings["compact"] = value == "compact"
+                # The retention limits stay as they are: a compacted topic that keeps one is
+                # described as compact,delete (``_cleanup_policy``).
+                settings["compact"], _ = parse_cleanup_policy(value)
                 continue
             try:
                 number = int(value or "")

@@ -166,11 +166,14 @@ class ClassicGroup:
             return join_error(KafkaError.UNKNOWN_MEMBER_ID, member_id)
         member = self.members.get(member_id)
         if member is None:
+            # As Kafka's GroupMetadata.add: the first member of an empty group sets its protocol
+            # type (an empty group keeps its last one, which ListGroups and DescribeGroups show:
+            # a stopped Connect cluster's group stays "connect").
+            if not self.members:
+                self.protocol_type = request.protocol_type
             member = self.members[member_id] = request.member(member_id, now)
             if request.instance_id is not None:
                 self.static[request.instance_id] = member_id
-            if not self.protocol_type:
-                self.protocol_type = request.protocol_type
             changed = True
         else:
             changed = member.protocols != request.protocols
@@ -248,8 +251,7 @@ class ClassicGroup:
         self.generation += 1
         if not self.members:
             self.state = GroupState.EMPTY
-            self.protocol = self.leader = None
-            self.protocol_type = None
+            self.protocol = self.leader = None  # the protocol type stays (Kafka's rule)
             return
         self.state = GroupState.COMPLETING_REBALANCE
         self.protocol = self._choose_protocol()
@@ -456,6 +458,11 @@ class ClassicGroup:
                 for m in self.members.values()
             ],
         }
+
+    @staticmethod
+    def saved_protocol_type(saved: dict[str, Any]) -> str:
+        """The protocol type in a membership ``saved`` wrote ("" if none was ever set)."""
+        return saved.get("protocol_type") or ""
 
     @classmethod
     def restored(

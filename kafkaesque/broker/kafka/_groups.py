@@ -416,7 +416,13 @@ class KafkaGroups:
         for partition in self._led_partitions():
             try:
                 for group_id in await self._offsets.kafka_groups(partition):
-                    names.setdefault(group_id, "consumer")
+                    if group_id in names:
+                        continue
+                    # An empty group is forgotten once saved: its saved membership keeps the
+                    # protocol type of its last members (a stopped Connect cluster's "connect").
+                    saved = await self._offsets.kafka_group(partition, group_id)
+                    kind = None if saved is None else ClassicGroup.saved_protocol_type(saved)
+                    names[group_id] = kind or "consumer"
             except RequestError:
                 continue  # it stopped leading meanwhile
         visible = self._access_control.visible(session, AclResource.GROUP, sorted(names))

@@ -66,6 +66,7 @@ from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
 from .._writes import LeaderWrite
+from ._cleanup_policy import parse_cleanup_policy
 from ._groups import KafkaGroups
 from ._translate import kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
@@ -434,7 +435,9 @@ class KafkaHandlers:
     ) -> tuple[KafkaError, str | None]:
         """One topic of CreateTopics, through the topic admin CREATE uses (its checks, its
         wait for leaders). Kafka's configs map to ours: retention.ms, retention.bytes,
-        cleanup.policy; any other is INVALID_CONFIG; explicit assignments are refused."""
+        cleanup.policy (``compact`` alone is unlimited retention unless one is given, as Kafka
+        applies none: ``_cleanup_policy``); any other is INVALID_CONFIG; explicit assignments
+        are refused."""
         w = self._w
         name = t["name"]
         if name in w.metadata.view.topics:
@@ -442,19 +445,26 @@ class KafkaHandlers:
         if t.get("assignments"):
             return KafkaError.INVALID_REPLICA_ASSIGNMENT, "replicas are assigned by the cluster"
         settings: dict[str, Any] = {}
+        compact_only = False
         for c in t.get("configs") or ():
             key, value = c["name"], c["value"]
             try:
                 if key == "retention.ms":
-                    settings["retention_ms"] = int(value or "")
+                    settings["retention_ms"] = _config_number(key, value)
                 elif key == "retention.bytes":
-                    settings["retention_bytes"] = int(value or "")
-                elif key == "cleanup.policy" and value in ("compact", "delete"):
-                    settings["compact"] = value == "compact"
+                    settings["retention_bytes"] = _config_number(key, value)
+                elif key == "cleanup.policy":
+                    compact, delete = parse_cleanup_policy(value)
+                    settings["compact"] = compact
+                    if compact and not delete:
+                        compact_only = True
                 else:
                     return KafkaError.INVALID_CONFIG, f"unsupported topic config {key}={value}"
-            except ValueError:
-                return KafkaError.INVALID_CONFIG, f"{key}={value} is not a number"
+            except ValueError as exc:
+                return KafkaError.INVALID_CONFIG, str(exc)
+        if compact_only:  # Kafka never cuts a compact-only topic by age or size
+            settings.setdefault("retention_ms", -1)
+            settings.setdefault("retention_bytes", -1)
         partitions, factor = t["num_partitions"], t["replication_factor"]
         command = CreateTopic(
             name,
@@ -711,3 +721,10 @@ def _produce_answer(body: Message, result: Callable[[str, int], tuple[KafkaError
             partitions.append({"index": p["index"], "error_code": error, "base_offset": base})
         responses.append({"name": t["name"], "partition_responses": partitions})
     return {"responses": responses}
+
+
+def _config_number(key: str, value: str | None) -> int:
+    try:
+        return int(value or "")
+    except ValueError:
+        raise ValueError(f"{key}={value} is not a number") from None
