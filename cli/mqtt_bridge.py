@@ -190,7 +190,8 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
     mapping = TopicMapping.default()
     if args.rules:
         try:
-            mapping = TopicMapping.parse(Path(args.rules).read_text(encoding="utf-8"))
+            rules = Path(args.rules)
+            mapping = TopicMapping.parse(rules.read_text(encoding="utf-8"), rules.parent)
         except (OSError, InvalidMappingError) as exc:
             raise MqttBridgeError(f"--rules {args.rules}: {exc}") from None
     for topic_filter in args.subscribe:

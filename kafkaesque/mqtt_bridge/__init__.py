@@ -3,26 +3,28 @@
 ``MqttBridge(BridgeConfig(...)).run`` appends what it receives upstream to log topics, and
 publishes the records of ``to_mqtt`` log topics upstream (see ``_bridge``). It uses only the
 public client (``kafkaesque.client``) and the sans-I/O MQTT package (``kafkaesque.protocol.mqtt``),
-whose client connection options (``MqttClientOptions``) it takes and re-exports for its callers.
+whose client connection options (``MqttClientOptions``) and payload converters it takes and
+re-exports for its callers.
 """
 
-from kafkaesque.protocol.mqtt import DEFAULT_SESSION_EXPIRY_S, MqttClientOptions
-
-from ._bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge, subscriptions_for
-from ._client import MqttClient, Ticket, open_mqtt_client
-from ._converters import (
+from kafkaesque.protocol.mqtt import (
     CONVERTER_NAMES,
+    DEFAULT_SESSION_EXPIRY_S,
+    ERROR_HEADER,
+    TARGET_TOPIC_HEADER,
     ConversionError,
     Converter,
+    MqttClientOptions,
     avro_converter,
     json_converter,
     load_avro_schema,
     make_converter,
     raw_converter,
 )
+
+from ._bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge, subscriptions_for
+from ._client import MqttClient, Ticket, open_mqtt_client
 from ._records import (
-    ERROR_HEADER,
-    TARGET_TOPIC_HEADER,
     LogRecord,
     Refused,
     default_filters,

@@ -59,6 +59,7 @@ from kafkaesque.client import (
     open_producer,
 )
 from kafkaesque.protocol.mqtt import (
+    Converter,
     MqttClientOptions,
     MqttConnectionError,
     MqttProperties,
@@ -68,11 +69,11 @@ from kafkaesque.protocol.mqtt import (
     TopicMapping,
     delivery_properties,
     origin_of,
+    raw_converter,
     seconds_left,
 )
 
 from ._client import MqttClient, open_mqtt_client
-from ._converters import Converter, raw_converter
 from ._records import (
     LogRecord,
     Refused,

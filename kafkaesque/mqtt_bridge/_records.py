@@ -1,30 +1,29 @@
 """The pure half of the MQTT bridge: what one upstream PUBLISH becomes in the log.
 
-``to_log_record`` routes a PUBLISH with the ``TopicMapping``, converts its payload, and returns
-the record to append, or the dead-letter record, or nothing (dropped); no I/O, so the decision is
-tested without a broker. Both records carry the headers ``mqtt.topic`` (the full MQTT topic,
-UTF-8) and ``mqtt.qos``, and those of a v5 message's properties (``message_headers``); a dead
-letter also carries ``error`` (why it was refused) and ``target.topic`` (the log topic it was
-meant for), and keeps the original payload.
+``to_log_record`` maps a PUBLISH with the ``TopicMapping`` (``TopicMapping.apply``: the same rules,
+payload-aware ones included, as the brokers' own MQTT listeners; the bridge's converter serves
+the rules without ``format=``), and returns the record to append, or the dead-letter record, or
+nothing (dropped); no I/O, so the decision is tested without a broker. Both records carry the
+headers ``mqtt.topic`` (the full MQTT topic, UTF-8) and ``mqtt.qos``, and those of a v5
+message's properties (``message_headers``); a dead letter also carries ``error`` (why it was
+refused) and ``target.topic`` (the log topic it was meant for), and keeps the original payload.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Final
 
 from kafkaesque.protocol.mqtt import (
+    ERROR_HEADER,
     MQTT_QOS_HEADER,
     MQTT_TOPIC_HEADER,
+    TARGET_TOPIC_HEADER,
+    Converter,
     Publish,
     TopicMapping,
+    Unmappable,
     message_headers,
 )
-
-from ._converters import ConversionError, Converter
-
-ERROR_HEADER: Final = "error"
-TARGET_TOPIC_HEADER: Final = "target.topic"
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,28 +50,27 @@ def to_log_record(
     converter: Converter,
     dead_letter_topic: str | None = None,
 ) -> LogRecord | Refused:
-    """The record ``publish`` is appended as, or why it is refused and where it goes instead."""
-    route = mapping.route(publish.topic)
+    """The record ``publish`` is appended as, or why it is refused and where it goes instead
+    (``dead_letter_topic``, else the mapping's ``dead-letter`` line, else nowhere)."""
+    mapped = mapping.apply(publish.topic, publish.payload, converter)
     headers = (
         (MQTT_TOPIC_HEADER, publish.topic.encode()),
         (MQTT_QOS_HEADER, str(publish.qos).encode()),
         *message_headers(publish.properties),
     )
-    try:
-        value = converter(publish.payload)
-    except ConversionError as exc:
-        reason = str(exc)
+    if isinstance(mapped, Unmappable):
+        reason = mapped.reason
+        dead_letter_topic = dead_letter_topic or mapping.dead_letter_topic
         if dead_letter_topic is None:
             return Refused(reason, None)
         letter_headers = (
             *headers,
             (ERROR_HEADER, reason.encode()),
-            (TARGET_TOPIC_HEADER, route.log_topic.encode()),
+            (TARGET_TOPIC_HEADER, mapped.target.encode()),
         )
-        return Refused(
-            reason, LogRecord(dead_letter_topic, publish.payload, route.key, letter_headers)
-        )
-    return LogRecord(route.log_topic, value, route.key, headers)
+        key = mapping.rule_for(publish.topic).key_for(publish.topic)
+        return Refused(reason, LogRecord(dead_letter_topic, publish.payload, key, letter_headers))
+    return LogRecord(mapped.log_topic, mapped.value, mapped.key, headers)
 
 
 def default_filters(mapping: TopicMapping, egress_topics: frozenset[str]) -> tuple[str, ...]:

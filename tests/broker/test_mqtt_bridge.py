@@ -126,6 +126,43 @@ async def test_without_a_dead_letter_topic_a_poison_message_is_dropped_and_count
     assert (bridge.stats.dropped, bridge.stats.acked) == (1, 2)
 
 
+async def test_payload_aware_rules_key_route_and_trim_json_and_dead_letter_the_rest(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    # The same rules as the brokers' own listeners (issue 38); the dead-letter topic is the
+    # rules' own, and a rule's format= wins over the bridge's converter.
+    mapping = TopicMapping.parse(
+        "meters/+/reading -> bridge_meters key=$.meter.id fields=kwh,meter.id\n"
+        "meters/+/event   -> bridge_meter-{$.kind}\n"
+        "meters/+/blob    -> bridge_blobs format=raw\n"
+        "dead-letter      -> bridge_meter_dlq\n"
+    )
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-payload"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=mapping,
+        converter=json_converter,
+    )
+    async with running_bridge(config) as bridge:
+        await publish(
+            mosquitto, "meters/gw/reading", b'{"meter": {"id": "m1"}, "kwh": 2, "x": 0}', b"{"
+        )
+        await publish(mosquitto, "meters/gw/event", b'{"kind": "alarm"}')
+        await publish(mosquitto, "meters/gw/blob", b"\x00\xff")
+        [reading] = await read_topic(broker_cluster.bootstrap, "bridge_meters", 1)
+        [event] = await read_topic(broker_cluster.bootstrap, "bridge_meter-alarm", 1)
+        [blob] = await read_topic(broker_cluster.bootstrap, "bridge_blobs", 1)
+        [dead] = await read_topic(broker_cluster.bootstrap, "bridge_meter_dlq", 1)
+    assert (reading.key, json.loads(reading.value or b"")) == (
+        b"m1",
+        {"kwh": 2, "meter": {"id": "m1"}},
+    )
+    assert (event.value, blob.value, dead.value) == (b'{"kind": "alarm"}', b"\x00\xff", b"{")
+    assert b"not JSON" in dict(dead.headers)["error"]
+    assert dict(dead.headers)["target.topic"] == b"bridge_meters"
+    assert (bridge.stats.dead_lettered, bridge.stats.received) == (1, 4)
+
+
 AVRO_SCHEMA = {
     "type": "record",
     "name": "Reading",

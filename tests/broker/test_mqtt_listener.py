@@ -6,6 +6,7 @@ own device ids and MQTT topics, so the tests do not see each other's messages.
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 import urllib.request
@@ -46,14 +47,23 @@ from .mqtt_helpers import (
     RawMqtt,
     headers_of,
     keyed_records,
+    read_topic,
     wait_for,
 )
+
+# Payload-aware rules (issue 38): the key and kept fields from the JSON payload, the log topic
+# from a payload field.
+PAYLOAD_RULES = """
+meters/+/reading -> meter-readings key=$.meter.id fields=kwh,meter.id
+meters/+/event   -> meter-{$.kind}
+dead-letter      -> meter-dead-letter
+"""
 
 
 @pytest.fixture(scope="module")
 def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
     data = str(tmp_path_factory.mktemp("mqtt-cluster"))
-    with LocalCluster(data, 3, mqtt=True, mqtt_rules=RULES) as c:
+    with LocalCluster(data, 3, mqtt=True, mqtt_rules=RULES + PAYLOAD_RULES) as c:
         yield c
 
 
@@ -83,6 +93,40 @@ def test_paho_qos1_publishes_land_in_the_mapped_log_topic(cluster: LocalCluster)
         "mqtt.client": device.encode(),  # with the packet id, how a resend is recognised
         "mqtt.pid": b"1",
     }
+
+
+def test_payload_aware_rules_map_json_and_dead_letter_what_does_not_parse(
+    cluster: LocalCluster,
+) -> None:
+    meter = unique("meter")
+    client = PahoDevice(cluster.mqtt_address(0), unique("gw"))
+    try:
+        client.wait_connected()
+        reading = b'{"meter": {"id": "%s", "site": "x"}, "kwh": 3.5, "raw": [1]}' % meter.encode()
+        client.publish("meters/gw/reading", reading, qos=1)  # each waits for its PUBACK
+        client.publish("meters/gw/reading", b"<xml/>", qos=1)
+        client.publish("meters/gw/reading", b'{"kwh": 1, "tag": "%s"}' % meter.encode(), qos=1)
+        client.publish("meters/gw/event", b'{"kind": "alarm", "id": "%s"}' % meter.encode(), qos=1)
+        admin = cluster.ports[0].admin
+        with urllib.request.urlopen(f"http://127.0.0.1:{admin}/metrics", timeout=10) as reply:
+            metrics = reply.read().decode()
+    finally:
+        client.close()
+    [mapped] = keyed_records(cluster.bootstrap, "meter-readings", meter)
+    assert json.loads(mapped.value or b"") == {"kwh": 3.5, "meter": {"id": meter}}
+    assert headers_of(mapped)["mqtt.topic"] == b"meters/gw/reading"
+    assert [r.value for r in read_topic(cluster.bootstrap, "meter-alarm")] == [
+        b'{"kind": "alarm", "id": "%s"}' % meter.encode()
+    ]
+    dead = read_topic(cluster.bootstrap, "meter-dead-letter")
+    letters = [r for r in dead if r.value == b"<xml/>"]
+    letters += [r for r in dead if meter.encode() in (r.value or b"")]
+    assert [r.value for r in letters] == [b"<xml/>", b'{"kwh": 1, "tag": "%s"}' % meter.encode()]
+    assert b"not JSON" in headers_of(letters[0])["error"]
+    assert headers_of(letters[1])["error"] == b"no key field $.meter.id"
+    assert headers_of(letters[1])["target.topic"] == b"meter-readings"
+    counted = [ln for ln in metrics.splitlines() if ln.startswith("kafkaesque_mqtt_dead_letters")]
+    assert counted and float(counted[0].split()[1]) >= 2
 
 
 def test_qos0_and_unmapped_topics_go_to_the_fallback_topic(cluster: LocalCluster) -> None:

@@ -1,14 +1,19 @@
 """Ingress of the MQTT wing: a device's PUBLISH (or a Will) becomes a record of the log.
 
-A PUBLISH is routed by the topic mapping (``--mqtt-rules``; default ``# -> mqtt key=topic``) to a
-log topic, partition (by the rule's key) and appended through one ``PartitionAppender`` per
+A PUBLISH is mapped by the topic mapping (``--mqtt-rules``; default ``# -> mqtt key=topic``) to a
+log topic, partition (by the rule's key) and value (the payload, or what a payload-aware rule
+makes of it: ``TopicMapping.apply``), and appended through one ``PartitionAppender`` per
 partition, shared by every connection of the broker: the records of thousands of devices become
 a few batches, each appended exactly once even when retried across a leader failover. Records
 carry the headers ``mqtt.topic`` and ``mqtt.qos``, and a v5 message's properties
 (``message_headers``). A log topic the mapping names is created on first use when missing
 (``--mqtt-partitions``, ``--mqtt-replication-factor`` capped at the registered brokers), as
 Kafka's ``auto.create.topics.enable`` does; so are the wing's internal topics (retained
-messages, sessions).
+messages, sessions). A PUBLISH that its rule cannot map (a payload-aware rule's payload that does
+not parse, lacks the key field, ...) is appended to the dead-letter topic (the rules'
+``dead-letter`` line, default ``mqtt-dead-letter``) with its payload unchanged and the headers
+``error`` (why) and ``target.topic``, and acknowledged as any other: counted as
+``dead_letters``.
 """
 
 from __future__ import annotations
@@ -16,19 +21,23 @@ from __future__ import annotations
 import itertools
 import logging
 import time
-from typing import Final
+from typing import Final, NamedTuple
 
 import trio
 
 from kafkaesque.protocol import Acks, ErrorCode, partition_for_key
 from kafkaesque.protocol.mqtt import (
+    DEFAULT_DEAD_LETTER_TOPIC,
+    ERROR_HEADER,
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
     MQTT_TOPIC_HEADER,
+    TARGET_TOPIC_HEADER,
     Route,
     TopicMapping,
+    Unmappable,
 )
 from kafkaesque.storage import Record
 
@@ -48,11 +57,22 @@ _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
 
 
+class _Placed(NamedTuple):
+    """Where a PUBLISH goes: log topic, partition, key, value, and the dead letter's headers
+    (empty unless it is one)."""
+
+    log_topic: str
+    partition: int
+    key: bytes | None
+    value: bytes
+    letter_headers: tuple[tuple[str, bytes], ...]
+
+
 class Ingress:
     """Routes and appends the PUBLISHes of one broker's devices. Trio thread only.
 
-    ``stats`` is the service's counters, of which this counts ``messages_in`` and
-    ``resends_found``.
+    ``stats`` is the service's counters, of which this counts ``messages_in``,
+    ``resends_found`` and ``dead_letters``.
     """
 
     def __init__(self, wiring: MqttWiring, mapping: TopicMapping, stats: dict[str, int]) -> None:
@@ -60,18 +80,36 @@ class Ingress:
         self._config = wiring.config
         self.mapping = mapping
         self._stats = stats
-        self._routes: dict[str, Route] = {}
+        # Per MQTT topic whose rule does not read the payload: its route (or why it has none).
+        self._routes: dict[str, Route | Unmappable | None] = {}
+        self.dead_letter_topic = mapping.dead_letter_topic or DEFAULT_DEAD_LETTER_TOPIC
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, trio.Event] = {}
 
-    def route(self, topic: str) -> Route:
-        """The route of MQTT topic ``topic`` by the mapping (cached)."""
-        route = self._routes.get(topic)
-        if route is None:
+    def map(
+        self, topic: str, payload: bytes
+    ) -> tuple[str, bytes | None, bytes, tuple[tuple[str, bytes], ...]]:
+        """Log topic, key, value and dead-letter headers of a PUBLISH of ``payload`` to MQTT
+        topic ``topic`` (routes that do not read the payload are cached by topic)."""
+        try:
+            route = self._routes[topic]
+        except KeyError:
             if len(self._routes) >= _ROUTE_CACHE:
                 self._routes.clear()
-            route = self._routes[topic] = self.mapping.route(topic)
-        return route
+            route = self._routes[topic] = self.mapping.static_route(topic)
+        if type(route) is Route:
+            return route.log_topic, route.key, payload, ()
+        if route is None:
+            mapped = self.mapping.apply(topic, payload)
+            if not isinstance(mapped, Unmappable):
+                return mapped.log_topic, mapped.key, mapped.value, ()
+            route = mapped
+        assert isinstance(route, Unmappable)
+        letter = (
+            (ERROR_HEADER, route.reason.encode()),
+            (TARGET_TOPIC_HEADER, route.target.encode()),
+        )
+        return self.dead_letter_topic, None, payload, letter
 
     def append_nowait(
         self,
@@ -89,10 +127,9 @@ class Ingress:
         (``ensure_route``). Raises ``RequestError`` when the broker cannot take it (shutting
         down, topic deleted).
         """
-        placed = self._place(topic, client_id, retain)
+        placed = self._place(topic, payload, client_id, retain)
         if placed is None:
             return None
-        route, partition = placed
         headers = [(MQTT_TOPIC_HEADER, topic.encode()), _QOS_HEADERS[qos]]
         if client_id:  # who published it: for No Local, and with the packet id for resends
             client, packet = resend_key(client_id, packet_id)
@@ -102,14 +139,18 @@ class Ingress:
         if retain:
             headers.append((MQTT_RETAIN_HEADER, b"1"))
         headers += property_headers
+        if placed.letter_headers:
+            headers += placed.letter_headers
         record = Record(
-            value=payload,
-            key=route.key,
+            value=placed.value,
+            key=placed.key,
             headers=tuple(headers),
             timestamp=int(time.time() * 1000),
         )
-        flight, _ = self.appender(route.log_topic, partition).add(record)
+        flight, _ = self.appender(placed.log_topic, placed.partition).add(record)
         self._stats["messages_in"] += 1
+        if placed.letter_headers:
+            self._stats["dead_letters"] += 1
         if not retain:
             return [flight]
         # The retained copy: keyed by the MQTT topic; an empty payload is a tombstone.
@@ -139,18 +180,18 @@ class Ingress:
         Raises ``RequestError`` when no leader answered the lookup in time (a failover that
         outlasts the write timeout): the resend is then not appended, since its first copy may
         be in the log, and the device, whose connection is closed, sends it again."""
-        placed = self._place(topic, client_id, retain)
+        placed = self._place(topic, payload, client_id, retain)
         if placed is None:
             return None
-        route, partition = placed
+        partition = placed.partition
         # A first copy sent through this broker gets its outcome first (it may be in a batch).
-        await self.appender(route.log_topic, partition).settled()
+        await self.appender(placed.log_topic, partition).settled()
         writes = self._wiring.writes
         try:
             offset = await writes.find_resend(
-                log_id_of(route.log_topic, partition),
+                log_id_of(placed.log_topic, partition),
                 resend_key(client_id, packet_id),
-                value_digest(payload),
+                value_digest(placed.value),
                 trio.current_time() + writes.timeout,
             )
         except RequestError as exc:
@@ -171,33 +212,35 @@ class Ingress:
         flight.finish()
         return [flight]
 
-    def _place(self, topic: str, client_id: str, retain: bool) -> tuple[Route, int] | None:
-        """The route and partition of a PUBLISH to ``topic`` by ``client_id``; None when a topic
-        it needs does not exist yet. Without a key in the route, the partition follows the
-        client id: each device's messages stay in one partition, in order."""
-        route = self.route(topic)
+    def _place(self, topic: str, payload: bytes, client_id: str, retain: bool) -> _Placed | None:
+        """Where a PUBLISH of ``payload`` to ``topic`` by ``client_id`` goes; None when a topic
+        it needs does not exist yet. Without a key, the partition follows the client id: each
+        device's messages stay in one partition, in order."""
+        log_topic, key, value, letter = self.map(topic, payload)
         topics = self._wiring.metadata.view.topics
-        info = topics.get(route.log_topic)
+        info = topics.get(log_topic)
         if info is None or (retain and RETAINED_TOPIC not in topics):
             return None
         count = info.config.partitions
-        if route.key is not None:
-            return route, partition_for_key(route.key, count)
-        if client_id:
-            return route, partition_for_key(client_id.encode(), count)
-        counter = self._round_robin.setdefault(route.log_topic, itertools.count())
-        return route, next(counter) % count
+        if key is not None:
+            partition = partition_for_key(key, count)
+        elif client_id:
+            partition = partition_for_key(client_id.encode(), count)
+        else:
+            counter = self._round_robin.setdefault(log_topic, itertools.count())
+            partition = next(counter) % count
+        return _Placed(log_topic, partition, key, value, letter)
 
     def appender(self, topic: str, partition: int) -> PartitionAppender:
         """The partition's appender, shared with the line protocol's quorum-acked publishes:
         one open batch per partition on this broker, whoever the records come from."""
         return self._wiring.appender(topic, partition, Acks.QUORUM)
 
-    async def ensure_route(self, topic: str) -> TopicInfo:
-        """The log topic of MQTT topic ``topic`` (and the retained topic), created if missing;
-        ``RequestError`` if that fails."""
+    async def ensure_route(self, topic: str, payload: bytes) -> TopicInfo:
+        """The log topic of a PUBLISH of ``payload`` to MQTT topic ``topic`` (and the retained
+        topic), created if missing; ``RequestError`` if that fails."""
         await self.ensure_topic(RETAINED_TOPIC)
-        return await self.ensure_topic(self.route(topic).log_topic)
+        return await self.ensure_topic(self.map(topic, payload)[0])
 
     async def ensure_topic(self, name: str) -> TopicInfo:
         """Topic ``name``, created when missing: ``RETAINED_TOPIC`` compacted with one

@@ -12,6 +12,7 @@ connection and session, its Will), ``Ingress`` (a PUBLISH becomes a record of th
 from __future__ import annotations
 
 import logging
+import os
 import ssl
 from collections.abc import Iterable, Mapping
 from typing import Final
@@ -55,7 +56,7 @@ def load_mapping(path: str | None) -> TopicMapping:
         return TopicMapping.default()
     try:
         with open(path, encoding="utf-8") as f:
-            return TopicMapping.parse(f.read())
+            return TopicMapping.parse(f.read(), os.path.dirname(path))
     except OSError as exc:
         raise ConfigError(f"mqtt_rules: cannot read {path}: {exc}") from exc
     except InvalidMappingError as exc:
@@ -101,6 +102,7 @@ class MqttService:
                 "wills",
                 "resends_found",
                 "auth_failures",
+                "dead_letters",
             ),
             0,
         )
@@ -295,9 +297,9 @@ class MqttService:
             topic, payload, retain, client_id, packet_id, property_headers
         )
 
-    async def ensure_route(self, topic: str) -> TopicInfo:
+    async def ensure_route(self, topic: str, payload: bytes) -> TopicInfo:
         """See ``Ingress.ensure_route``."""
-        return await self._ingress.ensure_route(topic)
+        return await self._ingress.ensure_route(topic, payload)
 
     # -- figures --------------------------------------------------------------------------------
 

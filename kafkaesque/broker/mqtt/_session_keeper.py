@@ -538,7 +538,7 @@ class SessionKeeper:
         args = (will.topic, will.payload, will.qos, will.retain, client_id, 0, property_headers)
         try:
             if self._ingress.append_nowait(*args) is None:
-                await self._ingress.ensure_route(will.topic)
+                await self._ingress.ensure_route(will.topic, will.payload)
                 self._ingress.append_nowait(*args)
         except RequestError as exc:
             log.info("mqtt %s: the Will could not be published: %s", client_id, exc)

@@ -19,6 +19,16 @@ from ._client_connection import (
     PublishAcked,
     SubscribeAcked,
 )
+from ._converters import (
+    CONVERTER_NAMES,
+    ConversionError,
+    Converter,
+    avro_converter,
+    json_converter,
+    load_avro_schema,
+    make_converter,
+    raw_converter,
+)
 from ._decoder import MQTT_DEFAULT_MAX_PACKET_SIZE, MqttDecoder
 from ._encoder import encode_mqtt, encode_mqtt_puback
 from ._filters import (
@@ -42,16 +52,21 @@ from ._headers import (
     seconds_left,
 )
 from ._mapping import (
+    DEFAULT_DEAD_LETTER_TOPIC,
     DEFAULT_LOG_TOPIC,
+    ERROR_HEADER,
     MQTT_CLIENT_HEADER,
     MQTT_PACKET_ID_HEADER,
     MQTT_QOS_HEADER,
     MQTT_RETAIN_HEADER,
     MQTT_TOPIC_HEADER,
+    TARGET_TOPIC_HEADER,
     InvalidMappingError,
+    Mapped,
     MappingRule,
     Route,
     TopicMapping,
+    Unmappable,
 )
 from ._packets import (
     MQTT_NEED_DATA,
@@ -87,6 +102,7 @@ from ._packets import (
     Will,
     v311_connack_code,
 )
+from ._payload import JsonPath
 from ._server_connection import (
     CONNECT_TIMEOUT_S,
     MAX_QOS,
@@ -122,6 +138,20 @@ from ._topics import (
 )
 
 __all__ = [
+    "CONVERTER_NAMES",
+    "ConversionError",
+    "Converter",
+    "avro_converter",
+    "json_converter",
+    "load_avro_schema",
+    "make_converter",
+    "raw_converter",
+    "DEFAULT_DEAD_LETTER_TOPIC",
+    "ERROR_HEADER",
+    "Mapped",
+    "TARGET_TOPIC_HEADER",
+    "Unmappable",
+    "JsonPath",
     "Accepted",
     "Acked",
     "AclFile",

@@ -54,10 +54,15 @@ def log_topics_for(mapping: TopicMapping, topic_filter: str) -> frozenset[str]:
     Every rule whose filter overlaps it names one (records appended by other clients, without an
     ``mqtt.topic`` header, are delivered on a topic matching their rule's filter); the fallback
     log topic is included unless some rule covers the filter entirely (first match wins, so no
-    topic of the filter can fall through to it).
+    topic of the filter can fall through to it). A rule with a log topic template names none:
+    its log topics are not known beforehand (the module docstring of ``_mapping``).
     """
     topic_filter = inner_filter(topic_filter)
-    found = {r.log_topic for r in mapping.rules if filters_overlap(r.topic_filter, topic_filter)}
+    found = {
+        r.log_topic
+        for r in mapping.rules
+        if r.template is None and filters_overlap(r.topic_filter, topic_filter)
+    }
     if not any(filter_covers(r.topic_filter, topic_filter) for r in mapping.rules):
         found.add(mapping.default_log_topic)
     return frozenset(found)

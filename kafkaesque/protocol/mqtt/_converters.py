@@ -1,9 +1,10 @@
-"""Payload converters of the MQTT bridge: what an upstream PUBLISH's payload becomes in the log.
+"""Payload converters: what an MQTT PUBLISH's payload becomes in the log, on the brokers' own
+MQTT listeners (a rule's ``format=``) and in the MQTT bridge (``--converter``, or a rule's).
 
 A converter is a pure function ``bytes -> bytes`` that raises ``ConversionError`` for a payload it
-refuses (a *poison* message). The bridge never lets a poison message block the stream: it goes to
-the dead-letter topic when one is configured, otherwise it is counted, logged and dropped; either
-way it is acknowledged upstream (Kafka Connect's ``errors.tolerance=all`` with an optional DLQ).
+refuses (a *poison* message). A poison message never blocks the stream: it goes to the
+dead-letter topic (the bridge, without one, counts, logs and drops it); either way it is
+acknowledged (Kafka Connect's ``errors.tolerance=all`` with an optional DLQ).
 
 * ``raw``: the payload as is.
 * ``json``: the payload must be UTF-8 JSON (RFC 8259, one value); it is stored unchanged.
@@ -38,7 +39,8 @@ def raw_converter(payload: bytes) -> bytes:
     return payload
 
 
-def _parse_json(payload: bytes) -> Any:
+def parse_json(payload: bytes) -> Any:
+    """The one JSON value of ``payload`` (UTF-8, RFC 8259); ``ConversionError`` otherwise."""
     try:
         text = payload.decode("utf-8")
     except UnicodeDecodeError as exc:
@@ -47,6 +49,15 @@ def _parse_json(payload: bytes) -> Any:
         return json.loads(text, parse_constant=_no_constant)
     except json.JSONDecodeError as exc:
         raise ConversionError(f"not JSON: {exc}") from None
+    except RecursionError:  # "[[[[..." deeper than the interpreter's stack
+        raise ConversionError("not JSON: nested too deeply") from None
+    except ValueError as exc:  # an integer of more digits than int() takes
+        raise ConversionError(f"not JSON: {exc}") from None
+
+
+def dump_json(document: Any) -> bytes:
+    """``document`` as compact UTF-8 JSON (a document ``parse_json`` read)."""
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
 
 
 def _no_constant(name: str) -> Any:
@@ -56,7 +67,7 @@ def _no_constant(name: str) -> Any:
 
 def json_converter(payload: bytes) -> bytes:
     """The payload unchanged, once it is known to be one UTF-8 JSON value."""
-    _parse_json(payload)
+    parse_json(payload)
     return payload
 
 
@@ -73,16 +84,23 @@ def avro_converter(schema: Schema) -> Converter:
     """JSON payload -> Avro binary (schemaless) under ``schema``."""
 
     def convert(payload: bytes) -> bytes:
-        document = _parse_json(payload)
-        try:
-            fastavro.validation.validate(document, schema, raise_errors=True)
-        except fastavro.validation.ValidationError as exc:
-            raise ConversionError(f"does not match the Avro schema: {exc}") from None
-        out = io.BytesIO()
-        fastavro.schemaless_writer(out, schema, document)
-        return out.getvalue()
+        return avro_encode(schema, parse_json(payload))
 
     return convert
+
+
+def avro_encode(schema: Schema, document: Any) -> bytes:
+    """The JSON ``document`` as Avro binary (schemaless) under ``schema``; ``ConversionError``
+    when the schema does not accept it."""
+    try:
+        fastavro.validation.validate(document, schema, raise_errors=True)
+        out = io.BytesIO()
+        fastavro.schemaless_writer(out, schema, document)
+    except (fastavro.validation.ValidationError, ValueError, TypeError, OverflowError) as exc:
+        raise ConversionError(f"does not match the Avro schema: {exc}") from None
+    except RecursionError:
+        raise ConversionError("does not match the Avro schema: nested too deeply") from None
+    return out.getvalue()
 
 
 def make_converter(name: str, avro_schema: str | Path | None = None) -> Converter:
