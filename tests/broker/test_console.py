@@ -7,6 +7,7 @@ The browser tests (test_console_browser.py) run the same against a real cluster.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any, cast
 
@@ -14,17 +15,22 @@ import pytest
 import trio
 import trio.testing
 
+from kafkaesque.broker import BrokerConfig
 from kafkaesque.broker import _metadata_view as mv
+from kafkaesque.broker._access import AccessControl
 from kafkaesque.broker._session import Session
 from kafkaesque.broker.http import (
     ConsoleApi,
     HttpServer,
+    HttpWiring,
     SnapshotProbes,
     Timeline,
 )
-from kafkaesque.broker.http._rest import Caller
+from kafkaesque.broker.http._rest import Caller, RestApi
 from kafkaesque.broker.http._timeline import TooManyStreams
+from kafkaesque.local_cluster import write_users
 from kafkaesque.protocol.http import HttpLimits
+from kafkaesque.security import Authorizer, FailureLimiter, UserStore
 
 
 class World:
@@ -138,6 +144,48 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
     assert b"event: timeline\nid: 1\n" in received and b"elected leader in term 3" in received
     assert refused.startswith(b"HTTP/1.1 503 ")
     assert timeline.streams == 0
+
+
+async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_not(
+    tmp_path: Path,
+) -> None:
+    users = tmp_path / "users"
+    write_users(str(users), {"alice": "alice-secret"})
+    metrics = SimpleNamespace(auth_failed=lambda: None, authorization_failed=lambda op: None)
+    access = AccessControl(UserStore(str(users)), Authorizer(), FailureLimiter(10, 60), metrics)
+    rest = RestApi(
+        HttpWiring(
+            config=cast(BrokerConfig, SimpleNamespace(id=0)),
+            dispatch=cast(Any, None),
+            metadata=cast(Any, None),
+            access=access,
+            draining=cast(Any, None),
+        )
+    )
+    api = ConsoleApi(rest, _no_scrape, World().probes(), Timeline())
+    server = HttpServer(
+        api.handle, access=access, limits=HttpLimits(), broker_id=0, listener="admin"
+    )
+    answers = {}
+    for path in ("/api/overview", "/api/events", "/api/rest/topics", "/healthz", "/metrics", "/"):
+        server_end, client_end = trio.testing.memory_stream_pair()
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(_exchange, server, server_end)
+            await client_end.send_all(
+                b"GET %s HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n" % path.encode()
+            )
+            received = b""
+            while data := await client_end.receive_some(65536):
+                received += data
+        answers[path] = received.split(b" ", 2)[1]
+    assert answers == {
+        "/api/overview": b"401",
+        "/api/events": b"401",
+        "/api/rest/topics": b"401",
+        "/healthz": b"200",
+        "/metrics": b"200",
+        "/": b"200",
+    }
 
 
 async def _exchange(server: HttpServer, stream: trio.abc.Stream) -> None:
