@@ -52,13 +52,25 @@ class World:
         await trio.sleep(0.01)  # one request to the leaders
         return {k: self.ends[k] for k in wanted if k in self.ends}
 
+    def replicas(self) -> list[Any]:
+        """The Raft groups hosted here (broker 0 follows both partitions)."""
+        return [
+            SimpleNamespace(
+                id=f"{t}/{p}",
+                node=SimpleNamespace(term=1, role=None),
+                commit_index=end - 1,
+                log=SimpleNamespace(size_bytes=100 * end),
+            )
+            for (t, p), end in self.ends.items()
+        ]
+
     def probes(self) -> SnapshotProbes:
         return SnapshotProbes(
             broker_id=0,
             view=self.view,
             hears=lambda b: self.heard.get(b, False),
             leader_of=lambda t, p: self.leaders.get((t, p)),
-            replicas=lambda: [],
+            replicas=self.replicas,
             ends=self.read_ends,
         )
 
@@ -86,6 +98,7 @@ async def test_one_snapshot_a_period_however_many_ask(
     async with trio.open_nursery() as nursery:
         for _ in range(20):
             nursery.start_soon(api.snapshots.current)
+            nursery.start_soon(api.snapshots.exact_ends)
     assert api.snapshots.built == 1 and world.ends_asked == 1
     await trio.sleep(1.0)
     await api.snapshots.current()
@@ -110,7 +123,8 @@ async def test_changes_between_snapshots_go_on_the_timeline(
     assert ("partition", "t/1 has no leader (was broker 2)") in texts
     overview = second.overview()
     assert overview["under_replicated_count"] == 2 and overview["leaderless"] == ["t/1"]
-    assert overview["messages_per_s"] == pytest.approx(10.0, abs=0.1)  # 20 offsets in 2 s
+    assert overview["messages_per_s"] == 10.0  # 20 offsets in 2 s
+    assert overview["bytes_per_s"] == 1000.0
 
 
 async def test_the_event_stream_carries_the_overview_and_each_event(

@@ -6,7 +6,8 @@ step, no library, nothing fetched from outside the machine: the page's Content-S
 allows only this origin). Its data:
 
 - ``/api/overview``, ``/api/topics``, ``/api/topics/{t}``: the shared per-second
-  ``Snapshot`` (``_snapshot``) and, for a topic, the Raft state of the groups hosted here;
+  ``Snapshot`` (``_snapshot``; the last two with the leaders' end offsets, also shared) and,
+  for a topic, the Raft state of the groups hosted here;
 - ``/api/events``: one server-sent-events stream per tab: the overview every second and the
   ``Timeline``'s events as they happen (bounded: see ``_timeline``);
 - ``/api/rest/...``: the REST API itself (``RestApi``, docs/http.md) under a prefix, so what
@@ -26,6 +27,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any, Final
@@ -85,6 +87,7 @@ class ConsoleApi:
     ``rest``: the broker's REST API (its handlers and authentication). ``scrape``: the
     Prometheus text of ``/metrics``. ``probes``: what the snapshots read. ``timeline``: the
     events the streams carry (the broker adds to it too: refused logins, rebalances).
+    ``period_s``: how old a snapshot may get; ``clock``: the snapshots' (wall clock) time.
     """
 
     def __init__(
@@ -95,12 +98,13 @@ class ConsoleApi:
         timeline: Timeline,
         *,
         period_s: float = 1.0,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self._rest = rest
         self._scrape = scrape
         self._probes = probes
         self.timeline = timeline
-        self.snapshots = ClusterSnapshots(probes, timeline, period_s=period_s)
+        self.snapshots = ClusterSnapshots(probes, timeline, period_s=period_s, clock=clock)
         self._static = _load_static()
 
     async def handle(self, request: Request, caller: Caller) -> Response | Streamed:
@@ -157,7 +161,8 @@ class ConsoleApi:
             case ("overview",):
                 return _answer((await self.snapshots.current()).overview())
             case ("topics",):
-                return _answer((await self.snapshots.current()).topics())
+                snapshot = await self.snapshots.current()
+                return _answer(snapshot.topics(await self.snapshots.exact_ends()))
             case ("topics", topic):
                 return _answer(await self._topic(topic))
             case ("timeline",):
@@ -177,6 +182,7 @@ class ConsoleApi:
         commit index, log end and (where led here) each follower's lag from the Raft groups
         hosted here, read now."""
         snapshot = await self.snapshots.current()
+        ends = await self.snapshots.exact_ends()
         keys = sorted(k for k in snapshot.leaders if k[0] == topic)
         if not keys:
             raise RestError(404, "UNKNOWN_TOPIC", f"topic {topic} does not exist")
@@ -187,7 +193,7 @@ class ConsoleApi:
                 "partition": key[1],
                 "leader": snapshot.leaders[key],
                 "replicas": list(snapshot.replicas.get(key, ())),
-                "end_offset": snapshot.ends.get(key),
+                "end_offset": ends.get(key),
                 "term": None,
                 "commit_index": None,
                 "log_end": None,

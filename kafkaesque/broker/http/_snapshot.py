@@ -1,14 +1,21 @@
 """One shared picture of the cluster per second, for the console and ``/metrics``.
 
 ``ClusterSnapshots.current()`` gives the latest ``Snapshot`` (brokers up or down, the
-controller, each partition's leader and high watermark, the under-replicated and leaderless
-partitions, message and byte rates); a snapshot older than ``period_s`` is replaced first, by
-one caller while the others wait for it. So however many tabs and scrapers ask, the broker
-builds at most one snapshot a second (one ``BOUNDS`` request per other leader), and nothing
-when nobody asks: an unwatched broker pays nothing.
+controller, each partition's leader, the under-replicated and leaderless partitions, message
+and byte rates); a snapshot older than ``period_s`` is replaced first, by one caller while the
+others wait for it. So however many tabs and scrapers ask, the broker builds at most one
+snapshot a second, and nothing when nobody asks: an unwatched broker pays nothing. A snapshot
+reads only this broker's memory (the metadata view, the leader table, the Raft groups hosted
+here): a tab on the overview costs no request to another broker.
+
+The end offsets of a snapshot are the commit indexes of the replicas hosted here (exact where
+this broker leads; a follower's may be a heartbeat behind). The screens that show end offsets
+(the topics list, a topic) ask ``exact_ends()`` instead: every partition's high watermark as
+its leader has it (one ``BOUNDS`` request per other leader), also shared and at most once a
+period.
 
 The rates come from a ring of the last ``ring`` (time, messages, bytes) samples, one per
-snapshot: messages are the sum of every partition's high watermark (offsets, control batches
+snapshot: messages are the sum of the end offsets hosted here (offsets, control batches
 included), bytes the size of the logs hosted here. Each new snapshot is compared with the one
 before, and what changed (a broker heard or no more, a new controller, a partition's new leader
 or none) goes to the ``Timeline``.
@@ -64,11 +71,11 @@ class Snapshot:
     brokers: dict[int, dict[str, Any]]  # id -> host, port, admin_port, up
     leaders: dict[Partition, int | None]
     terms: dict[Partition, int]  # of the groups hosted here
-    ends: dict[Partition, int]  # high watermarks, of the partitions whose leader answered
+    ends: dict[Partition, int]  # end offsets (commit index + 1) of the replicas hosted here
     replicas: dict[Partition, tuple[int, ...]]
     under_replicated: frozenset[Partition]
     leaderless: frozenset[Partition]
-    messages: int  # sum of the known high watermarks
+    messages: int  # sum of the end offsets hosted here
     log_bytes: int  # of the logs hosted here
     rates: tuple[float, float]  # messages/s, bytes/s since the snapshot before
     history: tuple[tuple[float, float, float], ...] = field(default=())  # (at, msg/s, bytes/s)
@@ -91,8 +98,10 @@ class Snapshot:
             "history": [list(h) for h in self.history],
         }
 
-    def topics(self) -> list[dict[str, Any]]:
-        """The console's topics list, as JSON: one row a topic."""
+    def topics(self, ends: Mapping[Partition, int] | None = None) -> list[dict[str, Any]]:
+        """The console's topics list, as JSON: one row a topic, with ``ends`` (default: the
+        snapshot's own)."""
+        ends = self.ends if ends is None else ends
         rows: dict[str, dict[str, Any]] = {}
         for (topic, p), leader in self.leaders.items():
             row = rows.setdefault(
@@ -109,7 +118,7 @@ class Snapshot:
                 },
             )
             row["partitions"] += 1
-            end = self.ends.get((topic, p))
+            end = ends.get((topic, p))
             if end is None:
                 row["unknown_ends"] += 1
             else:
@@ -138,6 +147,8 @@ class ClusterSnapshots:
         self._ring: collections.deque[tuple[float, float, float]] = collections.deque(maxlen=ring)
         self._last: Snapshot | None = None
         self._lock = trio.Lock()
+        self._exact: tuple[float, dict[Partition, int]] | None = None  # (when, ends)
+        self._exact_lock = trio.Lock()
         self.built = 0  # snapshots built so far (the tests count them)
 
     @property
@@ -150,14 +161,25 @@ class ClusterSnapshots:
             last = self._last
             if last is not None and self._clock() - last.at < self._period_s:
                 return last
-            snapshot = await self._build(last)
+            snapshot = self._build(last)
             self._last = snapshot
             self.built += 1
             if last is not None:
                 self._tell_changes(last, snapshot)
             return snapshot
 
-    async def _build(self, last: Snapshot | None) -> Snapshot:
+    async def exact_ends(self) -> dict[Partition, int]:
+        """Every partition's high watermark as its leader has it (those whose leader did not
+        answer are left out), read at most once a period and shared like the snapshots."""
+        async with self._exact_lock:
+            if self._exact is not None and self._clock() - self._exact[0] < self._period_s:
+                return self._exact[1]
+            partitions = list((await self.current()).leaders)
+            ends = dict(await self._probes.ends(partitions)) if partitions else {}
+            self._exact = (self._clock(), ends)
+            return ends
+
+    def _build(self, last: Snapshot | None) -> Snapshot:
         probes = self._probes
         view = probes.view()
         me = probes.broker_id
@@ -177,15 +199,16 @@ class ClusterSnapshots:
                 leaders[(topic, p)] = probes.leader_of(topic, p)
                 replicas[(topic, p)] = assigned
         terms: dict[Partition, int] = {}
+        ends: dict[Partition, int] = {}
         log_bytes = 0
         for replica in probes.replicas():
             name, _, index = replica.id.rpartition("/")
             key = (name, int(index))
             terms[key] = replica.node.term
+            ends[key] = replica.commit_index + 1
             log_bytes += replica.log.size_bytes
             if replica.node.role is Role.LEADER:
                 leaders[key] = me
-        ends = dict(await probes.ends(list(leaders))) if leaders else {}
         under = frozenset(k for k, rs in replicas.items() if any(r not in up for r in rs))
         leaderless = frozenset(k for k, leader in leaders.items() if leader not in up)
         messages = sum(ends.values())

@@ -22,6 +22,11 @@ function el(tag, attrs, ...children) {
   return node;
 }
 
+// replaceChildren, with arrays of children flattened and null children left out.
+function put(node, ...children) {
+  node.replaceChildren(...children.flat(3).filter((c) => c !== null && c !== undefined));
+}
+
 async function getJson(path, options) {
   const response = await fetch(path, options);
   const text = await response.text();
@@ -35,7 +40,7 @@ async function getJson(path, options) {
   return { body, headers: response.headers };
 }
 
-function show(...nodes) { screen().replaceChildren(...nodes); }
+function show(...nodes) { put(screen(), ...nodes); }
 function fail(where, error) {
   const note = document.getElementById("screen-error") || el("p", { id: "screen-error", class: "error", "data-testid": "error" });
   note.textContent = `${where}: ${error.message}`;
@@ -90,7 +95,7 @@ function renderOverview(o) {
       el("td", { class: b.up ? "up" : "down", "data-testid": "broker-state", text: b.up ? "up" : "down" }),
       el("td", { text: [b.id === o.controller ? "controller" : "", b.id === o.broker ? "(this console)" : ""].join(" ").trim() }))));
   const canvas = el("canvas", { width: 600, height: 80, "data-testid": "rates-chart" });
-  box.replaceChildren(
+  put(box, 
     el("div", { class: "cards" },
       card("brokers up", `${up} / ${o.brokers.length}`, "brokers-up", up < o.brokers.length),
       card("controller", o.controller === null ? "none" : `broker ${o.controller}`, "controller", o.controller === null),
@@ -135,7 +140,7 @@ function topicsScreen() {
   const table = el("table", { "data-testid": "topics" });
   const render = () => {
     const sorted = [...rows].sort((a, b) => (a[sortKey] < b[sortKey] ? -1 : a[sortKey] > b[sortKey] ? 1 : 0) * (ascending ? 1 : -1));
-    table.replaceChildren(
+    put(table, 
       el("tr", {}, columns.map(([key, label]) => el("th", {
         class: key === "name" ? "sortable" : "sortable num", "data-sort": key,
         onclick: () => { ascending = sortKey === key ? !ascending : true; sortKey = key; render(); },
@@ -175,7 +180,7 @@ function topicScreen(topic) {
       config.textContent = `${c.partitions} partitions, replication ${c.replication_factor}` +
         `${c.compact ? ", compacted" : ""}, retention ${c.retention_ms ?? "∞"} ms / ${c.retention_bytes ?? "∞"} bytes` +
         `; Raft state as broker ${raft.body.seen_by} holds it (follower lag where it leads)`;
-      parts.replaceChildren(
+      put(parts, 
         el("tr", {}, ["Partition", "Leader", "Replicas", "End offset", "Term", "Commit index", "Log end here", "Follower lag"]
           .map((label) => el("th", { text: label }))),
         d.partitions.map((p) => {
@@ -191,7 +196,7 @@ function topicScreen(topic) {
         }));
       if (count !== d.partitions.length) {
         count = d.partitions.length;
-        partitionPick.replaceChildren(...d.partitions.map((p) => el("option", { value: p.partition, text: `partition ${p.partition}` })));
+        put(partitionPick, ...d.partitions.map((p) => el("option", { value: p.partition, text: `partition ${p.partition}` })));
       }
     } catch (e) { fail(topic, e); }
   };
@@ -201,7 +206,7 @@ function topicScreen(topic) {
     const { body, headers } = await getJson(
       `/api/rest/topics/${enc}/partitions/${p}/records?offset=${offset}&max_bytes=262144${append ? "&timeout=2000" : ""}`,
       { headers: { Accept: "application/vnd.kafka.binary.v2+json" }, signal: state.live ? state.live.signal : undefined });
-    if (!append) messages.replaceChildren(el("tr", {}, ["Offset", "Timestamp", "Key", "Value", "Headers"].map((l) => el("th", { text: l }))));
+    if (!append) put(messages, el("tr", {}, ["Offset", "Timestamp", "Key", "Value", "Headers"].map((l) => el("th", { text: l }))));
     for (const r of body) {
       messages.append(el("tr", { "data-testid": `message-${r.offset}` },
         el("td", { class: "num", text: r.offset }),
@@ -270,14 +275,14 @@ async function produceForm(topic, box) {
   let who;
   try { who = (await getJson(`/api/whoami?topic=${encodeURIComponent(topic)}`)).body; } catch (e) { return; }
   if (!who.may_write) {
-    box.replaceChildren(el("p", { class: "notice", text: `Read-only: ${who.principal || "this caller"} may not write to ${topic}.` }));
+    put(box, el("p", { class: "notice", text: `Read-only: ${who.principal || "this caller"} may not write to ${topic}.` }));
     return;
   }
   const key = el("input", { placeholder: "key (optional)", "data-testid": "produce-key" });
   const value = el("input", { placeholder: "value", size: 40, "data-testid": "produce-value" });
   const result = el("span", { "data-testid": "produce-result" });
   const toB64 = (s) => btoa(String.fromCharCode(...new TextEncoder().encode(s)));
-  box.replaceChildren(el("h2", { text: "Produce" }), el("form", {
+  put(box, el("h2", { text: "Produce" }), el("form", {
     onsubmit: async (e) => {
       e.preventDefault();
       const record = { value: toB64(value.value) };
@@ -301,7 +306,7 @@ function groupsScreen() {
   every(3, async () => {
     try {
       const groups = (await getJson("/api/rest/consumer-groups")).body;
-      table.replaceChildren(el("tr", {}, ["Group", "State", "Topics (members)"].map((l) => el("th", { text: l }))),
+      put(table, el("tr", {}, ["Group", "State", "Topics (members)"].map((l) => el("th", { text: l }))),
         groups.map((g) => el("tr", { "data-testid": `group-${g.group_id}` },
           el("td", {}, el("a", { href: `#/group/${encodeURIComponent(g.group_id)}`, text: g.group_id })),
           el("td", { text: g.state }),
@@ -321,8 +326,8 @@ function groupScreen(group) {
       const answer = (await getJson(`/api/rest/consumer-groups/${enc}/reset`, {
         method: "POST", headers: { "Content-Type": "application/json" },
         body: JSON.stringify({ topic: topicPick.value, to: toPick.value, dry_run: dryRun }) })).body;
-      preview.replaceChildren(el("pre", { text: JSON.stringify(answer, null, 2) }));
-    } catch (e) { preview.replaceChildren(el("p", { class: "error", text: `refused: ${e.message}` })); }
+      put(preview, el("pre", { text: JSON.stringify(answer, null, 2) }));
+    } catch (e) { put(preview, el("p", { class: "error", text: `refused: ${e.message}` })); }
   };
   show(el("h1", { text: `Group ${group}` }), body, el("h2", { text: "Reset offsets" }),
     el("form", { onsubmit: (e) => { e.preventDefault(); reset(true); } },
@@ -337,9 +342,9 @@ function groupScreen(group) {
     try {
       const g = (await getJson(`/api/rest/consumer-groups/${enc}`)).body;
       if (topicPick.options.length !== g.topics.length) {
-        topicPick.replaceChildren(...g.topics.map((t) => el("option", { value: t.topic, text: t.topic })));
+        put(topicPick, ...g.topics.map((t) => el("option", { value: t.topic, text: t.topic })));
       }
-      body.replaceChildren(el("p", { text: `State: ${g.state}` }), g.topics.map((t) => [
+      put(body, el("p", { text: `State: ${g.state}` }), g.topics.map((t) => [
         el("h2", { text: `${t.topic}: ${t.state}` }),
         el("p", { text: `Members: ${t.members.map((m) => `${m.member_id} [${m.partitions.join(", ")}]`).join("; ") || "none"}` }),
         el("table", {}, el("tr", {}, ["Partition", "Owner", "Committed", "End", "Lag"].map((l) => el("th", { text: l }))),
@@ -358,7 +363,7 @@ async function aclsScreen() {
   try {
     const body = (await getJson("/api/rest/acls")).body;
     const rows = Array.isArray(body) ? body : body.acls || [];
-    table.replaceChildren(el("tr", {}, ["Principal", "Permission", "Operation", "Resource", "Name", "Pattern"].map((l) => el("th", { text: l }))),
+    put(table, el("tr", {}, ["Principal", "Permission", "Operation", "Resource", "Name", "Pattern"].map((l) => el("th", { text: l }))),
       rows.map((a) => el("tr", {}, [a.principal, a.permission, a.operation, a.resource_type, a.resource_name, a.pattern_type]
         .map((v) => el("td", { text: v ?? "" })))));
     if (!rows.length) table.after(el("p", { text: "No ACLs: every authenticated principal may do everything." }));
