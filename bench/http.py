@@ -16,8 +16,16 @@ connection per broker, with the same number of records in flight per connection:
   ``FETCH`` (``Client.fetch``, records decoded) with the same ``max_bytes``, both through the
   same broker. Records read per second. Target: ``rest_read_vs_cons >= 0.5``.
 
+* (c) the web console's idle cost: a cluster of its own with ``console_partitions`` partitions
+  (1,000; creating them takes seconds), idle; the three
+  brokers' CPU seconds over windows with no console tab open, against windows with one tab on
+  broker 0's overview (a real headless chromium driven by Playwright, where installed; else a
+  reader of the tab's server-sent-events stream, said so), windows alternated (off, on, off,
+  on) so that drift counts on both sides. Target: ``console_idle_cpu_ratio <= 1.1``.
+
 Ends with ``RESULT rest_produce_msgs_per_s=… pubs_msgs_per_s=… rest_produce_vs_pubs=…
-rest_read_msgs_per_s=… cons_read_msgs_per_s=… rest_read_vs_cons=…``.
+rest_read_msgs_per_s=… cons_read_msgs_per_s=… rest_read_vs_cons=… console_idle_cpu_ratio=…``
+(``--console-only``: the last figure alone, with its two CPU figures).
 """
 
 from __future__ import annotations
@@ -25,6 +33,7 @@ from __future__ import annotations
 import argparse
 import base64
 import http.client
+import importlib.util
 import json
 import shutil
 import socket
@@ -39,6 +48,8 @@ from pathlib import Path
 from kafkaesque.client import Client, Producer, ProducerConfig
 from kafkaesque.local_cluster import LocalCluster
 
+from ._broker_procs import process_cpu_s
+
 BROKERS = 3
 PARTITIONS = 3
 VALUE = b"v" * 100
@@ -48,15 +59,47 @@ TARGET = 0.5
 _BINARY = "application/vnd.kafka.binary.v2+json"
 
 
+CONSOLE_TARGET = 1.1
+CONSOLE_TOPICS = 10
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
 @dataclass(frozen=True)
 class Durations:
     warmup_s: float
     produce_s: float
     read_records: int
+    console_partitions: int
+    console_settle_s: float
+    console_window_s: float  # each of the four windows
 
 
-QUICK = Durations(warmup_s=0.5, produce_s=3.0, read_records=30_000)
-FULL = Durations(warmup_s=2.0, produce_s=10.0, read_records=200_000)
+QUICK = Durations(
+    warmup_s=0.5,
+    produce_s=3.0,
+    read_records=30_000,
+    console_partitions=1000,
+    console_settle_s=10.0,
+    console_window_s=10.0,
+)
+FULL = Durations(
+    warmup_s=2.0,
+    produce_s=10.0,
+    read_records=200_000,
+    console_partitions=1000,
+    console_settle_s=20.0,
+    console_window_s=30.0,
+)
 
 
 class _Counter:
@@ -217,6 +260,93 @@ def _verdict(ratio: float) -> str:
     return "target met" if ratio >= TARGET else "TARGET MISSED"
 
 
+class _ConsoleTab:
+    """One console tab on ``url`` while open: a headless chromium showing the overview, or,
+    where chromium or Playwright is missing, a thread reading the tab's event stream."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.kind = ""
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._playwright: object = None
+        self._browser: object = None
+
+    def __enter__(self) -> _ConsoleTab:
+        if importlib.util.find_spec("playwright") is not None and shutil.which(CHROMIUM):
+            from playwright.sync_api import sync_playwright  # optional: the dev extra's
+
+            self.kind = "a headless chromium tab"
+            manager = sync_playwright()
+            playwright = manager.start()
+            browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_FLAGS)
+            page = browser.new_page()
+            page.goto(self.url + "/")
+            page.wait_for_selector("text=brokers up", timeout=30_000)
+            self._playwright, self._browser = manager, browser
+            return self
+        self.kind = "an event-stream reader (no chromium or Playwright here)"
+        self._thread = threading.Thread(target=self._read_stream, daemon=True)
+        self._thread.start()
+        return self
+
+    def _read_stream(self) -> None:
+        host, port = self.url.removeprefix("http://").split(":")
+        conn = http.client.HTTPConnection(host, int(port), timeout=10)
+        try:
+            conn.request("GET", "/api/events")
+            response = conn.getresponse()
+            while not self._stop.is_set() and response.readline():
+                pass
+        finally:
+            conn.close()
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        if self._browser is not None:
+            self._browser.close()  # type: ignore[attr-defined]
+            self._playwright.__exit__(None, None, None)  # type: ignore[attr-defined]
+        if self._thread is not None:
+            self._thread.join(timeout=15)
+
+
+def _brokers_cpu_s(cluster: LocalCluster) -> float:
+    return sum(process_cpu_s(cluster.procs[i].pid) for i in range(BROKERS))
+
+
+def console_idle(root: Path, durations: Durations) -> tuple[float, float, float, str]:
+    """(c): the brokers' CPU (percent of one core, all three) with no tab and with one tab,
+    their ratio, and what played the tab."""
+    started = time.monotonic()
+    count = durations.console_partitions
+    with LocalCluster(str(root / "console-cluster"), BROKERS) as cluster:
+        with Client(cluster.bootstrap) as client:
+            for t in range(CONSOLE_TOPICS):
+                client.create_topic(f"idle-{t}", count // CONSOLE_TOPICS, BROKERS)
+        print(
+            f"(c) cluster: {BROKERS} brokers, {count} partitions (replication factor {BROKERS}) "
+            f"[{time.monotonic() - started:.0f} s]; settling {durations.console_settle_s:g} s"
+        )
+        time.sleep(durations.console_settle_s)
+        url = f"http://127.0.0.1:{cluster.ports[0].admin}"
+        off = on = 0.0
+        kind = ""
+        window = durations.console_window_s
+        for _ in range(2):
+            before = _brokers_cpu_s(cluster)
+            time.sleep(window)
+            off += _brokers_cpu_s(cluster) - before
+            with _ConsoleTab(url) as tab:
+                kind = tab.kind
+                time.sleep(2.0)  # the page's load and first snapshots are not idle
+                before = _brokers_cpu_s(cluster)
+                time.sleep(window)
+                on += _brokers_cpu_s(cluster) - before
+    span = 2 * window
+    off_pct, on_pct = 100 * off / span, 100 * on / span
+    return off_pct, on_pct, on_pct / max(off_pct, 1e-9), kind
+
+
 def run(root: Path, durations: Durations) -> None:
     started = time.monotonic()
     with LocalCluster(str(root / "cluster"), BROKERS) as cluster:
@@ -257,20 +387,44 @@ def run(root: Path, durations: Durations) -> None:
             f"through broker 0: REST {rest_read:,.0f} msg/s, FETCH {cons:,.0f} msg/s: "
             f"{read_ratio:.2f} ({_verdict(read_ratio)}: >= {TARGET})"
         )
+    _, _, console_ratio = _print_console(root, durations)
     print(
         f"RESULT rest_produce_msgs_per_s={rest:.0f} pubs_msgs_per_s={pubs:.0f} "
         f"rest_produce_vs_pubs={produce_ratio:.2f} rest_read_msgs_per_s={rest_read:.0f} "
-        f"cons_read_msgs_per_s={cons:.0f} rest_read_vs_cons={read_ratio:.2f}"
+        f"cons_read_msgs_per_s={cons:.0f} rest_read_vs_cons={read_ratio:.2f} "
+        f"console_idle_cpu_ratio={console_ratio:.2f}"
+    )
+
+
+def _print_console(root: Path, durations: Durations) -> tuple[float, float, float]:
+    off_pct, on_pct, ratio, kind = console_idle(root, durations)
+    verdict = "target met" if ratio <= CONSOLE_TARGET else "TARGET MISSED"
+    print(
+        f"(c) idle CPU of the 3 brokers, percent of one core: no tab {off_pct:.2f}, with "
+        f"{kind} on broker 0's overview {on_pct:.2f}: {ratio:.2f} ({verdict}: <= "
+        f"{CONSOLE_TARGET})"
+    )
+    return off_pct, on_pct, ratio
+
+
+def run_console(root: Path, durations: Durations) -> None:
+    off_pct, on_pct, ratio = _print_console(root, durations)
+    print(
+        f"RESULT console_idle_cpu_pct_no_tab={off_pct:.2f} console_idle_cpu_pct_tab={on_pct:.2f} "
+        f"console_idle_cpu_ratio={ratio:.2f}"
     )
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.http", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="short phases (about a minute)")
+    parser.add_argument(
+        "--console-only", action="store_true", help="only (c), the console's idle CPU"
+    )
     args = parser.parse_args(argv)
     root = Path(tempfile.mkdtemp(prefix="kafkaesque-bench-http-"))
     try:
-        run(root, QUICK if args.quick else FULL)
+        (run_console if args.console_only else run)(root, QUICK if args.quick else FULL)
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return 0

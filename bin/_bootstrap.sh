@@ -108,6 +108,16 @@ _ensure_mosquitto() {
     fi
 }
 
+_ensure_chromium() {
+    # The web console's browser tests (tests/broker/test_console_browser.py) drive Debian's
+    # chromium with Playwright; Playwright's own browser download does not work on these machines.
+    if [ -x /usr/bin/chromium ]; then
+        return 0
+    fi
+    _log "installing chromium (the console's browser tests)"
+    _apt_install chromium || _log "chromium did not install: the console's browser tests will skip"
+}
+
 _ensure_packages() {
     local stamp_file="$VENV/.kafkaesque-stamp"
     local hash installed="" extras="$EXTRAS" extra missing=""
@@ -218,4 +228,5 @@ _ensure_kcat
 _ensure_telnet
 _ensure_nats
 _ensure_kafkajs
+_ensure_chromium
 export PATH="$VENV/bin:$PATH"

@@ -34,7 +34,7 @@ from typing import Any
 
 import trio
 
-from kafkaesque.fd_stream import peer_host, peer_name
+from kafkaesque.fd_stream import peer_host
 from kafkaesque.protocol import (
     Answer,
     AppendRequest,
@@ -65,6 +65,7 @@ from kafkaesque.protocol import (
     peer_from_wire,
     peer_to_wire,
 )
+from kafkaesque.protocol.http import HttpLimits
 from kafkaesque.raft import (
     RaftConfig,
     Role,
@@ -73,7 +74,6 @@ from kafkaesque.raft.driver import MultiRaft, PeerTransport
 from kafkaesque.storage import makedirs_durable
 
 from ._access import AccessControl
-from ._admin import metrics_route, serve_admin_connection, static_route
 from ._appender import Appenders
 from ._balancer import LeaderBalancer
 from ._commands import CommandHandler
@@ -100,11 +100,10 @@ from ._tls import (
     ClientPortGate,
     PeerRefusals,
     TlsRefusals,
-    server_handshake,
 )
 from ._topic_admin import TopicAdmin
 from ._writes import WritePath
-from .http import HttpService, HttpWiring
+from .http import ConsoleApi, HttpServer, HttpService, HttpWiring, SnapshotProbes, Timeline
 from .kafka import KafkaService, KafkaWiring
 from .mqtt import MqttService, MqttWiring
 
@@ -315,6 +314,33 @@ class Broker:
             )
         )
         self.http_port: int | None = None
+        # The admin port: /metrics, /healthz and the web console (docs/console.md), whose
+        # timeline hears of refused logins and rebalances from here.
+        self.timeline = Timeline()
+        self.metrics.on_auth_failed = self._login_refused
+        self.groups.on_rebalance = self._rebalanced
+        self.console = ConsoleApi(
+            self.http.api,
+            self.metrics.scrape,
+            SnapshotProbes(
+                broker_id=config.id,
+                view=lambda: self.metadata.view,
+                hears=self.raft.hears,
+                leader_of=lambda topic, p: self.writes.leader_of(log_id_of(topic, p)),
+                replicas=self.raft.replicas.values,
+                ends=self.reads.high_watermarks,
+            ),
+            self.timeline,
+        )
+        self._admin_server = HttpServer(
+            self.console.handle,
+            access=self.access,
+            limits=HttpLimits(max_connections=64),
+            broker_id=config.id,
+            listener="admin",
+            tls=self.tls.admin,
+            tls_refusals=self.tls_refusals,
+        )
         # The client port's protocol check and, with client_tls, its TLS (``_tls``).
         self._client_gate = ClientPortGate(self.tls.client, self.tls_refusals, self.draining)
         # Gives the groups led here back to their preferred replicas (stopped by ``drain``).
@@ -361,7 +387,7 @@ class Broker:
                 if config.admin is not None:
                     admin = await trio.open_tcp_listeners(config.admin.port, host=config.admin.host)
                     self.admin_port = admin[0].socket.getsockname()[1]
-                    nursery.start_soon(trio.serve_listeners, self._serve_admin, admin)
+                    nursery.start_soon(trio.serve_listeners, self._admin_server.serve, admin)
                 nursery.start_soon(self._register)
                 nursery.start_soon(self.hosting.reconcile_loop)
                 nursery.start_soon(self._leader_loop)
@@ -509,27 +535,11 @@ class Broker:
         finally:
             self._connections -= 1
 
-    async def _serve_admin(self, stream: trio.SocketStream) -> None:
-        served: trio.abc.Stream = stream
-        if self.tls.admin is not None:  # HTTPS
-            tls = await server_handshake(
-                stream,
-                self.tls.admin.context,
-                listener="admin",
-                where=peer_name(stream),
-                refusals=self.tls_refusals,
-                https=True,
-            )
-            if tls is None:
-                return
-            served = tls
-        await serve_admin_connection(
-            served,
-            {
-                "/metrics": metrics_route(self.metrics.scrape),
-                "/healthz": static_route("text/plain", b"ok\n"),
-            },
-        )
+    def _login_refused(self) -> None:
+        self.timeline.add("login", f"broker {self.config.id} refused a login (wrong credentials)")
+
+    def _rebalanced(self, text: str) -> None:
+        self.timeline.add("rebalance", text)
 
     async def _register(self) -> None:
         """Put this broker in the registry (retrying while the controller quorum forms), then

@@ -211,6 +211,8 @@ class GroupCoordinator:
         self._forward_to = forward_to
         self._nursery = nursery
         self._tables: dict[int, _Table] = {}
+        # Told of each change of a group's members, in words (the console's timeline).
+        self.on_rebalance: Callable[[str], None] = lambda text: None
         self._locks: dict[int, trio.Lock] = {}
         # One lock per committed key (group, topic, partition): as many as keys ever committed.
         self._commit_locks: dict[tuple[str, str, int], trio.Lock] = {}
@@ -562,6 +564,12 @@ class GroupCoordinator:
                      "rebalanced" if member is None else "left" if leaving else "joined",
                      member or "over its new partitions",
                      {m: sorted(ps) for m, ps in assignment.items()})  # fmt: skip
+            self.on_rebalance(
+                f"group {group} on {topic}: "
+                + ("rebalanced" if member is None else f"{member} left" if leaving
+                   else f"{member} joined")
+                + f"; {len(assignment)} members"
+            )  # fmt: skip
 
     def connection_closed(self, members: set[str]) -> None:
         """The connection that joined ``members`` closed: they leave (wherever coordinated)."""

@@ -174,6 +174,8 @@ class BrokerMetrics:
         self.registry.register(self._partitions)
         self._request_children: dict[str, Counter] = {}
         self._cluster: _ClusterCollector | None = None
+        # Told of each refused login too (the console's timeline), after it is counted.
+        self.on_auth_failed: Callable[[], None] = lambda: None
 
     def register_cluster(self, probes: ClusterProbes) -> None:
         """Expose the cluster-wide gauges (brokers up, under-replicated and offline partitions,
@@ -211,8 +213,9 @@ class BrokerMetrics:
         child.inc()
 
     def auth_failed(self) -> None:
-        """Count one AUTH answered ``AUTH_FAILED``."""
+        """Count one AUTH answered ``AUTH_FAILED`` (and tell ``on_auth_failed``)."""
         self._auth_failures.inc()
+        self.on_auth_failed()
 
     def authorization_failed(self, operation: str) -> None:
         """Count one command refused ``NOT_AUTHORIZED`` for lack of ``operation`` (an ACL

@@ -28,7 +28,7 @@ LIMITS = HttpLimits(head_timeout_s=2.0, idle_timeout_s=30.0, max_connections=1)
 def service(access: AccessControl | None = None) -> HttpService:
     # Only what these requests reach: by default no users file (the access control's ``users``).
     wiring = HttpWiring(
-        config=cast(BrokerConfig, None),
+        config=cast(BrokerConfig, SimpleNamespace(id=1)),
         dispatch=cast(Any, None),
         metadata=cast(Any, None),
         partitioner=cast(Any, None),
@@ -60,7 +60,9 @@ async def exchange(
     async def serve() -> None:
         nonlocal closed_at
         async with server_end:
-            await http._exchange(server_end, Caller(session or Session()), [], lambda: False)
+            await http._server._exchange(
+                server_end, Caller(session or Session()), [], lambda: False
+            )
         closed_at = trio.current_time()
 
     async def send() -> None:

@@ -55,6 +55,7 @@ from kafkaesque.protocol import (
 from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
 from kafkaesque.storage import InvalidBatchError, Record, build_batch, data_records
 
+from .._access import AccessControl
 from .._errors import RequestError
 from .._session import Session
 from ._openapi import openapi_document
@@ -117,7 +118,7 @@ class RestApi:
         """The response to ``request`` from ``caller``'s connection."""
         try:
             target = parse_target(request.target)
-            await self._authenticate(request, caller)
+            await self.authenticate(request, caller)
             return await self._route(request, target, caller.session)
         except BadTarget as exc:
             return _bad(str(exc), 400).response()
@@ -129,7 +130,12 @@ class RestApi:
 
     # -- authentication -------------------------------------------------------------------------
 
-    async def _authenticate(self, request: Request, caller: Caller) -> None:
+    @property
+    def access(self) -> AccessControl:
+        """The broker's access control (who a session is, what it may do)."""
+        return self._w.access
+
+    async def authenticate(self, request: Request, caller: Caller) -> None:
         """HTTP Basic against the users file (PLAIN's check: over TLS only); nothing to do on a
         broker without one. Raises ``RestError`` 401."""
         access = self._w.access

@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from typing import Final
 
 import trio
@@ -25,12 +26,16 @@ from kafkaesque.protocol.http import (
     NEED_DATA,
     BadRequest,
     Closed,
+    HttpLimits,
     HttpServerConnection,
     Request,
     Response,
 )
+from kafkaesque.security import ReloadingContext
 
+from .._access import AccessControl
 from .._default_listener import open_listeners
+from .._shutdown import Draining
 from .._tls import TlsRefusals, server_handshake
 from ._rest import Caller, RestApi
 from ._rest_errors import error_body
@@ -47,42 +52,54 @@ _BUSY: Final = (
 )
 
 
-class HttpService:
-    """The HTTP front of one broker (``run`` it in the broker's nursery)."""
+@dataclass(frozen=True, slots=True)
+class Streamed:
+    """A response whose body is written as it comes (server-sent events): ``run(send)`` sends
+    the pieces and returns when the stream is over; it is cancelled when the client goes away
+    or the broker stops. The connection closes after it."""
 
-    def __init__(self, wiring: HttpWiring) -> None:
-        self._w = wiring
-        self.api = RestApi(wiring)
-        self.port: int | None = None
+    status: int
+    content_type: str
+    run: Callable[[Callable[[bytes], Awaitable[None]]], Awaitable[None]]
+    headers: Sequence[tuple[str, str]] = ()
+
+
+Handler = Callable[[Request, Caller], Awaitable[Response | Streamed]]
+"""What a listener's requests mean: the answer to a request from a connection's caller; it
+never raises (a bug is answered 500 by the handler itself)."""
+
+
+class HttpServer:
+    """Serves the connections of one HTTP listener with ``handler`` (see the module docstring):
+    the REST listener's and the admin port's. ``draining``: the broker's graceful shutdown of
+    client connections (None: the connections end when the broker's nursery is cancelled, as
+    the admin port's do, so monitoring answers until the very end)."""
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        access: AccessControl,
+        limits: HttpLimits,
+        broker_id: int,
+        listener: str,
+        tls: ReloadingContext | None = None,
+        tls_refusals: TlsRefusals | None = None,
+        draining: Draining | None = None,
+    ) -> None:
+        self._handler = handler
+        self._access = access
+        self._limits = limits
+        self._broker_id = broker_id
+        self._listener = listener
+        self._tls = tls
+        self._tls_refusals = tls_refusals
+        self._draining = draining
         self.open = 0  # connections being served
 
-    async def run(
-        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
-    ) -> None:
-        """Listen and serve until cancelled; ``started`` with the bound port (None: off, or the
-        default port was taken and the listener stays off, with a warning)."""
-        config = self._w.config
-        where = config.http_listener
-        if where is None:
-            task_status.started(None)
-            return
-        listeners = await open_listeners(
-            where,
-            explicit=config.http is not None,
-            what="REST",
-            flag="--http-listen",
-            broker_id=config.id,
-        )
-        if listeners is None:
-            task_status.started(None)
-            return
-        self.port = listeners[0].socket.getsockname()[1]
-        async with trio.open_nursery() as nursery:
-            await nursery.start(trio.serve_listeners, self._serve, listeners)
-            task_status.started(self.port)
-
-    async def _serve(self, stream: trio.SocketStream) -> None:
-        if self.open >= self._w.limits.max_connections:
+    async def serve(self, stream: trio.SocketStream) -> None:
+        """Serve one accepted connection until it ends (``trio.serve_listeners``' handler)."""
+        if self.open >= self._limits.max_connections:
             body = error_body(50300, "BUSY", "too many HTTP connections; retry", True, False)
             with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
                 await stream.send_all(_BUSY % (len(body), body))
@@ -95,22 +112,21 @@ class HttpService:
             self.open -= 1
 
     async def _serve_admitted(self, stream: trio.SocketStream) -> None:
-        w = self._w
         address = peer_host(stream)
         served: trio.abc.Stream = stream
-        if w.tls is not None:  # the port speaks HTTPS only
+        if self._tls is not None:  # the port speaks HTTPS only
             wrapped = await server_handshake(
                 stream,
-                w.tls.context,
-                listener="http",
+                self._tls.context,
+                listener=self._listener,
                 where=address,
-                refusals=w.tls_refusals or TlsRefusals(CollectorRegistry()),
+                refusals=self._tls_refusals or TlsRefusals(CollectorRegistry()),
                 https=True,
             )
             if wrapped is None:
                 return
             served = wrapped
-        session = w.access.new_session(address, tls=w.tls is not None)
+        session = self._access.new_session(address, tls=self._tls is not None)
         stopping = False
         waiting: list[trio.CancelScope] = []  # the idle wait for a next request, if any
 
@@ -121,13 +137,17 @@ class HttpService:
                 scope.cancel()
 
         try:
-            with w.draining.connection(stop):
+            with (
+                self._draining.connection(stop)
+                if self._draining is not None
+                else contextlib.nullcontext()
+            ):
                 async with served:
                     await self._exchange(served, Caller(session), waiting, lambda: stopping)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass  # the client went away
         except Exception:  # a bug in serving one client must not take the broker down
-            log.exception("broker %d: an HTTP connection failed", w.config.id)
+            log.exception("broker %d: an HTTP connection failed", self._broker_id)
 
     async def _exchange(
         self,
@@ -136,9 +156,8 @@ class HttpService:
         waiting: list[trio.CancelScope],
         stopping: Callable[[], bool],
     ) -> None:
-        limits = self._w.limits
+        limits = self._limits
         conn = HttpServerConnection(limits)
-        api = self.api
         deadline = float("inf")  # of the request under way (its head and body)
         while True:
             event = conn.next_event()
@@ -179,8 +198,93 @@ class HttpService:
             else:
                 assert isinstance(event, Request)
                 deadline = float("inf")
-                response = await api.handle(event, caller)
+                response = await self._handler(event, caller)
+                if isinstance(response, Streamed):
+                    await _stream(stream, conn, response)
+                    return
                 await stream.send_all(conn.respond(response))
+
+
+class HttpService:
+    """The REST listener of one broker (``run`` it in the broker's nursery)."""
+
+    def __init__(self, wiring: HttpWiring) -> None:
+        self._w = wiring
+        self.api = RestApi(wiring)
+        self.port: int | None = None
+        self._server = HttpServer(
+            self.api.handle,
+            access=wiring.access,
+            limits=wiring.limits,
+            broker_id=wiring.config.id,
+            listener="http",
+            tls=wiring.tls,
+            tls_refusals=wiring.tls_refusals,
+            draining=wiring.draining,
+        )
+
+    @property
+    def open(self) -> int:
+        """Connections being served."""
+        return self._server.open
+
+    @open.setter
+    def open(self, value: int) -> None:
+        self._server.open = value
+
+    async def _serve(self, stream: trio.SocketStream) -> None:
+        await self._server.serve(stream)
+
+    async def run(
+        self, *, task_status: trio.TaskStatus[int | None] = trio.TASK_STATUS_IGNORED
+    ) -> None:
+        """Listen and serve until cancelled; ``started`` with the bound port (None: off, or the
+        default port was taken and the listener stays off, with a warning)."""
+        config = self._w.config
+        where = config.http_listener
+        if where is None:
+            task_status.started(None)
+            return
+        listeners = await open_listeners(
+            where,
+            explicit=config.http is not None,
+            what="REST",
+            flag="--http-listen",
+            broker_id=config.id,
+        )
+        if listeners is None:
+            task_status.started(None)
+            return
+        self.port = listeners[0].socket.getsockname()[1]
+        async with trio.open_nursery() as nursery:
+            await nursery.start(trio.serve_listeners, self._server.serve, listeners)
+            task_status.started(self.port)
+
+
+async def _stream(stream: trio.abc.Stream, conn: HttpServerConnection, response: Streamed) -> None:
+    """Send ``response``'s head, then its pieces until it ends or the client closes (a read
+    that sees the end of the stream cancels the writer: a silent client that went away is
+    otherwise only found by the next write)."""
+    await stream.send_all(
+        conn.start_stream(response.status, response.content_type, response.headers)
+    )
+
+    async def send(data: bytes) -> None:
+        if data:
+            await stream.send_all(conn.stream_data(data))
+
+    async with trio.open_nursery() as nursery:
+
+        async def watch() -> None:
+            while await stream.receive_some(_RECEIVE_BYTES):
+                pass  # a client sends nothing more on a stream; whatever it sends is dropped
+            nursery.cancel_scope.cancel()
+
+        nursery.start_soon(watch)
+        await response.run(send)
+        nursery.cancel_scope.cancel()
+    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+        await stream.send_all(conn.end_stream())
 
 
 async def _linger(stream: trio.abc.Stream) -> None:

@@ -231,6 +231,30 @@ class HttpServerConnection:
             self.closing = True
         return out
 
+    def start_stream(
+        self, status: int, content_type: str, headers: Sequence[tuple[str, str]] = ()
+    ) -> bytes:
+        """The head of a streamed response (server-sent events) to the request being
+        answered: its body follows in ``stream_data`` pieces (chunked; to an HTTP/1.0 client,
+        until the connection closes) and ends with ``end_stream``. The connection closes after
+        it (``closing``): a stream is the last thing a connection carries."""
+        self.closing = True
+        return self._h11.send(
+            h11.Response(
+                status_code=status,
+                headers=[("Content-Type", content_type), *headers, ("Connection", "close")],
+                reason=_REASONS.get(status, "").encode(),
+            )
+        )
+
+    def stream_data(self, data: bytes) -> bytes:
+        """The bytes that carry ``data`` (not empty) of a streamed response."""
+        return self._h11.send(h11.Data(data=data)) or b""
+
+    def end_stream(self) -> bytes:
+        """The bytes that end a streamed response."""
+        return self._h11.send(h11.EndOfMessage()) or b""
+
 
 def _content_length(head: h11.Request) -> int | None:
     for name, value in head.headers:
