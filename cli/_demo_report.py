@@ -181,3 +181,43 @@ def plot(result: PipelineResult, log: LogSummary, path: str) -> None:
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
+
+
+def failures(
+    result: PipelineResult, log: LogSummary, spark: SparkTotals | None, devices: int
+) -> list[str]:
+    """What the run broke of the demo's promises, each a sentence (none: it kept them all).
+
+    The demo's verdict: ``kafkaesque demo`` exits 1 on any of these, so its run (CI's main job
+    is ``demo --quick``) is itself the end-to-end test. Every acknowledged reading is in the log
+    once; every reading sent was acknowledged in the end (a device resends what was not); the
+    controller's commands reach phones; Spark sees every device and no gap.
+    """
+    report = result.devices_report
+    found: list[str] = []
+
+    def count(name: str) -> int:
+        value = report.get(name)
+        if value is None:
+            raise ValueError(f"the devices did not report {name!r}")
+        return int(value)
+
+    sent, lost = count("sent"), count("lost")
+    if lost:
+        found.append(f"{lost:,} acknowledged readings are not in the log")
+    if count("acknowledged") != sent:
+        found.append(
+            f"{sent - count('acknowledged'):,} of {sent:,} readings were never acknowledged"
+        )
+    if log.distinct != sent:
+        found.append(f"the log holds {log.distinct:,} distinct readings of the {sent:,} sent")
+    if log.duplicated:
+        found.append(f"{log.duplicated:,} readings are in the log more than once")
+    if result.commands_sent and not count("commands_received"):
+        found.append(f"none of the {result.commands_sent:,} commands reached a phone")
+    if spark is not None and (spark.devices != devices or spark.lost):
+        found.append(
+            f"Spark saw {spark.devices:,} of {devices:,} devices and {spark.lost:,} readings "
+            "missing by serial gap"
+        )
+    return found

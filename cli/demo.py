@@ -131,7 +131,7 @@ def run(args: argparse.Namespace) -> int:
     from kafkaesque.local_cluster import LocalCluster
 
     from ._demo_pipeline import COMMANDS, READINGS, DemoRunError, devices_command, run_pipeline
-    from ._demo_report import format_table, plot, read_log, summary_rows
+    from ._demo_report import failures, format_table, plot, read_log, summary_rows
     from ._demo_secure import DemoSecurity
 
     root = os.path.join(os.path.abspath(args.data_dir), "demo")
@@ -187,10 +187,10 @@ def run(args: argparse.Namespace) -> int:
     print(format_table(summary_rows(result, log, spark)), file=out)
     print(f"plot: {png}", file=out)
     print(f"done in {time.monotonic() - started:.0f} s", file=out)
-    lost = result.devices_report.get("lost")
-    if lost is None:
-        raise DemoError("the devices did not report how many acknowledged readings were lost")
-    if lost:
-        print(f"FAILED: {lost} acknowledged readings are not in the log", file=out)
-        return 1
-    return 0
+    try:
+        broken = failures(result, log, spark, plan.devices)
+    except ValueError as exc:
+        raise DemoError(str(exc)) from exc
+    for failure in broken:
+        print(f"FAILED: {failure}", file=out)
+    return 1 if broken else 0

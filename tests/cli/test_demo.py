@@ -11,6 +11,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
+from cli._demo_pipeline import PipelineResult
+from cli._demo_report import LogSummary, SparkTotals, failures
+
 
 def _kafkaesque() -> list[str]:
     exe = shutil.which("kafkaesque", path=str(Path(sys.executable).parent))
@@ -46,7 +51,12 @@ def _row(stdout: str, name: str) -> str:
     return match.group(1).strip()
 
 
+@pytest.mark.slow
 def test_demo_quick_runs_the_pipeline_end_to_end_and_loses_nothing(tmp_path: Path) -> None:
+    """The README's main job, whole. CI runs this same command first (``.ci/run``), and the
+    demo's own verdict (``_demo_report.failures``, tested below) fails it on every promise
+    checked here but the table's shape, the plot and the processes left; so this run sits in
+    the slow tier instead of taking a minute of every ``bin/test``."""
     result = subprocess.run(
         [*_kafkaesque(), "demo", "--quick", "--data-dir", str(tmp_path)],
         capture_output=True,
@@ -133,3 +143,35 @@ def test_a_missing_piece_stops_the_demo_before_it_starts_anything(tmp_path: Path
     assert "--no-spark" in line
     assert not (tmp_path / "data").exists()
     assert not _processes_under(tmp_path)
+
+
+def _run(sent: int, acknowledged: int, lost: int, commands: int) -> PipelineResult:
+    report = {"sent": sent, "acknowledged": acknowledged, "lost": lost}
+    return PipelineResult(0.0, {**report, "commands_received": commands}, commands_sent=5)
+
+
+def _log(readings: dict[tuple[str, int], int]) -> LogSummary:
+    log = LogSummary()
+    log.readings.update(readings)
+    return log
+
+
+def test_the_demos_verdict_names_each_broken_promise() -> None:
+    whole = _log({("p1", 1): 1, ("p1", 2): 1, ("p2", 1): 1})
+    spark = SparkTotals(2, 3, 0, 0, 1.0, 2.0)
+    assert failures(_run(3, 3, 0, 4), whole, spark, 2) == []
+    assert failures(_run(3, 3, 0, 4), whole, None, 2) == []  # --no-spark
+    twice = _log({("p1", 1): 1, ("p1", 2): 2, ("p2", 1): 1})
+    assert failures(_run(3, 3, 0, 4), twice, spark, 2) == [
+        "1 readings are in the log more than once"
+    ]
+    short = _log({("p1", 1): 1, ("p2", 1): 1})
+    assert failures(_run(3, 2, 1, 0), short, SparkTotals(1, 2, 1, 0, 1.0, 2.0), 2) == [
+        "1 acknowledged readings are not in the log",
+        "1 of 3 readings were never acknowledged",
+        "the log holds 2 distinct readings of the 3 sent",
+        "none of the 5 commands reached a phone",
+        "Spark saw 1 of 2 devices and 1 readings missing by serial gap",
+    ]
+    with pytest.raises(ValueError, match="lost"):
+        failures(PipelineResult(0.0, {"sent": 1, "acknowledged": 1}), whole, None, 2)
