@@ -440,6 +440,18 @@ def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster)
         assert "kf-admin" not in client.refresh_metadata().partitions
 
 
+def test_describing_a_topic_that_does_not_exist_answers_unknown_topic(
+    cluster: LocalCluster,
+) -> None:
+    # Metadata without auto-creation, as the admin's describeTopics asks (Kafka Connect does
+    # before it creates a source connector's topic): 3, not 29, when nothing forbids describing.
+    admin = confluent_kafka.admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    names = confluent_kafka.TopicCollection(["kf-never-made"])
+    [future] = admin.describe_topics(names).values()
+    with pytest.raises(confluent_kafka.KafkaException, match="UNKNOWN_TOPIC"):
+        future.result(30)
+
+
 def test_a_compact_only_topic_is_never_cut_by_retention_as_in_kafka(cluster: LocalCluster) -> None:
     # Kafka Connect creates its config and offsets topics with cleanup.policy=compact alone and
     # reads them whole at every start: the broker's default retention must not apply to them.

@@ -112,6 +112,11 @@ DEVICES_CLI_TEST = (
     "test_the_command_finds_the_clusters_mqtt_listeners_and_reads_the_log_back"
 )
 MQTT_TLS_TEST = "tests/broker/test_mqtt_tls.py::test_mosquitto_pub_publishes_over_tls"
+CONNECT_TEST = (
+    "tests/peers/test_kafka_connect.py::"
+    "test_a_connect_worker_moves_a_file_through_our_topics_and_resumes_from_its_offsets"
+)
+CONNECT_MAIN = "org.apache.kafka.connect.cli.ConnectDistributed"
 BENCH_TEST = "tests/docs/test_doc_commands.py::test_a_benchmark_prints_every_figure_it_documents"
 TOUR = "bin/kafkaesque cluster up -n 3 --mqtt --mqtt-rules examples/mqtt-rules.txt"
 FAILOVER_TEST = (
@@ -452,6 +457,15 @@ REGISTRY: tuple[Entry, ...] = (
         "tests/broker/test_kafka_security.py::test_kcat_produces_and_consumes_over_sasl_ssl_with_scram",
         "kcat -b 127.0.0.1:9192 -L -X security.protocol=SASL_SSL -X ssl.ca.location=ca.pem "
         "-X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=alice-secret",
+    ),
+    # docs/kafka.md's Kafka Connect worker and its REST call: the peers tier runs them so
+    by(CONNECT_TEST, "java -cp 'peers/kafka/libs/*' " + CONNECT_MAIN + " worker.properties"),
+    by(
+        CONNECT_TEST,
+        "curl -s -X POST -H 'Content-Type: application/json' http://127.0.0.1:8083/connectors "
+        """-d '{"name": "file-source", "config": {"connector.class": """
+        """"org.apache.kafka.connect.file.FileStreamSourceConnector", "file": "/tmp/in.txt", """
+        """"topic": "lines"}}'""",
     ),
     here(".venv/bin/kafkaesque latest heartbeats dev-042", "beat 3"),
     here(".venv/bin/kafkaesque latest heartbeats dev-042 --long", " dev-042 beat 3"),

@@ -158,7 +158,10 @@ class KafkaHandlers:
             if body.get("allow_auto_topic_creation", True):
                 await self._auto_create([n for n in names if n not in view.topics], session)
             view = w.metadata.view
-        visible = set(w.access.visible(session, AclResource.TOPIC, view.topics))
+        # Checked on the names asked, not on the topics that exist: a topic the client may
+        # describe but that does not exist is UNKNOWN_TOPIC_OR_PARTITION (Kafka Connect's
+        # admin asks so before it creates a topic), one it may not describe is 29 either way.
+        visible = set(w.access.visible(session, AclResource.TOPIC, names))
         topics = []
         for name in names:
             info = view.topics.get(name)
