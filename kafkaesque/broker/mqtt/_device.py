@@ -144,6 +144,7 @@ class DeviceHost(Protocol):
     def metrics_out(self) -> None: ...
     def dropped(self, count: int) -> None: ...
     def slow_consumer(self) -> None: ...
+    def protocol_error(self, code: int) -> None: ...
 
 
 class MqttDevice:
@@ -343,13 +344,15 @@ class MqttDevice:
             )
         )
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float) -> bool:
         """Nothing arrived before the connection's deadline (``MqttService`` watches them all):
         close it as the state machine says, then cut it ``_DRAIN_S`` later if the writer is still
-        stuck on a device that does not read."""
-        self.perform_nowait(self.conn.expired(now))
+        stuck on a device that does not read. Whether it was closed now (not before)."""
+        actions = self.conn.expired(now)
+        self.perform_nowait(actions)
         if self.scope is not None:
             self.scope.deadline = min(self.scope.deadline, now + _DRAIN_S)
+        return bool(actions)
 
     def perform_nowait(self, actions: list[Action]) -> None:
         """Perform ``Send``, ``Close`` and ``Refused`` actions (those of a server-side
@@ -364,6 +367,8 @@ class MqttDevice:
 
     def _close(self, action: Close) -> None:
         log.debug("mqtt %s: closing: %s", self.client_id, action.reason)
+        if action.error is not None:
+            self.service.protocol_error(action.error)
         self.publish_will = action.will
         self.service.closing(self)
         self.out.append((None, b"", _CLOSE))
