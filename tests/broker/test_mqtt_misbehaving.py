@@ -18,6 +18,7 @@ from collections.abc import Iterator
 import pytest
 
 from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol.mqtt import Connect, MqttVersion, encode_mqtt
 
 from .mqtt_helpers import PahoDevice, RawMqtt, keyed_records, wait_for
 
@@ -25,8 +26,13 @@ SILENT = 200
 HALF_OPEN = 40
 OVERSIZED = 40
 GUESSES = 30
-# A CONNECT's fixed header announcing 2 MiB, over the broker's 1 MiB maximum packet size.
-OVERSIZED_HEADER = bytes([0x10, 0x80, 0x80, 0x80, 0x01])
+# Fixed headers announcing 2 MiB, over the broker's 1 MiB maximum packet size: a CONNECT's, and
+# a PUBLISH's sent in one write with a good CONNECT (the broker still checks its password).
+OVERSIZED_CONNECT = bytes([0x10, 0x80, 0x80, 0x80, 0x01])
+OVERSIZED_PUBLISH = bytes([0x30, 0x80, 0x80, 0x80, 0x01])
+GOOD_CONNECT = encode_mqtt(
+    Connect("oversized", username="dev", password=b"s3cret"), MqttVersion.V311
+)
 
 
 @pytest.fixture(scope="module")
@@ -66,10 +72,10 @@ def test_misbehaving_connections_are_closed_and_counted_and_a_healthy_device_goe
             )
             assert connack.reason_code == 0
             half_open.append(device)
-        for _ in range(OVERSIZED):
+        for i in range(OVERSIZED):
             sock = socket.create_connection(address, timeout=10)
             opened.append(sock)
-            sock.sendall(OVERSIZED_HEADER)
+            sock.sendall(GOOD_CONNECT + OVERSIZED_PUBLISH if i % 2 else OVERSIZED_CONNECT)
         refused = 0
         for i in range(GUESSES):
             guesser = RawMqtt(address, source="127.0.0.2")

@@ -271,7 +271,7 @@ class MqttDevice:
             await self._perform(actions)
 
     async def _perform(self, actions: list[Action]) -> None:
-        for action in actions:
+        for at, action in enumerate(actions):
             if type(action) is Append:
                 await self._append(action)
             elif type(action) is Send:
@@ -283,9 +283,13 @@ class MqttDevice:
                 self.accepted = action
                 refusal = await self.service.admit(self, action)
                 if refusal is not None or self.conn.closed:
-                    # Refused (or the broker stops): nothing the client sent after its CONNECT
-                    # is performed.
+                    # Refused (or the broker stops, or what followed the CONNECT in the same
+                    # read broke the protocol): nothing the client sent after its CONNECT is
+                    # performed; a protocol violation among it is still counted.
                     self.perform_nowait(refusal or [])
+                    for later in actions[at + 1 :]:
+                        if type(later) is Close and later.error is not None:
+                            self.service.protocol_error(later.error)
                     return
                 self.username = action.username
                 self.client_id = action.client_id
