@@ -1,6 +1,7 @@
 """MQTT benchmark: simulated devices against 3 brokers, beside mosquitto measured in the same run.
 
     python -m bench.mqtt [--quick] [--profile DIR]
+    python -m bench.mqtt --misbehaving N [--quick]
 
 The load generator is ``kafkaesque devices``' own (``kafkaesque.cli.devices_fleet``):
 pre-encoded MQTT 3.1.1 packets on raw non-blocking sockets, many connections per process, a
@@ -37,6 +38,15 @@ created before the run. A PUBACK means the record is committed by its partition'
   NATS's default. Target: ours / NATS PUBACK p99 <= 3 for every pair.
 * lost: readings of (a) and (b) (both rates) acknowledged but absent from ``readings`` when read
   back through the line protocol (must be 0).
+
+``--misbehaving N`` runs only this (issue 38 point 6): on the same cluster, (b)'s paced PUBACK
+latency at 1,000 msg/s (500 healthy devices), calm, then again while ``N`` connections misbehave
+(``bench._misbehaving``: never sending CONNECT, half-open after CONNECT, oversized packets; each
+one closed by the brokers is opened again a second later), and prints the brokers' counters of
+them and ``RESULT misbehaving=N puback_p99_calm_ms=… puback_p99_misbehaving_ms=…
+puback_p99_misbehaving_vs_calm=… connect_timeouts=… keepalive_timeouts=… oversized_packets=…
+lost=…`` (target: the ratio <= 2 at N = 1,000). Wrong passwords are not part of it: the bench's
+cluster has no users file (tests/broker/test_mqtt_misbehaving.py has them).
 
 Each phase prints the CPU used by the brokers, the load generators and the rest of the machine.
 ``--profile DIR`` records the brokers with py-spy during (a) and prints the hottest functions.
@@ -80,6 +90,7 @@ from kafkaesque.client import Client, Producer, ProducerConfig
 from kafkaesque.local_cluster import LocalCluster
 
 from ._broker_procs import CpuShare, CpuWindow, Profiles, StealWindow, make_scratch
+from ._misbehaving import Misbehaving
 from ._mqtt_procs import (
     Mosquitto,
     open_files,
@@ -637,6 +648,78 @@ def _like_for_like_fields(
     return fields
 
 
+MISBEHAVING_RATE = 1_000  # msg/s of the healthy devices in --misbehaving
+MISBEHAVING_TARGET = 2.0  # issue 38: PUBACK p99 while N misbehave <= 2 x calm
+_MISBEHAVING_COUNTERS = ("connect_timeouts", "keepalive_timeouts", "oversized_packets")
+
+
+def _misbehaving_counters(cluster: LocalCluster) -> dict[str, float]:
+    """The brokers' counters of misbehaving connections, summed over the brokers."""
+    totals = dict.fromkeys(_MISBEHAVING_COUNTERS, 0.0)
+    for broker in range(BROKERS):
+        for name, _, value in cluster.scrape(broker):
+            short = name.removeprefix("kafkaesque_mqtt_").removesuffix("_total")
+            if short in totals and name.endswith("_total"):
+                totals[short] += value
+    return totals
+
+
+def run_misbehaving(root: Path, plan: Plan, n: int) -> int:
+    """``--misbehaving N``: healthy devices' PUBACK p99 calm, then beside ``n`` misbehaving
+    connections (see the module docstring)."""
+    clock = Clock()
+    steal = StealWindow()
+    with LocalCluster(str(root / "cluster"), BROKERS, mqtt=True, mqtt_rules=RULES) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("readings", READINGS_PARTITIONS, BROKERS)
+            start = end_offsets(client, "readings")
+        addresses: tuple[tuple[str, int], ...] = tuple(cluster.mqtt_addresses)
+        brokers = [cluster.procs[i].pid for i in range(BROKERS)]
+        calm, calm_cpu = paced_latency(addresses, plan, brokers, MISBEHAVING_RATE)
+        print(
+            f"calm: {PACED_DEVICES} devices at {MISBEHAVING_RATE:,} msg/s: PUBACK p50 "
+            f"{_f(calm['p50'])} ms, p99 {_f(calm['p99'])} ms {clock}"
+        )
+        print(f"      {calm_cpu}")
+        before = _misbehaving_counters(cluster)
+        with Misbehaving(list(addresses), n) as bad:
+            time.sleep(min(12.0, 2.0 + n / 200))  # all open, and the first CONNECT timeouts
+            opened_before = bad.opened
+            stormy, stormy_cpu = paced_latency(addresses, plan, brokers, MISBEHAVING_RATE)
+            opened = bad.opened
+        after = _misbehaving_counters(cluster)
+        grew = {name: after[name] - before[name] for name in _MISBEHAVING_COUNTERS}
+        print(
+            f"with {n} misbehaving connections ({opened_before} opened before the phase, "
+            f"{opened} in all): PUBACK p50 {_f(stormy['p50'])} ms, p99 {_f(stormy['p99'])} ms "
+            f"{clock}"
+        )
+        print(f"      {stormy_cpu}")
+        print(
+            "      closed by the brokers: "
+            + ", ".join(f"{name} {value:.0f}" for name, value in grew.items())
+        )
+        with Client(cluster.bootstrap) as client:
+            lost = 0
+            for phase in (calm, stormy):
+                pairs, _ = read_run(client, "readings", phase["run"], start)
+                lost += check_log(phase["devices"], pairs).lost
+    ratio = _ratio(stormy["p99"], calm["p99"])
+    print(
+        f"PUBACK p99 misbehaving / calm: {_f(ratio)}; target <= {MISBEHAVING_TARGET:g}: "
+        f"{_verdict(ratio is not None and ratio <= MISBEHAVING_TARGET)}; lost {lost}"
+    )
+    print(steal)
+    print(
+        f"RESULT misbehaving={n} puback_p99_calm_ms={_f(calm['p99'])} "
+        f"puback_p99_misbehaving_ms={_f(stormy['p99'])} "
+        f"puback_p99_misbehaving_vs_calm={_f(ratio)} "
+        + " ".join(f"{name}={value:.0f}" for name, value in grew.items())
+        + f" lost={lost}"
+    )
+    return 0 if lost == 0 else 1
+
+
 def _stop(signum: int, frame: FrameType | None) -> None:
     raise SystemExit(128 + signum)  # unwinds: brokers, mosquitto, generators stopped
 
@@ -649,12 +732,23 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="a shorter run (about a minute)")
     parser.add_argument("--profile", type=Path, metavar="DIR", help="py-spy the brokers in (a)")
+    parser.add_argument(
+        "--misbehaving",
+        type=int,
+        metavar="N",
+        help="only PUBACK p99 calm vs. beside N misbehaving connections",
+    )
     args = parser.parse_args(argv)
+    if args.misbehaving is not None and not 1 <= args.misbehaving <= 5000:
+        parser.error("--misbehaving takes 1..5000 connections")
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     root = make_scratch()
     try:
-        return run(root, QUICK if args.quick else FULL, args.profile)
+        plan = QUICK if args.quick else FULL
+        if args.misbehaving is not None:
+            return run_misbehaving(root, plan, args.misbehaving)
+        return run(root, plan, args.profile)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

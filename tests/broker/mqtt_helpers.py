@@ -112,8 +112,16 @@ class PahoDevice:
 class RawMqtt:
     """A bare socket speaking MQTT through our codec (for what paho will not send)."""
 
-    def __init__(self, address: tuple[str, int], version: MqttVersion = MqttVersion.V311):
-        self.sock = socket.create_connection(address, timeout=10)
+    def __init__(
+        self,
+        address: tuple[str, int],
+        version: MqttVersion = MqttVersion.V311,
+        source: str | None = None,
+    ):
+        """``source``: the local (loopback) address to connect from, e.g. ``127.0.0.2``."""
+        self.sock = socket.create_connection(
+            address, timeout=10, source_address=None if source is None else (source, 0)
+        )
         self.version = version
         self.decoder = MqttDecoder(server_side=False, version=version)
         self.pending: list[MqttPacket] = []

@@ -172,10 +172,31 @@ _topics = st.sampled_from(
 )
 
 
-@settings(max_examples=300, suppress_health_check=[HealthCheck.too_slow])
-@given(topic=_topics, payload=_payloads)
-def test_any_payload_is_mapped_or_unmappable_never_an_exception(topic: str, payload: bytes) -> None:
-    mapping = TopicMapping.parse(RULES)
+_AVRO_RULE = "avro/+ -> avro key=$.id fields=id,t,tags format=avro schema=any.avsc\n"
+_AVRO_SCHEMA = {
+    "type": "record",
+    "name": "Any",
+    "fields": [
+        {"name": "id", "type": ["null", "string", "long"], "default": None},
+        {"name": "t", "type": ["null", "double", "boolean"], "default": None},
+        {"name": "tags", "type": {"type": "array", "items": "string"}, "default": []},
+    ],
+}
+
+
+@pytest.fixture(scope="module")
+def property_mapping(tmp_path_factory: pytest.TempPathFactory) -> TopicMapping:
+    folder = tmp_path_factory.mktemp("avro")
+    (folder / "any.avsc").write_text(json.dumps(_AVRO_SCHEMA))
+    return TopicMapping.parse(_AVRO_RULE + RULES, folder)
+
+
+@settings(max_examples=200, suppress_health_check=[HealthCheck.too_slow])
+@given(topic=st.one_of(_topics, st.just("avro/1")), payload=_payloads)
+def test_any_payload_is_mapped_or_unmappable_never_an_exception(
+    property_mapping: TopicMapping, topic: str, payload: bytes
+) -> None:
+    mapping = property_mapping
     for converter in (None, json_converter):
         mapped = mapping.apply(topic, payload, converter)
         if isinstance(mapped, Mapped):

@@ -144,6 +144,7 @@ class DeviceHost(Protocol):
     def metrics_out(self) -> None: ...
     def dropped(self, count: int) -> None: ...
     def slow_consumer(self) -> None: ...
+    def protocol_error(self, code: int) -> None: ...
 
 
 class MqttDevice:
@@ -270,7 +271,7 @@ class MqttDevice:
             await self._perform(actions)
 
     async def _perform(self, actions: list[Action]) -> None:
-        for action in actions:
+        for at, action in enumerate(actions):
             if type(action) is Append:
                 await self._append(action)
             elif type(action) is Send:
@@ -282,9 +283,13 @@ class MqttDevice:
                 self.accepted = action
                 refusal = await self.service.admit(self, action)
                 if refusal is not None or self.conn.closed:
-                    # Refused (or the broker stops): nothing the client sent after its CONNECT
-                    # is performed.
+                    # Refused (or the broker stops, or what followed the CONNECT in the same
+                    # read broke the protocol): nothing the client sent after its CONNECT is
+                    # performed; a protocol violation among it is still counted.
                     self.perform_nowait(refusal or [])
+                    for later in actions[at + 1 :]:
+                        if type(later) is Close and later.error is not None:
+                            self.service.protocol_error(later.error)
                     return
                 self.username = action.username
                 self.client_id = action.client_id
@@ -343,13 +348,15 @@ class MqttDevice:
             )
         )
 
-    def expire(self, now: float) -> None:
+    def expire(self, now: float) -> bool:
         """Nothing arrived before the connection's deadline (``MqttService`` watches them all):
         close it as the state machine says, then cut it ``_DRAIN_S`` later if the writer is still
-        stuck on a device that does not read."""
-        self.perform_nowait(self.conn.expired(now))
+        stuck on a device that does not read. Whether it was closed now (not before)."""
+        actions = self.conn.expired(now)
+        self.perform_nowait(actions)
         if self.scope is not None:
             self.scope.deadline = min(self.scope.deadline, now + _DRAIN_S)
+        return bool(actions)
 
     def perform_nowait(self, actions: list[Action]) -> None:
         """Perform ``Send``, ``Close`` and ``Refused`` actions (those of a server-side
@@ -364,6 +371,8 @@ class MqttDevice:
 
     def _close(self, action: Close) -> None:
         log.debug("mqtt %s: closing: %s", self.client_id, action.reason)
+        if action.error is not None:
+            self.service.protocol_error(action.error)
         self.publish_will = action.will
         self.service.closing(self)
         self.out.append((None, b"", _CLOSE))

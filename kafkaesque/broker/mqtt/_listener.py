@@ -25,6 +25,7 @@ from kafkaesque.protocol.mqtt import (
     Accepted,
     Action,
     InvalidMappingError,
+    MqttReasonCode,
     MqttServerConnection,
     MqttSubscription,
     TopicMapping,
@@ -103,6 +104,11 @@ class MqttService:
                 "resends_found",
                 "auth_failures",
                 "dead_letters",
+                # Misbehaving connections, each closed at a bounded cost (docs/mqtt.md).
+                "connect_timeouts",
+                "keepalive_timeouts",
+                "oversized_packets",
+                "malformed_packets",
             ),
             0,
         )
@@ -230,7 +236,9 @@ class MqttService:
             await trio.sleep(DEADLINE_SCAN_S)
             now = trio.current_time()
             for device in self._deadlines.due(now):
-                device.expire(now)
+                connected = device.conn.connected
+                if device.expire(now):
+                    self.stats["keepalive_timeouts" if connected else "connect_timeouts"] += 1
 
     # -- the device's host: admission -----------------------------------------------------------
 
@@ -314,3 +322,9 @@ class MqttService:
 
     def slow_consumer(self) -> None:
         self.stats["slow_disconnects"] += 1
+
+    def protocol_error(self, code: int) -> None:
+        """A connection closed for a protocol violation (reason ``code``): an oversized packet
+        or another malformed one."""
+        too_large = code == MqttReasonCode.PACKET_TOO_LARGE
+        self.stats["oversized_packets" if too_large else "malformed_packets"] += 1

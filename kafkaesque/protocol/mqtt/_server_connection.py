@@ -163,6 +163,9 @@ class Unsubscribed:
 class Close:
     reason: str
     will: bool  # publish the Will (an abnormal end), if the session has one
+    # A protocol violation's reason code (``MqttReasonCode``: 0x95 a packet too large, ...), for
+    # the broker's counters; None for any other end.
+    error: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -758,7 +761,7 @@ class MqttServerConnection:
         actions: list[Action] = []
         if self.version is MqttVersion.V5 and self.connected:
             actions.append(Send(encode_mqtt(Disconnect(reason), self.version)))
-        actions.extend(self._close(f"protocol violation: {why}", will=self.connected))
+        actions.extend(self._close(f"protocol violation: {why}", will=self.connected, error=reason))
         return actions
 
     def _protocol_error(self, exc: MqttProtocolError) -> list[Action]:
@@ -774,12 +777,13 @@ class MqttServerConnection:
         elif version is MqttVersion.V5:
             code = exc.reason_code if exc.reason_code in DISCONNECT_REASON_CODES else 0x80
             actions.append(Send(encode_mqtt(Disconnect(code), version)))
-        actions.extend(self._close(f"protocol violation: {exc}", will=self.connected))
+        error = exc.reason_code
+        actions.extend(self._close(f"protocol violation: {exc}", will=self.connected, error=error))
         return actions
 
-    def _close(self, reason: str, *, will: bool) -> list[Action]:
+    def _close(self, reason: str, *, will: bool, error: int | None = None) -> list[Action]:
         self._closed = True
-        return [Close(reason, will and not self._clean_disconnect)]
+        return [Close(reason, will and not self._clean_disconnect, error)]
 
 
 _NEVER = 0xFFFFFFFF  # a v5 Session Expiry Interval that means "does not expire" (§3.1.2.11.2)
