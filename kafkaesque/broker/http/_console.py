@@ -14,6 +14,7 @@ allows only this origin). Its data:
   the console shows and does (end offsets, records, produce, groups, ACLs) goes through the very
   handlers, ACL checks and line-protocol commands REST clients use: nothing is implemented
   twice, and a console user can do only what the principal's ACLs allow;
+- ``/api/mqtt``: the devices connected to this broker, the topic mapping, the counters;
 - ``/api/whoami?topic=t``: who the caller is and whether it may write to ``t`` (the produce
   form is shown only then).
 
@@ -88,6 +89,7 @@ class ConsoleApi:
     Prometheus text of ``/metrics``. ``probes``: what the snapshots read. ``timeline``: the
     events the streams carry (the broker adds to it too: refused logins, rebalances).
     ``period_s``: how old a snapshot may get; ``clock``: the snapshots' (wall clock) time.
+    ``mqtt``: the MQTT wing's description (None: this broker has no MQTT listener).
     """
 
     def __init__(
@@ -99,6 +101,7 @@ class ConsoleApi:
         *,
         period_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        mqtt: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._rest = rest
         self._scrape = scrape
@@ -106,6 +109,7 @@ class ConsoleApi:
         self.timeline = timeline
         self.snapshots = ClusterSnapshots(probes, timeline, period_s=period_s, clock=clock)
         self._static = _load_static()
+        self._mqtt = mqtt
 
     async def handle(self, request: Request, caller: Caller) -> Response | Streamed:
         """The response to ``request`` from ``caller``'s connection."""
@@ -169,6 +173,9 @@ class ConsoleApi:
                 after = target.query.get("after", "0")
                 seq = int(after) if after.isdigit() else 0
                 return _answer([e.json() for e in self.timeline.recent(seq)])
+            case ("mqtt",):
+                return _answer({"enabled": False} if self._mqtt is None else {
+                    "enabled": True, **self._mqtt()})  # fmt: skip
             case ("whoami",):
                 return _answer(self._whoami(caller, target.query.get("topic")))
             case ("events",):
