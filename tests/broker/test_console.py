@@ -181,7 +181,8 @@ async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_
         api.handle, access=access, limits=HttpLimits(), broker_id=0, listener="admin"
     )
     answers = {}
-    for path in ("/api/overview", "/api/events", "/api/rest/topics", "/healthz", "/metrics", "/"):
+    paths = ("/api/overview", "/api/events", "/api/users", "/api/rest/topics")
+    for path in (*paths, "/healthz", "/metrics", "/"):
         server_end, client_end = trio.testing.memory_stream_pair()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_exchange, server, server_end)
@@ -195,6 +196,7 @@ async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_
     assert answers == {
         "/api/overview": b"401",
         "/api/events": b"401",
+        "/api/users": b"401",
         "/api/rest/topics": b"401",
         "/healthz": b"200",
         "/metrics": b"200",

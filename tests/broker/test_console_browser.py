@@ -245,6 +245,15 @@ def test_the_mqtt_screen_shows_a_connected_device_and_its_subscription(
     expect(tab.page.get_by_test_id("device-phone-7")).to_have_count(0)
 
 
+def test_the_acls_screen_shows_the_acls_and_users_acl_list_gives(
+    tab: Browsed, client: Client
+) -> None:
+    assert client.list_acls() == []
+    tab.page.goto(tab.base + "/#/acls")
+    expect(tab.page.get_by_text("No ACLs: every authenticated principal")).to_be_visible()
+    expect(tab.page.get_by_test_id("users")).to_contain_text("No users file")
+
+
 def test_a_killed_leader_shows_its_successor_and_the_election(
     tab: Browsed, cluster: LocalCluster, client: Client
 ) -> None:

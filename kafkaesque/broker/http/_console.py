@@ -15,6 +15,7 @@ allows only this origin). Its data:
   handlers, ACL checks and line-protocol commands REST clients use: nothing is implemented
   twice, and a console user can do only what the principal's ACLs allow;
 - ``/api/mqtt``: the devices connected to this broker, the topic mapping, the counters;
+- ``/api/users``: the users file's names (read-only; for whom may describe the cluster);
 - ``/api/whoami?topic=t``: who the caller is and whether it may write to ``t`` (the produce
   form is shown only then).
 
@@ -35,7 +36,7 @@ from typing import Any, Final
 
 import trio
 
-from kafkaesque.protocol import AclOperation, AclResource
+from kafkaesque.protocol import CLUSTER_RESOURCE_NAME, AclOperation, AclResource
 from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
 from kafkaesque.raft import Role
 
@@ -176,6 +177,8 @@ class ConsoleApi:
             case ("mqtt",):
                 return _answer({"enabled": False} if self._mqtt is None else {
                     "enabled": True, **self._mqtt()})  # fmt: skip
+            case ("users",):
+                return _answer(self._users(caller))
             case ("whoami",):
                 return _answer(self._whoami(caller, target.query.get("topic")))
             case ("events",):
@@ -224,6 +227,18 @@ class ConsoleApi:
                     }
             partitions.append(row)
         return {"name": topic, "seen_by": snapshot.broker_id, "partitions": partitions}
+
+    def _users(self, caller: Caller) -> dict[str, Any]:
+        """The users file's names (never their keys), for whom may describe the cluster (as
+        ``ACL LIST`` needs); ``users`` None: the broker has no users file (open)."""
+        access = self._rest.access
+        try:
+            access.check_operation(
+                caller.session, AclOperation.DESCRIBE, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
+            )
+        except RequestError as exc:
+            raise RestError.of(exc.reply()) from exc
+        return {"users": None if access.users is None else sorted(access.users.names())}
 
     def _whoami(self, caller: Caller, topic: str | None) -> dict[str, Any]:
         session = caller.session

@@ -392,7 +392,9 @@ function mqttScreen() {
 
 async function aclsScreen() {
   const table = el("table", { "data-testid": "acls" });
-  show(el("h1", { text: "ACLs" }), el("p", { text: "Read-only here; users are managed with `kafkaesque user add`." }), table);
+  const users = el("p", { "data-testid": "users" });
+  show(el("h1", { text: "ACLs and users" }), el("p", { text: "Read-only here: `kafkaesque acl` changes the ACLs, `kafkaesque user` the users." }),
+    el("h2", { text: "ACLs" }), table, el("h2", { text: "Users" }), users);
   try {
     const body = (await getJson("/api/rest/acls")).body;
     const rows = Array.isArray(body) ? body : body.acls || [];
@@ -400,6 +402,8 @@ async function aclsScreen() {
       rows.map((a) => el("tr", {}, [a.principal, a.permission, a.operation, a.resource_type, a.resource_name, a.pattern_type]
         .map((v) => el("td", { text: v ?? "" })))));
     if (!rows.length) table.after(el("p", { text: "No ACLs: every authenticated principal may do everything." }));
+    const u = (await getJson("/api/users")).body;
+    users.textContent = u.users === null ? "No users file: this broker is open (loopback only)." : u.users.join(", ") || "none";
   } catch (e) { fail("ACLs", e); }
 }
 
