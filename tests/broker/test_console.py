@@ -160,6 +160,28 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
     assert timeline.streams == 0
 
 
+async def test_a_tab_that_stops_reading_loses_its_stream(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    timeline = Timeline()
+    api = ConsoleApi(_open_rest(), _no_scrape, World().probes(), timeline, clock=trio.current_time)
+    server = HttpServer(
+        api.handle, access=cast(Any, None), limits=HttpLimits(), broker_id=0, listener="admin"
+    )
+    # Lockstep: a send waits until the other side reads, as a full socket buffer makes it.
+    server_end, client_end = trio.testing.lockstep_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_exchange, server, server_end)
+        await client_end.send_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await client_end.receive_some(65536)
+        assert b"200 OK" in first
+        await trio.sleep(5.0)
+        assert timeline.streams == 1  # stalled, but not yet given up
+        await trio.sleep(60.0)  # the client reads nothing more
+        assert timeline.streams == 0
+        nursery.cancel_scope.cancel()
+
+
 async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_not(
     tmp_path: Path,
 ) -> None:
