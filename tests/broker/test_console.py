@@ -146,6 +146,13 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
                 received += data
                 if b"event: overview" in received and not timeline.recent():
                     timeline.add("election", "t/0: broker 2 elected leader in term 3")
+        # A HEAD asks for no stream (h11 would refuse a body after its answer).
+        head_server, head_client = trio.testing.memory_stream_pair()
+        nursery.start_soon(_exchange, server, head_server)
+        await head_client.send_all(
+            b"HEAD /api/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert (await head_client.receive_some(65536)).startswith(b"HTTP/1.1 200 ")
         # A second tab over the cap is refused (503), not queued.
         second_server, second_client = trio.testing.memory_stream_pair()
         nursery.start_soon(_exchange, server, second_server)

@@ -149,6 +149,8 @@ class ConsoleApi:
             case ("api", *rest):
                 await self._rest.authenticate(request, caller)
                 _allow(method, "GET")
+                if request.method == "HEAD" and tuple(rest) == ("events",):
+                    return Response(200, b"", content_type="text/event-stream")  # no stream
                 return await self._api(tuple(rest), target, caller)
         raise RestError(404, "NOT_FOUND", f"no such resource: {'/' + '/'.join(segments)}")
 
