@@ -29,7 +29,7 @@ from kafkaesque.broker.http import (
 from kafkaesque.broker.http._rest import Caller, RestApi
 from kafkaesque.broker.http._timeline import TooManyStreams
 from kafkaesque.local_cluster import write_users
-from kafkaesque.protocol.http import HttpLimits
+from kafkaesque.protocol.http import HttpLimits, Request, Response
 from kafkaesque.security import Authorizer, FailureLimiter, UserStore
 
 
@@ -165,6 +165,18 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
     assert b"event: timeline\nid: 1\n" in received and b"elected leader in term 3" in received
     assert refused.startswith(b"HTTP/1.1 503 ")
     assert timeline.streams == 0
+
+
+async def test_a_write_from_another_origin_is_refused() -> None:
+    api = ConsoleApi(_open_rest(), _no_scrape, World().probes(), Timeline())
+    request = Request(
+        "POST",
+        b"/api/rest/topics/t",
+        (("host", "127.0.0.1:9095"), ("origin", "http://evil.example")),
+        b"{}",
+    )
+    answer = await api.handle(request, Caller(Session()))
+    assert isinstance(answer, Response) and answer.status == 403
 
 
 async def test_a_tab_that_stops_reading_loses_its_stream(

@@ -129,6 +129,7 @@ class ConsoleApi:
         method = "GET" if request.method == "HEAD" else request.method
         segments = target.segments
         if segments[:2] == ("api", "rest"):
+            _same_origin(request)
             rest_target = request.target[len(b"/api/rest") :] or b"/"
             return await self._rest.handle(dataclasses.replace(request, target=rest_target), caller)
         match segments:
@@ -299,6 +300,20 @@ class ConsoleApi:
                 await send(_sse("dropped", {"count": dropped}))
             for event in stream.drain():
                 await send(_sse("timeline", event.json(), event.seq))
+
+
+def _same_origin(request: Request) -> None:
+    """Refuse (403) a write whose ``Origin`` is another site than this port: a page elsewhere
+    must not produce, reset or delete through a browser that can reach the admin port (the
+    REST listener's clients are programs, which send no ``Origin``)."""
+    if request.method in ("GET", "HEAD"):
+        return
+    origin = request.header("origin")
+    if origin is None:
+        return
+    host = request.header("host") or ""
+    if origin.split("://", 1)[-1] != host:
+        raise RestError(403, "NOT_AUTHORIZED", f"a write from another origin ({origin[:80]})")
 
 
 def _rates(snapshot: Snapshot) -> bytes:
