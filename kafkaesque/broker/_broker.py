@@ -331,6 +331,7 @@ class Broker:
                 ends=self.reads.high_watermarks,
             ),
             self.timeline,
+            mqtt=None if self.mqtt is None else self.mqtt.describe,
         )
         self._admin_server = HttpServer(
             self.console.handle,

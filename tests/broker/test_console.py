@@ -29,7 +29,7 @@ from kafkaesque.broker.http import (
 from kafkaesque.broker.http._rest import Caller, RestApi
 from kafkaesque.broker.http._timeline import TooManyStreams
 from kafkaesque.local_cluster import write_users
-from kafkaesque.protocol.http import HttpLimits
+from kafkaesque.protocol.http import HttpLimits, Request, Response
 from kafkaesque.security import Authorizer, FailureLimiter, UserStore
 
 
@@ -146,6 +146,13 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
                 received += data
                 if b"event: overview" in received and not timeline.recent():
                     timeline.add("election", "t/0: broker 2 elected leader in term 3")
+        # A HEAD asks for no stream (h11 would refuse a body after its answer).
+        head_server, head_client = trio.testing.memory_stream_pair()
+        nursery.start_soon(_exchange, server, head_server)
+        await head_client.send_all(
+            b"HEAD /api/events HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+        )
+        assert (await head_client.receive_some(65536)).startswith(b"HTTP/1.1 200 ")
         # A second tab over the cap is refused (503), not queued.
         second_server, second_client = trio.testing.memory_stream_pair()
         nursery.start_soon(_exchange, server, second_server)
@@ -158,6 +165,40 @@ async def test_the_event_stream_carries_the_overview_and_each_event(
     assert b"event: timeline\nid: 1\n" in received and b"elected leader in term 3" in received
     assert refused.startswith(b"HTTP/1.1 503 ")
     assert timeline.streams == 0
+
+
+async def test_a_write_from_another_origin_is_refused() -> None:
+    api = ConsoleApi(_open_rest(), _no_scrape, World().probes(), Timeline())
+    request = Request(
+        "POST",
+        b"/api/rest/topics/t",
+        (("host", "127.0.0.1:9095"), ("origin", "http://evil.example")),
+        b"{}",
+    )
+    answer = await api.handle(request, Caller(Session()))
+    assert isinstance(answer, Response) and answer.status == 403
+
+
+async def test_a_tab_that_stops_reading_loses_its_stream(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    timeline = Timeline()
+    api = ConsoleApi(_open_rest(), _no_scrape, World().probes(), timeline, clock=trio.current_time)
+    server = HttpServer(
+        api.handle, access=cast(Any, None), limits=HttpLimits(), broker_id=0, listener="admin"
+    )
+    # Lockstep: a send waits until the other side reads, as a full socket buffer makes it.
+    server_end, client_end = trio.testing.lockstep_stream_pair()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(_exchange, server, server_end)
+        await client_end.send_all(b"GET /api/events HTTP/1.1\r\nHost: x\r\n\r\n")
+        first = await client_end.receive_some(65536)
+        assert b"200 OK" in first
+        await trio.sleep(5.0)
+        assert timeline.streams == 1  # stalled, but not yet given up
+        await trio.sleep(60.0)  # the client reads nothing more
+        assert timeline.streams == 0
+        nursery.cancel_scope.cancel()
 
 
 async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_not(
@@ -182,7 +223,8 @@ async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_
         api.handle, access=access, limits=HttpLimits(), broker_id=0, listener="admin"
     )
     answers = {}
-    for path in ("/api/overview", "/api/events", "/api/rest/topics", "/healthz", "/metrics", "/"):
+    paths = ("/api/overview", "/api/events", "/api/users", "/api/rest/topics")
+    for path in (*paths, "/healthz", "/metrics", "/"):
         server_end, client_end = trio.testing.memory_stream_pair()
         async with trio.open_nursery() as nursery:
             nursery.start_soon(_exchange, server, server_end)
@@ -196,6 +238,7 @@ async def test_with_a_users_file_the_data_needs_credentials_and_monitoring_does_
     assert answers == {
         "/api/overview": b"401",
         "/api/events": b"401",
+        "/api/users": b"401",
         "/api/rest/topics": b"401",
         "/healthz": b"200",
         "/metrics": b"200",

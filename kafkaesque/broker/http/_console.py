@@ -14,6 +14,8 @@ allows only this origin). Its data:
   the console shows and does (end offsets, records, produce, groups, ACLs) goes through the very
   handlers, ACL checks and line-protocol commands REST clients use: nothing is implemented
   twice, and a console user can do only what the principal's ACLs allow;
+- ``/api/mqtt``: the devices connected to this broker, the topic mapping, the counters;
+- ``/api/users``: the users file's names (read-only; for whom may describe the cluster);
 - ``/api/whoami?topic=t``: who the caller is and whether it may write to ``t`` (the produce
   form is shown only then).
 
@@ -34,7 +36,7 @@ from typing import Any, Final
 
 import trio
 
-from kafkaesque.protocol import AclOperation, AclResource
+from kafkaesque.protocol import CLUSTER_RESOURCE_NAME, AclOperation, AclResource
 from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse_target
 from kafkaesque.raft import Role
 
@@ -88,6 +90,7 @@ class ConsoleApi:
     Prometheus text of ``/metrics``. ``probes``: what the snapshots read. ``timeline``: the
     events the streams carry (the broker adds to it too: refused logins, rebalances).
     ``period_s``: how old a snapshot may get; ``clock``: the snapshots' (wall clock) time.
+    ``mqtt``: the MQTT wing's description (None: this broker has no MQTT listener).
     """
 
     def __init__(
@@ -99,6 +102,7 @@ class ConsoleApi:
         *,
         period_s: float = 1.0,
         clock: Callable[[], float] = time.time,
+        mqtt: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         self._rest = rest
         self._scrape = scrape
@@ -106,6 +110,7 @@ class ConsoleApi:
         self.timeline = timeline
         self.snapshots = ClusterSnapshots(probes, timeline, period_s=period_s, clock=clock)
         self._static = _load_static()
+        self._mqtt = mqtt
 
     async def handle(self, request: Request, caller: Caller) -> Response | Streamed:
         """The response to ``request`` from ``caller``'s connection."""
@@ -124,6 +129,7 @@ class ConsoleApi:
         method = "GET" if request.method == "HEAD" else request.method
         segments = target.segments
         if segments[:2] == ("api", "rest"):
+            _same_origin(request)
             rest_target = request.target[len(b"/api/rest") :] or b"/"
             return await self._rest.handle(dataclasses.replace(request, target=rest_target), caller)
         match segments:
@@ -144,6 +150,8 @@ class ConsoleApi:
             case ("api", *rest):
                 await self._rest.authenticate(request, caller)
                 _allow(method, "GET")
+                if request.method == "HEAD" and tuple(rest) == ("events",):
+                    return Response(200, b"", content_type="text/event-stream")  # no stream
                 return await self._api(tuple(rest), target, caller)
         raise RestError(404, "NOT_FOUND", f"no such resource: {'/' + '/'.join(segments)}")
 
@@ -169,6 +177,11 @@ class ConsoleApi:
                 after = target.query.get("after", "0")
                 seq = int(after) if after.isdigit() else 0
                 return _answer([e.json() for e in self.timeline.recent(seq)])
+            case ("mqtt",):
+                return _answer({"enabled": False} if self._mqtt is None else {
+                    "enabled": True, **self._mqtt()})  # fmt: skip
+            case ("users",):
+                return _answer(self._users(caller))
             case ("whoami",):
                 return _answer(self._whoami(caller, target.query.get("topic")))
             case ("events",):
@@ -217,6 +230,18 @@ class ConsoleApi:
                     }
             partitions.append(row)
         return {"name": topic, "seen_by": snapshot.broker_id, "partitions": partitions}
+
+    def _users(self, caller: Caller) -> dict[str, Any]:
+        """The users file's names (never their keys), for whom may describe the cluster (as
+        ``ACL LIST`` needs); ``users`` None: the broker has no users file (open)."""
+        access = self._rest.access
+        try:
+            access.check_operation(
+                caller.session, AclOperation.DESCRIBE, AclResource.CLUSTER, CLUSTER_RESOURCE_NAME
+            )
+        except RequestError as exc:
+            raise RestError.of(exc.reply()) from exc
+        return {"users": None if access.users is None else sorted(access.users.names())}
 
     def _whoami(self, caller: Caller, topic: str | None) -> dict[str, Any]:
         session = caller.session
@@ -275,6 +300,20 @@ class ConsoleApi:
                 await send(_sse("dropped", {"count": dropped}))
             for event in stream.drain():
                 await send(_sse("timeline", event.json(), event.seq))
+
+
+def _same_origin(request: Request) -> None:
+    """Refuse (403) a write whose ``Origin`` is another site than this port: a page elsewhere
+    must not produce, reset or delete through a browser that can reach the admin port (the
+    REST listener's clients are programs, which send no ``Origin``)."""
+    if request.method in ("GET", "HEAD"):
+        return
+    origin = request.header("origin")
+    if origin is None:
+        return
+    host = request.header("host") or ""
+    if origin.split("://", 1)[-1] != host:
+        raise RestError(403, "NOT_AUTHORIZED", f"a write from another origin ({origin[:80]})")
 
 
 def _rates(snapshot: Snapshot) -> bytes:

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Final
 
 import trio
+import trio.lowlevel
 from prometheus_client import CollectorRegistry
 
 from kafkaesque.fd_stream import peer_host
@@ -45,6 +46,7 @@ log = logging.getLogger("kafkaesque.broker.http")
 
 _RECEIVE_BYTES: Final = 64 * 1024
 _LINGER_S: Final = 1.0
+_STREAM_SEND_S: Final = 15.0
 _LINGER_BYTES: Final = 4 * 1024 * 1024
 _BUSY: Final = (
     b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
@@ -264,16 +266,26 @@ class HttpService:
 async def _stream(stream: trio.abc.Stream, conn: HttpServerConnection, response: Streamed) -> None:
     """Send ``response``'s head, then its pieces until it ends or the client closes (a read
     that sees the end of the stream cancels the writer: a silent client that went away is
-    otherwise only found by the next write)."""
+    otherwise only found by the next write), or a piece cannot be sent within
+    ``_STREAM_SEND_S`` (a client that stopped reading, or vanished without a word: its socket's
+    buffer is full, and a stream slot would stay taken for good)."""
     await stream.send_all(
         conn.start_stream(response.status, response.content_type, response.headers)
     )
 
-    async def send(data: bytes) -> None:
-        if data:
-            await stream.send_all(conn.stream_data(data))
-
+    stalled = False
     async with trio.open_nursery() as nursery:
+
+        async def send(data: bytes) -> None:
+            nonlocal stalled
+            if not data:
+                return
+            with trio.move_on_after(_STREAM_SEND_S) as scope:
+                await stream.send_all(conn.stream_data(data))
+            if scope.cancelled_caught:  # a client that reads nothing: its stream ends
+                stalled = True
+                nursery.cancel_scope.cancel()
+                await trio.lowlevel.checkpoint()
 
         async def watch() -> None:
             while await stream.receive_some(_RECEIVE_BYTES):
@@ -283,7 +295,12 @@ async def _stream(stream: trio.abc.Stream, conn: HttpServerConnection, response:
         nursery.start_soon(watch)
         await response.run(send)
         nursery.cancel_scope.cancel()
-    with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError):
+    if stalled:  # a piece went out half: the connection just closes
+        return
+    with (
+        contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError),
+        trio.move_on_after(_STREAM_SEND_S),
+    ):
         await stream.send_all(conn.end_stream())
 
 

@@ -15,7 +15,7 @@ import logging
 import os
 import ssl
 from collections.abc import Iterable, Mapping
-from typing import Final
+from typing import Any, Final
 
 import trio
 
@@ -137,6 +137,35 @@ class MqttService:
             "subscriptions": self.egress.subscriptions,
             "messages_out": self.egress.delivered,
             "retained": len(self.retained.messages),
+        }
+
+    def describe(self, max_devices: int = 500) -> dict[str, Any]:
+        """What the web console's MQTT screen shows (JSON): the devices connected here (the
+        first ``max_devices`` by client id) with their subscriptions, the topic mapping, the
+        retained messages' count and the counters."""
+        devices = []
+        for client_id in sorted(self._sessions.devices)[:max_devices]:
+            device = self._sessions.devices[client_id]
+            devices.append(
+                {
+                    "client_id": client_id,
+                    "address": device.address,
+                    "username": device.username,
+                    "subscriptions": sorted(device.subscriptions),
+                    "queued_bytes": device.queued_bytes,
+                    "dropped": device.dropped,
+                }
+            )
+        mapping = self.mapping
+        return {
+            "devices": devices,
+            "connected": len(self._sessions.devices),
+            "mapping": [
+                {"filter": r.topic_filter, "log_topic": r.log_topic, "key_level": r.key_level}
+                for r in mapping.rules
+            ],
+            "default_log_topic": mapping.default_log_topic,
+            "stats": dict(self._stats()),
         }
 
     async def run(

@@ -70,6 +70,7 @@ function route() {
   if (name === "groups") return groupsScreen();
   if (name === "group" && parts[1]) return groupScreen(parts.slice(1).join("/"));
   if (name === "acls") return aclsScreen();
+  if (name === "mqtt") return mqttScreen();
   if (name === "timeline") return show(el("h1", { text: "Timeline" }),
     el("p", { text: "Elections, leader moves, brokers joining and leaving, rebalances and refused logins, as this broker sees them, live in the panel on the right." }));
   return overviewScreen();
@@ -320,7 +321,7 @@ function groupScreen(group) {
   const body = el("div", { "data-testid": "group" });
   const preview = el("div", { "data-testid": "reset-preview" });
   const topicPick = el("select", {});
-  const toPick = el("select", {}, ["earliest", "latest"].map((t) => el("option", { value: t, text: t })));
+  const toPick = el("select", { "data-testid": "reset-to" }, ["earliest", "latest"].map((t) => el("option", { value: t, text: t })));
   const reset = async (dryRun) => {
     try {
       const answer = (await getJson(`/api/rest/consumer-groups/${enc}/reset`, {
@@ -332,7 +333,7 @@ function groupScreen(group) {
   show(el("h1", { text: `Group ${group}` }), body, el("h2", { text: "Reset offsets" }),
     el("form", { onsubmit: (e) => { e.preventDefault(); reset(true); } },
       el("label", {}, "Topic", topicPick), el("label", {}, "To", toPick),
-      el("button", { type: "submit", text: "Preview" }),
+      el("button", { type: "submit", "data-testid": "reset-preview-button", text: "Preview" }),
       el("button", { type: "button", onclick: () => confirm(`Reset ${group}?`) && reset(false), text: "Reset" }),
       el("button", { type: "button", onclick: async () => {
         if (!confirm(`Delete group ${group}?`)) return;
@@ -348,10 +349,42 @@ function groupScreen(group) {
         el("h2", { text: `${t.topic}: ${t.state}` }),
         el("p", { text: `Members: ${t.members.map((m) => `${m.member_id} [${m.partitions.join(", ")}]`).join("; ") || "none"}` }),
         el("table", {}, el("tr", {}, ["Partition", "Owner", "Committed", "End", "Lag"].map((l) => el("th", { text: l }))),
-          t.partitions.map((p) => el("tr", {}, el("td", { text: p.partition }), el("td", { text: p.owner ?? "—" }),
-            el("td", { class: "num", text: fmt(p.committed_offset) }), el("td", { class: "num", text: fmt(p.end_offset) }),
-            el("td", { class: "num", text: fmt(p.lag) }))))]));
+          t.partitions.map((p) => el("tr", { "data-testid": `lag-${t.topic}-${p.partition}` },
+            el("td", { text: p.partition }), el("td", { text: p.owner ?? "—" }),
+            el("td", { class: "num", "data-testid": "committed", text: fmt(p.committed_offset) }),
+            el("td", { class: "num", "data-testid": "end-offset", text: fmt(p.end_offset) }),
+            el("td", { class: "num", "data-testid": "lag", text: fmt(p.lag) }))))]));
     } catch (e) { fail(group, e); }
+  });
+}
+
+// -- MQTT -------------------------------------------------------------------------------------
+
+function mqttScreen() {
+  const box = el("div", { "data-testid": "mqtt" });
+  show(el("h1", { text: "MQTT" }), box);
+  every(3, async () => {
+    try {
+      const m = (await getJson("/api/mqtt")).body;
+      if (!m.enabled) { put(box, el("p", { text: "This broker has no MQTT listener (--mqtt-listen)." })); return; }
+      const topicLink = (t) => el("a", { href: `#/topic/${encodeURIComponent(t)}`, text: t });
+      put(box,
+        el("p", { text: `${m.connected} devices connected to this broker; ${m.stats.retained} retained messages; ` +
+          `${fmt(m.stats.messages_in ?? 0)} messages in, ${fmt(m.stats.messages_out)} out.` }),
+        el("h2", { text: "Devices" }),
+        el("table", { "data-testid": "devices" },
+          el("tr", {}, ["Client id", "Address", "User", "Subscriptions", "Queued bytes", "Dropped"].map((l) => el("th", { text: l }))),
+          m.devices.map((d) => el("tr", { "data-testid": `device-${d.client_id}` },
+            el("td", { text: d.client_id }), el("td", { text: d.address }), el("td", { text: d.username ?? "—" }),
+            el("td", { "data-testid": "subscriptions", text: d.subscriptions.join(", ") || "none" }),
+            el("td", { class: "num", text: fmt(d.queued_bytes) }), el("td", { class: "num", text: fmt(d.dropped) })))),
+        el("h2", { text: "Topic mapping (MQTT topic filter → log topic)" }),
+        el("table", { "data-testid": "mapping" },
+          el("tr", {}, ["Filter", "Log topic", "Key"].map((l) => el("th", { text: l }))),
+          m.mapping.map((r) => el("tr", {}, el("td", { text: r.filter }), el("td", {}, topicLink(r.log_topic)),
+            el("td", { text: r.key_level === null ? "none" : r.key_level === -1 ? "the MQTT topic" : `level ${r.key_level}` }))),
+          el("tr", {}, el("td", { text: "# (anything else)" }), el("td", {}, topicLink(m.default_log_topic)), el("td", { text: "the MQTT topic" }))));
+    } catch (e) { fail("MQTT", e); }
   });
 }
 
@@ -359,7 +392,9 @@ function groupScreen(group) {
 
 async function aclsScreen() {
   const table = el("table", { "data-testid": "acls" });
-  show(el("h1", { text: "ACLs" }), el("p", { text: "Read-only here; users are managed with `kafkaesque user add`." }), table);
+  const users = el("p", { "data-testid": "users" });
+  show(el("h1", { text: "ACLs and users" }), el("p", { text: "Read-only here: `kafkaesque acl` changes the ACLs, `kafkaesque user` the users." }),
+    el("h2", { text: "ACLs" }), table, el("h2", { text: "Users" }), users);
   try {
     const body = (await getJson("/api/rest/acls")).body;
     const rows = Array.isArray(body) ? body : body.acls || [];
@@ -367,6 +402,8 @@ async function aclsScreen() {
       rows.map((a) => el("tr", {}, [a.principal, a.permission, a.operation, a.resource_type, a.resource_name, a.pattern_type]
         .map((v) => el("td", { text: v ?? "" })))));
     if (!rows.length) table.after(el("p", { text: "No ACLs: every authenticated principal may do everything." }));
+    const u = (await getJson("/api/users")).body;
+    users.textContent = u.users === null ? "No users file: this broker is open (loopback only)." : u.users.join(", ") || "none";
   } catch (e) { fail("ACLs", e); }
 }
 
