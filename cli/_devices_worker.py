@@ -48,8 +48,18 @@ from typing import Any
 from .devices_core import DISCONNECT, PINGREQ, Device, DeviceConfig, DeviceState, Tally
 
 _READ_BYTES = 256 * 1024
-_RECONNECT_DELAY = 0.2  # seconds, times the failed attempts so far plus one
-_RECONNECT_ATTEMPTS = 10
+# Reconnecting as real devices do (and as AWS's "exponential backoff and jitter" advises): the
+# n-th try in a row waits a uniformly random time in [0, min(cap, base * 2**n)), so the devices of
+# a dead broker do not all knock on the survivors in the same instant, and a broker that refuses
+# them is asked less and less often.
+_RECONNECT_BASE = 0.5  # seconds: the first try after a drop comes within half a second
+_RECONNECT_CAP = 8.0  # seconds: the longest wait between two tries
+_RECONNECT_ATTEMPTS = 30  # tries in a row before a device gives up (minutes at the cap)
+
+
+def reconnect_delay(tries: int, rng: random.Random) -> float:
+    """Seconds to wait before try number ``tries + 1`` in a row (full jitter)."""
+    return rng.uniform(0.0, min(_RECONNECT_CAP, _RECONNECT_BASE * 2 ** min(tries, 16)))
 
 
 @dataclass(frozen=True)
@@ -62,6 +72,7 @@ class FleetSpec:
     interval: float | None = 1.0  # seconds between readings of one device; 0 flat out; None none
     duration: float = 10.0
     warmup: float = 0.0  # seconds after go before the measured window starts
+    window: float | None = None  # seconds measured after the warm-up (None: until the end)
     drain: float = 5.0
     connect_timeout: float = 20.0
     max_connecting: int = 200  # handshakes in progress per process
@@ -80,6 +91,8 @@ class WorkerResult:
     dropped: int = 0  # connections the server closed while the run went on
     reconnected: int = 0  # devices connected again after a drop
     resent: int = 0  # readings sent again (DUP) after a reconnect
+    sessions_resumed: int = 0  # reconnections that found their persistent session
+    sessions_lost: int = 0  # reconnections that did not
     window_s: float = 0.0
     sent: int = 0
     sent_in_window: int = 0
@@ -91,6 +104,12 @@ class WorkerResult:
     unexpected_packets: int = 0
     errors: list[str] = field(default_factory=list)
     devices: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
+    # Reconnections, by device id, in wall-clock seconds (time.time(), comparable across
+    # processes): when its connection first dropped, when it was last ready again (CONNACK and
+    # SUBACK) after a drop, and when the first PUBACK on that new connection came.
+    dropped_at: dict[str, float] = field(default_factory=dict)
+    back_at: dict[str, float] = field(default_factory=dict)
+    publishing_at: dict[str, float] = field(default_factory=dict)
 
     def merge(self, other: WorkerResult) -> None:
         for name in (
@@ -99,6 +118,8 @@ class WorkerResult:
             "dropped",
             "reconnected",
             "resent",
+            "sessions_resumed",
+            "sessions_lost",
             "sent",
             "sent_in_window",
             "acknowledged",
@@ -112,6 +133,9 @@ class WorkerResult:
         self.command_ms.extend(other.command_ms)
         self.errors.extend(other.errors[: max(0, 20 - len(self.errors))])
         self.devices.update(other.devices)
+        self.dropped_at.update(other.dropped_at)
+        self.back_at.update(other.back_at)
+        self.publishing_at.update(other.publishing_at)
 
 
 # -- one worker process ---------------------------------------------------------------------------
@@ -179,9 +203,10 @@ class _Slot:
 class _Worker:
     """The devices of one process and their sockets.
 
-    A device the server disconnects after it was ready is connected again (after
-    ``_RECONNECT_DELAY``, up to ``_RECONNECT_ATTEMPTS`` failed tries in a row) and resends its
-    unacknowledged readings, as a real device would; ``dropped`` counts those disconnections.
+    A device the server disconnects after it was ready is connected again (after a random
+    ``reconnect_delay``, exponential back-off with full jitter, up to ``_RECONNECT_ATTEMPTS``
+    failed tries in a row) and resends its unacknowledged readings, as a real device would;
+    ``dropped`` counts those disconnections.
     """
 
     def __init__(self, spec: FleetSpec, first: int, count: int, pipe: Any) -> None:
@@ -203,6 +228,8 @@ class _Worker:
         self.reconnects: dict[str, int] = {}  # every retry of a device, to pick its next address
         self.finishing = False
         self.result = WorkerResult()
+        self.rng = random.Random()
+        self.awaiting_publish: set[str] = set()  # back after a drop, no PUBACK on it yet
         self.commands: deque[str] = deque()
         self.next_ping = time.monotonic() + spec.config.keep_alive / 2
         self.tls: ssl.SSLContext | None = None
@@ -257,15 +284,22 @@ class _Worker:
                 return
         device = slot.device
         before = device.state
+        acknowledged = self.tally.acknowledged
         answer = device.receive(data, time.monotonic(), int(time.time() * 1000))
         if answer:
             self._send(slot, answer)
+        if self.tally.acknowledged > acknowledged and device.id in self.awaiting_publish:
+            self.awaiting_publish.discard(device.id)
+            self.result.publishing_at[device.id] = time.time()
         if device.state is not before:
             if device.state is DeviceState.READY:
                 self.handshaking.discard(slot.sock.fileno())
                 self.attempts.pop(device.id, None)
                 if device.id in self.ever_ready:
                     self.result.reconnected += 1
+                    self.result.back_at[device.id] = time.time()
+                    self.result.publishing_at.pop(device.id, None)
+                    self.awaiting_publish.add(device.id)
                 else:
                     self.ever_ready.add(device.id)
                     self.ready.append(device)
@@ -387,6 +421,7 @@ class _Worker:
         if why is not None:
             if slot.device.state is DeviceState.READY:
                 self.result.dropped += 1
+                self.result.dropped_at.setdefault(slot.device.id, time.time())
             self._lost(slot.device, why)
 
     def _lost(self, device: Device, why: str) -> None:
@@ -397,7 +432,7 @@ class _Worker:
         if device.id in self.ever_ready and not self.finishing and tries < _RECONNECT_ATTEMPTS:
             self.attempts[device.id] = tries + 1
             self.reconnects[device.id] = self.reconnects.get(device.id, 0) + 1
-            when = time.monotonic() + _RECONNECT_DELAY * (1 + tries)
+            when = time.monotonic() + reconnect_delay(tries, self.rng)
             heapq.heappush(self.retries, (when, id(device), device))
 
     def _timers(self, now: float) -> None:
@@ -450,6 +485,8 @@ class _Worker:
         tally = self.tally
         tally.window_start = start + spec.warmup
         tally.window_end = end
+        if spec.window is not None:  # measure only the first ``window`` seconds
+            tally.window_end = min(end, tally.window_start + spec.window)
         heap: list[tuple[float, int]] = []
         flat_qos0 = spec.interval == 0 and spec.config.qos == 0
         ready = list(self.ready)
@@ -512,6 +549,8 @@ class _Worker:
         result.acknowledged = tally.acknowledged
         result.acknowledged_in_window = tally.acknowledged_in_window
         result.resent = tally.resent
+        result.sessions_resumed = tally.sessions_resumed
+        result.sessions_lost = tally.sessions_lost
         result.puback_ms = tally.puback_ms
         result.commands = tally.commands
         result.command_ms = tally.command_ms
