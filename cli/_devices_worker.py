@@ -186,7 +186,7 @@ class _Tls:
 class _Slot:
     """One connection of a device and what is waiting to be written to it."""
 
-    __slots__ = ("connected", "device", "out", "sock", "started", "tls", "writing")
+    __slots__ = ("connected", "device", "out", "sent_at", "sock", "started", "tls", "writing")
 
     def __init__(
         self, device: Device, sock: socket.socket, started: float, tls: _Tls | None = None
@@ -197,6 +197,7 @@ class _Slot:
         self.connected = False  # TCP handshake done
         self.writing = False  # registered for EVENT_WRITE
         self.started = started
+        self.sent_at = started  # monotonic time of the last write, for the keep-alive
         self.tls = tls
 
 
@@ -349,6 +350,7 @@ class _Worker:
     def _send_raw(self, slot: _Slot, data: bytes) -> None:
         if not data:
             return
+        slot.sent_at = time.monotonic()
         if slot.out:
             slot.out += data
             return
@@ -452,11 +454,15 @@ class _Worker:
             self._open(device, now)
         keep_alive = spec.config.keep_alive
         if keep_alive and now >= self.next_ping:
-            # A PINGREQ on every connection each half keep-alive: cheap at that rate, and
-            # simpler than tracking when each connection last sent.
-            self.next_ping = now + keep_alive / 2
+            # A PINGREQ on each connection that has sent nothing for half its keep-alive, as a
+            # client library does: a device that publishes more often never pings, and the pings
+            # of idle devices spread over time instead of coming all at once.
+            half = keep_alive / 2
+            self.next_ping = now + min(half, 5.0)
             for device in self.ready:
-                self._send_to(device, PINGREQ)
+                held = self.slot_of.get(device.id)
+                if held is not None and now - held.sent_at >= half:
+                    self._send_to(device, PINGREQ)
 
     # -- phases -----------------------------------------------------------------------------
 
