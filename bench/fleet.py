@@ -22,9 +22,10 @@ connection, in this process) publishes a command to 1% of the devices a second, 
    command delivery p99, the brokers' RSS growth per connection and their CPU per message
    (readings and commands).
 3. **The reconnect storm**: broker 2 is killed with SIGKILL under the fleet. Every device it held
-   reconnects (exponential back-off with full jitter, to the next address, as behind a load
-   balancer) to a survivor, which resumes its session. Measured from the kill: the time until
-   99% of those devices are back (CONNACK with session present, SUBACK) and until 99% have a
+   reconnects (exponential back-off with full jitter, to another address at random, as a
+   device picks from its list of brokers; the generator does not pace these) to a survivor,
+   which resumes its session. Measured from the kill: the time until 99% of those devices
+   are back (CONNACK with session present, SUBACK) and until 99% have a
    reading acknowledged on the new connection (``storm_99pct_back_s``: back *and* publishing;
    a device with nothing due publishes at its next reading, up to ``interval`` later); the
    CONNECT rate the survivors sustained (peak per second, and the mean until 99% were back);
@@ -199,7 +200,8 @@ def _spec(addresses: tuple[tuple[str, int], ...], plan: Plan, duration: float) -
         window=duration - plan.warmup,
         drain=10.0,
         connect_timeout=60.0,
-        max_connecting=100,
+        max_connecting=100,  # the fleet's first connections, in a ramp
+        max_reconnecting=5000,  # the storm: every dropped device on its own back-off
     )
 
 
@@ -287,10 +289,14 @@ def storm_figures(r: WorkerResult, killed_at: float, killed: int = KILLED) -> di
     }
 
 
-def cluster_phase(root: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
+def cluster_phase(
+    root: Path, plan: Plan, log: Any = print, log_level: str = "WARNING"
+) -> dict[str, Any]:
     """The fleet on a 3-broker cluster: the steady window, then broker ``KILLED`` killed with
     SIGKILL and ``plan.storm_s`` seconds of storm, then the log read back."""
-    with LocalCluster(str(root / "cluster"), BROKERS, mqtt=True, mqtt_rules=RULES) as cluster:
+    with LocalCluster(
+        str(root / "cluster"), BROKERS, mqtt=True, mqtt_rules=RULES, log_level=log_level
+    ) as cluster:
         with Client(cluster.bootstrap) as client:
             client.create_topic("readings", READINGS_PARTITIONS, BROKERS)
             client.create_topic("commands", COMMANDS_PARTITIONS, BROKERS)
@@ -348,7 +354,7 @@ def cluster_phase(root: Path, plan: Plan, log: Any = print) -> dict[str, Any]:
     return out
 
 
-def run(root: Path, plan: Plan) -> int:
+def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
     started = time.monotonic()
 
     def log(line: str) -> None:
@@ -371,7 +377,7 @@ def run(root: Path, plan: Plan) -> int:
         f"{m['rss_mib'][0]:.0f} -> {m['rss_mib'][1]:.0f} MiB = {_f(m['kib'], '.1f')} KiB per "
         f"connection; {_f(m['cpu_us'], '.0f')} us CPU per message"
     )
-    c = cluster_phase(root, plan, log)
+    c = cluster_phase(root, plan, log, log_level)
     s = c["storm"]
     puback_vs = _ratio(c["p99"], m["p99"])
     kib_vs = _ratio(c["kib"], m["kib"])
@@ -459,6 +465,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--devices", type=int, help="override the fleet's size (development)")
     for name in ("steady_s", "storm_s", "mosquitto_s", "warmup"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, help="(development)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep the scratch directory (the brokers' logs)"
+    )
+    parser.add_argument("--log-level", default="WARNING", help="the brokers' (with --keep)")
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {
@@ -471,9 +481,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGHUP, _stop)
     root = make_scratch()
     try:
-        return run(root, plan)
+        return run(root, plan, args.log_level)
     finally:
-        shutil.rmtree(root, ignore_errors=True)
+        if args.keep:
+            print(f"scratch directory kept: {root}")
+        else:
+            shutil.rmtree(root, ignore_errors=True)
 
 
 if __name__ == "__main__":

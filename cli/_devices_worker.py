@@ -76,6 +76,10 @@ class FleetSpec:
     drain: float = 5.0
     connect_timeout: float = 20.0
     max_connecting: int = 200  # handshakes in progress per process
+    # ... of which reconnections after a drop may be (None: ``max_connecting``). Real devices do
+    # not queue behind each other: a storm bench sets it high so that the generator does not
+    # pace the storm it measures.
+    max_reconnecting: int | None = None
     first_device: int = 0
     tls: bool = False  # the connections speak TLS (see the module docstring)
     cafile: str | None = None  # the CA of the servers' certificates (None: the system's)
@@ -226,7 +230,7 @@ class _Worker:
         self.ever_ready: set[str] = set()
         self.retries: list[tuple[float, int, Device]] = []  # (when, tie-break, device): a heap
         self.attempts: dict[str, int] = {}
-        self.reconnects: dict[str, int] = {}  # every retry of a device, to pick its next address
+        self.address_of: dict[str, int] = {}  # the address each device's last attempt went to
         self.finishing = False
         self.result = WorkerResult()
         self.rng = random.Random()
@@ -396,9 +400,18 @@ class _Worker:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Like a load balancer that stops sending to a dead broker: each attempt after a drop
-        # goes to the next address.
-        index = int(device.id.rsplit("-", 1)[1]) + self.reconnects.get(device.id, 0)
+        # Device i connects first to address i (modulo their number), like clients behind a
+        # round-robin balancer; each attempt after a drop goes to another address, at random
+        # (as a device picks from its list of brokers, or a balancer stops sending to a dead
+        # one): the devices of a dead broker spread over all the survivors, not onto one.
+        last = self.address_of.get(device.id)
+        if last is None:
+            index = int(device.id.rsplit("-", 1)[1]) % len(addresses)
+        elif len(addresses) > 1:
+            index = (last + self.rng.randrange(1, len(addresses))) % len(addresses)
+        else:
+            index = last
+        self.address_of[device.id] = index
         code = sock.connect_ex(addresses[index % len(addresses)])
         if code not in (0, errno.EINPROGRESS):
             sock.close()
@@ -433,7 +446,6 @@ class _Worker:
         tries = self.attempts.get(device.id, 0)
         if device.id in self.ever_ready and not self.finishing and tries < _RECONNECT_ATTEMPTS:
             self.attempts[device.id] = tries + 1
-            self.reconnects[device.id] = self.reconnects.get(device.id, 0) + 1
             when = time.monotonic() + reconnect_delay(tries, self.rng)
             heapq.heappush(self.retries, (when, id(device), device))
 
@@ -444,11 +456,8 @@ class _Worker:
         ]:
             slot = self.slots[fd]
             self._close(slot, f"{slot.device.id}: no CONNACK/SUBACK in {spec.connect_timeout} s")
-        while (
-            self.retries
-            and self.retries[0][0] <= now
-            and len(self.handshaking) < spec.max_connecting
-        ):
+        cap = spec.max_connecting if spec.max_reconnecting is None else spec.max_reconnecting
+        while self.retries and self.retries[0][0] <= now and len(self.handshaking) < cap:
             device = heapq.heappop(self.retries)[2]
             device.reconnect()
             self._open(device, now)
