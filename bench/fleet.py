@@ -103,6 +103,7 @@ class Plan:
     mosquitto_s: float  # the measured window on mosquitto
     interval: float = 10.0  # seconds between readings of a device
     command_share: float = 0.01  # of the devices, commanded each second
+    persistent: bool = True  # persistent sessions (False: clean, to compare the storm's cost)
 
 
 # The storm window is longer than its 30 s target so that a slower storm is measured, not cut.
@@ -193,7 +194,7 @@ def _spec(addresses: tuple[tuple[str, int], ...], plan: Plan, duration: float) -
     return FleetSpec(
         addresses=addresses,
         devices=plan.devices,
-        config=DeviceConfig(run=secrets.token_hex(4), clean=False, keep_alive=60),
+        config=DeviceConfig(run=secrets.token_hex(4), clean=not plan.persistent, keep_alive=60),
         interval=plan.interval,
         duration=duration,
         warmup=plan.warmup,
@@ -364,7 +365,8 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
     log(raise_open_files(plan.devices + SPARE_FILES))
     rate = plan.devices * plan.command_share
     log(
-        f"fleet: {plan.devices:,} devices (persistent sessions, a QoS 1 reading each "
+        f"fleet: {plan.devices:,} devices ({'persistent' if plan.persistent else 'clean'} "
+        f"sessions, a QoS 1 reading each "
         f"{plan.interval:g} s, {plan.devices / plan.interval:,.0f} msg/s in all), commands to "
         f"{plan.command_share:.0%} of them a second ({rate:,.0f}/s), {plan.processes} "
         "generator processes"
@@ -469,6 +471,9 @@ def main(argv: list[str] | None = None) -> int:
         "--keep", action="store_true", help="keep the scratch directory (the brokers' logs)"
     )
     parser.add_argument("--log-level", default="WARNING", help="the brokers' (with --keep)")
+    parser.add_argument(
+        "--clean-sessions", action="store_true", help="clean sessions (the storm without takeovers)"
+    )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {
@@ -476,6 +481,8 @@ def main(argv: list[str] | None = None) -> int:
         for name in ("devices", "steady_s", "storm_s", "mosquitto_s", "warmup")
         if getattr(args, name)
     }
+    if args.clean_sessions:
+        overrides["persistent"] = False
     plan = Plan(**{**plan.__dict__, **overrides})
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
