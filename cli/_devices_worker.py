@@ -48,8 +48,18 @@ from typing import Any
 from .devices_core import DISCONNECT, PINGREQ, Device, DeviceConfig, DeviceState, Tally
 
 _READ_BYTES = 256 * 1024
-_RECONNECT_DELAY = 0.2  # seconds, times the failed attempts so far plus one
-_RECONNECT_ATTEMPTS = 10
+# Reconnecting as real devices do (and as AWS's "exponential backoff and jitter" advises): the
+# n-th try in a row waits a uniformly random time in [0, min(cap, base * 2**n)), so the devices of
+# a dead broker do not all knock on the survivors in the same instant, and a broker that refuses
+# them is asked less and less often.
+_RECONNECT_BASE = 0.5  # seconds: the first try after a drop comes within half a second
+_RECONNECT_CAP = 8.0  # seconds: the longest wait between two tries
+_RECONNECT_ATTEMPTS = 30  # tries in a row before a device gives up (minutes at the cap)
+
+
+def reconnect_delay(tries: int, rng: random.Random) -> float:
+    """Seconds to wait before try number ``tries + 1`` in a row (full jitter)."""
+    return rng.uniform(0.0, min(_RECONNECT_CAP, _RECONNECT_BASE * 2 ** min(tries, 16)))
 
 
 @dataclass(frozen=True)
@@ -62,9 +72,14 @@ class FleetSpec:
     interval: float | None = 1.0  # seconds between readings of one device; 0 flat out; None none
     duration: float = 10.0
     warmup: float = 0.0  # seconds after go before the measured window starts
+    window: float | None = None  # seconds measured after the warm-up (None: until the end)
     drain: float = 5.0
     connect_timeout: float = 20.0
     max_connecting: int = 200  # handshakes in progress per process
+    # ... of which reconnections after a drop may be (None: ``max_connecting``). Real devices do
+    # not queue behind each other: a storm bench sets it high so that the generator does not
+    # pace the storm it measures.
+    max_reconnecting: int | None = None
     first_device: int = 0
     tls: bool = False  # the connections speak TLS (see the module docstring)
     cafile: str | None = None  # the CA of the servers' certificates (None: the system's)
@@ -80,6 +95,8 @@ class WorkerResult:
     dropped: int = 0  # connections the server closed while the run went on
     reconnected: int = 0  # devices connected again after a drop
     resent: int = 0  # readings sent again (DUP) after a reconnect
+    sessions_resumed: int = 0  # reconnections that found their persistent session
+    sessions_lost: int = 0  # reconnections that did not
     window_s: float = 0.0
     sent: int = 0
     sent_in_window: int = 0
@@ -91,6 +108,12 @@ class WorkerResult:
     unexpected_packets: int = 0
     errors: list[str] = field(default_factory=list)
     devices: dict[str, tuple[int, list[int]]] = field(default_factory=dict)
+    # Reconnections, by device id, in wall-clock seconds (time.time(), comparable across
+    # processes): when its connection first dropped, when it was last ready again (CONNACK and
+    # SUBACK) after a drop, and when the first PUBACK on that new connection came.
+    dropped_at: dict[str, float] = field(default_factory=dict)
+    back_at: dict[str, float] = field(default_factory=dict)
+    publishing_at: dict[str, float] = field(default_factory=dict)
 
     def merge(self, other: WorkerResult) -> None:
         for name in (
@@ -99,6 +122,8 @@ class WorkerResult:
             "dropped",
             "reconnected",
             "resent",
+            "sessions_resumed",
+            "sessions_lost",
             "sent",
             "sent_in_window",
             "acknowledged",
@@ -112,6 +137,9 @@ class WorkerResult:
         self.command_ms.extend(other.command_ms)
         self.errors.extend(other.errors[: max(0, 20 - len(self.errors))])
         self.devices.update(other.devices)
+        self.dropped_at.update(other.dropped_at)
+        self.back_at.update(other.back_at)
+        self.publishing_at.update(other.publishing_at)
 
 
 # -- one worker process ---------------------------------------------------------------------------
@@ -162,7 +190,7 @@ class _Tls:
 class _Slot:
     """One connection of a device and what is waiting to be written to it."""
 
-    __slots__ = ("connected", "device", "out", "sock", "started", "tls", "writing")
+    __slots__ = ("connected", "device", "out", "sent_at", "sock", "started", "tls", "writing")
 
     def __init__(
         self, device: Device, sock: socket.socket, started: float, tls: _Tls | None = None
@@ -173,15 +201,17 @@ class _Slot:
         self.connected = False  # TCP handshake done
         self.writing = False  # registered for EVENT_WRITE
         self.started = started
+        self.sent_at = started  # monotonic time of the last write, for the keep-alive
         self.tls = tls
 
 
 class _Worker:
     """The devices of one process and their sockets.
 
-    A device the server disconnects after it was ready is connected again (after
-    ``_RECONNECT_DELAY``, up to ``_RECONNECT_ATTEMPTS`` failed tries in a row) and resends its
-    unacknowledged readings, as a real device would; ``dropped`` counts those disconnections.
+    A device the server disconnects after it was ready is connected again (after a random
+    ``reconnect_delay``, exponential back-off with full jitter, up to ``_RECONNECT_ATTEMPTS``
+    failed tries in a row) and resends its unacknowledged readings, as a real device would;
+    ``dropped`` counts those disconnections.
     """
 
     def __init__(self, spec: FleetSpec, first: int, count: int, pipe: Any) -> None:
@@ -200,9 +230,11 @@ class _Worker:
         self.ever_ready: set[str] = set()
         self.retries: list[tuple[float, int, Device]] = []  # (when, tie-break, device): a heap
         self.attempts: dict[str, int] = {}
-        self.reconnects: dict[str, int] = {}  # every retry of a device, to pick its next address
+        self.address_of: dict[str, int] = {}  # the address each device's last attempt went to
         self.finishing = False
         self.result = WorkerResult()
+        self.rng = random.Random()
+        self.awaiting_publish: set[str] = set()  # back after a drop, no PUBACK on it yet
         self.commands: deque[str] = deque()
         self.next_ping = time.monotonic() + spec.config.keep_alive / 2
         self.tls: ssl.SSLContext | None = None
@@ -257,15 +289,22 @@ class _Worker:
                 return
         device = slot.device
         before = device.state
+        acknowledged = self.tally.acknowledged
         answer = device.receive(data, time.monotonic(), int(time.time() * 1000))
         if answer:
             self._send(slot, answer)
+        if self.tally.acknowledged > acknowledged and device.id in self.awaiting_publish:
+            self.awaiting_publish.discard(device.id)
+            self.result.publishing_at[device.id] = time.time()
         if device.state is not before:
             if device.state is DeviceState.READY:
                 self.handshaking.discard(slot.sock.fileno())
                 self.attempts.pop(device.id, None)
                 if device.id in self.ever_ready:
                     self.result.reconnected += 1
+                    self.result.back_at[device.id] = time.time()
+                    self.result.publishing_at.pop(device.id, None)
+                    self.awaiting_publish.add(device.id)
                 else:
                     self.ever_ready.add(device.id)
                     self.ready.append(device)
@@ -315,6 +354,7 @@ class _Worker:
     def _send_raw(self, slot: _Slot, data: bytes) -> None:
         if not data:
             return
+        slot.sent_at = time.monotonic()
         if slot.out:
             slot.out += data
             return
@@ -360,9 +400,18 @@ class _Worker:
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         sock.setblocking(False)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        # Like a load balancer that stops sending to a dead broker: each attempt after a drop
-        # goes to the next address.
-        index = int(device.id.rsplit("-", 1)[1]) + self.reconnects.get(device.id, 0)
+        # Device i connects first to address i (modulo their number), like clients behind a
+        # round-robin balancer; each attempt after a drop goes to another address, at random
+        # (as a device picks from its list of brokers, or a balancer stops sending to a dead
+        # one): the devices of a dead broker spread over all the survivors, not onto one.
+        last = self.address_of.get(device.id)
+        if last is None:
+            index = int(device.id.rsplit("-", 1)[1]) % len(addresses)
+        elif len(addresses) > 1:
+            index = (last + self.rng.randrange(1, len(addresses))) % len(addresses)
+        else:
+            index = last
+        self.address_of[device.id] = index
         code = sock.connect_ex(addresses[index % len(addresses)])
         if code not in (0, errno.EINPROGRESS):
             sock.close()
@@ -387,6 +436,7 @@ class _Worker:
         if why is not None:
             if slot.device.state is DeviceState.READY:
                 self.result.dropped += 1
+                self.result.dropped_at.setdefault(slot.device.id, time.time())
             self._lost(slot.device, why)
 
     def _lost(self, device: Device, why: str) -> None:
@@ -396,8 +446,7 @@ class _Worker:
         tries = self.attempts.get(device.id, 0)
         if device.id in self.ever_ready and not self.finishing and tries < _RECONNECT_ATTEMPTS:
             self.attempts[device.id] = tries + 1
-            self.reconnects[device.id] = self.reconnects.get(device.id, 0) + 1
-            when = time.monotonic() + _RECONNECT_DELAY * (1 + tries)
+            when = time.monotonic() + reconnect_delay(tries, self.rng)
             heapq.heappush(self.retries, (when, id(device), device))
 
     def _timers(self, now: float) -> None:
@@ -407,21 +456,22 @@ class _Worker:
         ]:
             slot = self.slots[fd]
             self._close(slot, f"{slot.device.id}: no CONNACK/SUBACK in {spec.connect_timeout} s")
-        while (
-            self.retries
-            and self.retries[0][0] <= now
-            and len(self.handshaking) < spec.max_connecting
-        ):
+        cap = spec.max_connecting if spec.max_reconnecting is None else spec.max_reconnecting
+        while self.retries and self.retries[0][0] <= now and len(self.handshaking) < cap:
             device = heapq.heappop(self.retries)[2]
             device.reconnect()
             self._open(device, now)
         keep_alive = spec.config.keep_alive
         if keep_alive and now >= self.next_ping:
-            # A PINGREQ on every connection each half keep-alive: cheap at that rate, and
-            # simpler than tracking when each connection last sent.
-            self.next_ping = now + keep_alive / 2
+            # A PINGREQ on each connection that has sent nothing for half its keep-alive, as a
+            # client library does: a device that publishes more often never pings, and the pings
+            # of idle devices spread over time instead of coming all at once.
+            half = keep_alive / 2
+            self.next_ping = now + min(half, 5.0)
             for device in self.ready:
-                self._send_to(device, PINGREQ)
+                held = self.slot_of.get(device.id)
+                if held is not None and now - held.sent_at >= half:
+                    self._send_to(device, PINGREQ)
 
     # -- phases -----------------------------------------------------------------------------
 
@@ -450,6 +500,8 @@ class _Worker:
         tally = self.tally
         tally.window_start = start + spec.warmup
         tally.window_end = end
+        if spec.window is not None:  # measure only the first ``window`` seconds
+            tally.window_end = min(end, tally.window_start + spec.window)
         heap: list[tuple[float, int]] = []
         flat_qos0 = spec.interval == 0 and spec.config.qos == 0
         ready = list(self.ready)
@@ -512,6 +564,8 @@ class _Worker:
         result.acknowledged = tally.acknowledged
         result.acknowledged_in_window = tally.acknowledged_in_window
         result.resent = tally.resent
+        result.sessions_resumed = tally.sessions_resumed
+        result.sessions_lost = tally.sessions_lost
         result.puback_ms = tally.puback_ms
         result.commands = tally.commands
         result.command_ms = tally.command_ms

@@ -115,6 +115,12 @@ def add_parser(commands: Any) -> None:
         "--no-commands", action="store_true", help="do not subscribe to the commands topics"
     )
     parser.add_argument(
+        "--persistent-session",
+        action="store_true",
+        help="connect with clean session 0: the brokers keep each device's subscription and "
+        "commands while it is away, and a reconnection must find its session",
+    )
+    parser.add_argument(
         "--warmup", type=float, default=0.0, help="seconds left out of the rate and latencies"
     )
     parser.add_argument("--json", action="store_true", help="print the report as JSON")
@@ -144,6 +150,7 @@ def run(args: argparse.Namespace) -> int:
             window=args.window,
             keep_alive=args.keep_alive,
             subscribe=not args.no_commands,
+            clean=not args.persistent_session,
             username=args.username,
             password=args.password or os.environ.get(PASSWORD_ENV),
         )

@@ -17,9 +17,9 @@ from dataclasses import dataclass
 from multiprocessing.process import BaseProcess
 from typing import Any
 
-from ._devices_worker import FleetSpec, WorkerResult, worker_main
+from ._devices_worker import FleetSpec, WorkerResult, reconnect_delay, worker_main
 
-__all__ = ["Fleet", "FleetError", "FleetSpec", "Readiness", "WorkerResult"]
+__all__ = ["Fleet", "FleetError", "FleetSpec", "Readiness", "WorkerResult", "reconnect_delay"]
 
 
 class FleetError(RuntimeError):

@@ -6,6 +6,7 @@ from __future__ import annotations
 import inspect
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -26,7 +27,7 @@ from kafkaesque.cli.devices_core import (
     readings_topic,
     spectrum_for,
 )
-from kafkaesque.cli.devices_fleet import Fleet, FleetSpec
+from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, reconnect_delay
 from kafkaesque.cli.devices_report import Report, check_log, parse_reading
 
 from kafkaesque.client import Client, ClusterMetadata, Producer, ProducerConfig
@@ -158,6 +159,34 @@ def test_after_a_reconnect_the_unacknowledged_readings_go_again_with_dup() -> No
     # value, and a re-stamped one was logged as a second reading (issue 38).
     assert [p.payload for p in again] == [p.payload for p in sent[1:]]
     assert tally.resent == 2 and tally.sent == 3
+
+
+def test_a_persistent_session_must_be_there_when_the_device_comes_back() -> None:
+    tally = Tally()
+    device = Device(5, DeviceConfig(run="t", subscribe=False, clean=False), tally)
+    server = MqttDecoder()
+    server.feed(device.connect())
+    (connect,) = server.decode_many()
+    assert isinstance(connect, Connect) and connect.clean_start is False
+    device.receive(encode_mqtt(Connack(), V311), 0.0, 0)  # the first time: nothing to find
+    assert device.state is DeviceState.READY
+    assert (tally.sessions_resumed, tally.sessions_lost) == (0, 0)
+    device.reconnect()
+    device.receive(encode_mqtt(Connack(session_present=True), V311), 1.0, 0)
+    assert (tally.sessions_resumed, tally.sessions_lost) == (1, 0)
+    device.reconnect()
+    device.receive(encode_mqtt(Connack(session_present=False), V311), 2.0, 0)
+    assert device.state is DeviceState.READY  # it goes on, with a new session
+    assert (tally.sessions_resumed, tally.sessions_lost) == (1, 1)
+    assert "session was gone" in tally.errors[-1]
+
+
+def test_reconnect_delays_back_off_exponentially_with_full_jitter() -> None:
+    rng = random.Random(7)
+    for tries, bound in ((0, 0.5), (1, 1.0), (3, 4.0), (4, 8.0), (40, 8.0)):
+        delays = [reconnect_delay(tries, rng) for _ in range(200)]
+        assert all(0.0 <= d < bound for d in delays)
+        assert max(delays) > 0.8 * bound and min(delays) < 0.2 * bound  # spread, not lockstep
 
 
 def test_a_qos1_command_is_acknowledged_and_timed() -> None:
