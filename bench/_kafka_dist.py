@@ -19,6 +19,16 @@ FETCH_PEERS = os.path.join(ROOT, "bin", "fetch-peers")
 
 # The main class behind each of Kafka's scripts (bin/<name>.sh in Kafka 4.3's distribution).
 TOPICS = "org.apache.kafka.tools.TopicCommand"
+CONFIGS = "kafka.admin.ConfigCommand"
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+PRODUCER_PERF_TEST = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF_TEST = "org.apache.kafka.tools.ConsumerPerformance"
+# Kafka's system-test clients (tests/kafkatest's verifiable_producer.py and verifiable_consumer.py
+# run them): one JSON event per line on stdout, for each acknowledgement, record and rebalance.
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 
 
 class KafkaDistMissing(RuntimeError):
@@ -43,15 +53,24 @@ def kafka_available() -> bool:
     return True
 
 
+def kafka_command(main_class: str, args: Sequence[str]) -> list[str]:
+    """The command line that runs one of Kafka's programs, with a small heap (for ``Popen``).
+
+    These are clients: the machine's cores and memory are shared with the brokers under test.
+    """
+    return ["java", "-Xmx256m", "-cp", kafka_classpath(), main_class, *args]
+
+
 def run_kafka_tool(
     main_class: str, args: Sequence[str], *, timeout: float = 60.0, stdin: str | None = None
 ) -> subprocess.CompletedProcess[str]:
-    """Run one of Kafka's programs to its end (bounded by ``timeout``), its output captured.
-
-    The JVM gets a small heap: these are clients, and the machine's cores and memory are shared
-    with the brokers under test.
-    """
-    command = ["java", "-Xmx256m", "-cp", kafka_classpath(), main_class, *args]
+    """Run one of Kafka's programs to its end (bounded by ``timeout``), its output captured,
+    as :func:`kafka_command` starts it."""
     return subprocess.run(
-        command, input=stdin, capture_output=True, text=True, timeout=timeout, check=False
+        kafka_command(main_class, args),
+        input=stdin,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
     )
