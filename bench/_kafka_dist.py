@@ -21,6 +21,16 @@ FETCH_PEERS = os.path.join(ROOT, "bin", "fetch-peers")
 TOPICS = "org.apache.kafka.tools.TopicCommand"
 GROUPS = "org.apache.kafka.tools.GroupsCommand"
 CONNECT_DISTRIBUTED = "org.apache.kafka.connect.cli.ConnectDistributed"
+CONFIGS = "kafka.admin.ConfigCommand"
+CONSOLE_PRODUCER = "org.apache.kafka.tools.ConsoleProducer"
+CONSOLE_CONSUMER = "org.apache.kafka.tools.consumer.ConsoleConsumer"
+CONSUMER_GROUPS = "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand"
+PRODUCER_PERF_TEST = "org.apache.kafka.tools.ProducerPerformance"
+CONSUMER_PERF_TEST = "org.apache.kafka.tools.ConsumerPerformance"
+# Kafka's system-test clients (tests/kafkatest's verifiable_producer.py and verifiable_consumer.py
+# run them): one JSON event per line on stdout, for each acknowledgement, record and rebalance.
+VERIFIABLE_PRODUCER = "org.apache.kafka.tools.VerifiableProducer"
+VERIFIABLE_CONSUMER = "org.apache.kafka.tools.VerifiableConsumer"
 
 # A log4j2 configuration that writes everything at INFO into the file named by the system
 # property ``kafkaesque.log.file``: long-running programs (a Connect worker) log there, where a
