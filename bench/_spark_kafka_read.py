@@ -2,8 +2,9 @@
 
 The connector's jars are pinned in peers/spark-kafka/pom.xml and fetched by ``bin/fetch-peers``
 into peers/spark-kafka/libs/ (its own directory: the connector's kafka-clients 3.9 must not meet
-Kafka 4.3.1's in peers/kafka/libs/). A session gets them as ``spark.jars`` (:func:`spark_kafka_conf`),
-never through ``spark.jars.packages``, so nothing is downloaded while a test or benchmark runs.
+Kafka 4.3.1's in peers/kafka/libs/). A session gets them as ``spark.jars``
+(:func:`spark_kafka_conf`), never through ``spark.jars.packages``, so nothing is downloaded while
+a test or benchmark runs.
 
 The two read timings are for ``bench.kafka`` (its ``spark_read_vs_kafka`` and
 ``our_source_vs_spark_kafka_source`` figures): a batch read of a whole topic, every row and column
@@ -56,9 +57,10 @@ def spark_kafka_session(app_name: str, extra: Mapping[str, str] | None = None) -
     """A local session (``local[2]``, as every Spark test and benchmark here) with both sources:
     ``format("kafka")`` (Spark's) and ``format("kafkaesque")`` (ours). Stop it with
     ``stop_session``."""
-    return local_session(
+    spark: SparkSession = local_session(
         app_name, master="local[2]", shuffle_partitions=2, conf=spark_kafka_conf(extra)
     )
+    return spark
 
 
 def _timed_scan(df: DataFrame, records: int, source: str) -> float:

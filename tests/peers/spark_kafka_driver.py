@@ -16,9 +16,9 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
 
-from kafkaesque.spark_source import stop_session  # noqa: E402
+from kafkaesque.spark_source import stop_session
 
-from bench._spark_kafka_read import spark_kafka_session  # noqa: E402
+from bench._spark_kafka_read import spark_kafka_session
 
 
 def main(argv: list[str]) -> int:
@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
             .start()
         )
         print("started", flush=True)
-        query.awaitTermination(float(seconds))
+        query.awaitTermination(int(seconds))
         query.stop()
     finally:
         stop_session(spark)

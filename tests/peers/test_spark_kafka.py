@@ -10,6 +10,7 @@ test's driver is a process of its own (tests/peers/spark_kafka_driver.py), start
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -202,32 +203,43 @@ def test_spark_kafka_sink_writes_into_our_topics(
 
 
 class SerialProducer:
-    """Publishes ``v000000``, ``v000001``, ... into a topic from a thread, ``rate`` a second, with
-    our idempotent producer (a leader killed mid-send neither loses nor doubles a record)."""
+    """Publishes ``v000000``, ``v000001``, ... into a topic from a thread, ``rate`` a second until
+    ``stop()`` (at most ``limit``), with our idempotent producer (a leader killed mid-send neither
+    loses nor doubles a record). ``sent`` counts the records acknowledged once it has stopped."""
 
-    def __init__(self, cluster: LocalCluster, topic: str, count: int, rate: float) -> None:
-        self.cluster, self.topic, self.count, self.rate = cluster, topic, count, rate
+    def __init__(self, cluster: LocalCluster, topic: str, rate: float, limit: int) -> None:
+        self.cluster, self.topic, self.rate, self.limit = cluster, topic, rate, limit
         self.sent = 0
-        self.error: BaseException | None = None
+        self.error: Exception | None = None
+        self._stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
+        self.thread.start()
 
     def _run(self) -> None:
         try:
-            with Client(self.cluster.bootstrap) as client:
-                with Producer(client, ProducerConfig(linger_ms=5)) as producer:
-                    started = time.monotonic()
-                    futures = []
-                    for i in range(self.count):
-                        delay = started + i / self.rate - time.monotonic()
-                        if delay > 0:
-                            time.sleep(delay)
-                        futures.append(producer.send(self.topic, b"v%06d" % i, b"%d" % i))
-                        self.sent = i + 1
-                    producer.flush()
-                    for future in futures:
-                        future.get()
-        except BaseException as exc:  # reported by the test
+            with (
+                Client(self.cluster.bootstrap) as client,
+                Producer(client, ProducerConfig(linger_ms=5)) as producer,
+            ):
+                futures = []
+                for i in range(self.limit):
+                    if self._stop.wait(1 / self.rate):
+                        break
+                    futures.append(producer.send(self.topic, b"v%06d" % i, b"%d" % i))
+                producer.flush()
+                for future in futures:
+                    future.get()
+                self.sent = len(futures)
+        except Exception as exc:  # noqa: BLE001 (the test reports it)
             self.error = exc
+
+    def stop(self, timeout: float) -> int:
+        """Stop, wait for every record's acknowledgement, and return how many were sent."""
+        self._stop.set()
+        self.thread.join(timeout)
+        assert not self.thread.is_alive(), f"the producer did not finish in {timeout} s"
+        assert self.error is None, self.error
+        return self.sent
 
 
 class Driver:
@@ -245,10 +257,8 @@ class Driver:
 
     def kill(self) -> None:
         """kill -9 the driver and its JVM at once, as a crashed machine would."""
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(self.proc.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
         self.proc.wait(30)
 
     def check_alive(self) -> None:
@@ -260,11 +270,10 @@ class Driver:
 def test_streaming_into_parquet_is_exactly_once_through_driver_and_leader_kills(
     spark: SparkSession, cluster: LocalCluster, tmp_path: Path
 ) -> None:
-    count, rate = 900, 30.0
     with Client(cluster.bootstrap) as client:
         client.create_topic("sk-stream", 3, 3)
     output, checkpoint, log = tmp_path / "out", tmp_path / "checkpoint", tmp_path / "driver.log"
-    args = [cluster.kafka_bootstrap, "sk-stream", str(output), str(checkpoint), "240"]
+    args = [cluster.kafka_bootstrap, "sk-stream", str(output), str(checkpoint), "400"]
 
     def written() -> int:
         # The file sink's own log (_spark_metadata) names the committed files: a batch cut
@@ -273,38 +282,40 @@ def test_streaming_into_parquet_is_exactly_once_through_driver_and_leader_kills(
             return 0
         return spark.read.schema(OUTPUT_SCHEMA).parquet(str(output)).count()
 
-    def wait_written(at_least: int, driver: Driver, timeout: float) -> None:
+    def wait_written(at_least: int, driver: Driver, timeout: float = 120) -> int:
         deadline = time.monotonic() + timeout
-        while written() < at_least:
+        while (now := written()) < at_least:
             driver.check_alive()
             assert producer.error is None, producer.error
-            assert time.monotonic() < deadline, f"fewer than {at_least} rows in {timeout} s"
+            assert time.monotonic() < deadline, f"{now} < {at_least} rows after {timeout} s"
             time.sleep(1)
+        return now
 
-    producer = SerialProducer(cluster, "sk-stream", count, rate)
-    producer.thread.start()
+    # Records keep arriving through every step, until the last one.
+    producer = SerialProducer(cluster, "sk-stream", rate=20, limit=20_000)
     driver = Driver(args, log)
     try:
-        wait_written(50, driver, 120)
+        wait_written(20, driver)
         driver.kill()
-        before_restart = written()
         driver = Driver(args, log)
-        wait_written(before_restart + 50, driver, 120)
+        wait_written(written() + 20, driver)
         with Client(cluster.bootstrap) as client:
             leader = client.describe_topic("sk-stream").partitions[0].leader
         assert leader is not None
         cluster.kill(leader)
-        time.sleep(3)
+        time.sleep(2)
         cluster.start(leader)
         cluster.wait_ready()
-        producer.thread.join(count / rate + 60)
-        assert not producer.thread.is_alive() and producer.error is None, producer.error
-        wait_written(count, driver, 120)
+        wait_written(written() + 20, driver)
+        count = producer.stop(60)
+        wait_written(count, driver)
         time.sleep(2)  # a duplicate would come in a later batch
         driver.check_alive()
     finally:
+        producer.stop(60)
         driver.kill()
-    rows = spark.read.schema(OUTPUT_SCHEMA).parquet(str(output)).select("value", "partition", "offset").collect()
+    out = spark.read.schema(OUTPUT_SCHEMA).parquet(str(output))
+    rows = out.select("value", "partition", "offset").collect()
     serials = [int(r.value[1:]) for r in rows]
     assert len(serials) == count, f"{len(serials)} rows for {count} records"
     assert sorted(serials) == list(range(count))
