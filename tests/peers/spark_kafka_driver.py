@@ -24,6 +24,7 @@ from bench._spark_kafka_read import spark_kafka_session
 def main(argv: list[str]) -> int:
     bootstrap, topic, output, checkpoint, seconds = argv
     spark = spark_kafka_session("spark-kafka-exactly-once")
+    spark.sparkContext.setLogLevel("WARN")  # the Kafka client's warnings, for a failure's log
     try:
         query = (
             spark.readStream.format("kafka")

@@ -282,7 +282,9 @@ def test_streaming_into_parquet_is_exactly_once_through_driver_and_leader_kills(
             return 0
         return spark.read.schema(OUTPUT_SCHEMA).parquet(str(output)).count()
 
-    def wait_written(at_least: int, driver: Driver, timeout: float = 120) -> int:
+    def wait_written(at_least: int, driver: Driver, timeout: float = 300) -> int:
+        # Generous: a driver's JVM takes 15-70 s to start on two cores shared with the brokers
+        # (and, here, with other work), and its first micro-batch as long again.
         deadline = time.monotonic() + timeout
         while (now := written()) < at_least:
             driver.check_alive()
