@@ -19,6 +19,7 @@ FETCH_PEERS = os.path.join(ROOT, "bin", "fetch-peers")
 
 # The main class behind each of Kafka's scripts (bin/<name>.sh in Kafka 4.3's distribution).
 TOPICS = "org.apache.kafka.tools.TopicCommand"
+PRODUCER_PERF = "org.apache.kafka.tools.ProducerPerformance"  # kafka-producer-perf-test
 
 
 class KafkaDistMissing(RuntimeError):
