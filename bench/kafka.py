@@ -19,13 +19,15 @@ through the Kafka protocol with the same clients, ``acks=all``, 100-byte values:
   (each replica fsyncs every message) against our default -> ``e2e_1k_p99_vs_kafka_fsync``
   (target <= 1); and ours with ``--fsync interval`` (acknowledged before the fsync, synced
   within a second) against Kafka's default -> ``e2e_1k_p99_interval_vs_kafka``.
-* (d) Spark: a marked place (``spark_phase``) for Spark's Kafka source reading the records of
-  (a) from each cluster, filled in once ``bench._spark_kafka_read`` is there.
+* (d) Spark: a marked place (``spark_readers``) for Spark's Kafka source reading the records of
+  (a) from each cluster, and our Spark source from ours; it runs once ``bench._spark_kafka_read``
+  is merged -> ``spark_read_vs_kafka``, ``our_source_vs_spark_kafka_source``.
 
-Kafka's start-up (formatting, JVMs, elections, topic creation) stays out of every figure: each
-phase starts once its topic has a leader and a full ISR. Ends with one line ``RESULT`` with every
-figure, raw ones beside the ratios, and ``lost=…`` (records the e2e consumers did not get: any is
-a failure).
+Kafka's start-up (formatting, JVMs, elections, topic creation, followers starting to fetch) stays
+out of every figure: each phase starts once each partition of its topic has a leader, a full ISR
+and has acknowledged a probe record with ``acks=all``, after a first group commit (``probe``;
+ours get the same). Ends with one line ``RESULT`` with every figure, raw ones beside the
+ratios, and ``lost=…`` (records the e2e consumers did not get: any is a failure).
 """
 
 from __future__ import annotations
@@ -70,6 +72,52 @@ QUICK_SHAPE = Shape(QUICK, 200_000)
 FULL_SHAPE = Shape(FULL, 1_000_000)
 
 PERF_LINE = re.compile(r"(\d+) records sent, ([\d.]+) records/sec .*?([\d.]+) ms 99th")
+
+
+def probe(bootstrap: str, topics: list[str], partitions: int, timeout: float = 180.0) -> float:
+    """Start-up kept out of the figures, on both sides alike; the seconds it took.
+
+    First a group commit (Kafka creates its ``__consumer_offsets``, 50 partitions of 3 replicas,
+    at the first FindCoordinator: left to the first e2e consumer, their followers starting to
+    fetch stalled that phase's ``acks=all`` produces by up to ``replica.lag.time.max.ms``, 30 s,
+    on a loaded machine). Then one record with ``acks=all`` into each partition of ``topics``
+    (a new partition's ISR lists every replica before its followers fetch it). The e2e
+    consumers count the probes as foreign records; the perf topic holds ``partitions`` records
+    more than (a) wrote. ``RuntimeError`` if a step does not succeed within ``timeout``."""
+    import confluent_kafka
+
+    started = time.monotonic()
+    deadline = started + timeout
+    consumer = confluent_kafka.Consumer(
+        {"bootstrap.servers": bootstrap, "group.id": "bench-probe", "enable.auto.commit": False}
+    )
+    try:
+        while True:
+            try:
+                consumer.commit(
+                    offsets=[confluent_kafka.TopicPartition(topics[0], 0, 0)], asynchronous=False
+                )
+                break
+            except confluent_kafka.KafkaException as error:
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"no group commit in {timeout:.0f} s: {error}") from error
+                time.sleep(0.5)
+    finally:
+        consumer.close()
+    producer = confluent_kafka.Producer({"bootstrap.servers": bootstrap, "acks": "all"})
+    failed: list[str] = []
+
+    def report(error: Any, message: Any) -> None:
+        if error is not None:
+            failed.append(f"{message.topic()}/{message.partition()}: {error}")
+
+    for topic in topics:
+        for partition in range(partitions):
+            producer.produce(topic, b"probe", partition=partition, on_delivery=report)
+    left = producer.flush(max(1.0, deadline - time.monotonic()))
+    if left or failed:
+        raise RuntimeError(f"probes not acknowledged in {timeout:.0f} s: {left} left, {failed}")
+    return time.monotonic() - started
 
 
 def perf_test(bootstrap: str, topic: str, records: int) -> dict[str, float]:
@@ -178,10 +226,15 @@ def ours_run(
     out: dict[str, Any] = {"e2e": {}}
     name = f"ours-{fsync or 'default'}"
     with LocalCluster(str(root / name), BROKERS, extra_args=extra) as cluster:
+        topics = ["perf", *(f"e2e-{rate}" for rate in rates)]
         with Client(cluster.bootstrap) as client:
-            for topic in ["perf", *(f"e2e-{rate}" for rate in rates)]:
+            for topic in topics:
                 client.create_topic(topic, PARTITIONS, BROKERS)
-        print(f"{name}: Kafkaesque, {BROKERS} brokers ready [{time.monotonic() - started:.0f} s]")
+        probed = probe(cluster.kafka_bootstrap, topics, PARTITIONS)
+        print(
+            f"{name}: Kafkaesque, {BROKERS} brokers ready, probes acked in {probed:.1f} s "
+            f"[{time.monotonic() - started:.0f} s]"
+        )
         phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], shape.durations, None)
         if perf:
             out["perf"] = perf_test(cluster.kafka_bootstrap, "perf", shape.perf_records)
@@ -210,12 +263,14 @@ def kafka_run(
     name = "kafka-fsync" if fsync else "kafka-default"
     out: dict[str, Any] = {"e2e": {}}
     with KafkaCluster(root / name, BROKERS, fsync_every_message=fsync) as kafka:
-        for topic in ["perf", *(f"e2e-{rate}" for rate in rates)]:
+        topics = ["perf", *(f"e2e-{rate}" for rate in rates)]
+        for topic in topics:
             kafka.create_topic(topic, PARTITIONS)
+        probed = probe(kafka.bootstrap, topics, PARTITIONS)
         print(
             f"{name}: Apache Kafka 4.3.1, {BROKERS} KRaft servers ready, min.insync.replicas=2"
-            f"{', log.flush.interval.messages=1' if fsync else ''} "
-            f"[{time.monotonic() - started:.0f} s]"
+            f"{', log.flush.interval.messages=1' if fsync else ''}, probes acked in "
+            f"{probed:.1f} s [{time.monotonic() - started:.0f} s]"
         )
         phase = Phase(kafka.pids, shape.durations, None)
         if perf:
