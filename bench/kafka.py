@@ -26,7 +26,11 @@ through the Kafka protocol with the same clients, ``acks=all``, 100-byte values:
 Kafka's start-up (formatting, JVMs, elections, topic creation, followers starting to fetch) stays
 out of every figure: each phase starts once each partition of its topic has a leader, a full ISR
 and has acknowledged a probe record with ``acks=all``, after a first group commit (``probe``;
-ours get the same). Ends with one line ``RESULT`` with every figure, raw ones beside the
+ours get the same). Seen on 2026-11-29 with the machine at a load average of ~28 on 2 cores:
+Kafka's 1,000 msg/s phase took 12-30 s to acknowledge a 4 s run, a second run the same, its ISR
+full before and after: throughput, not start-up (linger 0 sends a request per record, and a
+Kafka broker serves one request per connection at a time; starved, each takes long). Read its
+figures beside the load. Ends with one line ``RESULT`` with every figure, raw ones beside the
 ratios, and ``lost=…`` (records the e2e consumers did not get: any is a failure).
 """
 
