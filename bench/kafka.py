@@ -19,9 +19,9 @@ through the Kafka protocol with the same clients, ``acks=all``, 100-byte values:
   (each replica fsyncs every message) against our default -> ``e2e_1k_p99_vs_kafka_fsync``
   (target <= 1); and ours with ``--fsync interval`` (acknowledged before the fsync, synced
   within a second) against Kafka's default -> ``e2e_1k_p99_interval_vs_kafka``.
-* (d) Spark: a marked place (``spark_readers``) for Spark's Kafka source reading the records of
-  (a) from each cluster, and our Spark source from ours; it runs once ``bench._spark_kafka_read``
-  is merged -> ``spark_read_vs_kafka``, ``our_source_vs_spark_kafka_source``.
+* (d) Spark: Spark's Kafka source reads the records of (a) from each cluster, and our Spark
+  source reads them from ours (``bench._spark_kafka_read``; left out when the connector's jars
+  are not fetched) -> ``spark_read_vs_kafka``, ``our_source_vs_spark_kafka_source``.
 
 Kafka's start-up (formatting, JVMs, elections, topic creation, followers starting to fetch) stays
 out of every figure: each phase starts once each partition of its topic has a leader, a full ISR
@@ -37,7 +37,6 @@ ratios, and ``lost=…`` (records the e2e consumers did not get: any is a failur
 from __future__ import annotations
 
 import argparse
-import importlib
 import re
 import shutil
 import signal
@@ -54,6 +53,11 @@ from kafkaesque.local_cluster import LocalCluster
 from ._broker_procs import make_scratch
 from ._kafka_cluster import KafkaCluster
 from ._kafka_dist import PRODUCER_PERF_TEST, run_kafka_tool
+from ._spark_kafka_read import (
+    our_source_read_seconds,
+    spark_kafka_available,
+    spark_kafka_read_seconds,
+)
 from .broker import BROKERS, FULL, PARTITIONS, QUICK, Durations, Phase, _stop, e2e_phase
 from .kafka_clients import KAFKA_LOAD
 
@@ -151,7 +155,7 @@ def perf_test(bootstrap: str, topic: str, records: int) -> dict[str, float]:
     return {"msgs_per_s": float(rate), "p99_ms": float(p99)}
 
 
-# -- (d) Spark: the place for bench._spark_kafka_read (another helper's module) ----------------
+# -- (d) Spark: its own Kafka source against Kafka and against ours, and our source ---------------
 
 SparkKafkaRead = Callable[[str, str, int], float]  # (bootstrap, topic, records) -> seconds
 OurSourceRead = Callable[[str, str, int], float]  # (addresses, topic, records) -> seconds
@@ -159,17 +163,13 @@ SparkReaders = tuple[SparkKafkaRead, OurSourceRead]
 
 
 def spark_readers() -> SparkReaders | None:
-    """``bench._spark_kafka_read``'s ``spark_kafka_read_seconds`` (Spark's own Kafka source) and
-    ``our_source_read_seconds`` (our Spark source), or None while that module is not merged.
-    THE PLACE FOR (d): once it is, these two callables are all (d) needs; ``ours_run`` and
-    ``kafka_run`` call them on the records of (a), ``spark_figures`` makes the RESULT fields.
-    Our source gets ``LocalCluster.bootstrap`` (our protocol's addresses, comma-separated): adapt
-    here if the module wants another form."""
-    try:
-        module = importlib.import_module("bench._spark_kafka_read")
-    except ImportError:
+    """Spark's Kafka source (``spark_kafka_read_seconds``) and our Spark source
+    (``our_source_read_seconds``) as ``ours_run`` and ``kafka_run`` call them on the records of
+    (a), or None (saying why) when the connector's jars are not fetched: (d) is left out."""
+    if not spark_kafka_available():
+        print("(d) left out: Spark's Kafka connector is not fetched (bin/fetch-peers)")
         return None
-    return module.spark_kafka_read_seconds, module.our_source_read_seconds
+    return spark_kafka_read_seconds, our_source_read_seconds
 
 
 def spark_figures(ours: dict[str, Any], kafka: dict[str, Any]) -> list[str]:
@@ -297,7 +297,7 @@ def run(root: Path, shape: Shape) -> int:
     if an e2e consumer missed a record."""
     started = time.monotonic()
     both = (1_000, 10_000)
-    spark = spark_readers()  # (d) runs once bench._spark_kafka_read is merged
+    spark = spark_readers()
     ours = ours_run(root, shape, fsync=None, rates=both, perf=True, started=started, spark=spark)
     interval = ours_run(root, shape, fsync="interval", rates=(1_000,), perf=False, started=started)
     kafka = kafka_run(root, shape, fsync=False, rates=both, perf=True, started=started, spark=spark)
