@@ -28,11 +28,19 @@ the run and a serial number (``phones/<device>/spectrum``).
   few only if a bridge reconnected).
 
 Each phase prints the publishers' offered rate (mosquitto's PUBACKs per second): a bridge rate
-close to it means the publishers, not the bridge, were the limit.
+close to it means the publishers, not the bridge, were the limit; and the CPU each part used, as
+a share of a core and per message moved. On a machine shared with other work every process gets
+a slice of the CPU and the rates are bounded by it: ``cpu_bound_msgs_per_s`` is what this
+machine's cores would move at the measured CPU per message of bridge + brokers + mosquitto
+(the publishers and mosquitto left out), had they nothing else to run. ``--quick`` paces the
+publishers of the bridge phases at 8,000 msg/s (flat out they outrun the bridge many times over
+here, and the loss check waits for mosquitto's backlog to drain).
 
 Ends with ``RESULT bridge_msgs_per_s=… bridge_vs_mosquitto=… lost=… shared_bridges=…
 shared_msgs_per_s=…`` (the largest shared run), then ``mosquitto_msgs_per_s=…
-shared2_msgs_per_s=… shared3_msgs_per_s=… duplicated=… payload_bytes=… steal_pct=…``.
+shared2_msgs_per_s=… shared3_msgs_per_s=… duplicated=… bridge_us_per_msg=…
+brokers_us_per_msg=… cpu_bound_msgs_per_s=… load_avg=… payload_bytes=… steal_pct=…``.
+``--receive-maximum N`` runs the bridges with that window (default: the bridge's default).
 """
 
 from __future__ import annotations
@@ -54,7 +62,7 @@ from types import FrameType
 from typing import IO, Any
 
 from kafkaesque.cli.devices_core import DeviceConfig, device_id, reading_payload, spectrum_for
-from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, Readiness
+from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, Readiness, WorkerResult
 from kafkaesque.cli.devices_report import check_log, end_offsets, read_run
 
 from kafkaesque.client import Client
@@ -86,9 +94,14 @@ class Plan:
     warmup: float
     measure: float
     shared: tuple[int, ...]  # bridge processes of the --share-group phases
+    # msg/s the publishers offer in the bridge phases (None: flat out). Flat out they outrun a
+    # bridge many times over, and the check for loss then waits for mosquitto's backlog to drain.
+    bridge_offered: int | None = None
 
 
-QUICK = Plan(devices=40, window=100, processes=2, warmup=2.0, measure=4.0, shared=(2, 3))
+QUICK = Plan(
+    devices=40, window=100, processes=2, warmup=1.5, measure=3.0, shared=(2, 3), bridge_offered=8000
+)
 FULL = Plan(devices=100, window=200, processes=2, warmup=4.0, measure=15.0, shared=(2, 3))
 
 
@@ -105,7 +118,7 @@ class Clock:
 class Mosquitto:
     """mosquitto on a free loopback port, every QoS 1 message kept for a subscriber that is
     behind (``max_queued_messages 0``: unlimited; a limit would drop acknowledged messages
-    and count as lost), up to 1,000 in flight to each; a context manager that kills it."""
+    and count as lost), no in-flight cap; a context manager that kills it."""
 
     def __init__(self, directory: Path) -> None:
         (self.port,) = free_ports(1)
@@ -115,7 +128,9 @@ class Mosquitto:
             f"listener {self.port} 127.0.0.1\n"
             "allow_anonymous true\n"
             "persistence false\n"
-            "max_inflight_messages 1000\n"
+            # No cap of its own: the subscriber's window governs (mosquitto 2.0 does not keep
+            # to a v5 receive maximum; the bridge stops reading when its queues are full).
+            "max_inflight_messages 0\n"
             "max_queued_messages 0\n"
             "set_tcp_nodelay true\n"
             "log_dest none\n"
@@ -184,9 +199,9 @@ def plain_subscriber(mosquitto: Mosquitto, out: Path) -> Iterator[Callable[[], i
         while received() == 0:
             if proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("mosquitto_sub did not subscribe")
+            probe = ["-t", "phones/probe/spectrum", "-m", "probe"]
             subprocess.run(
-                ["mosquitto_pub", "-h", host, "-p", str(port), "-q", "1"]
-                + ["-t", "phones/probe/spectrum", "-m", "probe"],
+                ["mosquitto_pub", "-h", host, "-p", str(port), "-q", "1", *probe],
                 check=True,
                 timeout=10,
             )
@@ -200,7 +215,14 @@ class Bridges:
     """``count`` ``kafkaesque mqtt-bridge`` processes (a shared subscription when more than
     one), each started and ``ready``; a context manager that stops them by PID."""
 
-    def __init__(self, root: Path, mosquitto: Mosquitto, bootstrap: str, count: int) -> None:
+    def __init__(
+        self,
+        root: Path,
+        mosquitto: Mosquitto,
+        bootstrap: str,
+        count: int,
+        receive_maximum: int | None = None,
+    ) -> None:
         rules = root / "bridge-rules.txt"
         rules.write_text(RULES)
         host, port = mosquitto.address
@@ -233,6 +255,8 @@ class Bridges:
             ]
             if count > 1:
                 command += ["--share-group", SHARE_GROUP]
+            if receive_maximum is not None:
+                command += ["--receive-maximum", str(receive_maximum)]
             log = (root / f"bridge-{tag}-{k}.log").open("w")
             self._logs.append(log)
             self.procs.append(
@@ -275,21 +299,22 @@ class Bridges:
             log.close()
 
 
-def _spec(mosquitto: Mosquitto, plan: Plan, drain: float = 30.0) -> FleetSpec:
+def _spec(mosquitto: Mosquitto, plan: Plan, rate: int | None = None) -> FleetSpec:
+    """The publishers: flat out, or ``rate`` msg/s in all."""
     return FleetSpec(
         addresses=(mosquitto.address,),
         devices=plan.devices,
         config=DeviceConfig(run=secrets.token_hex(4), window=plan.window, subscribe=False),
-        interval=0.0,
+        interval=0.0 if rate is None else plan.devices / rate,
         duration=plan.warmup + plan.measure,
         warmup=plan.warmup,
-        drain=drain,
+        drain=30.0,
     )
 
 
-def _offered(result: Any) -> float:
+def _offered(result: WorkerResult) -> float:
     """The publishers' rate: mosquitto's PUBACKs per second in the measured window."""
-    return float(result.acknowledged_in_window) / max(result.window_s, 1e-9)
+    return float(result.acknowledged_in_window) / max(float(result.window_s), 1e-9)
 
 
 def baseline(mosquitto: Mosquitto, plan: Plan, root: Path) -> dict[str, float]:
@@ -319,26 +344,35 @@ def bridged(
     plan: Plan,
     root: Path,
     count: int,
+    receive_maximum: int | None,
 ) -> dict[str, Any]:
     """``count`` bridges while the publishers run: records appended per second in the window,
     CPU of brokers and bridges, then nothing lost once they drained."""
     brokers = [cluster.procs[i].pid for i in range(BROKERS)]
     start = end_offsets(client, TOPIC)
-    spec = _spec(mosquitto, plan)
-    with Bridges(root, mosquitto, cluster.bootstrap, count) as bridges:
+    spec = _spec(mosquitto, plan, plan.bridge_offered)
+    with Bridges(root, mosquitto, cluster.bootstrap, count, receive_maximum) as bridges:
         window: dict[str, Any] = {}
 
         def measure(fleet: Fleet, ready: Readiness) -> None:
             time.sleep(plan.warmup)
             n0, t0 = _log_total(client), time.monotonic()
-            cpu0 = [process_cpu_s(p) for p in brokers + bridges.pids]
+            cpu0 = [process_cpu_s(p) for p in brokers + bridges.pids + [mosquitto.proc.pid]]
             time.sleep(plan.measure)
             n1, t1 = _log_total(client), time.monotonic()
-            cpu1 = [process_cpu_s(p) for p in brokers + bridges.pids]
+            cpu1 = [process_cpu_s(p) for p in brokers + bridges.pids + [mosquitto.proc.pid]]
             span = t1 - t0
             cpu = [100 * (b - a) / span for a, b in zip(cpu0, cpu1, strict=True)]
+            moved = max(n1 - n0, 1)
+            used = [b - a for a, b in zip(cpu0, cpu1, strict=True)]
             window.update(
-                msgs_per_s=(n1 - n0) / span, brokers_cpu=cpu[:BROKERS], bridges_cpu=cpu[BROKERS:]
+                msgs_per_s=(n1 - n0) / span,
+                brokers_cpu=cpu[:BROKERS],
+                bridges_cpu=cpu[BROKERS:-1],
+                mosquitto_cpu=cpu[-1],
+                bridge_us_per_msg=1e6 * sum(used[BROKERS:-1]) / moved,
+                brokers_us_per_msg=1e6 * sum(used[:BROKERS]) / moved,
+                mosquitto_us_per_msg=1e6 * used[-1] / moved,
             )
 
         run = run_fleet(spec, plan.processes, during=measure)
@@ -364,14 +398,17 @@ def _cpu(values: list[float]) -> str:
     return "/".join(f"{v:.0f}" for v in values)
 
 
-def run(root: Path, plan: Plan) -> int:
+def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
     clock = Clock()
     steal = StealWindow()
     payload_bytes = len(reading_payload("0" * 8, device_id(0), 0, 0, spectrum_for(device_id(0))))
     print(
-        f"publishers: {plan.devices} devices in {plan.processes} processes, QoS 1 flat out, "
+        f"publishers: {plan.devices} devices in {plan.processes} processes, QoS 1 flat out "
+        f"({'also' if plan.bridge_offered is None else f'{plan.bridge_offered:,} msg/s'} in the "
+        f"bridge phases), "
         f"window {plan.window}, {payload_bytes}-byte payloads; {plan.warmup:g} s warm-up, "
-        f"{plan.measure:g} s measured"
+        f"{plan.measure:g} s measured; bridges with --receive-maximum "
+        f"{receive_maximum or 'default'}"
     )
     with Mosquitto(root / "mosquitto") as mosquitto:
         base = baseline(mosquitto, plan, root)
@@ -379,26 +416,34 @@ def run(root: Path, plan: Plan) -> int:
             f"baseline: mosquitto -> one plain QoS 1 subscriber (mosquitto_sub): "
             f"{base['msgs_per_s']:,.0f} msg/s (publishers offered {base['offered']:,.0f}) {clock}"
         )
-        with LocalCluster(str(root / "cluster"), BROKERS) as cluster:
-            with Client(cluster.bootstrap) as client:
-                client.create_topic(TOPIC, PARTITIONS, BROKERS)
-                print(
-                    f"cluster: {BROKERS} brokers, {TOPIC}: {PARTITIONS} partitions, replication "
-                    f"factor {BROKERS}, acknowledged upstream after quorum commit {clock}"
+        with (
+            LocalCluster(str(root / "cluster"), BROKERS) as cluster,
+            Client(cluster.bootstrap) as client,
+        ):
+            client.create_topic(TOPIC, PARTITIONS, BROKERS)
+            print(
+                f"cluster: {BROKERS} brokers, {TOPIC}: {PARTITIONS} partitions, replication "
+                f"factor {BROKERS}, acknowledged upstream after quorum commit {clock}"
+            )
+            phases: dict[int, dict[str, Any]] = {}
+            for count in (1, *plan.shared):
+                r = phases[count] = bridged(
+                    mosquitto, cluster, client, plan, root, count, receive_maximum
                 )
-                phases: dict[int, dict[str, Any]] = {}
-                for count in (1, *plan.shared):
-                    r = phases[count] = bridged(mosquitto, cluster, client, plan, root, count)
-                    label = "one bridge" if count == 1 else f"{count} bridges, --share-group"
-                    print(
-                        f"{label}: {r['msgs_per_s']:,.0f} msg/s into the log (publishers "
-                        f"offered {r['offered']:,.0f}); lost {r['lost']}, duplicated "
-                        f"{r['duplicated']} of {r['sent']:,} {clock}"
-                    )
-                    print(
-                        f"      cpu (% of one core): brokers {_cpu(r['brokers_cpu'])}, bridges "
-                        f"{_cpu(r['bridges_cpu'])} (of {100 * (os.cpu_count() or 1)})"
-                    )
+                label = "one bridge" if count == 1 else f"{count} bridges, --share-group"
+                print(
+                    f"{label}: {r['msgs_per_s']:,.0f} msg/s into the log (publishers "
+                    f"offered {r['offered']:,.0f}); lost {r['lost']}, duplicated "
+                    f"{r['duplicated']} of {r['sent']:,} {clock}"
+                )
+                print(
+                    f"      cpu (% of one core): brokers {_cpu(r['brokers_cpu'])}, bridges "
+                    f"{_cpu(r['bridges_cpu'])}, mosquitto {r['mosquitto_cpu']:.0f} (of "
+                    f"{100 * (os.cpu_count() or 1)}); CPU a message: bridges "
+                    f"{r['bridge_us_per_msg']:.0f} us, brokers {r['brokers_us_per_msg']:.0f} us, "
+                    f"mosquitto {r['mosquitto_us_per_msg']:.0f} us; load average "
+                    f"{os.getloadavg()[0]:.0f}"
+                )
     one = phases[1]
     ratio = one["msgs_per_s"] / max(base["msgs_per_s"], 1e-9)
     top = max(plan.shared)
@@ -415,6 +460,19 @@ def run(root: Path, plan: Plan) -> int:
         + ", ".join(f"{n} bridges {phases[n]['msgs_per_s']:,.0f} msg/s" for n in plan.shared)
         + f" (x{phases[top]['msgs_per_s'] / max(one['msgs_per_s'], 1e-9):.2f} of one bridge)"
     )
+    # What this machine's cores could move if the bridge, the brokers and mosquitto had them to
+    # themselves (the publishers, the devices, left out): on a shared machine every process gets
+    # a slice of the CPU, and the rates above are bounded by that slice, not by the pipeline.
+    # (mosquitto left out too: its CPU here is mostly the publishers' flood, and the baseline
+    # pays it as well).
+    per_msg = one["bridge_us_per_msg"] + one["brokers_us_per_msg"]
+    cores = os.cpu_count() or 1
+    cpu_bound = 1e6 * cores / max(per_msg, 1e-9)
+    print(
+        f"CPU a message, bridge + brokers: {per_msg:.0f} us: {cores} cores of our own would "
+        f"move at most {cpu_bound:,.0f} msg/s (load average now {os.getloadavg()[0]:.0f} on "
+        f"{cores} cores)"
+    )
     print(steal)
     shared_fields = " ".join(
         f"shared{n}_msgs_per_s={phases[n]['msgs_per_s']:.0f}" for n in plan.shared
@@ -423,7 +481,10 @@ def run(root: Path, plan: Plan) -> int:
         f"RESULT bridge_msgs_per_s={one['msgs_per_s']:.0f} bridge_vs_mosquitto={ratio:.2f} "
         f"lost={lost} shared_bridges={top} shared_msgs_per_s={phases[top]['msgs_per_s']:.0f} "
         f"mosquitto_msgs_per_s={base['msgs_per_s']:.0f} {shared_fields} "
-        f"duplicated={duplicated} payload_bytes={payload_bytes} steal_pct={steal.percent():.1f}"
+        f"duplicated={duplicated} bridge_us_per_msg={one['bridge_us_per_msg']:.0f} "
+        f"brokers_us_per_msg={one['brokers_us_per_msg']:.0f} cpu_bound_msgs_per_s={cpu_bound:.0f} "
+        f"load_avg={os.getloadavg()[0]:.1f} "
+        f"payload_bytes={payload_bytes} steal_pct={steal.percent():.1f}"
     )
     return 0 if lost == 0 else 1
 
@@ -439,12 +500,18 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--quick", action="store_true", help="a shorter run (about a minute)")
+    parser.add_argument(
+        "--receive-maximum",
+        type=int,
+        metavar="N",
+        help="the bridges' --receive-maximum (default: the bridge's own default)",
+    )
     args = parser.parse_args(argv)
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     root = make_scratch()
     try:
-        return run(root, QUICK if args.quick else FULL)
+        return run(root, QUICK if args.quick else FULL, args.receive_maximum)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 
