@@ -269,10 +269,11 @@ class MqttBridge:
     ) -> None:
         config = self.config
         messages = mqtt.messages
-        while True:
+        while not self._stopping.is_set():
             # A message already waiting is taken without a checkpoint: one trio reschedule per
             # message was a large share of the bridge's CPU (bench.bridge, py-spy). The loop
-            # still waits (and yields) whenever the inbox is empty or the ack queue full.
+            # still waits (and yields) whenever the inbox is empty or the ack queue full; as
+            # it may not reach a checkpoint for a while, it looks at stop() itself.
             try:
                 publish = messages.receive_nowait()
             except trio.WouldBlock:
