@@ -79,6 +79,7 @@ PARTITIONS = 9
 FILTER = "phones/+/spectrum"
 RULES = f"{FILTER} -> {TOPIC} key=1\n"
 SHARE_GROUP = "bench"
+STALL_S = 30.0  # no record appended this long: the bridges are stuck
 SEED_MSGS_PER_S = 30_000  # the Kafka Connect MQTT source on a laptop (shared/SEEDS.md)
 TARGET_RATIO = 0.5
 SUB_BYTES_PER_MESSAGE = 2  # mosquitto_sub -F '.' prints ".\n" per message
@@ -377,11 +378,16 @@ def bridged(
 
         run = run_fleet(spec, plan.processes, during=measure)
         sent = run.result.acknowledged
-        # Drain: mosquitto still holds what the bridges had not taken yet.
+        # Drain: mosquitto still holds what the bridges had not taken yet (flat out, minutes'
+        # worth). Waits as long as the log grows; 30 s without progress ends the wait, and
+        # what is missing then counts as lost.
         target = sum((start or {}).values()) + sent
-        deadline = time.monotonic() + 180
-        while _log_total(client) < target and time.monotonic() < deadline:
+        have, deadline = _log_total(client), time.monotonic() + STALL_S
+        while have < target and time.monotonic() < deadline:
             time.sleep(0.5)
+            now = _log_total(client)
+            if now > have:
+                have, deadline = now, time.monotonic() + STALL_S
     pairs, _ = read_run(client, TOPIC, spec.config.run, start)
     check = check_log(run.result.devices, pairs)
     return {
