@@ -33,7 +33,7 @@ a share of a core and per message moved. On a machine shared with other work eve
 a slice of the CPU and the rates are bounded by it: ``cpu_bound_msgs_per_s`` is what this
 machine's cores would move at the measured CPU per message of bridge + brokers + mosquitto
 (the publishers and mosquitto left out), had they nothing else to run. ``--quick`` paces the
-publishers of the bridge phases at 8,000 msg/s (flat out they outrun the bridge many times over
+publishers of the bridge phases at 20,000 msg/s (flat out they outrun the bridge many times over
 here, and the loss check waits for mosquitto's backlog to drain).
 
 Ends with ``RESULT bridge_msgs_per_s=… bridge_vs_mosquitto=… lost=… shared_bridges=…
@@ -101,7 +101,13 @@ class Plan:
 
 
 QUICK = Plan(
-    devices=40, window=100, processes=2, warmup=1.5, measure=3.0, shared=(2, 3), bridge_offered=8000
+    devices=40,
+    window=100,
+    processes=2,
+    warmup=1.5,
+    measure=3.0,
+    shared=(2, 3),
+    bridge_offered=20_000,
 )
 FULL = Plan(devices=100, window=200, processes=2, warmup=4.0, measure=15.0, shared=(2, 3))
 
