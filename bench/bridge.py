@@ -31,10 +31,10 @@ Each phase prints the publishers' offered rate (mosquitto's PUBACKs per second):
 close to it means the publishers, not the bridge, were the limit; and the CPU each part used, as
 a share of a core and per message moved. On a machine shared with other work every process gets
 a slice of the CPU and the rates are bounded by it: ``cpu_bound_msgs_per_s`` is what this
-machine's cores would move at the measured CPU per message of bridge + brokers + mosquitto
-(the publishers and mosquitto left out), had they nothing else to run. ``--quick`` paces the
-publishers of the bridge phases at 20,000 msg/s (flat out they outrun the bridge many times over
-here, and the loss check waits for mosquitto's backlog to drain).
+machine's cores would move at the CPU per message of bridge + brokers (the publishers and
+mosquitto left out), had they nothing else to run. The publishers run flat out in every phase
+(``Plan.bridge_offered`` would pace those of the bridge phases; a paced rate also caps
+``bridge_vs_mosquitto``); the loss check then waits for mosquitto's backlog to drain.
 
 Ends with ``RESULT bridge_msgs_per_s=… bridge_vs_mosquitto=… lost=… shared_bridges=…
 shared_msgs_per_s=…`` (the largest shared run), then ``mosquitto_msgs_per_s=…
@@ -107,7 +107,6 @@ QUICK = Plan(
     warmup=1.5,
     measure=3.0,
     shared=(2, 3),
-    bridge_offered=20_000,
 )
 FULL = Plan(devices=100, window=200, processes=2, warmup=4.0, measure=15.0, shared=(2, 3))
 
