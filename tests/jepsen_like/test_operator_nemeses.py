@@ -6,7 +6,13 @@ Each test asserts both that the history is clean (nothing lost, nothing duplicat
 idempotent producers and the plain ones alike) and that the nemesis really did its work, from
 what it recorded: new pids for every broker; a broker gone from the registry and the replicas
 and a new one serving in its place. A three-minute run of both on five nodes, among crashes,
-partitions and reassignments, is also marked ``slow``.
+partitions and reassignments, is also here.
+
+All three are fault runs of the harness's own nemeses, so they sit in the slow tier
+(``bin/test --slow``): what they hold the brokers to is tested once at the broker's level in
+every ``bin/test`` (tests/cli/test_cluster_rolling.py and tests/broker/test_balancer.py restart
+every broker under acknowledged writes; tests/broker/test_decommission.py removes brokers under
+load), and these two runs cost more than a minute of it.
 """
 
 from __future__ import annotations
@@ -74,6 +80,7 @@ def _applied(outcome: RunOutcome, fault: str) -> list[tuple[str, ...]]:
     ]
 
 
+@pytest.mark.slow
 def test_a_rolling_restart_under_load_loses_and_duplicates_nothing(tmp_path: Path) -> None:
     outcome = _run(tmp_path, "rolling-restart", time_s=20.0, seed=5)
     _clean(outcome)
@@ -94,6 +101,7 @@ def test_a_rolling_restart_under_load_loses_and_duplicates_nothing(tmp_path: Pat
         assert "SIGTERM: handing leaderships over" in log, f"broker {node}'s log: {log[-2000:]}"
 
 
+@pytest.mark.slow
 def test_brokers_decommissioned_under_load_leave_and_new_ones_serve(tmp_path: Path) -> None:
     outcome = _run(tmp_path, "decommission", time_s=25.0, seed=3)
     _clean(outcome)
