@@ -21,9 +21,13 @@ MOSQUITTO = "/usr/sbin/mosquitto"
 
 class Mosquitto:
     """mosquitto on a free loopback port (anonymous, no persistence, no inflight limit); a context
-    manager that always kills it."""
+    manager that always kills it. ``max_queued`` bounds the QoS 1 messages kept for a subscriber
+    that is behind (0: unlimited, so that none is dropped and counted as lost); ``extra`` adds
+    configuration lines."""
 
-    def __init__(self, directory: Path) -> None:
+    def __init__(
+        self, directory: Path, *, max_queued: int = 100_000, extra: tuple[str, ...] = ()
+    ) -> None:
         (self.port,) = free_ports(1)
         directory.mkdir(parents=True, exist_ok=True)
         conf = directory / "mosquitto.conf"
@@ -32,8 +36,8 @@ class Mosquitto:
             "allow_anonymous true\n"
             "persistence false\n"
             "max_inflight_messages 0\n"  # no cap on QoS 1 messages in flight to a subscriber
-            "max_queued_messages 100000\n"
-            "log_dest none\n"
+            f"max_queued_messages {max_queued}\n"
+            "log_dest none\n" + "".join(f"{line}\n" for line in extra)
         )
         self.proc = subprocess.Popen(
             [MOSQUITTO, "-c", str(conf)],

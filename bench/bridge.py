@@ -66,12 +66,11 @@ from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, Readiness, WorkerResu
 from kafkaesque.cli.devices_report import check_log, end_offsets, read_run
 
 from kafkaesque.client import Client
-from kafkaesque.local_cluster import LocalCluster, free_ports
+from kafkaesque.local_cluster import LocalCluster
 
 from ._broker_procs import StealWindow, make_scratch, process_cpu_s
-from ._mqtt_procs import run_fleet
+from ._mqtt_procs import Mosquitto, run_fleet
 
-MOSQUITTO = "/usr/sbin/mosquitto"
 MOSQUITTO_SUB = "mosquitto_sub"
 BROKERS = 3
 TOPIC = "readings"
@@ -119,57 +118,6 @@ class Clock:
 
     def __str__(self) -> str:
         return f"[{time.monotonic() - self.started:.0f} s]"
-
-
-class Mosquitto:
-    """mosquitto on a free loopback port, every QoS 1 message kept for a subscriber that is
-    behind (``max_queued_messages 0``: unlimited; a limit would drop acknowledged messages
-    and count as lost), no in-flight cap; a context manager that kills it."""
-
-    def __init__(self, directory: Path) -> None:
-        (self.port,) = free_ports(1)
-        directory.mkdir(parents=True, exist_ok=True)
-        conf = directory / "mosquitto.conf"
-        conf.write_text(
-            f"listener {self.port} 127.0.0.1\n"
-            "allow_anonymous true\n"
-            "persistence false\n"
-            # No cap of its own: the subscriber's window governs (mosquitto 2.0 does not keep
-            # to a v5 receive maximum; the bridge stops reading when its queues are full).
-            "max_inflight_messages 0\n"
-            "max_queued_messages 0\n"
-            "set_tcp_nodelay true\n"
-            "log_dest none\n"
-        )
-        self.proc = subprocess.Popen(
-            [MOSQUITTO, "-c", str(conf)],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-
-    @property
-    def address(self) -> tuple[str, int]:
-        return "127.0.0.1", self.port
-
-    def __enter__(self) -> Mosquitto:
-        import socket
-
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                socket.create_connection(self.address, timeout=1).close()
-                return self
-            except OSError:
-                if self.proc.poll() is not None or time.monotonic() > deadline:
-                    self.__exit__()
-                    raise
-                time.sleep(0.05)
-
-    def __exit__(self, *exc_info: object) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
 
 
 def _stop_process(proc: subprocess.Popen[Any], grace: float = 15.0) -> None:
@@ -421,7 +369,10 @@ def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
         f"{plan.measure:g} s measured; bridges with --receive-maximum "
         f"{receive_maximum or 'default'}"
     )
-    with Mosquitto(root / "mosquitto") as mosquitto:
+    # Every QoS 1 message kept for a subscriber that is behind (a limit would drop acknowledged
+    # messages and count as lost); the subscriber's window governs (mosquitto 2.0 does not keep
+    # to a v5 receive maximum; the bridge stops reading when its queues are full).
+    with Mosquitto(root / "mosquitto", max_queued=0, extra=("set_tcp_nodelay true",)) as mosquitto:
         base = baseline(mosquitto, plan, root)
         print(
             f"baseline: mosquitto -> one plain QoS 1 subscriber (mosquitto_sub): "

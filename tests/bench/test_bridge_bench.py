@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bench.bridge import FILTER, MOSQUITTO, Mosquitto, plain_subscriber
+from bench._mqtt_procs import MOSQUITTO, Mosquitto
+from bench.bridge import FILTER, plain_subscriber
 
 pytestmark = pytest.mark.skipif(
     not os.path.exists(MOSQUITTO) or shutil.which("mosquitto_pub") is None,
