@@ -245,12 +245,11 @@ def ours_run(
             print(f"      {name} perf-test: {out['perf']['msgs_per_s']:,.0f} msg/s")
             if spark is not None:
                 kafka_source, our_source = spark
+                held = shape.perf_records + PARTITIONS  # (and a probe record a partition)
                 out["spark"] = {
-                    "records": shape.perf_records,
-                    "kafka_source_s": kafka_source(
-                        cluster.kafka_bootstrap, "perf", shape.perf_records
-                    ),
-                    "our_source_s": our_source(cluster.bootstrap, "perf", shape.perf_records),
+                    "records": held,
+                    "kafka_source_s": kafka_source(cluster.kafka_bootstrap, "perf", held),
+                    "our_source_s": our_source(cluster.bootstrap, "perf", held),
                 }
         for rate in rates:
             out["e2e"][rate] = _e2e(phase, cluster.kafka_bootstrap, f"e2e-{rate}", rate)
@@ -282,9 +281,10 @@ def kafka_run(
             print(f"      {name} perf-test: {out['perf']['msgs_per_s']:,.0f} msg/s")
             if spark is not None:
                 kafka_source, _ = spark
+                held = shape.perf_records + PARTITIONS  # (and a probe record a partition)
                 out["spark"] = {
-                    "records": shape.perf_records,
-                    "kafka_source_s": kafka_source(kafka.bootstrap, "perf", shape.perf_records),
+                    "records": held,
+                    "kafka_source_s": kafka_source(kafka.bootstrap, "perf", held),
                 }
         for rate in rates:
             out["e2e"][rate] = _e2e(phase, kafka.bootstrap, f"e2e-{rate}", rate)
