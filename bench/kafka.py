@@ -26,12 +26,13 @@ through the Kafka protocol with the same clients, ``acks=all``, 100-byte values:
 Kafka's start-up (formatting, JVMs, elections, topic creation, followers starting to fetch) stays
 out of every figure: each phase starts once each partition of its topic has a leader, a full ISR
 and has acknowledged a probe record with ``acks=all``, after a first group commit (``probe``;
-ours get the same). Seen on 2026-11-29 with the machine at a load average of ~28 on 2 cores:
-Kafka's 1,000 msg/s phase took 12-30 s to acknowledge a 4 s run, a second run the same, its ISR
-full before and after: throughput, not start-up (linger 0 sends a request per record, and a
-Kafka broker serves one request per connection at a time; starved, each takes long). Read its
-figures beside the load. Ends with one line ``RESULT`` with every figure, raw ones beside the
-ratios, and ``lost=…`` (records the e2e consumers did not get: any is a failure).
+ours get the same). Not understood yet (2026-11-29): Kafka acknowledges the paced producer in
+seconds, even at 1,000 msg/s on a quiet machine (p50 3.4 s with linger 0, 2.6 s with linger
+1 ms, its ISR full before and after), while perf-test's batched throughput is normal. Until
+that is explained (Kafka's own settings here, or the client's against it), the e2e ratios
+against Kafka are not a comparison; the produce and Spark ones are. Ends with one line
+``RESULT`` with every figure, raw ones beside the ratios, and ``lost=…`` (records the e2e
+consumers did not get: any is a failure).
 """
 
 from __future__ import annotations
@@ -65,7 +66,7 @@ PRODUCE_TARGET = 0.5
 E2E_1K_TARGET = 2.0
 E2E_FSYNC_TARGET = 1.0
 RECORD_BYTES = 100
-LINGERS = {1_000: 0.0, 10_000: 1.0}  # the paced producer's linger.ms, as bench.kafka_clients
+LINGERS = {1_000: 1.0, 10_000: 1.0}  # the paced producer's linger.ms (both sides alike)
 
 
 @dataclass(frozen=True)
