@@ -69,6 +69,8 @@ _BINARY = "application/vnd.kafka.binary.v2+json"
 CONSOLE_TARGET = 1.1
 CONSOLE_TOPICS = 10
 CHROMIUM = "/usr/bin/chromium"
+# The flags known to work on these machines (the env notes): without the networking ones
+# chromium tries Google's hosts at every start. The console's browser tests use them too.
 CHROMIUM_FLAGS = [
     "--headless",
     "--no-sandbox",

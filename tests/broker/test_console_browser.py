@@ -22,24 +22,13 @@ from typing import Any
 
 import pytest
 
+from bench.http import CHROMIUM
+from bench.http import CHROMIUM_FLAGS as FLAGS
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
 
 from .mqtt_helpers import PahoDevice
 
-CHROMIUM = "/usr/bin/chromium"
-# The flags known to work on these machines (docs: the env notes): without the networking ones
-# chromium tries Google's hosts at every start.
-FLAGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
 TOPIC = "orders"
 SHOTS = Path(__file__).resolve().parents[2] / "docs" / "console"
 
