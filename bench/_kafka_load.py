@@ -80,8 +80,11 @@ def run_kafka_producer(args: argparse.Namespace) -> None:
 
 
 def run_kafka_publish(args: argparse.Namespace) -> None:
-    """librdkafka at a fixed rate (acks=all, ``--linger-ms``), each value stamped."""
-    producer = _producer(args, **{"linger.ms": args.linger_ms})
+    """librdkafka at a fixed rate (acks=all, ``--linger-ms``, idempotent with
+    ``--idempotence``), each value stamped."""
+    producer = _producer(
+        args, **{"linger.ms": args.linger_ms, "enable.idempotence": args.idempotence}
+    )
     pacer = Pacer(args.rate, args.seconds, args.skip)
     counts = {"delivered": 0, "failed": 0}
 
@@ -161,6 +164,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seconds", type=float, required=True)
     p.add_argument("--skip", type=int, default=0, help="messages left out of the latencies")
     p.add_argument("--linger-ms", type=float, required=True)
+    p.add_argument(
+        "--idempotence",
+        action="store_true",
+        help="an idempotent producer (Kafka 4 clients' default): librdkafka then keeps at most "
+        "5 requests in flight per connection instead of 1,000,000",
+    )
     p.set_defaults(run=run_kafka_publish)
     p = kinds.add_parser("kafka-consume")
     p.add_argument("bootstrap", help="the Kafka listeners, host:port,...")

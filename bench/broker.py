@@ -344,15 +344,16 @@ def e2e_phase(
     *,
     kinds: str = "",
     module: str = "bench._broker_load",
+    publisher_options: tuple[str, ...] = (),
 ) -> dict[str, Any]:
-    """(c): ``{kinds}consume`` and ``{kinds}publish`` of ``module`` at ``rate`` (the Kafka
-    clients' are ``kafka-`` of ``bench._kafka_load``)."""
+    """(c): ``{kinds}consume`` and ``{kinds}publish`` (with ``publisher_options``) of
+    ``module`` at ``rate`` (the Kafka clients' are ``kafka-`` of ``bench._kafka_load``)."""
     return paced_pair(
         phase,
         f"{kinds}e2e-{rate}",
         rate,
         [f"{kinds}consume", bootstrap, topic, f"group-{topic}"],
-        [f"{kinds}publish", bootstrap, topic, f"--linger-ms={linger_ms}"],
+        [f"{kinds}publish", bootstrap, topic, f"--linger-ms={linger_ms}", *publisher_options],
         module=module,
     )
 
