@@ -163,7 +163,7 @@ def test_a_disconnected_persistent_session_shows_its_queue(
         sender.close()
     expect(row.get_by_test_id("queued")).to_have_text("3")
     expect(tab.page.get_by_test_id("device-sender")).to_have_count(0)
-    tab.shot("mqtt")
+    tab.shot("mqtt-sessions")
 
 
 def test_a_refused_mqtt_login_is_on_the_timeline(tab: Browsed, cluster: LocalCluster) -> None:
