@@ -177,8 +177,9 @@ class MqttService:
         }
 
     def _retained_rows(self, limit: int) -> list[dict[str, Any]]:
-        """The first ``limit`` retained messages by topic (a sort of every topic: the console
-        asks every few seconds, and a retained set is small; the sessions alike)."""
+        """The first ``limit`` retained messages by topic (one pass over them all, each time
+        the console's MQTT screen asks, every few seconds while it is open; the sessions
+        alike)."""
         first = heapq.nsmallest(limit, self.retained.messages.items(), key=lambda item: item[0])
         return [
             {"topic": topic, "size": len(m.payload), "qos": m.qos, "at_ms": m.at_ms}
