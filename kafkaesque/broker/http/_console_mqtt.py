@@ -58,43 +58,47 @@ async def device_view(
     timed: list[tuple[str, dict[str, Any]]] = []
     routes = []
     for sent in device["published"]:
-        topic, partition, key = sent["log_topic"], sent["partition"], sent["key"]
-        if topic not in described:
-            described[topic], _ = await rest.get(f"/topics/{segment(topic)}")
-        about = described[topic]
-        place: dict[str, Any] = next(
-            (p for p in about["partitions"] if p["partition"] == partition), {}
-        )
-        if groups is None:
-            groups, _ = await rest.get("/consumer-groups")
-        readers = []
-        for group in groups[:MAX_GROUPS]:
-            name = group["group_id"]
-            if not any(t["topic"] == topic for t in group["topics"]):
-                continue
-            if (name, topic) not in lags:
-                body, _ = await rest.get(
-                    f"/consumer-groups/{segment(name)}/lags?topic={segment(topic)}"
-                )
-                lags[name, topic] = body["lags"]
-            for row in lags[name, topic]:
-                if row["partition"] == partition:
-                    reader = {"group_id": name, **row}
-                    readers.append(reader)
-                    timed.append((topic, reader))
-        compacted = bool(about.get("configs", {}).get("compact"))
-        routes.append(
-            {
-                "mqtt_topic": sent["mqtt_topic"],
-                "log_topic": topic,
-                "partition": partition,
-                "key": _text(key),
-                "leader": place.get("leader"),
-                "end_offset": place.get("end_offset"),
-                "groups": readers,
-                "latest": await _latest(rest, client_id, sent, compacted, place),
-            }
-        )
+        topic, partition = sent["log_topic"], sent["partition"]
+        route: dict[str, Any] = {
+            "mqtt_topic": sent["mqtt_topic"],
+            "log_topic": topic,
+            "partition": partition,
+            "key": _text(sent["key"]),
+            "leader": None,
+            "end_offset": None,
+            "groups": [],
+            "latest": None,
+            "error": None,
+        }
+        routes.append(route)
+        try:  # one route the caller may not read (its ACLs) leaves the others shown
+            if topic not in described:
+                described[topic], _ = await rest.get(f"/topics/{segment(topic)}")
+            about = described[topic]
+            place: dict[str, Any] = next(
+                (p for p in about["partitions"] if p["partition"] == partition), {}
+            )
+            route.update(leader=place.get("leader"), end_offset=place.get("end_offset"))
+            if groups is None:
+                groups, _ = await rest.get("/consumer-groups")
+            for group in groups[:MAX_GROUPS]:
+                name = group["group_id"]
+                if not any(t["topic"] == topic for t in group["topics"]):
+                    continue
+                if (name, topic) not in lags:
+                    body, _ = await rest.get(
+                        f"/consumer-groups/{segment(name)}/lags?topic={segment(topic)}"
+                    )
+                    lags[name, topic] = body["lags"]
+                for row in lags[name, topic]:
+                    if row["partition"] == partition:
+                        reader = {"group_id": name, **row}
+                        route["groups"].append(reader)
+                        timed.append((topic, reader))
+            compacted = bool(about.get("configs", {}).get("compact"))
+            route["latest"] = await _latest(rest, client_id, sent, compacted, place)
+        except RestError as exc:
+            route["error"] = f"{exc.status} {exc.message}"
     await add_lag_times(rest, timed, clock)
     return {**{k: v for k, v in device.items() if k != "published"}, "routes": routes}
 
