@@ -277,6 +277,7 @@ class Broker:
                     tell_peers=self.tell_peers,
                     connected_peers=self.transport.connected_peers,
                     wait_for_leaders=self.writes.wait_for_leaders,
+                    login_refused=self._mqtt_login_refused,
                 )
             )
             if config.mqtt_enabled
@@ -332,6 +333,7 @@ class Broker:
             ),
             self.timeline,
             mqtt=None if self.mqtt is None else self.mqtt.describe,
+            mqtt_device=None if self.mqtt is None else self.mqtt.device,
         )
         self._admin_server = HttpServer(
             self.console.handle,
@@ -538,6 +540,9 @@ class Broker:
 
     def _login_refused(self) -> None:
         self.timeline.add("login", f"broker {self.config.id} refused a login (wrong credentials)")
+
+    def _mqtt_login_refused(self, text: str) -> None:
+        self.timeline.add("login", text)
 
     def _rebalanced(self, text: str) -> None:
         self.timeline.add("rebalance", text)

@@ -14,7 +14,11 @@ allows only this origin). Its data:
   the console shows and does (end offsets, records, produce, groups, ACLs) goes through the very
   handlers, ACL checks and line-protocol commands REST clients use: nothing is implemented
   twice, and a console user can do only what the principal's ACLs allow;
-- ``/api/mqtt``: the devices connected to this broker, the topic mapping, the counters;
+- ``/api/mqtt``: the devices connected to this broker, the topic mapping, retained messages,
+  ended persistent sessions, the counters; ``/api/mqtt/devices/{id}``: a device's log
+  partitions, the groups reading them, its latest values (``_console_mqtt``);
+- ``/api/groups/{g}``: REST's description of a group with each partition's lag in time too
+  (``_console_groups``);
 - ``/api/users``: the users file's names (read-only; for whom may describe the cluster);
 - ``/api/whoami?topic=t``: who the caller is and whether it may write to ``t`` (the produce
   form is shown only then).
@@ -41,6 +45,8 @@ from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse
 from kafkaesque.raft import Role
 
 from .._errors import RequestError
+from ._console_groups import InnerRest, group_view
+from ._console_mqtt import device_view, mqtt_screen
 from ._rest import Caller, RestApi
 from ._rest_errors import RestError
 from ._rest_errors import allow as _allow
@@ -90,7 +96,8 @@ class ConsoleApi:
     Prometheus text of ``/metrics``. ``probes``: what the snapshots read. ``timeline``: the
     events the streams carry (the broker adds to it too: refused logins, rebalances).
     ``period_s``: how old a snapshot may get; ``clock``: the snapshots' (wall clock) time.
-    ``mqtt``: the MQTT wing's description (None: this broker has no MQTT listener).
+    ``mqtt``: the MQTT wing's description (None: this broker has no MQTT listener), and
+    ``mqtt_device`` what it knows of one device (``_console_mqtt``).
     """
 
     def __init__(
@@ -103,6 +110,7 @@ class ConsoleApi:
         period_s: float = 1.0,
         clock: Callable[[], float] = time.time,
         mqtt: Callable[[], dict[str, Any]] | None = None,
+        mqtt_device: Callable[[str], dict[str, Any] | None] | None = None,
     ) -> None:
         self._rest = rest
         self._scrape = scrape
@@ -111,6 +119,7 @@ class ConsoleApi:
         self.snapshots = ClusterSnapshots(probes, timeline, period_s=period_s, clock=clock)
         self._static = _load_static()
         self._mqtt = mqtt
+        self._mqtt_device = mqtt_device
 
     async def handle(self, request: Request, caller: Caller) -> Response | Streamed:
         """The response to ``request`` from ``caller``'s connection."""
@@ -178,8 +187,14 @@ class ConsoleApi:
                 seq = int(after) if after.isdigit() else 0
                 return _answer([e.json() for e in self.timeline.recent(seq)])
             case ("mqtt",):
-                return _answer({"enabled": False} if self._mqtt is None else {
-                    "enabled": True, **self._mqtt()})  # fmt: skip
+                if self._mqtt is None:
+                    return _answer({"enabled": False})
+                ends = await self.snapshots.exact_ends()
+                return _answer({"enabled": True, **mqtt_screen(self._mqtt(), ends)})
+            case ("mqtt", "devices", client_id):
+                return _answer(await self._device(client_id, caller))
+            case ("groups", group):
+                return _answer(await group_view(InnerRest(self._rest, caller), group))
             case ("users",):
                 return _answer(self._users(caller))
             case ("whoami",):
@@ -230,6 +245,12 @@ class ConsoleApi:
                     }
             partitions.append(row)
         return {"name": topic, "seen_by": snapshot.broker_id, "partitions": partitions}
+
+    async def _device(self, client_id: str, caller: Caller) -> dict[str, Any]:
+        device = None if self._mqtt_device is None else self._mqtt_device(client_id)
+        if device is None:
+            raise RestError(404, "NOT_FOUND", f"this broker knows no MQTT device {client_id[:80]}")
+        return await device_view(InnerRest(self._rest, caller), device)
 
     def _users(self, caller: Caller) -> dict[str, Any]:
         """The users file's names (never their keys), for whom may describe the cluster (as

@@ -104,6 +104,9 @@ class Admission:
         if self._limiter.blocked(address) > 0:
             self._stats["auth_failures"] += 1
             log.info("%s: refused, too many authentication failures from its address", who)
+            self._wiring.login_refused(
+                f"broker {self._wiring.config.id} refused {who}: too many failures"
+            )
             return device.conn.not_authorized()
         credential = users.credential(accepted.username)
         if await run_in_thread(check_password, credential, self._decoy, accepted.password):
@@ -112,6 +115,9 @@ class Admission:
         self._limiter.failed(address)
         self._stats["auth_failures"] += 1
         log.info("%s: wrong user name or password", who)
+        self._wiring.login_refused(
+            f"broker {self._wiring.config.id} refused {who}: wrong user name or password"
+        )
         return device.conn.bad_credentials()
 
     def refused(self, device: MqttDevice, action: str, topic: str) -> None:

@@ -55,6 +55,18 @@ log = logging.getLogger("kafkaesque.broker.mqtt")
 _QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
 _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
+# What the console's device view remembers of where each device's PUBLISHes went: so many
+# client ids (the oldest forgotten first), so many MQTT topics each.
+PUBLISHED_CLIENTS: Final = 10_000
+PUBLISHED_TOPICS: Final = 16
+
+
+class PublishedTo(NamedTuple):
+    """Where a device's PUBLISHes to one MQTT topic went last: log topic, partition, key."""
+
+    log_topic: str
+    partition: int
+    key: bytes | None
 
 
 class _Placed(NamedTuple):
@@ -85,6 +97,9 @@ class Ingress:
         self.dead_letter_topic = mapping.dead_letter_topic or DEFAULT_DEAD_LETTER_TOPIC
         self._round_robin: dict[str, itertools.count[int]] = {}
         self._creating: dict[str, trio.Event] = {}
+        # client id -> MQTT topic -> where its last PUBLISH there went (``published``).
+        # (Plain tuples: this is on every PUBLISH's path.)
+        self._published: dict[str, dict[str, tuple[str, int, bytes | None]]] = {}
 
     def map(
         self, topic: str, payload: bytes
@@ -229,7 +244,31 @@ class Ingress:
         else:
             counter = self._round_robin.setdefault(log_topic, itertools.count())
             partition = next(counter) % count
+        if client_id:  # for the console's device view: two lookups unless the place is new
+            sent = self._published.get(client_id)
+            last = None if sent is None else sent.get(topic)
+            if last is None or last[1] != partition or last[2] != key or last[0] != log_topic:
+                self._remember(client_id, topic, (log_topic, partition, key))
         return _Placed(log_topic, partition, key, value, letter)
+
+    def _remember(self, client_id: str, topic: str, to: tuple[str, int, bytes | None]) -> None:
+        """Note that ``client_id``'s PUBLISH to ``topic`` went ``to`` (``published``): the
+        oldest device, or the device's oldest topic, is forgotten beyond the bounds."""
+        sent = self._published.get(client_id)
+        if sent is None:
+            if len(self._published) >= PUBLISHED_CLIENTS:
+                del self._published[next(iter(self._published))]
+            sent = self._published[client_id] = {}
+        elif topic not in sent and len(sent) >= PUBLISHED_TOPICS:
+            del sent[next(iter(sent))]
+        sent[topic] = to
+
+    def published(self, client_id: str) -> dict[str, PublishedTo]:
+        """Where ``client_id``'s PUBLISHes through this broker went, by MQTT topic: as this
+        broker's mapping and partitioning placed them (at most ``PUBLISHED_TOPICS`` topics, the
+        most recent; nothing for a device this broker forgot or never served)."""
+        sent = self._published.get(client_id, {})
+        return {topic: PublishedTo(*to) for topic, to in sent.items()}
 
     def appender(self, topic: str, partition: int) -> PartitionAppender:
         """The partition's appender, shared with the line protocol's quorum-acked publishes:

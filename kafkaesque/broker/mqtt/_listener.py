@@ -11,9 +11,11 @@ connection and session, its Will), ``Ingress`` (a PUBLISH becomes a record of th
 
 from __future__ import annotations
 
+import heapq
 import logging
 import os
 import ssl
+import time
 from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
@@ -142,7 +144,10 @@ class MqttService:
     def describe(self, max_devices: int = 500) -> dict[str, Any]:
         """What the web console's MQTT screen shows (JSON): the devices connected here (the
         first ``max_devices`` by client id) with their subscriptions, the topic mapping, the
-        retained messages' count and the counters."""
+        retained messages and the persistent sessions whose connection ended (the first
+        ``max_devices`` of each, by topic and client id; their ``_count``s say how many there
+        are in all) and the counters. A session's ``positions`` are the log partitions it reads
+        with the next offset to deliver (the console adds what it still lacks)."""
         devices = []
         for client_id in sorted(self._sessions.devices)[:max_devices]:
             device = self._sessions.devices[client_id]
@@ -166,6 +171,80 @@ class MqttService:
             ],
             "default_log_topic": mapping.default_log_topic,
             "stats": dict(self._stats()),
+            "retained": self._retained_rows(max_devices),
+            "retained_count": len(self.retained.messages),
+            **self._ended_sessions(max_devices),
+        }
+
+    def _retained_rows(self, limit: int) -> list[dict[str, Any]]:
+        """The first ``limit`` retained messages by topic (one pass over them all, each time
+        the console's MQTT screen asks, every few seconds while it is open; the sessions
+        alike)."""
+        first = heapq.nsmallest(limit, self.retained.messages.items(), key=lambda item: item[0])
+        return [
+            {"topic": topic, "size": len(m.payload), "qos": m.qos, "at_ms": m.at_ms}
+            for topic, m in first
+        ]
+
+    def _ended_sessions(self, limit: int) -> dict[str, Any]:
+        now_ms = int(time.time() * 1000)
+        ended = [
+            (client_id, stored)
+            for client_id, stored in self._sessions.store.sessions.items()
+            if stored.ended_ms is not None and not stored.deleted and not stored.expired(now_ms)
+        ]
+        rows = [
+            {
+                "client_id": client_id,
+                "ended_ms": stored.ended_ms,
+                "expiry_s": stored.expiry_s,
+                "owner": stored.owner,
+                "subscriptions": sorted(sub.topic_filter for sub in stored.subscriptions),
+                "owed": sum(len(p.owed) for p in stored.positions.values()),
+                "positions": [
+                    {"topic": topic, "partition": partition, "next": p.next}
+                    for (topic, partition), p in sorted(stored.positions.items())
+                ],
+            }
+            for client_id, stored in heapq.nsmallest(limit, ended, key=lambda item: item[0])
+        ]
+        return {"sessions": rows, "sessions_count": len(ended)}
+
+    def device(self, client_id: str) -> dict[str, Any] | None:
+        """What the console's device view starts from: whether ``client_id`` is connected here
+        (and its subscriptions), its persistent session (from the table every broker follows),
+        and where its PUBLISHes through this broker went (``Ingress.published``: this broker's
+        own mapping and partitioning), as a list of MQTT topic, log topic, partition and key
+        (bytes or None). None when this broker knows nothing of it."""
+        connected = self._sessions.devices.get(client_id)
+        stored = self._sessions.store.sessions.get(client_id)
+        if stored is not None and stored.deleted:
+            stored = None
+        published = self._ingress.published(client_id)
+        if connected is None and stored is None and not published:
+            return None
+        subscriptions = (
+            sorted(connected.subscriptions)
+            if connected is not None
+            else sorted(sub.topic_filter for sub in stored.subscriptions)
+            if stored is not None
+            else []
+        )
+        return {
+            "client_id": client_id,
+            "connected": connected is not None,
+            "address": None if connected is None else connected.address,
+            "session_ended_ms": None if stored is None else stored.ended_ms,
+            "subscriptions": subscriptions,
+            "published": [
+                {
+                    "mqtt_topic": topic,
+                    "log_topic": to.log_topic,
+                    "partition": to.partition,
+                    "key": to.key,
+                }
+                for topic, to in sorted(published.items())
+            ],
         }
 
     async def run(

@@ -44,6 +44,7 @@ class _Retained(NamedTuple):
     qos: int
     expires_ms: int | None  # wall-clock ms; None: never
     forwarded: tuple[tuple[str, bytes], ...]  # the headers of its other v5 properties
+    at_ms: int = 0  # when it was published (its record's timestamp; the console shows it)
 
 
 class RetainedStore:
@@ -71,7 +72,9 @@ class RetainedStore:
             expires_ms = origin.expires_ms(record.timestamp)
             # Every retained copy carries its QoS (``mqtt.qos``): ``origin_of`` reads it with
             # the rest, in one pass over the headers.
-            retained = _Retained(record.value, origin.qos, expires_ms, origin.forwarded)
+            retained = _Retained(
+                record.value, origin.qos, expires_ms, origin.forwarded, record.timestamp
+            )
             self.messages.set(topic, retained)
         else:
             self.messages.delete(topic)

@@ -35,6 +35,7 @@ class MqttWiring:
     ``ready``: whether the broker knows its cluster (``Broker.ready``). ``tell_peers`` sends a
     message to every peer broker; ``connected_peers``: the peers connected now.
     ``wait_for_leaders``: wait (bounded) until every partition of a topic has a leader.
+    ``login_refused``: tell of a CONNECT refused for its credentials (the console's timeline).
     """
 
     config: BrokerConfig
@@ -49,3 +50,4 @@ class MqttWiring:
     tell_peers: Callable[[Shares], None]
     connected_peers: Callable[[], Collection[int]]
     wait_for_leaders: Callable[[TopicInfo], Awaitable[None]]
+    login_refused: Callable[[str], None]

@@ -71,6 +71,7 @@ function route() {
   if (name === "group" && parts[1]) return groupScreen(parts.slice(1).join("/"));
   if (name === "acls") return aclsScreen();
   if (name === "mqtt") return mqttScreen();
+  if (name === "device" && parts[1]) return deviceScreen(parts.slice(1).join("/"));
   if (name === "timeline") return show(el("h1", { text: "Timeline" }),
     el("p", { text: "Elections, leader moves, brokers joining and leaving, rebalances and refused logins, as this broker sees them, live in the panel on the right." }));
   return overviewScreen();
@@ -299,94 +300,7 @@ async function produceForm(topic, box) {
     el("button", { type: "submit", "data-testid": "produce", text: "Produce" }), result));
 }
 
-// -- consumer groups --------------------------------------------------------------------------
-
-function groupsScreen() {
-  const table = el("table", { "data-testid": "groups" });
-  show(el("h1", { text: "Consumer groups" }), table);
-  every(3, async () => {
-    try {
-      const groups = (await getJson("/api/rest/consumer-groups")).body;
-      put(table, el("tr", {}, ["Group", "State", "Topics (members)"].map((l) => el("th", { text: l }))),
-        groups.map((g) => el("tr", { "data-testid": `group-${g.group_id}` },
-          el("td", {}, el("a", { href: `#/group/${encodeURIComponent(g.group_id)}`, text: g.group_id })),
-          el("td", { text: g.state }),
-          el("td", { text: g.topics.map((t) => `${t.topic} (${t.members})`).join(", ") }))));
-    } catch (e) { fail("groups", e); }
-  });
-}
-
-function groupScreen(group) {
-  const enc = encodeURIComponent(group);
-  const body = el("div", { "data-testid": "group" });
-  const preview = el("div", { "data-testid": "reset-preview" });
-  const topicPick = el("select", {});
-  const toPick = el("select", { "data-testid": "reset-to" }, ["earliest", "latest"].map((t) => el("option", { value: t, text: t })));
-  const reset = async (dryRun) => {
-    try {
-      const answer = (await getJson(`/api/rest/consumer-groups/${enc}/reset`, {
-        method: "POST", headers: { "Content-Type": "application/json" },
-        body: JSON.stringify({ topic: topicPick.value, to: toPick.value, dry_run: dryRun }) })).body;
-      put(preview, el("pre", { text: JSON.stringify(answer, null, 2) }));
-    } catch (e) { put(preview, el("p", { class: "error", text: `refused: ${e.message}` })); }
-  };
-  show(el("h1", { text: `Group ${group}` }), body, el("h2", { text: "Reset offsets" }),
-    el("form", { onsubmit: (e) => { e.preventDefault(); reset(true); } },
-      el("label", {}, "Topic", topicPick), el("label", {}, "To", toPick),
-      el("button", { type: "submit", "data-testid": "reset-preview-button", text: "Preview" }),
-      el("button", { type: "button", onclick: () => confirm(`Reset ${group}?`) && reset(false), text: "Reset" }),
-      el("button", { type: "button", onclick: async () => {
-        if (!confirm(`Delete group ${group}?`)) return;
-        try { await fetch(`/api/rest/consumer-groups/${enc}`, { method: "DELETE" }); location.hash = "#/groups"; } catch (e) { fail(group, e); }
-      }, text: "Delete group" })), preview);
-  every(3, async () => {
-    try {
-      const g = (await getJson(`/api/rest/consumer-groups/${enc}`)).body;
-      if (topicPick.options.length !== g.topics.length) {
-        put(topicPick, ...g.topics.map((t) => el("option", { value: t.topic, text: t.topic })));
-      }
-      put(body, el("p", { text: `State: ${g.state}` }), g.topics.map((t) => [
-        el("h2", { text: `${t.topic}: ${t.state}` }),
-        el("p", { text: `Members: ${t.members.map((m) => `${m.member_id} [${m.partitions.join(", ")}]`).join("; ") || "none"}` }),
-        el("table", {}, el("tr", {}, ["Partition", "Owner", "Committed", "End", "Lag"].map((l) => el("th", { text: l }))),
-          t.partitions.map((p) => el("tr", { "data-testid": `lag-${t.topic}-${p.partition}` },
-            el("td", { text: p.partition }), el("td", { text: p.owner ?? "—" }),
-            el("td", { class: "num", "data-testid": "committed", text: fmt(p.committed_offset) }),
-            el("td", { class: "num", "data-testid": "end-offset", text: fmt(p.end_offset) }),
-            el("td", { class: "num", "data-testid": "lag", text: fmt(p.lag) }))))]));
-    } catch (e) { fail(group, e); }
-  });
-}
-
-// -- MQTT -------------------------------------------------------------------------------------
-
-function mqttScreen() {
-  const box = el("div", { "data-testid": "mqtt" });
-  show(el("h1", { text: "MQTT" }), box);
-  every(3, async () => {
-    try {
-      const m = (await getJson("/api/mqtt")).body;
-      if (!m.enabled) { put(box, el("p", { text: "This broker has no MQTT listener (--mqtt-listen)." })); return; }
-      const topicLink = (t) => el("a", { href: `#/topic/${encodeURIComponent(t)}`, text: t });
-      put(box,
-        el("p", { text: `${m.connected} devices connected to this broker; ${m.stats.retained} retained messages; ` +
-          `${fmt(m.stats.messages_in ?? 0)} messages in, ${fmt(m.stats.messages_out)} out.` }),
-        el("h2", { text: "Devices" }),
-        el("table", { "data-testid": "devices" },
-          el("tr", {}, ["Client id", "Address", "User", "Subscriptions", "Queued bytes", "Dropped"].map((l) => el("th", { text: l }))),
-          m.devices.map((d) => el("tr", { "data-testid": `device-${d.client_id}` },
-            el("td", { text: d.client_id }), el("td", { text: d.address }), el("td", { text: d.username ?? "—" }),
-            el("td", { "data-testid": "subscriptions", text: d.subscriptions.join(", ") || "none" }),
-            el("td", { class: "num", text: fmt(d.queued_bytes) }), el("td", { class: "num", text: fmt(d.dropped) })))),
-        el("h2", { text: "Topic mapping (MQTT topic filter → log topic)" }),
-        el("table", { "data-testid": "mapping" },
-          el("tr", {}, ["Filter", "Log topic", "Key"].map((l) => el("th", { text: l }))),
-          m.mapping.map((r) => el("tr", {}, el("td", { text: r.filter }), el("td", {}, topicLink(r.log_topic)),
-            el("td", { text: r.key_level === null ? "none" : r.key_level === -1 ? "the MQTT topic" : `level ${r.key_level}` }))),
-          el("tr", {}, el("td", { text: "# (anything else)" }), el("td", {}, topicLink(m.default_log_topic)), el("td", { text: "the MQTT topic" }))));
-    } catch (e) { fail("MQTT", e); }
-  });
-}
+// -- consumer groups and MQTT: console_groups_mqtt.js ------------------------------------------
 
 // -- ACLs -------------------------------------------------------------------------------------
 
