@@ -289,14 +289,36 @@ def data_records(
     ``from_offset`` gives only its later records. ``verify=False`` skips the CRC checks, for
     bytes the log verified on read. Raises ``InvalidBatchError`` at a bad batch.
     """
+    for header, batch in _data_batches(buf, from_offset, verify):
+        for record in decode_records(batch, header):
+            if record.offset >= from_offset:
+                yield record
+
+
+def data_raw_records(
+    buf: bytes | memoryview, from_offset: int = 0, *, verify: bool = True
+) -> Iterator[tuple[BatchHeader, RawRecord]]:
+    """``data_records``' walk, each record as the body holds it (``raw_records``) with its
+    batch's header (its offset is ``header.base_offset`` plus the delta, its timestamp
+    ``header.first_timestamp`` plus the other): for a reader that writes the fields out in
+    another format and would only take a ``Record`` apart again."""
+    for header, batch in _data_batches(buf, from_offset, verify):
+        first = from_offset - header.base_offset
+        for record in raw_records(batch, header):
+            if record[0] >= first:
+                yield header, record
+
+
+def _data_batches(
+    buf: bytes | memoryview, from_offset: int, verify: bool
+) -> Iterator[tuple[BatchHeader, bytes | memoryview]]:
+    """The data batches of ``buf`` that hold a record at ``from_offset`` or later."""
     pos = 0
     while pos < len(buf):
         header = decode_header(buf, pos, verify=verify)
         end = pos + header.size
         if header.batch_type is BatchType.DATA and header.next_offset > from_offset:
-            for record in decode_records(buf[pos:end], header):
-                if record.offset >= from_offset:
-                    yield record
+            yield header, buf[pos:end]
         pos = end
 
 
