@@ -18,6 +18,8 @@ import os
 import re
 import shutil
 import time
+import urllib.error
+import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -425,6 +427,25 @@ def test_messages_by_time_search_export_and_latest_agree_with_the_line_protocol(
     # Chromium logs REST's 404 for a key without a value as a console error: that one only.
     assert all("404" in e for e in tab.errors[errors:]), tab.errors[errors:]
     del tab.errors[errors:]
+
+
+def test_a_search_scans_at_most_its_limit_and_says_where_the_next_one_starts(
+    cluster: LocalCluster, client: Client
+) -> None:
+    """The bound that keeps a search from pinning the broker: ``limit`` records (10,000 at
+    most; more is refused), how many were scanned, and the offset to search on from."""
+    base = f"http://127.0.0.1:{cluster.ports[0].admin}/api/topics/{TOPIC}/partitions/0/search"
+    with urllib.request.urlopen(base + "?offset=0&in=value&q=book&limit=3") as answer:
+        body = json.loads(answer.read())
+    records = client.fetch(TOPIC, 0, 0).records[:3]
+    assert (body["scanned"], body["end_reached"]) == (3, False)
+    assert body["next_offset"] == records[-1].offset + 1
+    assert [m["offset"] for m in body["matches"]] == [
+        r.offset for r in records if b"book" in (r.value or b"")
+    ]
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(base + "?offset=0&in=value&q=book&limit=10001")
+    assert refused.value.code == 422
 
 
 def test_the_new_screens_loaded_nothing_from_outside_and_logged_no_error(tab: Browsed) -> None:
