@@ -429,12 +429,13 @@ class RaftNode(LeaderMixin):
     def _hup(self, transfer: bool, cause: ElectionCause | None = None) -> None:
         if self._role is Role.LEADER or not self._promotable():
             return
+        # The cause is set where the campaign starts (read before the role change resets the
+        # leader), and kept by the election it may win (``become_leader``).
         if transfer:
-            cause = ElectionCause.TRANSFER
-        self._campaign_cause = self._timeout_cause() if cause is None else cause
-        if transfer:
+            self._campaign_cause = ElectionCause.TRANSFER
             self.become_candidate()
         else:
+            self._campaign_cause = self._timeout_cause() if cause is None else cause
             self.become_pre_candidate()
         pre = self._role is Role.PRE_CANDIDATE
         # A pre-vote asks "would you vote for me in the next term?" without changing anyone's term.

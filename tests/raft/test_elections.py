@@ -8,6 +8,7 @@ from kafkaesque.raft import (
     Election,
     ElectionCause,
     NotLeader,
+    OrphanWake,
     ProposalDropped,
     RaftUsageError,
     RequestVote,
@@ -266,12 +267,13 @@ def test_an_election_after_the_leader_went_silent_is_caused_by_its_timeout() -> 
 
 
 def test_an_election_asked_by_the_driver_when_the_leader_is_gone_says_so() -> None:
+    """The driver saw the leader's connection close: the survivor that stands first says why
+    (``OrphanWake``, the quiescence policy's verdict, applied to its core)."""
     net = Net()
     net.elect(1)
     net.isolate(1)
-    net.nodes[2].forget_leader()
     net.nodes[3].forget_leader()
-    net.nodes[2].campaign(ElectionCause.LEADER_GONE)
+    OrphanWake(gone=True, stand_first=True, silent_ticks=0, woke=False).apply(net.nodes[2])
     net.stabilize()
     assert net.nodes[2].last_election == Election(2, ElectionCause.LEADER_GONE)
 
