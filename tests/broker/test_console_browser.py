@@ -2,7 +2,10 @@
 against a real 3-broker cluster: each screen shows what the line protocol says, a record
 published through the line protocol appears in the live view, a kill -9 of a leader shows the
 new leader and the election on the timeline, and the page loads nothing from outside this
-machine and logs no error.
+machine and logs no error. After the kill: each partition's last election (leader, term,
+cause), the who-hears-whom matrix (the killed broker red, then back once restarted), and the
+topic screen's messages by time, search (bounded), export and latest value, each against what
+the line protocol says.
 
 One cluster and one browser for the module. Skipped, with the reason, where chromium or
 Playwright is missing (bin/_bootstrap.sh installs chromium; never ``playwright install``).
