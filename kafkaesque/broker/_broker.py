@@ -29,7 +29,7 @@ import logging
 import os
 import socket
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import trio
@@ -55,6 +55,7 @@ from kafkaesque.protocol import (
     MalformedPeerMessage,
     PeerCall,
     PeerReply,
+    PeerView,
     ReadRequest,
     Refused,
     Request,
@@ -91,6 +92,7 @@ from ._metadata import ClusterMetadata
 from ._metadata_view import BrokerInfo, MetadataError
 from ._metrics import BrokerMetrics, ClusterProbes
 from ._partitioner import Partitioner
+from ._peer_views import ElectionNote, PeerViews
 from ._read_path import ReadPath
 from ._relay import CommandRelay
 from ._session import serve_session
@@ -161,6 +163,7 @@ class Broker:
         # The broker's own nursery while it runs (services start work that outlives a request).
         self._nursery: trio.Nursery | None = None
         self.leaders = LeaderTable()
+        self.views = PeerViews()  # what the peers hear, why leaders were elected (the console)
         self.forwarder = Forwarder(self.transport.send)
         self.writes = WritePath(
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
@@ -330,6 +333,8 @@ class Broker:
                 leader_of=lambda topic, p: self.writes.leader_of(log_id_of(topic, p)),
                 replicas=self.raft.replicas.values,
                 ends=self.reads.high_watermarks,
+                heard_by=lambda peer: self.views.heard_by(peer, trio.current_time()),
+                election=self.views.election,
             ),
             self.timeline,
             mqtt=None if self.mqtt is None else self.mqtt.describe,
@@ -619,20 +624,44 @@ class Broker:
             # Forwards waiting on a paused old leader end once a new one is known (issue 23).
             self.forwarder.abandon_replaced(self.writes.leader_of, self.raft.hears)
             led = {g.id: claim_of(g) for g in self.raft.replicas.values() if g.role is Role.LEADER}
+            won: dict[str, tuple[int, str, int]] = {}
             for log_id, claim in led.items():
                 old = reported.get(log_id)
                 if old is None or old.term != claim.term:
                     self.metrics.elections.inc()
+                    won[log_id] = self._won(log_id)
             now = trio.current_time()
             if led != reported or now - last_report >= _LEADER_REPORT_EVERY_S:
                 self.tell_peers(LeaderClaims(led))
+                self.tell_peers(self._view(led if self._unreported_peers else won))
                 reported, last_report = led, now
                 self._unreported_peers.clear()
             elif self._unreported_peers:
-                item = peer_to_wire(LeaderClaims(led))
+                items = [peer_to_wire(LeaderClaims(led)), peer_to_wire(self._view(led))]
                 for peer in self._unreported_peers:
-                    self.transport.send(peer, item)
+                    for item in items:
+                        self.transport.send(peer, item)
                 self._unreported_peers.clear()
+
+    def _won(self, log_id: str) -> tuple[int, str, int]:
+        """Note the election that just made this broker the leader of ``log_id`` (its term and
+        cause, from the Raft core; now, on the wall clock, in ms) and return it."""
+        node = self.raft.replicas[log_id].node
+        won = node.last_election
+        cause = won.cause.value if won is not None and won.term == node.term else "unknown"
+        note = ElectionNote(self.config.id, node.term, cause, int(time.time() * 1000))
+        self.views.note(log_id, note)
+        return note.term, note.cause, note.at_ms
+
+    def _view(self, elections: Mapping[str, object]) -> PeerView:
+        """This broker's ``PeerView``: the peers it hears, and its elections of ``elections``."""
+        heard = tuple(p for p in sorted(self._known_peers) if self.raft.hears(p))
+        mine: dict[str, tuple[int, str, int]] = {}
+        for log_id in elections:
+            note = self.views.election(log_id)
+            if note is not None and note.leader == self.config.id:
+                mine[log_id] = (note.term, note.cause, note.at_ms)
+        return PeerView(heard, mine)
 
     def _leaders_settled(self) -> bool:
         """Whether the start-up's lookout for leaders is over: every hosted group has a known
@@ -650,7 +679,7 @@ class Broker:
         )
         return True
 
-    def tell_peers(self, message: LeaderClaims | Shares) -> None:
+    def tell_peers(self, message: LeaderClaims | Shares | PeerView) -> None:
         """Send ``message`` to every known peer broker (dropped for those not connected)."""
         item = peer_to_wire(message)  # encoded once for all of them
         for peer in self._known_peers:
@@ -719,6 +748,8 @@ class Broker:
                 self.forwarder.answered(req, answer)
             case LeaderClaims(claims):
                 self.leaders.report(peer, claims)
+            case PeerView(heard, elections):
+                self.views.report(peer, heard, dict(elections), trio.current_time())
             case Shares(shares):
                 if self.mqtt is not None:
                     self.mqtt.egress.peer_shares(peer, shares)
@@ -812,6 +843,7 @@ class Broker:
         if not connected:
             self.forwarder.peer_gone(peer)
             self.leaders.forget(peer)
+            self.views.forget(peer)
             if self.mqtt is not None:
                 self.mqtt.egress.peer_shares(peer, ())
 

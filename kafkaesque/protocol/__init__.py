@@ -135,6 +135,7 @@ from ._peer_messages import MalformedPeerMessage as MalformedPeerMessage
 from ._peer_messages import PeerCall as PeerCall
 from ._peer_messages import PeerMessage as PeerMessage
 from ._peer_messages import PeerReply as PeerReply
+from ._peer_messages import PeerView as PeerView
 from ._peer_messages import ReadRequest as ReadRequest
 from ._peer_messages import ReadResult as ReadResult
 from ._peer_messages import Refused as Refused

@@ -37,6 +37,7 @@ from ._peer_messages import (
     COMMAND_TAGS,
     LEADER_CLAIMS_TAG,
     PEER_TAG_MIN,
+    PEER_VIEW_TAG,
     REPLY_TAG,
     REQUEST_TAGS,
     SHARES_TAG,
@@ -63,6 +64,7 @@ from ._peer_messages import (
     PeerCall,
     PeerMessage,
     PeerReply,
+    PeerView,
     ReadRequest,
     ReadResult,
     Refused,
@@ -406,6 +408,18 @@ def _claims(x: object) -> dict[str, LeaderClaim]:
     return out
 
 
+def _elections(x: object) -> dict[str, tuple[int, str, int]]:
+    if not isinstance(x, dict):
+        raise MalformedPeerMessage(f"expected a map of elections, got {type(x).__name__}")
+    out: dict[str, tuple[int, str, int]] = {}
+    for log_id, value in x.items():
+        v = _list(value, "election fields")
+        if len(v) != 3:
+            raise MalformedPeerMessage(f"an election needs 3 fields, got {len(v)}")
+        out[_str(log_id)] = (_natural(v[0]), _str(v[1]), _natural(v[2]))
+    return out
+
+
 def _share(x: object) -> tuple[str, str]:
     if not isinstance(x, list | tuple) or len(x) != 2:
         raise MalformedPeerMessage(f"expected a share name and filter, got {x!r:.60}")
@@ -426,6 +440,9 @@ def to_wire(msg: PeerMessage) -> list[object]:
         return [LEADER_CLAIMS_TAG, _claims_to_wire(msg.claims)]
     if type(msg) is Shares:
         return [SHARES_TAG, [list(s) for s in msg.shares]]
+    if type(msg) is PeerView:
+        elections = {g: list(e) for g, e in msg.elections.items()}
+        return [PEER_VIEW_TAG, list(msg.heard), elections]
     raise TypeError(f"not a peer message: {msg!r}")
 
 
@@ -468,6 +485,10 @@ def from_wire(obj: object) -> PeerMessage:
     if tag == SHARES_TAG:
         _arity(obj, 1, "Shares")
         return Shares(tuple(_share(s) for s in _list(obj[1], "shares")))
+    if tag == PEER_VIEW_TAG:
+        _arity(obj, 2, "PeerView")
+        heard = tuple(_natural(b) for b in _list(obj[1], "heard"))
+        return PeerView(heard, _elections(obj[2]))
     raise MalformedPeerMessage(f"unknown peer message tag {tag}")
 
 

@@ -13,7 +13,9 @@ Top-level messages (``PeerMessage``):
   type is the item's tag: ``[tag, req, ...request fields]``;
 * ``PeerReply(req, answer)``: ``[REPLY, req, [answer tag, ...answer fields]]``;
 * ``LeaderClaims``: every group the sender leads now, with its members (``LeaderTable``);
-* ``Shares``: the MQTT shared-subscription groups with members on the sender.
+* ``Shares``: the MQTT shared-subscription groups with members on the sender;
+* ``PeerView``: the peers the sender hears, and why the elections it won were held (the web
+  console's who-hears-whom matrix and last elections).
 
 The wire form (``to_wire`` and ``from_wire``) is in ``_peer_codec.py``.
 
@@ -340,7 +342,19 @@ class Shares:
     shares: tuple[tuple[str, str], ...]
 
 
-PeerMessage: TypeAlias = PeerCall | PeerReply | LeaderClaims | Shares
+@dataclass(frozen=True, slots=True)
+class PeerView:
+    """What the sender sees, sent beside its ``LeaderClaims``: ``heard``, the peer brokers it
+    hears now (its Raft pings' verdict); ``elections``, for groups it leads, the election that
+    made it leader: ``log_id -> (term, cause, wall-clock ms when it was seen won)``, ``cause``
+    an ``ElectionCause`` value. Only the elections new since the sender's last view, or all of
+    them for a peer that (re)connected: a receiver keeps the one of highest term per group."""
+
+    heard: tuple[int, ...]
+    elections: Mapping[str, tuple[int, str, int]]
+
+
+PeerMessage: TypeAlias = PeerCall | PeerReply | LeaderClaims | Shares | PeerView
 
 # Wire tags: never reuse or renumber one (10-16: the retired positional protocol).
 REQUEST_TAGS: Final[dict[type, int]] = {
@@ -356,6 +370,7 @@ REQUEST_TAGS: Final[dict[type, int]] = {
 REPLY_TAG: Final = 30
 LEADER_CLAIMS_TAG: Final = 31
 SHARES_TAG: Final = 32
+PEER_VIEW_TAG: Final = 33
 ANSWER_TAGS: Final[dict[type, int]] = {
     Appended: 40,
     Retry: 41,
@@ -383,6 +398,6 @@ COMMAND_TAGS: Final[dict[type, int]] = {
     Touch: 10,
 }
 TAGS: Final[frozenset[int]] = frozenset(
-    {*REQUEST_TAGS.values(), REPLY_TAG, LEADER_CLAIMS_TAG, SHARES_TAG}
+    {*REQUEST_TAGS.values(), REPLY_TAG, LEADER_CLAIMS_TAG, SHARES_TAG, PEER_VIEW_TAG}
 )
 """Every tag a top-level broker item may carry."""

@@ -10,7 +10,7 @@ The public API of the core (the trio driver and the simulator use only these nam
 * ``RaftConfig``, ``Configuration``: settings and membership.
 * ``RaftStorage`` (the Protocol storage implements), ``InitialState``, ``MemoryStorage``.
 * Values: ``Entry``, ``EntryKind``, ``HardState``, ``Role``, ``Ready``, ``SoftState``,
-  ``ReadState``, ``LogReset``.
+  ``ReadState``, ``LogReset``; ``Election`` and ``ElectionCause`` (``RaftNode.last_election``).
 * Messages and their wire form: ``Message`` and its types, ``to_wire``, ``from_wire``.
 * ``QuiescencePolicy``, ``QuietState``, ``OrphanWake``: when a quiet group stops ticking and
   what wakes it (time is a tick count passed in).
@@ -55,7 +55,7 @@ from ._progress import ProgressState
 from ._quiescence import QUIESCE_AFTER_TICKS, OrphanWake, QuiescencePolicy, QuietState
 from ._ready import LogReset, ReadState, Ready, SoftState
 from ._storage import InitialState, MemoryStorage, RaftStorage
-from ._types import Entry, EntryKind, HardState, Role
+from ._types import Election, ElectionCause, Entry, EntryKind, HardState, Role
 
 __all__ = [
     "BUG_COMMIT_OLD_TERM",
@@ -66,6 +66,8 @@ __all__ = [
     "AppendEntries",
     "AppendEntriesResponse",
     "Configuration",
+    "Election",
+    "ElectionCause",
     "Entry",
     "EntryKind",
     "HardState",

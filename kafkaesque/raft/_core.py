@@ -50,7 +50,7 @@ from ._progress import ProgressState, ProgressTracker
 from ._read_only import ReadOnly
 from ._ready import LogReset, ReadState, Ready, SoftState
 from ._storage import RaftStorage
-from ._types import Entry, EntryKind, HardState, Role
+from ._types import Election, ElectionCause, Entry, EntryKind, HardState, Role
 
 _LEADER_MESSAGES = (AppendEntries, Heartbeat, InstallLogStart)
 # The same, for the hot paths' dispatch on the exact type (``type(m) in ...``, ``type(m) is
@@ -142,6 +142,13 @@ class RaftNode(LeaderMixin):
         self._heartbeat_elapsed = 0
         self._randomized_timeout = config.election_tick
         self._transferee: int | None = None
+        # Why elections start (``ElectionCause``): whether a leader was known in this node's
+        # life, the term in which this node stepped down by check-quorum (or None), the cause
+        # of the campaign under way, and the election this node last won.
+        self._had_leader = False
+        self._quorum_lost_term: int | None = None
+        self._campaign_cause = ElectionCause.STARTUP
+        self._last_election: Election | None = None
         self._read_round = 0  # the latest read-index round of this leader term
         self._round_unsent = False  # a round was opened and its heartbeats are not out yet
         self._reads_before_commit: list[bytes] = []
@@ -235,6 +242,8 @@ class RaftNode(LeaderMixin):
     # -- role transitions -----------------------------------------------------------------------
 
     def _reset(self, term: int) -> None:
+        if self._leader is not None:  # (read here, not on every leader message)
+            self._had_leader = True
         if term < self._term:
             raise RaftInvariantError(f"term going backwards: {self._term} -> {term}")
         if term != self._term:
@@ -286,6 +295,7 @@ class RaftNode(LeaderMixin):
         self._role = Role.LEADER
         self._leader = self.id
         self._tracker.reset(self._conf, self._log.last_index() + 1)
+        self._last_election = Election(self._term, self._campaign_cause)
         me = self._tracker.progress.get(self.id)
         if me is not None:
             me.maybe_update(self._log.stable_last())
@@ -354,9 +364,26 @@ class RaftNode(LeaderMixin):
             and self.id in self._configs[-2][1].voters
         )
 
-    def campaign(self) -> None:
-        """Start an election now (with pre-vote), as if the election timeout had fired."""
-        self._hup(transfer=False)
+    def campaign(self, cause: ElectionCause | None = None) -> None:
+        """Start an election now (with pre-vote), as if the election timeout had fired.
+
+        ``cause``: why, as the driver knows it (``LEADER_GONE``); None: as a timeout's would be
+        (``STARTUP`` when this node never knew a leader)."""
+        self._hup(transfer=False, cause=cause)
+
+    @property
+    def last_election(self) -> Election | None:
+        """The election this node last won in its life (its term and cause; the node leads
+        now if that term is its current one and its role is LEADER); None if it never led."""
+        return self._last_election
+
+    def _timeout_cause(self) -> ElectionCause:
+        """Why a campaign that nobody asked for starts now."""
+        if self._quorum_lost_term == self._term:
+            return ElectionCause.CHECK_QUORUM
+        if not self._had_leader and self._leader is None:
+            return ElectionCause.STARTUP
+        return ElectionCause.TIMEOUT
 
     def forget_leader(self) -> None:
         """Forget the current leader (etcd's ForgetLeader): it is known to be gone.
@@ -368,6 +395,8 @@ class RaftNode(LeaderMixin):
         answering pings); a node that still hears the leader keeps refusing campaigns.
         """
         if self._role is Role.FOLLOWER:
+            if self._leader is not None:
+                self._had_leader = True
             self._leader = None
 
     def leader_silent_for(self, ticks: int, *, stand_first: bool = False) -> None:
@@ -397,12 +426,16 @@ class RaftNode(LeaderMixin):
         else:
             self._randomized_timeout = max(self._randomized_timeout, tick + 1)
 
-    def _hup(self, transfer: bool) -> None:
+    def _hup(self, transfer: bool, cause: ElectionCause | None = None) -> None:
         if self._role is Role.LEADER or not self._promotable():
             return
+        # The cause is set where the campaign starts (read before the role change resets the
+        # leader), and kept by the election it may win (``become_leader``).
         if transfer:
+            self._campaign_cause = ElectionCause.TRANSFER
             self.become_candidate()
         else:
+            self._campaign_cause = self._timeout_cause() if cause is None else cause
             self.become_pre_candidate()
         pre = self._role is Role.PRE_CANDIDATE
         # A pre-vote asks "would you vote for me in the next term?" without changing anyone's term.
@@ -487,6 +520,7 @@ class RaftNode(LeaderMixin):
             # Check-quorum: a leader cut off from a majority steps down instead of accepting
             # writes it can never commit and answering reads it cannot confirm (thesis §6.2).
             if not self._tracker.quorum_active(self._conf):
+                self._quorum_lost_term = self._term
                 self.become_follower(self._term, None)
                 return
             for node, pr in self._tracker.progress.items():

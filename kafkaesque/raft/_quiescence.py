@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from ._core import RaftNode
 from ._errors import RaftUsageError
 from ._messages import Heartbeat, HeartbeatResponse, Message
-from ._types import Role
+from ._types import ElectionCause, Role
 
 # A leader quiesces its group after this many ticks without traffic (and once quiescent).
 QUIESCE_AFTER_TICKS = 3
@@ -70,7 +70,7 @@ class OrphanWake:
         if self.gone:
             node.forget_leader()
             if self.stand_first:
-                node.campaign()
+                node.campaign(ElectionCause.LEADER_GONE)
         else:
             node.leader_silent_for(self.silent_ticks, stand_first=self.stand_first)
 

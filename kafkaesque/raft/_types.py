@@ -13,6 +13,25 @@ from enum import Enum, IntEnum
 from typing import Any
 
 
+class ElectionCause(Enum):
+    """Why a node started the campaign it won (``RaftNode.last_election``), as data set where
+    campaigns start, never guessed from logs afterwards."""
+
+    STARTUP = "start-up"  # no leader known since the node started (a new group, a restart)
+    TIMEOUT = "leader timeout"  # the election timeout ran out without word from the leader
+    LEADER_GONE = "leader gone"  # the driver knew the leader's broker gone (connection closed)
+    TRANSFER = "leadership transfer"  # the leader handed over (TimeoutNow, thesis §3.10)
+    CHECK_QUORUM = "check-quorum step-down"  # this node led, lost its majority, stepped down
+
+
+@dataclass(frozen=True, slots=True)
+class Election:
+    """An election a node won: the term it leads in and why the campaign was held."""
+
+    term: int
+    cause: ElectionCause
+
+
 class EntryKind(IntEnum):
     """What an entry carries. The values match ``kafkaesque.storage``'s ``BatchType``."""
 

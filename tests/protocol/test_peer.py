@@ -43,6 +43,7 @@ from kafkaesque.protocol import (
     PeerCall,
     PeerMessage,
     PeerReply,
+    PeerView,
     ReadRequest,
     ReadResult,
     Refused,
@@ -134,6 +135,11 @@ messages: st.SearchStrategy[PeerMessage] = st.one_of(
         st.dictionaries(names, st.builds(LeaderClaim, ints, node_sets, node_sets, st.booleans())),
     ),
     st.builds(Shares, st.lists(st.tuples(names, names)).map(tuple)),
+    st.builds(
+        PeerView,
+        st.lists(naturals).map(tuple),
+        st.dictionaries(names, st.tuples(naturals, names, naturals)),
+    ),
 )
 
 

@@ -5,7 +5,10 @@ from __future__ import annotations
 import pytest
 
 from kafkaesque.raft import (
+    Election,
+    ElectionCause,
     NotLeader,
+    OrphanWake,
     ProposalDropped,
     RaftUsageError,
     RequestVote,
@@ -238,3 +241,66 @@ def test_silence_is_ignored_by_a_leader_and_a_leaderless_node_and_must_not_be_ne
     assert lone.role is Role.FOLLOWER  # its own timeout runs as before: no campaign yet
     with pytest.raises(RaftUsageError):
         net.nodes[2].leader_silent_for(-1)
+
+
+# -- why an election was held (``RaftNode.last_election``: data set where campaigns start) ------
+
+
+def test_the_first_election_of_a_group_is_caused_by_its_start_up() -> None:
+    net = Net()
+    leader = net.elect(1)
+    assert leader.last_election == Election(1, ElectionCause.STARTUP)
+    assert net.nodes[2].last_election is None  # never led
+
+
+def test_an_election_after_the_leader_went_silent_is_caused_by_its_timeout() -> None:
+    net = Net()
+    net.elect(1)
+    net.isolate(1)
+    for _ in range(40):
+        net.tick(2)
+        net.tick(3)
+        if Role.LEADER in (net.nodes[2].role, net.nodes[3].role):
+            break
+    winner = next(n for n in (net.nodes[2], net.nodes[3]) if n.role is Role.LEADER)
+    assert winner.last_election == Election(2, ElectionCause.TIMEOUT)
+
+
+def test_an_election_asked_by_the_driver_when_the_leader_is_gone_says_so() -> None:
+    """The driver saw the leader's connection close: the survivor that stands first says why
+    (``OrphanWake``, the quiescence policy's verdict, applied to its core)."""
+    net = Net()
+    net.elect(1)
+    net.isolate(1)
+    net.nodes[3].forget_leader()
+    OrphanWake(gone=True, stand_first=True, silent_ticks=0, woke=False).apply(net.nodes[2])
+    net.stabilize()
+    assert net.nodes[2].last_election == Election(2, ElectionCause.LEADER_GONE)
+
+
+def test_a_transferred_leadership_is_caused_by_the_transfer() -> None:
+    net = Net()
+    net.elect(1)
+    net.nodes[1].transfer_leadership(2)
+    net.stabilize()
+    assert net.nodes[2].last_election == Election(2, ElectionCause.TRANSFER)
+    assert net.nodes[1].last_election == Election(1, ElectionCause.STARTUP)  # its own, kept
+
+
+def test_a_leader_that_stepped_down_by_check_quorum_and_won_again_says_so() -> None:
+    """Thesis §6.2: the leader cut off from everyone steps down; the others, cut off too, cannot
+    elect anyone (pre-vote fails); healed, the old leader's campaign is the step-down's."""
+    net = Net()
+    leader = net.elect(1)
+    for n in (1, 2, 3):
+        net.isolate(n)
+    for _ in range(40):
+        net.tick_all()
+    assert leader.status().role is not Role.LEADER
+    assert {n.term for n in net.nodes.values()} == {1}  # pre-votes kept the terms
+    net.heal()
+    for _ in range(40):
+        net.tick(1)
+        if leader.role is Role.LEADER:
+            break
+    assert leader.last_election == Election(2, ElectionCause.CHECK_QUORUM)

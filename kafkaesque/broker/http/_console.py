@@ -47,6 +47,8 @@ from kafkaesque.raft import Role
 from .._errors import RequestError
 from ._console_groups import InnerRest, group_view
 from ._console_mqtt import device_view, mqtt_screen
+from .._peer_views import ElectionNote
+from ._console_topic import TopicReads
 from ._rest import Caller, RestApi
 from ._rest_errors import RestError
 from ._rest_errors import allow as _allow
@@ -120,6 +122,7 @@ class ConsoleApi:
         self._static = _load_static()
         self._mqtt = mqtt
         self._mqtt_device = mqtt_device
+        self._topic_reads = TopicReads(rest)
 
     async def handle(self, request: Request, caller: Caller) -> Response | Streamed:
         """The response to ``request`` from ``caller``'s connection."""
@@ -201,6 +204,8 @@ class ConsoleApi:
                 return _answer(self._whoami(caller, target.query.get("topic")))
             case ("events",):
                 return self._events(target)
+        if (answer := await self._topic_reads.route(path, target, caller)) is not None:
+            return answer  # a topic's offsets by time, search, export (``_console_topic``)
         raise RestError(404, "NOT_FOUND", f"no such resource: /api/{'/'.join(path)}")
 
     # -- screens --------------------------------------------------------------------------------
@@ -227,6 +232,7 @@ class ConsoleApi:
                 "log_end": None,
                 "followers": None,
                 "under_replicated": key in snapshot.under_replicated,
+                "election": _note_json(self._probes.election(f"{topic}/{key[1]}")),
             }
             replica = hosted.get(f"{topic}/{key[1]}")
             if replica is not None:
@@ -351,6 +357,10 @@ def _rates(snapshot: Snapshot) -> bytes:
         "# TYPE kafkaesque_hosted_log_bytes_per_second gauge\n"
         f'kafkaesque_hosted_log_bytes_per_second{{broker="{broker}"}} {log_bytes:.3f}\n'
     ).encode()
+
+
+def _note_json(note: ElectionNote | None) -> dict[str, Any] | None:
+    return None if note is None else note.json()
 
 
 def _sse(kind: str, data: Any, seq: int | None = None) -> bytes:

@@ -128,6 +128,11 @@ class RestApi:
             log.exception("REST %s %r failed", request.method, request.target[:200])
             return RestError(500, "INTERNAL", "internal error (logged)").response()
 
+    async def call(self, command: Command, session: Session | None) -> list[Reply]:
+        """``command``'s replies as a line of ``session``'s would get them (the console's
+        reads beyond REST's: the same handler, ACL checks and forwarding)."""
+        return await self._call(command, session)
+
     # -- authentication -------------------------------------------------------------------------
 
     @property

@@ -35,6 +35,7 @@ from kafkaesque.raft import Role
 from kafkaesque.raft.driver import RaftReplica
 
 from .._metadata_view import MetadataView
+from .._peer_views import ElectionNote
 from ._timeline import Timeline
 
 PERIOD_S: Final = 1.0
@@ -51,7 +52,9 @@ class SnapshotProbes:
     ``view``: the metadata view. ``hears(peer)``: whether this broker hears that peer now.
     ``leader_of(topic, partition)``: its leader as known here, or None. ``replicas``: the Raft
     groups hosted here. ``ends(partitions)``: their high watermarks as their leaders have them
-    (one request per leader; those not known are left out)."""
+    (one request per leader; those not known are left out). ``heard_by(peer)``: the brokers
+    ``peer`` hears, as its last ``PeerView`` said (None: no recent word from it).
+    ``election(log_id)``: the last known election of a group (its leader, term and cause)."""
 
     broker_id: int
     view: Callable[[], MetadataView]
@@ -59,6 +62,8 @@ class SnapshotProbes:
     leader_of: Callable[[str, int], int | None]
     replicas: Callable[[], Iterable[RaftReplica]]
     ends: Callable[[list[Partition]], Awaitable[Mapping[Partition, int]]]
+    heard_by: Callable[[int], frozenset[int] | None] = lambda peer: None
+    election: Callable[[str], ElectionNote | None] = lambda log_id: None
 
 
 @dataclass(frozen=True)
@@ -68,7 +73,7 @@ class Snapshot:
     at: float
     broker_id: int
     controller: int | None
-    brokers: dict[int, dict[str, Any]]  # id -> host, port, admin_port, up
+    brokers: dict[int, dict[str, Any]]  # id -> host, port, admin_port, up, hears
     leaders: dict[Partition, int | None]
     terms: dict[Partition, int]  # of the groups hosted here
     ends: dict[Partition, int]  # end offsets (commit index + 1) of the replicas hosted here
@@ -191,6 +196,8 @@ class ClusterSnapshots:
                 "admin_port": registered.admin_port,
                 "up": b == me or probes.hears(b),
             }
+        for b, info in brokers.items():
+            info["hears"] = self._hears(b, info["up"], brokers)
         up = {b for b, seen in brokers.items() if seen["up"]}
         leaders: dict[Partition, int | None] = {}
         replicas: dict[Partition, tuple[int, ...]] = {}
@@ -243,6 +250,15 @@ class ClusterSnapshots:
             history=tuple(self._ring),
             topic_rates=topic_rates,
         )
+
+    def _hears(self, broker: int, up: bool, peers: Iterable[int]) -> dict[str, bool | None]:
+        """Whom ``broker`` hears (the overview's who-hears-whom matrix): this broker's own
+        pings, another's last ``PeerView``; None: unknown (it is down, or no recent view)."""
+        probes = self._probes
+        if broker == probes.broker_id:
+            return {str(p): probes.hears(p) for p in peers if p != broker}
+        heard = probes.heard_by(broker) if up else None
+        return {str(p): None if heard is None else p in heard for p in peers if p != broker}
 
     def _tell_changes(self, old: Snapshot, new: Snapshot) -> None:
         """Put on the timeline what changed from ``old`` to ``new``."""

@@ -111,6 +111,7 @@ function renderOverview(o) {
     o.leaderless.length ? el("p", { class: "error", text: `Leaderless: ${o.leaderless.join(", ")}` }) : null,
     o.under_replicated.length ? el("p", { class: "notice", text: `Under-replicated: ${o.under_replicated.join(", ")}` }) : null);
   drawChart(canvas, o.history);
+  renderHeard(box, o); // console_topic.js
 }
 
 function drawChart(canvas, history) {
@@ -183,7 +184,7 @@ function topicScreen(topic) {
         `${c.compact ? ", compacted" : ""}, retention ${c.retention_ms ?? "∞"} ms / ${c.retention_bytes ?? "∞"} bytes` +
         `; Raft state as broker ${raft.body.seen_by} holds it (follower lag where it leads)`;
       put(parts, 
-        el("tr", {}, ["Partition", "Leader", "Replicas", "End offset", "Term", "Commit index", "Log end here", "Follower lag"]
+        el("tr", {}, ["Partition", "Leader", "Replicas", "End offset", "Term", "Commit index", "Log end here", "Follower lag", "Last election"]
           .map((label) => el("th", { text: label }))),
         d.partitions.map((p) => {
           const r = byPartition.get(p.partition) || {};
@@ -194,7 +195,8 @@ function topicScreen(topic) {
             el("td", { text: p.replicas.join(", ") }),
             el("td", { class: "num", "data-testid": "end-offset", text: p.end_offset }),
             el("td", { class: "num", text: fmt(r.term) }), el("td", { class: "num", text: fmt(r.commit_index) }),
-            el("td", { class: "num", text: fmt(r.log_end) }), el("td", { text: lag }));
+            el("td", { class: "num", text: fmt(r.log_end) }), el("td", { text: lag }),
+            el("td", { "data-testid": "election", text: electionText(r.election) })); // console_topic.js
         }));
       if (count !== d.partitions.length) {
         count = d.partitions.length;
@@ -260,6 +262,7 @@ function topicScreen(topic) {
   every(2, refresh);
   refresh().then(() => load(true));
   produceForm(topic, produceBox);
+  topicTools(topic, { messages, partitionPick, offsetInput, load }); // console_topic.js
 }
 
 function shown(b64) {
