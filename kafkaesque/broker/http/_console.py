@@ -45,9 +45,9 @@ from kafkaesque.protocol.http import BadTarget, Request, Response, Target, parse
 from kafkaesque.raft import Role
 
 from .._errors import RequestError
+from .._peer_views import ElectionNote
 from ._console_groups import InnerRest, group_view
 from ._console_mqtt import device_view, mqtt_screen
-from .._peer_views import ElectionNote
 from ._console_topic import TopicReads
 from ._rest import Caller, RestApi
 from ._rest_errors import RestError
