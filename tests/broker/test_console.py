@@ -121,10 +121,16 @@ async def test_changes_between_snapshots_go_on_the_timeline(
     texts = [(e.kind, e.text) for e in timeline.recent()]
     assert ("broker", "broker 2 is down (broker 0 no longer hears it)") in texts
     assert ("partition", "t/1 has no leader (was broker 2)") in texts
+    assert ("replication", "t/0, t/1 under-replicated") in texts
     overview = second.overview()
     assert overview["under_replicated_count"] == 2 and overview["leaderless"] == ["t/1"]
     assert overview["messages_per_s"] == 10.0  # 20 offsets in 2 s
     assert overview["bytes_per_s"] == 1000.0
+    world.heard[2] = True
+    await trio.sleep(2.0)
+    await api.snapshots.current()
+    texts = [(e.kind, e.text) for e in timeline.recent()]
+    assert ("replication", "t/0, t/1 fully replicated again") in texts
 
 
 async def test_the_event_stream_carries_the_overview_and_each_event(

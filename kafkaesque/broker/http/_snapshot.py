@@ -277,6 +277,19 @@ class ClusterSnapshots:
         if old.controller != new.controller:
             add("controller", f"controller: broker {old.controller} -> {new.controller}",
                 old=old.controller, new=new.controller)  # fmt: skip
+        for partitions, now in (
+            (new.under_replicated - old.under_replicated, "under-replicated"),
+            (old.under_replicated - new.under_replicated, "fully replicated again"),
+        ):
+            if partitions:
+                names = _names(partitions, _DETAILED_MOVES)
+                more = (
+                    f" and {len(partitions) - len(names)} more"
+                    if len(partitions) > len(names)
+                    else ""
+                )
+                add("replication", f"{', '.join(names)}{more} {now}", partitions=names,
+                    count=len(partitions), under=now == "under-replicated")  # fmt: skip
         moved = [
             (key, old.leaders.get(key), leader)
             for key, leader in new.leaders.items()

@@ -31,7 +31,8 @@ QUEUE: Final = 256
 class TimelineEvent:
     """One thing that happened: ``seq`` numbers the events of this broker (from 1; an SSE
     ``id``), ``at`` is the wall-clock time in seconds, ``kind`` one of ``election``,
-    ``leader``, ``broker``, ``controller``, ``rebalance``, ``login``, ``partition``, and
+    ``leader``, ``broker``, ``controller``, ``rebalance``, ``login``, ``partition``,
+    ``replication``, and
     ``text`` says it in words."""
 
     seq: int

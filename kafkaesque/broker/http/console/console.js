@@ -73,7 +73,7 @@ function route() {
   if (name === "mqtt") return mqttScreen();
   if (name === "device" && parts[1]) return deviceScreen(parts.slice(1).join("/"));
   if (name === "timeline") return show(el("h1", { text: "Timeline" }),
-    el("p", { text: "Elections, leader moves, brokers joining and leaving, rebalances and refused logins, as this broker sees them, live in the panel on the right." }));
+    el("p", { text: "Elections, leader moves, under-replication, brokers joining and leaving, rebalances and refused logins, as this broker sees them, live in the panel on the right." }));
   return overviewScreen();
 }
 
