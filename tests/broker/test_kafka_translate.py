@@ -95,7 +95,7 @@ def _records(base: int, rs: list[Any], dense: bool, zero_first: bool) -> list[Ka
     return out
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=150, deadline=None)
 @given(st.lists(batches, min_size=1, max_size=3), st.booleans())
 def test_the_batches_are_those_of_records_built_one_by_one(
     described: list[Any], zero_first: bool
