@@ -54,8 +54,8 @@ def produced_batches(record_set: bytes) -> list[ProducedBatch]:
     records of batches without a producer id together, one Raft entry. A record without a
     timestamp (negative) is stamped now; a header's null value is stored empty.
 
-    A batch as producers write it (offset deltas 0, 1, ..., the first record's timestamp the
-    batch's base timestamp and none before it, no headers) goes from Kafka's record tuples to
+    A batch as producers write it (offset deltas 0, 1, ..., a record at the batch's base
+    timestamp and none before it, no headers) goes from Kafka's record tuples to
     our batch's as they are (``pack_batch``): no object per record but its tuple, all packed
     in one call; any other goes through ``Record`` and ``build_batch``, which renumber, stamp
     and convert. Both give the same bytes for the same records (tests/broker/
