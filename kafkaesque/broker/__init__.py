@@ -17,6 +17,7 @@ from ._decommission import DECOMMISSION_TIMEOUT_S
 from ._metadata import ClusterMetadata, ControllerSettings
 from ._metadata_view import BrokerInfo, TopicConfig
 from ._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
+from .kafka import produced_batches  # pure: what a Kafka Produce costs (bench.kafka_codec)
 
 __all__ = [
     "DECOMMISSION_TIMEOUT_S",
@@ -33,4 +34,5 @@ __all__ = [
     "config_from_mapping",
     "load_config",
     "open_warning",
+    "produced_batches",
 ]

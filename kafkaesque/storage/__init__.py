@@ -10,6 +10,7 @@ from ._batch import (
     NO_SEQUENCE,
     BatchHeader,
     BatchType,
+    PackedRecord,
     RawRecord,
     Record,
     build_batch,
@@ -19,6 +20,7 @@ from ._batch import (
     decode_records,
     end_offset,
     iter_batches,
+    pack_batch,
     raw_records,
     stamp,
     stamped_prefix,
@@ -31,6 +33,7 @@ from ._statefile import fsync_directory, makedirs_durable, read_state_file, writ
 from ._types import AppendResult, CheckedBatch, FlushTicket, FsyncPolicy, LogConfig, ReadResult
 
 __all__ = [
+    "PackedRecord",
     "RawRecord",
     "HEADER_SIZE",
     "NO_PRODUCER_EPOCH",
@@ -57,6 +60,7 @@ __all__ = [
     "data_records",
     "decode_header",
     "decode_records",
+    "pack_batch",
     "raw_records",
     "end_offset",
     "fsync_directory",

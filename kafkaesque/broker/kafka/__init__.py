@@ -2,6 +2,7 @@
 front shares."""
 
 from ._service import KafkaService
+from ._translate import ProducedBatch, produced_batches
 from ._wiring import KafkaWiring
 
-__all__ = ["KafkaService", "KafkaWiring"]
+__all__ = ["KafkaService", "KafkaWiring", "ProducedBatch", "produced_batches"]

@@ -13,16 +13,31 @@ one per Raft entry), and the producer's own CRC (our body CRC covers what we sto
 
 from __future__ import annotations
 
+import operator
 import time
 from typing import NamedTuple
 
 from kafkaesque.protocol.kafka import (
+    BatchHead,
+    RecordTuple,
     control_batch,
     encode_record,
     frame_batch,
-    iter_batches,
+    iter_batch_bytes,
+    open_batch,
+    record_tuples,
 )
-from kafkaesque.storage import BatchType, Record, build_batch, decode_header, raw_records
+from kafkaesque.storage import (
+    NO_PRODUCER_EPOCH,
+    NO_PRODUCER_ID,
+    NO_SEQUENCE,
+    BatchType,
+    Record,
+    build_batch,
+    decode_header,
+    pack_batch,
+    raw_records,
+)
 
 
 class ProducedBatch(NamedTuple):
@@ -37,33 +52,87 @@ def produced_batches(record_set: bytes) -> list[ProducedBatch]:
     ``UnsupportedCompression`` for an unknown codec): one per idempotent producer's batch, with
     its producer id, epoch and base sequence (the leader's producer state checks them); the
     records of batches without a producer id together, one Raft entry. A record without a
-    timestamp (negative) is stamped now."""
+    timestamp (negative) is stamped now; a header's null value is stored empty.
+
+    A batch as producers write it (offset deltas 0, 1, ..., a record at the batch's base
+    timestamp and none before it, no headers) goes from Kafka's record tuples to
+    our batch's as they are (``pack_batch``): no object per record but its tuple, all packed
+    in one call; any other goes through ``Record`` and ``build_batch``, which renumber, stamp
+    and convert. Both give the same bytes for the same records (tests/broker/
+    test_kafka_translate.py)."""
     now = int(time.time() * 1000)
     out: list[ProducedBatch] = []
-    plain: list[Record] = []
-    for batch in iter_batches(record_set):
-        records = [
-            Record(
-                r.value,
-                r.key,
-                _headers(r.headers) if r.headers else (),  # most records have none: no loop
-                r.timestamp if r.timestamp >= 0 else now,
-            )
-            for r in batch.records
-        ]
-        if batch.producer_id < 0 or not records:
-            plain += records
+    plain: list[tuple[BatchHead, list[RecordTuple]]] = []
+    for batch in iter_batch_bytes(record_set):
+        head, body = open_batch(batch)
+        records = record_tuples(body, head.record_count)
+        if head.producer_id < 0 or not records:
+            if records:
+                plain.append((head, records))
             continue
-        data = build_batch(
-            records,
-            producer_id=batch.producer_id,
-            producer_epoch=batch.producer_epoch,
-            base_sequence=batch.base_sequence,
+        out.append(
+            _our_batch(
+                [(head, records)],
+                now,
+                producer_id=head.producer_id,
+                producer_epoch=head.producer_epoch,
+                base_sequence=head.base_sequence,
+            )
         )
-        out.append(ProducedBatch(data, len(records)))
     if plain:
-        out.insert(0, ProducedBatch(build_batch(plain), len(plain)))
+        out.insert(0, _our_batch(plain, now))
     return out
+
+
+_DELTA = operator.itemgetter(0)
+_TIMESTAMP_DELTA = operator.itemgetter(1)
+_HEADERS = operator.itemgetter(4)
+
+
+def _our_batch(
+    batches: list[tuple[BatchHead, list[RecordTuple]]],
+    now: int,
+    *,
+    producer_id: int = NO_PRODUCER_ID,
+    producer_epoch: int = NO_PRODUCER_EPOCH,
+    base_sequence: int = NO_SEQUENCE,
+) -> ProducedBatch:
+    """Kafka batches' records (none empty) as one of our batches."""
+    if len(batches) == 1:
+        head, records = batches[0]
+        base_ts, count = head.base_timestamp, len(records)
+        # Each check one pass in C over the tuples, not a Python step per record.
+        first_ts_delta = min(map(_TIMESTAMP_DELTA, records))
+        if (
+            first_ts_delta == 0
+            and base_ts >= 0
+            and not any(map(_HEADERS, records))
+            and list(map(_DELTA, records)) == list(range(count))
+        ):
+            data = pack_batch(
+                records,  # type: ignore[arg-type]  # no headers: no null header value
+                first_timestamp=base_ts,
+                max_timestamp=base_ts + max(map(_TIMESTAMP_DELTA, records)),
+                last_offset_delta=count - 1,
+                producer_id=producer_id,
+                producer_epoch=producer_epoch,
+                base_sequence=base_sequence,
+            )
+            return ProducedBatch(data, count)
+    ours = [
+        Record(
+            value,
+            key,
+            _headers(headers) if headers else (),  # most records have none: no loop
+            head.base_timestamp + ts_delta if head.base_timestamp + ts_delta >= 0 else now,
+        )
+        for head, records in batches
+        for _delta, ts_delta, key, value, headers in records
+    ]
+    data = build_batch(
+        ours, producer_id=producer_id, producer_epoch=producer_epoch, base_sequence=base_sequence
+    )
+    return ProducedBatch(data, len(ours))
 
 
 def _headers(headers: tuple[tuple[str, bytes | None], ...]) -> tuple[tuple[str, bytes], ...]:

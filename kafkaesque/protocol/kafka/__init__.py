@@ -60,15 +60,20 @@ from ._group_apis import (
 from ._records import (
     CONTROL,
     RAFT_CONTROL_TYPE,
+    BatchHead,
     KafkaBatch,
     KafkaRecord,
+    RecordTuple,
     UnsupportedCompression,
     control_batch,
     decode_batch,
     encode_batch,
     encode_record,
     frame_batch,
+    iter_batch_bytes,
     iter_batches,
+    open_batch,
+    record_tuples,
 )
 from ._schema import Api, Message, Schema
 from ._wire import KafkaProtocolError, Reader, Writer
@@ -97,7 +102,9 @@ __all__ = [
     "PRODUCE",
     "RAFT_CONTROL_TYPE",
     "Api",
+    "BatchHead",
     "KafkaBatch",
+    "RecordTuple",
     "KafkaError",
     "KafkaProtocolError",
     "KafkaRecord",
@@ -119,7 +126,10 @@ __all__ = [
     "encode_request",
     "encode_response",
     "frame_bytes",
+    "iter_batch_bytes",
     "iter_batches",
+    "open_batch",
+    "record_tuples",
     "parse_request",
     "supported_versions",
 ]
