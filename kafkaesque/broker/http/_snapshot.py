@@ -277,7 +277,7 @@ class ClusterSnapshots:
         if old.controller != new.controller:
             add("controller", f"controller: broker {old.controller} -> {new.controller}",
                 old=old.controller, new=new.controller)  # fmt: skip
-        for partitions, now in (
+        for partitions, state in (
             (new.under_replicated - old.under_replicated, "under-replicated"),
             (old.under_replicated - new.under_replicated, "fully replicated again"),
         ):
@@ -288,8 +288,8 @@ class ClusterSnapshots:
                     if len(partitions) > len(names)
                     else ""
                 )
-                add("replication", f"{', '.join(names)}{more} {now}", partitions=names,
-                    count=len(partitions), under=now == "under-replicated")  # fmt: skip
+                add("replication", f"{', '.join(names)}{more} {state}", partitions=names,
+                    count=len(partitions), under=state == "under-replicated")  # fmt: skip
         moved = [
             (key, old.leaders.get(key), leader)
             for key, leader in new.leaders.items()
