@@ -11,9 +11,19 @@ batch by our own client (``build_batch``, client side), go through what the lead
 native batch before the write path (``decode_header`` with both CRCs checked, then
 ``stamped_prefix``). The write path after both is the same.
 
+The same records then measure issue 33's storage choice (docs/storage-format.md, "Why
+records are stored as msgpack"): what a Kafka Fetch costs to write our batch out as Kafka's
+(``kafka_record_set``: ``fetch_us_per_record``; a stored Kafka batch would cost a rebuilt
+header), what one of our readers (CONS, MQTT delivery, the Spark source, compaction, LATEST)
+pays to walk our batch's records (``raw_records``: ``v1_read_us_per_record``) against Kafka's
+(``open_batch`` and ``record_tuples``, uncompressed: ``v2_read_us_per_record``), and what our
+client pays to build our batch (``build_batch``: ``v1_build_us_per_record``) against Kafka's
+(``encode_batch``: ``v2_build_us_per_record``).
+
 ``--profile`` prints cProfile's call counts and times of one Kafka record set. Ends with
 ``RESULT kafka_us_per_record=… native_us_per_record=… kafka_us_per_batch=…
-native_us_per_batch=… records_per_batch=…``.
+native_us_per_batch=… records_per_batch=… fetch_us_per_record=… v1_read_us_per_record=…
+v2_read_us_per_record=… v1_build_us_per_record=… v2_build_us_per_record=…``.
 """
 
 from __future__ import annotations
@@ -25,9 +35,16 @@ import sys
 import time
 from collections.abc import Callable
 
+from kafkaesque.broker import kafka_record_set as fetched_record_set
 from kafkaesque.broker import produced_batches
-from kafkaesque.protocol.kafka import KafkaRecord, encode_batch
-from kafkaesque.storage import Record, build_batch, decode_header, stamped_prefix
+from kafkaesque.protocol.kafka import (
+    KafkaRecord,
+    encode_batch,
+    iter_batch_bytes,
+    open_batch,
+    record_tuples,
+)
+from kafkaesque.storage import Record, build_batch, decode_header, raw_records, stamped_prefix
 
 BATCH_BYTES = 256 * 1024
 VALUE_BYTES = 100
@@ -37,10 +54,23 @@ BASE_TS = 1_764_000_000_000
 def kafka_record_set(batch_bytes: int = BATCH_BYTES) -> bytes:
     """One librdkafka-like batch of about ``batch_bytes``: null keys, 100-byte values, no
     headers, timestamps 0-4 ms after the first."""
-    value = bytes(i % 251 for i in range(VALUE_BYTES))
     count = batch_bytes // (VALUE_BYTES + 9)
-    records = [KafkaRecord(i, BASE_TS + i * 5 // count, None, value) for i in range(count)]
-    return encode_batch(0, records, last_offset_delta=count - 1)
+    return encode_batch(0, kafka_records(count), last_offset_delta=count - 1)
+
+
+def kafka_records(count: int) -> list[KafkaRecord]:
+    """``count`` librdkafka-like records (``kafka_record_set``'s)."""
+    value = bytes(i % 251 for i in range(VALUE_BYTES))
+    return [KafkaRecord(i, BASE_TS + i * 5 // count, None, value) for i in range(count)]
+
+
+def read_kafka_records(record_set: bytes) -> int:
+    """Walk the records of a Kafka record set as a reader of a stored Kafka batch would."""
+    walked = 0
+    for batch in iter_batch_bytes(record_set):
+        head, body = open_batch(batch)
+        walked += len(record_tuples(body, head.record_count))
+    return walked
 
 
 def native_batch(record_set: bytes) -> bytes:
@@ -81,11 +111,32 @@ def main(argv: list[str] | None = None) -> int:
     kafka_s = _best(lambda: produced_batches(record_set), rounds)
     native_s = _best(native, rounds)
     client_s = _best(lambda: build_batch([Record(b"x" * VALUE_BYTES)] * count), rounds)
+    ours_header = decode_header(ours)
+    fetch_s = _best(lambda: fetched_record_set(ours), rounds)
+    v1_read_s = _best(lambda: raw_records(ours, ours_header), rounds)
+    v2_read_s = _best(lambda: read_kafka_records(record_set), rounds)
+    value = bytes(i % 251 for i in range(VALUE_BYTES))
+    v1_build_s = _best(
+        lambda: build_batch([Record(value, timestamp=BASE_TS + i) for i in range(count)]),
+        rounds,
+    )
+    records = kafka_records(count)
+    v2_build_s = _best(lambda: encode_batch(0, records, last_offset_delta=count - 1), rounds)
+
+    def per_record(seconds: float) -> str:
+        return f"{seconds / count * 1e6:.3f}"
+
     print(
         f"one record set of {len(record_set):,} bytes, {count:,} records: Kafka "
         f"{kafka_s * 1e3:.2f} ms ({kafka_s / count * 1e6:.3f} us a record), native "
         f"{native_s * 1e3:.3f} ms ({native_s / count * 1e6:.4f} us a record); for scale, our "
         f"client builds that batch in {client_s * 1e3:.2f} ms"
+    )
+    print(
+        f"the storage choice, us a record: a Fetch writing our batch as Kafka's "
+        f"{per_record(fetch_s)}; a reader walking our records {per_record(v1_read_s)}, "
+        f"Kafka's {per_record(v2_read_s)}; our client building our batch "
+        f"{per_record(v1_build_s)}, Kafka's {per_record(v2_build_s)}"
     )
     if args.profile:
         profiler = cProfile.Profile()
@@ -95,7 +146,11 @@ def main(argv: list[str] | None = None) -> int:
         f"RESULT kafka_us_per_record={kafka_s / count * 1e6:.3f} "
         f"native_us_per_record={native_s / count * 1e6:.4f} "
         f"kafka_us_per_batch={kafka_s * 1e6:.0f} native_us_per_batch={native_s * 1e6:.0f} "
-        f"records_per_batch={count}"
+        f"records_per_batch={count} fetch_us_per_record={per_record(fetch_s)} "
+        f"v1_read_us_per_record={per_record(v1_read_s)} "
+        f"v2_read_us_per_record={per_record(v2_read_s)} "
+        f"v1_build_us_per_record={per_record(v1_build_s)} "
+        f"v2_build_us_per_record={per_record(v2_build_s)}"
     )
     return 0
 

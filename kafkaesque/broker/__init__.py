@@ -17,7 +17,10 @@ from ._decommission import DECOMMISSION_TIMEOUT_S
 from ._metadata import ClusterMetadata, ControllerSettings
 from ._metadata_view import BrokerInfo, TopicConfig
 from ._shutdown import DEFAULT_SHUTDOWN_TIMEOUT_S
-from .kafka import produced_batches  # pure: what a Kafka Produce costs (bench.kafka_codec)
+from .kafka import (  # pure: what a Kafka Produce and Fetch cost (bench.kafka_codec)
+    kafka_record_set,
+    produced_batches,
+)
 
 __all__ = [
     "DECOMMISSION_TIMEOUT_S",
@@ -34,5 +37,6 @@ __all__ = [
     "config_from_mapping",
     "load_config",
     "open_warning",
+    "kafka_record_set",
     "produced_batches",
 ]

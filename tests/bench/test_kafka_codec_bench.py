@@ -15,11 +15,16 @@ def test_the_quick_run_prints_every_field(capsys: pytest.CaptureFixture[str]) ->
     result = capsys.readouterr().out.splitlines()[-1]
     fields = dict(field.split("=") for field in result.removeprefix("RESULT ").split())
     assert sorted(fields) == [
+        "fetch_us_per_record",
         "kafka_us_per_batch",
         "kafka_us_per_record",
         "native_us_per_batch",
         "native_us_per_record",
         "records_per_batch",
+        "v1_build_us_per_record",
+        "v1_read_us_per_record",
+        "v2_build_us_per_record",
+        "v2_read_us_per_record",
     ]
     assert all(float(value) >= 0 for value in fields.values())
 
@@ -29,3 +34,4 @@ def test_the_measured_record_set_is_a_librdkafka_like_batch_of_100_byte_values()
     records = decode_records(batch.data)
     assert len(records) == batch.record_count > 2000
     assert {(r.key, len(r.value or b""), r.headers) for r in records} == {(None, 100, ())}
+    assert kafka_codec.read_kafka_records(kafka_codec.kafka_record_set()) == len(records)

@@ -2,7 +2,13 @@
 front shares."""
 
 from ._service import KafkaService
-from ._translate import ProducedBatch, produced_batches
+from ._translate import ProducedBatch, kafka_record_set, produced_batches
 from ._wiring import KafkaWiring
 
-__all__ = ["KafkaService", "KafkaWiring", "ProducedBatch", "produced_batches"]
+__all__ = [
+    "KafkaService",
+    "KafkaWiring",
+    "ProducedBatch",
+    "kafka_record_set",
+    "produced_batches",
+]
