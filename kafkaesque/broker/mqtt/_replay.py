@@ -12,7 +12,8 @@ share one fetch), decodes its records once, and indexes them by MQTT topic: a se
 subscriptions name exact topics (no wildcard), as a device's commands topic does, then visits
 only the records of those topics and the ones it owes (``candidates``), whatever the partition's
 traffic. The stretches are committed records, which never change; they are dropped once unused
-for ``_KEEP_S`` or when the cache holds more than ``_MAX_RECORDS`` records.
+for ``_KEEP_S`` (looked at when another is kept) or when the cache holds more than
+``_MAX_RECORDS`` records or ``_MAX_BYTES`` bytes of payloads.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from ._resume import Position
 
 _FETCH_BYTES: Final = 1 << 18
 _KEEP_S: Final = 5.0  # a stretch unused this long goes
-_MAX_RECORDS: Final = 200_000  # over all stretches; the least recently used go first
+# Over all stretches; past either, the least recently used go first.
+_MAX_RECORDS: Final = 200_000
+_MAX_BYTES: Final = 64 << 20
 
 
 class Replayed(NamedTuple):
@@ -58,9 +61,11 @@ class Stretch:
     offsets: list[int] = field(default_factory=list)  # of ``records``, ascending
     by_topic: dict[str, list[int]] = field(default_factory=dict)  # topic -> indexes, ascending
     used: float = 0.0  # trio time of the last use
+    size: int = 0  # the payloads' bytes
 
     def __post_init__(self) -> None:
         self.offsets = [r.offset for r in self.records]
+        self.size = sum(len(r.payload) for r in self.records)
         for i, record in enumerate(self.records):
             if record.topic is not None:
                 self.by_topic.setdefault(record.topic, []).append(i)
@@ -98,6 +103,7 @@ class ReplayCache:
         self._stretches: dict[Position, list[Stretch]] = {}  # by start, ascending
         self._loading: dict[Position, dict[int, trio.Event]] = {}  # reads in progress, by start
         self._records = 0
+        self._bytes = 0
 
     async def read(self, where: Position, offset: int) -> Stretch | None:
         """A stretch holding ``offset`` (``start <= offset < end``), read now if none is known;
@@ -160,15 +166,18 @@ class ReplayCache:
         stretches = self._stretches.setdefault(where, [])
         bisect.insort(stretches, stretch, key=lambda s: s.start)
         self._records += len(stretch.records)
+        self._bytes += stretch.size
         now = trio.current_time()
         every = [(s.used, w, s) for w, ss in self._stretches.items() for s in ss]
         every.sort(key=lambda t: t[0])
         for used, w, s in every:
-            if used > now - _KEEP_S and self._records <= _MAX_RECORDS:
+            full = self._records > _MAX_RECORDS or self._bytes > _MAX_BYTES
+            if used > now - _KEEP_S and not full:
                 break
             if s is stretch:
                 continue
             self._stretches[w].remove(s)
             self._records -= len(s.records)
+            self._bytes -= s.size
         for w in [w for w, ss in self._stretches.items() if not ss]:
             del self._stretches[w]
