@@ -19,6 +19,13 @@ again. A request the broker acknowledges, or retries on its own, is therefore in
 the broker's retries never duplicate a record (only a client's own resend of a record without a
 producer id can).
 
+A patient appender (``patience_s`` above 0: the MQTT wing's) retries a batch that failed as a
+failover makes writes fail (``NO_QUORUM``, ``NOT_LEADER``, ``TIMEOUT``: no leader with a quorum
+yet, or no answer in time) for ``patience_s`` more, the same bytes under the same producer id
+and sequence, as ``WritePath`` retries within one write timeout: a device then gets its
+acknowledgement late instead of losing its connection. The line protocol's appenders are not
+patient: a client hears ``NO_QUORUM`` or ``TIMEOUT`` after one write timeout, as documented.
+
 The leader remembers the last ``WINDOW`` batches of a producer, so at most that many batches are
 in flight at once (more wait sealed, in order; with up to 4096 records a batch that is no limit
 on throughput). Each batch is retried on its own by ``WritePath``: when an earlier one has not
@@ -80,6 +87,8 @@ _WORTH_PIPELINING_BYTES = 64 << 10
 _RECORD_OVERHEAD_BYTES = 64  # what a record adds to a batch beyond its key and value, about
 _REORDER_TRIES = 5
 _REORDER_PAUSE_S = 0.002
+# What a patient appender retries (see ``PartitionAppender``): a failover's errors.
+_FAILOVER_CODES = frozenset({ErrorCode.TIMEOUT, ErrorCode.NO_QUORUM, ErrorCode.NOT_LEADER})
 
 
 @dataclass(eq=False, slots=True)
@@ -132,8 +141,11 @@ class PartitionAppender:
     """The open batch of one partition and acks level; it seals and starts batches in order,
     from the context of whoever adds a record or finishes a batch (no task per write)."""
 
-    def __init__(self, log_id: str, partition: int, acks: Acks, writes: WritePath) -> None:
+    def __init__(
+        self, log_id: str, partition: int, acks: Acks, writes: WritePath, patience_s: float = 0.0
+    ) -> None:
         self._log_id = log_id
+        self._patience_s = patience_s
         self._partition = partition
         self._acks = acks
         self._writes = writes
@@ -318,6 +330,7 @@ class PartitionAppender:
     ) -> None:
         count = len(records)
         refusals = 0
+        patient_until = deadline + self._patience_s
         try:
             while True:
                 try:
@@ -326,6 +339,15 @@ class PartitionAppender:
                     )
                     return
                 except RequestError as exc:
+                    now = trio.current_time()
+                    if self._patience_s and exc.code in _FAILOVER_CODES and now < patient_until:
+                        # No leader with a quorum yet, or the outcome unknown: the same batch
+                        # again, under the same producer id and sequence, which the leader (old
+                        # or new) answers with the first copy's offsets if it has it.
+                        log.info("%s: %d records: %s; retrying", self._log_id, count, exc)
+                        deadline = min(now + self._writes.timeout, patient_until)
+                        attempt = None
+                        continue
                     refusals += 1
                     if exc.code is not ErrorCode.OUT_OF_ORDER_SEQUENCE or refusals > _REORDER_TRIES:
                         raise
@@ -382,25 +404,29 @@ class Appenders:
     def __init__(self, writes: WritePath, nursery: Callable[[], trio.Nursery | None]) -> None:
         self._writes = writes
         self._nursery = nursery
-        self._appenders: dict[tuple[str, int, Acks], PartitionAppender] = {}
+        self._appenders: dict[tuple[str, int, Acks, float], PartitionAppender] = {}
 
-    def get(self, topic: str, partition: int, acks: Acks) -> PartitionAppender:
-        """The partition's appender for ``acks``, made (and its task started) on first use.
-        Raises ``RequestError`` ``BUSY`` when the broker is not running (shutting down)."""
-        key = (topic, partition, acks)
+    def get(
+        self, topic: str, partition: int, acks: Acks, patience_s: float = 0.0
+    ) -> PartitionAppender:
+        """The partition's appender for ``acks`` and ``patience_s`` (see ``PartitionAppender``),
+        made (and its task started) on first use. Raises ``RequestError`` ``BUSY`` when the
+        broker is not running (shutting down)."""
+        key = (topic, partition, acks, patience_s)
         appender = self._appenders.get(key)
         if appender is None:
             nursery = self._nursery()
             if nursery is None:
                 raise RequestError(ErrorCode.BUSY, "the broker is shutting down")
-            appender = PartitionAppender(log_id_of(topic, partition), partition, acks, self._writes)
+            appender = PartitionAppender(
+                log_id_of(topic, partition), partition, acks, self._writes, patience_s
+            )
             self._appenders[key] = appender
             nursery.start_soon(appender.run, nursery)
         return appender
 
     def topic_deleted(self, topic: str, partition: int) -> None:
         """The partition's topic was deleted: its appenders go, failing the writes queued."""
-        for acks in Acks:
-            appender = self._appenders.pop((topic, partition, acks), None)
-            if appender is not None:
-                appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))
+        for key in [k for k in self._appenders if k[:2] == (topic, partition)]:
+            appender = self._appenders.pop(key)
+            appender.fail_all(RequestError(ErrorCode.UNKNOWN_TOPIC, "the topic was deleted"))

@@ -173,6 +173,7 @@ class MqttDevice:
         "queued_bytes",
         "restored",
         "room",
+        "saved_subscriptions",
         "scope",
         "service",
         "session_epoch",
@@ -220,6 +221,8 @@ class MqttDevice:
         # Per partition of a resumed session, from where its deliveries go in offset order.
         self.in_order_from: dict[Position, int] = {}
         self.dirty = False  # acknowledgements since the session was last saved
+        # The subscriptions of the session's last record known committed (None: unknown).
+        self.saved_subscriptions: frozenset[MqttSubscription] | None = None
         self.owner_lost = False  # another broker took the session over
         self.known_epoch = 0  # the session epoch this connection owns or has superseded
         self.frozen: StoredSession | None = None  # the session's state when the connection ended

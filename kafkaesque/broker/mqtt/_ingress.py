@@ -55,6 +55,9 @@ log = logging.getLogger("kafkaesque.broker.mqtt")
 _QOS_HEADERS: Final = {q: (MQTT_QOS_HEADER, str(q).encode()) for q in (0, 1, 2)}
 _ROUTE_CACHE: Final = 65536
 _BROKERS_WAIT_S: Final = 15.0
+WRITE_PATIENCE_S: Final = 20.0
+"""How long past its write timeout an MQTT write is retried through a failover (``appender``):
+several elections' worth, even on a loaded machine."""
 # What the console's device view remembers of where each device's PUBLISHes went: so many
 # client ids (the oldest forgotten first), so many MQTT topics each.
 PUBLISHED_CLIENTS: Final = 10_000
@@ -271,9 +274,15 @@ class Ingress:
         return {topic: PublishedTo(*to) for topic, to in sent.items()}
 
     def appender(self, topic: str, partition: int) -> PartitionAppender:
-        """The partition's appender, shared with the line protocol's quorum-acked publishes:
-        one open batch per partition on this broker, whoever the records come from."""
-        return self._wiring.appender(topic, partition, Acks.QUORUM)
+        """The partition's appender for MQTT: one open batch per partition on this broker,
+        whoever of its devices the records come from. It is patient: a batch that fails as a
+        failover makes writes fail (no leader with a quorum yet, or no answer in time while an
+        election runs or the new leader is swamped by a reconnect storm) is sent again, under
+        its producer id, for ``WRITE_PATIENCE_S`` past the write timeout before it fails.
+        A failed write closes the device's connection (it resends what was not acknowledged),
+        so a device must not pay for a failover with its connection: its PUBACK comes later,
+        as MQTT allows, and the storm of reconnections is not fed by the brokers themselves."""
+        return self._wiring.appender(topic, partition, Acks.QUORUM, WRITE_PATIENCE_S)
 
     async def ensure_route(self, topic: str, payload: bytes) -> TopicInfo:
         """The log topic of a PUBLISH of ``payload`` to MQTT topic ``topic`` (and the retained

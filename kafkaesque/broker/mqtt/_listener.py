@@ -385,7 +385,7 @@ class MqttService:
     ) -> None:
         """Add subscriptions: live, and stored (persistent sessions), before the SUBACK."""
         await self.egress.subscribe(device, subscriptions)
-        await self._sessions.save_session(device)
+        await self._sessions.save_subscriptions(device)
 
     def send_retained(
         self, device: MqttDevice, subscriptions: tuple[MqttSubscription, ...]

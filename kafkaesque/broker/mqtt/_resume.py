@@ -87,6 +87,11 @@ class CatchUp:
             return resend
         return Owed(offset) if offset in self._unsent else None
 
+    def owed_offsets(self) -> list[int]:
+        """The offsets at or past ``cursor`` that ``decide`` may answer with an ``Owed`` below
+        ``next`` (in flight, or never sent): whatever the subscriptions match now."""
+        return [o for o in (*self._unsent, *self._resend) if o >= self.cursor]
+
     def caught_up(self, live: int) -> bool:
         """Whether the live reader, at ``live``, takes over: it stands where the catch-up
         does, and every record from there on is to be delivered (nothing to skip)."""

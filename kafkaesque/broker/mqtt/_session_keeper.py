@@ -26,9 +26,7 @@ from kafkaesque.protocol.mqtt import (
     log_topics_for,
     message_headers,
     mqtt_topic_matches,
-    origin_of,
 )
-from kafkaesque.storage import data_records, end_offset
 
 from .._appender import Flight
 from .._errors import RequestError
@@ -36,6 +34,7 @@ from ._deadlines import Deadlines
 from ._device import MqttDevice, now_ms
 from ._egress import Egress, deliver_to
 from ._ingress import Ingress
+from ._replay import ReplayCache
 from ._resume import CatchUp, Owed, Place, Position, Progress, session_progress
 from ._sessions import (
     HANDOVER_S,
@@ -77,6 +76,7 @@ class SessionKeeper:
         self._deadlines = deadlines
         self._stats = stats
         self.store = SessionStore(wiring.reads, ingress.ensure_topic, self._session_changed)
+        self._replay = ReplayCache(wiring.reads, ingress.mapping)
         self.devices: dict[str, MqttDevice] = {}  # connected sessions, by client id
         # The last state of sessions whose connection here ended, until the table has it (or a
         # newer epoch): what a takeover through another broker is handed (``_hand_over``).
@@ -138,18 +138,25 @@ class SessionKeeper:
         if present and stored is not None and stored.ended_ms is None:
             # Its last connection is not known to have ended: its broker may hold a newer state
             # of it than the table's (see ``_sessions``, handing a session over).
-            handed = await self._take_over(client_id, stored, epoch, device.conn.session_expiry_s)
-            if handed is None:  # another connection took the session meanwhile
+            taken = await self._take_over(client_id, stored, epoch, device.conn.session_expiry_s)
+            if taken is None:  # another connection took the session meanwhile
                 device.owner_lost = True
                 device.perform_nowait(device.conn.take_over())
                 return False
-            stored = handed
+            stored, owned = taken
             present = not stored.deleted
+        else:
+            owned = False
         if present:
             device.restored = stored
         if accepted.persistent:
             device.session_epoch = device.known_epoch = epoch
-            await self.save_session(device)  # this broker owns it now
+            if owned and present and stored is not None:
+                # The table's record is this connection's own already (the handover, or a
+                # takeover of a session whose owner is gone): writing it again changes nothing.
+                device.saved_subscriptions = frozenset(stored.subscriptions)
+            else:
+                await self.save_session(device)  # this broker owns it now
         elif stored is not None and not stored.deleted:
             device.known_epoch = epoch
             # The stored session ends with this connection (before the CONNACK, so that a
@@ -161,10 +168,16 @@ class SessionKeeper:
 
     async def _take_over(
         self, client_id: str, stored: StoredSession, epoch: int, expiry_s: int | None
-    ) -> StoredSession | None:
+    ) -> tuple[StoredSession, bool] | None:
         """Take over the session ``stored`` at ``epoch``, owned by a connection that is not known
         to have ended: its state once its previous owner handed it over (or ``HANDOVER_S``
-        later, the newest the table has), or None if another connection took it meanwhile."""
+        later, the newest the table has), or None if another connection took it meanwhile;
+        with whether the table holds it as this broker's own, awaiting nothing (the caller
+        need not write it again).
+
+        A previous owner that is not connected to this broker (killed, say) cannot answer:
+        the takeover record then awaits nothing, and is at once the session as this broker
+        owns it, from the table's last state (at least once), in one write."""
         me = self._config.id
         takeover = replace(
             stored,
@@ -172,7 +185,7 @@ class SessionKeeper:
             epoch=epoch,
             expiry_s=expiry_s,
             ended_ms=None,
-            awaiting_owner=stored.owner,
+            awaiting_owner=stored.owner if self._answers(stored.owner) else None,
             handed_by=None,
         )
         await self._ingress.ensure_topic(SESSIONS_TOPIC)
@@ -181,14 +194,16 @@ class SessionKeeper:
         await flight.done.wait()
         if flight.error is not None:
             log.info("mqtt %s: taking the session over failed: %s", client_id, flight.error)
-            return stored  # resumed from what the table has: at least once
+            return stored, False  # resumed from what the table has: at least once
         tail = self.store.tail
-        # A previous owner that is not reachable cannot answer: the table's state it is.
-        answers = stored.owner == me or stored.owner in self._wiring.connected_peers()
         with trio.move_on_after(HANDOVER_S):
             await tail.reach(flight.base + index + 1)
+            # A previous owner that is not reachable cannot answer: the table's state it is.
+            # Asked again at each read of the table: in a reconnect storm the devices of a
+            # killed broker arrive before this one's transport noticed it is gone, and each
+            # would otherwise wait the whole ``HANDOVER_S`` for it.
             while (
-                answers
+                self._answers(stored.owner)
                 and (now := self.store.sessions.get(client_id)) is not None
                 and now.epoch == epoch
                 and now.owner == me
@@ -196,13 +211,17 @@ class SessionKeeper:
             ):
                 await tail.moved()
         if tail.offset <= flight.base + index:
-            return takeover  # not read back in time: the state read at the CONNECT
+            return takeover, False  # not read back in time: the state read at the CONNECT
         now = self.store.sessions.get(client_id)
         if now is None or now.epoch != epoch or now.owner != me:
             return None
         if now.awaiting_owner is not None:
             log.info("mqtt %s: no handover from broker %d in time", client_id, stored.owner)
-        return now
+        return now, now.awaiting_owner is None
+
+    def _answers(self, broker: int) -> bool:
+        """Whether ``broker`` may hand a session over: it is this one, or connected to it."""
+        return broker == self._config.id or broker in self._wiring.connected_peers()
 
     async def restore(self, device: MqttDevice) -> None:
         """After the CONNACK: the restored session's deliveries in flight (MQTT-4.4.0-1: the
@@ -326,6 +345,16 @@ class SessionKeeper:
         flight = await self._append_session(device.client_id, session)
         if wait:
             await flight.done.wait()
+            if flight.error is None:
+                device.saved_subscriptions = frozenset(session.subscriptions)
+
+    async def save_subscriptions(self, device: MqttDevice) -> None:
+        """Store a persistent session's subscriptions (before its SUBACK), unless its last
+        record known committed holds them already: a device resuming its session subscribes
+        again to what it had, and in a reconnect storm that write, awaited before each SUBACK,
+        is one of the few per CONNECT that the sessions table's one partition takes."""
+        if device.saved_subscriptions != frozenset(device.subscriptions.values()):
+            await self.save_session(device)
 
     def _session_state(self, device: MqttDevice) -> StoredSession:
         assert device.session_epoch is not None
@@ -412,27 +441,38 @@ class SessionKeeper:
                 return  # the next connection resumes from what is left
 
     async def _catch_up(self, device: MqttDevice, where: Position, catch: CatchUp) -> None:
-        """One read of the partition from ``catch.cursor``, decided record by record up to the
-        live reader's position (read after the fetch: it only grows)."""
+        """One stretch of the partition from ``catch.cursor`` (``_replay``: read and decoded
+        once for every session of this broker), decided record by record up to the live
+        reader's position: only the records the session may want (of the exact topics it
+        subscribes to, or every one with a wildcard, and the ones it owes)."""
         try:
-            fetched, start = await self._wiring.reads.follow(*where, catch.cursor, 1 << 18, 0)
+            stretch = await self._replay.read(where, catch.cursor)
         except RequestError as exc:
             log.debug("mqtt %s: catching up on %s: %s", device.client_id, where, exc)
             await trio.sleep(0.2)
             return
-        self._given_up(device, where, catch.advance(start))  # below the log's start: gone
-        if not fetched.data:  # the replica read is behind: a moment
+        if stretch is None:  # the replica read is behind: a moment
             await trio.sleep(0.05)
             return
+        self._given_up(device, where, catch.advance(stretch.log_start))  # below the log's start
         subscriptions = [
             s
             for s in device.subscriptions.values()
             if s.qos > 0 and not s.topic_filter.startswith("$share/")
         ]
-        for record in data_records(fetched.data, catch.cursor, verify=False):
-            live = self._egress.positions.get(where, catch.cursor)
-            if record.offset >= live:
-                return
+        topics: set[str] | None = set()
+        for s in subscriptions:
+            if "+" in s.topic_filter or "#" in s.topic_filter:
+                topics = None  # a wildcard: every record may match
+                break
+            assert topics is not None
+            topics.add(s.topic_filter)
+        # Not past the live reader, which delivers from there on (its position only grows).
+        upper = min(stretch.end, self._egress.positions.get(where, catch.cursor))
+        low = catch.cursor
+        for record in stretch.candidates(low, upper, topics, catch.owed_offsets()):
+            if record.offset < catch.cursor:
+                continue
             while not device.has_room():
                 if device.conn.closed:
                     return
@@ -442,25 +482,24 @@ class SessionKeeper:
             if decided is None:
                 continue
             place = (*where, record.offset)
-            topic = self._mapping.mqtt_topic_for(where[0], record.key, record.headers)
+            topic = record.topic
             if topic is None:
                 self._given_up(device, where, [decided])
                 continue
-            origin = origin_of(record.headers)
+            origin = record.origin
             matching = [
                 s
                 for s in subscriptions
                 if mqtt_topic_matches(s.topic_filter, topic)
                 and origin.wanted_by(s, device.client_id_bytes)
             ]
-            payload = record.value or b""
             if decided.packet_id:  # in flight: the same PUBLISH again, whatever matches now
                 expires = origin.expires_ms(record.timestamp)
                 identifiers = tuple(s.identifier for s in matching if s.identifier)
                 retain = origin.retained and any(s.retain_as_published for s in matching)
                 device.deliver(
                     topic,
-                    payload,
+                    record.payload,
                     decided.qos,
                     retain,
                     place,
@@ -470,10 +509,9 @@ class SessionKeeper:
                     decided.packet_id,
                 )
             elif matching:
-                deliver_to(device, topic, payload, origin, matching, place, record.timestamp)
-        last = end_offset(fetched.data)  # past control batches too, but not past the live one
-        if last is not None:
-            catch.advance(min(last, self._egress.positions.get(where, catch.cursor)))
+                deliver_to(device, topic, record.payload, origin, matching, place, record.timestamp)
+        if upper > low:
+            catch.advance(upper)  # past control batches too
 
     def _given_up(self, device: MqttDevice, where: Position, lost: list[Owed]) -> None:
         """Deliveries of a resumed session whose records are gone from the log (retention) or

@@ -41,7 +41,11 @@ in two steps:
 
 B resumes delivery once the handover is done, or after ``HANDOVER_S`` (A is down, say: then from
 the last state in the table, at least once), and then writes the session as its own (nothing
-awaited). Every broker applies the same records in the same order, so every table agrees.
+awaited) unless the handover record already is that. When A is not connected to B (killed, as
+in a reconnect storm, where hundreds of its devices arrive at once), nobody would answer: B's
+takeover record then awaits nothing and is at once its own, one write for the whole takeover,
+and a B that was waiting for A stops waiting as soon as it sees A gone. Every broker applies the
+same records in the same order, so every table agrees.
 """
 
 from __future__ import annotations

@@ -29,7 +29,8 @@ class MqttWiring:
     partitions and replication of the topics MQTT creates). ``metadata``: the cluster's topics
     and brokers, and the creation of a topic. ``reads``: every read of the log (``follow``,
     ``fetch``). ``writes``: the leaders' lookups of QoS 1 resends (``find_resend``) and the write
-    timeout. ``appender``: the shared appender of a partition. ``register_stats`` exposes the
+    timeout. ``appender``: the appender of a partition (for an acks level and a patience, see
+    ``PartitionAppender``). ``register_stats`` exposes the
     wing's counters, read at scrape time; ``authorization_failed`` counts an action the MQTT
     ACL refused. ``draining``: the broker's graceful shutdown of client connections.
     ``ready``: whether the broker knows its cluster (``Broker.ready``). ``tell_peers`` sends a
@@ -42,7 +43,7 @@ class MqttWiring:
     metadata: ClusterMetadata
     reads: ReadPath
     writes: WritePath
-    appender: Callable[[str, int, Acks], PartitionAppender]
+    appender: Callable[[str, int, Acks, float], PartitionAppender]
     register_stats: Callable[[Callable[[], Mapping[str, int]]], None]
     authorization_failed: Callable[[str], None]
     draining: Draining
