@@ -26,6 +26,7 @@ from ._bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge, subscri
 from ._client import MqttClient, Ticket, open_mqtt_client
 from ._records import (
     LogRecord,
+    RecordRouter,
     Refused,
     default_filters,
     shared_filter,
@@ -46,6 +47,7 @@ __all__ = [
     "MqttBridge",
     "MqttClient",
     "MqttClientOptions",
+    "RecordRouter",
     "Refused",
     "Ticket",
     "avro_converter",

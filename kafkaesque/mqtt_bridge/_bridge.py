@@ -76,10 +76,10 @@ from kafkaesque.protocol.mqtt import (
 from ._client import MqttClient, open_mqtt_client
 from ._records import (
     LogRecord,
+    RecordRouter,
     Refused,
     default_filters,
     shared_filter,
-    to_log_record,
 )
 
 log = logging.getLogger("kafkaesque.mqtt_bridge")
@@ -274,6 +274,7 @@ class MqttBridge:
         acks: trio.MemorySendChannel[tuple[Publish, AsyncRecordFuture | None]],
     ) -> None:
         config = self.config
+        router = RecordRouter(config.mapping, config.converter, config.dead_letter_topic)
         messages = mqtt.messages
         while not self._stopping.is_set():
             # A message already waiting is taken without a checkpoint: one trio reschedule per
@@ -290,9 +291,7 @@ class MqttBridge:
             except trio.EndOfChannel:
                 break
             self.stats.received += 1
-            outcome = to_log_record(
-                publish, config.mapping, config.converter, config.dead_letter_topic
-            )
+            outcome = router.route(publish)
             record: LogRecord | None
             if isinstance(outcome, Refused):
                 log.warning("refused a message on %r: %s", publish.topic, outcome.reason)
@@ -351,8 +350,11 @@ class MqttBridge:
                 try:
                     if future.done():
                         # Settled already (most are, a batch at a time): its outcome is read
-                        # without the wait's cancel scope and checkpoint.
-                        future.handle.result()
+                        # without the wait's cancel scope and checkpoint (nor the metadata
+                        # result() would build).
+                        error = future.handle.exception()
+                        if error is not None:
+                            raise error
                     else:
                         await self._ack(mqtt, ready)
                         await future.get()
