@@ -93,6 +93,14 @@ moves at most a batch per partition per commit: 64 KiB (about 250 readings) capp
 thousand msg/s; 1 MiB moved 1.5 to 2x more in bench.bridge's drain (window 10,000)."""
 
 
+INGEST_RUN = 256
+"""Messages ingest takes in a row without a checkpoint. Taking what waits without one saves a
+trio reschedule a message, but a run as long as the window (10,000 once the acker frees its
+queue at once) kept the producer's sender, the reader and the acker from running for a second
+or more on a loaded machine: full batches waited to be sent, answers to be read (bench.bridge,
+a probe of the queues: 1.5 to 2 s without any batch answered)."""
+
+
 class BridgeError(Exception):
     """The bridge cannot run as configured (a subscription refused, a topic that cannot be
     created): retrying would not help."""
@@ -276,14 +284,21 @@ class MqttBridge:
         config = self.config
         router = RecordRouter(config.mapping, config.converter, config.dead_letter_topic)
         messages = mqtt.messages
+        in_a_row = 0
         while not self._stopping.is_set():
             # A message already waiting is taken without a checkpoint: one trio reschedule per
             # message was a large share of the bridge's CPU (bench.bridge, py-spy). The loop
-            # still waits (and yields) whenever the inbox is empty or the ack queue full; as
-            # it may not reach a checkpoint for a while, it looks at stop() itself.
+            # still waits (and yields) whenever the inbox is empty or the ack queue full, and
+            # every INGEST_RUN messages; as it may not reach a checkpoint for a while, it
+            # looks at stop() itself.
+            if in_a_row == INGEST_RUN:
+                in_a_row = 0
+                await trio.lowlevel.checkpoint()
+            in_a_row += 1
             try:
                 publish = messages.receive_nowait()
             except trio.WouldBlock:
+                in_a_row = 1  # the wait below yields: this message starts a run
                 try:
                     publish = await messages.receive()
                 except trio.EndOfChannel:
