@@ -270,8 +270,8 @@ def _size(key: bytes | None, value: bytes | None, headers: Headers) -> int:
         size += len(key)
     if value is not None:
         size += len(value)
-    if headers:
-        size += sum(len(name) + len(value) + 2 for name, value in headers)
+    for name, data in headers:  # a loop, not sum(generator): once per record sent
+        size += len(name) + len(data) + 2
     return size
 
 

@@ -22,10 +22,18 @@ from kafkaesque.protocol.mqtt import (
     raw_converter,
 )
 
-from ._bridge import BridgeConfig, BridgeError, BridgeStats, MqttBridge, subscriptions_for
+from ._bridge import (
+    INGEST_RUN,
+    BridgeConfig,
+    BridgeError,
+    BridgeStats,
+    MqttBridge,
+    subscriptions_for,
+)
 from ._client import MqttClient, Ticket, open_mqtt_client
 from ._records import (
     LogRecord,
+    RecordRouter,
     Refused,
     default_filters,
     shared_filter,
@@ -35,6 +43,7 @@ from ._records import (
 __all__ = [
     "CONVERTER_NAMES",
     "DEFAULT_SESSION_EXPIRY_S",
+    "INGEST_RUN",
     "ERROR_HEADER",
     "TARGET_TOPIC_HEADER",
     "BridgeConfig",
@@ -46,6 +55,7 @@ __all__ = [
     "MqttBridge",
     "MqttClient",
     "MqttClientOptions",
+    "RecordRouter",
     "Refused",
     "Ticket",
     "avro_converter",

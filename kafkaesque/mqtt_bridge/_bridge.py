@@ -76,10 +76,10 @@ from kafkaesque.protocol.mqtt import (
 from ._client import MqttClient, open_mqtt_client
 from ._records import (
     LogRecord,
+    RecordRouter,
     Refused,
     default_filters,
     shared_filter,
-    to_log_record,
 )
 
 log = logging.getLogger("kafkaesque.mqtt_bridge")
@@ -91,6 +91,14 @@ BATCH_SIZE = 1 << 20
 commit and a partition has one batch in flight at a time, so with a large window one bridge
 moves at most a batch per partition per commit: 64 KiB (about 250 readings) capped it at a few
 thousand msg/s; 1 MiB moved 1.5 to 2x more in bench.bridge's drain (window 10,000)."""
+
+
+INGEST_RUN = 256
+"""Messages ingest takes in a row without a checkpoint. Taking what waits without one saves a
+trio reschedule a message, but a run as long as the window (10,000 once the acker frees its
+queue at once) kept the producer's sender, the reader and the acker from running for a second
+or more on a loaded machine: full batches waited to be sent, answers to be read (bench.bridge,
+a probe of the queues: 1.5 to 2 s without any batch answered)."""
 
 
 class BridgeError(Exception):
@@ -274,15 +282,23 @@ class MqttBridge:
         acks: trio.MemorySendChannel[tuple[Publish, AsyncRecordFuture | None]],
     ) -> None:
         config = self.config
+        router = RecordRouter(config.mapping, config.converter, config.dead_letter_topic)
         messages = mqtt.messages
+        in_a_row = 0
         while not self._stopping.is_set():
             # A message already waiting is taken without a checkpoint: one trio reschedule per
             # message was a large share of the bridge's CPU (bench.bridge, py-spy). The loop
-            # still waits (and yields) whenever the inbox is empty or the ack queue full; as
-            # it may not reach a checkpoint for a while, it looks at stop() itself.
+            # still waits (and yields) whenever the inbox is empty or the ack queue full, and
+            # every INGEST_RUN messages; as it may not reach a checkpoint for a while, it
+            # looks at stop() itself.
+            if in_a_row == INGEST_RUN:
+                in_a_row = 0
+                await trio.lowlevel.checkpoint()
+            in_a_row += 1
             try:
                 publish = messages.receive_nowait()
             except trio.WouldBlock:
+                in_a_row = 1  # the wait below yields: this message starts a run
                 try:
                     publish = await messages.receive()
                 except trio.EndOfChannel:
@@ -290,9 +306,7 @@ class MqttBridge:
             except trio.EndOfChannel:
                 break
             self.stats.received += 1
-            outcome = to_log_record(
-                publish, config.mapping, config.converter, config.dead_letter_topic
-            )
+            outcome = router.route(publish)
             record: LogRecord | None
             if isinstance(outcome, Refused):
                 log.warning("refused a message on %r: %s", publish.topic, outcome.reason)
@@ -351,8 +365,11 @@ class MqttBridge:
                 try:
                     if future.done():
                         # Settled already (most are, a batch at a time): its outcome is read
-                        # without the wait's cancel scope and checkpoint.
-                        future.handle.result()
+                        # without the wait's cancel scope and checkpoint (nor the metadata
+                        # result() would build).
+                        error = future.handle.exception()
+                        if error is not None:
+                            raise error
                     else:
                         await self._ack(mqtt, ready)
                         await future.get()

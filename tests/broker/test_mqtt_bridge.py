@@ -19,6 +19,7 @@ import trio.testing
 from kafkaesque.client import AsyncClient, ProducerConfig, open_producer
 from kafkaesque.local_cluster import LocalCluster
 from kafkaesque.mqtt_bridge import (
+    INGEST_RUN,
     BridgeConfig,
     BridgeError,
     MqttBridge,
@@ -392,6 +393,45 @@ async def test_a_message_the_log_refuses_for_good_is_dropped_and_does_not_block(
         records = await read_topic(broker_cluster.bootstrap, "readings_too_large", 1)
     assert [r.value for r in records] == [b"small"]
     assert (bridge.stats.dropped, bridge.stats.acked) == (1, 2)
+
+
+async def test_a_backlog_is_taken_a_bounded_run_at_a_time(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    # A backlog queued for the session while the bridge was away arrives in a few large reads;
+    # ingest must let the producer's sender, the reader and the acker run every INGEST_RUN
+    # messages, not take a whole window (1,000 here) first. A task beside it sees the runs as
+    # the step of ``received`` between two of its turns: at most two runs (trio runs each task
+    # once a batch, in any order).
+    total = 3000
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-backlog"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_backlog"),
+    )
+    async with running_bridge(config):
+        pass  # the session exists, subscribed: mosquitto queues for it from now on
+    await publish(mosquitto, "phones/p1/spectrum", *[b"m%d" % n for n in range(total)])
+    bridge = MqttBridge(config)
+    steps: list[int] = []
+
+    async def watch() -> None:
+        seen = 0
+        with trio.move_on_after(60):
+            while bridge.stats.acked < total:
+                await trio.lowlevel.checkpoint()
+                steps.append(bridge.stats.received - seen)
+                seen = bridge.stats.received
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(watch)
+        await nursery.start(bridge.run)
+        with trio.fail_after(60):
+            while bridge.stats.acked < total:
+                await trio.sleep(0.05)
+        bridge.stop()
+    assert bridge.stats.received == total
+    assert 0 < max(steps) <= 2 * INGEST_RUN
 
 
 async def test_egress_resumes_from_the_committed_position_after_a_restart(

@@ -108,6 +108,14 @@ def test_pubacks_leave_only_when_told_and_in_arrival_order() -> None:
     assert core.ack(10) == b""  # twice: nothing more
 
 
+@pytest.mark.parametrize("version", [MqttVersion.V311, V5])
+@pytest.mark.parametrize("packet_id", [1, 255, 256, 65535])
+def test_a_puback_is_the_encoders_puback(version: MqttVersion, packet_id: int) -> None:
+    core, server = connected(version)
+    core.receive_data(server.send(Publish("t", b"x", qos=1, packet_id=packet_id)))
+    assert core.ack(packet_id) == encode_mqtt(Puback(packet_id), version)
+
+
 def test_qos0_messages_need_no_ack() -> None:
     core, server = connected()
     (event,) = core.receive_data(server.send(Publish("t", b"x")))

@@ -75,6 +75,18 @@ def test_a_full_batch_goes_without_waiting() -> None:
     assert p.ready(now_ms=0) == []  # the next batch lingers (and partition 0 is busy)
 
 
+def test_headers_count_towards_the_batch_size() -> None:
+    # each record: 10 + 16 bytes, and its one header 4 + 4 + 2 more: three records, 108 bytes
+    p = core(batch_size=108)
+    headered = Record(b"v" * 10, None, headers=(("name", b"data"),), timestamp=1000)
+    for _ in range(2):
+        p.append("t", headered, partition=0, now_ms=0)
+    assert p.ready(now_ms=0) == []  # 72 bytes: not full yet
+    p.append("t", headered, partition=0, now_ms=0)
+    (send,) = p.ready(now_ms=0)
+    assert decode_header(send.command.batch).record_count == 3
+
+
 def test_keys_pick_partitions_by_the_shared_hash_stably() -> None:
     p = core()
     keys = [b"k%d" % i for i in range(50)]
