@@ -36,6 +36,7 @@ import trio
 
 from kafkaesque.fd_stream import peer_host
 from kafkaesque.protocol import (
+    PEER_VIEW_OFFSETS,
     Answer,
     AppendRequest,
     Bounds,
@@ -335,6 +336,10 @@ class Broker:
                 ends=self.reads.high_watermarks,
                 heard_by=lambda peer: self.views.heard_by(peer, trio.current_time()),
                 election=self.views.election,
+                group_offsets=lambda: [
+                    *self.groups.committed_offsets(),
+                    *self.views.group_offsets(trio.current_time()),
+                ],
             ),
             self.timeline,
             mqtt=None if self.mqtt is None else self.mqtt.describe,
@@ -661,7 +666,8 @@ class Broker:
             note = self.views.election(log_id)
             if note is not None and note.leader == self.config.id:
                 mine[log_id] = (note.term, note.cause, note.at_ms)
-        return PeerView(heard, mine)
+        offsets = tuple(self.groups.committed_offsets()[:PEER_VIEW_OFFSETS])
+        return PeerView(heard, mine, offsets)
 
     def _leaders_settled(self) -> bool:
         """Whether the start-up's lookout for leaders is over: every hosted group has a known
@@ -748,8 +754,8 @@ class Broker:
                 self.forwarder.answered(req, answer)
             case LeaderClaims(claims):
                 self.leaders.report(peer, claims)
-            case PeerView(heard, elections):
-                self.views.report(peer, heard, dict(elections), trio.current_time())
+            case PeerView(heard, elections, offsets):
+                self.views.report(peer, heard, dict(elections), trio.current_time(), offsets)
             case Shares(shares):
                 if self.mqtt is not None:
                     self.mqtt.egress.peer_shares(peer, shares)

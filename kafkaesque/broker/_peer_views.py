@@ -41,6 +41,8 @@ class PeerViews:
     def __init__(self, stale_s: float = STALE_S) -> None:
         self._stale_s = stale_s
         self._heard: dict[int, tuple[frozenset[int], float]] = {}  # peer -> (heard, when)
+        # peer -> (its groups' committed offsets, when)
+        self._offsets: dict[int, tuple[tuple[tuple[str, str, int, int], ...], float]] = {}
         self._elections: dict[str, ElectionNote] = {}  # log id -> the newest known
 
     def report(
@@ -49,9 +51,12 @@ class PeerViews:
         heard: tuple[int, ...],
         elections: dict[str, tuple[int, str, int]],
         now: float,
+        offsets: tuple[tuple[str, str, int, int], ...] = (),
     ) -> None:
-        """``peer`` hears ``heard`` now and won ``elections`` (``log_id -> (term, cause, ms)``)."""
+        """``peer`` hears ``heard`` now, won ``elections`` (``log_id -> (term, cause, ms)``) and
+        coordinates groups with these committed ``offsets`` (group, topic, partition, offset)."""
         self._heard[peer] = (frozenset(heard), now)
+        self._offsets[peer] = (offsets, now)
         for log_id, (term, cause, at_ms) in elections.items():
             self.note(log_id, ElectionNote(peer, term, cause, at_ms))
 
@@ -64,6 +69,7 @@ class PeerViews:
     def forget(self, peer: int) -> None:
         """``peer``'s connection closed: what it heard is unknown from now on."""
         self._heard.pop(peer, None)
+        self._offsets.pop(peer, None)
 
     def heard_by(self, peer: int, now: float) -> frozenset[int] | None:
         """The peers ``peer`` hears, as it last said, or None: no recent view of it."""
@@ -71,6 +77,16 @@ class PeerViews:
         if seen is None or now - seen[1] > self._stale_s:
             return None
         return seen[0]
+
+    def group_offsets(self, now: float) -> list[tuple[str, str, int, int]]:
+        """The committed offsets of the groups the peers coordinate, as their recent views said
+        (a peer whose view is stale or whose connection closed adds none)."""
+        return [
+            offset
+            for offsets, when in self._offsets.values()
+            if now - when <= self._stale_s
+            for offset in offsets
+        ]
 
     def election(self, log_id: str) -> ElectionNote | None:
         """The newest known election of ``log_id`` (None: none seen since this broker started)."""

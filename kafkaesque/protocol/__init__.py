@@ -112,6 +112,7 @@ from ._peer_codec import is_peer_item as is_peer_item
 from ._peer_codec import peer_from_wire as peer_from_wire
 from ._peer_codec import peer_to_wire as peer_to_wire
 from ._peer_messages import PEER_TAG_MIN as PEER_TAG_MIN
+from ._peer_messages import PEER_VIEW_OFFSETS as PEER_VIEW_OFFSETS
 from ._peer_messages import Absent as Absent
 from ._peer_messages import Answer as Answer
 from ._peer_messages import Appended as Appended

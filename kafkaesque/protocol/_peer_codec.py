@@ -420,6 +420,13 @@ def _elections(x: object) -> dict[str, tuple[int, str, int]]:
     return out
 
 
+def _group_offset(x: object) -> tuple[str, str, int, int]:
+    v = _list(x, "committed offset")
+    if len(v) != 4:
+        raise MalformedPeerMessage(f"a committed offset needs 4 fields, got {len(v)}")
+    return _str(v[0]), _str(v[1]), _natural(v[2]), _natural(v[3])
+
+
 def _share(x: object) -> tuple[str, str]:
     if not isinstance(x, list | tuple) or len(x) != 2:
         raise MalformedPeerMessage(f"expected a share name and filter, got {x!r:.60}")
@@ -442,7 +449,7 @@ def to_wire(msg: PeerMessage) -> list[object]:
         return [SHARES_TAG, [list(s) for s in msg.shares]]
     if type(msg) is PeerView:
         elections = {g: list(e) for g, e in msg.elections.items()}
-        return [PEER_VIEW_TAG, list(msg.heard), elections]
+        return [PEER_VIEW_TAG, list(msg.heard), elections, [list(o) for o in msg.offsets]]
     raise TypeError(f"not a peer message: {msg!r}")
 
 
@@ -486,9 +493,10 @@ def from_wire(obj: object) -> PeerMessage:
         _arity(obj, 1, "Shares")
         return Shares(tuple(_share(s) for s in _list(obj[1], "shares")))
     if tag == PEER_VIEW_TAG:
-        _arity(obj, 2, "PeerView")
+        _arity(obj, 3, "PeerView")
         heard = tuple(_natural(b) for b in _list(obj[1], "heard"))
-        return PeerView(heard, _elections(obj[2]))
+        offsets = tuple(_group_offset(o) for o in _list(obj[3], "offsets"))
+        return PeerView(heard, _elections(obj[2]), offsets)
     raise MalformedPeerMessage(f"unknown peer message tag {tag}")
 
 

@@ -348,11 +348,20 @@ class PeerView:
     hears now (its Raft pings' verdict); ``elections``, for groups it leads, the election that
     made it leader: ``log_id -> (term, cause, wall-clock ms when it was seen won)``, ``cause``
     an ``ElectionCause`` value. Only the elections new since the sender's last view, or all of
-    them for a peer that (re)connected: a receiver keeps the one of highest term per group."""
+    them for a peer that (re)connected: a receiver keeps the one of highest term per group.
+    ``offsets``: the committed offsets of the consumer groups the sender coordinates, as
+    ``(group, topic, partition, offset)``, all of them each time (at most
+    ``PEER_VIEW_OFFSETS``): the console's topics list shows each topic's groups and their lag
+    from them, with no request per group."""
 
     heard: tuple[int, ...]
     elections: Mapping[str, tuple[int, str, int]]
+    offsets: tuple[tuple[str, str, int, int], ...] = ()
 
+
+PEER_VIEW_OFFSETS: Final = 2000
+"""The most committed offsets one ``PeerView`` carries (a broker coordinating more shows the
+console the first ones)."""
 
 PeerMessage: TypeAlias = PeerCall | PeerReply | LeaderClaims | Shares | PeerView
 

@@ -6,6 +6,7 @@ The browser tests (test_console_browser.py) run the same against a real cluster.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from pathlib import Path
 from types import SimpleNamespace
@@ -41,6 +42,7 @@ class World:
         self.leaders: dict[tuple[str, int], int | None] = {("t", 0): 1, ("t", 1): 2}
         self.ends: dict[tuple[str, int], int] = {("t", 0): 10, ("t", 1): 5}
         self.ends_asked = 0
+        self.offsets: list[tuple[str, str, int, int]] = []
 
     def view(self) -> mv.MetadataView:
         brokers = {b: mv.BrokerInfo(b, "127.0.0.1", 9000 + b, 0, 0) for b in (0, 1, 2)}
@@ -72,6 +74,7 @@ class World:
             leader_of=lambda t, p: self.leaders.get((t, p)),
             replicas=self.replicas,
             ends=self.read_ends,
+            group_offsets=lambda: self.offsets,
         )
 
 
@@ -268,3 +271,26 @@ def _open_rest() -> Any:
         return None
 
     return SimpleNamespace(authenticate=authenticate)
+
+
+async def test_the_topics_list_names_each_topics_groups_and_their_largest_lag(
+    autojump_clock: trio.testing.MockClock,
+) -> None:
+    world = World()
+    world.offsets = [("billing", "t", 0, 4), ("billing", "t", 1, 5), ("audit", "t", 0, 12)]
+    api = ConsoleApi(_open_rest(), _no_scrape, world.probes(), Timeline(), clock=trio.current_time)
+    (row,) = await _topics(api)
+    # ends: t/0 10, t/1 5; billing lags 6 and 0, audit committed past the end read: 0
+    assert (row["groups"], row["max_lag"]) == (["audit", "billing"], 6)
+    world.offsets = []
+    await trio.sleep(2.0)
+    (row,) = await _topics(api)
+    assert (row["groups"], row["max_lag"]) == ([], None)
+
+
+async def _topics(api: ConsoleApi) -> list[dict[str, Any]]:
+    request = Request("GET", b"/api/topics", (("host", "127.0.0.1:9095"),))
+    answer = await api.handle(request, Caller(Session()))
+    assert isinstance(answer, Response) and answer.status == 200
+    rows: list[dict[str, Any]] = json.loads(answer.body)
+    return rows

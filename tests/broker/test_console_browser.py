@@ -222,6 +222,15 @@ def test_a_group_shows_the_lag_the_line_protocol_gives_and_previews_a_reset(
     page.get_by_test_id("reset-preview-button").click()
     expect(page.get_by_test_id("reset-preview")).to_contain_text('"dry_run": true')
     assert [r.committed for r in client.describe_group("billing", TOPIC)] == [1, 1, 1]
+    # The topics list names the group (its coordinator may be another broker: its PeerView
+    # tells the console's) and the largest lag the line protocol gives.
+    page.goto(tab.base + "/#/topics")
+    row = page.get_by_test_id(f"topic-{TOPIC}")
+    expect(row.get_by_test_id("groups")).to_contain_text("billing")
+    agree(
+        row.get_by_test_id("max-lag").inner_text,
+        lambda: f"{max((r.end or 0) - 1 for r in client.describe_group('billing', TOPIC)):,}",
+    )
 
 
 def test_the_mqtt_screen_shows_a_connected_device_and_its_subscription(

@@ -66,3 +66,19 @@ def test_the_overview_has_a_row_per_broker_of_whom_it_hears() -> None:
         }
 
     trio.run(main, clock=trio.testing.MockClock())
+
+
+def test_the_peers_group_offsets_are_kept_until_their_view_is_stale_or_their_broker_gone() -> None:
+    views = PeerViews(stale_s=5.0)
+    views.report(1, (0,), {}, now=10.0, offsets=(("billing", "t", 0, 4),))
+    views.report(2, (0,), {}, now=10.0, offsets=(("audit", "t", 1, 2), ("audit", "u", 0, 9)))
+    assert sorted(views.group_offsets(now=12.0)) == [
+        ("audit", "t", 1, 2),
+        ("audit", "u", 0, 9),
+        ("billing", "t", 0, 4),
+    ]
+    views.report(1, (0,), {}, now=14.0)  # broker 1 coordinates nothing any more
+    views.forget(2)
+    assert views.group_offsets(now=14.0) == []
+    views.report(2, (0,), {}, now=14.0, offsets=(("audit", "t", 1, 3),))
+    assert views.group_offsets(now=20.0) == []  # stale

@@ -139,6 +139,7 @@ messages: st.SearchStrategy[PeerMessage] = st.one_of(
         PeerView,
         st.lists(naturals).map(tuple),
         st.dictionaries(names, st.tuples(naturals, names, naturals)),
+        st.lists(st.tuples(names, names, naturals, naturals)).map(tuple),
     ),
 )
 

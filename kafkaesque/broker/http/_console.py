@@ -182,7 +182,8 @@ class ConsoleApi:
                 return _answer((await self.snapshots.current()).overview())
             case ("topics",):
                 snapshot = await self.snapshots.current()
-                return _answer(snapshot.topics(await self.snapshots.exact_ends()))
+                ends = await self.snapshots.exact_ends()
+                return _answer(snapshot.topics(ends, self.snapshots.group_offsets()))
             case ("topics", topic):
                 return _answer(await self._topic(topic))
             case ("timeline",):

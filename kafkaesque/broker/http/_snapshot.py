@@ -54,7 +54,9 @@ class SnapshotProbes:
     groups hosted here. ``ends(partitions)``: their high watermarks as their leaders have them
     (one request per leader; those not known are left out). ``heard_by(peer)``: the brokers
     ``peer`` hears, as its last ``PeerView`` said (None: no recent word from it).
-    ``election(log_id)``: the last known election of a group (its leader, term and cause)."""
+    ``election(log_id)``: the last known election of a group (its leader, term and cause).
+    ``group_offsets()``: (group, topic, partition, committed offset) of the consumer groups
+    this broker and its peers coordinate (the peers' as their last ``PeerView`` said)."""
 
     broker_id: int
     view: Callable[[], MetadataView]
@@ -64,6 +66,7 @@ class SnapshotProbes:
     ends: Callable[[list[Partition]], Awaitable[Mapping[Partition, int]]]
     heard_by: Callable[[int], frozenset[int] | None] = lambda peer: None
     election: Callable[[str], ElectionNote | None] = lambda log_id: None
+    group_offsets: Callable[[], Iterable[tuple[str, str, int, int]]] = lambda: ()
 
 
 @dataclass(frozen=True)
@@ -103,11 +106,24 @@ class Snapshot:
             "history": [list(h) for h in self.history],
         }
 
-    def topics(self, ends: Mapping[Partition, int] | None = None) -> list[dict[str, Any]]:
+    def topics(
+        self,
+        ends: Mapping[Partition, int] | None = None,
+        offsets: Iterable[tuple[str, str, int, int]] = (),
+    ) -> list[dict[str, Any]]:
         """The console's topics list, as JSON: one row a topic, with ``ends`` (default: the
-        snapshot's own)."""
+        snapshot's own), and the consumer groups with committed ``offsets`` (group, topic,
+        partition, offset) on it and the largest lag among them (a partition's end less a
+        group's committed offset, never below 0; None when no end is known)."""
         ends = self.ends if ends is None else ends
         rows: dict[str, dict[str, Any]] = {}
+        groups: dict[str, set[str]] = {}
+        lags: dict[str, int] = {}
+        for group, topic, p, committed in offsets:
+            groups.setdefault(topic, set()).add(group)
+            end = ends.get((topic, p))
+            if end is not None:
+                lags[topic] = max(lags.get(topic, 0), end - committed)
         for (topic, p), leader in self.leaders.items():
             row = rows.setdefault(
                 topic,
@@ -130,6 +146,9 @@ class Snapshot:
                 row["end_offset"] += end
             row["leaderless"] += leader is None or (topic, p) in self.leaderless
             row["under_replicated"] += (topic, p) in self.under_replicated
+        for topic, row in rows.items():
+            row["groups"] = sorted(groups.get(topic, ()))
+            row["max_lag"] = lags.get(topic)
         return sorted(rows.values(), key=lambda r: r["name"])
 
 
@@ -172,6 +191,11 @@ class ClusterSnapshots:
             if last is not None:
                 self._tell_changes(last, snapshot)
             return snapshot
+
+    def group_offsets(self) -> list[tuple[str, str, int, int]]:
+        """The committed offsets of the consumer groups this broker and its peers coordinate
+        (``SnapshotProbes.group_offsets``: in memory, no request)."""
+        return list(self._probes.group_offsets())
 
     async def exact_ends(self) -> dict[Partition, int]:
         """Every partition's high watermark as its leader has it (those whose leader did not

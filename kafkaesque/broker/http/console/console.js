@@ -139,7 +139,8 @@ function topicsScreen() {
   let rows = [];
   let sortKey = "name", ascending = true;
   const columns = [["name", "Topic"], ["partitions", "Partitions"], ["replication", "Replicas"],
-    ["end_offset", "End offsets (sum)"], ["messages_per_s", "Messages/s"], ["leaderless", "Leaderless"], ["under_replicated", "Under-replicated"]];
+    ["end_offset", "End offsets (sum)"], ["messages_per_s", "Messages/s"], ["leaderless", "Leaderless"], ["under_replicated", "Under-replicated"],
+    ["groups", "Groups"], ["max_lag", "Max lag"]];
   const table = el("table", { "data-testid": "topics" });
   const render = () => {
     const sorted = [...rows].sort((a, b) => (a[sortKey] < b[sortKey] ? -1 : a[sortKey] > b[sortKey] ? 1 : 0) * (ascending ? 1 : -1));
@@ -153,7 +154,9 @@ function topicsScreen() {
         el("td", { class: "num", text: t.partitions }), el("td", { class: "num", text: t.replication }),
         el("td", { class: "num", "data-testid": "end-offset", text: fmt(t.end_offset) + (t.unknown_ends ? ` (+${t.unknown_ends} unknown)` : "") }),
         el("td", { class: "num", text: rate(t.messages_per_s) }),
-        el("td", { class: "num", text: t.leaderless }), el("td", { class: "num", text: t.under_replicated }))));
+        el("td", { class: "num", text: t.leaderless }), el("td", { class: "num", text: t.under_replicated }),
+        el("td", { "data-testid": "groups", text: t.groups.join(", ") }),
+        el("td", { class: "num", "data-testid": "max-lag", text: t.max_lag === null ? "" : fmt(t.max_lag) }))));
   };
   show(el("h1", { text: "Topics" }), table);
   every(2, async () => {
