@@ -203,12 +203,17 @@ def test_bad_input_is_refused_and_nothing_is_written(
     topic = "rest-bad"
     if end_offsets(cluster, topic) == []:
         create(cluster, topic, 2)
-    before = end_offsets(cluster, topic)
     got, body, _ = rest(cluster, "POST", f"/topics/{topic}", raw=raw, content_type=content_type)
     assert got == status, body
     assert set(body) >= {"error_code", "message", "retriable", "maybe_applied"}
     assert body["error_code"] // 100 == status
-    assert end_offsets(cluster, topic) == before
+    # Records, not end offsets: a new partition's end moves by its first leader's no-op entry
+    # whenever that commits (a flake of this test, seen once in a full run).
+    for partition in range(2):
+        got, records, _ = rest(
+            cluster, "GET", f"/topics/{topic}/partitions/{partition}/records?offset=0"
+        )
+        assert (got, records) == (200, [])
 
 
 def test_unknown_topics_partitions_and_paths_are_404(cluster: LocalCluster) -> None:
