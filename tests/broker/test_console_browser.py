@@ -15,6 +15,7 @@ Playwright is missing (bin/_bootstrap.sh installs chromium; never ``playwright i
 from __future__ import annotations
 
 import base64
+import contextlib
 import datetime
 import json
 import os
@@ -87,18 +88,25 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
         yield connected
 
 
-@pytest.fixture(scope="module")
-def tab(cluster: LocalCluster, client: Client) -> Iterator[Browsed]:
+@contextlib.contextmanager
+def console_tab(cluster: LocalCluster, height: int = 800) -> Iterator[Browsed]:
+    """A headless chromium tab on broker 0's console (the browser closed at the end)."""
     with sync_api.sync_playwright() as playwright:
         browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
         try:
-            page = browser.new_page(viewport={"width": 1280, "height": 800})
+            page = browser.new_page(viewport={"width": 1280, "height": height})
             page.set_default_timeout(15_000)
             browsed = Browsed(page, f"http://127.0.0.1:{cluster.ports[0].admin}")
             page.goto(browsed.base + "/")
             yield browsed
         finally:
             browser.close()
+
+
+@pytest.fixture(scope="module")
+def tab(cluster: LocalCluster, client: Client) -> Iterator[Browsed]:
+    with console_tab(cluster) as browsed:
+        yield browsed
 
 
 def test_overview_shows_every_broker_up_and_the_controller(tab: Browsed) -> None:

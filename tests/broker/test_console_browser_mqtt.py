@@ -20,13 +20,11 @@ from typing import Any
 
 import pytest
 
-from bench.http import CHROMIUM
-from bench.http import CHROMIUM_FLAGS as FLAGS
 from kafkaesque.client import Client, GroupConsumer
 from kafkaesque.local_cluster import LocalCluster
 
 from .mqtt_helpers import PahoDevice, wait_for
-from .test_console_browser import Browsed, expect, sync_api
+from .test_console_browser import Browsed, console_tab, expect
 
 TOPIC = "readings"
 USERS = {"meter": "meter-secret"}
@@ -49,16 +47,8 @@ def client(cluster: LocalCluster) -> Iterator[Client]:
 
 @pytest.fixture(scope="module")
 def tab(cluster: LocalCluster, client: Client) -> Iterator[Browsed]:
-    with sync_api.sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=FLAGS)
-        try:
-            page = browser.new_page(viewport={"width": 1280, "height": 900})
-            page.set_default_timeout(15_000)
-            browsed = Browsed(page, f"http://127.0.0.1:{cluster.ports[0].admin}")
-            page.goto(browsed.base + "/")
-            yield browsed
-        finally:
-            browser.close()
+    with console_tab(cluster, height=900) as browsed:
+        yield browsed
 
 
 def api(cluster: LocalCluster, path: str) -> Any:
