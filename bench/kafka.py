@@ -239,7 +239,6 @@ def ours_run(
     """One of our clusters (``--fsync`` ``fsync`` if given): (a) if ``perf`` (then (d) with
     ``spark``), (b) at ``rates``; its figures."""
     extra = ["--fsync", fsync] if fsync else []
-    out: dict[str, Any] = {"e2e": {}}
     name = f"ours-{fsync or 'default'}"
     with LocalCluster(str(root / name), BROKERS, extra_args=extra) as cluster:
         topics = ["perf", *(f"e2e-{rate}" for rate in rates)]
@@ -252,21 +251,14 @@ def ours_run(
             f"[{time.monotonic() - started:.0f} s]"
         )
         phase = Phase([cluster.procs[i].pid for i in range(cluster.n)], shape.durations, None)
-        if perf:
-            out["perf"] = perf_test(cluster.kafka_bootstrap, "perf", shape.perf_records)
-            print(f"      {name} perf-test: {out['perf']['msgs_per_s']:,.0f} msg/s")
-            if spark is not None:
-                kafka_source, our_source = spark
-                held = shape.perf_records + PARTITIONS  # (and a probe record a partition)
-                out["spark"] = {
-                    "records": held,
-                    "kafka_source_s": kafka_source(cluster.kafka_bootstrap, "perf", held),
-                    "our_source_s": our_source(cluster.bootstrap, "perf", held),
-                }
-        for rate in rates:
-            out["e2e"][rate] = _e2e(phase, cluster.kafka_bootstrap, f"e2e-{rate}", rate)
-            _print_e2e(name, rate, out["e2e"][rate], started)
-    return out
+        readers: dict[str, Callable[[int], float]] = {}
+        if spark is not None:
+            kafka_source, our_source = spark
+            readers["kafka_source_s"] = lambda held: kafka_source(
+                cluster.kafka_bootstrap, "perf", held
+            )
+            readers["our_source_s"] = lambda held: our_source(cluster.bootstrap, "perf", held)
+        return _phases(name, phase, cluster.kafka_bootstrap, shape, rates, perf, readers, started)
 
 
 def kafka_run(
@@ -276,7 +268,6 @@ def kafka_run(
     """One Kafka cluster (each message fsynced if ``fsync``): (a) if ``perf`` (then (d) with
     ``spark``), (b) at ``rates``; its figures."""
     name = "kafka-fsync" if fsync else "kafka-default"
-    out: dict[str, Any] = {"e2e": {}}
     with KafkaCluster(root / name, BROKERS, fsync_every_message=fsync) as kafka:
         topics = ["perf", *(f"e2e-{rate}" for rate in rates)]
         for topic in topics:
@@ -288,19 +279,30 @@ def kafka_run(
             f"{probed:.1f} s [{time.monotonic() - started:.0f} s]"
         )
         phase = Phase(kafka.pids, shape.durations, None)
-        if perf:
-            out["perf"] = perf_test(kafka.bootstrap, "perf", shape.perf_records)
-            print(f"      {name} perf-test: {out['perf']['msgs_per_s']:,.0f} msg/s")
-            if spark is not None:
-                kafka_source, _ = spark
-                held = shape.perf_records + PARTITIONS  # (and a probe record a partition)
-                out["spark"] = {
-                    "records": held,
-                    "kafka_source_s": kafka_source(kafka.bootstrap, "perf", held),
-                }
-        for rate in rates:
-            out["e2e"][rate] = _e2e(phase, kafka.bootstrap, f"e2e-{rate}", rate)
-            _print_e2e(name, rate, out["e2e"][rate], started)
+        readers: dict[str, Callable[[int], float]] = {}
+        if spark is not None:
+            kafka_source, _ = spark
+            readers["kafka_source_s"] = lambda held: kafka_source(kafka.bootstrap, "perf", held)
+        return _phases(name, phase, kafka.bootstrap, shape, rates, perf, readers, started)
+
+
+def _phases(
+    name: str, phase: Phase, bootstrap: str, shape: Shape, rates: tuple[int, ...], perf: bool,
+    readers: dict[str, Callable[[int], float]], started: float,
+) -> dict[str, Any]:  # fmt: skip
+    """A ready cluster's phases, the same on both sides: (a) kafka-producer-perf-test through
+    ``bootstrap`` if ``perf``, then (d) each of ``readers`` (a figure's name -> a read of that
+    many records of the perf topic, in seconds), then (b) at ``rates``; its figures."""
+    out: dict[str, Any] = {"e2e": {}}
+    if perf:
+        out["perf"] = perf_test(bootstrap, "perf", shape.perf_records)
+        print(f"      {name} perf-test: {out['perf']['msgs_per_s']:,.0f} msg/s")
+        if readers:
+            held = shape.perf_records + PARTITIONS  # (and a probe record a partition)
+            out["spark"] = {"records": held, **{k: read(held) for k, read in readers.items()}}
+    for rate in rates:
+        out["e2e"][rate] = _e2e(phase, bootstrap, f"e2e-{rate}", rate)
+        _print_e2e(name, rate, out["e2e"][rate], started)
     return out
 
 
