@@ -92,6 +92,29 @@ def offsets(text: str, column: str) -> dict[int, int]:
     return {int(r["PARTITION"]): int(r[column]) for r in table(text, "GROUP")}
 
 
+def consume_console(cluster: LocalCluster, topic: str, group: str, *extra: str) -> str:
+    """kafka-console-consumer in ``group``: 12 records of ``topic`` from the beginning, each
+    printed with its partition and offset (and what ``extra`` asks)."""
+    return tool(
+        cluster,
+        CONSOLE_CONSUMER,
+        "--topic",
+        topic,
+        "--group",
+        group,
+        "--from-beginning",
+        "--max-messages",
+        "12",
+        "--timeout-ms",
+        "30000",
+        "--formatter-property",
+        "print.partition=true",
+        "--formatter-property",
+        "print.offset=true",
+        *extra,
+    )
+
+
 def test_kafka_configs_and_topics_alter(cluster: LocalCluster) -> None:
     create_topic(cluster, "jt-configs", 2)
 
@@ -134,22 +157,10 @@ def test_console_producer_and_consumer_with_keys_headers_and_a_group(
         "parse.headers=true",
         stdin="\n".join(lines) + "\n",
     )
-    out = tool(
+    out = consume_console(
         cluster,
-        CONSOLE_CONSUMER,
-        "--topic",
         "jt-console",
-        "--group",
         "jt-console-readers",
-        "--from-beginning",
-        "--max-messages",
-        "12",
-        "--timeout-ms",
-        "30000",
-        "--formatter-property",
-        "print.partition=true",
-        "--formatter-property",
-        "print.offset=true",
         "--formatter-property",
         "print.key=true",
         "--formatter-property",
@@ -187,23 +198,7 @@ def test_kafka_consumer_groups_list_describe_reset_and_delete(cluster: LocalClus
     between = datetime.datetime.now(datetime.UTC)
     time.sleep(1.0)
     produce_console(cluster, topic, [f"b{i}" for i in range(6)])
-    out = tool(
-        cluster,
-        CONSOLE_CONSUMER,
-        "--topic",
-        topic,
-        "--group",
-        group,
-        "--from-beginning",
-        "--max-messages",
-        "12",
-        "--timeout-ms",
-        "30000",
-        "--formatter-property",
-        "print.partition=true",
-        "--formatter-property",
-        "print.offset=true",
-    )
+    out = consume_console(cluster, topic, group)
     read = re.findall(r"Partition:(\d+)\s+Offset:(\d+)\s+(\S+)", out)
     assert sorted(v for _, _, v in read) == sorted(
         [f"a{i}" for i in range(6)] + [f"b{i}" for i in range(6)]
