@@ -49,13 +49,14 @@ _TRANSACTION: Final = 1  # FindCoordinator's key type of a transactional id
 @dataclass
 class _Held:
     """A group held by this broker while it leads ``partition`` in ``term``; ``saved``: the
-    ``saved_key`` of the membership last written to the log."""
+    ``saved_key`` of the membership last written to the log; ``saving``: set when the save in
+    flight (if any) ends."""
 
     partition: int
     term: int
     group: ClassicGroup
     saved: tuple[int, tuple[str, ...]] | None = None
-    saving: bool = False
+    saving: trio.Event | None = None
 
 
 class KafkaGroups:
@@ -89,12 +90,12 @@ class KafkaGroups:
                         continue
                     held.group.tick(now)
                     key = held.group.saved_key()
-                    if key is not None and key != held.saved and not held.saving:
-                        held.saving = True
+                    if key is not None and key != held.saved and held.saving is None:
+                        held.saving = trio.Event()
                         saved = held.group.saved()  # now: as of ``key``, not as of the write
                         nursery.start_soon(self._save, group_id, held, key, saved)
                     empty = held.group.state is GroupState.EMPTY and not held.group.pending_ids
-                    if empty and held.saved == key and not held.saving:
+                    if empty and held.saved == key and held.saving is None:
                         self._forget(group_id, held)  # the log has all of it
 
     async def _save(
@@ -109,7 +110,9 @@ class KafkaGroups:
         else:
             held.saved = key
         finally:
-            held.saving = False
+            ended, held.saving = held.saving, None
+            if ended is not None:
+                ended.set()
 
     def _forget(self, group_id: str, held: _Held) -> None:
         if self._held.get(group_id) is held:
@@ -495,11 +498,15 @@ class KafkaGroups:
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
             return where
+        held = self._held.pop(group_id, None)  # no save of it starts from now on
+        if held is not None and held.saving is not None:
+            # One in flight (the last member's leave) lands before the tombstones, not after
+            # them, where it would bring the group back (found by test_kafka_groups).
+            await held.saving.wait()
         try:
             deleted = await self._offsets.delete_kafka_group(where[0], group_id)
         except RequestError:
             return KafkaError.NOT_COORDINATOR
-        self._held.pop(group_id, None)
         return KafkaError.NONE if deleted or group is not None else KafkaError.GROUP_ID_NOT_FOUND
 
 
