@@ -1,29 +1,31 @@
-"""What a Kafka Produce costs the broker's CPU against a native append, per record (issue 33).
+"""What a Kafka Produce and Fetch cost the broker's CPU against a native append, per record
+(issue 33).
 
     python -m bench.kafka_codec [--quick] [--profile]
 
 One process, no sockets: the part of a Produce that differs between the two protocols. A
 librdkafka-like record set (one uncompressed RecordBatch v2 of 256 KiB: null keys, 100-byte
 values, timestamps a few milliseconds apart, no producer id, as ``bench.kafka_clients``'s
-flat-out producer sends) goes through ``produced_batches`` (CRC-32C check, record walk, our
-batch built: what ``KafkaHandlers`` does before the write path); the same records, built as our
-batch by our own client (``build_batch``, client side), go through what the leader does with a
-native batch before the write path (``decode_header`` with both CRCs checked, then
-``stamped_prefix``). The write path after both is the same.
+flat-out producer sends) goes through ``produced_batches`` (CRC-32C check, record walk, the
+batch stored verbatim as a version-2 batch: what ``KafkaHandlers`` does before the write path);
+the same records, built as our batch by our own client (``build_batch``, client side), go
+through what the leader does with a native batch before the write path (``decode_header`` with
+both CRCs checked, then ``stamped_prefix``). The write path after both is the same.
 
-The same records then measure issue 33's storage choice (docs/storage-format.md, "Why
-records are stored as msgpack"): what a Kafka Fetch costs to write our batch out as Kafka's
-(``kafka_record_set``: ``fetch_us_per_record``; a stored Kafka batch would cost a rebuilt
-header), what one of our readers (CONS, MQTT delivery, the Spark source, compaction, LATEST)
-pays to walk our batch's records (``raw_records``: ``v1_read_us_per_record``) against Kafka's
-(``open_batch`` and ``record_tuples``, uncompressed: ``v2_read_us_per_record``), and what our
+The same records then measure the storage choice (docs/storage-format.md, "Which records are
+Kafka's, and why not all"): what a Kafka Fetch costs to write a stored batch out as Kafka's, a
+Kafka producer's (version 2, ``fetch_verbatim_us_per_record``) and our own producers'
+(version 1, translated: ``fetch_us_per_record``); what one of our readers (CONS, MQTT delivery,
+compaction, LATEST) pays to walk a version-1 batch's records (``raw_records``:
+``v1_read_us_per_record``) against a version-2 one's (``v2_read_us_per_record``); and what our
 client pays to build our batch (``build_batch``: ``v1_build_us_per_record``) against Kafka's
 (``encode_batch``: ``v2_build_us_per_record``).
 
 ``--profile`` prints cProfile's call counts and times of one Kafka record set. Ends with
 ``RESULT kafka_us_per_record=… native_us_per_record=… kafka_us_per_batch=…
-native_us_per_batch=… records_per_batch=… fetch_us_per_record=… v1_read_us_per_record=…
-v2_read_us_per_record=… v1_build_us_per_record=… v2_build_us_per_record=…``.
+native_us_per_batch=… records_per_batch=… fetch_us_per_record=…
+fetch_verbatim_us_per_record=… v1_read_us_per_record=… v2_read_us_per_record=…
+v1_build_us_per_record=… v2_build_us_per_record=…``.
 """
 
 from __future__ import annotations
@@ -39,12 +41,18 @@ from kafkaesque.broker import kafka_record_set as fetched_record_set
 from kafkaesque.broker import produced_batches
 from kafkaesque.protocol.kafka import (
     KafkaRecord,
+    decode_batch,
     encode_batch,
     iter_batch_bytes,
-    open_batch,
-    record_tuples,
 )
-from kafkaesque.storage import Record, build_batch, decode_header, raw_records, stamped_prefix
+from kafkaesque.storage import (
+    Record,
+    build_batch,
+    decode_header,
+    raw_records,
+    stamp,
+    stamped_prefix,
+)
 
 BATCH_BYTES = 256 * 1024
 VALUE_BYTES = 100
@@ -64,19 +72,21 @@ def kafka_records(count: int) -> list[KafkaRecord]:
     return [KafkaRecord(i, BASE_TS + i * 5 // count, None, value) for i in range(count)]
 
 
-def read_kafka_records(record_set: bytes) -> int:
-    """Walk the records of a Kafka record set as a reader of a stored Kafka batch would."""
-    walked = 0
-    for batch in iter_batch_bytes(record_set):
-        head, body = open_batch(batch)
-        walked += len(record_tuples(body, head.record_count))
-    return walked
-
-
 def native_batch(record_set: bytes) -> bytes:
-    """The same records as our client builds them."""
+    """The same records as our client builds them (version 1)."""
+    return build_batch(
+        [
+            Record(r.value, r.key, (), r.timestamp)
+            for batch in iter_batch_bytes(record_set)
+            for r in decode_batch(batch).records
+        ]
+    )
+
+
+def stored_batch(record_set: bytes) -> bytes:
+    """The record set as a Kafka Produce stores it (version 2), stamped as a leader does."""
     (batch,) = produced_batches(record_set)
-    return batch.data
+    return stamp(batch.data, base_offset=1000, term=3)
 
 
 def _best(run: Callable[[], object], rounds: int) -> float:
@@ -112,9 +122,12 @@ def main(argv: list[str] | None = None) -> int:
     native_s = _best(native, rounds)
     client_s = _best(lambda: build_batch([Record(b"x" * VALUE_BYTES)] * count), rounds)
     ours_header = decode_header(ours)
+    stored = stored_batch(record_set)
+    stored_header = decode_header(stored)
     fetch_s = _best(lambda: fetched_record_set(ours), rounds)
+    verbatim_s = _best(lambda: fetched_record_set(stored), rounds)
     v1_read_s = _best(lambda: raw_records(ours, ours_header), rounds)
-    v2_read_s = _best(lambda: read_kafka_records(record_set), rounds)
+    v2_read_s = _best(lambda: raw_records(stored, stored_header), rounds)
     value = bytes(i % 251 for i in range(VALUE_BYTES))
     v1_build_s = _best(
         lambda: build_batch([Record(value, timestamp=BASE_TS + i) for i in range(count)]),
@@ -133,8 +146,9 @@ def main(argv: list[str] | None = None) -> int:
         f"client builds that batch in {client_s * 1e3:.2f} ms"
     )
     print(
-        f"the storage choice, us a record: a Fetch writing our batch as Kafka's "
-        f"{per_record(fetch_s)}; a reader walking our records {per_record(v1_read_s)}, "
+        f"the storage choice, us a record: a Fetch writing a Kafka producer's batch "
+        f"{per_record(verbatim_s)}, our producers' batch as Kafka's {per_record(fetch_s)}; "
+        f"a reader walking our records {per_record(v1_read_s)}, "
         f"Kafka's {per_record(v2_read_s)}; our client building our batch "
         f"{per_record(v1_build_s)}, Kafka's {per_record(v2_build_s)}"
     )
@@ -147,6 +161,7 @@ def main(argv: list[str] | None = None) -> int:
         f"native_us_per_record={native_s / count * 1e6:.4f} "
         f"kafka_us_per_batch={kafka_s * 1e6:.0f} native_us_per_batch={native_s * 1e6:.0f} "
         f"records_per_batch={count} fetch_us_per_record={per_record(fetch_s)} "
+        f"fetch_verbatim_us_per_record={per_record(verbatim_s)} "
         f"v1_read_us_per_record={per_record(v1_read_s)} "
         f"v2_read_us_per_record={per_record(v2_read_s)} "
         f"v1_build_us_per_record={per_record(v1_build_s)} "

@@ -25,7 +25,13 @@ from typing import Any
 import numpy as np
 import pyarrow as pa  # type: ignore[import-untyped]
 
-from kafkaesque.client import BatchSpan, CorruptBatchError, batch_records, data_batches
+from kafkaesque.client import (
+    BatchSpan,
+    CorruptBatchError,
+    batch_records,
+    data_batches,
+    kafka_records,
+)
 
 from . import _scan
 from ._schema import ARROW_HEADERS_TYPE, TIMESTAMP_TYPE_CREATE_TIME, arrow_schema
@@ -61,17 +67,31 @@ def arrow_batch(
     ``arrow_schema(include_headers)``, or None if there are none.
 
     Raises ``CorruptDataError`` (naming the partition) for a batch that fails its CRC or whose
-    records are not ``[int, int, bin|nil, bin|nil, [[str, bin], ...]]``.
+    records are not ``[int, int, bin|nil, bin|nil, [[str, bin], ...]]`` (version 1) or Kafka's
+    records (version 2).
     """
     where = f"{topic}/{partition}"
-    found = _data_batches(memoryview(payload), lo, hi, where)
+    view = memoryview(payload)
+    found = _data_batches(view, lo, hi, where)
     if not found:
         return None
-    batches = np.array(
-        [(b.records_start, b.end, b.record_count, b.base_offset, b.first_timestamp) for b in found],
-        np.int64,
-    )
-    buf = np.frombuffer(payload, np.uint8)
+    rows = []
+    decompressed: list[bytes] = []  # compressed Kafka records, walked after the payload
+    size = len(payload)
+    for b in found:
+        start, end, kind = b.records_start, b.end, _scan.MSGPACK
+        if b.kafka_format:
+            kind = _scan.KAFKA
+            if b.compressed:
+                try:
+                    records = kafka_records(view, b)
+                except CorruptBatchError as exc:
+                    raise CorruptDataError(f"malformed records from {where}: {exc.reason}") from exc
+                start, end, size = size, size + len(records), size + len(records)
+                decompressed.append(records)
+        rows.append((start, end, b.record_count, b.base_offset, b.first_timestamp, kind))
+    batches = np.array(rows, np.int64)
+    buf = np.frombuffer(b"".join((payload, *decompressed)) if decompressed else payload, np.uint8)
     out = np.empty((_scan.OUT_ROWS, int(batches[:, _scan.RECORD_COUNT].sum())), np.int64)
     kept, error, at, pairs = _scan.scan(buf, batches, lo, hi, out)
     if error != _scan.OK:

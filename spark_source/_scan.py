@@ -1,7 +1,9 @@
-"""The record scanner: msgpack records of fetched batches into column buffers, compiled.
+"""The record scanner: the records of fetched batches into column buffers, compiled.
 
-A batch body is ``record_count`` msgpack arrays ``[offset_delta, timestamp_delta, key, value,
-headers]`` (docs/storage-format.md). ``scan`` walks them byte by byte in machine code (numba,
+A version-1 batch body is ``record_count`` msgpack arrays ``[offset_delta, timestamp_delta, key,
+value, headers]``; a version-2 one (a Kafka producer's batch stored verbatim) holds Kafka's
+varint-framed records, which the caller hands over decompressed (docs/storage-format.md).
+``scan`` walks either byte by byte in machine code (numba,
 cached on disk after the first compilation) and writes what Arrow needs to build the columns
 without one Python object per record: each record's offset and timestamp, and where its key,
 value and headers lie in the payload. ``gather`` then copies the pieces of one binary column
@@ -123,9 +125,12 @@ def _array(buf: Any, p: int, end: int) -> tuple[int, int, int]:
 OFFSET, MILLIS, KEY_START, KEY_LENGTH, VALUE_START, VALUE_LENGTH, HEADER_START, HEADER_COUNT = (
     range(8)
 )
-OUT_ROWS = 8
+RECORD_FORMAT = 8  # the record's batch's FORMAT (how its headers are laid out)
+OUT_ROWS = 9
 # Columns of the ``batches`` array ``scan`` reads: one row per batch.
-BODY_START, BODY_END, RECORD_COUNT, BASE_OFFSET, FIRST_TIMESTAMP = range(5)
+BODY_START, BODY_END, RECORD_COUNT, BASE_OFFSET, FIRST_TIMESTAMP, FORMAT = range(6)
+MSGPACK, KAFKA = 0, 1
+"""The values of ``FORMAT``: msgpack records (version 1), Kafka's records (version 2)."""
 
 
 @njit(cache=True, nogil=True)
@@ -151,11 +156,104 @@ def _headers(buf: Any, p: int, end: int) -> tuple[int, int, int]:
 
 
 @njit(cache=True, nogil=True)
+def _varint(buf: Any, p: int, end: int) -> tuple[int, int, int]:
+    """Kafka's zig-zag varint at ``p``: (value, next position, error code)."""
+    raw = np.uint64(0)
+    shift = np.uint64(0)
+    while True:
+        if p >= end:
+            return 0, p, TRUNCATED
+        b = np.uint64(buf[p])
+        p += 1
+        if shift == np.uint64(63) and b & np.uint64(0x7E):
+            return 0, p, TOO_BIG  # past 64 bits
+        raw |= (b & np.uint64(0x7F)) << shift
+        if b < np.uint64(0x80):
+            break
+        shift += np.uint64(7)
+        if shift > np.uint64(63):
+            return 0, p, TOO_BIG
+    half = np.int64(raw >> np.uint64(1))
+    return int(half ^ -np.int64(raw & np.uint64(1))), p, OK
+
+
+@njit(cache=True, nogil=True)
+def _kafka_bytes(buf: Any, p: int, end: int) -> tuple[int, int, int, int]:
+    """Kafka's varint-length bytes at ``p``: (start, length (``NIL``: null), next position,
+    error code)."""
+    n, p, err = _varint(buf, p, end)
+    if err != OK:
+        return 0, 0, p, err
+    if n == -1:
+        return 0, NIL, p, OK
+    if n < -1 or p + n > end:
+        return 0, 0, p, TRUNCATED
+    return p, n, p + n, OK
+
+
+@njit(cache=True, nogil=True)
+def _kafka_headers(buf: Any, p: int, end: int) -> tuple[int, int, int]:
+    """Skip a Kafka record's headers at ``p``: (pair count, next position, error code)."""
+    pairs, p, err = _varint(buf, p, end)
+    if err == OK and (pairs < 0 or pairs > end - p):
+        err = BAD_HEADERS
+    for _ in range(pairs if err == OK else 0):
+        _start, n, p, err = _kafka_bytes(buf, p, end)
+        if err == OK and n == NIL:
+            err = BAD_HEADERS  # a header key is never null
+        if err == OK:
+            _start, n, p, err = _kafka_bytes(buf, p, end)
+        if err != OK:
+            break
+    return pairs, p, err
+
+
+@njit(cache=True, nogil=True)
+def _kafka_record(
+    buf: Any, p: int, end: int
+) -> tuple[int, int, int, int, int, int, int, int, int, int]:
+    """The Kafka record at ``p``: (offset delta, timestamp delta, key start, key length, value
+    start, value length, header start, header pairs, next position, error code)."""
+    length, p, err = _varint(buf, p, end)
+    if err == OK and (length < 2 or p + length > end):
+        err = TRUNCATED
+    if err != OK:
+        return 0, 0, 0, 0, 0, 0, 0, 0, p, err
+    stop = p + length
+    p += 1  # the record's attributes (unused)
+    delta = ts_delta = key_start = key_length = value_start = value_length = pairs = 0
+    ts_delta, p, err = _varint(buf, p, stop)
+    if err == OK:
+        delta, p, err = _varint(buf, p, stop)
+    if err == OK:
+        key_start, key_length, p, err = _kafka_bytes(buf, p, stop)
+    if err == OK:
+        value_start, value_length, p, err = _kafka_bytes(buf, p, stop)
+    header_start = p
+    if err == OK:
+        pairs, p, err = _kafka_headers(buf, p, stop)
+    if err == OK and p != stop:
+        err = NOT_A_RECORD
+    return (
+        delta,
+        ts_delta,
+        key_start,
+        key_length,
+        value_start,
+        value_length,
+        header_start,
+        pairs,
+        p,
+        err,
+    )
+
+
+@njit(cache=True, nogil=True)
 def scan(buf: Any, batches: Any, lo: int, hi: int, out: Any) -> tuple[int, int, int, int]:
-    """Walk the records of each row of ``batches`` (``BODY_START`` … ``FIRST_TIMESTAMP``) in
-    ``buf`` and write those with offsets in ``[lo, hi)`` into the columns of ``out`` (rows
-    ``OFFSET`` … ``HEADER_COUNT``; as many columns as the batches hold records). A nil key or
-    value has length ``NIL``; ``HEADER_START`` is where a record's array of header pairs begins.
+    """Walk the records of each row of ``batches`` (``BODY_START`` … ``FORMAT``) in ``buf``
+    and write those with offsets in ``[lo, hi)`` into the columns of ``out`` (rows ``OFFSET`` …
+    ``RECORD_FORMAT``; as many columns as the batches hold records). A nil key or value has
+    length ``NIL``; ``HEADER_START`` is where a record's header pairs begin.
 
     Returns ``(kept, error, error_position, header_pairs)``: ``error`` is ``OK`` or a key of
     ``ERRORS``, and ``header_pairs`` the kept records' header pairs in all.
@@ -166,22 +264,37 @@ def scan(buf: Any, batches: Any, lo: int, hi: int, out: Any) -> tuple[int, int, 
     for b in range(batches.shape[0]):
         p = batches[b, BODY_START]
         end = batches[b, BODY_END]
+        kind = batches[b, FORMAT]
         for _ in range(batches[b, RECORD_COUNT]):
             delta = ts_delta = key_start = key_length = value_start = value_length = pairs = 0
-            fields, p, err = _array(buf, p, end)
-            if err == OK and fields != 5:
-                err = NOT_A_RECORD
-            if err == OK:
-                delta, p, err = _int(buf, p, end)
-            if err == OK:
-                ts_delta, p, err = _int(buf, p, end)
-            if err == OK:
-                key_start, key_length, p, err = _bytes(buf, p, end, False)
-            if err == OK:
-                value_start, value_length, p, err = _bytes(buf, p, end, False)
-            header_start = p
-            if err == OK:
-                pairs, p, err = _headers(buf, p, end)
+            if kind == KAFKA:
+                (
+                    delta,
+                    ts_delta,
+                    key_start,
+                    key_length,
+                    value_start,
+                    value_length,
+                    header_start,
+                    pairs,
+                    p,
+                    err,
+                ) = _kafka_record(buf, p, end)
+            else:
+                fields, p, err = _array(buf, p, end)
+                if err == OK and fields != 5:
+                    err = NOT_A_RECORD
+                if err == OK:
+                    delta, p, err = _int(buf, p, end)
+                if err == OK:
+                    ts_delta, p, err = _int(buf, p, end)
+                if err == OK:
+                    key_start, key_length, p, err = _bytes(buf, p, end, False)
+                if err == OK:
+                    value_start, value_length, p, err = _bytes(buf, p, end, False)
+                header_start = p
+                if err == OK:
+                    pairs, p, err = _headers(buf, p, end)
             if err != OK:
                 return kept, err, p, pairs_kept
             offset = batches[b, BASE_OFFSET] + delta
@@ -194,6 +307,7 @@ def scan(buf: Any, batches: Any, lo: int, hi: int, out: Any) -> tuple[int, int, 
                 out[VALUE_LENGTH, kept] = value_length
                 out[HEADER_START, kept] = header_start
                 out[HEADER_COUNT, kept] = pairs
+                out[RECORD_FORMAT, kept] = kind
                 pairs_kept += pairs
                 kept += 1
         if p != end:
@@ -232,10 +346,22 @@ PIECE_ROWS = 4
 def header_pieces(buf: Any, out: Any, kept: int, pieces: Any) -> None:
     """Write where the keys and values of the header pairs of the first ``kept`` records of
     ``out`` (as ``scan`` left it, so already checked) lie into the columns of ``pieces`` (rows
-    ``PAIR_KEY_START`` … ``PAIR_VALUE_LENGTH``, one column per pair, in record order)."""
+    ``PAIR_KEY_START`` … ``PAIR_VALUE_LENGTH``, one column per pair, in record order). A
+    Kafka header's null value is empty, as the record walk of ``kafkaesque.storage`` reads it."""
     end = len(buf)
     j = 0
     for i in range(kept):
+        if out[RECORD_FORMAT, i] == KAFKA:
+            _pairs, p, _err = _varint(buf, out[HEADER_START, i], end)
+            for _ in range(out[HEADER_COUNT, i]):
+                pieces[PAIR_KEY_START, j], pieces[PAIR_KEY_LENGTH, j], p, _err = _kafka_bytes(
+                    buf, p, end
+                )
+                start, length, p, _err = _kafka_bytes(buf, p, end)
+                pieces[PAIR_VALUE_START, j] = start
+                pieces[PAIR_VALUE_LENGTH, j] = 0 if length == NIL else length
+                j += 1
+            continue
         _pairs, p, _err = _array(buf, out[HEADER_START, i], end)
         for _ in range(out[HEADER_COUNT, i]):
             _two, p, _err = _array(buf, p, end)

@@ -42,7 +42,14 @@ from ._consumer_core import (
     decode_fetch,
 )
 from ._errors import KafkaesqueConnectionError, KafkaesqueError
-from ._fetched import BatchSpan, CorruptBatchError, FetchedBatch, batch_records, data_batches
+from ._fetched import (
+    BatchSpan,
+    CorruptBatchError,
+    FetchedBatch,
+    batch_records,
+    data_batches,
+    kafka_records,
+)
 from ._metadata import ClusterMetadata, TopicDescription, parse_bootstrap
 from ._partitioner import Partitioning, RoundRobinPartitioner, StickyPartitioner
 from ._producer_core import (
@@ -119,6 +126,7 @@ __all__ = [
     "TrioConnection",
     "batch_records",
     "data_batches",
+    "kafka_records",
     "decode_fetch",
     "open_producer",
     "parse_bootstrap",

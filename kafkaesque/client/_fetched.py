@@ -21,7 +21,10 @@ from kafkaesque.storage import (
     InvalidBatchError,
     Record,
     data_records,
+    decode_header,
+    is_kafka_format,
     iter_batches,
+    kafka_records_body,
 )
 
 from ._calls import Call
@@ -53,9 +56,11 @@ class BatchSpan:
     """One data batch of a payload: where it lies, and what its header says.
 
     ``payload[start:end]`` is the whole batch; its ``record_count`` msgpack records lie in
-    ``payload[records_start:end]``. Record ``i`` has offset ``base_offset`` plus its offset
-    delta and timestamp ``first_timestamp`` plus its timestamp delta; ``last_offset`` is the
-    highest offset the batch spans (compaction may have left gaps below it).
+    ``payload[records_start:end]``, or with ``kafka_format`` (a Kafka producer's batch stored
+    verbatim) Kafka's records, compressed if ``compressed`` (``kafka_records`` gives them
+    decompressed). Record ``i`` has offset ``base_offset`` plus its offset delta and timestamp
+    ``first_timestamp`` plus its timestamp delta; ``last_offset`` is the highest offset the
+    batch spans (compaction may have left gaps below it).
     """
 
     start: int
@@ -65,6 +70,8 @@ class BatchSpan:
     base_offset: int
     last_offset: int
     first_timestamp: int
+    kafka_format: bool = False
+    compressed: bool = False
 
 
 class CorruptBatchError(Exception):
@@ -106,6 +113,8 @@ def data_batches(payload: bytes | memoryview, lo: int, hi: int) -> list[BatchSpa
                         header.base_offset,
                         header.last_offset,
                         header.first_timestamp,
+                        is_kafka_format(payload[start : start + HEADER_SIZE]),
+                        header.attributes != 0,  # (version 1: always 0)
                     )
                 )
     except InvalidBatchError as exc:
@@ -121,6 +130,16 @@ def batch_records(payload: bytes | memoryview, span: BatchSpan) -> list[Record]:
     batch = memoryview(payload)[span.start : span.end]
     try:
         return list(data_records(batch, verify=False))
+    except InvalidBatchError as exc:
+        raise CorruptBatchError(str(exc), span.start) from exc
+
+
+def kafka_records(payload: bytes | memoryview, span: BatchSpan) -> bytes:
+    """The records of the ``kafka_format`` batch at ``span`` as Kafka lays them out,
+    decompressed. Raises ``CorruptBatchError`` if they do not decompress."""
+    batch = memoryview(payload)[span.start : span.end]
+    try:
+        return kafka_records_body(batch, decode_header(batch, verify=False))
     except InvalidBatchError as exc:
         raise CorruptBatchError(str(exc), span.start) from exc
 

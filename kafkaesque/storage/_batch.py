@@ -1,12 +1,25 @@
 """The record batch: the unit of the partition log, of Raft replication and of the wire.
 
-The layout (format version 1, all integers big-endian) is written down in docs/storage-format.md;
-this module is its only implementation. A batch is pure bytes in, values out: no files here.
+The layout (all integers big-endian) is written down in docs/storage-format.md; this module is its
+only implementation. A batch is pure bytes in, values out: no files here.
+
+Two versions (``magic``) share the header and live side by side in one log; every reader goes
+through the functions here, which read both:
+
+* version 1 (``MAGIC``): the records are msgpack, as our producers and the line and MQTT fronts
+  write them (C to read and write: docs/storage-format.md, "Which records are Kafka's");
+* version 2 (``KAFKA_MAGIC``): a Kafka producer's RecordBatch v2 as it sent it, from its
+  attributes on: its records (varint-framed, maybe compressed) and its own CRC. Our bytes 30-70
+  are Kafka's 21-61 field for field, so the Kafka front stores a producer's batch with one CRC
+  check and answers a Kafka fetch with 21 rebuilt bytes and the stored rest (``kafka_batch_parts``):
+  no record re-encoded either way. Its records are read with Kafka's record codec
+  (``kafkaesque.protocol.kafka``: one implementation of that format).
 
 Two checksums protect a batch (the idea is Redpanda's header CRC beside Kafka's body CRC):
 
-* ``crc`` covers the body (batch type through the last record). The producer computes it, so a
-  consumer can verify end to end what the producer sent; the broker never rewrites the body.
+* ``crc`` covers the body (batch type through the last record; in version 2, Kafka's CRC, the
+  body after the batch type, which must then be DATA). The producer computes it, so a consumer
+  can verify end to end what the producer sent; the broker never rewrites the body.
 * ``header_crc`` covers the fields a leader stamps when it appends (base offset, length, term,
   magic) and the body CRC, so stamping an offset costs a CRC over 25 bytes, not over the batch.
 """
@@ -14,6 +27,7 @@ Two checksums protect a batch (the idea is Redpanda's header CRC beside Kafka's 
 from __future__ import annotations
 
 import itertools
+import operator
 import struct
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -23,9 +37,13 @@ from typing import NamedTuple
 import msgpack
 from crc32c import crc32c
 
+from kafkaesque.protocol.kafka import KafkaProtocolError, decompressed, record_tuples
+
 from ._errors import InvalidBatchError
 
 MAGIC = 1
+KAFKA_MAGIC = 2
+"""The version of a batch whose body is a Kafka producer's batch verbatim (see above)."""
 
 # Field layout. Offsets are positions in the batch; see docs/storage-format.md.
 _PREFIX = struct.Struct(">qiqbI")  # base_offset, batch_length, term, magic, header_crc
@@ -40,9 +58,17 @@ _HEADER_CRC = struct.Struct(">I")
 
 HEADER_SIZE = _PREFIX.size + _BODY_CRC.size + _BODY.size  # 70
 LENGTH_FIELD_END = 12  # batch_length counts the bytes after this position
+_MAGIC_POS = 20
 _HEADER_CRC_POS = 21
 _BODY_CRC_POS = 25
 _BODY_POS = 29
+_KAFKA_BODY_POS = 30  # version 2: where Kafka's CRC starts covering (its attributes)
+# A Kafka batch's first 21 bytes: baseOffset, batchLength, partitionLeaderEpoch, magic, crc.
+_KAFKA_PREFIX = struct.Struct(">qiib")
+_KAFKA_PREFIX_SIZE = _KAFKA_PREFIX.size + 4  # 21: where its attributes start
+_KAFKA_CRC_POS = 17
+_KAFKA_MAGIC_VALUE = 2  # Kafka's own RecordBatch v2
+_SIZE_OVER_KAFKA = _KAFKA_BODY_POS - _KAFKA_PREFIX_SIZE  # 9: ours is that much longer
 
 NO_PRODUCER_ID = -1
 NO_PRODUCER_EPOCH = -1
@@ -271,7 +297,13 @@ def decode_header(
         count,
     ) = _HEADER.unpack_from(buf, pos)
     size = LENGTH_FIELD_END + length
-    if magic != MAGIC:
+    if magic == MAGIC:
+        body_pos = _BODY_POS
+    elif magic == KAFKA_MAGIC:
+        body_pos = _KAFKA_BODY_POS
+        if btype != BatchType.DATA:  # outside every CRC: a wrong one is refused outright
+            raise InvalidBatchError(f"a Kafka-format batch of type {btype}, not data")
+    else:
         raise InvalidBatchError(f"unknown batch format version (magic) {magic}")
     if size < HEADER_SIZE:
         raise InvalidBatchError(f"batch length {length} is shorter than the header")
@@ -285,7 +317,7 @@ def decode_header(
             want = crc32c(body_crc_bytes, crc32c(buf[pos : pos + _HEADER_CRC_POS]))
             if want != stored_header_crc:
                 raise InvalidBatchError(f"header CRC mismatch at offset {base_offset}")
-        if crc32c(buf[pos + _BODY_POS : pos + size]) != body_crc:
+        if crc32c(buf[pos + body_pos : pos + size]) != body_crc:
             raise InvalidBatchError(f"body CRC mismatch in batch at offset {base_offset}")
     if btype >= _BATCH_TYPE_COUNT:
         raise InvalidBatchError(f"unknown batch type {btype}")
@@ -382,7 +414,16 @@ timestamp, key, value, headers with their names as UTF-8 bytes)."""
 
 def raw_records(batch: bytes | memoryview, header: BatchHeader) -> list[RawRecord]:
     """The records of one batch as the body holds them (no ``Record`` built: for a reader that
-    re-encodes them, as the Kafka front's fetch does); checked as ``decode_records`` checks."""
+    re-encodes them, as the Kafka front's fetch does); checked as ``decode_records`` checks.
+    A Kafka-format batch's header values that are null come as empty bytes."""
+    if batch[_MAGIC_POS] == KAFKA_MAGIC:
+        kafka = _kafka_records(batch, header)
+        if not any(map(_HEADERS_OF, kafka)):  # as almost always: the tuples are as ours
+            return kafka  # type: ignore[return-value]  # (no header to differ in type)
+        return [
+            (delta, ts_delta, key, value, _raw_headers(headers) if headers else ())
+            for delta, ts_delta, key, value, headers in kafka
+        ]
     unpacker = msgpack.Unpacker(use_list=False, raw=True, max_buffer_size=max(len(batch), 1024))
     unpacker.feed(batch[HEADER_SIZE : header.size])
     try:
@@ -403,6 +444,18 @@ def decode_records(batch: bytes | memoryview, header: BatchHeader | None = None)
     """Unpack the records of one batch (the consumer side; the broker never does this)."""
     if header is None:
         header = decode_header(batch)
+    if batch[_MAGIC_POS] == KAFKA_MAGIC:
+        base, first_ts = header.base_offset, header.first_timestamp
+        return [
+            Record(
+                value,
+                key,
+                tuple((name, b"" if v is None else v) for name, v in headers) if headers else (),
+                first_ts + ts_delta,
+                base + delta,
+            )
+            for delta, ts_delta, key, value, headers in _kafka_records(batch, header)
+        ]
     unpacker = msgpack.Unpacker(use_list=False, raw=False, max_buffer_size=max(len(batch), 1024))
     unpacker.feed(batch[HEADER_SIZE : header.size])
     records: list[Record] = []
@@ -428,3 +481,72 @@ def decode_records(batch: bytes | memoryview, header: BatchHeader | None = None)
             f"holds {len(records)}"
         )
     return records
+
+
+_HEADERS_OF = operator.itemgetter(4)
+
+
+def _raw_headers(
+    headers: tuple[tuple[str, bytes | None], ...],
+) -> tuple[tuple[bytes, bytes], ...]:
+    return tuple((name.encode(), b"" if value is None else value) for name, value in headers)
+
+
+def _kafka_records(
+    batch: bytes | memoryview, header: BatchHeader
+) -> list[tuple[int, int, bytes | None, bytes | None, tuple[tuple[str, bytes | None], ...]]]:
+    """A version-2 batch's records, decompressed, as Kafka's record codec reads them."""
+    body = kafka_records_body(batch, header)
+    try:
+        return record_tuples(body, header.record_count)
+    except KafkaProtocolError as exc:
+        raise InvalidBatchError(
+            f"malformed Kafka records in batch at {header.base_offset}: {exc}"
+        ) from exc
+
+
+def kafka_records_body(batch: bytes | memoryview, header: BatchHeader) -> bytes:
+    """A version-2 batch's records as Kafka lays them out, decompressed: for a reader that
+    walks them itself (the Spark source's compiled scanner). ``InvalidBatchError`` if they do
+    not decompress."""
+    try:
+        return decompressed(header.attributes, batch[HEADER_SIZE : header.size])
+    except KafkaProtocolError as exc:
+        raise InvalidBatchError(
+            f"malformed Kafka records in batch at {header.base_offset}: {exc}"
+        ) from exc
+
+
+def is_kafka_format(batch: bytes | memoryview) -> bool:
+    """Whether the whole batch ``batch`` is version 2 (a Kafka producer's batch verbatim)."""
+    return batch[_MAGIC_POS] == KAFKA_MAGIC
+
+
+def from_kafka_batch(kafka: bytes | memoryview) -> bytes:
+    """Our version-2 batch holding the Kafka RecordBatch v2 ``kafka`` verbatim from its
+    attributes on, its CRC as ours; base offset and term 0 until a leader stamps them.
+
+    The caller has checked ``kafka`` whole (magic 2, its CRC, its records: ``decode_header``
+    checks the CRC again, and a reader of ours would refuse records that do not parse), and that
+    its fields mean what ours do: a data batch whose first timestamp is its least and whose
+    offset deltas count from 0.
+    """
+    size = len(kafka) + _SIZE_OVER_KAFKA
+    prefix = bytearray(_PREFIX.pack(0, size - LENGTH_FIELD_END, 0, KAFKA_MAGIC, 0))
+    crc = bytes(kafka[_KAFKA_CRC_POS:_KAFKA_PREFIX_SIZE])
+    _stamp_header_crc(prefix, crc)
+    return b"".join((prefix, crc, bytes((BatchType.DATA,)), kafka[_KAFKA_PREFIX_SIZE:]))
+
+
+def kafka_batch_parts(
+    batch: memoryview, header: BatchHeader, leader_epoch: int
+) -> tuple[bytes, memoryview]:
+    """The Kafka batch a version-2 ``batch`` holds, in two parts: its first 21 bytes rebuilt
+    (``header``'s base offset, ``leader_epoch``, the stored CRC) and the stored rest."""
+    head = _KAFKA_PREFIX.pack(
+        header.base_offset,
+        header.size - _SIZE_OVER_KAFKA - LENGTH_FIELD_END,
+        leader_epoch,
+        _KAFKA_MAGIC_VALUE,
+    )
+    return head + bytes(batch[_BODY_CRC_POS:_BODY_POS]), batch[_KAFKA_BODY_POS : header.size]

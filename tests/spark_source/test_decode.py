@@ -15,7 +15,18 @@ from kafkaesque.spark_source import CorruptDataError, arrow_schema, spark_schema
 from kafkaesque.spark_source._decode import arrow_batch, row_tuples
 from pyspark.sql.pandas.types import to_arrow_schema
 
-from kafkaesque.storage import HEADER_SIZE, BatchType, Record, build_batch, decode_header
+from kafkaesque.protocol.kafka import KafkaRecord
+from kafkaesque.storage import (
+    HEADER_SIZE,
+    BatchType,
+    Record,
+    build_batch,
+    decode_header,
+    from_kafka_batch,
+    is_kafka_format,
+    stamp,
+)
+from tests.storage.kafka_batches import COMPRESS, kafka_batch
 
 
 def payload() -> bytes:
@@ -109,7 +120,9 @@ HEADER_CRC_AT, BODY_CRC_AT, BODY_AT, COUNT_AT = 21, 25, 29, 66  # docs/storage-f
 
 def with_crcs_redone(batch: bytearray) -> bytes:
     """``batch`` with both CRCs computed again: what a buggy producer would send."""
-    body_crc = crc32c(bytes(batch[BODY_AT:])).to_bytes(4, "big")
+    # Version 2: Kafka's CRC, from after the batch type.
+    body_at = BODY_AT + 1 if is_kafka_format(bytes(batch)) else BODY_AT
+    body_crc = crc32c(bytes(batch[body_at:])).to_bytes(4, "big")
     batch[BODY_CRC_AT:BODY_AT] = body_crc
     batch[HEADER_CRC_AT:BODY_CRC_AT] = crc32c(
         body_crc, crc32c(bytes(batch[:HEADER_CRC_AT]))
@@ -151,10 +164,20 @@ records = st.builds(
 
 @st.composite
 def batches(draw: st.DrawFn) -> bytes:
-    """Data batches, with offset gaps (compaction) of every msgpack integer width."""
+    """Data batches, with offset gaps (compaction) of every msgpack integer width, and Kafka
+    producers' batches stored verbatim (version 2), compressed or not."""
     parts, base = [], 0
     for _ in range(draw(st.integers(1, 4))):
         batch = draw(st.lists(records, min_size=1, max_size=8))
+        codec = draw(st.none() | st.sampled_from(sorted(COMPRESS)))
+        if codec is not None:  # a Kafka producer's: deltas 0, 1, ...
+            kafka = [
+                KafkaRecord(i, r.timestamp, r.key, r.value, r.headers) for i, r in enumerate(batch)
+            ]
+            stored = from_kafka_batch(kafka_batch(kafka, codec))
+            parts.append(stamp(stored, base_offset=base, term=1))
+            base += len(batch)
+            continue
         gaps = draw(st.lists(st.integers(1, 2**20), min_size=len(batch), max_size=len(batch)))
         deltas = list(accumulate(gaps, initial=0))[: len(batch)]
         parts.append(build_batch(batch, base_offset=base, offset_deltas=deltas))
@@ -196,3 +219,22 @@ def test_a_damaged_record_is_an_error_or_read_as_the_reference_reads_it(
         return  # stricter than msgpack (a str key, say): refused, never misread
     rows = as_rows(batch) if batch is not None else []
     assert [(*r[:-1], [(h["key"], h["value"]) for h in r[-1]]) for r in rows] == tuples
+
+
+@pytest.mark.parametrize("codec", sorted(COMPRESS))
+def test_a_kafka_producers_batch_reads_alike_in_both_paths(codec: int) -> None:
+    """A version-2 batch (nulls, a header with a null value: read as empty) beside ours."""
+    sent = [
+        KafkaRecord(0, 1_700_000_000_000, None, b"v", (("h", None), ("g", b"x"))),
+        KafkaRecord(1, 1_700_000_000_007, b"k", None),
+    ]
+    data = payload() + stamp(from_kafka_batch(kafka_batch(sent, codec)), base_offset=10, term=1)
+    batch = arrow_batch(data, 9, 100, "t", 0, include_headers=True)
+    assert batch is not None
+    rows = [(*r[:-1], [(h["key"], h["value"]) for h in r[-1]]) for r in as_rows(batch)]
+    assert rows == list(row_tuples(data, 9, 100, "t", 0, include_headers=True))
+    assert [(r[0], r[1], r[4], r[-1]) for r in rows] == [
+        (b"k9", b"v9", 9, []),
+        (None, b"v", 10, [("h", b""), ("g", b"x")]),
+        (b"k", None, 11, []),
+    ]

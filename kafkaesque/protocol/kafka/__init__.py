@@ -58,6 +58,7 @@ from ._group_apis import (
     SYNC_GROUP,
 )
 from ._records import (
+    COMPRESSION_MASK,
     CONTROL,
     RAFT_CONTROL_TYPE,
     BatchHead,
@@ -67,6 +68,7 @@ from ._records import (
     UnsupportedCompression,
     control_batch,
     decode_batch,
+    decompressed,
     encode_batch,
     encode_record,
     frame_batch,
@@ -81,6 +83,7 @@ from ._wire import KafkaProtocolError, Reader, Writer
 __all__ = [
     "API_VERSIONS",
     "APIS",
+    "COMPRESSION_MASK",
     "CONTROL",
     "CREATE_TOPICS",
     "DELETE_GROUPS",
@@ -119,6 +122,7 @@ __all__ = [
     "Writer",
     "control_batch",
     "decode_batch",
+    "decompressed",
     "decode_response",
     "encode_batch",
     "encode_record",

@@ -189,16 +189,7 @@ def open_batch(batch: bytes | memoryview) -> tuple[BatchHead, bytes]:
         raise KafkaProtocolError("record batch CRC mismatch")
     if count < 0 or last_delta < 0 or count > last_delta + 1:
         raise KafkaProtocolError(f"record count {count} contradicts the offset span {last_delta}")
-    body = bytes(batch[HEAD_SIZE:])
-    codec = attributes & COMPRESSION_MASK
-    if codec:
-        decompress = _DECOMPRESS.get(codec)
-        if decompress is None:
-            raise UnsupportedCompression(f"unknown compression codec {codec}")
-        try:
-            body = decompress(body)
-        except (OSError, EOFError, ValueError, zlib.error, cramjam.DecompressionError) as exc:
-            raise KafkaProtocolError(f"{_CODECS[codec]} body does not decompress: {exc}") from None
+    body = decompressed(attributes, batch[HEAD_SIZE:])
     head = BatchHead(
         base_offset,
         attributes,
@@ -211,6 +202,22 @@ def open_batch(batch: bytes | memoryview) -> tuple[BatchHead, bytes]:
         count,
     )
     return head, body
+
+
+def decompressed(attributes: int, records: bytes | memoryview) -> bytes:
+    """A batch's records (the bytes after its header) as ``record_tuples`` reads them: as they
+    are, or decompressed by the codec ``attributes`` name (``UnsupportedCompression`` for an
+    unknown one, ``KafkaProtocolError`` for bytes that do not decompress)."""
+    codec = attributes & COMPRESSION_MASK
+    if not codec:
+        return bytes(records)
+    decompress = _DECOMPRESS.get(codec)
+    if decompress is None:
+        raise UnsupportedCompression(f"unknown compression codec {codec}")
+    try:
+        return decompress(bytes(records))
+    except (OSError, EOFError, ValueError, zlib.error, cramjam.DecompressionError) as exc:
+        raise KafkaProtocolError(f"{_CODECS[codec]} body does not decompress: {exc}") from None
 
 
 def decode_batch(batch: bytes | memoryview) -> KafkaBatch:
@@ -493,6 +500,7 @@ __all__ = [
     "UnsupportedCompression",
     "control_batch",
     "decode_batch",
+    "decompressed",
     "encode_batch",
     "encode_record",
     "frame_batch",
