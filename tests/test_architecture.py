@@ -298,8 +298,8 @@ def test_the_checker_finds_private_imports_and_layer_crossings(tmp_path: Path) -
         {
             "kafkaesque/__init__.py": "",
             "kafkaesque/storage/__init__.py": "from ._log import Log\n",
-            "kafkaesque/storage/_log.py": "def f():\n    from kafkaesque.protocol import X\n",
-            "kafkaesque/protocol/__init__.py": "X = 1\n",
+            "kafkaesque/storage/_log.py": "def f():\n    from kafkaesque.fd_stream import X\n",
+            "kafkaesque/fd_stream.py": "X = 1\n",
             "kafkaesque/raft/__init__.py": "from kafkaesque.storage import Log\n",
             "spark_source/__init__.py": "from kafkaesque.storage._log import Log\n",
         },
@@ -309,5 +309,5 @@ def test_the_checker_finds_private_imports_and_layer_crossings(tmp_path: Path) -
     ]
     assert sorted((e.importer, e.imported) for e in layer_violations(edges)) == [
         ("kafkaesque.spark_source", "kafkaesque.storage._log"),
-        ("kafkaesque.storage._log", "kafkaesque.protocol"),
+        ("kafkaesque.storage._log", "kafkaesque.fd_stream"),
     ]
