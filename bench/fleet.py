@@ -45,7 +45,12 @@ kib_per_conn=… kib_per_conn_vs_mosquitto=… command_p99_ms=… storm_devices=
 storm_99pct_back_s=…`` then ``puback_p50_ms``, mosquitto's figures, ``cpu_us_per_msg`` (broker CPU
 microseconds per message, readings and commands, all three brokers), ``storm_99pct_connected_s``,
 ``storm_connects_peak_per_s``, ``storm_connects_mean_per_s``, ``sessions_lost``,
-``commands_sent``/``commands_received`` and ``steal_pct`` (CPU time the hypervisor gave to other
+``commands_sent``/``commands_received``, ``fsync_p50_ms``/``fsync_p99_ms`` (a plain fsync of a
+small append on the brokers' filesystem, probed during the steady window: the part of our PUBACK
+that is the quorum's fsync, which mosquitto's does not wait for), ``puback_p99_interval_ms`` and
+``puback_p99_interval_vs_mosquitto`` (with ``--fsync-interval``: the steady window again on
+brokers with ``--fsync interval``, whose PUBACK waits for the quorum but no fsync; nan without)
+and ``steal_pct`` (CPU time the hypervisor gave to other
 guests during the run, in percent). Targets (issue 38): nothing lost, PUBACK p99 <= 3x
 mosquitto's, KiB per connection <= 2x mosquitto's, 99% back in <= 30 s for 8,000+ devices.
 """
@@ -55,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import resource
 import secrets
 import select
@@ -89,6 +95,8 @@ READINGS_PARTITIONS = 6
 COMMANDS_PARTITIONS = 3
 SPARE_FILES = 1000  # for segments, peers and clients beside the device sockets
 TARGETS = {"puback_vs": 3.0, "kib_vs": 2.0, "storm_s": 30.0}
+FSYNC_PROBE_BYTES = 200  # a reading's record, about
+FSYNC_PROBE_EVERY_S = 0.05
 
 
 @dataclass(frozen=True)
@@ -104,6 +112,8 @@ class Plan:
     interval: float = 10.0  # seconds between readings of a device
     command_share: float = 0.01  # of the devices, commanded each second
     persistent: bool = True  # persistent sessions (False: clean, to compare the storm's cost)
+    # Also the steady window on brokers with ``--fsync interval`` (a PUBACK without the fsync).
+    fsync_interval: bool = False
 
 
 # The storm window is longer than its 30 s target so that a slower storm is measured, not cut.
@@ -141,6 +151,42 @@ def raise_open_files(needed: int) -> str:
         resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     now = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
     return f"open-file limit raised from {soft} to {now} (the hard limit; {needed} wanted)"
+
+
+class FsyncProbe:
+    """Appends ``FSYNC_PROBE_BYTES`` to a file in ``directory`` and fsyncs it, every
+    ``FSYNC_PROBE_EVERY_S``, in a thread, from ``start()`` to ``stop()`` (which returns the
+    fsyncs' durations in ms): what a plain fsync costs on the brokers' filesystem while they
+    run. Our PUBACK waits for the quorum's fsync of the reading (mosquitto acks from memory):
+    this is the part of its latency that is the promise, whatever the broker's code does."""
+
+    def __init__(self, directory: Path) -> None:
+        self.path = directory / "fsync-probe"
+        self.ms: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="fsync-probe", daemon=True)
+
+    def start(self) -> FsyncProbe:
+        self._thread.start()
+        return self
+
+    def stop(self) -> list[float]:
+        self._stop.set()
+        self._thread.join(30)
+        return self.ms
+
+    def _run(self) -> None:
+        fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        try:
+            data = b"x" * FSYNC_PROBE_BYTES
+            while not self._stop.wait(FSYNC_PROBE_EVERY_S):
+                began = time.perf_counter()
+                os.write(fd, data)
+                os.fsync(fd)
+                self.ms.append(1000 * (time.perf_counter() - began))
+        finally:
+            os.close(fd)
+            self.path.unlink(missing_ok=True)
 
 
 class Controller:
@@ -291,12 +337,23 @@ def storm_figures(r: WorkerResult, killed_at: float, killed: int = KILLED) -> di
 
 
 def cluster_phase(
-    root: Path, plan: Plan, log: Any = print, log_level: str = "WARNING"
+    root: Path,
+    plan: Plan,
+    log: Any = print,
+    log_level: str = "WARNING",
+    fsync: str = "always",
+    storm: bool = True,
 ) -> dict[str, Any]:
-    """The fleet on a 3-broker cluster: the steady window, then broker ``KILLED`` killed with
-    SIGKILL and ``plan.storm_s`` seconds of storm, then the log read back."""
+    """The fleet on a 3-broker cluster whose brokers run with ``--fsync fsync``: the steady
+    window, then (``storm``) broker ``KILLED`` killed with SIGKILL and ``plan.storm_s`` seconds
+    of storm, then the log read back."""
     with LocalCluster(
-        str(root / "cluster"), BROKERS, mqtt=True, mqtt_rules=RULES, log_level=log_level
+        str(root / f"cluster-{fsync}"),
+        BROKERS,
+        mqtt=True,
+        mqtt_rules=RULES,
+        log_level=log_level,
+        extra_args=["--fsync", fsync],
     ) as cluster:
         with Client(cluster.bootstrap) as client:
             client.create_topic("readings", READINGS_PARTITIONS, BROKERS)
@@ -316,14 +373,19 @@ def cluster_phase(
                 addresses[0], range(plan.devices), plan.devices * plan.command_share
             ).start()
             cpu = [process_cpu_s(p) for p in brokers]
+            probe = FsyncProbe(root).start()
             time.sleep(plan.steady_s)
+            fsync_ms = probe.stop()
             cpu_s = sum(process_cpu_s(p) - c for p, c in zip(brokers, cpu, strict=True))
             after = total_rss_kib(brokers)
             sent_steady = controller.sent
             killed_at = time.time()
-            cluster.kill(KILLED)
-            log(f"    broker {KILLED} killed (SIGKILL) under the fleet")
-            time.sleep(plan.storm_s)
+            if storm:
+                cluster.kill(KILLED)
+                log(f"    broker {KILLED} killed (SIGKILL) under the fleet")
+                time.sleep(plan.storm_s)
+            else:
+                fleet.stop()
             sent = controller.stop()
             r = fleet.result()
         survivors = ",".join(
@@ -340,6 +402,8 @@ def cluster_phase(
         commands_sent=sent,
         controller_error=controller.error,
         storm=storm_figures(r, killed_at),
+        fsync_p50=percentile(fsync_ms, 0.5),
+        fsync_p99=percentile(fsync_ms, 0.99),
         sessions_resumed=r.sessions_resumed,
         sessions_lost=r.sessions_lost,
         dropped=r.dropped,
@@ -404,6 +468,20 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
         f"{_verdict(bool(storm_ok))}); CONNECTs accepted by the survivors: peak "
         f"{s['connects_peak']:,}/s, mean {_f(s['connects_mean'], '.0f')}/s until 99% were back"
     )
+    log(
+        f"    a plain fsync of a {FSYNC_PROBE_BYTES}-byte append on the brokers' filesystem "
+        f"meanwhile: p50 {_f(c['fsync_p50'])} ms, p99 {_f(c['fsync_p99'])} ms (the promise our "
+        "PUBACK keeps and mosquitto's does not: a quorum's fsync)"
+    )
+    interval_p99 = None
+    if plan.fsync_interval:
+        ci = cluster_phase(root, plan, log, log_level, fsync="interval", storm=False)
+        interval_p99 = ci["p99"]
+        log(
+            f"cluster with --fsync interval, {ci['connected']:,} devices, {plan.steady_s:g} s: "
+            f"PUBACK p50 {_f(ci['p50'])} ms, p99 {_f(interval_p99)} ms = "
+            f"{_f(_ratio(interval_p99, m['p99']))} x mosquitto; lost {ci['lost']}"
+        )
     if s["collateral"]:
         log(
             f"    WARNING: {s['collateral']} devices of the surviving brokers lost their "
@@ -448,7 +526,11 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
         f"storm_connects_mean_per_s={_f(s['connects_mean'], '.0f')} "
         f"storm_collateral_drops={s['collateral']} dropped_before_storm={s['dropped_before']} "
         f"sessions_lost={c['sessions_lost']} commands_sent={c['commands_sent']} "
-        f"commands_received={c['commands_received']} steal_pct={steal.percent():.1f}"
+        f"commands_received={c['commands_received']} "
+        f"fsync_p50_ms={_f(c['fsync_p50'])} fsync_p99_ms={_f(c['fsync_p99'])} "
+        f"puback_p99_interval_ms={_f(interval_p99)} "
+        f"puback_p99_interval_vs_mosquitto={_f(_ratio(interval_p99, m['p99']))} "
+        f"steal_pct={steal.percent():.1f}"
     )
     return 1 if problems or c["lost"] or c["duplicated"] else 0
 
@@ -472,6 +554,11 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--log-level", default="WARNING", help="the brokers' (with --keep)")
     parser.add_argument(
+        "--fsync-interval",
+        action="store_true",
+        help="also the steady window on brokers with --fsync interval (about 2 more minutes)",
+    )
+    parser.add_argument(
         "--clean-sessions", action="store_true", help="clean sessions (the storm without takeovers)"
     )
     args = parser.parse_args(argv)
@@ -483,6 +570,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     if args.clean_sessions:
         overrides["persistent"] = False
+    if args.fsync_interval:
+        overrides["fsync_interval"] = True
     plan = Plan(**{**plan.__dict__, **overrides})
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)

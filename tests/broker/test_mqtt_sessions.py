@@ -411,6 +411,20 @@ def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
     assert not session.expired(10**15)
 
 
+def test_decoded_sessions_share_their_positions() -> None:
+    """Every broker holds every session: the (log topic, partition) key of a position is one
+    object for all the sessions that read that partition, not one each."""
+    first, second = (
+        decode_session(encode_session(StoredSession(0, 1, positions={("c", 2): Progress(n)})))
+        for n in (5, 9)
+    )
+    assert first is not None and second is not None
+    ((a, progress),) = first.positions.items()
+    ((b, _),) = second.positions.items()
+    assert a == ("c", 2) and progress == Progress(5)
+    assert a is b
+
+
 # -- handing a session over between brokers: the table's rules --------------------------------
 
 

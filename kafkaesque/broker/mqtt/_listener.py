@@ -1,12 +1,13 @@
 """A broker's MQTT listener: devices connect to any broker, publish into the log, subscribe.
 
 ``MqttService`` accepts connections on ``--mqtt-listen`` (plain TCP, TLS with ``--mqtt-tls``,
-WebSocket with ``--mqtt-ws``) and runs each with an ``MqttDevice`` (one reader task and one
-writer task), watching every connection's deadline and cutting off the devices that stay behind
-their deliveries. It is the device's host (``DeviceHost``) and hands each request to the part
-that serves it: ``Admission`` (credentials and ACL), ``SessionKeeper`` (the client id's
-connection and session, its Will), ``Ingress`` (a PUBLISH becomes a record of the log) and
-``Egress`` (records of mapped log topics are delivered to subscribed devices).
+WebSocket with ``--mqtt-ws``) and runs each with an ``MqttDevice`` (one reader task, and a
+writer task while it has something to send), watching every connection's deadline and cutting
+off the devices that stay behind their deliveries. It is the device's host (``DeviceHost``) and
+hands each request to the part that serves it: ``Admission`` (credentials and ACL),
+``SessionKeeper`` (the client id's connection and session, its Will), ``Ingress`` (a PUBLISH
+becomes a record of the log) and ``Egress`` (records of mapped log topics are delivered to
+subscribed devices).
 """
 
 from __future__ import annotations

@@ -69,6 +69,24 @@ SESSIONS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "mqtt_sessions"
 SAVE_EVERY_S: Final = 1.0
 HANDOVER_S: Final = 3.0
 """How long a broker taking a session over waits for the previous owner's last state."""
+_MAX_POSITIONS: Final = 100_000
+
+# Every broker holds every session, each with a position per partition it reads: the same few
+# (log topic, partition) pairs over and over. Decoded, each would be a tuple and a string of
+# its own (0.1 KiB); they are shared instead (``_position``). Bounded by the partitions that
+# sessions read; past ``_MAX_POSITIONS`` new ones are no longer shared.
+_positions: dict[Position, Position] = {}
+
+
+def _position(topic: str, partition: int) -> Position:
+    """The shared (``topic``, ``partition``) pair."""
+    key = (topic, partition)
+    shared = _positions.get(key)
+    if shared is None:
+        if len(_positions) >= _MAX_POSITIONS:
+            return key
+        shared = _positions[key] = key
+    return shared
 
 
 @dataclass(frozen=True, slots=True)
@@ -138,10 +156,10 @@ def decode_session(data: bytes) -> StoredSession | None:
         # Fields added later: records written before them have none.
         expiry, ended, awaited_owner, handed_by, progress = (*more, *[None] * 5)[:5]
         if progress is None:  # the first format: resume from there, at least once
-            stored = {(str(t), int(p)): Progress(int(o)) for t, p, o in positions}
+            stored = {_position(str(t), int(p)): Progress(int(o)) for t, p, o in positions}
         else:
             stored = {
-                (str(t), int(p)): Progress(
+                _position(str(t), int(p)): Progress(
                     int(n), tuple(Owed(int(o), int(i), int(q), bool(r)) for o, i, q, r in owed)
                 )
                 for t, p, n, owed in progress
