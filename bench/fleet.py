@@ -73,7 +73,13 @@ from typing import Any
 
 from kafkaesque.cli.devices_core import VERSION, DeviceConfig, commands_topic, device_id
 from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, WorkerResult
-from kafkaesque.cli.devices_report import check_log, end_offsets, percentile, read_run
+from kafkaesque.cli.devices_report import (
+    check_log,
+    end_offsets,
+    fence_ends,
+    percentile,
+    read_run,
+)
 
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
@@ -386,7 +392,10 @@ def cluster_phase(
             f"{h}:{p}" for h, p in (cluster.client_address(i) for i in cluster.alive())
         )
         with Client(survivors) as client:
-            pairs, _ = read_run(client, "readings", spec.config.run, start)
+            # Up to a marker each partition's current leader committed, not up to the high
+            # watermarks: a replica's can lie below what the killed leader acknowledged last.
+            ends = fence_ends(client, "readings", READINGS_PARTITIONS, spec.config.run)
+            pairs, _ = read_run(client, "readings", spec.config.run, start, ends=ends)
     check = check_log(r.devices, pairs)
     write_suspects(root / SUSPECTS_FILE, r, pairs, killed_at)
     out = _common(r, spec)

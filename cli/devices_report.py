@@ -119,10 +119,18 @@ def read_run(
     run: str,
     start: Mapping[int, int] | None,
     timeout: float = 120.0,
+    *,
+    ends: Mapping[int, int] | None = None,
 ) -> tuple[list[tuple[str, int]], list[float]]:
     """This run's (device, serial) pairs in ``topic`` from ``start`` (partition -> offset; None:
-    from the beginning) up to the high watermarks of now, and the end-to-end latencies (record
-    timestamp minus the reading's ts_ms) in ms. Raises ``TimeoutError`` after ``timeout``."""
+    from the beginning) up to ``ends`` (partition -> offset; None: the high watermarks of now),
+    and the end-to-end latencies (record timestamp minus the reading's ts_ms) in ms. Raises
+    ``TimeoutError`` after ``timeout``.
+
+    A high watermark is the commit index of the replica that reports it: right after a
+    failover (a new leader whose term has not committed yet, or a follower answering for a
+    silent leader) it can lie below records the old leader committed and acknowledged, which
+    would then look lost; ``fence_ends`` gives ends that cannot."""
     pairs: list[tuple[str, int]] = []
     e2e: list[float] = []
     deadline = time.monotonic() + timeout
@@ -132,8 +140,11 @@ def read_run(
         for tp in partitions:
             if start is not None and tp.partition in start:
                 consumer.seek(tp, start[tp.partition])
-        ends = consumer.end_offsets()
-        while not _reached(consumer, ends):
+        if ends is None:
+            reached = consumer.end_offsets()
+        else:
+            reached = {tp: ends[tp.partition] for tp in partitions if tp.partition in ends}
+        while not _reached(consumer, reached):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic!r} back took over {timeout:.0f} s")
             for record in consumer.poll(1.0):
@@ -144,6 +155,16 @@ def read_run(
                 if record.timestamp >= 0:
                     e2e.append(float(record.timestamp - reading[3]))
     return pairs, e2e
+
+
+def fence_ends(client: Client, topic: str, partitions: int, run: str) -> dict[int, int]:
+    """Append a marker record (no reading: ``parse_reading`` skips it) to each partition of
+    ``topic`` and return the offset after each: the ends of a read that misses no committed
+    record. A marker is acknowledged once committed in its leader's term, and every record any
+    leader committed before is then below it (Raft's Leader Completeness), whatever the high
+    watermarks said. Raises the client's error when a partition takes no write."""
+    marker = json.dumps({"marker": run}).encode()
+    return {p: client.publish(topic, marker, partition=p)[1] + 1 for p in range(partitions)}
 
 
 def _reached(consumer: Consumer, ends: Mapping[TopicPartition, int]) -> bool:
