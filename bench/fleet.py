@@ -394,7 +394,7 @@ def cluster_phase(
         with Client(survivors) as client:
             # Up to a marker each partition's current leader committed, not up to the high
             # watermarks: a replica's can lie below what the killed leader acknowledged last.
-            ends = fence_ends(client, "readings", READINGS_PARTITIONS, spec.config.run)
+            ends, unfenced = fence_ends(client, "readings", READINGS_PARTITIONS, spec.config.run)
             pairs, _ = read_run(client, "readings", spec.config.run, start, ends=ends)
     check = check_log(r.devices, pairs)
     write_suspects(root / SUSPECTS_FILE, r, pairs, killed_at)
@@ -417,6 +417,7 @@ def cluster_phase(
         lost_examples=check.lost_examples,
         duplicated=check.duplicated,
         consumed=check.consumed,
+        unfenced=unfenced,
     )
     return out
 
@@ -496,6 +497,7 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING", broker_args: Sequenc
         problems.append(f"{c['failed']} devices failed on the cluster: {c['errors'][:2]}")
     if c["sessions_lost"]:
         problems.append(f"{c['sessions_lost']} sessions lost")
+    problems += c["unfenced"]
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
