@@ -20,6 +20,7 @@ from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._forwarding import Forwarder
 from kafkaesque.broker._leaders import LeaderTable
 from kafkaesque.broker._producers import WINDOW
+from kafkaesque.broker._reads import read_committed
 from kafkaesque.broker._writes import WritePath, _Failed
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import Role
@@ -592,5 +593,45 @@ async def test_a_new_leader_refuses_out_of_order_only_once_its_term_committed(
         gap = brokers.writes[old.node_id].start(GROUP, _stamped(b"b5", 5), 1, Acks.QUORUM, deadline)
         assert isinstance(gap, _Failed) and gap.refusal is not None
         assert gap.refusal.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+    finally:
+        brokers.close()
+
+
+async def test_a_new_leaders_high_watermark_lies_below_what_the_old_one_acknowledged(
+    tmp_path: Path,
+) -> None:
+    # Issue 38 ("lost" readings, all in flight at the kill): bench.fleet read the log back up
+    # to the high watermarks reported after the storm. The old leader commits a batch with one
+    # follower's acknowledgement and is killed before the followers hear of the commit; the new
+    # leader's high watermark (its commit index + 1, what DESCRIBE and FETCH report) stays
+    # below the batch until its own term commits: a reader stopping there misses a record that
+    # was acknowledged. It is in the log all along; ``devices_report.fence_ends`` reads up to
+    # a marker committed in the new term instead.
+    brokers = _Brokers(tmp_path, 3)
+    await brokers.settle()
+    old = brokers.leader()
+    follower = next(r for r in brokers.rafts if r is not old)
+    try:
+        last, _ = old.propose_nowait(GROUP, _one_record_batch(), 1)
+        for _ in range(4):  # the append to one follower, its answer: nothing else delivered
+            for raft in brokers.rafts:
+                await raft._process()
+            queue, brokers.queue = brokers.queue, []
+            for src, dst, item in queue:
+                if {src, dst} == {old.node_id, follower.node_id}:
+                    brokers.rafts[dst].handle_items(src, [item])
+            if old.replicas[GROUP].commit_index >= last:
+                break
+        assert old.replicas[GROUP].commit_index >= last  # committed: acknowledged to its writer
+        brokers.queue.clear()  # the old leader is killed: its news of the commit is lost
+        new = await _elect_without_committing(brokers, old)
+        assert new.replicas[GROUP].node.log.last_index() >= last  # the batch is in its log
+        assert read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark <= last
+        for _ in range(50):  # its no-op commits, and the batch with it
+            if read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark > last:
+                break
+            await brokers.settle(cut_off=old.node_id, ticks=1)
+        assert read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark > last
+        assert _values(new).count(b"other") == 1
     finally:
         brokers.close()
