@@ -79,10 +79,17 @@ from typing import Any
 
 from kafkaesque.cli.devices_core import VERSION, DeviceConfig, commands_topic, device_id
 from kafkaesque.cli.devices_fleet import Fleet, FleetSpec, WorkerResult
-from kafkaesque.cli.devices_report import check_log, end_offsets, percentile, read_run
+from kafkaesque.cli.devices_report import (
+    check_log,
+    end_offsets,
+    fence_ends,
+    percentile,
+    read_run,
+)
 
 from kafkaesque.client import Client
 from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.protocol import partition_for_key
 from kafkaesque.protocol.mqtt import Connect, Publish, encode_mqtt
 
 from ._broker_procs import StealWindow, make_scratch, process_cpu_s
@@ -336,6 +343,51 @@ def storm_figures(r: WorkerResult, killed_at: float, killed: int = KILLED) -> di
     }
 
 
+SUSPECTS_FILE = "fleet-suspects.json"
+
+
+def suspects(
+    devices: dict[str, tuple[int, list[int]]], pairs: Sequence[tuple[str, int]]
+) -> dict[str, list[dict[str, Any]]]:
+    """Every lost reading (acknowledged, not in the log) and every duplicated one (in the log
+    more than once), with what is needed to find it in the brokers' logs and data: the
+    device, its serial, the broker it first connected to and its ``readings`` partition."""
+    seen = Counter(pairs)
+    found: dict[str, set[int]] = {}
+    for device, serial in seen:
+        found.setdefault(device, set()).add(serial)
+
+    def where(device: str, serial: int, **more: Any) -> dict[str, Any]:
+        return {
+            "device": device,
+            "serial": serial,
+            "first_broker": int(device.rsplit("-", 1)[1]) % BROKERS,
+            "partition": partition_for_key(device.encode(), READINGS_PARTITIONS),
+            **more,
+        }
+
+    lost = [
+        where(device, serial)
+        for device, (sent, unacked) in sorted(devices.items())
+        for serial in sorted(set(range(sent)) - found.get(device, set()) - set(unacked))
+    ]
+    duplicated = [where(d, s, copies=n) for (d, s), n in sorted(seen.items()) if n > 1]
+    return {"lost": lost, "duplicated": duplicated}
+
+
+def write_suspects(
+    path: Path, r: WorkerResult, pairs: Sequence[tuple[str, int]], killed_at: float
+) -> None:
+    """Write ``suspects`` to ``path`` (JSON) with the kill's wall-clock time and, per suspect
+    device, when it dropped and came back: kept with ``--keep`` for a post-mortem (issue 38)."""
+    found = suspects(r.devices, pairs)
+    for entry in found["lost"] + found["duplicated"]:
+        device = entry["device"]
+        entry["dropped_at"] = r.dropped_at.get(device)
+        entry["back_at"] = r.back_at.get(device)
+    path.write_text(json.dumps({"killed_at": killed_at, **found}, indent=1))
+
+
 def cluster_phase(
     root: Path,
     plan: Plan,
@@ -343,17 +395,19 @@ def cluster_phase(
     log_level: str = "WARNING",
     fsync: str = "always",
     storm: bool = True,
+    broker_args: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The fleet on a 3-broker cluster whose brokers run with ``--fsync fsync``: the steady
     window, then (``storm``) broker ``KILLED`` killed with SIGKILL and ``plan.storm_s`` seconds
-    of storm, then the log read back."""
+    of storm, then the log read back. ``broker_args``: more arguments for every broker
+    (``--write-timeout 2``, say)."""
     with LocalCluster(
         str(root / f"cluster-{fsync}"),
         BROKERS,
         mqtt=True,
         mqtt_rules=RULES,
         log_level=log_level,
-        extra_args=["--fsync", fsync],
+        extra_args=["--fsync", fsync, *broker_args],
     ) as cluster:
         with Client(cluster.bootstrap) as client:
             client.create_topic("readings", READINGS_PARTITIONS, BROKERS)
@@ -392,8 +446,12 @@ def cluster_phase(
             f"{h}:{p}" for h, p in (cluster.client_address(i) for i in cluster.alive())
         )
         with Client(survivors) as client:
-            pairs, _ = read_run(client, "readings", spec.config.run, start)
+            # Up to a marker each partition's current leader committed, not up to the high
+            # watermarks: a replica's can lie below what the killed leader acknowledged last.
+            ends, unfenced = fence_ends(client, "readings", READINGS_PARTITIONS, spec.config.run)
+            pairs, _ = read_run(client, "readings", spec.config.run, start, ends=ends)
     check = check_log(r.devices, pairs)
+    write_suspects(root / SUSPECTS_FILE, r, pairs, killed_at)
     out = _common(r, spec)
     out.update(
         kib=(after - before) / r.connected if r.connected else None,
@@ -415,11 +473,12 @@ def cluster_phase(
         lost_examples=check.lost_examples,
         duplicated=check.duplicated,
         consumed=check.consumed,
+        unfenced=unfenced,
     )
     return out
 
 
-def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
+def run(root: Path, plan: Plan, log_level: str = "WARNING", broker_args: Sequence[str] = ()) -> int:
     started = time.monotonic()
 
     def log(line: str) -> None:
@@ -443,7 +502,7 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
         f"{m['rss_mib'][0]:.0f} -> {m['rss_mib'][1]:.0f} MiB = {_f(m['kib'], '.1f')} KiB per "
         f"connection; {_f(m['cpu_us'], '.0f')} us CPU per message"
     )
-    c = cluster_phase(root, plan, log, log_level)
+    c = cluster_phase(root, plan, log, log_level, broker_args=broker_args)
     s = c["storm"]
     puback_vs = _ratio(c["p99"], m["p99"])
     kib_vs = _ratio(c["kib"], m["kib"])
@@ -475,7 +534,9 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
     )
     interval_p99 = None
     if plan.fsync_interval:
-        ci = cluster_phase(root, plan, log, log_level, fsync="interval", storm=False)
+        ci = cluster_phase(
+            root, plan, log, log_level, fsync="interval", storm=False, broker_args=broker_args
+        )
         interval_p99 = ci["p99"]
         log(
             f"cluster with --fsync interval, {ci['connected']:,} devices, {plan.steady_s:g} s: "
@@ -508,6 +569,7 @@ def run(root: Path, plan: Plan, log_level: str = "WARNING") -> int:
         problems.append(f"{c['failed']} devices failed on the cluster: {c['errors'][:2]}")
     if c["sessions_lost"]:
         problems.append(f"{c['sessions_lost']} sessions lost")
+    problems += c["unfenced"]
     for problem in problems:
         print(f"WARNING: {problem}")
     print(steal)
@@ -547,7 +609,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--quick", action="store_true", help="5,000 devices for 60 s")
     parser.add_argument("--devices", type=int, help="override the fleet's size (development)")
-    for name in ("steady_s", "storm_s", "mosquitto_s", "warmup"):
+    for name in ("steady_s", "storm_s", "mosquitto_s", "warmup", "interval"):
         parser.add_argument(f"--{name.replace('_', '-')}", type=float, help="(development)")
     parser.add_argument(
         "--keep", action="store_true", help="keep the scratch directory (the brokers' logs)"
@@ -559,13 +621,16 @@ def main(argv: list[str] | None = None) -> int:
         help="also the steady window on brokers with --fsync interval (about 2 more minutes)",
     )
     parser.add_argument(
+        "--write-timeout", type=float, help="the brokers' write timeout in seconds (development)"
+    )
+    parser.add_argument(
         "--clean-sessions", action="store_true", help="clean sessions (the storm without takeovers)"
     )
     args = parser.parse_args(argv)
     plan = QUICK if args.quick else FULL
     overrides = {
         name: getattr(args, name)
-        for name in ("devices", "steady_s", "storm_s", "mosquitto_s", "warmup")
+        for name in ("devices", "steady_s", "storm_s", "mosquitto_s", "warmup", "interval")
         if getattr(args, name)
     }
     if args.clean_sessions:
@@ -575,12 +640,17 @@ def main(argv: list[str] | None = None) -> int:
     plan = Plan(**{**plan.__dict__, **overrides})
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
+    broker_args = [] if args.write_timeout is None else ["--write-timeout", str(args.write_timeout)]
     root = make_scratch()
     try:
-        return run(root, plan, args.log_level)
+        return run(root, plan, args.log_level, broker_args)
     finally:
         if args.keep:
-            print(f"scratch directory kept: {root}")
+            # Renamed out of the scratch prefix: the next bench run of anyone (make_scratch)
+            # removes every scratch directory whose process is gone.
+            kept = root.with_name(f"kq-kept-fleet-{root.name.rsplit('-', 1)[-1]}")
+            root.rename(kept)
+            print(f"scratch directory kept: {kept}")
         else:
             shutil.rmtree(root, ignore_errors=True)
 

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Final
 
-from kafkaesque.client import Client, Consumer, TopicPartition
+from kafkaesque.client import Client, Consumer, KafkaesqueError, TopicPartition
 
 from .devices_fleet import WorkerResult
 
@@ -119,10 +119,19 @@ def read_run(
     run: str,
     start: Mapping[int, int] | None,
     timeout: float = 120.0,
+    *,
+    ends: Mapping[int, int] | None = None,
 ) -> tuple[list[tuple[str, int]], list[float]]:
     """This run's (device, serial) pairs in ``topic`` from ``start`` (partition -> offset; None:
-    from the beginning) up to the high watermarks of now, and the end-to-end latencies (record
-    timestamp minus the reading's ts_ms) in ms. Raises ``TimeoutError`` after ``timeout``."""
+    from the beginning) up to ``ends`` (partition -> offset; None: the high watermarks of now),
+    and the end-to-end latencies (record timestamp minus the reading's ts_ms) in ms. Raises
+    ``TimeoutError`` after ``timeout``.
+
+    A high watermark is the commit index of the replica that reports it: right after a
+    failover (a new leader whose term has not committed yet, or a follower answering for a
+    silent leader) it can lie below records the old leader committed and acknowledged, which
+    would then look lost; ``fence_ends`` gives ends that cannot. A partition ``ends`` leaves
+    out is read up to its high watermark."""
     pairs: list[tuple[str, int]] = []
     e2e: list[float] = []
     deadline = time.monotonic() + timeout
@@ -132,8 +141,10 @@ def read_run(
         for tp in partitions:
             if start is not None and tp.partition in start:
                 consumer.seek(tp, start[tp.partition])
-        ends = consumer.end_offsets()
-        while not _reached(consumer, ends):
+        reached = consumer.end_offsets()
+        if ends is not None:  # (a partition it leaves out: up to its high watermark)
+            reached.update({tp: ends[tp.partition] for tp in partitions if tp.partition in ends})
+        while not _reached(consumer, reached):
             if time.monotonic() > deadline:
                 raise TimeoutError(f"reading {topic!r} back took over {timeout:.0f} s")
             for record in consumer.poll(1.0):
@@ -144,6 +155,40 @@ def read_run(
                 if record.timestamp >= 0:
                     e2e.append(float(record.timestamp - reading[3]))
     return pairs, e2e
+
+
+_FENCE_S: Final = 120.0  # how long ``fence_ends`` tries each partition
+_FENCE_PAUSE_S: Final = 1.0
+
+
+def fence_ends(
+    client: Client, topic: str, partitions: int, run: str, timeout: float = _FENCE_S
+) -> tuple[dict[int, int], list[str]]:
+    """Append a marker record (no reading: ``parse_reading`` skips it) to each partition of
+    ``topic``; the offset after each, the ends of a read that misses no committed record, and
+    what went wrong. A marker is acknowledged once committed in its leader's term, and every
+    record any leader committed before is then below it (Raft's Leader Completeness), whatever
+    the high watermarks said. A marker is sent again after an error (a second copy is
+    harmless); a partition that took none within ``timeout`` is left out of the ends (the
+    caller reads it up to its high watermark) and named in the problems."""
+    marker = json.dumps({"marker": run}).encode()
+    ends: dict[int, int] = {}
+    problems: list[str] = []
+    for partition in range(partitions):
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                ends[partition] = client.publish(topic, marker, partition=partition)[1] + 1
+                break
+            except KafkaesqueError as exc:
+                if time.monotonic() + _FENCE_PAUSE_S > deadline:
+                    problems.append(
+                        f"{topic}/{partition} took no marker in {timeout:.0f} s ({exc}): read up "
+                        "to its high watermark, which may lag what was acknowledged"
+                    )
+                    break
+                time.sleep(_FENCE_PAUSE_S)
+    return ends, problems
 
 
 def _reached(consumer: Consumer, ends: Mapping[TopicPartition, int]) -> bool:

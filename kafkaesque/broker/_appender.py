@@ -371,6 +371,9 @@ class PartitionAppender:
         Or the sequence has a gap that will not fill (a new leader accepted a later batch of
         ours first, as it accepts any first sequence of a producer it does not know): then the
         records go again under a new producer id, at sequence 0, alone; so do later batches.
+        That is safe even when an earlier attempt's outcome was unknown: the leader refuses
+        only once an entry of its term has committed (``WritePath``), and then a first copy it
+        does not hold can never commit.
         """
         earlier = self._order[: self._order.index(flight)]
         log.debug("%s: refused out of order (%d); %d earlier", self._log_id, refusals, len(earlier))

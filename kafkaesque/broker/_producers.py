@@ -10,7 +10,10 @@ decides for each new batch:
 * the next sequence (the last one + 1): appended, and remembered;
 * an older epoch: ``FENCED``; a newer epoch: a new session, whose sequences start at 0;
 * anything else: ``OUT_OF_ORDER_SEQUENCE`` (an earlier batch was lost, or the producer
-  reordered its retries); nothing is written.
+  reordered its retries); nothing is written. The write path gives that answer only once the
+  leader has committed an entry of its term (until then, a retriable "not yet"): before, a copy
+  of the batch in a deposed leader's log may still commit, and a producer told "not written"
+  would send its records again.
 
 The window lives with the leader, for its term. A new leader rebuilds it from its own log before
 it decides on a producer's batch (``rebuild``), so a batch retried after a failover is still

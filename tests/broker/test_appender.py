@@ -20,7 +20,8 @@ from kafkaesque.broker._errors import RequestError
 from kafkaesque.broker._forwarding import Forwarder
 from kafkaesque.broker._leaders import LeaderTable
 from kafkaesque.broker._producers import WINDOW
-from kafkaesque.broker._writes import WritePath
+from kafkaesque.broker._reads import read_committed
+from kafkaesque.broker._writes import WritePath, _Failed
 from kafkaesque.protocol import Acks, ErrorCode
 from kafkaesque.raft import Role
 from kafkaesque.raft.driver import MultiRaft
@@ -515,3 +516,122 @@ async def test_a_batch_untold_at_its_deadline_is_answered_timeout(tmp_path: Path
 
 def _one_record_batch() -> bytes:
     return build_batch([Record(value=b"other")])
+
+
+async def _elect_without_committing(brokers: _Brokers, old: MultiRaft) -> MultiRaft:
+    """Another broker wins an election while ``old`` hears nothing, and is stopped the moment
+    it leads: its no-op reaches nobody, so nothing of its term commits."""
+    others = [r for r in brokers.rafts if r is not old]
+    for _ in range(100):
+        for raft in others:
+            raft.tick()
+        for _ in range(50):
+            for raft in brokers.rafts:
+                await raft._process()
+            leader = next((r for r in others if r.replicas[GROUP].role is Role.LEADER), None)
+            if leader is not None:
+                brokers.queue.clear()  # its first appends are lost
+                return leader
+            queue, brokers.queue = brokers.queue, []
+            if not queue:
+                break
+            for src, dst, item in queue:
+                if old.node_id not in (src, dst):
+                    brokers.rafts[dst].handle_items(src, [item])
+    raise AssertionError("no other broker was elected")
+
+
+def _stamped(value: bytes, sequence: int) -> bytes:
+    return build_batch([Record(value=value)], producer_id=7, base_sequence=sequence)
+
+
+async def test_a_new_leader_refuses_out_of_order_only_once_its_term_committed(
+    tmp_path: Path,
+) -> None:
+    # Issue 38 (duplicated readings after a reconnect storm): batch 0 of a producer reached
+    # only the old leader, so its outcome was unknown; a new leader took batch 1 first (a
+    # producer it does not know may start at any sequence) and then refused batch 0 as out of
+    # order. The appender took that as "not written" and sent batch 0's records again under a
+    # new producer id; but the new leader was deposed before anything of its term committed,
+    # the old one led again and committed the first copy: the records were in the log twice.
+    # The refusal now waits for an entry of the new leader's term to commit (until then it is
+    # a retriable "not yet"); after that, the first copy is in its log or never commits.
+    brokers = _Brokers(tmp_path, 3)
+    await brokers.settle()
+    old = brokers.leader()
+    try:
+        deadline = trio.current_time() + 30
+        first = brokers.writes[old.node_id].start(
+            GROUP, _stamped(b"b0", 0), 1, Acks.QUORUM, deadline
+        )
+        assert not isinstance(first, _Failed)
+        await brokers.settle(cut_off=old.node_id)  # on the old leader's disk, nowhere else
+        new = await _elect_without_committing(brokers, old)
+        paths = brokers.writes[new.node_id]
+        later = paths.start(GROUP, _stamped(b"b1", 1), 1, Acks.QUORUM, deadline)
+        assert not isinstance(later, _Failed)  # a producer it does not know: any sequence
+        retry = paths.start(GROUP, _stamped(b"b0", 0), 1, Acks.QUORUM, deadline)
+        assert isinstance(retry, _Failed)
+        assert retry.refusal is None, retry.refusal  # was OUT_OF_ORDER_SEQUENCE: "not written"
+        assert not retry.unknown  # not appended here: the write path simply tries again
+        # Why "not written" was false: the new leader loses its leadership before its term
+        # commits, and the old one, whose log is the longest, commits the first copy.
+        deposed_term = new.replicas[GROUP].node.term
+        group = old.replicas[GROUP]
+        for _ in range(200):
+            if group.role is Role.LEADER and group.node.term > deposed_term:
+                break
+            await brokers.settle(cut_off=new.node_id, ticks=1)
+        await brokers.settle(cut_off=new.node_id)
+        assert _values(old).count(b"b0") == 1
+        # The retry, at the leader whose term committed, is the duplicate it is; a batch that
+        # does not follow is still refused for good there.
+        duplicate = brokers.writes[old.node_id].start(
+            GROUP, _stamped(b"b0", 0), 1, Acks.QUORUM, deadline
+        )
+        assert not isinstance(duplicate, _Failed)
+        gap = brokers.writes[old.node_id].start(GROUP, _stamped(b"b5", 5), 1, Acks.QUORUM, deadline)
+        assert isinstance(gap, _Failed) and gap.refusal is not None
+        assert gap.refusal.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+    finally:
+        brokers.close()
+
+
+async def test_a_new_leaders_high_watermark_lies_below_what_the_old_one_acknowledged(
+    tmp_path: Path,
+) -> None:
+    # Issue 38 ("lost" readings, all in flight at the kill): bench.fleet read the log back up
+    # to the high watermarks reported after the storm. The old leader commits a batch with one
+    # follower's acknowledgement and is killed before the followers hear of the commit; the new
+    # leader's high watermark (its commit index + 1, what DESCRIBE and FETCH report) stays
+    # below the batch until its own term commits: a reader stopping there misses a record that
+    # was acknowledged. It is in the log all along; ``devices_report.fence_ends`` reads up to
+    # a marker committed in the new term instead.
+    brokers = _Brokers(tmp_path, 3)
+    await brokers.settle()
+    old = brokers.leader()
+    follower = next(r for r in brokers.rafts if r is not old)
+    try:
+        last, _ = old.propose_nowait(GROUP, _one_record_batch(), 1)
+        for _ in range(4):  # the append to one follower, its answer: nothing else delivered
+            for raft in brokers.rafts:
+                await raft._process()
+            queue, brokers.queue = brokers.queue, []
+            for src, dst, item in queue:
+                if {src, dst} == {old.node_id, follower.node_id}:
+                    brokers.rafts[dst].handle_items(src, [item])
+            if old.replicas[GROUP].commit_index >= last:
+                break
+        assert old.replicas[GROUP].commit_index >= last  # committed: acknowledged to its writer
+        brokers.queue.clear()  # the old leader is killed: its news of the commit is lost
+        new = await _elect_without_committing(brokers, old)
+        assert new.replicas[GROUP].node.log.last_index() >= last  # the batch is in its log
+        assert read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark <= last
+        for _ in range(50):  # its no-op commits, and the batch with it
+            if read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark > last:
+                break
+            await brokers.settle(cut_off=old.node_id, ticks=1)
+        assert read_committed(new.replicas[GROUP], 0, 1 << 20).high_watermark > last
+        assert _values(new).count(b"other") == 1
+    finally:
+        brokers.close()
