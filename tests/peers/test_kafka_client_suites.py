@@ -57,10 +57,6 @@ _MAX_MESSAGE_BYTES = (
     "answers INVALID_CONFIG for it: docs/kafka.md; the broker's batch limit is 8 MiB)"
 )
 
-_LIST_GROUPS_V5 = (
-    "ListGroups is served up to v2: no state filter (v4) or group type (v5), which it checks"
-)
-
 
 @dataclass(frozen=True)
 class GoSuite:
@@ -103,7 +99,7 @@ def _confluent_conf(cluster: LocalCluster) -> dict[str, str]:
         # The perf-style tests produce and consume this many messages (2,000,000 by default).
         "PerfMsgCount": 2000,
         "PerfMsgSize": 100,
-        "Config": ["api.version.request=true"],
+        "Config": [],
     }
     return {"testconf.json": json.dumps(conf)}
 
@@ -148,8 +144,6 @@ CONFLUENT = GoSuite(
             "it creates topics with explicit replica assignments, refused "
             "(INVALID_REPLICA_ASSIGNMENT: the cluster assigns replicas, docs/kafka.md)"
         ),
-        "TestIntegration/TestAdminClient_ListConsumerGroups": _LIST_GROUPS_V5,
-        "TestIntegration/TestAdminClient_ListAndDescribeConsumerGroups": _LIST_GROUPS_V5,
         "TestIntegration/TestAdminClient_ListOffsets": _FIRST_OFFSET_ONE,
         "TestIntegration/TestConsumerOffsetsForTimes": _FIRST_OFFSET_ONE,
         "TestIntegration/TestConsumerSeekPartitions": (
