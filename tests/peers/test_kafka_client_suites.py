@@ -54,7 +54,7 @@ _FIRST_OFFSET_ONE = (
 
 _MAX_MESSAGE_BYTES = (
     "its topic is created with max.message.bytes, a topic config we do not serve (CreateTopics "
-    "answers INVALID_CONFIG for it: docs/kafka.md; the broker's batch limit is 8 MiB)"
+    "answers INVALID_CONFIG for it: docs/kafka.md, Not yet)"
 )
 
 
