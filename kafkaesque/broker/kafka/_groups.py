@@ -42,6 +42,7 @@ from ._classic_group import ClassicGroup, GroupState, JoinRequest, Pending, join
 log = logging.getLogger("kafkaesque.broker.kafka")
 
 _TICK_S: Final = 0.1
+_SAVE_WAIT_S: Final = 10.0  # DeleteGroups waits this long for a membership write in flight
 _MAX_METADATA: Final = 4096  # Kafka's offset.metadata.max.bytes
 _TRANSACTION: Final = 1  # FindCoordinator's key type of a transactional id
 _CLASSIC: Final = "classic"  # ListGroups v5's group type of every group served (KIP-848's are not)
@@ -513,11 +514,23 @@ class KafkaGroups:
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
             return where
+        held = self._held.get(group_id)
+        if held is not None:
+            # Its membership must not be written after the deletion, or the group would come
+            # back (Empty, listed) once deleted: a write in flight (its last member's leave)
+            # lands first, and the timer saves it no more once it is not held.
+            with trio.move_on_after(_SAVE_WAIT_S):
+                while held.saving:
+                    await trio.sleep(_TICK_S)
+            if held.saving:
+                return KafkaError.COORDINATOR_LOAD_IN_PROGRESS  # retriable: the client retries
+            if held.group.members:  # one joined while it waited
+                return KafkaError.NON_EMPTY_GROUP
+            self._forget(group_id, held)
         try:
             deleted = await self._offsets.delete_kafka_group(where[0], group_id)
         except RequestError:
             return KafkaError.NOT_COORDINATOR
-        self._held.pop(group_id, None)
         return KafkaError.NONE if deleted or group is not None else KafkaError.GROUP_ID_NOT_FOUND
 
 
