@@ -30,7 +30,7 @@ from pathlib import Path
 
 import pytest
 
-from kafkaesque.local_cluster import LocalCluster
+from kafkaesque.local_cluster import DevSecurity, LocalCluster, SecureCluster
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BUILD = os.path.join(ROOT, "peers", "go-suites", "build")
@@ -69,6 +69,9 @@ class GoSuite:
     skips: dict[str, str]  # -test.skip pattern (slash-separated, as -run's) -> why
     env: Callable[[LocalCluster], dict[str, str]]
     write_files: Callable[[LocalCluster], dict[str, str]] = field(default=lambda _c: {})
+    scram_env: Callable[[SecureCluster], dict[str, str]] = field(default=lambda _c: {})
+    # Tests that must have run and passed, not skipped themselves (their environment is ours).
+    must_pass: tuple[str, ...] = ()
     timeout_s: int = 420  # go test's own -timeout; the subprocess gets a minute more
 
     @property
@@ -88,6 +91,16 @@ def _franz_env(cluster: LocalCluster) -> dict[str, str]:
         # group consumers: enough for every balancer's rebalances, bounded in time.
         "KGO_TEST_RECORDS": "5000",
         "KGO_LOG_LEVEL": "none",
+    }
+
+
+def _franz_scram_env(secure: SecureCluster) -> dict[str, str]:
+    """TestSCRAMAuth and TestSCRAMAuthBadCredentials: a broker that requires SCRAM-SHA-256
+    (on its plaintext Kafka port), and its user."""
+    s = secure.security
+    return {
+        "KGO_TEST_SCRAM_SEEDS": secure.kafka_bootstrap,
+        "KGO_TEST_SCRAM": f"{s.username}:{s.password}",
     }
 
 
@@ -118,6 +131,13 @@ FRANZ = GoSuite(
         "TestClient_ProduceLargeMessages": _MAX_MESSAGE_BYTES,
     },
     env=_franz_env,
+    scram_env=_franz_scram_env,
+    must_pass=(
+        "TestGroupETL",
+        "TestClient_Produce",
+        "TestSCRAMAuth",
+        "TestSCRAMAuthBadCredentials",
+    ),
 )
 
 CONFLUENT = GoSuite(
@@ -158,6 +178,11 @@ CONFLUENT = GoSuite(
     },
     env=lambda _c: {},
     write_files=_confluent_conf,
+    must_pass=(
+        "TestIntegration/TestAdminACLs",
+        "TestIntegration/TestConsumerPollRebalanceIncremental",
+        "TestIntegration/TestAdminClient_ListConsumerGroups",
+    ),
 )
 
 
@@ -219,8 +244,11 @@ def parse_test2json(text: str) -> GoTestRun:
     return run
 
 
-def run_suite(suite: GoSuite, cluster: LocalCluster, scratch: str) -> GoTestRun:
-    """Run the suite's test binary against ``cluster`` (bounded by ``suite.timeout_s``)."""
+def run_suite(
+    suite: GoSuite, cluster: LocalCluster, secure: SecureCluster, scratch: str
+) -> GoTestRun:
+    """Run the suite's test binary against ``cluster`` (and ``secure`` for its SASL tests),
+    bounded by ``suite.timeout_s``."""
     if not os.path.isfile(suite.binary):
         pytest.skip(f"{suite.module}'s tests are not built: run {FETCH_PEERS}")
     for name, text in suite.write_files(cluster).items():
@@ -230,7 +258,7 @@ def run_suite(suite: GoSuite, cluster: LocalCluster, scratch: str) -> GoTestRun:
     args.append(f"-test.run={suite.run}")
     if suite.skips:
         args.append(f"-test.skip={skip_pattern(suite.skips)}")
-    env = {**os.environ, **suite.env(cluster), "TMPDIR": scratch}
+    env = {**os.environ, **suite.env(cluster), **suite.scram_env(secure), "TMPDIR": scratch}
     done = subprocess.run(
         ["go", "tool", "test2json", "-t", "-p", suite.name, suite.binary, *args],
         cwd=suite.workdir,
@@ -259,13 +287,25 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
         yield c
 
 
+@pytest.fixture(scope="module")
+def secure(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecureCluster]:
+    """One broker that requires SCRAM (a users file), for the suites' SASL tests."""
+    directory = str(tmp_path_factory.mktemp("kafka-client-suites-scram"))
+    with SecureCluster(directory, 1, security=DevSecurity.make(directory)) as c:
+        c.wait_ready()
+        yield c
+
+
 @pytest.mark.parametrize("suite", [FRANZ, CONFLUENT], ids=lambda s: s.name)
 def test_client_integration_suite_passes_against_our_cluster(
-    suite: GoSuite, cluster: LocalCluster, tmp_path: Path
+    suite: GoSuite, cluster: LocalCluster, secure: SecureCluster, tmp_path: Path
 ) -> None:
-    run = run_suite(suite, cluster, str(tmp_path))
+    run = run_suite(suite, cluster, secure, str(tmp_path))
     assert run.package_action == "pass" and not run.failed, (
         f"{suite.module}: {len(run.failed)} Go tests failed: {run.failed}\n{run.explain()}"
     )
     # Something ran: a suite that skipped itself whole (no brokers found) would pass empty.
     assert run.count("pass") >= 10, run.actions
+    assert {t: run.actions.get(t) for t in suite.must_pass} == dict.fromkeys(
+        suite.must_pass, "pass"
+    )
