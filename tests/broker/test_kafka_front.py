@@ -442,6 +442,34 @@ def test_confluent_kafka_admin_creates_and_deletes_topics(cluster: LocalCluster)
         assert "kf-admin" not in client.refresh_metadata().partitions
 
 
+def test_create_topics_refuses_a_bad_count_with_kafkas_codes_and_validate_only_too(
+    cluster: LocalCluster,
+) -> None:
+    # confluent-kafka-go's TestAdminTopics found it: validate_only answered success for a
+    # replication factor above the brokers, and creating answered INVALID_CONFIG (40).
+    a = confluent_kafka.admin
+    admin = a.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    for validate_only in (True, False):
+        results = admin.create_topics(
+            [
+                a.NewTopic("kf-rf13", 1, 13),
+                a.NewTopic("kf-huge", 20_000, 3),
+                a.NewTopic("kf-fine", 2, 3),
+            ],
+            validate_only=validate_only,
+        )
+        with pytest.raises(confluent_kafka.KafkaException, match="INVALID_REPLICATION_FACTOR"):
+            results["kf-rf13"].result(30)
+        with pytest.raises(confluent_kafka.KafkaException, match="INVALID_PARTITIONS"):
+            results["kf-huge"].result(30)
+        results["kf-fine"].result(30)
+        topics = admin.list_topics(timeout=20).topics
+        assert ("kf-fine" in topics) is not validate_only
+        assert "kf-rf13" not in topics and "kf-huge" not in topics
+    for future in admin.delete_topics(["kf-fine"]).values():
+        future.result(30)
+
+
 def test_describing_a_topic_that_does_not_exist_answers_unknown_topic(
     cluster: LocalCluster,
 ) -> None:

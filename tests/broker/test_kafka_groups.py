@@ -202,6 +202,40 @@ def test_admin_lists_describes_and_deletes_a_group(cluster: LocalCluster) -> Non
         client.delete_consumer_groups([group])[group].result(timeout=20)
 
 
+def test_admin_lists_groups_with_their_state_and_type_and_filters_by_them(
+    cluster: LocalCluster,
+) -> None:
+    # ListGroups v4 (states filter) and v5 (group type): confluent-kafka-go's own suite lists
+    # by state and checks the type. Before v4 was served, librdkafka listed every group
+    # whatever the filter asked.
+    topic, live, empty = "kg-listed", "kg-listed-live", "kg-listed-empty"
+    new_topic(cluster, topic, 8)
+    gone = consumer(cluster, empty, "gone")
+    gone.subscribe([topic])
+    poll_until([gone], lambda g: len(g) >= 8)
+    gone.commit(asynchronous=False)
+    gone.close()
+    member = consumer(cluster, live, "live")
+    member.subscribe([topic])
+    client = admin.AdminClient({"bootstrap.servers": cluster.kafka_bootstrap})
+    State, Type = confluent_kafka.ConsumerGroupState, confluent_kafka.ConsumerGroupType
+
+    def listed(**filters: Any) -> dict[str, tuple[Any, Any]]:
+        found = client.list_consumer_groups(**filters).result(timeout=20)
+        assert not found.errors
+        return {g.group_id: (g.state, g.type) for g in found.valid if g.group_id in (live, empty)}
+
+    try:
+        poll_until([member], lambda g: len(g) >= 8)
+        assert listed() == {live: (State.STABLE, Type.CLASSIC), empty: (State.EMPTY, Type.CLASSIC)}
+        assert listed(states={State.STABLE}) == {live: (State.STABLE, Type.CLASSIC)}
+        assert listed(states={State.EMPTY}) == {empty: (State.EMPTY, Type.CLASSIC)}
+        assert set(listed(types={Type.CLASSIC})) == {live, empty}
+        assert listed(types={Type.CONSUMER}) == {}  # KIP-848's groups: none served
+    finally:
+        member.close()
+
+
 @pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed")
 def test_kcat_balanced_consumer_reads_the_topic_through_a_group(cluster: LocalCluster) -> None:
     """Debian's kcat (librdkafka 2.0.2) turns its balanced consumer on only when the broker

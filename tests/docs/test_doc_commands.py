@@ -458,6 +458,9 @@ REGISTRY: tuple[Entry, ...] = (
         "kcat -b 127.0.0.1:9192 -L -X security.protocol=SASL_SSL -X ssl.ca.location=ca.pem "
         "-X sasl.mechanism=SCRAM-SHA-256 -X sasl.username=alice -X sasl.password=alice-secret",
     ),
+    # docs/kafka.md's clients' own suites: what `bin/test --peers` (CI's second step) runs
+    Entry("bin/fetch-peers", How.CI),
+    Entry("python -m pytest -m peers tests/peers/test_kafka_client_suites.py -q", How.CI),
     # docs/kafka.md's Kafka Connect worker and its REST call: the peers tier runs them so
     by(CONNECT_TEST, "java -cp 'peers/kafka/libs/*' " + CONNECT_MAIN + " worker.properties"),
     by(

@@ -42,8 +42,10 @@ from ._classic_group import ClassicGroup, GroupState, JoinRequest, Pending, join
 log = logging.getLogger("kafkaesque.broker.kafka")
 
 _TICK_S: Final = 0.1
+_SAVE_WAIT_S: Final = 10.0  # DeleteGroups waits this long for a membership write in flight
 _MAX_METADATA: Final = 4096  # Kafka's offset.metadata.max.bytes
 _TRANSACTION: Final = 1  # FindCoordinator's key type of a transactional id
+_CLASSIC: Final = "classic"  # ListGroups v5's group type of every group served (KIP-848's are not)
 
 
 @dataclass
@@ -411,27 +413,44 @@ class KafkaGroups:
 
     async def list_groups(self, request: KafkaRequest, session: Session) -> Message:
         """The groups this broker coordinates (a client asks every broker and joins the
-        lists): those with members held here and those with committed offsets."""
-        names: dict[str, str] = {}
+        lists): those with members held here and those with committed offsets (Empty). Each
+        with its state (v4+) and type (v5+: always ``classic``, the only kind served); a
+        request's states and types filters (compared without case, as Kafka) keep those
+        listed, an empty filter keeps all."""
+        listed: dict[str, tuple[str, GroupState]] = {}  # group -> protocol type, state
         for group_id, held in self._held.items():
             if self._offsets.leading_term(held.partition) == held.term:
-                names[group_id] = held.group.protocol_type or "consumer"
+                listed[group_id] = (held.group.protocol_type or "consumer", held.group.state)
         for partition in self._led_partitions():
             try:
                 for group_id in await self._offsets.kafka_groups(partition):
-                    if group_id in names:
+                    if group_id in listed:
                         continue
                     # An empty group is forgotten once saved: its saved membership keeps the
                     # protocol type of its last members (a stopped Connect cluster's "connect").
                     saved = await self._offsets.kafka_group(partition, group_id)
                     kind = None if saved is None else ClassicGroup.saved_protocol_type(saved)
-                    names[group_id] = kind or "consumer"
+                    listed[group_id] = (kind or "consumer", GroupState.EMPTY)
             except RequestError:
                 continue  # it stopped leading meanwhile
-        visible = self._access_control.visible(session, AclResource.GROUP, sorted(names))
+        states = {s.lower() for s in request.body.get("states_filter") or ()}
+        types = {t.lower() for t in request.body.get("types_filter") or ()}
+        if types and _CLASSIC not in types:
+            listed = {}
+        if states:
+            listed = {g: row for g, row in listed.items() if row[1].lower() in states}
+        visible = self._access_control.visible(session, AclResource.GROUP, sorted(listed))
         return {
             "error_code": KafkaError.NONE,
-            "groups": [{"group_id": g, "protocol_type": names[g]} for g in visible],
+            "groups": [
+                {
+                    "group_id": g,
+                    "protocol_type": listed[g][0],
+                    "group_state": str(listed[g][1]),
+                    "group_type": _CLASSIC,
+                }
+                for g in visible
+            ],
         }
 
     def _led_partitions(self) -> list[int]:
@@ -498,11 +517,19 @@ class KafkaGroups:
         where = await self._locate(group_id)
         if isinstance(where, KafkaError):
             return where
-        held = self._held.pop(group_id, None)  # no save of it starts from now on
-        if held is not None and held.saving is not None:
-            # One in flight (the last member's leave) lands before the tombstones, not after
-            # them, where it would bring the group back (found by test_kafka_groups).
-            await held.saving.wait()
+        held = self._held.get(group_id)
+        if held is not None:
+            # Its membership must not be written after the deletion, or the group would come
+            # back (Empty, listed) once deleted: a write in flight (its last member's leave)
+            # lands first, and the timer saves it no more once it is not held.
+            if held.saving is not None:
+                with trio.move_on_after(_SAVE_WAIT_S):
+                    await held.saving.wait()
+            if held.saving is not None:
+                return KafkaError.COORDINATOR_LOAD_IN_PROGRESS  # retriable: the client retries
+            if held.group.members:  # one joined while it waited
+                return KafkaError.NON_EMPTY_GROUP
+            self._forget(group_id, held)
         try:
             deleted = await self._offsets.delete_kafka_group(where[0], group_id)
         except RequestError:

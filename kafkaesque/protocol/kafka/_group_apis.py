@@ -4,7 +4,8 @@ LeaveGroup, OffsetCommit, OffsetFetch, ListGroups, DescribeGroups, DeleteGroups.
 
 The ranges are the Kafka 2.3 level that shared/research/kafka-protocol.md lists: their minimums
 are what old librdkafka looks for (FindCoordinator, JoinGroup, SyncGroup, Heartbeat and
-LeaveGroup from v0, OffsetFetch from v1), their maxima stop below the first flexible version.
+LeaveGroup from v0, OffsetFetch from v1), their maxima stop below the first flexible version;
+except ListGroups, up to v5 (its filters: see below).
 """
 
 from __future__ import annotations
@@ -245,17 +246,30 @@ OFFSET_FETCH = Api(
     ),
 )
 
+# Up to v5 (flexible from v3): the state filter (v4, KIP-518) and the group type (v5, KIP-848's
+# "classic" or "consumer") that admin clients filter by, librdkafka's among them.
 LIST_GROUPS = Api(
     16,
     "ListGroups",
     0,
-    2,
-    Schema((), flexible_since=3),
+    5,
+    Schema(
+        (array("states_filter", "string", since=4), array("types_filter", "string", since=5)),
+        flexible_since=3,
+    ),
     Schema(
         (
             Field("throttle_time_ms", "int32", since=1),
             Field("error_code", "int16"),
-            array("groups", (Field("group_id", "string"), Field("protocol_type", "string"))),
+            array(
+                "groups",
+                (
+                    Field("group_id", "string"),
+                    Field("protocol_type", "string"),
+                    Field("group_state", "string", since=4, default=""),
+                    Field("group_type", "string", since=5, default=""),
+                ),
+            ),
         ),
         flexible_since=3,
     ),
