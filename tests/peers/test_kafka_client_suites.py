@@ -43,10 +43,6 @@ pytestmark = [
 
 # Reasons shared by several skips.
 _TRANSACTIONS = "transactions are not served (docs/kafka.md, Not yet)"
-_UNCOMPRESSED_FETCH = (
-    "a fetch answers uncompressed batches (storage format v2 is not done: docs/kafka.md), so "
-    "the client's decompression is never exercised"
-)
 _FIRST_OFFSET_ONE = (
     "a new partition's first record is at offset 1, its first Raft leader's no-op at 0 "
     "(docs/kafka.md); the test reads from offset 0 or expects records there"
@@ -124,9 +120,8 @@ FRANZ = GoSuite(
     run=".",
     skips={
         "TestTxnEtl": _TRANSACTIONS,
-        "TestPooling": _UNCOMPRESSED_FETCH,
-        "TestConsumeMaxDecompressBatchBytes": _UNCOMPRESSED_FETCH,
         "TestAddRemovePartitions": _FIRST_OFFSET_ONE,
+        "TestConsumeMaxDecompressBatchBytes": _FIRST_OFFSET_ONE,
         "TestIssueFetchLargerThanBrokerMaxReadBytes": _MAX_MESSAGE_BYTES,
         "TestClient_ProduceLargeMessages": _MAX_MESSAGE_BYTES,
     },
@@ -170,10 +165,6 @@ CONFLUENT = GoSuite(
             "it seeks with leader epoch 0, Kafka's first epoch; ours is the Raft term, from 1 "
             "(docs/kafka.md), so librdkafka's OffsetForLeaderEpoch check sees a truncation and "
             "resets; and the first record is at offset 1"
-        ),
-        "TestIntegration/TestProducerConsumerHeaders": (
-            "a header's null value is read back empty (docs/kafka.md: records lose a header's "
-            "null value)"
         ),
     },
     env=lambda _c: {},
