@@ -20,6 +20,8 @@ import signal
 import sys
 from types import FrameType
 
+from ._instrumented_broker import run_instrumented
+
 
 def install(stats_file: str) -> None:
     """SIGUSR1 starts profiling the main thread; SIGUSR2 stops and writes ``stats_file``.
@@ -43,13 +45,7 @@ def install(stats_file: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) < 3:
-        print("usage: python -m bench._profiled_broker STATS_FILE broker ARGS...", file=sys.stderr)
-        return 2
-    install(sys.argv[1])
-    from kafkaesque.cli.main import main as kafkaesque_main
-
-    return int(kafkaesque_main(sys.argv[2:]))
+    return run_instrumented("bench._profiled_broker", "STATS_FILE", install)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,8 @@ import sys
 import tracemalloc
 from types import FrameType
 
+from ._instrumented_broker import run_instrumented
+
 FRAMES = 10  # deep enough to reach the broker module that allocated through trio and msgpack
 
 
@@ -62,13 +64,7 @@ def install(snapshot_file: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) < 3:
-        print("usage: python -m bench._traced_broker SNAPSHOT_FILE broker ARGS...", file=sys.stderr)
-        return 2
-    install(sys.argv[1])
-    from kafkaesque.cli.main import main as kafkaesque_main
-
-    return int(kafkaesque_main(sys.argv[2:]))
+    return run_instrumented("bench._traced_broker", "SNAPSHOT_FILE", install)
 
 
 if __name__ == "__main__":
