@@ -217,6 +217,38 @@ async def test_a_commit_is_exposed_and_told_without_waiting_for_the_round_in_fli
         assert [r.value for r in b.replicas[GROUP].committed_records()] == [b"v0", b"v1", b"v2"] * 2
 
 
+async def test_a_commit_the_leaders_own_fsync_makes_is_exposed_at_its_end(
+    tmp_path: Path,
+) -> None:
+    """One follower is cut off; the other answered A before the leader's own fsync of A ended.
+    That fsync's end commits A (the leader counts itself once durable): A is exposed then, not
+    at the end of the next round, which makes B (proposed meanwhile) durable."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    near, far = [b for b in cluster.brokers if b is not leader]
+    a_last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    leader._busy += 1
+    assert leader._begin_round()  # A written, its fsync handed out, not collected
+    leader._busy -= 1
+    appends, cluster.queue = cluster.queue, []
+    for src, dst, item in appends:
+        if dst == near.node_id:
+            near.handle_items(src, [item])
+    await near._process()
+    answers, cluster.queue = cluster.queue, []
+    for src, dst, item in answers:
+        if dst == leader.node_id:
+            leader.handle_items(src, [item])
+    assert leader.replicas[GROUP].commit_index < a_last  # the leader's own copy is missing
+    leader.propose_nowait(GROUP, _batch(), 3)  # B: waits for the next round
+    while leader._round is not None:
+        await leader._fsync_workers.wait()
+        leader._collect()
+    assert leader.replicas[GROUP].commit_index == a_last
+    assert far.replicas[GROUP].commit_index < a_last
+
+
 def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None:
     def ready(messages: tuple[Any, ...], hard: HardState | None = None) -> Ready:
         return Ready(None, hard, None, None, (), messages, None, (), ())

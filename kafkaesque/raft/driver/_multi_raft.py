@@ -788,6 +788,9 @@ class MultiRaft:
             if pending is not None:
                 pending.done.set()  # index None: leadership was lost
         replica.node.advance(rd)
+        # A leader that counts itself now (its fsync ended after a follower's) commits here:
+        # exposed at once, not at the end of the next round (its next entries' fsync).
+        self._commit_early(replica)
         if replica.node.has_ready():
             self._mark(replica)
 
