@@ -91,10 +91,11 @@ async def test_small_batches_wait_for_the_one_in_flight_and_full_ones_are_pipeli
         nursery.cancel_scope.cancel()
 
 
-async def test_by_default_a_record_goes_beside_one_batch_in_flight_and_waits_behind_two() -> None:
-    # Issue 36: with Nagle's one batch in flight, a record that came while a batch was in
-    # flight waited for its whole commit round (bench.write_trace: about a round of latency per
-    # write at 1,000 msg/s). With two, it waits only while two are in flight.
+async def test_by_default_a_trickle_goes_record_by_record_beside_one_in_flight() -> None:
+    # Issue 36: with Nagle's rule alone, a record that came while a lone record was in flight
+    # waited for its whole commit round (bench.write_trace: about a round of latency per write
+    # at 1,000 msg/s). A second single record now goes beside it; behind two, or beside a
+    # batch of several records (a load, not a trickle), Nagle's rule holds.
     writes = _HeldWrites()
     appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
     async with trio.open_nursery() as nursery:
@@ -106,24 +107,26 @@ async def test_by_default_a_record_goes_beside_one_batch_in_flight_and_waits_beh
         assert writes.started == [1, 1]  # two in flight: the next grows meanwhile
         writes.commit()
         await trio.testing.wait_all_tasks_blocked()
-        assert writes.started == [1, 1, 5]
-        writes.commit()
+        assert writes.started == [1, 1, 5]  # one single in flight: it goes
+        await _add(appender, 1)
         writes.commit()
         await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5]  # beside a batch of five: it waits (Nagle)
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5, 1]
         assert waiting.done.is_set() and waiting.error is None and waiting.base == 2
-        flights = [appender.add(Record(value=b"reading %d" % i))[0] for i in range(150)]
-        assert writes.started == [1, 1, 5, 1, 1, 64, 64]  # a burst: still few batches
-        await trio.testing.wait_all_tasks_blocked()
-        for _ in range(2):
-            writes.commit()
-            await trio.testing.wait_all_tasks_blocked()
-        assert writes.started == [1, 1, 5, 1, 1, 64, 64]  # 20 open behind two in flight
         writes.commit()
         await trio.testing.wait_all_tasks_blocked()
-        assert writes.started == [1, 1, 5, 1, 1, 64, 64, 20]
-        for _ in range(2):
+        flights = [appender.add(Record(value=b"reading %d" % i))[0] for i in range(150)]
+        assert writes.started == [1, 1, 5, 1, 1, 1, 64, 64]  # a burst: still few batches
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(4):
             writes.commit()
             await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5, 1, 1, 1, 64, 64, 20]
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
         assert all(f.done.is_set() and f.error is None for f in flights)
         nursery.cancel_scope.cancel()
 
