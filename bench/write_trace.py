@@ -21,14 +21,21 @@ Each write (by its offset) is matched to the first event of each stage that cove
 by each follower, durable there, answered, the answer received by the leader, durable at the
 leader, committed at the leader, ``+OK`` read by the client; learnt committed at the follower;
 read by each consumer. Printed: the median and p90 of each stage's delta per scenario. Deltas are
-robust to a machine shared with other work; absolute times are not.
+robust to a machine shared with other work, absolute times are not; on a machine whose load
+average is far above its cores, neither is (every step waits for a core).
 
-Ends with ``RESULT`` and, per scenario (``direct_``, ``forwarded_``), the medians in ms:
-``ok_p50`` (sent to ``+OK``), ``to_propose`` (sent to appended at the leader),
-``propose_to_commit``, ``commit_to_ok``, ``leader_fsync`` (appended to durable at the leader),
-``follower_round`` (AppendEntries sent to the first answer received), ``follower_fsync``,
-``commit_to_follower_commit`` (the commit at the leader to the follower learning it),
-``read_leader`` and ``read_follower`` (sent to read by the consumer on that broker).
+Ends with ``RESULT direct_ok_p50_ms=… direct_to_propose_ms=… direct_propose_to_commit_ms=…
+direct_commit_to_ok_ms=… direct_leader_fsync_ms=… direct_follower_round_ms=…
+direct_follower_fsync_ms=… direct_commit_to_follower_commit_ms=… direct_read_leader_ms=…
+direct_read_follower_ms=… forwarded_ok_p50_ms=… forwarded_to_propose_ms=…
+forwarded_propose_to_commit_ms=… forwarded_commit_to_ok_ms=… forwarded_leader_fsync_ms=…
+forwarded_follower_round_ms=… forwarded_follower_fsync_ms=…
+forwarded_commit_to_follower_commit_ms=… forwarded_read_leader_ms=… forwarded_read_follower_ms=…``:
+per scenario, the medians in ms of: sent to ``+OK`` (``ok_p50``), sent to appended at the leader
+(``to_propose``), appended to committed at the leader, committed to ``+OK`` read, appended to
+durable at the leader (``leader_fsync``), AppendEntries sent to the first answer received
+(``follower_round``), received to durable at that follower, the commit at the leader to the
+follower learning it, and sent to read by the consumer on the leader's and on a follower's broker.
 """
 
 from __future__ import annotations
