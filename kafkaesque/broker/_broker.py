@@ -161,7 +161,8 @@ class Broker:
         # The broker's own nursery while it runs (services start work that outlives a request).
         self._nursery: trio.Nursery | None = None
         self.leaders = LeaderTable()
-        self.forwarder = Forwarder(self.transport.send)
+        # Written from the caller (no writer's pass per hop of a forwarded write).
+        self.forwarder = Forwarder(self.transport.send_now)
         self.writes = WritePath(
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
         )
