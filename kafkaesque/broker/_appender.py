@@ -4,10 +4,15 @@ Every producer of single records goes through here: PUBS and PUB lines, MQTT PUB
 session store. A telnet client or a device sends one record at a time; one Raft entry per record
 would cost a proposal, a log write and an acknowledgement each. Every record bound for a
 partition therefore joins the appender's open batch, and no timer adds latency. When the batch is
-sealed follows Nagle's rule: at once if no batch of this appender is in flight, else only once it
-holds ``_WORTH_PIPELINING_RECORDS`` records or ``_WORTH_PIPELINING_BYTES`` bytes; otherwise it
-grows until the batch in flight is done. A trickle therefore goes out record by record, a
-moderate load as one batch per commit round instead of one tiny batch per arrival (every batch
+sealed follows Nagle's rule, widened for a trickle: at once if no batch of this appender is in
+flight, or if fewer than ``EAGER_FLIGHTS`` (two) are and each holds a single record; else only
+once it holds ``_WORTH_PIPELINING_RECORDS`` records or ``_WORTH_PIPELINING_BYTES`` bytes;
+otherwise it grows until a batch in flight is done. (With Nagle's rule alone, a record that came
+while a lone record was in flight waited for that record's whole commit round: about a round of
+latency per write at 1,000 msg/s, ``bench.write_trace``. Once batches in flight hold several
+records, the load is no trickle and Nagle's rule holds as it was.) A trickle therefore goes out
+record by record, a moderate load as one batch per commit round instead of one tiny batch per
+arrival (every batch
 costs a forward, a Raft entry on three brokers and a commit wait, whatever its size), and a heavy
 load still keeps up to ``WINDOW`` full batches in flight.
 
@@ -84,6 +89,12 @@ _MAX_BATCH_BYTES = 1 << 20
 # A batch this big is sealed even while another is in flight (below it, it waits: Nagle).
 _WORTH_PIPELINING_RECORDS = 64
 _WORTH_PIPELINING_BYTES = 64 << 10
+# A batch is sealed at once, however small, while fewer than this many are in flight and each
+# holds one record (a trickle); otherwise Nagle's rule. With one (Nagle's rule alone), a record
+# that came while a lone record was in flight waited for its whole commit round, a fixed cost of
+# about a round at 1,000 msg/s (``bench.write_trace``); bigger batches in flight mean a load
+# that Nagle's rule serves better (docs/mqtt.md: fewer batches, lower p99 at 5,000 msg/s).
+EAGER_FLIGHTS = 2
 _RECORD_OVERHEAD_BYTES = 64  # what a record adds to a batch beyond its key and value, about
 _REORDER_TRIES = 5
 _REORDER_PAUSE_S = 0.002
@@ -101,6 +112,7 @@ class Flight:
 
     partition: int
     done: trio.Event = field(default_factory=trio.Event)
+    records: int = 0  # how many records, once started
     base: int = -1
     error: RequestError | None = None
     waiters: list[Callable[[], None]] = field(default_factory=list)
@@ -142,8 +154,18 @@ class PartitionAppender:
     from the context of whoever adds a record or finishes a batch (no task per write)."""
 
     def __init__(
-        self, log_id: str, partition: int, acks: Acks, writes: WritePath, patience_s: float = 0.0
+        self,
+        log_id: str,
+        partition: int,
+        acks: Acks,
+        writes: WritePath,
+        patience_s: float = 0.0,
+        *,
+        eager_flights: int = EAGER_FLIGHTS,
     ) -> None:
+        if eager_flights < 1:
+            raise ValueError("need eager_flights >= 1")
+        self._eager = eager_flights
         self._log_id = log_id
         self._patience_s = patience_s
         self._partition = partition
@@ -220,7 +242,7 @@ class PartitionAppender:
             while True:
                 self._again = False
                 if self._records and (
-                    not self._order
+                    (len(self._order) < self._eager and self._trickle())
                     or (
                         len(self._order) < WINDOW
                         and (
@@ -237,6 +259,10 @@ class PartitionAppender:
         finally:
             self._starting = False
 
+    def _trickle(self) -> bool:
+        """Whether every batch in flight is a single record (a trickle, or nothing in flight)."""
+        return all(f.records == 1 for f in self._order)
+
     def _start(self, flight: Flight, records: list[Record]) -> None:
         """Stamp, build and start one sealed batch; have the group tell its outcome, or a task
         await it."""
@@ -244,6 +270,7 @@ class PartitionAppender:
         # they are proposed (forwarded ones too: the leader starts them in the order they
         # arrive, ``WritePath.start_forwarded``).
         count = len(records)
+        flight.records = count
         stamp = (self._producer_id, self._sequence)
         self._sequence += count
         batch = build_batch(records, producer_id=stamp[0], base_sequence=stamp[1])

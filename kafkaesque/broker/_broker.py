@@ -165,7 +165,8 @@ class Broker:
         self._nursery: trio.Nursery | None = None
         self.leaders = LeaderTable()
         self.views = PeerViews()  # what the peers hear, why leaders were elected (the console)
-        self.forwarder = Forwarder(self.transport.send)
+        # Written from the caller (no writer's pass per hop of a forwarded write).
+        self.forwarder = Forwarder(self.transport.send_now)
         self.writes = WritePath(
             config.id, self.raft, self.leaders, self.forwarder, timeout=config.write_timeout_s
         )

@@ -29,6 +29,10 @@ class RaftConfig:
     max_msg_bytes: int = 1 << 20
     # AppendEntries messages in flight per follower in the replicate state.
     max_inflight: int = 16
+    # Tell a follower a new commit at once (a heartbeat that asks no answer) when no
+    # AppendEntries carries it: a follower serving long polls then hands a record to its
+    # consumer a hop after the leader commits it, not when the next write or tick comes.
+    eager_commit_news: bool = True
     testing_bugs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:

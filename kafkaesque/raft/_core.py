@@ -153,6 +153,8 @@ class RaftNode(LeaderMixin):
         self._round_unsent = False  # a round was opened and its heartbeats are not out yet
         self._reads_before_commit: list[bytes] = []
         self._needs_bcast = False  # new entries or progress: send what followers lack
+        # A follower holds entries up to a commit it was not told (``eager_commit_news``).
+        self._commit_news = False
         self._msgs: list[Message] = []
         self._read_states: list[ReadState] = []
         self._dropped_reads: list[bytes] = []
@@ -260,6 +262,7 @@ class RaftNode(LeaderMixin):
         self._tracker.votes = {}
         self._tracker.progress = {}
         self._needs_bcast = False
+        self._commit_news = False
         self._round_unsent = False
         self._read_round = 0
         self._dropped_reads.extend(self._read_only.drop_all())
@@ -723,7 +726,9 @@ class RaftNode(LeaderMixin):
         log = self._log
         if self._msgs or log.commit > log.applied or log.has_pending():
             return True
-        if self._role is Role.LEADER and (self._needs_bcast or self._round_unsent):
+        if self._role is Role.LEADER and (
+            self._needs_bcast or self._round_unsent or self._commit_news
+        ):
             return True
         hard, soft = self._prev_hard, self._prev_soft
         return bool(
@@ -735,6 +740,39 @@ class RaftNode(LeaderMixin):
             or self._role is not soft.role
             or self._leader != soft.leader
         )
+
+    def exposable_commit(self) -> int:
+        """The commit the driver may expose now, between Readys (one out, or the next waiting
+        for a round): reads of it and acknowledgements of writes at or below it need not wait
+        for this node's fsync in flight. Committed means durable on a majority: a leader counts
+        itself only once durable, so a commit its followers made may be ahead of its own disk.
+
+        A leader's log never diverges, and every entry it sent was written to storage when it
+        was sent (``ready()``'s entries are written before its messages go, or at once
+        after them): its commit is exposable. A follower's is bounded by what storage holds
+        validly now (its durable prefix: beyond it, storage may hold stale entries a pending
+        truncation will cut); nothing while a log reset is pending.
+        """
+        log = self._log
+        if self._role is Role.LEADER:
+            return log.commit
+        if log.reset_pending():
+            return log.applied
+        return min(log.commit, log.stable_last())
+
+    def commit_news(self) -> list[Message]:
+        """Take the commit news due now (``eager_commit_news``): heartbeats that ask no answer
+        and tell each follower the commit it holds entries up to. They may be sent at once,
+        while a Ready is out: they announce only what a majority holds on disk, and neither
+        acknowledge nor vote. Without this, they go with the next Ready."""
+        if self._role is not Role.LEADER or not self._commit_news:
+            return []
+        self._commit_news = False
+        start = len(self._msgs)
+        self._send_commit_news()
+        news = self._msgs[start:]
+        del self._msgs[start:]
+        return news
 
     def quiescent(self) -> bool:
         """Whether this leader has nothing left to tell its group, which may then stop ticking:

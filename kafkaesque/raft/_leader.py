@@ -57,6 +57,7 @@ class LeaderMixin:
         _reads_before_commit: list[bytes]
         _read_states: list[ReadState]
         _needs_bcast: bool
+        _commit_news: bool
         _heartbeat_elapsed: int
         _election_elapsed: int
         _leader: int | None
@@ -186,11 +187,18 @@ class LeaderMixin:
                 pr.become_replicate()
             else:
                 pr.inflights.free_le(m.index)
-            # A new commit is not sent on its own: it rides on the next AppendEntries or the
-            # tick's heartbeat (a follower's commit lags by at most a heartbeat period). A
-            # match at or below the commit cannot move the quorum past it (see _maybe_commit).
+            # A match at or below the commit cannot move the quorum past it (see
+            # _maybe_commit). A new commit rides on the next AppendEntries; with
+            # ``eager_commit_news`` a follower that would wait for one hears it at this step's
+            # end (``_send_commit_news``), else at the tick's heartbeat.
             if pr.match > self._log.commit:
                 self._maybe_commit()
+            if (
+                self._cfg.eager_commit_news
+                and pr.sent_commit < min(pr.match, self._log.commit)
+                and pr.state is ProgressState.REPLICATE
+            ):
+                self._commit_news = True
             if pr.next <= self._log.last_index():
                 self._needs_bcast = True  # the window opened on entries not sent yet: send them
             if m.src == self._transferee and pr.match == self._log.last_index():
@@ -249,6 +257,8 @@ class LeaderMixin:
             and log.term_at(log.commit) != self._term
         )
         log.commit_to(index)
+        if self._cfg.eager_commit_news:
+            self._commit_news = True  # (this Ready has the commit range: never an empty one)
         if first_of_term:
             reads, self._reads_before_commit = self._reads_before_commit, []
             for ctx in reads:
@@ -303,6 +313,26 @@ class LeaderMixin:
         if self._needs_bcast:
             self._needs_bcast = False
             self._bcast_append()
+        if self._commit_news:
+            self._commit_news = False
+            self._send_commit_news()
+
+    def _send_commit_news(self) -> None:
+        """Tell each replicating follower the commit it holds entries up to and was not told,
+        in a heartbeat that asks no answer (after ``_bcast_append``: a follower that gets new
+        entries in this Ready learns the commit with them). ``eager_commit_news`` only.
+
+        Why: a follower's replica serves long polls (a consumer reading its own broker's
+        replica); told only by the next AppendEntries, it would hand each record over as late as
+        the next write of the partition, or a tick (50 ms) after the last one."""
+        commit = self._log.commit
+        for node, pr in self._tracker.progress.items():
+            if node == self.id or pr.state is not ProgressState.REPLICATE:
+                continue
+            told = min(pr.match, commit)
+            if pr.sent_commit < told:
+                pr.sent_commit = told
+                self._send(Heartbeat(self.id, node, self._term, told, self._read_round, False))
 
     # -- the application's requests ----------------------------------------------------------
 

@@ -275,6 +275,10 @@ class RaftLog:
 
     # -- Ready bookkeeping ------------------------------------------------------------------
 
+    def reset_pending(self) -> bool:
+        """Whether a log reset is not yet durable (storage's entries are hidden until it is)."""
+        return self._reset is not None
+
     def has_pending(self) -> bool:
         """Whether a Ready would carry log work (a reset or entries to persist)."""
         return (self._reset is not None and not self._reset_handed) or self._handed < len(

@@ -71,7 +71,9 @@ async def _add(appender: PartitionAppender, n: int) -> Flight:
 
 async def test_small_batches_wait_for_the_one_in_flight_and_full_ones_are_pipelined() -> None:
     writes = _HeldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(appender.run, nursery)
         await _add(appender, 1)
@@ -90,11 +92,53 @@ async def test_small_batches_wait_for_the_one_in_flight_and_full_ones_are_pipeli
         nursery.cancel_scope.cancel()
 
 
+async def test_by_default_a_trickle_goes_record_by_record_beside_one_in_flight() -> None:
+    # Issue 36: with Nagle's rule alone, a record that came while a lone record was in flight
+    # waited for its whole commit round (bench.write_trace: about a round of latency per write
+    # at 1,000 msg/s). A second single record now goes beside it; behind two, or beside a
+    # batch of several records (a load, not a trickle), Nagle's rule holds.
+    writes = _HeldWrites()
+    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(appender.run, nursery)
+        await _add(appender, 1)
+        await _add(appender, 1)
+        assert writes.started == [1, 1]  # the second did not wait for the first's round
+        waiting = await _add(appender, 5)
+        assert writes.started == [1, 1]  # two in flight: the next grows meanwhile
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5]  # one single in flight: it goes
+        await _add(appender, 1)
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5]  # beside a batch of five: it waits (Nagle)
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5, 1]
+        assert waiting.done.is_set() and waiting.error is None and waiting.base == 2
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        flights = [appender.add(Record(value=b"reading %d" % i))[0] for i in range(150)]
+        assert writes.started == [1, 1, 5, 1, 1, 1, 64, 64]  # a burst: still few batches
+        await trio.testing.wait_all_tasks_blocked()
+        for _ in range(4):
+            writes.commit()
+            await trio.testing.wait_all_tasks_blocked()
+        assert writes.started == [1, 1, 5, 1, 1, 1, 64, 64, 20]
+        writes.commit()
+        await trio.testing.wait_all_tasks_blocked()
+        assert all(f.done.is_set() and f.error is None for f in flights)
+        nursery.cancel_scope.cancel()
+
+
 async def test_every_batch_carries_the_appenders_producer_id_and_its_next_sequence() -> None:
     # A PUB the broker retries after an unknown outcome must not be appended twice: the leader
     # recognises the retry by these stamps (issue 23: 22 plain PUBs were in the log twice).
     writes = _HeldWrites()
-    appender = PartitionAppender("orders-0", 0, Acks.LEADER, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "orders-0", 0, Acks.LEADER, cast(WritePath, writes), eager_flights=1
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(appender.run, nursery)
         await _add(appender, 1)
@@ -116,7 +160,9 @@ async def test_a_batch_starts_inside_add_and_the_next_inside_the_outcome_with_no
     # now starts what may go before it returns, and the outcome of a batch starts the next
     # one from the context that tells it. Nothing here awaits, and no task is spawned.
     writes = _ToldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     spawns = _Spawns()
     trio.lowlevel.add_instrument(spawns)
     try:
@@ -140,7 +186,9 @@ async def test_a_pipelined_burst_goes_as_few_batches_not_one_per_record() -> Non
     # alone (nothing in flight), the rest grow behind it (Nagle) and go in pipelining-sized
     # batches, never one batch per record.
     writes = _HeldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(appender.run, nursery)
         flights = [appender.add(Record(value=b"reading %d" % i))[0] for i in range(150)]
@@ -159,7 +207,9 @@ async def test_a_pipelined_burst_goes_as_few_batches_not_one_per_record() -> Non
 
 async def test_a_batch_of_big_records_is_pipelined_by_its_bytes_keys_included() -> None:
     writes = _ToldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     big = b"x" * (40 << 10)  # two of them pass the pipelining size in bytes, not in records
     appender.add(Record(value=big))
     appender.add(Record(value=big))
@@ -223,7 +273,9 @@ async def test_an_outcome_told_inside_the_start_starts_the_next_batch_from_the_o
     # the flight and would start the next batch from inside the start. Batches must still go
     # in order, one start at a time, never more than WINDOW in flight.
     writes = _ToldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(appender.run, nursery)
         total = 1 + 64 * (WINDOW - 1) + 2 * _MAX_BATCH_RECORDS + 10
@@ -249,7 +301,9 @@ async def test_a_record_added_inside_an_outcome_told_at_once_goes_after_it_in_or
     # A flight's waiter may add a record from inside the outcome of its batch, told inside the
     # batch's start: that record's batch starts from the loop already running, after it.
     writes = _ToldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     offsets: list[int] = []
 
     def add_more(flight: Flight, index: int, left: int) -> None:
@@ -272,7 +326,9 @@ async def test_records_added_before_run_are_started_and_get_their_task_once_it_r
     # Broker.appender starts ``run`` with start_soon, so a publish may reach ``add`` first: the
     # batch starts at once; a batch that needs a task gets it when ``run`` gives the nursery.
     writes = _HeldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     flight, _ = appender.add(Record(value=b"early"))
     waiting, _ = appender.add(Record(value=b"second"))
     assert writes.started == [1]  # started with no nursery; the second grows meanwhile
@@ -291,7 +347,9 @@ async def test_records_added_before_run_are_started_and_get_their_task_once_it_r
 
 async def test_fail_all_fails_what_waits_and_refuses_what_comes() -> None:
     writes = _HeldWrites()
-    appender = PartitionAppender("readings-0", 0, Acks.QUORUM, cast(WritePath, writes))
+    appender = PartitionAppender(
+        "readings-0", 0, Acks.QUORUM, cast(WritePath, writes), eager_flights=1
+    )
     async with trio.open_nursery() as nursery:
         nursery.start_soon(appender.run, nursery)
         in_flight, _ = appender.add(Record(value=b"a"))
@@ -390,7 +448,7 @@ async def test_a_batch_its_own_leader_commits_finishes_its_flight_with_no_task(
     # write; the group now calls the appender back from the step that sees the commit.
     brokers = _Brokers(tmp_path, 1)
     await brokers.settle()
-    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0])
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0], eager_flights=1)
     written: list[float] = []
     brokers.writes[0].on_written = written.append
     try:
@@ -422,7 +480,7 @@ async def test_a_leaders_writes_need_no_task_of_the_appender_at_all(tmp_path: Pa
     brokers = _Brokers(tmp_path, 1)
     await brokers.settle()
     group = brokers.rafts[0].replicas[GROUP]
-    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0])
+    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[0], eager_flights=1)
     try:
         spawns = _Spawns()
         trio.lowlevel.add_instrument(spawns)
@@ -459,7 +517,9 @@ async def test_a_batch_cut_before_it_commits_is_retried_by_a_task_and_gets_its_o
     brokers = _Brokers(tmp_path, 3)
     await brokers.settle()
     old = brokers.leader()
-    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[old.node_id])
+    appender = PartitionAppender(
+        GROUP, 0, Acks.QUORUM, brokers.writes[old.node_id], eager_flights=1
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(appender.run, nursery)
@@ -499,7 +559,9 @@ async def test_a_batch_untold_at_its_deadline_is_answered_timeout(tmp_path: Path
     brokers = _Brokers(tmp_path, 3, timeout=0.5)
     await brokers.settle()
     leader = brokers.leader()
-    appender = PartitionAppender(GROUP, 0, Acks.QUORUM, brokers.writes[leader.node_id])
+    appender = PartitionAppender(
+        GROUP, 0, Acks.QUORUM, brokers.writes[leader.node_id], eager_flights=1
+    )
     try:
         async with trio.open_nursery() as nursery:
             nursery.start_soon(appender.run, nursery)

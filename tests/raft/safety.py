@@ -12,7 +12,8 @@ cheap: the history is recorded, never recomputed.
   of a term > T (checked when a leader appears and when an entry is newly seen committed).
 * State-machine safety: a committed offset is committed with one entry only, on every node, forever.
 * Commit index: monotonic per incarnation, never beyond the node's log; a leader's count never
-  goes beyond its durable log; applied <= commit.
+  goes beyond its durable log; applied <= commit. What the driver may expose at once
+  (``exposable_commit``) is in the node's durable log view and is the entry committed there.
 * Read index: a read answers at an offset at least as high as everything known committed when
   the read was asked.
 """
@@ -42,6 +43,7 @@ class _Watch:
     """What the checker remembers about one node (reset at each restart)."""
 
     commit: int = -1
+    exposed: int = -1  # the highest ``exposable_commit`` checked
     leader_term: int | None = None
     leader_last: tuple[int, int] | None = None
 
@@ -112,6 +114,28 @@ class SafetyChecker:
                 )
             self._record_commits(node, w.commit, commit)
             w.commit = commit
+        exposed = core.exposable_commit()
+        if exposed > w.exposed:
+            self._check_exposed(node, w.exposed, exposed)
+            w.exposed = exposed
+
+    def _check_exposed(self, node: SimNode, old: int, new: int) -> None:
+        """What the driver may expose between Readys (replies, long polls: issue 36) is in this
+        node's log, and is the entry committed there."""
+        assert node.core is not None
+        log = node.core.log
+        if new > log.stable_last():
+            raise self._fail(f"n{node.id} exposes commit {new} beyond {log.stable_last()}")
+        lo = max(old + 1, log.start_offset())
+        if lo > new:
+            return
+        for e in log.entries_between(lo, new):
+            known = self.committed.get(e.last)
+            if known is None or known[0] != e:
+                raise self._fail(
+                    f"n{node.id} exposes {e.first}-{e.last}/{e.term} as committed, but "
+                    f"{'nothing' if known is None else known[0]} was committed there"
+                )
 
     def _has(self, node: SimNode, e: Entry) -> bool:
         assert node.core is not None

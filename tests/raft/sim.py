@@ -415,6 +415,8 @@ class Cluster:
             node.core.step(msg)
         except RaftInvariantError as exc:
             raise self.violation(f"n{node.id} step: {exc}") from exc
+        for news in node.core.commit_news():  # sent at once, as the driver does (issue 36)
+            self._send(news)
         self._after(node)
 
     def _tick(self, node: SimNode) -> None:

@@ -25,6 +25,7 @@ from kafkaesque.raft import (
     RequestVote,
     RequestVoteResponse,
     Role,
+    from_wire,
 )
 from kafkaesque.raft._messages import TAGS
 from kafkaesque.raft.driver import MultiRaft
@@ -121,8 +122,9 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
     tmp_path: Path,
 ) -> None:
     """Commit news needs no fsync: the follower exposes the commit while the frame that brings it
-    (the leader's next heartbeat, here) is handled (``handle_items``), not at a later pass of
-    the driver's loop."""
+    (the leader's commit news, sent at the step that committed: ``eager_commit_news``) is
+    handled (``handle_items``), not at a later pass of the driver's loop, and not at the next
+    write or tick."""
     cluster = Cluster(tmp_path, 3)
     await cluster.settle()
     leader = cluster.leader()
@@ -138,15 +140,17 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
             break
     assert leader.replicas[GROUP].commit_index == 3
     assert [f.replicas[GROUP].commit_index for f in followers] == [0, 0]
-    assert cluster.queue == []  # a commit is not sent on its own: it waits for the heartbeat
-    leader.tick()
-    await leader._process()
+    # No tick: the step that committed (or the second answer's) told both followers at once,
+    # in heartbeats that ask no answer.
     news = [
         (src, dst, item)
         for src, dst, item in cluster.queue
-        if item[0] == 0 and item[2][0] == TAGS[Heartbeat]  # Raft messages, not the tick's pings
+        if item[0] == 0 and item[2][0] == TAGS[Heartbeat]
     ]
-    assert {dst for _, dst, _ in news} == {f.node_id for f in followers}
+    assert sorted(dst for _, dst, _ in news) == sorted(f.node_id for f in followers)
+    for _, _, item in news:
+        beat = from_wire(item[2])
+        assert isinstance(beat, Heartbeat) and beat.reply is False
     for src, dst, item in news:
         cluster.brokers[dst].handle_items(src, [item])  # and no pass of the loop after it
     assert [f.replicas[GROUP].commit_index for f in followers] == [3, 3]
@@ -154,6 +158,95 @@ async def test_a_ready_with_nothing_to_make_durable_is_handled_as_its_cause_arri
     await cluster.settle()
     for b in cluster.brokers:
         assert [r.value for r in b.replicas[GROUP].committed_records()] == [b"v0", b"v1", b"v2"]
+
+
+async def test_a_commit_is_exposed_and_told_without_waiting_for_the_round_in_flight(
+    tmp_path: Path,
+) -> None:
+    """The answers that commit batch A reach the leader while its own fsync of batch B is in
+    flight (its Ready is out): A is committed at once (replies, long polls) and the followers
+    are told at once, not when B's round ends; a follower told while it fsyncs B exposes A at
+    once too. Only durable copies count: A was durable on all three."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    followers = [b for b in cluster.brokers if b is not leader]
+    start = leader.replicas[GROUP].commit_index
+    a_last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    await leader._process()  # A is durable at the leader; its appends are queued
+    appends, cluster.queue = cluster.queue, []
+    for src, dst, item in appends:
+        cluster.brokers[dst].handle_items(src, [item])
+    for f in followers:
+        await f._process()  # A is durable at each follower; their answers are queued
+    answers, cluster.queue = cluster.queue, []
+    b_last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    leader._busy += 1
+    assert leader._begin_round()  # B's round: written, its fsync handed out, not collected
+    leader._busy -= 1
+    assert leader._round is not None
+    for src, _, item in answers:
+        leader.handle_items(src, [item])
+    assert leader._round is not None  # B's round is still out ...
+    assert leader.replicas[GROUP].commit_index == a_last > start  # ... and A is committed
+    news = [
+        (src, dst, item)
+        for src, dst, item in cluster.queue
+        if item[0] == 0 and item[2][0] == TAGS[Heartbeat]
+    ]
+    assert sorted(dst for _, dst, _ in news) == sorted(f.node_id for f in followers)
+    b_appends = [(s, d, i) for s, d, i in cluster.queue if (s, d, i) not in news]
+    cluster.queue = []
+    for src, dst, item in b_appends:  # the followers start their rounds of B ...
+        cluster.brokers[dst].handle_items(src, [item])
+    for f in followers:
+        f._busy += 1
+        f._begin_round()
+        f._busy -= 1
+        assert f._round is not None
+    for src, dst, item in news:  # ... and hear A's commit while they fsync B
+        cluster.brokers[dst].handle_items(src, [item])
+    assert [f.replicas[GROUP].commit_index for f in followers] == [a_last, a_last]
+    for b in cluster.brokers:
+        await b._process()
+    await cluster.settle()
+    leader.tick()
+    await cluster.settle()
+    for b in cluster.brokers:
+        assert b.replicas[GROUP].commit_index == b_last
+        assert [r.value for r in b.replicas[GROUP].committed_records()] == [b"v0", b"v1", b"v2"] * 2
+
+
+async def test_a_commit_the_leaders_own_fsync_makes_is_exposed_at_its_end(
+    tmp_path: Path,
+) -> None:
+    """One follower is cut off; the other answered A before the leader's own fsync of A ended.
+    That fsync's end commits A (the leader counts itself once durable): A is exposed then, not
+    at the end of the next round, which makes B (proposed meanwhile) durable."""
+    cluster = Cluster(tmp_path, 3)
+    await cluster.settle()
+    leader = cluster.leader()
+    near, far = [b for b in cluster.brokers if b is not leader]
+    a_last, _ = leader.propose_nowait(GROUP, _batch(), 3)
+    leader._busy += 1
+    assert leader._begin_round()  # A written, its fsync handed out, not collected
+    leader._busy -= 1
+    appends, cluster.queue = cluster.queue, []
+    for src, dst, item in appends:
+        if dst == near.node_id:
+            near.handle_items(src, [item])
+    await near._process()
+    answers, cluster.queue = cluster.queue, []
+    for src, dst, item in answers:
+        if dst == leader.node_id:
+            leader.handle_items(src, [item])
+    assert leader.replicas[GROUP].commit_index < a_last  # the leader's own copy is missing
+    leader.propose_nowait(GROUP, _batch(), 3)  # B: waits for the next round
+    while leader._round is not None:
+        await leader._fsync_workers.wait()
+        leader._collect()
+    assert leader.replicas[GROUP].commit_index == a_last
+    assert far.replicas[GROUP].commit_index < a_last
 
 
 def test_only_a_leaders_replication_may_go_before_its_ready_is_durable() -> None:

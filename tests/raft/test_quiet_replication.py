@@ -1,6 +1,6 @@
-"""What a leader leaves unsaid: a commit that is the only news is not sent on its own (it goes
-with the next AppendEntries or heartbeat, and asks no answer), and a follower that replication
-already shows alive gets no heartbeat.
+"""What a leader leaves unsaid: a commit that is the only news asks no answer (by default it goes
+at once, ``eager_commit_news``; without it, with the next AppendEntries or heartbeat), and a
+follower that replication already shows alive gets no heartbeat.
 
 Each message costs both brokers a decode, a step and often a driver turn; at a few hundred
 writes a second, answers to commit news and heartbeats beside a steady flow of appends were a
@@ -21,11 +21,45 @@ def _heartbeats_of_a_tick(net: Net) -> set[int]:
     return {m.dst for m in of_type(net.sent, Heartbeat) if m.src == 1 and m.reply}
 
 
-def test_a_commit_that_is_the_only_news_waits_for_what_is_sent_anyway() -> None:
-    """§5.3: the leader includes its commit index "in future AppendEntries RPCs (including
-    heartbeats)". A write costs four messages (to each follower the append and its answer),
-    not six: the commit goes with the next AppendEntries or the tick's heartbeat."""
+def test_a_commit_goes_at_once_to_the_followers_that_hold_it_and_asks_no_answer() -> None:
+    """``eager_commit_news`` (the default): a follower learns a commit one message after the
+    leader, not at the next write or tick (50 ms), so a long poll served by its replica hands
+    the record over at once. A write costs six messages: to each follower the append, its
+    answer and the commit, which asks no answer."""
     net = Net()
+    leader = net.elect(1)
+    net.tick(1)
+    net.sent.clear()
+    index = net.propose(1, b"x")
+    assert leader.commit == index
+    assert [net.nodes[n].commit for n in (2, 3)] == [index] * 2
+    beats = of_type(net.sent, Heartbeat)
+    told = sorted((m.dst, m.commit, m.reply) for m in beats)
+    assert told == [(2, index, False), (3, index, False)]
+    assert of_type(net.sent, HeartbeatResponse) == []
+    assert len(net.sent) == 6
+    # Nothing is told twice: the next write's AppendEntries carries the commit it knows.
+    net.sent.clear()
+    second = net.propose(1, b"y")
+    assert [net.nodes[n].commit for n in (2, 3)] == [second] * 2
+    assert len(of_type(net.sent, Heartbeat)) == 2
+    # A follower is told only what it holds: one cut off hears nothing until it catches up.
+    net.isolate(3)
+    net.sent.clear()
+    third = net.propose(1, b"z")
+    assert [(m.dst, m.commit) for m in of_type(net.sent, Heartbeat)] == [(2, third)]
+    assert net.nodes[3].commit == second
+    net.heal()
+    net.tick(1)
+    assert net.nodes[3].commit == third
+
+
+def test_a_commit_that_is_the_only_news_waits_for_what_is_sent_anyway() -> None:
+    """Without ``eager_commit_news``, §5.3: the leader includes its commit index "in future
+    AppendEntries RPCs (including heartbeats)". A write costs four messages (to each follower
+    the append and its answer), not six: the commit goes with the next AppendEntries or the
+    tick's heartbeat."""
+    net = Net(eager_commit_news=False)
     leader = net.elect(1)
     net.tick(1)  # the followers learn the no-op's commit
     before = leader.commit
@@ -58,7 +92,7 @@ def test_a_commit_that_is_the_only_news_waits_for_what_is_sent_anyway() -> None:
 def test_a_leader_is_quiescent_only_once_every_follower_was_told_the_commit() -> None:
     """The driver stops ticking a quiescent group: a follower not told the latest commit by
     then would never hear it (its commit would stay behind while the group sleeps)."""
-    net = Net()
+    net = Net(eager_commit_news=False)
     leader = net.elect(1)
     net.propose(1, b"x")
     assert [n.log.last_index() for n in net.nodes.values()] == [leader.commit] * 3
@@ -96,9 +130,9 @@ def test_a_follower_that_answered_but_lags_still_gets_its_heartbeat() -> None:
 def test_a_follower_whose_answer_is_on_its_way_hears_the_commit_at_the_next_heartbeat() -> None:
     """The first answer commits. The other follower has the entry on its way: an empty
     AppendEntries now would cost it an answer and the leader a step to read it, and so would
-    commit news once its answer is in. Both hear the commit with the tick's heartbeat, which
-    needs no reply."""
-    net = Net()
+    commit news once its answer is in. Without ``eager_commit_news``, both hear the commit with
+    the tick's heartbeat, which needs no reply."""
+    net = Net(eager_commit_news=False)
     leader = net.elect(1)
     nodes, disks = net.nodes, net.disks
     index = leader.propose(b"x", 1)

@@ -189,6 +189,22 @@ async def test_posted_items_wait_for_flush_which_writes_them_from_the_caller() -
         assert nodes[1].received[0] == [["posted", 0], ["posted", 1], ["posted", 2], ["sent", 3]]
 
 
+async def test_send_now_writes_from_the_caller_with_what_was_posted() -> None:
+    # Issue 36: a forwarded append and its answer are sent with ``send_now``: ``send`` would
+    # wake the writer task, a pass of the scheduler on each hop of the write.
+    async with _connected(2) as (nodes, _):
+        sender = nodes[0].transport
+        assert sender.post(1, ["posted", 0])
+        frames = sender.frames_sent
+        assert sender.send_now(1, ["now", 1])
+        assert sender.frames_sent == frames + 1  # written here, with no await, as one frame
+        assert sender.send(1, ["sent", 2])
+        assert sender.frames_sent == frames + 1  # ``send`` leaves it to the writer task
+        await _until(lambda: len(nodes[1].received[0]) == 3)
+        assert nodes[1].received[0] == [["posted", 0], ["now", 1], ["sent", 2]]
+        assert not sender.send_now(7, ["to nobody"])  # not a peer: dropped, not queued
+
+
 @asynccontextmanager
 async def _node_and_raw_peer() -> AsyncIterator[tuple[Node, trio.SocketStream, FrameDecoder]]:
     """Node 1 running, and a raw connection it takes for its peer 0 (handshake done)."""

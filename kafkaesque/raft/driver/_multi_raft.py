@@ -425,8 +425,12 @@ class MultiRaft:
         to the loop. That saves the loop a pass of the scheduler on each such step."""
         node = replica.node
         if not node.has_ready():
-            return  # nothing to do, or a Ready is out: its ``advance`` looks again
+            # Nothing to do, or a Ready is out (its ``advance`` looks again): a commit this
+            # step made need not wait for that Ready's fsync.
+            self._commit_early(replica)
+            return
         if node.ready_needs_storage():
+            self._commit_early(replica)  # nor for the round that will make this Ready durable
             self._mark(replica)
             return
         try:
@@ -437,6 +441,25 @@ class MultiRaft:
             return
         self.readies += 1
         self._after_persist(replica, rd, False)
+
+    def _commit_early(self, replica: RaftReplica) -> None:
+        """Expose the commit a step made, and send its commit news, without waiting for the
+        group's next Ready (``RaftNode.exposable_commit``, ``commit_news``).
+
+        A leader whose own fsync of the next entries is in flight commits an entry as its
+        followers' answers come; a follower learns a commit while it writes the next entries.
+        Their round's end would otherwise hold every acknowledgement, long poll and follower's
+        commit a round longer: about an fsync per write at a steady 1,000 writes/s
+        (``bench.write_trace``). Safe: the commit counts only durable copies (the leader's
+        own only once durable), so an acknowledgement still means a majority has the entry on
+        disk."""
+        node = replica.node
+        for msg in node.commit_news():
+            self._send(msg.dst, [_MSG, replica.id, to_wire(msg)])
+        commit = node.exposable_commit()
+        if commit > replica.commit_index:
+            replica.commit_index = commit
+            replica._notify()
 
     def peer_changed(self, peer: int, connected: bool) -> None:
         """The transport's news: a lost connection makes ``peer`` silent at once."""
@@ -765,6 +788,9 @@ class MultiRaft:
             if pending is not None:
                 pending.done.set()  # index None: leadership was lost
         replica.node.advance(rd)
+        # A leader that counts itself now (its fsync ended after a follower's) commits here:
+        # exposed at once, not at the end of the next round (its next entries' fsync).
+        self._commit_early(replica)
         if replica.node.has_ready():
             self._mark(replica)
 

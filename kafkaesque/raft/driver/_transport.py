@@ -149,6 +149,17 @@ class PeerTransport:
         self._posted.add(link)
         return True
 
+    def send_now(self, peer: int, item: Any) -> bool:
+        """``post`` then ``flush``: ``item`` (and whatever else was posted) is written from the
+        caller now where the peer's writer is idle and its socket has room, else handed to the
+        writer. For a request or answer that no step's end will flush (a forwarded append and
+        its answer): ``send`` would cost a pass of the scheduler to wake the writer, on each
+        hop of the write. False (and counted in ``dropped``) if it cannot go now."""
+        if not self.post(peer, item):
+            return False
+        self.flush()
+        return True
+
     def _queue(self, peer: int, item: Any) -> _Link | None:
         link = self._links.get(peer)
         if link is None or not link.connected or len(link.outbox) >= self._max_queued:
