@@ -1,12 +1,14 @@
 """Where an acknowledged write's time goes at 1,000 msg/s: a per-stage trace across three brokers.
 
-    python -m bench.write_trace [--quick] [--writes N] [--keep DIR]
+    python -m bench.write_trace [--quick] [--writes N] [--partitions P] [--keep DIR]
 
 Three real brokers on loopback (``LocalCluster``), replication factor 3, each started by
-``bench._traced_broker`` (its driver records when each stage of a write happens, on the
-machine's one monotonic clock). A one-partition topic; ``PUB topic partition=0 -- …`` lines paced
-at ``RATE`` writes/s on one pipelined connection (a thread sends on time, another reads the
-``+OK`` replies), in two scenarios of ``writes`` each:
+``bench._stage_traced_broker`` (its driver records when each stage of a write happens, on the
+machine's one monotonic clock). A topic of ``P`` partitions (1 by default); ``PUB topic
+partition=0 -- …`` lines paced at ``RATE / P`` writes/s on one pipelined connection (a thread
+sends on time, another reads the ``+OK`` replies), each other partition written as fast by its
+leader's client meanwhile (``RATE`` writes/s in all, as a producer spreads them), in two
+scenarios of ``writes`` each:
 
 * ``direct``: the connection is to the partition's leader;
 * ``forwarded``: to a follower, which forwards each write to the leader (what a client or device
@@ -17,12 +19,12 @@ leader's broker and one on a follower's (a long-polling CONS reads the replica o
 on a follower, a committed record is served once that follower has learnt of the commit).
 
 Each write (by its offset) is matched to the first event of each stage that covers it (see
-``bench._traced_broker``): sent by the client, appended at the leader, AppendEntries sent, received
-by each follower, durable there, answered, the answer received by the leader, durable at the
-leader, committed at the leader, ``+OK`` read by the client; learnt committed at the follower;
-read by each consumer. Printed: the median and p90 of each stage's delta per scenario. Deltas are
-robust to a machine shared with other work, absolute times are not; on a machine whose load
-average is far above its cores, neither is (every step waits for a core).
+``bench._stage_traced_broker``): sent by the client, appended at the leader, AppendEntries sent,
+received by each follower, durable there, answered, the answer received by the leader, durable
+at the leader, committed at the leader, ``+OK`` read by the client; learnt committed at the
+follower; read by each consumer. Printed: the median and p90 of each stage's delta per scenario.
+Deltas are robust to a machine shared with other work, absolute times are not; on a machine
+whose load average is far above its cores, neither is (every step waits for a core).
 
 Ends with ``RESULT direct_ok_p50_ms=… direct_to_propose_ms=… direct_propose_to_commit_ms=…
 direct_commit_to_ok_ms=… direct_leader_fsync_ms=… direct_follower_round_ms=…
@@ -65,14 +67,14 @@ WAIT_MS = 2_000
 
 
 class TracedCluster(LocalCluster):
-    """A ``LocalCluster`` whose brokers run under ``bench._traced_broker``."""
+    """A ``LocalCluster`` whose brokers run under ``bench._stage_traced_broker``."""
 
     def __init__(self, data_dir: str, trace_dir: Path) -> None:
         super().__init__(data_dir, BROKERS)
         self.trace_dir = trace_dir
 
     def program(self, broker: int) -> list[str]:
-        return [sys.executable, "-m", "bench._traced_broker", str(self.trace_path(broker))]
+        return [sys.executable, "-m", "bench._stage_traced_broker", str(self.trace_path(broker))]
 
     def trace_path(self, broker: int) -> Path:
         return self.trace_dir / f"broker-{broker}.jsonl"
@@ -135,8 +137,11 @@ class Consumer:
             self.error = exc
 
 
-def paced_writes(address: tuple[str, int], writes: int) -> list[tuple[int, int, int]]:
-    """``writes`` PUB lines at ``RATE``/s on one connection: (offset, sent_ns, ok_ns) each."""
+def paced_writes(
+    address: tuple[str, int], writes: int, rate: float = RATE, partition: int = 0
+) -> list[tuple[int, int, int]]:
+    """``writes`` PUB lines to ``partition`` at ``rate``/s on one connection: (offset, sent_ns,
+    ok_ns) each."""
     conn = LineSocket(address)
     sent: list[int] = [0] * writes
     replies: list[tuple[int, int]] = []
@@ -157,12 +162,12 @@ def paced_writes(address: tuple[str, int], writes: int) -> list[tuple[int, int, 
     thread.start()
     began = time.monotonic()
     for i in range(writes):
-        due = began + i / RATE
+        due = began + i / rate
         pause = due - time.monotonic()
         if pause > 0:
             time.sleep(pause)
         sent[i] = time.monotonic_ns()
-        conn.sock.sendall(f"PUB {TOPIC} partition=0 -- w{i:06d}\r\n".encode())
+        conn.sock.sendall(f"PUB {TOPIC} partition={partition} -- w{i:06d}\r\n".encode())
         if failure:
             break
     thread.join(timeout=60)
@@ -251,7 +256,7 @@ def analyse(
             put(f"read_{name}", sent, at.get(off))
             put(f"commit_to_read_{name}", c, at.get(off))
         put("follower_commit_to_read_follower", f_commit.at(off), reads["follower"].get(off))
-    print(f"  {scenario}: {len(writes)} writes at {RATE:,}/s, delta in ms: p50 / p90 (n)")
+    print(f"  {scenario}: {len(writes)} writes, delta in ms: p50 / p90 (n)")
     out: dict[str, float] = {}
     for name, values in deltas.items():
         p50, p90 = percentile(values, 0.5), percentile(values, 0.9)
@@ -261,9 +266,25 @@ def analyse(
 
 
 def run_scenario(
-    cluster: TracedCluster, scenario: str, writer: int, leader: int, follower: int, writes: int
+    cluster: TracedCluster,
+    scenario: str,
+    writer: int,
+    leader: int,
+    follower: int,
+    writes: int,
+    partitions: int = 1,
 ) -> dict[str, float]:
+    """Traces ``writes`` to partition 0 at ``RATE / partitions`` a second while each other
+    partition of the topic takes as many, from its leader's clients (the same total rate)."""
     start = _log_end(cluster, leader)
+    rate = RATE / partitions
+    others = [
+        threading.Thread(
+            target=paced_writes,
+            args=(cluster.client_address(_leader_broker(cluster, p)), writes, rate, p),
+        )
+        for p in range(1, partitions)
+    ]
     consumers = {
         "leader": Consumer(cluster.client_address(leader), start),
         "follower": Consumer(cluster.client_address(follower), start),
@@ -272,15 +293,15 @@ def run_scenario(
     threads = [
         threading.Thread(target=c.run, args=(start + writes + 10,)) for c in consumers.values()
     ]
-    for t in threads:
+    for t in [*threads, *others]:
         t.start()
     try:
-        done = paced_writes(cluster.client_address(writer), writes)
+        done = paced_writes(cluster.client_address(writer), writes, rate)
         time.sleep(0.3)  # the consumers read the last writes
     finally:
         for c in consumers.values():
             c.stop.set()
-        for t in threads:
+        for t in [*threads, *others]:
             t.join(timeout=WAIT_MS / 1000 + 5)
     traces = cluster.collect()
     for name, c in consumers.items():
@@ -289,6 +310,14 @@ def run_scenario(
     return analyse(
         scenario, done, traces, leader, follower, {k: c.read_at for k, c in consumers.items()}
     )
+
+
+def _leader_broker(cluster: TracedCluster, partition: int) -> int:
+    client = Client(cluster.bootstrap)
+    try:
+        return leader_of(client, TOPIC, partition)
+    finally:
+        client.close()
 
 
 def _log_end(cluster: TracedCluster, broker: int) -> int:
@@ -322,6 +351,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="300 writes a scenario")
     parser.add_argument("--writes", type=int, default=0, help="writes a scenario")
     parser.add_argument("--keep", help="keep the data and traces in this directory")
+    parser.add_argument(
+        "--partitions",
+        type=int,
+        default=1,
+        help="partitions of the topic, all written at once (the traced one is partition 0)",
+    )
     args = parser.parse_args(argv)
     writes = args.writes or (300 if args.quick else 1_000)
     if writes <= 0:
@@ -334,7 +369,7 @@ def main(argv: list[str] | None = None) -> int:
         with TracedCluster(str(scratch / "data"), trace_dir) as cluster:
             client = Client(cluster.bootstrap)
             try:
-                client.create_topic(TOPIC, 1, BROKERS)
+                client.create_topic(TOPIC, args.partitions, BROKERS)
                 leader = leader_of(client, TOPIC, 0)
             finally:
                 client.close()
@@ -344,8 +379,9 @@ def main(argv: list[str] | None = None) -> int:
             for i in range(200):  # connections, caches, the appender
                 warm.request(f"PUB {TOPIC} partition=0 -- warm{i}\r\n".encode())
             warm.close()
-            direct = run_scenario(cluster, "direct", leader, leader, follower, writes)
-            forwarded = run_scenario(cluster, "forwarded", follower, leader, follower, writes)
+            n = args.partitions
+            direct = run_scenario(cluster, "direct", leader, leader, follower, writes, n)
+            forwarded = run_scenario(cluster, "forwarded", follower, leader, follower, writes, n)
     finally:
         if not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
