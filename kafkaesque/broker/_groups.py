@@ -79,7 +79,7 @@ import msgpack
 import trio
 
 from kafkaesque.protocol import (
-    INTERNAL_TOPIC_PREFIX,
+    GROUP_OFFSETS_TOPIC,
     Commit,
     Cons,
     DeleteGroup,
@@ -123,7 +123,7 @@ from ._writes import WritePath
 
 log = logging.getLogger("kafkaesque.broker.groups")
 
-OFFSETS_TOPIC = INTERNAL_TOPIC_PREFIX + "consumer_offsets"
+OFFSETS_TOPIC = GROUP_OFFSETS_TOPIC
 OFFSETS_PARTITIONS = 8
 _READ_BYTES = 1 << 20
 _LEADER_READY_POLL_S = 0.01

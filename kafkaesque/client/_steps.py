@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any, TypeAlias, TypeVar
 
 from kafkaesque.protocol import (
+    GROUP_OFFSETS_TOPIC,
     Command,
     ErrorCode,
     PartitionRow,
@@ -423,8 +424,12 @@ class GroupCursor:
 def group_start(state: ClusterState, config: ClientConfig, cursor: GroupCursor) -> Steps[None]:
     """Subscribe, then find where to start in each partition the subscription holds: the
     explicit ``start`` offset (sent in the seed's single-offset form), else the offsets reached
-    so far, else the group's committed offsets, else the reset policy's (log start or end)."""
-    cursor.address = state.address_for(None)
+    so far, else the group's committed offsets, else the reset policy's (log start or end).
+
+    The subscription is made at, and read through, the group's coordinator when the metadata
+    names it (``coordinator_address``): any broker would forward each CONS there, a hop more
+    for every read."""
+    cursor.address = yield from coordinator_address(state, config, cursor.group)
     cursor.subscription_id = yield from run_call(
         state,
         config,
@@ -541,6 +546,28 @@ def group_commit(state: ClusterState, config: ClientConfig, cursor: GroupCursor)
 
 
 # -- small shared lookups ----------------------------------------------------------------------
+
+
+def coordinator_address(state: ClusterState, config: ClientConfig, group: str) -> Steps[Address]:
+    """Where ``group``'s coordinator listens: the leader of its partition of the group offsets
+    topic (Kafka's FindCoordinator), from the metadata, read once for that topic if it is not
+    known. Any broker when that leader is unknown, unreachable lately, or hidden (the topic
+    exists once a group first joined; a principal may not describe it): a broker forwards group
+    commands to the coordinator, so this only saves a hop."""
+    count = state.metadata.partition_count(GROUP_OFFSETS_TOPIC)
+    if count is None:
+        try:
+            snapshot = yield from run_call(state, config, calls.metadata((GROUP_OFFSETS_TOPIC,)))
+        except KafkaesqueError as error:
+            if error.code not in (ErrorCode.UNKNOWN_TOPIC, ErrorCode.NOT_AUTHORIZED):
+                raise
+            return state.address_for(None)
+        state.update_metadata(snapshot, (GROUP_OFFSETS_TOPIC,))
+        count = state.metadata.partition_count(GROUP_OFFSETS_TOPIC)
+    if not count:
+        return state.address_for(None)
+    partition = partition_for_key(group.encode(), count)
+    return state.address_for(TopicPartition(GROUP_OFFSETS_TOPIC, partition))
 
 
 def partition_count(state: ClusterState, config: ClientConfig, topic: str) -> Steps[int]:

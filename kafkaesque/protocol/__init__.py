@@ -13,6 +13,7 @@ from ._line_command_encoder import encode_command as encode_command
 from ._line_commands import ANY_PRINCIPAL as ANY_PRINCIPAL
 from ._line_commands import AUTH_MECHANISMS as AUTH_MECHANISMS
 from ._line_commands import CLUSTER_RESOURCE_NAME as CLUSTER_RESOURCE_NAME
+from ._line_commands import GROUP_OFFSETS_TOPIC as GROUP_OFFSETS_TOPIC
 from ._line_commands import INTERNAL_TOPIC_PREFIX as INTERNAL_TOPIC_PREFIX
 from ._line_commands import MAX_TOPIC_NAME_LENGTH as MAX_TOPIC_NAME_LENGTH
 from ._line_commands import PRINCIPAL_PREFIX as PRINCIPAL_PREFIX

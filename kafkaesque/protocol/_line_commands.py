@@ -75,6 +75,9 @@ class FetchReplica(StrEnum):
 
 MAX_TOPIC_NAME_LENGTH: Final = 249
 INTERNAL_TOPIC_PREFIX: Final = "__"
+GROUP_OFFSETS_TOPIC: Final = INTERNAL_TOPIC_PREFIX + "consumer_offsets"
+"""The internal topic of the consumer groups: the leader of its partition
+``partition_for_key(group)`` is the group's coordinator, as in Kafka."""
 MAX_NAME_LENGTH: Final = 249
 """Longest consumer group name, subscription id or broker host name."""
 
