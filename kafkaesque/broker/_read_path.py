@@ -44,6 +44,7 @@ from ._reads import (
     committed_offset_for_time,
     fetch_committed,
     message_rows,
+    read_committed,
 )
 from ._writes import WritePath
 
@@ -54,6 +55,7 @@ _LOG_START_TRIES = 3
 # that let one go unanswered is passed over by the reads of the next _READ_PASS_OVER_S seconds.
 _READ_SLACK_S = 1.0
 _READ_PASS_OVER_S = 5.0
+_READS_PER_CHECKPOINT = 64  # local reads (about 30 us each) a CONS makes between checkpoints
 _BOUNDS_WAIT_S = 1.0  # DESCRIBE falls back to this broker's replica after that
 
 
@@ -195,7 +197,12 @@ class ReadPath:
         leader, so a client reads its own acknowledged writes.
         """
         local = deadline > trio.current_time()
-        results = await self._read_partitions(topic, wanted, wait_until=None, local=local)
+        results = await self._read_local_now(topic, wanted) if local else {}
+        elsewhere = {p: o for p, o in wanted.items() if p not in results}
+        if elsewhere:
+            results.update(
+                await self._read_partitions(topic, elsewhere, wait_until=None, local=local)
+            )
         found = any(fetched.data for fetched, _ in results.values())
         if not found and deadline > trio.current_time():
             results = await self._read_partitions(topic, wanted, wait_until=deadline, local=local)
@@ -209,6 +216,29 @@ class ReadPath:
             )
             rows.extend(got)
         return rows, next_offsets
+
+    async def _read_local_now(
+        self, topic: str, wanted: dict[int, int]
+    ) -> dict[int, tuple[Fetched, int]]:
+        """What ``_read_partitions`` finds without waiting in the partitions this broker's own
+        replicas may serve (``_long_poll_replica``), read in this task: a task per partition
+        costs a CONS of a few records more than its reads (measured: 9 partitions, 1.7 ms a
+        pass in tasks against 0.4 ms of reads). Partitions left out (no such replica, or its
+        answer is out of range: ``follow`` decides what that means) are for
+        ``_read_partitions``; any other ``RequestError`` is raised, as there."""
+        results: dict[int, tuple[Fetched, int]] = {}
+        for done, (partition, offset) in enumerate(wanted.items(), 1):
+            replica = self._long_poll_replica(topic, partition, offset)
+            if replica is None:
+                continue
+            try:
+                results[partition] = (read_committed(replica, offset, DEFAULT_FETCH_BYTES), offset)
+            except RequestError as exc:
+                if exc.code is not ErrorCode.OFFSET_OUT_OF_RANGE:
+                    raise
+            if done % _READS_PER_CHECKPOINT == 0:
+                await trio.lowlevel.checkpoint()  # a subscription of many partitions shares
+        return results
 
     async def _read_partitions(
         self, topic: str, wanted: dict[int, int], wait_until: float | None, *, local: bool
