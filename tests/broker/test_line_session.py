@@ -213,6 +213,25 @@ def test_cons_past_the_end_is_out_of_range_as_fetch_says(broker_cluster: LocalCl
     assert [m.value for m in messages(below)] == [b"only"]
 
 
+def test_a_long_polling_cons_reads_every_partition_local_or_not(
+    broker_cluster: LocalCluster,
+) -> None:
+    # Replication factor 1 over three brokers: the coordinator holds a third of the partitions
+    # (read in its own task, with a checkpoint every 64) and forwards the reads of the others.
+    with LineClient(broker_cluster.client_address(0)) as c:
+        c.ok("CREATE wide 70 1")
+        for p in range(70):
+            c.ok(f"PUB wide partition={p} -- v{p}")
+        sub = c.ok("SUBS wide wide-readers")
+        rows = c.rows(f"CONS wide {sub} 0 wait_ms=5000")
+        end = rows[-1]
+        assert isinstance(end, EndReply) and len(end.next_offsets) == 70
+        pairs = ",".join(f"{p}:{o}" for p, o in end.next_offsets)
+        again = c.rows(f"CONS wide {sub} {pairs} wait_ms=200")
+    assert sorted(m.value for m in messages(rows)) == sorted(f"v{p}".encode() for p in range(70))
+    assert messages(again) == []
+
+
 def test_subs_says_how_many_partitions_it_got_when_fewer_than_asked(
     broker_cluster: LocalCluster,
 ) -> None:

@@ -20,6 +20,7 @@ from kafkaesque.client import (
 from kafkaesque.client import _calls as calls
 from kafkaesque.client import _steps as steps
 from kafkaesque.protocol import (
+    GROUP_OFFSETS_TOPIC,
     BrokerRow,
     Command,
     DataReply,
@@ -34,6 +35,7 @@ from kafkaesque.protocol import (
     PartitionRow,
     Ping,
     TopicRow,
+    partition_for_key,
 )
 from kafkaesque.storage import Record, build_batch
 
@@ -160,6 +162,8 @@ def test_group_poll_resubscribes_once_and_commits_what_moved() -> None:
 
     def answer(request: steps.Request) -> Any:
         name = type(request.command).__name__
+        if name == "Metadata":  # no group joined yet: no offsets topic, any broker will do
+            return ErrorReply(ErrorCode.UNKNOWN_TOPIC, f"no topic {GROUP_OFFSETS_TOPIC}")
         if name == "Subs":
             return OkReply(next(subs))
         if name == "Cons":
@@ -185,6 +189,36 @@ def test_group_poll_resubscribes_once_and_commits_what_moved() -> None:
     assert moved == 2
     again, _ = drive(steps.group_commit(state, CONFIG, cursor), answer)
     assert again == 0
+
+
+def test_a_group_subscribes_and_reads_at_its_coordinator() -> None:
+    """Kafka's FindCoordinator: the leader of the group's partition of the offsets topic, so
+    that no broker forwards each CONS to it."""
+    state = ClusterState([("boot", 9)])
+    cursor = steps.GroupCursor("t", "g", start=0)
+    mine = partition_for_key(b"g", 8)
+    rows = (
+        BrokerRow(0, "h0", 1),
+        BrokerRow(1, "h1", 2),
+        *(PartitionRow(GROUP_OFFSETS_TOPIC, p, int(p == mine), (0, 1)) for p in range(8)),
+    )
+    seen: list[tuple[str, Any]] = []
+
+    def answer(request: steps.Request) -> Any:
+        name = type(request.command).__name__
+        seen.append((name, request.address))
+        if name == "Metadata":
+            return ListResponse(rows, EndReply())
+        if name == "Subs":
+            return OkReply(f"{mine}.0123456789abcdef")
+        assert name == "Cons"
+        return ListResponse((MessageRow(0, 0, None, b"a"),), EndReply(((0, 1),)))
+
+    records, _ = drive(
+        steps.group_poll(state, CONFIG, cursor, wait_ms=10, max_records=None), answer
+    )
+    assert [r.value for r in records] == [b"a"]
+    assert seen == [("Metadata", ("boot", 9)), ("Subs", ("h1", 2)), ("Cons", ("h1", 2))]
 
 
 def test_a_refresh_asks_the_next_broker_when_the_first_connection_fails() -> None:
