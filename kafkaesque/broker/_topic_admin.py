@@ -9,6 +9,7 @@ replicated metadata, and auto-creates the topics that a publish or a subscriptio
 
 from __future__ import annotations
 
+import enum
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Collection, Sequence
@@ -83,6 +84,14 @@ class Creation:
     done: trio.Event = field(default_factory=trio.Event)
     error: RequestError | None = None
     waiting: deque[Callable[[RequestError | None], None]] = field(default_factory=deque)
+
+
+class CreateRefusal(enum.Enum):
+    """Why a topic cannot be created as asked, known before anything is written (the Kafka
+    front answers each with its own code; the line protocol with INVALID_CONFIG)."""
+
+    PARTITIONS = enum.auto()
+    REPLICATION_FACTOR = enum.auto()
 
 
 class TopicAdmin:
@@ -224,16 +233,31 @@ class TopicAdmin:
                 await trio.sleep(_BROKERS_POLL_S)
         return len(metadata.view.brokers)
 
+    def create_refusal(self, command: CreateTopic) -> tuple[CreateRefusal, str] | None:
+        """Why ``create`` would refuse ``command`` at once, or None: a partition count out of
+        range, or more replicas than the cluster's brokers (configured or registered, whichever
+        is more: fewer registered than configured is a wait in ``create``, not a refusal)."""
+        if not 1 <= command.partitions <= MAX_PARTITIONS:
+            message = f"partitions {command.partitions}: must be between 1 and {MAX_PARTITIONS}"
+            return CreateRefusal.PARTITIONS, message
+        brokers = max(len(self._config.peers), len(self._metadata.view.brokers))
+        if not 1 <= command.replication_factor <= brokers:
+            message = (
+                f"replication factor {command.replication_factor}: must be between 1 and "
+                f"{brokers} (the brokers)"
+            )
+            return CreateRefusal.REPLICATION_FACTOR, message
+        return None
+
     async def create(self, command: CreateTopic) -> bytes:
         """CREATE. A replication factor above the brokers registered is a transient state
         while the cluster starts, as long as the cluster was configured with that many brokers
         (``--peers``): it waits for them to register, then answers the retriable ``NOT_READY``.
         Above the configured size too, the metadata refuses it (``INVALID_CONFIG``)."""
         config = self._config
-        if not 1 <= command.partitions <= MAX_PARTITIONS:
-            raise RequestError(
-                ErrorCode.INVALID_CONFIG, f"partitions must be between 1 and {MAX_PARTITIONS}"
-            )
+        refusal = self.create_refusal(command)
+        if refusal is not None:
+            raise RequestError(ErrorCode.INVALID_CONFIG, refusal[1])
         wanted = command.replication_factor
         configured = len(config.peers)
         view = self._metadata.view

@@ -61,11 +61,11 @@ from kafkaesque.raft import Role
 from kafkaesque.storage import data_records
 
 from .._appender import new_producer_id
-from .._config import MAX_PARTITIONS
 from .._errors import RequestError
 from .._log_ids import log_id_of
 from .._metadata_view import TopicInfo
 from .._session import Session
+from .._topic_admin import CreateRefusal
 from .._writes import LeaderWrite
 from ._cleanup_policy import parse_cleanup_policy
 from ._groups import KafkaGroups
@@ -480,15 +480,14 @@ class KafkaHandlers:
             w.access.check_operation(session, AclOperation.CREATE, AclResource.TOPIC, name)
         except RequestError as exc:
             return kafka_error(exc), exc.message
-        # Checked here, not only by the topic admin: validate_only must refuse what creating
-        # would, and with Kafka's own codes (the admin's INVALID_CONFIG is 40 over Kafka).
-        if not 1 <= command.partitions <= MAX_PARTITIONS:
-            message = f"partitions {command.partitions}: between 1 and {MAX_PARTITIONS}"
-            return KafkaError.INVALID_PARTITIONS, message
-        brokers = max(len(w.config.peers), len(w.metadata.view.brokers))
-        if not 1 <= command.replication_factor <= brokers:
-            message = f"replication factor {command.replication_factor}: between 1 and {brokers}"
-            return KafkaError.INVALID_REPLICATION_FACTOR, message + " (the brokers)"
+        # Asked here too: validate_only must refuse what creating would, and with Kafka's own
+        # codes (the admin's INVALID_CONFIG is 40 over Kafka).
+        refusal = w.admin.create_refusal(command)
+        if refusal is not None:
+            why, message = refusal
+            if why is CreateRefusal.PARTITIONS:
+                return KafkaError.INVALID_PARTITIONS, message
+            return KafkaError.INVALID_REPLICATION_FACTOR, message
         if validate_only:
             return KafkaError.NONE, None
         try:
