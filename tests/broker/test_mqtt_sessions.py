@@ -16,6 +16,7 @@ import pytest
 
 from kafkaesque.broker.mqtt._resume import Progress
 from kafkaesque.broker.mqtt._sessions import (
+    PositionKeys,
     SessionStore,
     StoredSession,
     decode_session,
@@ -413,16 +414,20 @@ def test_a_record_written_before_session_expiry_existed_never_expires() -> None:
 
 def test_decoded_sessions_share_their_positions() -> None:
     """Every broker holds every session: the (log topic, partition) key of a position is one
-    object for all the sessions that read that partition, not one each."""
-    first, second = (
-        decode_session(encode_session(StoredSession(0, 1, positions={("c", 2): Progress(n)})))
-        for n in (5, 9)
+    object for all the sessions of a table that read that partition, not one each; past the
+    table's limit, new pairs are keys of their own."""
+    keys = PositionKeys(limit=1)
+    first, second, other = (
+        decode_session(encode_session(StoredSession(0, 1, positions={(t, 2): Progress(n)})), keys)
+        for t, n in (("c", 5), ("c", 9), ("d", 1))
     )
-    assert first is not None and second is not None
+    assert first is not None and second is not None and other is not None
     ((a, progress),) = first.positions.items()
     ((b, _),) = second.positions.items()
     assert a == ("c", 2) and progress == Progress(5)
     assert a is b
+    ((d, _),) = other.positions.items()
+    assert d == ("d", 2) and keys("d", 2) is not d
 
 
 # -- handing a session over between brokers: the table's rules --------------------------------

@@ -71,22 +71,31 @@ HANDOVER_S: Final = 3.0
 """How long a broker taking a session over waits for the previous owner's last state."""
 _MAX_POSITIONS: Final = 100_000
 
-# Every broker holds every session, each with a position per partition it reads: the same few
-# (log topic, partition) pairs over and over. Decoded, each would be a tuple and a string of
-# its own (0.1 KiB); they are shared instead (``_position``). Bounded by the partitions that
-# sessions read; past ``_MAX_POSITIONS`` new ones are no longer shared.
-_positions: dict[Position, Position] = {}
+
+class PositionKeys:
+    """The (log topic, partition) keys of the sessions' positions, one object per pair.
+
+    Every broker holds every session, each with a position per partition it reads: the same few
+    pairs over and over. Decoded, each would be a tuple and a string of its own (0.1 KiB);
+    a table's sessions share them instead. Bounded by the partitions that sessions read; past
+    ``limit`` pairs, new ones are no longer shared."""
+
+    def __init__(self, limit: int = _MAX_POSITIONS) -> None:
+        self._shared: dict[Position, Position] = {}
+        self._limit = limit
+
+    def __call__(self, topic: str, partition: int) -> Position:
+        key = (topic, partition)
+        shared = self._shared.get(key)
+        if shared is None:
+            if len(self._shared) >= self._limit:
+                return key
+            shared = self._shared[key] = key
+        return shared
 
 
-def _position(topic: str, partition: int) -> Position:
-    """The shared (``topic``, ``partition``) pair."""
-    key = (topic, partition)
-    shared = _positions.get(key)
-    if shared is None:
-        if len(_positions) >= _MAX_POSITIONS:
-            return key
-        shared = _positions[key] = key
-    return shared
+def _unshared(topic: str, partition: int) -> Position:
+    return (topic, partition)
 
 
 @dataclass(frozen=True, slots=True)
@@ -149,17 +158,20 @@ def encode_session(session: StoredSession) -> bytes:
     return data
 
 
-def decode_session(data: bytes) -> StoredSession | None:
-    """The session in ``data``; None when it is not one (written by a newer format, corrupt)."""
+def decode_session(
+    data: bytes, position: Callable[[str, int], Position] = _unshared
+) -> StoredSession | None:
+    """The session in ``data``; None when it is not one (written by a newer format, corrupt).
+    ``position`` makes each position's key (``PositionKeys``: shared with other sessions)."""
     try:
         owner, epoch, subs, positions, awaiting, deleted, *more = msgpack.unpackb(data)
         # Fields added later: records written before them have none.
         expiry, ended, awaited_owner, handed_by, progress = (*more, *[None] * 5)[:5]
         if progress is None:  # the first format: resume from there, at least once
-            stored = {_position(str(t), int(p)): Progress(int(o)) for t, p, o in positions}
+            stored = {position(str(t), int(p)): Progress(int(o)) for t, p, o in positions}
         else:
             stored = {
-                _position(str(t), int(p)): Progress(
+                position(str(t), int(p)): Progress(
                     int(n), tuple(Owed(int(o), int(i), int(q), bool(r)) for o, i, q, r in owed)
                 )
                 for t, p, n, owed in progress
@@ -200,6 +212,7 @@ class SessionStore:
         on_change: Callable[[str, StoredSession], None],
     ) -> None:
         self.sessions: dict[str, StoredSession] = {}
+        self._keys = PositionKeys()
         self._on_change = on_change
         self.tail = TopicTail(reads, SESSIONS_TOPIC, ensure_topic, self._apply)
 
@@ -216,7 +229,7 @@ class SessionStore:
         if record.value is None:
             self.sessions.pop(client_id, None)
             return
-        session = decode_session(record.value)
+        session = decode_session(record.value, self._keys)
         if session is None:
             return
         old = self.sessions.get(client_id)
