@@ -197,7 +197,7 @@ def test_a_group_subscribes_and_reads_at_its_coordinator() -> None:
     state = ClusterState([("boot", 9)])
     cursor = steps.GroupCursor("t", "g", start=0)
     mine = partition_for_key(b"g", 8)
-    rows = (
+    rows: tuple[BrokerRow | PartitionRow, ...] = (
         BrokerRow(0, "h0", 1),
         BrokerRow(1, "h1", 2),
         *(PartitionRow(GROUP_OFFSETS_TOPIC, p, int(p == mine), (0, 1)) for p in range(8)),
