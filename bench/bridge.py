@@ -40,7 +40,10 @@ Ends with ``RESULT bridge_msgs_per_s=… bridge_vs_mosquitto=… lost=… shared
 shared_msgs_per_s=…`` (the largest shared run), then ``mosquitto_msgs_per_s=…
 shared2_msgs_per_s=… shared3_msgs_per_s=… duplicated=… bridge_us_per_msg=…
 brokers_us_per_msg=… cpu_bound_msgs_per_s=… load_avg=… payload_bytes=… steal_pct=…``.
-``--receive-maximum N`` runs the bridges with that window (default: the bridge's default).
+``--receive-maximum N`` runs the bridges with that window (default: the bridge's default);
+``--connections N`` the one bridge with that many upstream connections in a share group
+(default ``CONNECTIONS``: mosquitto reads one packet of a connection per pass of its loop, so
+one connection's PUBACKs bound one bridge's rate), printed as ``bridge_connections=…``.
 """
 
 from __future__ import annotations
@@ -78,6 +81,7 @@ PARTITIONS = 9
 FILTER = "phones/+/spectrum"
 RULES = f"{FILTER} -> {TOPIC} key=1\n"
 SHARE_GROUP = "bench"
+CONNECTIONS = 3  # the one bridge's upstream connections (see the docstring)
 STALL_S = 30.0  # no record appended this long: the bridges are stuck
 SEED_MSGS_PER_S = 30_000  # the Kafka Connect MQTT source on a laptop (shared/SEEDS.md)
 TARGET_RATIO = 0.5
@@ -176,6 +180,7 @@ class Bridges:
         bootstrap: str,
         count: int,
         receive_maximum: int | None = None,
+        connections: int = 1,
     ) -> None:
         rules = root / "bridge-rules.txt"
         rules.write_text(RULES)
@@ -207,8 +212,8 @@ class Bridges:
                 "--stats-interval",
                 "0",
             ]
-            if count > 1:
-                command += ["--share-group", SHARE_GROUP]
+            if count > 1 or connections > 1:
+                command += ["--share-group", SHARE_GROUP, "--connections", str(connections)]
             if receive_maximum is not None:
                 command += ["--receive-maximum", str(receive_maximum)]
             log = (root / f"bridge-{tag}-{k}.log").open("w")
@@ -299,13 +304,17 @@ def bridged(
     root: Path,
     count: int,
     receive_maximum: int | None,
+    connections: int = 1,
 ) -> dict[str, Any]:
-    """``count`` bridges while the publishers run: records appended per second in the window,
-    CPU of brokers and bridges, then nothing lost once they drained."""
+    """``count`` bridges (of ``connections`` upstream connections each) while the publishers
+    run: records appended per second in the window, CPU of brokers and bridges, then nothing
+    lost once they drained."""
     brokers = [cluster.procs[i].pid for i in range(BROKERS)]
     start = end_offsets(client, TOPIC)
     spec = _spec(mosquitto, plan, plan.bridge_offered)
-    with Bridges(root, mosquitto, cluster.bootstrap, count, receive_maximum) as bridges:
+    with Bridges(
+        root, mosquitto, cluster.bootstrap, count, receive_maximum, connections
+    ) as bridges:
         window: dict[str, Any] = {}
 
         def measure(fleet: Fleet, ready: Readiness) -> None:
@@ -357,7 +366,7 @@ def _cpu(values: list[float]) -> str:
     return "/".join(f"{v:.0f}" for v in values)
 
 
-def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
+def run(root: Path, plan: Plan, receive_maximum: int | None, connections: int) -> int:
     clock = Clock()
     steal = StealWindow()
     payload_bytes = len(reading_payload("0" * 8, device_id(0), 0, 0, spectrum_for(device_id(0))))
@@ -367,7 +376,7 @@ def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
         f"bridge phases), "
         f"window {plan.window}, {payload_bytes}-byte payloads; {plan.warmup:g} s warm-up, "
         f"{plan.measure:g} s measured; bridges with --receive-maximum "
-        f"{receive_maximum or 'default'}"
+        f"{receive_maximum or 'default'}; the one bridge with --connections {connections}"
     )
     # Every QoS 1 message kept for a subscriber that is behind (a limit would drop acknowledged
     # messages and count as lost); the subscriber's window governs (mosquitto 2.0 does not keep
@@ -390,9 +399,20 @@ def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
             phases: dict[int, dict[str, Any]] = {}
             for count in (1, *plan.shared):
                 r = phases[count] = bridged(
-                    mosquitto, cluster, client, plan, root, count, receive_maximum
+                    mosquitto,
+                    cluster,
+                    client,
+                    plan,
+                    root,
+                    count,
+                    receive_maximum,
+                    connections if count == 1 else 1,
                 )
-                label = "one bridge" if count == 1 else f"{count} bridges, --share-group"
+                label = (
+                    f"one bridge, {connections} connection(s)"
+                    if count == 1
+                    else f"{count} bridges, --share-group"
+                )
                 print(
                     f"{label}: {r['msgs_per_s']:,.0f} msg/s into the log (publishers "
                     f"offered {r['offered']:,.0f}); lost {r['lost']}, duplicated "
@@ -446,7 +466,8 @@ def run(root: Path, plan: Plan, receive_maximum: int | None) -> int:
         f"duplicated={duplicated} bridge_us_per_msg={one['bridge_us_per_msg']:.0f} "
         f"brokers_us_per_msg={one['brokers_us_per_msg']:.0f} cpu_bound_msgs_per_s={cpu_bound:.0f} "
         f"load_avg={os.getloadavg()[0]:.1f} "
-        f"payload_bytes={payload_bytes} steal_pct={steal.percent():.1f}"
+        f"payload_bytes={payload_bytes} steal_pct={steal.percent():.1f} "
+        f"bridge_connections={connections}"
     )
     return 0 if lost == 0 else 1
 
@@ -468,12 +489,21 @@ def main(argv: list[str] | None = None) -> int:
         metavar="N",
         help="the bridges' --receive-maximum (default: the bridge's own default)",
     )
+    parser.add_argument(
+        "--connections",
+        type=int,
+        default=CONNECTIONS,
+        metavar="N",
+        help=f"the one bridge's --connections (default {CONNECTIONS}, in a share group)",
+    )
     args = parser.parse_args(argv)
+    if args.connections < 1:
+        parser.error("--connections must be at least 1")
     signal.signal(signal.SIGTERM, _stop)
     signal.signal(signal.SIGHUP, _stop)
     root = make_scratch()
     try:
-        return run(root, QUICK if args.quick else FULL, args.receive_maximum)
+        return run(root, QUICK if args.quick else FULL, args.receive_maximum, args.connections)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -95,6 +95,15 @@ def add_parser(commands: Any) -> None:
         help="MQTT topic filter to subscribe (repeatable; default: the rules' filters)",
     )
     p.add_argument("--share-group", help="subscribe as $share/<group>/<filter>")
+    p.add_argument(
+        "--connections",
+        type=int,
+        default=1,
+        help="upstream connections, each a member of --share-group (needed above 1), each "
+        "client id but the first suffixed -1, -2, ... (default 1): an upstream broker reads "
+        "each connection's acknowledgements in turn with its other clients', so one "
+        "connection bounds one bridge's rate",
+    )
     p.add_argument("--client-id", default="kafkaesque-bridge", help="MQTT client id (stable!)")
     p.add_argument("--username", help="MQTT user name")
     p.add_argument("--password", help=f"MQTT password (or ${PASSWORD_ENV})")
@@ -213,6 +222,12 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
         not args.share_group or any(c in args.share_group for c in "/+#")
     ):
         raise MqttBridgeError("--share-group must be non-empty, without '/', '+' or '#'")
+    if args.connections < 1:
+        raise MqttBridgeError("--connections must be at least 1")
+    if args.connections > 1 and args.share_group is None:
+        raise MqttBridgeError(
+            "--connections above 1 needs --share-group: each connection would receive every message"
+        )
     tls = None
     if args.upstream_tls or args.upstream_cafile or args.upstream_certfile:
         try:
@@ -247,6 +262,7 @@ def build_config(args: argparse.Namespace) -> BridgeConfig:
         mapping=mapping,
         subscriptions=tuple(args.subscribe),
         share_group=args.share_group,
+        connections=args.connections,
         converter=converter,
         dead_letter_topic=args.dead_letter_topic,
         to_mqtt=tuple(t for t in args.to_mqtt.split(",") if t),

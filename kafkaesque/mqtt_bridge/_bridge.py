@@ -41,7 +41,7 @@ import logging
 import random
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import trio
 
@@ -127,6 +127,26 @@ class BridgeConfig:
     producer: ProducerConfig = field(default_factory=lambda: ProducerConfig(batch_size=BATCH_SIZE))
     # How the bridge's client reaches the Kafkaesque cluster (its TLS and credentials).
     client: ClientConfig = field(default_factory=ClientConfig)
+    # Upstream connections, each a member of the share group (see ``connection_options``).
+    connections: int = 1
+
+    def __post_init__(self) -> None:
+        if self.connections < 1:
+            raise ValueError("connections must be at least 1")
+        if self.connections > 1 and not all(f.startswith("$share/") for f in self.filters()):
+            raise ValueError(
+                "several connections need shared subscriptions: each would receive every message"
+            )
+
+    def connection_options(self, index: int) -> MqttClientOptions:
+        """The options of upstream connection ``index``: the first keeps the client id (and
+        so the session), the others take ``<client id>-<index>``. Several connections exist
+        because an upstream broker reads each client's packets in turn with its other clients'
+        (mosquitto 2: one packet per connection per pass of its loop): one connection's
+        PUBACKs then bound the rate at which it may be sent more."""
+        if index == 0:
+            return self.mqtt
+        return replace(self.mqtt, client_id=f"{self.mqtt.client_id}-{index}")
 
     def filters(self) -> tuple[str, ...]:
         """The topic filters actually subscribed (with the ``$share`` prefix if any)."""
@@ -158,11 +178,11 @@ class MqttBridge:
         self.stats = BridgeStats()
         self._stopping = trio.Event()
         self._ready = trio.Event()  # subscribed (and egress positioned) once
-        self._ingest_scope: trio.CancelScope | None = None
+        self._ingest_scopes: set[trio.CancelScope] = set()
         self._egress_poll_scope: trio.CancelScope | None = None  # while egress polls the log
         self._known_topics: set[str] = set()
         self._topic_lock = trio.Lock()
-        self._sleep_scope: trio.CancelScope | None = None
+        self._sleep_scopes: set[trio.CancelScope] = set()
 
     @property
     def stopping(self) -> bool:
@@ -172,12 +192,12 @@ class MqttBridge:
     def stop(self) -> None:
         """Finish what is in flight, disconnect, and make ``run`` return."""
         self._stopping.set()
-        if self._ingest_scope is not None:
-            self._ingest_scope.cancel()
+        for scope in self._ingest_scopes:
+            scope.cancel()
         if self._egress_poll_scope is not None:
             self._egress_poll_scope.cancel()
-        if self._sleep_scope is not None:
-            self._sleep_scope.cancel()
+        for scope in self._sleep_scopes:
+            scope.cancel()
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Run until ``stop()``; ``task_status.started()`` once the first connection is
@@ -211,27 +231,36 @@ class MqttBridge:
         ):
             for topic in config.to_mqtt:
                 await self._ensure_topic(client, topic)
-            failures = 0
-            while not self._stopping.is_set():
-                try:
-                    async with open_mqtt_client(config.mqtt) as mqtt:
-                        self.stats.connections += 1
-                        failures = 0
-                        log.info(
-                            "connected to %s:%d (session present: %s)",
-                            config.mqtt.host,
-                            config.mqtt.port,
-                            mqtt.session_present,
-                        )
-                        await self._connection(client, producer, mqtt)
-                except* _RECOVERABLE as group:
-                    failures += 1
-                    log.warning("bridge connection failed: %s", _describe(group))
-                if not self._stopping.is_set():
-                    await self._backoff(failures)
+            async with trio.open_nursery() as nursery:
+                for index in range(config.connections):
+                    nursery.start_soon(self._upstream, client, producer, index)
+
+    async def _upstream(self, client: AsyncClient, producer: AsyncProducer, index: int) -> None:
+        """Upstream connection ``index``, reconnected with backoff until ``stop()``; egress
+        (``to_mqtt``) runs on the first only."""
+        options = self.config.connection_options(index)
+        failures = 0
+        while not self._stopping.is_set():
+            try:
+                async with open_mqtt_client(options) as mqtt:
+                    self.stats.connections += 1
+                    failures = 0
+                    log.info(
+                        "connected to %s:%d as %s (session present: %s)",
+                        options.host,
+                        options.port,
+                        options.client_id,
+                        mqtt.session_present,
+                    )
+                    await self._connection(client, producer, mqtt, egress=index == 0)
+            except* _RECOVERABLE as group:
+                failures += 1
+                log.warning("bridge connection %d failed: %s", index, _describe(group))
+            if not self._stopping.is_set():
+                await self._backoff(failures)
 
     async def _connection(
-        self, client: AsyncClient, producer: AsyncProducer, mqtt: MqttClient
+        self, client: AsyncClient, producer: AsyncProducer, mqtt: MqttClient, *, egress: bool
     ) -> None:
         # Acks wait here in arrival order; a full channel holds ingest back (and with it the
         # upstream broker, by TCP flow control), so memory stays bounded.
@@ -239,29 +268,31 @@ class MqttBridge:
             self.config.mqtt.receive_maximum
         )
         acks_drained = trio.Event()
-        egress = _Egress()
+        publishing = _Egress() if egress else None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._acker, mqtt, acks, acks_drained)
             # Ingest runs while we subscribe: a kept session's queued messages arrive before the
             # SUBACK, and the SUBACK is read only once they are taken.
-            nursery.start_soon(self._subscribe, client, mqtt, nursery, egress)
+            nursery.start_soon(self._subscribe, client, mqtt, nursery, publishing)
             with trio.CancelScope() as scope:
-                self._ingest_scope = scope
+                self._ingest_scopes.add(scope)
                 if self._stopping.is_set():
                     scope.cancel()
-                async with acks_send:
-                    await self._ingest(client, producer, mqtt, acks_send)
-            self._ingest_scope = None
+                try:
+                    async with acks_send:
+                        await self._ingest(client, producer, mqtt, acks_send)
+                finally:
+                    self._ingest_scopes.discard(scope)
             # Only stop() ends ingest without an error: the acker finishes what is in flight
             # (the channel is closed), egress finishes the publishes it started (stop() ended
             # its poll), then DISCONNECT is sent. Egress not begun yet is simply cancelled.
             await acks_drained.wait()
-            if egress.begun:
-                await egress.done.wait()
+            if publishing is not None and publishing.begun:
+                await publishing.done.wait()
             nursery.cancel_scope.cancel()
 
     async def _subscribe(
-        self, client: AsyncClient, mqtt: MqttClient, nursery: trio.Nursery, egress: _Egress
+        self, client: AsyncClient, mqtt: MqttClient, nursery: trio.Nursery, egress: _Egress | None
     ) -> None:
         filters = self.config.filters()
         if filters:
@@ -270,7 +301,7 @@ class MqttBridge:
             if refused:
                 raise BridgeError(f"the upstream broker refused the subscriptions {refused}")
         self.stats.subscribed += 1
-        if self.config.to_mqtt:
+        if self.config.to_mqtt and egress is not None:
             await nursery.start(self._egress, client, mqtt, egress)
         self._ready.set()
 
@@ -505,11 +536,13 @@ class MqttBridge:
         config = self.config
         delay = min(config.backoff_max_s, config.backoff_min_s * 2 ** min(failures, 16))
         with trio.CancelScope() as scope:
-            self._sleep_scope = scope
+            self._sleep_scopes.add(scope)
             if self._stopping.is_set():
                 scope.cancel()
-            await trio.sleep(delay * random.uniform(0.5, 1.0))
-        self._sleep_scope = None
+            try:
+                await trio.sleep(delay * random.uniform(0.5, 1.0))
+            finally:
+                self._sleep_scopes.discard(scope)
 
 
 @dataclass

@@ -27,7 +27,7 @@ from kafkaesque.mqtt_bridge import (
     json_converter,
     load_avro_schema,
 )
-from kafkaesque.protocol.mqtt import MqttVersion, TopicMapping
+from kafkaesque.protocol.mqtt import MqttClientOptions, MqttVersion, TopicMapping
 from tests.broker.mqtt_bridge_helpers import (
     mqtt_options,
     publish,
@@ -228,6 +228,60 @@ async def test_two_bridges_of_a_share_group_split_the_load_and_lose_nothing(
     assert values == sorted(messages)  # every message once: nothing lost, no duplicate
     assert first.stats.acked > 0 and second.stats.acked > 0
     assert first.stats.acked + second.stats.acked == count
+
+
+async def test_one_bridge_of_several_connections_splits_the_load_and_publishes_once(
+    broker_cluster: LocalCluster, mosquitto: Mosquitto
+) -> None:
+    """Each connection is a member of the share group (an upstream broker reads one client's
+    PUBACKs in turn with the others'); egress runs on the first only, or each record would go
+    upstream once a connection."""
+    config = BridgeConfig(
+        mqtt=mqtt_options(mosquitto, "bridge-conns"),
+        bootstrap=broker_cluster.bootstrap,
+        mapping=_mapping("readings_conns", commands="commands_conns"),
+        to_mqtt=("commands_conns",),
+        egress_group="bridge-conns",
+        share_group="kafkaesque-conns",
+        connections=3,
+    )
+    count = 600
+    commands = ("-q", "1", "-t", "phones/+/commands", "-v")
+    async with (
+        running_bridge(config) as bridge,
+        subscribed(mosquitto, *commands, count=1) as subscriber,
+    ):
+        messages = [f"m{i}".encode() for i in range(count)]
+        async with trio.open_nursery() as nursery:
+            for d in range(6):
+                nursery.start_soon(publish, mosquitto, f"phones/d{d}/spectrum", *messages[d::6])
+        records = await read_topic(broker_cluster.bootstrap, "readings_conns", count)
+        async with AsyncClient(broker_cluster.bootstrap) as client:
+            await client.publish("commands_conns", b'{"command": "sleep"}', key=b"p9")
+        with trio.fail_after(30):
+            lines = await subscriber.messages()
+        with trio.move_on_after(1):  # a second copy would come within this
+            await trio.sleep_forever()
+    assert sorted(r.value or b"" for r in records) == sorted(messages)
+    assert bridge.stats.acked == count and bridge.stats.subscribed == 3
+    assert lines == ['phones/p9/commands {"command": "sleep"}']
+    assert bridge.stats.published == 1
+
+
+def test_several_connections_need_shared_subscriptions() -> None:
+    options = MqttClientOptions("127.0.0.1", 1883, "bridge")
+    with pytest.raises(ValueError, match="shared subscriptions"):
+        BridgeConfig(mqtt=options, bootstrap="127.0.0.1:1", connections=2)
+    with pytest.raises(ValueError, match="at least 1"):
+        BridgeConfig(mqtt=options, bootstrap="127.0.0.1:1", connections=0)
+    explicit = BridgeConfig(
+        mqtt=options, bootstrap="127.0.0.1:1", subscriptions=("$share/g/a/#",), connections=2
+    )
+    assert [explicit.connection_options(i).client_id for i in range(3)] == [
+        "bridge",
+        "bridge-1",
+        "bridge-2",
+    ]
 
 
 async def test_log_records_are_published_to_mqtt_subscribers(
