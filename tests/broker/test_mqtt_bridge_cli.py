@@ -20,6 +20,8 @@ from kafkaesque.mqtt_bridge import BridgeStats
         (["--upstream", "h:1", "--receive-maximum", "0"], "receive_maximum"),
         (["--upstream", "h:1", "--subscribe", "a/#/b"], "--subscribe 'a/#/b'"),
         (["--upstream", "h:1", "--share-group", "a/b"], "--share-group must be"),
+        (["--upstream", "h:1", "--connections", "2"], "--connections above 1 needs"),
+        (["--upstream", "h:1", "--share-group", "g", "--connections", "0"], "at least 1"),
     ],
 )
 def test_bad_arguments_are_one_line_errors(
