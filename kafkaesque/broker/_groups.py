@@ -685,7 +685,7 @@ class GroupCoordinator:
         replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
         if replica is None or replica.role is not Role.LEADER:
             return False
-        if replica.log.term_at(replica.commit_index) != replica.node.term:
+        if not replica.committed_in_term:
             return False  # no entry of its term committed yet: ``_table`` would wait
         table = self._tables.get(partition)
         if table is None or table.term != replica.node.term:
@@ -712,7 +712,7 @@ class GroupCoordinator:
         replica = self._reads.local_replica(OFFSETS_TOPIC, partition)
         if replica is None or replica.role is not Role.LEADER:
             return
-        if replica.log.term_at(replica.commit_index) != replica.node.term:
+        if not replica.committed_in_term:
             return  # no entry of its term committed yet: ``_table`` would wait; look next tick
         try:
             table = await self._table(partition)
@@ -778,7 +778,7 @@ class GroupCoordinator:
             raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
         deadline = trio.current_time() + self._writes.timeout
         # A new leader knows everything committed only once an entry of its term commits.
-        while replica.log.term_at(replica.commit_index) != replica.node.term:
+        while not replica.committed_in_term:
             if replica.role is not Role.LEADER or trio.current_time() > deadline:
                 raise RequestError(ErrorCode.NOT_LEADER, "the group's coordinator moved; retry")
             await trio.sleep(_LEADER_READY_POLL_S)

@@ -198,8 +198,9 @@ class WritePath:
                 return _Failed("the new leader is still loading producer state")
             decision = states.decide(header)
             if isinstance(decision, Refuse):
-                if decision.code is ErrorCode.OUT_OF_ORDER_SEQUENCE and not _settled_in_term(
-                    replica
+                if (
+                    decision.code is ErrorCode.OUT_OF_ORDER_SEQUENCE
+                    and not replica.committed_in_term
                 ):
                     # Not yet a refusal: an earlier copy of this very batch may sit in a
                     # deposed leader's log, and commit there if this leader is deposed before
@@ -753,17 +754,6 @@ def _cut(replica: RaftReplica, last: int, term: int) -> _Retry:
         "(another replica may hold it and commit it: the outcome is unknown)",
         unknown=True,
     )
-
-
-def _settled_in_term(replica: RaftReplica) -> bool:
-    """Whether this leader has committed an entry of its own term (its no-op, at least).
-
-    Until then an entry of an earlier term that this log lacks may still commit, through the
-    deposed leader that holds it, should this one lose its leadership first; afterwards never
-    (the committed entry of this term precedes any index such an entry could hold in a later
-    leader's log, Raft's Log Matching and Leader Completeness)."""
-    node = replica.node
-    return node.log.term_at(replica.commit_index) == node.term
 
 
 def _found_of(answer: Answer) -> int | None:

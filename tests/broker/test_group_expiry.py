@@ -82,6 +82,10 @@ class _Replica:
         self.refuse = 0
         self.stall_s = 0.0
 
+    @property
+    def committed_in_term(self) -> bool:
+        return self.log.term_at(self.commit_index) == self.node.term
+
     def append(self, records: list[Record], batch_type: BatchType = BatchType.DATA) -> int:
         result = self.log.append(build_batch(records, batch_type=batch_type), term=self.node.term)
         self.commit_index = result.last_offset

@@ -78,6 +78,15 @@ class RaftReplica:
     def leader(self) -> int | None:
         return self.node.leader
 
+    @property
+    def committed_in_term(self) -> bool:
+        """Whether an entry of this node's current term has committed here (a new leader's
+        no-op, at least). Only then does a new leader know everything committed before it:
+        until then an entry of an earlier term that its log lacks may still commit through the
+        deposed leader that holds it; afterwards never (Raft's Log Matching and Leader
+        Completeness)."""
+        return self.log.term_at(self.commit_index) == self.node.term
+
     def committed_records(self, start: int | None = None) -> list[Record]:
         """The data records committed from ``start`` (default: the log start) on.
 
