@@ -2,8 +2,8 @@
 
 ``python -m bench.<wrapper> FILE broker ARGS...``: the wrapper installs its signal handlers with
 ``FILE`` (where it writes what it measured), then runs the ``kafkaesque`` command line that
-follows in this process. ``bench._profiled_broker`` (cProfile) and ``bench._traced_broker``
-(tracemalloc) are such wrappers.
+follows in this process. ``bench._profiled_broker`` (cProfile), ``bench._traced_broker``
+(tracemalloc) and ``bench._stage_traced_broker`` (a write's stages) are such wrappers.
 """
 
 from __future__ import annotations

@@ -35,6 +35,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from ._instrumented_broker import run_instrumented
+
 Event = tuple[int, str, str, int, int]
 
 
@@ -131,15 +133,7 @@ def install(trace_file: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) < 3:
-        print(
-            "usage: python -m bench._stage_traced_broker TRACE_FILE broker ARGS...", file=sys.stderr
-        )
-        return 2
-    install(sys.argv[1])
-    from kafkaesque.cli.main import main as kafkaesque_main
-
-    return int(kafkaesque_main(sys.argv[2:]))
+    return run_instrumented("bench._stage_traced_broker", "TRACE_FILE", install)
 
 
 if __name__ == "__main__":
