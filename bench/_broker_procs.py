@@ -106,13 +106,16 @@ _TICK = os.sysconf("SC_CLK_TCK")
 
 
 def process_cpu_s(pid: int) -> float:
-    """User + system CPU seconds of ``pid`` (all its threads) so far; 0 once it is gone."""
+    """User + system CPU seconds of ``pid`` (all its threads) and of its live child processes
+    (a broker's fsync helper) so far; 0 once it is gone."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             fields = f.read().rsplit(")", 1)[1].split()
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
     except OSError:
         return 0.0
-    return (int(fields[11]) + int(fields[12])) / _TICK
+    return (int(fields[11]) + int(fields[12])) / _TICK + sum(process_cpu_s(c) for c in children)
 
 
 def machine_busy_s() -> float:

@@ -18,7 +18,7 @@ the peer transport, ticks the cores on a trio clock, and wakes whoever waits for
 """
 
 from ._errors import CommitTimeout, ProposalLost
-from ._fsync import FsyncWorkers
+from ._fsync import FsyncHelperDied, FsyncWorkers
 from ._hard_state_store import HardStateStore
 from ._multi_raft import SCRUB_BYTES_PER_TICK, MultiRaft, preferred_leader
 from ._partition_storage import PartitionStorage
@@ -30,6 +30,7 @@ __all__ = [
     "SCRUB_BYTES_PER_TICK",
     "AuthenticationError",
     "CommitTimeout",
+    "FsyncHelperDied",
     "FsyncWorkers",
     "HardStateStore",
     "MultiRaft",

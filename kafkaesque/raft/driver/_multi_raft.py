@@ -8,10 +8,12 @@ every peer. Its loop follows each core's ``Ready`` contract for all groups at on
    heartbeats, no new term or vote) has its messages sent first, so the followers write while
    the leader does (thesis §10.2.1, as etcd does: the leader counts itself only once durable);
 2. fsync every log those Readys touched, and save the broker's ``HardStateStore`` (the term and
-   vote of every group, one file) if a term or vote changed, as ONE job on a worker thread:
-   group commit across groups. One job, not one per file: each job's end costs a GIL hand-off
-   back to the event loop, and under load those waits, not the fsyncs (~0.1 ms each), were
-   most of a write's latency (measured: MQTT PUBACK p50 166 -> 35 ms at 5,000 msg/s);
+   vote of every group, one file) if a term or vote changed, as ONE job: group commit across
+   groups. One job, not one per file: each job's end costs a hand-off back to the event loop,
+   and under load those waits, not the fsyncs (~0.1 ms each), were most of a write's latency
+   (measured: MQTT PUBACK p50 166 -> 35 ms at 5,000 msg/s). The usual job, fsyncs only, runs
+   in the fsync helper process, which needs no GIL; one that saves the hard state runs on a
+   worker thread (``FsyncWorkers``);
 3. only then send the other Readys' messages (a vote or an acknowledgement is never sent before
    it is durable), expose the newly committed offsets and wake whoever waits for them;
 4. advance every core.
@@ -19,7 +21,7 @@ every peer. Its loop follows each core's ``Ready`` contract for all groups at on
 Steps 1 and 2 (a round's start) run in the task that caused the round, as soon as no round is in
 flight: a proposer's (``propose_nowait``), the peer connection's that brought the entries
 (``handle_items``), the tick's. Steps 3 and 4 (its end) run in the driver's loop, which does
-nothing but wait for the fsync worker's eventfd; a round's end then starts the next round of what
+nothing but wait for the fsync workers' eventfd; a round's end then starts the next round of what
 was marked meanwhile (group commit). A round therefore costs the scheduler one pass, at its end:
 a follower's write is two passes in all (the frame that brings it, the fsync's end that
 acknowledges it). One round at a time is in flight; a step, tick or round's end that marks several
@@ -139,7 +141,7 @@ class MultiRaft:
         self._dirty: set[RaftReplica] = set()
         # Invariant: exactly the groups that are not quiesced (only these are ticked).
         self._active: set[RaftReplica] = set()
-        # The round in flight: Readys written and handed to the fsync worker, not yet finished.
+        # The round in flight: Readys written and handed to the fsync workers, not yet finished.
         # Invariant: at most one; a group has at most one Ready out, in it or being settled.
         self._round: Round | None = None
         self._running = False  # ``run``'s loop collects the rounds' ends (tests call ``_process``)
@@ -481,7 +483,7 @@ class MultiRaft:
         """Tick, and finish each round as its durability work ends, until cancelled.
 
         Rounds start where their cause is handled (``_kick``): this task only waits for the
-        fsync worker's eventfd, so a round costs it one pass of the scheduler, at its end.
+        fsync workers' eventfd, so a round costs it one pass of the scheduler, at its end.
         """
         async with trio.open_nursery() as nursery:
             nursery.start_soon(self._tick_loop)
@@ -505,6 +507,7 @@ class MultiRaft:
             await trio.sleep_until(next_at)
             if trio.current_time() - next_at > 10 * self.tick_interval:
                 next_at = trio.current_time()  # we fell far behind (a pause): do not burst
+            self._fsync_workers.check()  # a dead fsync helper stops the driver (its docstring)
             self.tick()
             self._flush()
 
@@ -714,9 +717,12 @@ class MultiRaft:
             self._end_round(rnd)
             return True
         self._round = rnd
-        self._fsync_workers.submit(
-            functools.partial(make_durable, [t for _, t in tickets], self.hard_states, snapshot)
-        )
+        if snapshot is None:  # the usual round: the logs' fsyncs only, in the helper process
+            self._fsync_workers.submit_fsyncs([t for _, t in tickets])
+        else:
+            self._fsync_workers.submit(
+                functools.partial(make_durable, [t for _, t in tickets], self.hard_states, snapshot)
+            )
         return True
 
     def _collect(self) -> None:

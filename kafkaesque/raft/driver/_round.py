@@ -1,7 +1,8 @@
 """Group commit: the Readys of one round, and what decides and does their durability work.
 
-A round writes the Readys of every marked group, then makes them durable as ONE job on the
-fsync worker (``_make_durable``); ``MultiRaft`` starts and ends rounds (see its module).
+A round writes the Readys of every marked group, then makes them durable as ONE job: its logs'
+fsyncs in the fsync helper process, or, when the hard state is saved too, ``make_durable`` on a
+worker thread (``FsyncWorkers``); ``MultiRaft`` starts and ends rounds (see its module).
 """
 
 from __future__ import annotations
@@ -46,8 +47,8 @@ _REPLICATION = (AppendEntries, Heartbeat)
 def make_durable(
     tickets: list[FlushTicket], hard_states: HardStateStore, snapshot: dict[str, Any] | None
 ) -> None:
-    """The round's durability job, on the fsync worker's thread: its logs' fsyncs, then the
-    hard-state file (``snapshot``, taken on the event loop) if a term or vote changed."""
+    """A round's durability job when it saves the hard state, on a worker thread: its logs'
+    fsyncs, then the hard-state file (``snapshot``, taken on the event loop)."""
     for ticket in tickets:
         ticket.run()
     if snapshot is not None:
