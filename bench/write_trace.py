@@ -69,8 +69,8 @@ WAIT_MS = 2_000
 class TracedCluster(LocalCluster):
     """A ``LocalCluster`` whose brokers run under ``bench._stage_traced_broker``."""
 
-    def __init__(self, data_dir: str, trace_dir: Path) -> None:
-        super().__init__(data_dir, BROKERS)
+    def __init__(self, data_dir: str, trace_dir: Path, fsync: str = "always") -> None:
+        super().__init__(data_dir, BROKERS, extra_args=["--fsync", fsync])
         self.trace_dir = trace_dir
 
     def program(self, broker: int) -> list[str]:
@@ -357,6 +357,12 @@ def main(argv: list[str] | None = None) -> int:
         default=1,
         help="partitions of the topic, all written at once (the traced one is partition 0)",
     )
+    parser.add_argument(
+        "--fsync",
+        choices=("always", "interval"),
+        default="always",
+        help="the brokers' --fsync (always: fsync before acknowledging, their default)",
+    )
     args = parser.parse_args(argv)
     writes = args.writes or (300 if args.quick else 1_000)
     if writes <= 0:
@@ -366,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
     trace_dir = scratch / "traces"
     trace_dir.mkdir(exist_ok=True)
     try:
-        with TracedCluster(str(scratch / "data"), trace_dir) as cluster:
+        with TracedCluster(str(scratch / "data"), trace_dir, args.fsync) as cluster:
             client = Client(cluster.bootstrap)
             try:
                 client.create_topic(TOPIC, args.partitions, BROKERS)

@@ -64,6 +64,7 @@ from kafkaesque.broker import (
 )
 from kafkaesque.client import Client, ClientConfig, KafkaesqueError, Security
 from kafkaesque.protocol import ErrorReply, OkReply, RemoveBroker
+from kafkaesque.raft.driver import FsyncHelperDied
 
 _FLAGS = {
     "id": "id",
@@ -422,15 +423,32 @@ def run(args: argparse.Namespace) -> int:
     # almost nothing here forms cycles. Measured: ~20% more records per broker CPU-second.
     gc.freeze()
     gc.set_threshold(100_000, 50, 100)
-    # Every group commit ends with fsync threads handing their result back to the event loop,
-    # and a thread that wants the GIL waits for the switch interval (5 ms by default) while the
-    # loop is busy: several such waits per Raft step were most of a write's latency under load.
+    # A thread that wants the GIL (the controller's, a group commit's that saves the hard
+    # state) waits for the switch interval (5 ms by default) while the loop is busy: such waits
+    # around each fsync were most of a write's latency under load, before the logs' fsyncs
+    # moved to a helper process.
     sys.setswitchinterval(_GIL_SWITCH_INTERVAL_S)
     try:
         trio.run(_serve, config, args.exit_with_parent, shutdown_timeout)
     except (OSError, ConfigError) as exc:
         raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
+    except BaseExceptionGroup as group:
+        died = _leaves(group, FsyncHelperDied)
+        if not died:
+            raise
+        raise BrokerCommandError(f"broker {config.id} stopped: {died[0]}") from group
     return 0
+
+
+def _leaves(group: BaseExceptionGroup[Any], kind: type[BaseException]) -> list[BaseException]:
+    """The exceptions of ``kind`` anywhere in ``group``'s nesting."""
+    found: list[BaseException] = []
+    for exc in group.exceptions:
+        if isinstance(exc, BaseExceptionGroup):
+            found.extend(_leaves(exc, kind))
+        elif isinstance(exc, kind):
+            found.append(exc)
+    return found
 
 
 async def _serve(

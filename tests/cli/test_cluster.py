@@ -310,3 +310,49 @@ def test_an_exit_is_described_by_its_signal_or_status() -> None:
     assert describe_exit(-15) == "killed by SIGTERM (signal 15)"
     assert describe_exit(3) == "exited with status 3"
     assert describe_exit(0) == "exited with status 0"
+
+
+def _fsync_helper_of(broker_pid: int) -> int:
+    """The broker's fsync helper process (a child running ``_fsync_helper.py``)."""
+    with open(f"/proc/{broker_pid}/task/{broker_pid}/children") as f:
+        children = [int(c) for c in f.read().split()]
+    helpers = []
+    for child in children:
+        with open(f"/proc/{child}/cmdline", "rb") as f:
+            if b"_fsync_helper.py" in f.read():
+                helpers.append(child)
+    assert len(helpers) == 1, f"broker {broker_pid} has fsync helpers {helpers}"
+    return helpers[0]
+
+
+def test_the_fsync_helper_dies_with_its_broker_and_stops_it_when_it_dies(tmp_path: Path) -> None:
+    with LocalCluster(str(tmp_path), 1) as cluster:
+        with Client(cluster.bootstrap) as client:
+            client.create_topic("durable", 1, 1)
+            client.publish("durable", b"fsynced by the helper")  # its first round starts it
+        broker = cluster.procs[0]
+        helper = _fsync_helper_of(broker.pid)
+        os.kill(helper, signal.SIGINT)  # a Ctrl-C reaches the whole process group: ignored
+        time.sleep(0.2)
+        assert _alive(helper) and broker.poll() is None
+        os.kill(helper, signal.SIGKILL)
+        assert broker.wait(timeout=15) == 1  # stopped, not a crash (exit status 70)
+        with open(cluster.log_path(0)) as f:
+            last = f.read().strip().splitlines()[-1]
+        assert last.startswith(
+            f"kafkaesque broker: broker 0 stopped: the fsync helper (pid {helper}) ended"
+        )
+
+        cluster.close_log(0)
+        cluster.start(0)
+        cluster.wait_ready()
+        with Client(cluster.bootstrap) as client:
+            client.publish("durable", b"after the restart")
+        broker = cluster.procs[0]
+        helper = _fsync_helper_of(broker.pid)
+        broker.send_signal(signal.SIGKILL)
+        broker.wait()
+        deadline = time.monotonic() + 10
+        while _alive(helper) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not _alive(helper), "the fsync helper outlived its broker's kill -9"
