@@ -8,6 +8,7 @@ import importlib.metadata
 import json
 import math
 import socket
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -42,7 +43,19 @@ async def _publish_and_read(servers: list[str], subject: str, stream: str) -> tu
     nc = await nats.connect(servers=servers, connect_timeout=5)
     try:
         js = nc.jetstream(timeout=10)
-        ack = await js.publish(subject, b"one message", timeout=10)
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                ack = await js.publish(subject, b"one message", timeout=10)
+                break
+            except nats.js.errors.NoStreamResponseError as error:
+                # "No responders": the stream's interest had not reached this server yet (seen
+                # once in a full run, right after the stream reported every replica current).
+                # Nothing was stored, so publishing again is safe.
+                no_responders = isinstance(error.__context__, nats.errors.NoRespondersError)
+                if not no_responders or time.monotonic() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
         assert ack.stream == stream
         stored = await js.get_msg(stream, ack.seq)
         return ack.seq, stored.data or b""

@@ -1,9 +1,10 @@
 """The driver's blocking durability work: fsyncs in a helper process, state files on threads.
 
-Every group commit hands its fsyncs to threads and waits for them, once per Raft step. With
-``trio.to_thread`` each hand-off costs a task, a capacity-limiter round, a thread rename and an
-outcome capture (measured: p50 114 µs around a 42 µs fsync, the first item of a broker's
-profile at 1,000 writes/s). These workers are plain threads that live as long as the driver.
+Every group commit hands its durability work off the event loop and waits for it, once per
+Raft step. On threads: with ``trio.to_thread`` each hand-off costs a task, a capacity-limiter
+round, a thread rename and an outcome capture (measured: p50 114 µs around a 42 µs fsync, the
+first item of a broker's profile at 1,000 writes/s). These workers are plain threads that live
+as long as the driver.
 
 A job's end comes back through an eventfd that the waiting task itself polls, not through
 ``TrioToken.run_sync_soon``: that path wakes trio's system task first, which then wakes the
@@ -14,9 +15,11 @@ A log's fsyncs go further: ``submit_fsyncs`` sends the descriptors to a helper p
 (``_fsync_helper.py``) that fdatasyncs them and adds to the same eventfd. A thread, however
 little Python it runs, needs the GIL after its fsync and again to tell its end, and waits for it
 while the event loop runs; on two shared cores, at 1,000 writes/s over three partitions, the
-fsync's hand-off took 0.6 ms at the median and 2.5 ms at p90 around a 0.13 ms fdatasync, and
-the process halved a write's latency there (``bench.write_trace``, ``bench.broker``). What needs
-Python (the hard-state file) stays on the threads; it is written only when a term or vote moves.
+fsync's hand-off took 0.6 ms at the median and 2.5 ms at p90 around a 0.13 ms fdatasync. With
+the process a write there was acknowledged 30-45% sooner at the median (``bench.write_trace``)
+and the p99 from publish to delivery went from 22.8 to 19.8 ms (medians of five alternating
+``bench.broker --quick`` runs). What needs Python (the hard-state file) stays on the threads; it
+is written only when a term or vote moves.
 
 Lifetime: threads and the helper start on first use and stop at ``close()`` (the driver's), or
 with the process (the helper reads end of file when its broker dies); a job still running at

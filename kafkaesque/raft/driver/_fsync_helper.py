@@ -10,9 +10,9 @@ byte, each carrying up to ``MAX_FDS`` file descriptors (SCM_RIGHTS); ``+`` says 
 the request follow, ``.`` ends it. The helper fdatasyncs each descriptor in order and closes it
 (after a failure it only closes the rest), then answers one message for the whole request, the
 ASCII errno of the first failure or ``0``, and then adds 1 to the eventfd ``EVENT_FD`` (the
-driver's loop waits on it). End of file on the socket (the broker
-closed it, or died) ends the helper. SIGINT and SIGTERM are ignored: the helper shares its
-broker's process group, and its broker ends it.
+driver's loop waits on it). End of file on the socket (the broker closed it, or died) ends the
+helper. SIGINT and SIGTERM are ignored: the helper shares its broker's process group, and its
+broker ends it.
 """
 
 import os
