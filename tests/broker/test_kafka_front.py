@@ -49,8 +49,18 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LocalCluster]:
 
 
 def create_topic(cluster: LocalCluster, name: str, partitions: int = 3) -> None:
+    """Create ``name`` and return once every partition has a leader: until its election a
+    partition's metadata says leader -1, as Kafka's does after CreateTopics (a kcat listing
+    taken at once showed one, seen once in a full run)."""
     with Client(cluster.bootstrap) as client:
         client.create_topic(name, partitions, 3)
+        deadline = time.monotonic() + 30
+        while True:
+            metadata = client.refresh_metadata([name])
+            if all(metadata.leader(name, p) is not None for p in range(partitions)):
+                return
+            assert time.monotonic() < deadline, f"{name} has a partition without a leader"
+            time.sleep(0.05)
 
 
 def kcat(cluster: LocalCluster, *args: str, stdin: str | None = None) -> str:
