@@ -433,22 +433,13 @@ def run(args: argparse.Namespace) -> int:
     except (OSError, ConfigError) as exc:
         raise BrokerCommandError(f"cannot start broker {config.id}: {exc}") from exc
     except BaseExceptionGroup as group:
-        died = _leaves(group, FsyncHelperDied)
-        if not died:
+        died: BaseException | None = group.subgroup(FsyncHelperDied)
+        if died is None:
             raise
-        raise BrokerCommandError(f"broker {config.id} stopped: {died[0]}") from group
+        while isinstance(died, BaseExceptionGroup):  # the first one, wherever it is nested
+            died = died.exceptions[0]
+        raise BrokerCommandError(f"broker {config.id} stopped: {died}") from group
     return 0
-
-
-def _leaves(group: BaseExceptionGroup[Any], kind: type[BaseException]) -> list[BaseException]:
-    """The exceptions of ``kind`` anywhere in ``group``'s nesting."""
-    found: list[BaseException] = []
-    for exc in group.exceptions:
-        if isinstance(exc, BaseExceptionGroup):
-            found.extend(_leaves(exc, kind))
-        elif isinstance(exc, kind):
-            found.append(exc)
-    return found
 
 
 async def _serve(

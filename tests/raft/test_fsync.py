@@ -14,7 +14,7 @@ import pytest
 import trio
 
 from kafkaesque.raft.driver import FsyncHelperDied, FsyncWorkers
-from kafkaesque.raft.driver._fsync import MAX_FDS
+from kafkaesque.raft.driver._fsync_helper import MAX_FDS
 from kafkaesque.storage import FlushTicket
 
 

@@ -44,10 +44,11 @@ import trio
 
 from kafkaesque.storage import FlushTicket
 
+from ._fsync_helper import MAX_FDS  # the helper's own bound (a plain script: no side effect)
+
 Job = Callable[[], object]
 
 HELPER = Path(__file__).with_name("_fsync_helper.py")
-MAX_FDS = 253  # descriptors per message to the helper (the kernel's SCM_MAX_FD)
 HELPER_STOP_S = 5.0  # how long ``close`` waits for the helper's own end before killing it
 
 

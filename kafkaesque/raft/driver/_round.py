@@ -45,14 +45,13 @@ _REPLICATION = (AppendEntries, Heartbeat)
 
 
 def make_durable(
-    tickets: list[FlushTicket], hard_states: HardStateStore, snapshot: dict[str, Any] | None
+    tickets: list[FlushTicket], hard_states: HardStateStore, snapshot: dict[str, Any]
 ) -> None:
     """A round's durability job when it saves the hard state, on a worker thread: its logs'
     fsyncs, then the hard-state file (``snapshot``, taken on the event loop)."""
     for ticket in tickets:
         ticket.run()
-    if snapshot is not None:
-        hard_states.write(snapshot)
+    hard_states.write(snapshot)
 
 
 __all__ = ["Round", "make_durable", "replicates_only"]
