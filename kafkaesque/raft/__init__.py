@@ -15,7 +15,7 @@ The public API of the core (the trio driver and the simulator use only these nam
 * ``QuiescencePolicy``, ``QuietState``, ``OrphanWake``: when a quiet group stops ticking and
   what wakes it (time is a tick count passed in).
 * Errors: ``RaftError``, ``NotLeader``, ``ProposalDropped``, ``InvalidConfigChange``,
-  ``RaftUsageError``, ``MalformedMessage``, ``RaftInvariantError``.
+  ``RaftUsageError``, ``MalformedMessage``, ``RaftInvariantError``, ``LogDiverged``.
 """
 
 from ._config import (
@@ -28,6 +28,7 @@ from ._config import (
 from ._core import ProgressInfo, RaftNode, Status
 from ._errors import (
     InvalidConfigChange,
+    LogDiverged,
     MalformedMessage,
     NotLeader,
     ProposalDropped,
@@ -76,6 +77,7 @@ __all__ = [
     "InitialState",
     "InstallLogStart",
     "InvalidConfigChange",
+    "LogDiverged",
     "LogReset",
     "MalformedMessage",
     "MemoryStorage",

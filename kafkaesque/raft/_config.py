@@ -33,6 +33,14 @@ class RaftConfig:
     # AppendEntries carries it: a follower serving long polls then hands a record to its
     # consumer a hop after the leader commits it, not when the next write or tick comes.
     eager_commit_news: bool = True
+    # Whether this node acknowledges entries only once they are durable here (``--fsync
+    # always``). Without it (``--fsync interval``) a power cut can take entries that members
+    # acknowledged, and a quorum can lose entries it committed: the leader's match for us can
+    # then lie beyond our log, and our committed prefix can disagree with a new leader's log.
+    # Those are broken invariants with durable acknowledgements (the process stops); without,
+    # they are what the policy gives up, and the follower follows the leader's log
+    # (``LogDiverged``: the driver cuts our log where it disagrees).
+    durable_acks: bool = True
     testing_bugs: frozenset[str] = frozenset()
 
     def __post_init__(self) -> None:

@@ -28,6 +28,7 @@ from ._config import (
     RaftConfig,
 )
 from ._errors import (
+    LogDiverged,
     MalformedMessage,
     RaftInvariantError,
     RaftUsageError,
@@ -632,7 +633,26 @@ class RaftNode(LeaderMixin):
                 raise MalformedMessage(f"AppendEntries entries not contiguous after {m.prev_index}")
             expect = e.last + 1
         log = self._log
-        if m.prev_index < log.commit:
+        if not self._cfg.durable_acks and m.prev_index <= log.commit:
+            # Without durable acknowledgements a quorum may have lost part of our committed
+            # prefix (below, with them, it matches any leader's: Leader Completeness).
+            if not self._committed_prefix_matches(m):
+                # Our committed entry at prev_index is not the leader's. Tell it that we do not
+                # hold it (a rejection read as "lost": our match goes down, however high it was)
+                # and to resend from where our term there begins: ``_check_committed`` then
+                # finds the first entry that disagrees.
+                back_to = log.term_start_offset(log.term_at(m.prev_index))
+                self._send(
+                    AppendEntriesResponse(
+                        self.id, m.src, self._term, False, m.prev_index, None, back_to
+                    )
+                )
+                return
+            if m.prev_index < log.commit:
+                verified = self._check_committed(m)
+                self._send(AppendEntriesResponse(self.id, m.src, self._term, True, verified))
+                return
+        elif m.prev_index < log.commit:
             # Old or duplicated: our committed prefix matches any leader's (Leader Completeness).
             self._send(AppendEntriesResponse(self.id, m.src, self._term, True, log.commit))
             return
@@ -666,6 +686,30 @@ class RaftNode(LeaderMixin):
             self._lost_end = None
         return last_new
 
+    def _committed_prefix_matches(self, m: AppendEntries) -> bool:
+        log = self._log
+        return m.prev_index < log.start_offset() - 1 or log.match_term(m.prev_index, m.prev_term)
+
+    def _check_committed(self, m: AppendEntries) -> int:
+        """The last offset at or below our commit known to match the leader's log, after a
+        ``prev_index`` that matches; ``LogDiverged`` at the first of ``m``'s entries at or below
+        our commit that is not ours (each one before it matched, so its first offset is an entry
+        boundary here too: Log Matching)."""
+        log = self._log
+        last = log.last_index()
+        verified = m.prev_index
+        for e in m.entries:
+            if e.first > log.commit:
+                break
+            if e.last > last or log.term_at(e.last) != e.term:
+                raise LogDiverged(
+                    e.first,
+                    f"the leader's entry ({e.first}-{e.last}, term {e.term}) is not ours, at or "
+                    f"below our commit {log.commit}",
+                )
+            verified = min(e.last, log.commit)
+        return verified
+
     def _reject_append(self, m: AppendEntries) -> None:
         log = self._log
         if m.prev_index > log.last_index():
@@ -683,15 +727,18 @@ class RaftNode(LeaderMixin):
 
     def _handle_heartbeat(self, m: Heartbeat) -> None:
         # The leader sends min(its commit, our match): all of it is in our log (raises if not),
-        # unless our disk lost entries we acknowledged and we know it (``_lost_end``): then the
-        # leader's match for us is stale.
+        # unless our disk lost entries we acknowledged: because we know it (``_lost_end``), or
+        # because acknowledgements did not wait for our fsync. The leader's match for us is then
+        # stale.
         log = self._log
         last = log.last_index()
-        if m.commit > last and self._lost_end is not None:
-            # What we still hold is a prefix of what matched the leader, so it is committed;
-            # tell the leader where our log really ends (a rejection it reads as "lost": it
+        if m.commit > last and (self._lost_end is not None or not self._cfg.durable_acks):
+            if self._lost_end is not None:
+                # What we still hold is a prefix of what matched the leader, so it is committed
+                # (not known without durable acknowledgements: a quorum may have lost entries).
+                log.commit_to(last)
+            # Tell the leader where our log really ends (a rejection it reads as "lost": it
             # lowers our match) so that it resends the rest.
-            log.commit_to(last)
             self._send(
                 AppendEntriesResponse(self.id, m.src, self._term, False, m.commit, None, last + 1)
             )

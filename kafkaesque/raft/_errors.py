@@ -13,6 +13,9 @@
   two leaders in one term seen from inside, a commit index beyond the log). Fail-stop: it is not a
   ``RaftError`` on purpose, so ``except RaftError`` never swallows it; the process must stop that
   group and an operator must look.
+* ``LogDiverged``: a follower's committed prefix disagrees with its leader's log, which only
+  acknowledgements that do not wait for fsync make possible (``RaftConfig.durable_acks`` off).
+  Not a ``RaftError`` either: the driver must cut the log where it says and start a new core.
 """
 
 from __future__ import annotations
@@ -52,3 +55,17 @@ class MalformedMessage(RaftError, ValueError):
 
 class RaftInvariantError(Exception):
     """A Raft invariant is broken. Fail-stop: never catch this to carry on."""
+
+
+class LogDiverged(Exception):
+    """This follower's log disagrees with its leader's at or below its commit index: a quorum
+    lost entries this follower saw committed (acknowledgements that did not wait for fsync, then
+    a power cut). Raised by ``step`` only with ``RaftConfig.durable_acks`` off; the core must act
+    no more. The driver cuts the log to end before ``offset`` (an entry boundary, where the
+    first entry that disagrees begins) and builds a new core over it, which then follows the
+    leader's log from there."""
+
+    def __init__(self, offset: int, reason: str) -> None:
+        super().__init__(f"log disagrees with the leader's from offset {offset} on: {reason}")
+        self.offset = offset
+        self.reason = reason

@@ -18,6 +18,7 @@ from kafkaesque.raft import (
     AppendEntriesResponse,
     HardState,
     Heartbeat,
+    LogDiverged,
     RaftInvariantError,
     RequestVote,
     RequestVoteResponse,
@@ -146,6 +147,43 @@ def test_an_unexplained_commit_beyond_the_log_is_still_an_invariant_error() -> N
     n, disk = node(2, disk=disk)
     with pytest.raises(RaftInvariantError, match="beyond the last offset"):
         n.step(Heartbeat(1, 2, 1, 3, 0))
+
+
+def test_without_durable_acks_a_commit_beyond_the_log_is_answered_not_fatal() -> None:
+    """``--fsync interval``: a follower's acknowledged tail may be gone after a power cut with
+    nothing on its disk to say so. A heartbeat's commit beyond its log is then no invariant
+    broken (it crashed the broker): the follower says where its log ends and commits nothing
+    (what it holds may be entries the quorum lost)."""
+    disk = storage_with([1, 2, 3], [entry(1, 0)], HardState(1, None, -1))
+    n, disk = node(2, disk=disk, durable_acks=False)
+    n.step(Heartbeat(1, 2, 1, 3, 0))
+    rejections = [m for m in of_type(drain(n, disk), AppendEntriesResponse) if not m.success]
+    assert [(m.conflict_term, m.conflict_index) for m in rejections] == [(None, 1)]
+    assert n.commit == -1
+
+
+def test_without_durable_acks_the_first_committed_entry_the_leader_lacks_is_found() -> None:
+    """Ours: term 1 at 0-1, term 2 at 2-4, all committed. The leader of term 3 holds 0-2 and
+    its own term from 3 on (a quorum lost 3-4 in a power cut). Its stale match for us points at
+    4: we say we do not hold its entry there and to resend from where our term 2 starts; its
+    resend shows 3 is the first entry that is not ours (``LogDiverged``: the driver cuts there).
+    Entries that match are acknowledged as far as they go, not up to our whole commit."""
+    log = [entry(1, 0), entry(1, 1), entry(2, 2), entry(2, 3), entry(2, 4)]
+    n, disk = node(2, disk=storage_with([1, 2, 3], log, HardState(2, None, 4)), durable_acks=False)
+    n.step(AppendEntries(1, 2, 3, 4, 3, 5, (entry(3, 5),)))
+    (answer,) = of_type(drain(n, disk), AppendEntriesResponse)
+    assert (answer.success, answer.conflict_term, answer.conflict_index) == (False, None, 2)
+    n.step(AppendEntries(1, 2, 3, 0, 1, 5, (entry(1, 1),)))
+    (answer,) = of_type(drain(n, disk), AppendEntriesResponse)
+    assert (answer.success, answer.index) == (True, 1)
+    with pytest.raises(LogDiverged) as found:
+        n.step(AppendEntries(1, 2, 3, 1, 1, 5, (entry(2, 2), entry(3, 3), entry(3, 4))))
+    assert found.value.offset == 3
+    # With durable acknowledgements the committed prefix is trusted (Leader Completeness).
+    n, disk = node(2, disk=storage_with([1, 2, 3], log, HardState(2, None, 4)))
+    n.step(AppendEntries(1, 2, 3, 1, 1, 5, (entry(2, 2), entry(3, 3), entry(3, 4))))
+    (answer,) = of_type(drain(n, disk), AppendEntriesResponse)
+    assert (answer.success, answer.index) == (True, 4)
 
 
 def test_leader_lowers_a_stale_match_and_repairs_an_idle_follower() -> None:

@@ -4,10 +4,16 @@ A bit flipped in a sealed segment under a running broker is found by a consumer'
 error to the consumer, never bad data) or by the background scrub; the broker does not crash:
 the group cuts its log before the bad batch, re-replicates from the leader (a corrupt leader
 steps down first) and ends with exactly the committed history.
+
+Without durable acknowledgements (``--fsync interval``) a power cut can take committed entries
+from a quorum while a member keeps them: that member's log then disagrees with the new leader's
+below its commit. It cuts its log there and follows the leader (``LogDiverged``), where it
+used to crash the broker or spin with the leader forever.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -18,7 +24,14 @@ from kafkaesque.broker._reads import read_committed
 from kafkaesque.local_cluster import free_ports
 from kafkaesque.raft import Role
 from kafkaesque.raft.driver import MultiRaft, PeerTransport
-from kafkaesque.storage import LogConfig, Record, build_batch, iter_batches
+from kafkaesque.storage import (
+    FsyncPolicy,
+    LogConfig,
+    PartitionLog,
+    Record,
+    build_batch,
+    iter_batches,
+)
 
 GROUP = "t/0"
 LOG_CONFIG = LogConfig(segment_bytes=2048, index_interval_bytes=256, segment_ms=None)
@@ -27,7 +40,12 @@ COUNT = 60
 
 class Broker:
     def __init__(
-        self, node_id: int, root: Path, peers: dict[int, tuple[str, int]], scrub: int
+        self,
+        node_id: int,
+        root: Path,
+        peers: dict[int, tuple[str, int]],
+        scrub: int,
+        log_config: LogConfig = LOG_CONFIG,
     ) -> None:
         self.id = node_id
         self.port = peers[node_id][1]
@@ -47,7 +65,7 @@ class Broker:
             on_peer_change=self.raft.peer_changed,
         )
         self.dir = root / f"b{node_id}" / "t-0"
-        self.raft.add_replica(GROUP, str(self.dir), peers, LOG_CONFIG)
+        self.raft.add_replica(GROUP, str(self.dir), peers, log_config)
         self.scope = trio.CancelScope()
 
     def _send(self, peer: int, item: object) -> bool:
@@ -118,11 +136,14 @@ def _flip_sealed(broker: Broker) -> int:
 class Cluster:
     """Three brokers in one process; ``restart`` stops one as a crash would and starts it."""
 
-    def __init__(self, root: Path, scrub: int, nursery: trio.Nursery) -> None:
+    def __init__(
+        self, root: Path, scrub: int, nursery: trio.Nursery, log_config: LogConfig = LOG_CONFIG
+    ) -> None:
         ports = free_ports(3)
         self.root, self.scrub, self.nursery = root, scrub, nursery
+        self.log_config = log_config
         self.peers = {i: ("127.0.0.1", ports[i]) for i in range(3)}
-        self.brokers = [Broker(i, root, self.peers, scrub) for i in range(3)]
+        self.brokers = [Broker(i, root, self.peers, scrub, log_config) for i in range(3)]
         for b in self.brokers:
             nursery.start_soon(b.run)
 
@@ -131,7 +152,7 @@ class Cluster:
         broker.raft.close()
 
     def start(self, node_id: int) -> Broker:
-        broker = Broker(node_id, self.root, self.peers, self.scrub)
+        broker = Broker(node_id, self.root, self.peers, self.scrub, self.log_config)
         self.brokers[node_id] = broker
         self.nursery.start_soon(broker.run)
         return broker
@@ -142,9 +163,11 @@ class Cluster:
                 self.stop(b)
 
 
-async def _run(tmp_path: Path, scrub: int, scenario) -> None:  # type: ignore[no-untyped-def]
+async def _run(  # type: ignore[no-untyped-def]
+    tmp_path: Path, scrub: int, scenario, log_config: LogConfig = LOG_CONFIG
+) -> None:
     async with trio.open_nursery() as nursery:
-        cluster = Cluster(tmp_path, scrub, nursery)
+        cluster = Cluster(tmp_path, scrub, nursery, log_config)
         try:
             brokers = cluster.brokers
             want = [_value(i) for i in range(COUNT)]
@@ -239,3 +262,44 @@ async def test_a_follower_whose_acknowledged_tail_was_cut_re_replicates_it(
         assert follower.replica.log.lost_end_offset is None
 
     await _run(tmp_path, 0, scenario)
+
+
+async def test_without_durable_acks_a_member_whose_committed_tail_the_quorum_lost_follows_it(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``--fsync interval``: two members lose their unsynced tail in a power cut (the log cut
+    as recovery finds it) while the third kept it, committed. The two elect a leader and commit
+    new entries at those offsets; the third comes back, cuts its log where it disagrees, and
+    ends with the new history, without a crash or an endless exchange with the leader."""
+    cut = COUNT - 10
+
+    async def scenario(cluster: Cluster, want: list[bytes]) -> None:
+        for broker in cluster.brokers:
+            cluster.stop(broker)
+        for broker in cluster.brokers[1:]:
+            log = PartitionLog.open(str(broker.dir), cluster.log_config)
+            boundary = next(o for o in range(cut, COUNT) if _starts_batch(log, o))
+            log.truncate(boundary)
+            log.close()
+        survivors = [cluster.start(i) for i in (1, 2)]
+        new = [b"new-%d" % i for i in range(5)]
+        for value in new:
+            await _commit(survivors, value)
+        with trio.fail_after(30):
+            while any(b.committed_values()[-1:] != new[-1:] for b in survivors):
+                await trio.sleep(0.05)
+        kept = survivors[0].committed_values()
+        assert kept[-len(new) :] == new and len(kept) < COUNT + len(new)
+        keeper = cluster.start(0)
+        await _converged(cluster.brokers, kept)
+        assert keeper.raft.divergences == 1 and keeper.raft.corruptions == 0
+        await _commit(cluster.brokers, b"after")
+        await _converged(cluster.brokers, [*kept, b"after"])
+
+    await _run(tmp_path, 0, scenario, replace(LOG_CONFIG, fsync=FsyncPolicy.INTERVAL))
+    assert any("diverged: " in r.getMessage() for r in caplog.records)
+
+
+def _starts_batch(log: PartitionLog, offset: int) -> bool:
+    result = log.read(offset, 1 << 20)
+    return next(iter_batches(result.data)).base_offset == offset

@@ -61,6 +61,7 @@ import random
 import time
 import zlib
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from typing import Any
 
 import trio
@@ -77,6 +78,7 @@ from kafkaesque.storage import (
 
 from .. import (
     Configuration,
+    LogDiverged,
     MalformedMessage,
     NotLeader,
     ProposalDropped,
@@ -157,6 +159,9 @@ class MultiRaft:
         self.readies = 0
         #: Corrupt batches found in this broker's logs and repaired (a counter for metrics).
         self.corruptions = 0
+        #: Logs cut where they disagreed with their leader's below their commit (``LogDiverged``:
+        #: possible only on logs whose acknowledgements do not wait for fsync).
+        self.divergences = 0
         self._scrub_bytes = scrub_bytes_per_tick
         self._scrub_order: list[str] = []  # groups in the order the scrub visits them
         self._scrub_next = 0
@@ -189,7 +194,7 @@ class MultiRaft:
             hard_states=self.hard_states,
             key=log_id,
         )
-        node = RaftNode(self._raft_config(self.node_id), storage, self._rng)
+        node = RaftNode(self._node_config(storage), storage, self._rng)
         replica = RaftReplica(log_id, node, storage, _on_corrupt=self._corrupted)
         self.replicas[log_id] = replica
         self._scrub_order.append(log_id)
@@ -407,7 +412,7 @@ class MultiRaft:
                         self._active.add(replica)
                     try:
                         replica.node.step(msg)
-                    except CorruptLogError as exc:
+                    except (CorruptLogError, LogDiverged) as exc:
                         self._corrupted(replica, exc)
                         continue
                     stepped[replica] = None
@@ -557,11 +562,28 @@ class MultiRaft:
         except CorruptLogError as exc:
             self._corrupted(replica, exc)
 
-    def _corrupted(self, replica: RaftReplica, error: CorruptLogError) -> None:
-        """Set ``replica``'s core aside (it must act on its log no more) until ``_repair``."""
+    def _node_config(self, storage: PartitionStorage) -> RaftConfig:
+        """The core's settings for a group over ``storage``: acknowledgements are durable only
+        if its log fsyncs each write before they go out."""
+        config = self._raft_config(self.node_id)
+        durable = storage.log.config.fsync is FsyncPolicy.ALWAYS
+        return config if config.durable_acks == durable else replace(config, durable_acks=durable)
+
+    def _corrupted(self, replica: RaftReplica, error: CorruptLogError | LogDiverged) -> None:
+        """Set ``replica``'s core aside (it must act on its log no more) until ``_repair``: its
+        log is corrupt, or (``LogDiverged``) disagrees with the leader's below its commit."""
         if self.replicas.get(replica.id) is not replica or replica.corrupt is not None:
             return
-        log.error("corruption: node %d: %s: %s; repairing", self.node_id, replica.id, error)
+        if isinstance(error, LogDiverged):
+            log.error(
+                "diverged: node %d: %s: %s (a quorum lost entries committed here: acknowledged "
+                "before fsync, then a power cut); cutting the log there",
+                self.node_id,
+                replica.id,
+                error,
+            )
+        else:
+            log.error("corruption: node %d: %s: %s; repairing", self.node_id, replica.id, error)
         node = replica.node
         if node.role is Role.LEADER:
             # Step down first: hand the group to the follower that holds most of the log.
@@ -586,24 +608,38 @@ class MultiRaft:
         self._kick()
 
     def _repair(self, replica: RaftReplica) -> None:
-        """Cut ``replica``'s log before the bad batch and start a new core over it (no Ready of
-        the group is in flight): a follower that re-replicates what it lost."""
+        """Cut ``replica``'s log before the bad batch (or where it diverged) and start a new
+        core over it (no Ready of the group is in flight): a follower that re-replicates what it
+        lost."""
         error = replica.corrupt
         if error is None:
             return
-        end = replica.storage.repair_corruption(error)
+        if isinstance(error, LogDiverged):
+            end = replica.storage.cut_diverged(error.offset)
+        else:
+            end = replica.storage.repair_corruption(error)
         replica._fail_waiters_above(end)
-        replica.node = RaftNode(self._raft_config(self.node_id), replica.storage, self._rng)
+        replica.node = RaftNode(self._node_config(replica.storage), replica.storage, self._rng)
         replica.corrupt = None
-        self.corruptions += 1
-        log.error(
-            "corruption: node %d: %s: log cut to end at %d; re-replicating from the leader "
-            "(no vote until offset %s is back)",
-            self.node_id,
-            replica.id,
-            end,
-            replica.log.lost_end_offset,
-        )
+        if isinstance(error, LogDiverged):
+            self.divergences += 1
+            log.error(
+                "diverged: node %d: %s: log cut to end at %d; following the leader's log from "
+                "there",
+                self.node_id,
+                replica.id,
+                end,
+            )
+        else:
+            self.corruptions += 1
+            log.error(
+                "corruption: node %d: %s: log cut to end at %d; re-replicating from the leader "
+                "(no vote until offset %s is back)",
+                self.node_id,
+                replica.id,
+                end,
+                replica.log.lost_end_offset,
+            )
         replica._notify()
         self._quiet.wake(replica.quiet)
         self._active.add(replica)

@@ -237,12 +237,30 @@ class PartitionStorage:
         end = self.log.repair_corruption(error)
         if self._trim_configs_to(end):
             self._save()
+        self._commit_within_log()
+        return end
+
+    def _commit_within_log(self) -> None:
         hard = self._hard
         if hard.commit > self.last_index():
             self._hard = HardState(hard.term, hard.vote, self.last_index())
             if self._store is not None:
                 self._store.put(self._key, self._hard, urgent=False)
-        return end
+
+    def cut_diverged(self, offset: int) -> int:
+        """Cut the log to end before ``offset`` (an entry boundary), at or below the commit
+        index: entries committed here that the group's leader does not hold (``LogDiverged``);
+        return the new log end.
+
+        Nothing is recorded as lost: this disk lost nothing, the quorum did. The configuration
+        history and the commit index follow the shorter log; the caller builds a new core over
+        this storage afterwards, as after ``repair_corruption``.
+        """
+        self.log.truncate(offset)
+        if self._trim_configs_to(offset):
+            self._save()
+        self._commit_within_log()
+        return self.log.log_end_offset
 
     def enforce_retention(self, applied: int) -> list[int]:
         """Apply the log's retention below ``applied + 1``; keep the configuration history right."""

@@ -19,7 +19,7 @@ from kafkaesque.storage import (
     data_records,
 )
 
-from .. import QuietState, RaftNode, Role
+from .. import LogDiverged, QuietState, RaftNode, Role
 from ._partition_storage import PartitionStorage
 
 
@@ -47,8 +47,9 @@ class RaftReplica:
     _seq: int = 0
     # Set (and replaced) whenever the commit index moves: long-polling readers wait on it.
     changed: trio.Event = field(default_factory=trio.Event)
-    # Corruption found and not yet repaired: the core is set aside until the driver repairs.
-    corrupt: CorruptLogError | None = None
+    # Corruption (or a divergence from the leader's log below the commit) found and not yet
+    # repaired: the core is set aside until the driver repairs.
+    corrupt: CorruptLogError | LogDiverged | None = None
     _on_corrupt: Callable[[RaftReplica, CorruptLogError], None] | None = None
     # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
     _reads: dict[bytes, PendingRead] = field(default_factory=dict)
