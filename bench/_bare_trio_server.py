@@ -9,11 +9,16 @@ Prints its port on a line, then serves until killed. ``MODE``:
   ``FdStream.receive_some``, the broker's own stream: what one coroutine per connection costs;
 * ``pair``: what an ``MqttDevice`` is made of, bare: the handler opens a nursery, starts a
   writer task waiting on a ``trio.Event`` and reads in the handler (two tasks, a nursery, a
-  cancel scope and an event per connection).
+  cancel scope and an event per connection);
+* ``parked``: no task per connection: one task accepts, one waits on one ``epoll`` set holding
+  every connection's socket and reads the ready ones: the floor of a design whose idle devices
+  are parked in one poller (the socket object and its registration per connection).
 """
 
 from __future__ import annotations
 
+import select
+import socket
 import sys
 
 import trio
@@ -41,7 +46,44 @@ async def _pair(stream: trio.abc.Stream) -> None:
         wake.set()
 
 
+async def _park() -> None:
+    listener = socket.create_server(("127.0.0.1", 0), backlog=4096)
+    listener.setblocking(False)
+    print(listener.getsockname()[1], flush=True)
+    parked: dict[int, socket.socket] = {}
+    with listener, select.epoll() as poller:
+
+        async def accept() -> None:
+            while True:
+                await trio.lowlevel.wait_readable(listener)
+                try:
+                    sock, _ = listener.accept()
+                except BlockingIOError:
+                    continue
+                sock.setblocking(False)
+                parked[sock.fileno()] = sock
+                poller.register(sock.fileno(), select.EPOLLIN)
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(accept)
+            while True:
+                await trio.lowlevel.wait_readable(poller.fileno())
+                for fd, _ in poller.poll(0):
+                    sock = parked[fd]
+                    try:
+                        data = sock.recv(_RECEIVE_BYTES)
+                    except BlockingIOError:
+                        continue
+                    if not data:
+                        poller.unregister(fd)
+                        del parked[fd]
+                        sock.close()
+
+
 async def _main(mode: str) -> None:
+    if mode == "parked":
+        await _park()
+        return
     handler = {"task": _task, "pair": _pair}[mode]
     listeners = await trio.open_tcp_listeners(0, host="127.0.0.1")
     print(listeners[0].socket.getsockname()[1], flush=True)
@@ -49,8 +91,8 @@ async def _main(mode: str) -> None:
 
 
 def main() -> int:
-    if len(sys.argv) != 2 or sys.argv[1] not in ("task", "pair"):
-        print("usage: python -m bench._bare_trio_server task|pair", file=sys.stderr)
+    if len(sys.argv) != 2 or sys.argv[1] not in ("task", "pair", "parked"):
+        print("usage: python -m bench._bare_trio_server task|pair|parked", file=sys.stderr)
         return 2
     trio.run(_main, sys.argv[1])
     return 0

@@ -9,9 +9,11 @@ connections; brokers 1 and 2 hold only their copy of the session table (``__mqtt
 which every broker follows) and of its log. Measured, in the same run:
 
 1. **Floors**: a bare trio server (``bench._bare_trio_server``) holding ``N`` idle TCP
-   connections, with one task per connection (``task``) and with a reader, a writer, a nursery
-   and an event per connection (``pair``, the shape of an ``MqttDevice``): the RSS growth over
-   ``N``: what the current design costs before any MQTT state.
+   connections, with one task per connection (``task``), with a reader, a writer, a nursery
+   and an event per connection (``pair``, the shape of an ``MqttDevice``), and with no task per
+   connection at all, every socket parked in one ``epoll`` set (``parked``): the RSS growth over
+   ``N``: what the current design costs before any MQTT state, and what one that parks idle
+   devices would.
 2. **mosquitto** holding the same ``N`` devices: its RSS growth over ``N``.
 3. **The cluster**: each broker's RSS growth over ``N``; then, with the brokers tracing their
    allocations (they run under ``bench._traced_broker``; tracemalloc slows a broker down ten
@@ -22,7 +24,8 @@ which every broker follows) and of its log. Measured, in the same run:
 
 Ends with ``RESULT devices=… kib_per_conn=… owner_kib_per_conn=… other_kib_per_conn=…
 traced_owner_kib_per_conn=… traced_other_kib_per_conn=… bare_task_kib_per_conn=…
-bare_pair_kib_per_conn=… mosquitto_kib_per_conn=… kib_per_conn_vs_mosquitto=…``:
+bare_pair_kib_per_conn=… bare_parked_kib_per_conn=… mosquitto_kib_per_conn=…
+kib_per_conn_vs_mosquitto=…``:
 ``kib_per_conn`` is all three brokers' RSS growth over ``N``, as ``bench.fleet`` counts it (but
 idle: ``bench.fleet`` measures it after its minute of traffic).
 """
@@ -267,9 +270,11 @@ def run(root: Path, plan: Plan) -> int:
     log(raise_open_files(2 * plan.devices + 1000))
     task = floor_kib("task", plan.devices)
     pair = floor_kib("pair", plan.devices)
+    parked = floor_kib("parked", plan.devices)
     log(
         f"bare trio server, {plan.devices:,} idle connections: {task:.2f} KiB each with one "
-        f"task, {pair:.2f} KiB with a reader, a writer and a nursery"
+        f"task, {pair:.2f} KiB with a reader, a writer and a nursery, {parked:.2f} KiB parked "
+        "in one epoll set"
     )
     mosquitto = mosquitto_kib(root, plan)
     log(f"mosquitto: {mosquitto:.2f} KiB per connection")
@@ -290,6 +295,7 @@ def run(root: Path, plan: Plan) -> int:
         f"traced_owner_kib_per_conn={traced[0]:.2f} "
         f"traced_other_kib_per_conn={(traced[1] + traced[2]) / 2:.2f} "
         f"bare_task_kib_per_conn={task:.2f} bare_pair_kib_per_conn={pair:.2f} "
+        f"bare_parked_kib_per_conn={parked:.2f} "
         f"mosquitto_kib_per_conn={mosquitto:.2f} "
         f"kib_per_conn_vs_mosquitto={total / mosquitto:.2f}"
     )
