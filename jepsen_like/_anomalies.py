@@ -23,6 +23,7 @@ HARD_STATE_REGRESSION: Final = "hard_state_regression"
 DOUBLE_VOTE: Final = "double_vote"
 METADATA_REGRESSION: Final = "metadata_regression"
 LEADERLESS: Final = "leaderless"
+INTERNAL_ERROR: Final = "internal_error"
 
 KINDS: Final[dict[str, str]] = {
     LOST: "a committed value is missing from the complete final read of its partition",
@@ -40,6 +41,7 @@ KINDS: Final[dict[str, str]] = {
     DOUBLE_VOTE: "a broker voted for two candidates in one term of one Raft group",
     METADATA_REGRESSION: "a topic acknowledged or listed earlier is missing (or shrunk) later",
     LEADERLESS: "a partition had no leader 30 s after every broker was back",
+    INTERNAL_ERROR: "a broker stopped with an internal error: a bug, whatever the faults were",
     UNSEEN: "an acknowledged send was never read by anyone (lost, or not yet read)",
 }
 """Every kind the checker reports, in report order, with what it means."""

@@ -55,6 +55,9 @@ Rules, per topic-partition (see ``_anomalies.KINDS`` for the one-line versions):
   went back over a power loss (read from the broker's disk before and after the cut), two votes
   in one term, a topic acknowledged or listed earlier that a broker's METADATA lacks once every
   broker is back, a partition with no leader 30 s after every broker is back.
+* ``internal_error``: a line of a broker's log, found by the harness after the run
+  (``InternalErrors``), that reports an internal error: the broker stopped on a bug. No fault
+  excuses one (a fault a broker cannot survive ends it with a clear error, not this).
 
 ``max_unavailable_s``: for each fault start, the time until the first ok send *invoked* after it
 completed (a send in flight when the fault began proves nothing about availability after it);
@@ -88,6 +91,7 @@ from dataclasses import dataclass
 from ._anomalies import (
     DUPLICATE,
     INCONSISTENT_OFFSETS,
+    INTERNAL_ERROR,
     KINDS,
     LOST,
     NONMONOTONIC,
@@ -98,11 +102,18 @@ from ._anomalies import (
 )
 from ._check_consumers import check_positions
 from ._check_faults import MeasuredFault
-from ._check_findings import NS, as_tp
+from ._check_findings import NS, Findings, as_tp
 from ._check_power import check_power
 from ._check_replicas import check_replicas
 from ._check_scan import Scan
-from .history import Event, HistoryError, TopicPartition, gc_paused, read_history
+from .history import (
+    Event,
+    HistoryError,
+    InternalErrors,
+    TopicPartition,
+    gc_paused,
+    read_history,
+)
 
 __all__ = ["KINDS", "Anomaly", "CheckResult", "FaultWindow", "OpRef", "check", "check_file", "main"]
 
@@ -245,6 +256,13 @@ def check_file(path: str | os.PathLike[str]) -> CheckResult:
     return check(read_history(path))
 
 
+def _check_internal_errors(events: Sequence[Event], findings: Findings) -> None:
+    for i, ev in enumerate(events):
+        if ev.type == "ok" and isinstance(ev.op, InternalErrors):
+            for line in ev.op.lines:
+                findings.report(INTERNAL_ERROR, line, (i + 1,))
+
+
 def _run(events: Sequence[Event]) -> CheckResult:
     """One run over one history. Pass 1 (``Scan``) pairs invocations with completions and
     builds the version order; pass 2 (``check_positions``) replays consumers against it; the
@@ -258,6 +276,7 @@ def _run(events: Sequence[Event]) -> CheckResult:
     scan.ownership.check()
     check_replicas(events, scan.replica_reads, scan.versions, findings)
     check_power(events, findings)
+    _check_internal_errors(events, findings)
     touched = sorted(scan.versions.versions)  # every acknowledged or read partition
     windows = tuple(_window(m) for m in scan.faults.measure(scan.end_time, touched))
     found = findings.by_kind()

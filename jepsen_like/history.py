@@ -709,6 +709,28 @@ class Leaders:
         return cls(waited_s=float(waited), leaderless=_partitions(d, "leaderless"))
 
 
+@dataclass(frozen=True, slots=True)
+class InternalErrors:
+    """After every broker stopped: each line of the brokers' logs that reports an internal error
+    (the CLI's ``internal error: ... (a bug in Kafkaesque ...)``, with the log it is in), in the
+    order found; empty if none. A lone ``ok`` of the process ``harness``."""
+
+    F: ClassVar[str] = "internal_errors"
+    lines: tuple[str, ...] = ()
+
+    def fields(self) -> dict[str, Any]:
+        """The JSON fields of this operation."""
+        return {"lines": list(self.lines)}
+
+    @classmethod
+    def from_fields(cls, d: Mapping[str, Any]) -> InternalErrors:
+        """Decode what ``fields`` wrote. Raises HistoryError on a missing or mistyped field."""
+        lines = _list(d, "lines")
+        if not all(type(line) is str for line in lines):
+            raise _missing("lines", "a list of strings")
+        return cls(lines=tuple(lines))
+
+
 Op: TypeAlias = (
     Send
     | Poll
@@ -726,6 +748,7 @@ Op: TypeAlias = (
     | AddAcl
     | MetadataSeen
     | Leaders
+    | InternalErrors
 )
 
 _OP_CLASSES: tuple[type[Op], ...] = (
@@ -745,6 +768,7 @@ _OP_CLASSES: tuple[type[Op], ...] = (
     AddAcl,
     MetadataSeen,
     Leaders,
+    InternalErrors,
 )
 _BY_F: dict[str, type[Op]] = {c.F: c for c in _OP_CLASSES}
 

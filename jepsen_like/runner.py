@@ -70,6 +70,7 @@ from .history import (
     CreateTopic,
     HardStates,
     HistoryWriter,
+    InternalErrors,
     Leaders,
     MetadataSeen,
     TopicPartition,
@@ -297,6 +298,7 @@ async def _run(
             cluster.stop_all()
             services.cancel_scope.cancel()
             _record_end_states(rec, cluster)
+            rec.record("ok", "harness", InternalErrors(internal_errors(cluster.log_dir)))
     return ctx.log, dict(ctx.power_losses)
 
 
@@ -336,6 +338,24 @@ async def _record_metadata(rec: Recorder, cluster: JepsenCluster) -> None:
         except (KafkaesqueError, OSError, trio.TooSlowError):
             acls = None  # no answer proves nothing
         rec.record("ok", "harness", MetadataSeen(topics, acls), f"n{node}")
+
+
+INTERNAL_ERROR_MARK = ": internal error: "
+"""What the CLI writes when a broker stops on an exception it did not expect (a bug)."""
+
+
+def internal_errors(log_dir: str) -> tuple[str, ...]:
+    """Every line of the brokers' logs in ``log_dir`` (``broker-N.log``) that reports an
+    internal error, as ``broker-N.log: <line>``."""
+    found: list[str] = []
+    if not os.path.isdir(log_dir):
+        return ()
+    for name in sorted(os.listdir(log_dir)):
+        if not (name.startswith("broker-") and name.endswith(".log")):
+            continue
+        with open(os.path.join(log_dir, name), errors="replace") as f:
+            found.extend(f"{name}: {line.strip()}" for line in f if INTERNAL_ERROR_MARK in line)
+    return tuple(found)
 
 
 def _record_end_states(rec: Recorder, cluster: JepsenCluster) -> None:

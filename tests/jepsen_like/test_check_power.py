@@ -4,6 +4,8 @@ history is valid. The histories go through JSON and back, as a run's file does."
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from kafkaesque.jepsen_like.checker import CheckResult, check
 from kafkaesque.jepsen_like.history import (
     AddAcl,
@@ -11,6 +13,7 @@ from kafkaesque.jepsen_like.history import (
     Event,
     EventType,
     HardStates,
+    InternalErrors,
     Leaders,
     MetadataSeen,
     Op,
@@ -18,6 +21,7 @@ from kafkaesque.jepsen_like.history import (
     RaftState,
     TopicPartition,
 )
+from kafkaesque.jepsen_like.runner import internal_errors
 
 NEW = ("hard_state_regression", "double_vote", "metadata_regression", "leaderless")
 
@@ -127,3 +131,26 @@ def test_a_partition_with_no_leader_after_every_broker_is_back_is_leaderless() -
     result = check(_history(items))
     assert _found(result) == {"leaderless": [(9,)]}
     assert result.anomalies["leaderless"][0].partition == TopicPartition("t", 1)
+
+
+def test_an_internal_error_in_a_brokers_log_makes_the_run_invalid() -> None:
+    crash = "broker-1.log: kafkaesque broker: internal error: RaftInvariantError: ... (a bug ...)"
+    items = [*_clean(), ("ok", "harness", InternalErrors((crash,)), None)]
+    result = check(_history(items))
+    assert not result.valid
+    (found,) = result.anomalies["internal_error"]
+    assert found.lines == (9,) and found.explanation == crash
+    assert check(_history([*_clean(), ("ok", "harness", InternalErrors(()), None)])).valid
+
+
+def test_the_harness_finds_each_internal_error_line_in_every_brokers_log(tmp_path: Path) -> None:
+    (tmp_path / "broker-0.log").write_text("ready\nbroker 0 stopped\n")
+    (tmp_path / "broker-2.log").write_text(
+        "ready\nkafkaesque broker: internal error: KeyError: 3 (a bug in Kafkaesque; ...)\n"
+        "kafkaesque broker: broker 2 stopped: the fsync helper (pid 9) ended\n"
+    )
+    (tmp_path / "harness.log").write_text("kafkaesque broker: internal error: not a broker's\n")
+    assert internal_errors(str(tmp_path)) == (
+        "broker-2.log: kafkaesque broker: internal error: KeyError: 3 (a bug in Kafkaesque; ...)",
+    )
+    assert internal_errors(str(tmp_path / "none")) == ()

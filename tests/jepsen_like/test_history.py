@@ -18,6 +18,7 @@ from kafkaesque.jepsen_like.history import (
     FinalRead,
     HistoryError,
     HistoryWriter,
+    InternalErrors,
     Nemesis,
     PartitionEnd,
     Poll,
@@ -207,6 +208,7 @@ _ops = st.one_of(
     st.builds(FinalRead, _tps, _reads),
     st.builds(ReplicaRead, st.lists(st.builds(PartitionEnd, _text, _int, _int)).map(tuple), _reads),
     st.builds(Nemesis, _text, st.sampled_from(["start", "stop"]), st.lists(_text).map(tuple)),
+    st.builds(InternalErrors, st.lists(_text, max_size=3).map(tuple)),
 )
 _events = st.builds(
     Event,
