@@ -697,10 +697,13 @@ class RaftNode(LeaderMixin):
         boundary here too: Log Matching)."""
         log = self._log
         last = log.last_index()
+        below = log.start_offset() - 1  # committed long ago, and its terms no longer kept
         verified = m.prev_index
         for e in m.entries:
             if e.first > log.commit:
                 break
+            if e.last < below:
+                continue
             if e.last > last or log.term_at(e.last) != e.term:
                 raise LogDiverged(
                     e.first,

@@ -186,6 +186,18 @@ def test_without_durable_acks_the_first_committed_entry_the_leader_lacks_is_foun
     assert (answer.success, answer.index) == (True, 4)
 
 
+def test_without_durable_acks_entries_below_the_log_start_are_not_checked() -> None:
+    """A leader's resend may start below our log start (retention deleted it here, committed
+    long ago): those entries are not compared (their terms are gone), the rest are."""
+    log = [entry(1, i) for i in range(8)]
+    disk = storage_with([1, 2, 3], log, HardState(1, None, 7))
+    disk.compact(5)
+    n, disk = node(2, disk=disk, durable_acks=False)
+    n.step(AppendEntries(1, 2, 1, 1, 1, 7, tuple(entry(1, i) for i in range(2, 7))))
+    (answer,) = of_type(drain(n, disk), AppendEntriesResponse)
+    assert (answer.success, answer.index) == (True, 6)
+
+
 def test_leader_lowers_a_stale_match_and_repairs_an_idle_follower() -> None:
     """B loses its tail and restarts before the leader notices: the leader's match for B is
     stale. With no new proposal, the heartbeats alone get B repaired."""
