@@ -37,9 +37,9 @@ class RaftConfig:
     # always``). Without it (``--fsync interval``) a power cut can take entries that members
     # acknowledged, and a quorum can lose entries it committed: the leader's match for us can
     # then lie beyond our log, and our committed prefix can disagree with a new leader's log.
-    # Those are broken invariants with durable acknowledgements (the process stops); without,
-    # they are what the policy gives up, and the follower follows the leader's log
-    # (``LogDiverged``: the driver cuts our log where it disagrees).
+    # With durable acknowledgements neither happens unless a disk lost fsynced data (a commit
+    # beyond the log then stops the process); without, they are what the policy gives up, and
+    # the follower follows the leader's log (``LogDiverged``: the driver cuts ours there).
     durable_acks: bool = True
     testing_bugs: frozenset[str] = frozenset()
 
