@@ -351,6 +351,13 @@ class _PartitionCollector(Collector):
             "Corrupt batches this replica found in its log (on read, by the scrub, on restart).",
             labels=labels,
         )
+        divergences = CounterMetricFamily(
+            "kafkaesque_partition_divergences",
+            "Times this replica cut its log where it disagreed with its leader's below its "
+            "commit: a quorum lost records committed here (fsync policy interval or never, "
+            "then a power cut).",
+            labels=labels,
+        )
         repairing = GaugeMetricFamily(
             "kafkaesque_partition_repairing",
             "1 while this replica re-replicates entries it lost (it does not vote meanwhile).",
@@ -383,6 +390,7 @@ class _PartitionCollector(Collector):
             commit.add_metric(key, replica.commit_index)
             end.add_metric(key, replica.log.log_end_offset)
             corruptions.add_metric(key, replica.log.corruptions)
+            divergences.add_metric(key, replica.divergences)
             status = node.status()
             repairing.add_metric(key, 0 if status.lost_end is None else 1)
             if node.role is Role.LEADER:
@@ -400,7 +408,8 @@ class _PartitionCollector(Collector):
                 under.add_metric(key, short)
                 under_count += short
         self._in_sync.end()
-        yield from (leader, is_leader, term, commit, end, corruptions, repairing, lag)
+        yield from (leader, is_leader, term, commit, end, corruptions, divergences, repairing)
+        yield lag
         yield from (in_sync, under)
         count = GaugeMetricFamily(
             "kafkaesque_under_replicated_partitions",

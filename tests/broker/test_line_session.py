@@ -164,6 +164,10 @@ def test_metadata_names_leaders_and_metrics_show_them(broker_cluster: LocalClust
         in text
     )
     assert 'kafkaesque_partition_repairing{broker="0",partition="0",topic="watched"} 0.0' in text
+    assert (
+        'kafkaesque_partition_divergences_total{broker="0",partition="0",topic="watched"} 0.0'
+        in text
+    )
     assert "kafkaesque_requests_total" in text
     counts = {
         line.split()[0]: float(line.split()[1])

@@ -292,7 +292,7 @@ async def test_without_durable_acks_a_member_whose_committed_tail_the_quorum_los
         assert kept[-len(new) :] == new and len(kept) < COUNT + len(new)
         keeper = cluster.start(0)
         await _converged(cluster.brokers, kept)
-        assert keeper.raft.divergences == 1 and keeper.raft.corruptions == 0
+        assert keeper.replica.divergences == 1 and keeper.raft.corruptions == 0
         await _commit(cluster.brokers, b"after")
         await _converged(cluster.brokers, [*kept, b"after"])
 

@@ -159,9 +159,6 @@ class MultiRaft:
         self.readies = 0
         #: Corrupt batches found in this broker's logs and repaired (a counter for metrics).
         self.corruptions = 0
-        #: Logs cut where they disagreed with their leader's below their commit (``LogDiverged``:
-        #: possible only on logs whose acknowledgements do not wait for fsync).
-        self.divergences = 0
         self._scrub_bytes = scrub_bytes_per_tick
         self._scrub_order: list[str] = []  # groups in the order the scrub visits them
         self._scrub_next = 0
@@ -622,7 +619,7 @@ class MultiRaft:
         replica.node = RaftNode(self._node_config(replica.storage), replica.storage, self._rng)
         replica.corrupt = None
         if isinstance(error, LogDiverged):
-            self.divergences += 1
+            replica.divergences += 1
             log.error(
                 "diverged: node %d: %s: log cut to end at %d; following the leader's log from "
                 "there",

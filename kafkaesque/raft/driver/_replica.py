@@ -50,6 +50,8 @@ class RaftReplica:
     # Corruption (or a divergence from the leader's log below the commit) found and not yet
     # repaired: the core is set aside until the driver repairs.
     corrupt: CorruptLogError | LogDiverged | None = None
+    # Times the log was cut where it disagreed with the leader's below the commit (a metric).
+    divergences: int = 0
     _on_corrupt: Callable[[RaftReplica, CorruptLogError], None] | None = None
     # Read-index requests waiting for their read point (``MultiRaft.read_index``), by ctx.
     _reads: dict[bytes, PendingRead] = field(default_factory=dict)
