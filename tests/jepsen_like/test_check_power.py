@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import trio
+from kafkaesque.jepsen_like._workload import Recorder, WorkloadOptions, replica_reads
 from kafkaesque.jepsen_like.checker import CheckResult, check
 from kafkaesque.jepsen_like.history import (
     AddAcl,
@@ -13,6 +15,7 @@ from kafkaesque.jepsen_like.history import (
     Event,
     EventType,
     HardStates,
+    HistoryWriter,
     InternalErrors,
     Leaders,
     MetadataSeen,
@@ -20,6 +23,7 @@ from kafkaesque.jepsen_like.history import (
     Process,
     RaftState,
     TopicPartition,
+    read_history,
 )
 from kafkaesque.jepsen_like.runner import internal_errors
 
@@ -154,3 +158,15 @@ def test_the_harness_finds_each_internal_error_line_in_every_brokers_log(tmp_pat
         "broker-2.log: kafkaesque broker: internal error: KeyError: 3 (a bug in Kafkaesque; ...)",
     )
     assert internal_errors(str(tmp_path / "none")) == ()
+
+
+def test_with_no_broker_running_at_the_end_the_replica_reads_read_nothing(tmp_path: Path) -> None:
+    """Every broker stopped on its own (``internal_error`` says why): the run still ends with a
+    history to check, where the replica reads used to raise that the bootstrap list is empty."""
+
+    async def no_ends() -> dict[int, int]:
+        raise AssertionError("nothing to ask")
+
+    recorder = Recorder(HistoryWriter(tmp_path / "history.jsonl"))
+    trio.run(replica_reads, recorder, {}, WorkloadOptions(), no_ends)
+    assert read_history(tmp_path / "history.jsonl") == []
