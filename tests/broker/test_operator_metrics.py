@@ -91,6 +91,7 @@ class FakeGroup:
     node: FakeNode
     commit_index: int
     log: FakeLog
+    divergences: int = 0
 
 
 def led(log_id: str, me: int, end: int, matches: dict[int, int]) -> RaftReplica:
