@@ -616,6 +616,10 @@ class MultiRaft:
         else:
             end = replica.storage.repair_corruption(error)
         replica._fail_waiters_above(end)
+        # What readers take as committed goes down with the log: above its end a reader would
+        # wait for offsets that are not there, or (once the leader resends them) be handed
+        # entries this replica has not seen committed yet.
+        replica.commit_index = min(replica.commit_index, end - 1)
         replica.node = RaftNode(self._node_config(replica.storage), replica.storage, self._rng)
         replica.corrupt = None
         if isinstance(error, LogDiverged):
