@@ -512,9 +512,13 @@ class RaftNode(LeaderMixin):
         them (``_handle_append_response``); other nodes ignore it."""
         last = self._log.last_index()
         for voter in sorted(self._conf.voters - {self.id}):
-            self._send(
-                AppendEntriesResponse(self.id, voter, self._term, False, last, None, last + 1)
-            )
+            self._say_lost(voter, last, last + 1)
+
+    def _say_lost(self, to: int, index: int, resend_from: int) -> None:
+        """A rejection of ``index`` that a leader reads as "lost" (no conflict term, an index at
+        or below its match for us): it lowers our match below ``resend_from`` and resends from
+        there, however high the match was (``_handle_append_response``)."""
+        self._send(AppendEntriesResponse(self.id, to, self._term, False, index, None, resend_from))
 
     def _tick_heartbeat(self) -> None:
         self._heartbeat_elapsed += 1
@@ -637,15 +641,11 @@ class RaftNode(LeaderMixin):
             # Without durable acknowledgements a quorum may have lost part of our committed
             # prefix (below, with them, it matches any leader's: Leader Completeness).
             if not self._committed_prefix_matches(m):
-                # Our committed entry at prev_index is not the leader's. Tell it that we do not
-                # hold it (a rejection read as "lost": our match goes down, however high it was)
-                # and to resend from where our term there begins: ``_check_committed`` then
-                # finds the first entry that disagrees.
-                back_to = log.term_start_offset(log.term_at(m.prev_index))
-                self._send(
-                    AppendEntriesResponse(
-                        self.id, m.src, self._term, False, m.prev_index, None, back_to
-                    )
+                # Our committed entry at prev_index is not the leader's: we do not hold it. It
+                # resends from where our term there begins, and ``_check_committed`` then finds
+                # the first entry that disagrees.
+                self._say_lost(
+                    m.src, m.prev_index, log.term_start_offset(log.term_at(m.prev_index))
                 )
                 return
             if m.prev_index < log.commit:
@@ -740,11 +740,7 @@ class RaftNode(LeaderMixin):
                 # What we still hold is a prefix of what matched the leader, so it is committed
                 # (not known without durable acknowledgements: a quorum may have lost entries).
                 log.commit_to(last)
-            # Tell the leader where our log really ends (a rejection it reads as "lost": it
-            # lowers our match) so that it resends the rest.
-            self._send(
-                AppendEntriesResponse(self.id, m.src, self._term, False, m.commit, None, last + 1)
-            )
+            self._say_lost(m.src, m.commit, last + 1)  # where our log really ends
         else:
             log.commit_to(m.commit)
         if m.reply:

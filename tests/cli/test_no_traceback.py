@@ -16,6 +16,7 @@ from typing import IO
 import pytest
 from kafkaesque.cli import main as cli_main
 from kafkaesque.cli.client_commands import parse_duration_ms
+from kafkaesque.jepsen_like.runner import INTERNAL_ERROR_MARK
 
 from kafkaesque.client import Client, Producer
 from kafkaesque.local_cluster import LocalCluster
@@ -127,6 +128,7 @@ def test_an_unexpected_exception_is_one_line_with_its_own_exit(
     err = capsys.readouterr().err
     assert err.startswith("kafkaesque topic: internal error: ValueError: invalid literal")
     assert len(err.strip().splitlines()) == 1
+    assert INTERNAL_ERROR_MARK in err  # what the jepsen harness finds in a broker's log
     monkeypatch.setenv(cli_main.TRACEBACK_ENV, "1")
     with pytest.raises(ValueError):
         cli_main.main(["topic", "list"])
